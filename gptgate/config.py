@@ -1,0 +1,191 @@
+"""Configuration: ``Backend``, ``Price`` and ``GatewayConfig`` (pydantic, validated up front).
+
+A bad value fails at construction with pydantic's ``ValidationError`` naming the field, not at
+3 a.m. on the first call. API keys are ``SecretStr``: they never show in a repr, a log or an
+error; ``api_key=None`` reads the key from the environment at request time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Literal
+
+import httpx2
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from .results import Usage
+
+__all__ = ["Backend", "GatewayConfig", "Hardware", "Price", "Tier", "pool_size_for"]
+
+Hardware = Literal["tpu", "gpu", "cpu"]
+Tier = Literal["small", "large"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+def pool_size_for(max_concurrency: int) -> int:
+    """Connections for a backend: target concurrency + 20% (SEEDS §5)."""
+    return math.ceil(1.2 * max_concurrency)
+
+
+class Price(BaseModel):
+    """Dollars per million tokens. ``cached_input_per_mtok`` defaults to the input price."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_per_mtok: float = Field(default=0.0, ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
+
+    def cost(self, usage: Usage) -> float:
+        cached_rate = (
+            self.input_per_mtok
+            if self.cached_input_per_mtok is None
+            else self.cached_input_per_mtok
+        )
+        return (
+            usage.uncached_input_tokens * self.input_per_mtok
+            + usage.cached_input_tokens * cached_rate
+            + usage.output_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+
+class Backend(BaseModel):
+    """One OpenAI-compatible endpoint (a deployment of a model on some hardware)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    name: str
+    base_url: str
+    model: str
+    hardware: Hardware = "gpu"
+    api_key: SecretStr | None = Field(default=None, repr=False)
+    #: where ``api_key=None`` looks; a missing variable sends no Authorization header
+    api_key_env: str = "OPENAI_API_KEY"
+    #: "auto" → adaptive limit between min and max; an int → that fixed limit
+    concurrency: Literal["auto"] | int = "auto"
+    min_concurrency: int = Field(default=1, ge=1)
+    initial_concurrency: int = Field(default=4, ge=1)
+    max_concurrency: int = Field(default=64, ge=1, le=10_000)
+    #: connections; default ceil(1.2 × max concurrency)
+    max_connections: int | None = Field(default=None, ge=1)
+    #: per-attempt deadline in seconds (headers and whole body)
+    timeout: float = Field(default=60.0, gt=0)
+    connect_timeout: float = Field(default=5.0, gt=0)
+    #: waiting for a pooled connection
+    pool_timeout: float = Field(default=10.0, gt=0)
+    #: time to the first byte of the response; None → ``timeout``
+    first_byte_timeout: float | None = Field(default=None, gt=0)
+    #: longest silence between two stream chunks
+    idle_timeout: float = Field(default=30.0, gt=0)
+    private: bool = False
+    tier: Tier = "large"
+    price: Price | None = None
+    provider: str = "openai"
+    #: send ``prompt_cache_key`` for the call's prefix group
+    supports_prompt_cache_key: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: an ``httpx2.AsyncBaseTransport`` to use instead of the network (the simulator, a mock)
+    transport: Any = Field(default=None, repr=False, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("name must be 1-64 chars of letters, digits, '_', '.', ':', '-'")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        try:
+            url = httpx2.URL(value)
+        except Exception as exc:
+            raise ValueError(f"malformed URL: {exc}") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("base_url must be an absolute http(s) URL with a host")
+        return value.rstrip("/")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _check_concurrency(cls, value: Literal["auto"] | int) -> Literal["auto"] | int:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("concurrency must be 'auto' or an int >= 1")
+        return value
+
+    @field_validator("transport")
+    @classmethod
+    def _check_transport(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, httpx2.AsyncBaseTransport):
+            raise ValueError("transport must be an httpx2.AsyncBaseTransport")
+        return value
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> Backend:
+        if self.min_concurrency > self.max_concurrency:
+            raise ValueError("min_concurrency must be <= max_concurrency")
+        if isinstance(self.concurrency, int) and self.concurrency > self.max_concurrency:
+            # a fixed limit is its own ceiling: size the pool for it
+            object.__setattr__(self, "max_concurrency", self.concurrency)
+        return self
+
+    @property
+    def ceiling(self) -> int:
+        """The most calls this backend may ever have in flight."""
+        return self.concurrency if isinstance(self.concurrency, int) else self.max_concurrency
+
+    @property
+    def pool_size(self) -> int:
+        return self.max_connections or pool_size_for(self.ceiling)
+
+    @property
+    def pseudo_concurrency(self) -> bool:
+        """More concurrent calls allowed than connections: the extra ones only wait (SEEDS §5)."""
+        return self.ceiling > self.pool_size
+
+    def resolve_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get(self.api_key_env) or None
+
+
+class GatewayConfig(BaseModel):
+    """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    backends: list[Backend]
+    #: tries per call, the first included
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_cap_s: float = Field(default=8.0, gt=0)
+    #: a server's retry-after longer than this fails the call instead of sleeping
+    max_retry_after_s: float = Field(default=60.0, gt=0)
+    #: total deadline per call across attempts (None → attempts × backend timeout)
+    deadline_s: float | None = Field(default=None, gt=0)
+    default_scenario: str = "default"
+    #: put prompt and completion text on spans (off: prompts are often personal data)
+    capture_content: bool = False
+    #: random seed for back-off jitter (tests and benchmarks); None → system randomness
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _check_backends(self) -> GatewayConfig:
+        if not self.backends:
+            raise ValueError("at least one backend is required")
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"backend names must be unique; repeated: {', '.join(duplicates)}")
+        if self.backoff_cap_s < self.backoff_base_s:
+            raise ValueError("backoff_cap_s must be >= backoff_base_s")
+        return self

@@ -1,0 +1,128 @@
+"""The typed errors every accepted call can end in.
+
+Each carries what an operator needs at 3 a.m. — backend, HTTP status, request id, retry-after —
+and never the API key or prompt text: messages are built from server error *messages* only.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BadRequestError",
+    "GateError",
+    "NoBackendError",
+    "OverloadedError",
+    "RateLimitedError",
+    "RequestTimeout",
+    "StreamInterruptedError",
+]
+
+
+class GateError(Exception):
+    """Base of every gptgate error.
+
+    ``retryable`` says whether trying again (here or elsewhere) can help; the retry policy reads
+    it, so a subclass decides once what a failure means instead of every call site guessing.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str | None = None,
+        status: int | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+        should_retry: bool | None = None,
+        billed: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.backend = backend
+        self.status = status
+        self.request_id = request_id
+        self.retry_after = retry_after
+        #: the server's ``x-should-retry`` verdict, which beats our own classification
+        self.should_retry = should_retry
+        #: True when the backend may have billed work for this attempt (e.g. a timeout after
+        #: the prompt was sent): the ledger counts it even though no result came back.
+        self.billed = billed
+        if should_retry is not None:
+            self.retryable = should_retry
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        detail = [
+            f"{name}={value}"
+            for name, value in (
+                ("backend", self.backend),
+                ("status", self.status),
+                ("request_id", self.request_id),
+                ("retry_after", self.retry_after),
+            )
+            if value is not None
+        ]
+        if detail:
+            parts.append(f"({', '.join(detail)})")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+class RateLimitedError(GateError):
+    """HTTP 429, or a rate-limit error event: the backend asks us to slow down."""
+
+    retryable = True
+
+
+class BackendError(GateError):
+    """5xx, a broken connection or a malformed response: the backend failed, not the call."""
+
+    retryable = True
+
+
+class RequestTimeout(GateError):
+    """A connect, pool, first-byte, between-chunk or total deadline passed (or HTTP 408)."""
+
+    retryable = True
+
+
+class BadRequestError(GateError):
+    """The call itself is wrong (4xx other than 408/409/429, or caught before sending)."""
+
+    retryable = False
+
+
+class NoBackendError(GateError):
+    """No configured backend is eligible (privacy, tier, model, health) for this call."""
+
+    retryable = False
+
+
+class OverloadedError(GateError):
+    """Shed by gptgate: the call could not be admitted before its deadline or the queue is full."""
+
+    retryable = False
+
+
+class StreamInterruptedError(GateError):
+    """A stream ended before its final chunk. Carries what had arrived; its tokens were billed."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partial_text: str = "",
+        output_tokens: int = 0,
+        usage_estimated: bool = True,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.partial_text = partial_text
+        self.output_tokens = output_tokens
+        self.usage_estimated = usage_estimated

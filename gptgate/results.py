@@ -1,0 +1,99 @@
+"""What a call returns (``ChatResult``) and what it feeds back to the controllers (``Outcome``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ChatResult", "Outcome", "OutcomeKind", "Usage"]
+
+
+class Usage(BaseModel):
+    """Token counts of one attempt or one call. ``estimated`` marks counts we had to guess
+    (a stream cut before its usage chunk, a server that never reports usage)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        return max(0, self.input_tokens - self.cached_input_tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            estimated=self.estimated or other.estimated,
+        )
+
+
+class ChatResult(BaseModel):
+    """The whole answer of one ``gate.chat`` / ``gate.stream`` call, with its cost and timings.
+
+    ``usage`` is the final attempt's usage; ``billed_usage`` adds every attempt that may have
+    been billed (retries after a timeout, an interrupted stream) — the real cost of the call.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    text: str
+    finish_reason: str | None
+    backend: str
+    hardware: str
+    model: str
+    streamed: bool
+    attempts: int
+    usage: Usage
+    billed_usage: Usage
+    ttft_s: float | None
+    latency_s: float
+    queue_s: float
+    cost_usd: float
+    scenario: str
+    stream_decision: str
+    response_id: str | None = None
+    raw: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
+        return (
+            f"ChatResult(backend={self.backend!r}, text={text!r}, "
+            f"finish_reason={self.finish_reason!r}, attempts={self.attempts}, "
+            f"latency_s={self.latency_s:.3f}, cost_usd={self.cost_usd:.6f})"
+        )
+
+
+OutcomeKind = Literal["ok", "dropped", "ignored"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One finished attempt, handed to every observer (limit, cache gate, router, ledger,
+    telemetry). ``kind`` follows Netflix concurrency-limits: ``ok`` is a latency sample,
+    ``dropped`` a congestion signal (429, 503, timeout), ``ignored`` neither (e.g. a 400 or a
+    cancellation)."""
+
+    backend: str
+    kind: OutcomeKind
+    start: float
+    latency_s: float
+    ttft_s: float | None
+    inflight: int
+    usage: Usage
+    streamed: bool
+    error: BaseException | None = None
+    status: int | None = None
+    prefix_key: str | None = None
+    cacheable_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)

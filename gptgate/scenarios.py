@@ -1,0 +1,223 @@
+"""Scenarios: how a kind of work should be called, and the stream rule (SEEDS §3, §4, §6).
+
+A scenario bundles the decisions a user should not have to re-derive per call: is a person
+waiting (priority, streaming), which concurrency window suits it, whether to micro-batch, and
+whether to warm the prompt cache and ramp up behind it. Presets are starting points; the
+gateway still measures and adapts inside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "PRESETS",
+    "BatchPolicy",
+    "RampPolicy",
+    "Scenario",
+    "StreamDecision",
+    "decide_stream",
+    "expected_output_tokens",
+    "is_multimodal",
+    "resolve_scenario",
+]
+
+
+class BatchPolicy(BaseModel):
+    """Collect up to ``max_size`` items or for ``max_wait_s``, whichever comes first (SEEDS §4)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_size: int = Field(default=5, ge=1, le=10_000)
+    max_wait_s: float = Field(default=2.0, ge=0.0)
+    #: pending items beyond this make ``submit`` wait (backpressure), never drop
+    max_pending: int = Field(default=10_000, ge=1)
+
+    REALTIME: ClassVar[BatchPolicy]
+    MICRO: ClassVar[BatchPolicy]
+    SMALL: ClassVar[BatchPolicy]
+    LARGE: ClassVar[BatchPolicy]
+
+
+BatchPolicy.REALTIME = BatchPolicy(max_size=1, max_wait_s=0.0)
+BatchPolicy.MICRO = BatchPolicy(max_size=5, max_wait_s=2.0)
+BatchPolicy.SMALL = BatchPolicy(max_size=20, max_wait_s=5.0)
+BatchPolicy.LARGE = BatchPolicy(max_size=50, max_wait_s=10.0)
+
+
+class RampPolicy(BaseModel):
+    """Cache warm-up then a ramp window per (backend, prefix group) (SEEDS §2).
+
+    One call warms a cold prefix alone; then at most ``start`` calls of the group are in flight
+    until the hit rate (cached input over the cacheable part) holds ``>= target_hit_rate`` over
+    ``window`` samples; then the window widens by ``growth`` per good window up to the backend's
+    limit, and shrinks by ``shrink`` when the hit rate falls below target.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    warmup: bool = True
+    start: int = Field(default=5, ge=1)
+    target_hit_rate: float = Field(default=0.85, gt=0.0, le=1.0)
+    window: int = Field(default=10, ge=1)
+    growth: float = Field(default=2.0, gt=1.0)
+    shrink: float = Field(default=0.5, gt=0.0, lt=1.0)
+    #: prefixes shorter than this are not worth warming (OpenAI caches from 1,024 tokens)
+    min_prefix_tokens: int = Field(default=1024, ge=0)
+
+
+class Scenario(BaseModel):
+    """How a kind of work is called. Use a preset name or build your own."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "custom"
+    #: a person is waiting: stream, admit first, route to the fastest first token
+    latency_sensitive: bool = False
+    #: True/False forces the mode; "auto" applies the stream rule
+    stream: bool | Literal["auto"] = "auto"
+    #: bounds for the adaptive limit while this scenario dominates, e.g. (20, 30)
+    concurrency_window: tuple[int, int] | None = None
+    batch: BatchPolicy | None = None
+    #: micro-batch only when the work is offline (multimodal)
+    batch_only_offline: bool = False
+    ramp: RampPolicy | None = None
+    #: admission priority: higher goes first (with aging, so lower never starves)
+    priority: int = 0
+    #: expected answer length when the call gives no max_tokens (drives the stream rule)
+    expected_output_tokens: int | None = None
+    #: total deadline per call in seconds (None → the backend's timeout)
+    deadline_s: float | None = Field(default=None, gt=0)
+    offline: bool = False
+
+    @model_validator(mode="after")
+    def _check_window(self) -> Scenario:
+        if self.concurrency_window is not None:
+            low, high = self.concurrency_window
+            if not 1 <= low <= high:
+                raise ValueError("concurrency_window must be (low, high) with 1 <= low <= high")
+        return self
+
+
+PRESETS: dict[str, Scenario] = {
+    "realtime_chat": Scenario(
+        name="realtime_chat",
+        latency_sensitive=True,
+        stream=True,
+        concurrency_window=(20, 30),
+        batch=None,
+        ramp=RampPolicy(),
+        priority=10,
+    ),
+    "batch_content": Scenario(
+        name="batch_content",
+        stream=False,
+        concurrency_window=(30, 50),
+        batch=BatchPolicy(max_size=8, max_wait_s=2.0),
+        ramp=RampPolicy(target_hit_rate=0.85),
+        priority=5,
+        offline=True,
+    ),
+    "multimodal": Scenario(
+        name="multimodal",
+        stream=False,
+        concurrency_window=(10, 15),
+        batch=BatchPolicy.MICRO,
+        batch_only_offline=True,
+        ramp=None,
+        priority=5,
+    ),
+    "offline": Scenario(
+        name="offline",
+        stream=False,
+        batch=BatchPolicy.SMALL,
+        ramp=RampPolicy(),
+        priority=0,
+        offline=True,
+    ),
+    "default": Scenario(name="default", ramp=None, priority=5),
+}
+
+
+def resolve_scenario(scenario: str | Scenario | None) -> Scenario:
+    """A preset by name, a custom Scenario, or the default. Unknown names raise ``KeyError``
+    (the gateway turns it into ``BadRequestError`` before anything is sent)."""
+    if scenario is None:
+        return PRESETS["default"]
+    if isinstance(scenario, Scenario):
+        return scenario
+    try:
+        return PRESETS[scenario]
+    except KeyError:
+        known = ", ".join(sorted(PRESETS))
+        raise KeyError(f"unknown scenario {scenario!r}; known: {known}") from None
+
+
+StreamDecision = Literal[
+    "explicit",
+    "scenario",
+    "multimodal",
+    "latency_sensitive",
+    "batch",
+    "short_output",
+    "long_output",
+    "default",
+]
+
+SHORT_OUTPUT_TOKENS = 200
+LONG_OUTPUT_TOKENS = 800
+
+
+def is_multimodal(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Any content part that is not text (image, audio, file) makes a call multimodal."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type", "text") != "text":
+                    return True
+    return False
+
+
+def expected_output_tokens(params: Mapping[str, Any], scenario: Scenario) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = params.get(name)
+        if isinstance(value, int):
+            return value
+    return scenario.expected_output_tokens
+
+
+def decide_stream(
+    scenario: Scenario,
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    explicit: bool | None = None,
+) -> tuple[bool, StreamDecision]:
+    """The stream rule of SEEDS §3, first match wins:
+
+    explicit choice → it; multimodal → no; a scenario that forces a mode → it; live chat
+    (latency-sensitive) → yes; batch/offline → no; expected output < 200 tokens → no;
+    > 800 → yes; otherwise no (a connection held for less time).
+    """
+    if explicit is not None:
+        return explicit, "explicit"
+    if is_multimodal(messages):
+        return False, "multimodal"
+    if scenario.latency_sensitive:
+        return True, "latency_sensitive"
+    if scenario.stream != "auto" and scenario.name not in PRESETS:
+        return bool(scenario.stream), "scenario"
+    if scenario.offline or scenario.batch is not None:
+        return False, "batch"
+    expected = expected_output_tokens(params, scenario)
+    if expected is not None:
+        if expected < SHORT_OUTPUT_TOKENS:
+            return False, "short_output"
+        if expected > LONG_OUTPUT_TOKENS:
+            return True, "long_output"
+    if scenario.stream != "auto":
+        return bool(scenario.stream), "scenario"
+    return False, "default"
