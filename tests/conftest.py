@@ -1,0 +1,1 @@
+"""Shared test configuration. Helpers' fixtures live in their own test modules."""
