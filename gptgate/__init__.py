@@ -1,0 +1,52 @@
+"""gptgate — a client-side gateway for OpenAI-compatible chat APIs.
+
+Adaptive concurrency per backend, pooled HTTP clients, prompt-cache warm-up and ramp windows,
+micro-batching, scenario presets with the stream rule, routing across heterogeneous backends,
+retries under a budget, a cost ledger and OpenTelemetry traces — see DESIGN.md.
+"""
+
+from .clock import Clock, ScaledClock, SystemClock
+from .config import Backend, GatewayConfig, Price
+from .errors import (
+    BackendError,
+    BadRequestError,
+    GateError,
+    NoBackendError,
+    OverloadedError,
+    RateLimitedError,
+    RequestTimeout,
+    StreamInterruptedError,
+)
+from .gateway import BackendStats, ChatStream, Gateway
+from .results import ChatResult, Outcome, Usage
+from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "Backend",
+    "BackendError",
+    "BackendStats",
+    "BadRequestError",
+    "BatchPolicy",
+    "ChatResult",
+    "ChatStream",
+    "Clock",
+    "GateError",
+    "Gateway",
+    "GatewayConfig",
+    "NoBackendError",
+    "Outcome",
+    "OverloadedError",
+    "Price",
+    "RampPolicy",
+    "RateLimitedError",
+    "RequestTimeout",
+    "ScaledClock",
+    "Scenario",
+    "StreamInterruptedError",
+    "SystemClock",
+    "Usage",
+    "__version__",
+]

@@ -1,0 +1,520 @@
+"""One call, end to end: route → cache gate → limiter → wire → outcome, with retries.
+
+A :class:`CallRunner` holds the gateway's shared parts; :meth:`CallRunner.attempts` is an async
+generator of text deltas over as many attempts as the retry policy allows, so the same code
+serves ``gate.chat`` (deltas discarded, or no stream at all) and ``gate.stream`` (deltas shown
+to the caller; once one is shown, no retry — it would duplicate output).
+
+Every attempt ends in exactly one outcome on every path, cancellation included: the permit is
+released, the cache ticket handed back, the response closed, the span ended, the ledger told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import httpx2
+
+from .clock import Clock
+from .errors import (
+    BackendError,
+    GateError,
+    OverloadedError,
+    RateLimitedError,
+    RequestTimeout,
+    StreamInterruptedError,
+)
+from .ledger import Ledger
+from .limits import Permit
+from .results import ChatResult, Usage
+from .retry import RetryPolicy, SpendsRetries
+from .routing import BackendState, RouteRequest, Router
+from .scenarios import RampPolicy, Scenario
+from .telemetry import Telemetry
+from .tokens import estimate_text_tokens
+from .wire import (
+    ChatStreamReader,
+    ParsedChat,
+    build_chat_body,
+    error_for_exception,
+    error_for_status,
+    parse_chat_response,
+)
+
+__all__ = ["CallRunner", "CallSpec", "CallState"]
+
+
+class CacheTicketLike(Protocol):
+    def prefilled(self) -> None: ...
+
+    def observe(self, *, cached_tokens: int, input_tokens: int) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class CacheGateLike(Protocol):
+    async def enter(
+        self, backend: str, group: Any, policy: RampPolicy, limit: int
+    ) -> CacheTicketLike: ...
+
+
+@dataclass(slots=True)
+class CallSpec:
+    """What the caller asked for, resolved once before the first attempt."""
+
+    messages: Sequence[Mapping[str, Any]]
+    params: dict[str, Any]
+    scenario: Scenario
+    stream: bool
+    stream_decision: str
+    route: RouteRequest
+    priority: int
+    deadline: float | None
+    prompt_tokens: int
+    #: the caller sees deltas (gate.stream): no retry after the first one
+    visible: bool = False
+    prefix: Any = None  # cache.PrefixGroup when the call has a prompt prefix
+    max_attempts: int | None = None
+
+
+@dataclass(slots=True)
+class CallState:
+    """What the call has done so far; becomes the ChatResult."""
+
+    start: float
+    attempts: int = 0
+    billed: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    queue_s: float = 0.0
+    committed: bool = False
+    failed_backends: set[str] = field(default_factory=set)
+    result: ChatResult | None = None
+
+
+_DROP_STATUSES = frozenset({429, 503, 529})
+
+
+def _is_congestion(error: BaseException) -> bool:
+    """Errors the limit reads as a loss signal (Netflix: *dropped*)."""
+    if isinstance(error, (RateLimitedError, RequestTimeout)):
+        return True
+    return isinstance(error, BackendError) and error.status in _DROP_STATUSES
+
+
+class CallRunner:
+    def __init__(
+        self,
+        *,
+        router: Router,
+        clock: Clock,
+        retry: RetryPolicy,
+        ledger: Ledger,
+        telemetry: Telemetry,
+        cache_gate: CacheGateLike | None = None,
+        budgets: Mapping[str, SpendsRetries] | None = None,
+    ) -> None:
+        self.router = router
+        self.clock = clock
+        self.retry = retry
+        self.ledger = ledger
+        self.telemetry = telemetry
+        self.cache_gate = cache_gate
+        self.budgets = budgets or {}
+
+    # -- the whole call -------------------------------------------------------------------
+
+    async def run(self, spec: CallSpec) -> ChatResult:
+        """A non-visible call: retries freely until a result or the last error."""
+        state = CallState(start=self.clock.now())
+
+        async def attempt(number: int) -> ChatResult:
+            async for _ in self._attempt(spec, state, number):
+                pass
+            assert state.result is not None
+            return state.result
+
+        with self.telemetry.call_span(spec.scenario.name, str(spec.params.get("model", ""))):
+            try:
+                return await self.retry.run(
+                    attempt,
+                    deadline=spec.deadline,
+                    max_attempts=spec.max_attempts,
+                    on_retry=lambda exc, wait: self._on_retry(state, exc),
+                )
+            except GateError as error:
+                self.record_failed_call(error)
+                raise
+
+    def record_failed_call(self, error: GateError) -> None:
+        if error.backend in self.ledger.entries:
+            self.ledger.record_call(error.backend, ok=False)
+
+    async def stream(self, spec: CallSpec, state: CallState) -> AsyncIterator[str]:
+        """A visible stream: retries only while nothing has been shown to the caller."""
+        number = 0
+        max_attempts = spec.max_attempts or self.retry.max_attempts
+        while True:
+            number += 1
+            try:
+                async for delta in self._attempt(spec, state, number):
+                    yield delta
+                return
+            except GateError as error:
+                if state.committed or not self._may_retry(spec, state, error, number, max_attempts):
+                    self.record_failed_call(error)
+                    raise
+                self._on_retry(state, error)
+                await self.clock.sleep(self._backoff(error, number, spec.deadline))
+
+    def _may_retry(
+        self, spec: CallSpec, state: CallState, error: GateError, number: int, max_attempts: int
+    ) -> bool:
+        if number >= max_attempts or not error.retryable:
+            return False
+        if error.retry_after is not None and error.retry_after > self.retry_after_cap:
+            return False
+        if spec.deadline is not None and self.clock.now() >= spec.deadline:
+            return False
+        budget = self.budgets.get(error.backend or "")
+        return budget is None or budget.try_spend(self.clock.now())
+
+    @property
+    def retry_after_cap(self) -> float:
+        return self.retry._retry.max_retry_after_s
+
+    def _backoff(self, error: GateError, number: int, deadline: float | None) -> float:
+        window = min(self.retry.backoff_cap_s, self.retry.backoff_base_s * 2 ** (number - 1))
+        wait = self.retry.rng.uniform(0.0, window)
+        if error.retry_after is not None:
+            wait = max(wait, error.retry_after)
+        if deadline is not None:
+            wait = max(0.0, min(wait, deadline - self.clock.now()))
+        return wait
+
+    def _on_retry(self, state: CallState, error: BaseException) -> None:
+        if isinstance(error, GateError) and error.backend:
+            state.failed_backends.add(error.backend)
+            backend = self.router.by_name.get(error.backend)
+            if backend is not None:
+                backend.retries += 1
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    async def _attempt(
+        self, spec: CallSpec, state: CallState, number: int
+    ) -> AsyncIterator[str]:
+        clock = self.clock
+        backend, wait = self.router.choose(spec.route, frozenset(state.failed_backends))
+        if wait > 0:
+            if spec.deadline is not None and clock.now() + wait > spec.deadline:
+                raise OverloadedError(
+                    "every eligible backend is cooling down past the deadline",
+                    backend=backend.name,
+                )
+            await clock.sleep(wait)
+        state.attempts = number
+        config = backend.backend
+        enqueued = clock.now()
+        ticket: CacheTicketLike | None = None
+        permit: Permit | None = None
+        response: httpx2.Response | None = None
+        span = None
+        ttft: float | None = None
+        sent_at = enqueued
+        reader: ChatStreamReader | None = None
+        try:
+            ramp = spec.scenario.ramp
+            if self.cache_gate is not None and spec.prefix is not None and ramp is not None:
+                ticket = await self.cache_gate.enter(
+                    backend.name, spec.prefix, ramp, backend.limiter.current_limit
+                )
+            permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
+            sent_at = clock.now()
+            queue_s = sent_at - enqueued
+            state.queue_s += queue_s
+            backend.calls += 1
+            backend.breaker.on_attempt(sent_at)
+            self.telemetry.record_queue(queue_s, backend.name)
+            span = self.telemetry.start_attempt(
+                provider=config.provider,
+                model=config.model,
+                host=backend.pool.client.base_url.host,
+                port=backend.pool.client.base_url.port,
+                stream=spec.stream,
+                params=spec.params,
+                backend=backend.name,
+                hardware=config.hardware,
+                attempt=number,
+                messages=spec.messages,
+            )
+            prompt_cache_key = (
+                spec.prefix.key
+                if spec.prefix is not None and config.supports_prompt_cache_key
+                else None
+            )
+            body = build_chat_body(
+                config.model,
+                spec.messages,
+                spec.params,
+                stream=spec.stream,
+                prompt_cache_key=prompt_cache_key,
+            )
+            attempt_timeout = config.timeout
+            if spec.deadline is not None:
+                attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
+                if attempt_timeout <= 0:
+                    raise RequestTimeout("call deadline passed", backend=backend.name)
+            request = backend.pool.client.build_request("POST", "chat/completions", content=body)
+            if spec.stream:
+                parsed = None
+                first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)
+                response = await self._send(backend, request, first_byte, stream=True)
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise error_for_status(
+                        response.status_code, response.headers, response.content,
+                        backend=backend.name,
+                    )
+                reader = ChatStreamReader(
+                    self._timed_chunks(
+                        response, sent_at + attempt_timeout, config.idle_timeout, backend.name
+                    ),
+                    backend=backend.name,
+                    request_id=response.headers.get("x-request-id"),
+                )
+                async for delta in reader:
+                    if ttft is None:
+                        ttft = clock.now() - sent_at
+                        if ticket is not None:
+                            ticket.prefilled()
+                    if spec.visible:
+                        state.committed = True
+                        yield delta
+                parsed = reader.result()
+            else:
+                response = await self._send(backend, request, attempt_timeout, stream=False)
+                if response.status_code >= 400:
+                    raise error_for_status(
+                        response.status_code, response.headers, response.content,
+                        backend=backend.name,
+                    )
+                parsed = parse_chat_response(
+                    response.content,
+                    backend=backend.name,
+                    status=response.status_code,
+                    headers=response.headers,
+                )
+                if ticket is not None:
+                    ticket.prefilled()
+            latency = clock.now() - sent_at
+            usage = parsed.usage or self._estimated_usage(spec, parsed.text)
+            if ticket is not None:
+                ticket.observe(
+                    cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens
+                )
+            permit.success(
+                latency,
+                ttft_s=ttft,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
+            self._record_ok(backend, spec, state, parsed, usage, latency, ttft)
+            self.telemetry.end_attempt(
+                span,
+                provider=config.provider,
+                model=config.model,
+                duration_s=latency,
+                usage=usage,
+                ttft_s=ttft,
+                response_model=parsed.model,
+                response_id=parsed.response_id,
+                finish_reason=parsed.finish_reason,
+                text=parsed.text,
+            )
+            span = None
+        except GeneratorExit:
+            # the caller left a visible stream mid-answer: what was generated is still billed
+            if reader is not None and reader.has_content:
+                self._record_abandoned(backend, spec, state, reader.accumulator.text)
+            raise
+        except GateError as error:
+            self._record_failure(backend, spec, state, error, permit, sent_at, ttft)
+            if span is not None:
+                self.telemetry.end_attempt(
+                    span,
+                    provider=config.provider,
+                    model=config.model,
+                    duration_s=clock.now() - sent_at,
+                    usage=None,
+                    ttft_s=ttft,
+                    error=error,
+                )
+                span = None
+            raise
+        finally:
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            if permit is not None:
+                permit.ignore()  # no-op unless cancelled or failed before classification
+            if ticket is not None:
+                ticket.release()
+            if span is not None:
+                span.end()
+
+    async def _send(
+        self, backend: BackendState, request: httpx2.Request, timeout: float, *, stream: bool
+    ) -> httpx2.Response:
+        """Send with a deadline; map transport failures to typed errors."""
+        try:
+            with anyio.fail_after(self.clock.to_real(timeout)):
+                return await backend.pool.client.send(request, stream=stream)
+        except TimeoutError:
+            raise RequestTimeout(
+                "no response before the attempt deadline", backend=backend.name, billed=True
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise error_for_exception(exc, backend=backend.name) from exc
+
+    async def _timed_chunks(
+        self, response: httpx2.Response, deadline: float, idle_s: float, backend: str
+    ) -> AsyncIterator[bytes]:
+        """Raw body chunks, each within the idle timeout and all within the attempt deadline."""
+        iterator = response.aiter_bytes().__aiter__()
+        clock = self.clock
+        while True:
+            remaining = deadline - clock.now()
+            budget = min(idle_s, remaining)
+            if budget <= 0:
+                raise httpx2.ReadTimeout("stream passed the attempt deadline")
+            with anyio.move_on_after(clock.to_real(budget)) as scope:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+            if scope.cancelled_caught:
+                what = "idle between chunks" if budget == idle_s else "past the attempt deadline"
+                raise httpx2.ReadTimeout(f"stream {what}")
+            yield chunk
+
+    def _estimated_usage(self, spec: CallSpec, text: str) -> Usage:
+
+
+        return Usage(
+            input_tokens=spec.prompt_tokens,
+            output_tokens=estimate_text_tokens(text),
+            estimated=True,
+        )
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def _record_ok(
+        self,
+        backend: BackendState,
+        spec: CallSpec,
+        state: CallState,
+        parsed: ParsedChat,
+        usage: Usage,
+        latency: float,
+        ttft: float | None,
+    ) -> None:
+        now = self.clock.now()
+        backend.latency.add(latency)
+        if ttft is not None:
+            backend.ttft.add(ttft)
+        backend.breaker.on_success()
+        if spec.prefix is not None:
+            self.router.remember_prefix(spec.prefix.key, backend.name)
+        state.cost_usd += self.ledger.record_attempt(
+            backend.name, usage, streamed=spec.stream, wasted=False
+        )
+        state.billed = state.billed + usage
+        self.ledger.record_call(backend.name, ok=True)
+        config = backend.backend
+        state.result = ChatResult(
+            text=parsed.text,
+            finish_reason=parsed.finish_reason,
+            backend=backend.name,
+            hardware=config.hardware,
+            model=parsed.model or config.model,
+            streamed=spec.stream,
+            attempts=state.attempts,
+            usage=usage,
+            billed_usage=state.billed,
+            ttft_s=ttft,
+            latency_s=now - state.start,
+            queue_s=state.queue_s,
+            cost_usd=state.cost_usd,
+            scenario=spec.scenario.name,
+            stream_decision=spec.stream_decision,
+            response_id=parsed.response_id,
+        )
+
+    def _record_failure(
+        self,
+        backend: BackendState,
+        spec: CallSpec,
+        state: CallState,
+        error: GateError,
+        permit: Permit | None,
+        sent_at: float,
+        ttft: float | None,
+    ) -> None:
+        now = self.clock.now()
+        if error.backend is None:
+            error.backend = backend.name
+        if permit is not None and not permit.done:
+            if _is_congestion(error):
+                permit.dropped(now - sent_at)
+            else:
+                permit.ignore()
+        if isinstance(error, RateLimitedError):
+            backend.rate_limited += 1
+        elif isinstance(error, RequestTimeout):
+            backend.timeouts += 1
+        if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
+            error, StreamInterruptedError
+        ):
+            backend.breaker.on_failure(now)
+        backend.failures += 1
+        wasted = self._wasted_usage(spec, error)
+        if wasted is not None:
+            state.cost_usd += self.ledger.record_attempt(
+                backend.name,
+                wasted,
+                streamed=spec.stream,
+                wasted=True,
+                interrupted=isinstance(error, StreamInterruptedError),
+            )
+            state.billed = state.billed + wasted
+
+    def _record_abandoned(
+        self, backend: BackendState, spec: CallSpec, state: CallState, partial: str
+    ) -> None:
+
+
+        usage = Usage(
+            input_tokens=spec.prompt_tokens,
+            output_tokens=estimate_text_tokens(partial),
+            estimated=True,
+        )
+        state.cost_usd += self.ledger.record_attempt(
+            backend.name, usage, streamed=True, wasted=True, interrupted=True
+        )
+        state.billed = state.billed + usage
+
+    def _wasted_usage(self, spec: CallSpec, error: GateError) -> Usage | None:
+        """What a failed attempt probably cost: the prompt once it was sent and processed,
+        plus what a cut stream had generated."""
+        if isinstance(error, StreamInterruptedError):
+            return Usage(
+                input_tokens=spec.prompt_tokens,
+                output_tokens=error.output_tokens,
+                estimated=error.usage_estimated,
+            )
+        if error.billed:
+            return Usage(input_tokens=spec.prompt_tokens, estimated=True)
+        return None

@@ -1,0 +1,530 @@
+"""The Gateway: lifecycle and the public verbs; it wires the stages of DESIGN.md together.
+
+``async with Gateway(...) as gate`` opens one pooled client per backend and a task group for
+background work (micro-batch timers); leaving it drains what was accepted and closes every
+connection. Nothing is lost: every accepted call ends in a result or a typed error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import anyio
+import httpx2
+from opentelemetry import metrics, trace
+
+from .calls import CallRunner, CallSpec, CallState
+from .clock import Clock, SystemClock
+from .config import Backend, GatewayConfig
+from .errors import BadRequestError, GateError
+from .ledger import Ledger
+from .limits import FixedLimit, Limit, Limiter
+from .pool import BackendPool, PoolStatistics
+from .results import ChatResult
+from .retry import RetryPolicy
+from .routing import BackendState, RouteRequest, Router
+from .scenarios import Scenario, decide_stream, resolve_scenario
+from .telemetry import Telemetry
+from .tokens import estimate_prompt_tokens
+
+__all__ = ["BackendStats", "ChatStream", "Gateway"]
+
+log = logging.getLogger("gptgate")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStats:
+    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``)."""
+
+    name: str
+    hardware: str
+    limit: int
+    in_flight: int
+    queued: int
+    admitted: int
+    shed: int
+    pool: PoolStatistics
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    latency_p99_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    calls: int
+    failures: int
+    retries: int
+    rate_limited: int
+    timeouts: int
+    cache_hit_rate: float | None
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    wasted_tokens: int
+    streamed_attempts: int
+    plain_attempts: int
+    cost_usd: float
+    circuit: str
+
+
+def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
+    """Catch a malformed call before anything is sent (and before it costs anything)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise BadRequestError("messages must be a list of {'role': ..., 'content': ...} objects")
+    if not messages:
+        raise BadRequestError("messages must not be empty")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise BadRequestError(f"messages[{index}] must be an object with role and content")
+        role = message.get("role")
+        if role not in _ROLES:
+            raise BadRequestError(f"messages[{index}].role must be one of {sorted(_ROLES)}")
+        content = message.get("content")
+        if content is None:
+            if not (message.get("tool_calls") or message.get("function_call")):
+                raise BadRequestError(f"messages[{index}] has no content")
+        elif not isinstance(content, (str, list)):
+            raise BadRequestError(f"messages[{index}].content must be a string or a list of parts")
+    return messages
+
+
+class ChatStream:
+    """``async with gate.stream(...) as s: async for text in s: ...``; then ``s.result``.
+
+    Nothing is sent until iteration starts. Before the first token a failure is retried (or
+    failed over) invisibly; after it, a failure raises ``StreamInterruptedError`` with the
+    partial text. Leaving the block early closes the stream and gives its connection back.
+    """
+
+    def __init__(self, runner: CallRunner, spec: CallSpec, clock: Clock) -> None:
+        self._runner = runner
+        self._spec = spec
+        self._state = CallState(start=clock.now())
+        self._iterator: AsyncIterator[str] | None = None
+        self._parts: list[str] = []
+
+    async def __aenter__(self) -> ChatStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        if self._iterator is not None:
+            raise RuntimeError("a ChatStream can be iterated only once")
+        self._iterator = self._runner.stream(self._spec, self._state)
+        return self._collect(self._iterator)
+
+    async def _collect(self, iterator: AsyncIterator[str]) -> AsyncIterator[str]:
+        async for delta in iterator:
+            self._parts.append(delta)
+            yield delta
+
+    async def aclose(self) -> None:
+        iterator = self._iterator
+        if iterator is not None and hasattr(iterator, "aclose"):
+            with anyio.CancelScope(shield=True):
+                await iterator.aclose()
+
+    @property
+    def text(self) -> str:
+        """What has arrived so far."""
+        return "".join(self._parts)
+
+    @property
+    def result(self) -> ChatResult:
+        if self._state.result is None:
+            raise RuntimeError("the stream has not completed")
+        return self._state.result
+
+
+class Gateway:
+    """The client-side LLM gateway. See DESIGN.md for the public surface."""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend] | None = None,
+        *,
+        config: GatewayConfig | None = None,
+        clock: Clock | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        **options: Any,
+    ) -> None:
+        if config is None:
+            config = GatewayConfig(backends=list(backends or []), **options)
+        elif backends is not None or options:
+            raise TypeError("pass either config= or backends/options, not both")
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self._telemetry = Telemetry(
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            capture_content=config.capture_content,
+        )
+        self._default_scenario = resolve_scenario(config.default_scenario)
+        self._states: dict[str, BackendState] = {}
+        self._runner: CallRunner | None = None
+        self._ledger = Ledger({b.name: b.price for b in config.backends})
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._open = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        if self._open:
+            raise RuntimeError("the gateway is already open")
+        for backend in self.config.backends:
+            pool = BackendPool(backend, self.clock)
+            limiter = Limiter(
+                self._make_limit(backend),
+                clock=self.clock,
+                max_inflight=backend.pool_size,
+                name=backend.name,
+            )
+            self._states[backend.name] = BackendState(backend, pool, limiter)
+        router = Router(list(self._states.values()), self.clock)
+        retry = RetryPolicy(
+            max_attempts=self.config.max_attempts,
+            backoff_base_s=self.config.backoff_base_s,
+            backoff_cap_s=self.config.backoff_cap_s,
+            max_retry_after_s=self.config.max_retry_after_s,
+            clock=self.clock,
+            seed=self.config.seed,
+        )
+        self._runner = CallRunner(
+            router=router,
+            clock=self.clock,
+            retry=retry,
+            ledger=self._ledger,
+            telemetry=self._telemetry,
+        )
+        self._open = True
+
+    async def aclose(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        with anyio.CancelScope(shield=True):
+            for state in self._states.values():
+                await state.pool.aclose()
+
+    def _make_limit(self, backend: Backend) -> Limit:
+        if isinstance(backend.concurrency, int):
+            return FixedLimit(backend.concurrency)
+        from . import limits
+
+        factory = getattr(limits, "LLMLimit", None)
+        if factory is None:  # pragma: no cover - until the adaptive limit lands
+            return FixedLimit(backend.initial_concurrency)
+        limit: Limit = factory(
+            initial=min(backend.initial_concurrency, backend.max_concurrency),
+            min_limit=backend.min_concurrency,
+            max_limit=backend.max_concurrency,
+        )
+        return limit
+
+    @property
+    def runner(self) -> CallRunner:
+        if self._runner is None or not self._open:
+            raise GateError("the gateway is not open: use `async with gate:` (or await start())")
+        return self._runner
+
+    # -- the verbs ------------------------------------------------------------------------
+
+    def _spec(
+        self,
+        messages: object,
+        *,
+        scenario: str | Scenario | None,
+        stream: bool | None,
+        private: bool,
+        tier: Literal["small", "large", "auto"],
+        backend: str | None,
+        priority: int | None,
+        timeout: float | None,
+        max_attempts: int | None,
+        visible: bool,
+        params: dict[str, Any],
+    ) -> CallSpec:
+        checked = _validate_messages(messages)
+        try:
+            resolved = self._default_scenario if scenario is None else resolve_scenario(scenario)
+        except KeyError as exc:
+            raise BadRequestError(str(exc.args[0])) from None
+        if tier not in ("small", "large", "auto"):
+            raise BadRequestError("tier must be 'small', 'large' or 'auto'")
+        if backend is not None and backend not in self._states:
+            known = ", ".join(self._states)
+            raise BadRequestError(f"unknown backend {backend!r}; known: {known}")
+        if "stream" in params:
+            explicit = params.pop("stream")
+            stream = bool(explicit) if stream is None else stream
+        if visible:
+            do_stream, decision = True, "explicit"
+        else:
+            do_stream, decision = decide_stream(resolved, checked, params, stream)
+        prompt_tokens = estimate_prompt_tokens(checked)
+        deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
+        max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
+        route = RouteRequest(
+            private=private,
+            tier=tier,
+            backend=backend,
+            latency_sensitive=resolved.latency_sensitive,
+            input_tokens=prompt_tokens,
+            output_tokens=max_out if isinstance(max_out, int) else 0,
+        )
+        return CallSpec(
+            messages=checked,
+            params=params,
+            scenario=resolved,
+            stream=do_stream,
+            stream_decision=decision,
+            route=route,
+            priority=resolved.priority if priority is None else priority,
+            deadline=self.clock.now() + deadline_s if deadline_s else None,
+            prompt_tokens=prompt_tokens,
+            visible=visible,
+            max_attempts=max_attempts,
+        )
+
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        stream: bool | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+        backend: str | None = None,
+        priority: int | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        **params: Any,
+    ) -> ChatResult:
+        """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
+        through. ``stream`` forces the wire mode; by default the scenario's stream rule picks
+        it (the whole answer is returned either way). ``timeout`` is the call's total deadline.
+        """
+        runner = self.runner
+        spec = self._spec(
+            messages,
+            scenario=scenario,
+            stream=stream,
+            private=private,
+            tier=tier,
+            backend=backend,
+            priority=priority,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            visible=False,
+            params=params,
+        )
+        return await runner.run(spec)
+
+    def stream(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+        backend: str | None = None,
+        priority: int | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        **params: Any,
+    ) -> ChatStream:
+        """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``."""
+        runner = self.runner
+        spec = self._spec(
+            messages,
+            scenario=scenario,
+            stream=True,
+            private=private,
+            tier=tier,
+            backend=backend,
+            priority=priority,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            visible=True,
+            params=params,
+        )
+        return ChatStream(runner, spec, self.clock)
+
+    async def map(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        max_pending: int | None = None,
+        **common: Any,
+    ) -> list[ChatResult | GateError]:
+        """Run many calls; results in input order, a failed item holds its ``GateError``.
+
+        Items are pulled from ``items`` only as fast as they can be in flight (plus a small
+        margin), so a generator of a million prompts never sits in memory as requests.
+        Each item is a dict of ``chat`` keyword arguments (``messages`` required).
+        """
+        runner = self.runner
+        bound = max_pending or max(64, 2 * sum(b.ceiling for b in self.config.backends))
+        slots = anyio.Semaphore(bound)
+        results: list[ChatResult | GateError | None] = []
+
+        async def one(index: int, item: Mapping[str, Any]) -> None:
+            try:
+                kwargs = {**common, **item}
+                kwargs.setdefault("scenario", scenario)
+                messages = kwargs.pop("messages", None)
+                results[index] = await self.chat(messages, **kwargs)  # type: ignore[arg-type]
+            except GateError as error:
+                results[index] = error
+            except TypeError as error:
+                results[index] = BadRequestError(f"bad map item: {error}")
+            finally:
+                slots.release()
+
+        del runner
+        async with anyio.create_task_group() as tg:
+            for index, item in enumerate(items):
+                await slots.acquire()
+                results.append(None)
+                tg.start_soon(one, index, item)
+        return [r if r is not None else GateError("item did not complete") for r in results]
+
+    async def warm(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        backend: str | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+    ) -> list[ChatResult | GateError]:
+        """Pre-warm a prompt prefix (e.g. a system prompt) off-peak: one minimal request
+        (``max_tokens=1``) per eligible backend, since each backend has its own cache
+        (LiteLLM #6784 needs one call per deployment)."""
+        checked = list(_validate_messages(messages))
+        if checked[-1].get("role") != "user":
+            checked.append({"role": "user", "content": "."})
+        route = RouteRequest(private=private, tier=tier, backend=backend)
+        targets = [s.name for s in self.runner.router.eligible(route)]
+        results: list[ChatResult | GateError] = []
+        for name in targets:
+            try:
+                results.append(
+                    await self.chat(
+                        checked, backend=name, max_tokens=1, stream=False, scenario="default"
+                    )
+                )
+            except GateError as error:
+                results.append(error)
+        return results
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, BackendStats]:
+        """Per backend: limit, in flight, queued, pool wait, latency percentiles, TTFT,
+        cache hit rate, retries, tokens and cost."""
+        snapshot: dict[str, BackendStats] = {}
+        for name, state in self._states.items():
+            limiter = state.limiter.statistics()
+            entry = self._ledger.entries[name]
+            snapshot[name] = BackendStats(
+                name=name,
+                hardware=state.backend.hardware,
+                limit=limiter.limit,
+                in_flight=limiter.in_flight,
+                queued=limiter.queued,
+                admitted=limiter.admitted,
+                shed=limiter.shed,
+                pool=state.pool.statistics(),
+                latency_p50_s=state.latency.percentile(0.5),
+                latency_p95_s=state.latency.percentile(0.95),
+                latency_p99_s=state.latency.percentile(0.99),
+                ttft_p50_s=state.ttft.percentile(0.5),
+                ttft_p95_s=state.ttft.percentile(0.95),
+                calls=state.calls,
+                failures=state.failures,
+                retries=state.retries,
+                rate_limited=state.rate_limited,
+                timeouts=state.timeouts,
+                cache_hit_rate=entry.hit_rate,
+                input_tokens=entry.input_tokens,
+                cached_input_tokens=entry.cached_input_tokens,
+                output_tokens=entry.output_tokens,
+                wasted_tokens=entry.wasted_tokens,
+                streamed_attempts=entry.streamed_attempts,
+                plain_attempts=entry.plain_attempts,
+                cost_usd=entry.cost_usd,
+                circuit=state.breaker.state(self.clock.now()),
+            )
+        return snapshot
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger
+
+    def backend_state(self, name: str) -> BackendState:
+        try:
+            return self._states[name]
+        except KeyError:
+            raise BadRequestError(f"unknown backend {name!r}") from None
+
+    # -- other call sites -----------------------------------------------------------------
+
+    def guard(
+        self,
+        *,
+        scenario: str | Scenario | None = None,
+        backend: str | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+        retry: bool = True,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorate an existing async call site (any SDK inside) with admission control,
+        priority, retries under the gateway's policy, stats and tracing."""
+        from .guard import make_guard
+
+        return make_guard(
+            self, scenario=scenario, backend=backend, private=private, tier=tier, retry=retry
+        )
+
+    def http_client(self, backend: str, **client_options: Any) -> httpx2.AsyncClient:
+        """An ``httpx2.AsyncClient`` for a third-party SDK (``openai.AsyncOpenAI(
+        http_client=gate.http_client("gpu-local"))``): its requests share the backend's pool
+        and pass through its limiter, so SDK traffic counts against the same limit."""
+        from .guard import GuardTransport
+
+        state = self.backend_state(backend)
+        transport = GuardTransport(self, state)
+        timeout = client_options.pop("timeout", httpx2.Timeout(state.backend.timeout))
+        return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
+
+    def __repr__(self) -> str:
+        names = ", ".join(self._states or (b.name for b in self.config.backends))
+        return f"Gateway(backends=[{names}], open={self._open})"

@@ -1,0 +1,216 @@
+"""Bringing existing call sites under the gateway without rewriting them.
+
+- ``@gate.guard(...)`` wraps any async function (an SDK call inside): the call waits for a
+  permit of the chosen backend's limiter, its latency and failures feed the limit, and
+  retryable failures are retried under the gateway's policy; the caller still sees the SDK's
+  own exception types.
+- ``gate.http_client(name)`` gives a third-party SDK an ``httpx2.AsyncClient`` whose transport
+  takes a permit per request and returns it when the response is closed, sharing the backend's
+  pooled connections: SDK traffic and gateway traffic obey one limit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+
+import httpx2
+
+from .errors import (
+    BackendError,
+    BadRequestError,
+    GateError,
+    RateLimitedError,
+    RequestTimeout,
+)
+from .limits import Permit
+from .routing import BackendState, RouteRequest
+from .scenarios import Scenario, resolve_scenario
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+__all__ = ["GuardTransport", "classify_exception", "make_guard"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CONGESTION = frozenset({408, 429, 503, 529})
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def classify_exception(exc: BaseException, backend: str) -> GateError:
+    """A gptgate view of a foreign exception (an SDK's, httpx's), to decide on retries and
+    on the limit's signal; the original is what the caller sees."""
+    if isinstance(exc, GateError):
+        return exc
+    status = _status_of(exc)
+    name = type(exc).__name__
+    if status is not None:
+        if status == 429:
+            return RateLimitedError(name, backend=backend, status=status)
+        if status == 408:
+            return RequestTimeout(name, backend=backend, status=status)
+        if status == 409 or status >= 500:
+            return BackendError(name, backend=backend, status=status)
+        return BadRequestError(name, backend=backend, status=status)
+    if isinstance(exc, (httpx2.TimeoutException, TimeoutError)) or "Timeout" in name:
+        return RequestTimeout(name, backend=backend)
+    if isinstance(exc, httpx2.TransportError) or "Connection" in name:
+        return BackendError(name, backend=backend)
+    return GateError(name, backend=backend)  # an application error: never retried
+
+
+class _ForeignFailure(GateError):
+    """Carries the original exception through the retry policy."""
+
+    def __init__(self, view: GateError, original: BaseException) -> None:
+        super().__init__(
+            view.message,
+            backend=view.backend,
+            status=view.status,
+            retry_after=view.retry_after,
+        )
+        self.retryable = view.retryable
+        self.original = original
+
+
+def make_guard(
+    gate: Gateway,
+    *,
+    scenario: str | Scenario | None,
+    backend: str | None,
+    private: bool,
+    tier: Literal["small", "large", "auto"],
+    retry: bool,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    resolved = resolve_scenario(scenario)
+    route = RouteRequest(
+        private=private,
+        tier=tier,
+        backend=backend,
+        latency_sensitive=resolved.latency_sensitive,
+    )
+
+    def decorator(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            runner = gate.runner
+            clock = gate.clock
+            deadline = clock.now() + resolved.deadline_s if resolved.deadline_s else None
+            failed: set[str] = set()
+
+            async def attempt(number: int) -> R:
+                state, wait = runner.router.choose(route, frozenset(failed))
+                if wait > 0:
+                    await clock.sleep(wait)
+                permit = await state.limiter.acquire(
+                    priority=resolved.priority, deadline=deadline
+                )
+                start = clock.now()
+                state.calls += 1
+                try:
+                    result = await fn(*args, **kwargs)
+                except Exception as exc:
+                    view = classify_exception(exc, state.name)
+                    _conclude(permit, view, clock.now() - start)
+                    state.failures += 1
+                    failed.add(state.name)
+                    if isinstance(view, (BackendError, RequestTimeout)):
+                        state.breaker.on_failure(clock.now())
+                    if retry and view.retryable:
+                        raise _ForeignFailure(view, exc) from exc
+                    raise
+                except BaseException:  # cancelled: no sample either way
+                    permit.ignore()
+                    raise
+                latency = clock.now() - start
+                permit.success(latency)
+                state.latency.add(latency)
+                state.breaker.on_success()
+                return result
+
+            try:
+                if not retry:
+                    return await attempt(1)
+                return await runner.retry.run(attempt, deadline=deadline)
+            except _ForeignFailure as failure:
+                raise failure.original from None
+
+        return guarded
+
+    return decorator
+
+
+def _conclude(permit: Permit, view: GateError, latency: float) -> None:
+    if isinstance(view, (RateLimitedError, RequestTimeout)) or view.status in _CONGESTION:
+        permit.dropped(latency)
+    else:
+        permit.ignore()
+
+
+class _PermitStream(httpx2.AsyncByteStream):
+    """Holds the permit until the SDK closes the response (a stream is still in flight)."""
+
+    def __init__(
+        self, inner: httpx2.AsyncByteStream, permit: Permit, state: BackendState, start: float,
+        clock_now: Callable[[], float],
+    ) -> None:
+        self._inner = inner
+        self._permit = permit
+        self._state = state
+        self._start = start
+        self._now = clock_now
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if not self._permit.done:
+                latency = self._now() - self._start
+                self._permit.success(latency)
+                self._state.latency.add(latency)
+
+
+class GuardTransport(httpx2.AsyncBaseTransport):
+    """The transport behind ``gate.http_client(name)``."""
+
+    def __init__(self, gate: Gateway, state: BackendState, priority: int = 5) -> None:
+        self._gate = gate
+        self._state = state
+        self._priority = priority
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        state = self._state
+        clock = self._gate.clock
+        permit = await state.limiter.acquire(priority=self._priority)
+        start = clock.now()
+        state.calls += 1
+        try:
+            response = await state.pool.transport.handle_async_request(request)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                _conclude(permit, classify_exception(exc, state.name), clock.now() - start)
+            permit.ignore()
+            raise
+        status = response.status_code
+        if status >= 400:
+            state.failures += 1
+            if status in _CONGESTION:
+                permit.dropped(clock.now() - start)
+            else:
+                permit.ignore()
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = _PermitStream(response.stream, permit, state, start, clock.now)
+        return response

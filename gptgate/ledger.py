@@ -1,0 +1,113 @@
+"""The token and cost ledger: what every attempt billed, including the ones that failed.
+
+Cost is a first-class signal (DESIGN): a retry after a timeout, an interrupted stream, a cache
+miss — each is counted here in tokens and dollars, so ``stats()`` shows the real bill and
+``plan()`` sizes a budget with the price actually paid at the current concurrency (SEEDS §5:
+planning with the low-concurrency price overruns the budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Price
+from .results import Usage
+
+__all__ = ["BudgetPlan", "Ledger", "LedgerEntry"]
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    """Running totals for one backend."""
+
+    calls_ok: int = 0
+    calls_failed: int = 0
+    attempts: int = 0
+    streamed_attempts: int = 0
+    plain_attempts: int = 0
+    interrupted_streams: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    #: tokens of attempts that produced no result (timeouts after send, cut streams)
+    wasted_tokens: int = 0
+    estimated_attempts: int = 0
+    cost_usd: float = 0.0
+    wasted_cost_usd: float = 0.0
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.cached_input_tokens / self.input_tokens if self.input_tokens else None
+
+    @property
+    def cost_per_success(self) -> float | None:
+        return self.cost_usd / self.calls_ok if self.calls_ok else None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPlan:
+    budget_per_hour_usd: float
+    cost_per_call_usd: float
+    calls_per_hour: int
+
+
+class Ledger:
+    def __init__(self, prices: dict[str, Price | None]) -> None:
+        self._prices = prices
+        self.entries: dict[str, LedgerEntry] = {name: LedgerEntry() for name in prices}
+
+    def cost(self, backend: str, usage: Usage) -> float:
+        price = self._prices.get(backend)
+        return price.cost(usage) if price is not None else 0.0
+
+    def record_attempt(
+        self,
+        backend: str,
+        usage: Usage,
+        *,
+        streamed: bool,
+        wasted: bool,
+        interrupted: bool = False,
+    ) -> float:
+        """Count one attempt's billed usage; returns its cost in dollars."""
+        entry = self.entries[backend]
+        cost = self.cost(backend, usage)
+        entry.attempts += 1
+        if streamed:
+            entry.streamed_attempts += 1
+        else:
+            entry.plain_attempts += 1
+        if interrupted:
+            entry.interrupted_streams += 1
+        if usage.estimated:
+            entry.estimated_attempts += 1
+        entry.input_tokens += usage.input_tokens
+        entry.cached_input_tokens += usage.cached_input_tokens
+        entry.output_tokens += usage.output_tokens
+        entry.cost_usd += cost
+        if wasted:
+            entry.wasted_tokens += usage.total_tokens
+            entry.wasted_cost_usd += cost
+        return cost
+
+    def record_call(self, backend: str, ok: bool) -> None:
+        entry = self.entries[backend]
+        if ok:
+            entry.calls_ok += 1
+        else:
+            entry.calls_failed += 1
+
+    def total(self) -> LedgerEntry:
+        total = LedgerEntry()
+        for entry in self.entries.values():
+            for name in LedgerEntry.__dataclass_fields__:
+                setattr(total, name, getattr(total, name) + getattr(entry, name))
+        return total
+
+    def plan(self, budget_per_hour_usd: float, backend: str | None = None) -> BudgetPlan:
+        """Calls per hour a budget buys at the cost per successful call observed so far."""
+        entry = self.entries[backend] if backend is not None else self.total()
+        per_call = entry.cost_per_success
+        if not per_call:
+            raise ValueError("no successful priced calls observed yet")
+        return BudgetPlan(budget_per_hour_usd, per_call, int(budget_per_hour_usd // per_call))

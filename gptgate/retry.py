@@ -1,0 +1,173 @@
+"""Retries: tenacity strategy objects, full-jitter back-off, retry-after, a budget, a deadline.
+
+The happy path never touches tenacity (its machinery costs ~60 µs a call): the first attempt
+runs directly, and only a retryable failure enters ``AsyncRetrying``, seeded with that failure
+as its attempt 1, so every decision — retry or not, how long to wait, when to stop — is made by
+the composed strategies below.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
+from tenacity.retry import retry_base
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
+
+from .clock import Clock
+from .errors import GateError
+
+__all__ = ["RetryPolicy", "SpendsRetries"]
+
+T = TypeVar("T")
+
+
+class SpendsRetries(Protocol):
+    """A retry budget (see ``gptgate.limits.budget``): may this retry be spent now?"""
+
+    def try_spend(self, now: float) -> bool: ...
+
+
+def _error(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome is not None else None
+
+
+class retry_if_retryable(retry_base):
+    """Retry a ``GateError`` whose class (or the server's ``x-should-retry``) says it may help,
+    unless the server asks us to wait longer than we are willing to."""
+
+    def __init__(self, max_retry_after_s: float) -> None:
+        self.max_retry_after_s = max_retry_after_s
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        exc = _error(retry_state)
+        if not isinstance(exc, GateError) or not exc.retryable:
+            return False
+        return exc.retry_after is None or exc.retry_after <= self.max_retry_after_s
+
+
+class wait_full_jitter_or_retry_after(wait_base):
+    """``U(0, min(cap, base·2ⁿ))`` (AWS full jitter), but never less than the server's
+    retry-after, and never past the call's deadline."""
+
+    def __init__(
+        self, base_s: float, cap_s: float, rng: random.Random, clock: Clock, deadline: float | None
+    ) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.rng = rng
+        self.clock = clock
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        window = min(self.cap_s, self.base_s * 2 ** (retry_state.attempt_number - 1))
+        wait = self.rng.uniform(0.0, window)
+        exc = _error(retry_state)
+        retry_after = exc.retry_after if isinstance(exc, GateError) else None
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        if self.deadline is not None:
+            wait = max(0.0, min(wait, self.deadline - self.clock.now()))
+        return wait
+
+
+class stop_at_deadline(stop_base):
+    """Stop when the deadline leaves no time for another attempt (or its retry-after)."""
+
+    def __init__(self, clock: Clock, deadline: float | None) -> None:
+        self.clock = clock
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.deadline is None:
+            return False
+        exc = _error(retry_state)
+        retry_after = exc.retry_after if isinstance(exc, GateError) else None
+        return self.clock.now() + (retry_after or 0.0) >= self.deadline
+
+
+class stop_when_budget_spent(stop_base):
+    """Spend one token of the retry budget; stop (fail fast) when there is none."""
+
+    def __init__(self, budget: SpendsRetries, clock: Clock) -> None:
+        self.budget = budget
+        self.clock = clock
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return not self.budget.try_spend(self.clock.now())
+
+
+class RetryPolicy:
+    """How a gateway retries: attempts, back-off, retry-after cap, optional budget."""
+
+    def __init__(
+        self,
+        *,
+        max_attempts: int,
+        backoff_base_s: float,
+        backoff_cap_s: float,
+        max_retry_after_s: float,
+        clock: Clock,
+        seed: int | None = None,
+    ) -> None:
+        self.max_attempts = max_attempts
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.clock = clock
+        self.rng = random.Random(seed)
+        self._retry = retry_if_retryable(max_retry_after_s)
+
+    async def run(
+        self,
+        attempt: Callable[[int], Awaitable[T]],
+        *,
+        deadline: float | None = None,
+        budget: SpendsRetries | None = None,
+        max_attempts: int | None = None,
+        on_retry: Callable[[BaseException, float], None] | None = None,
+    ) -> T:
+        """Run ``attempt(n)`` for n = 1, 2, … until it returns, or the last error is raised."""
+        try:
+            return await attempt(1)
+        except GateError as first:
+            if not self._retry_possible(first, max_attempts):
+                raise
+            first_error: GateError = first
+
+        attempts = max_attempts or self.max_attempts
+        stop = stop_after_attempt(attempts) | stop_at_deadline(self.clock, deadline)
+        if budget is not None:
+            stop = stop | stop_when_budget_spent(budget, self.clock)
+        calls = 0
+
+        async def replay_then_attempt() -> T:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise first_error  # tenacity sees the first attempt's failure as attempt 1
+            return await attempt(calls)
+
+        async def before_sleep(state: RetryCallState) -> None:
+            exc = _error(state)
+            if on_retry is not None and exc is not None:
+                on_retry(exc, state.upcoming_sleep)
+
+        retrying = AsyncRetrying(
+            sleep=self.clock.sleep,
+            stop=stop,
+            wait=wait_full_jitter_or_retry_after(
+                self.backoff_base_s, self.backoff_cap_s, self.rng, self.clock, deadline
+            ),
+            retry=self._retry,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return await retrying(replay_then_attempt)
+
+    def _retry_possible(self, error: GateError, max_attempts: int | None) -> bool:
+        if (max_attempts or self.max_attempts) <= 1 or not error.retryable:
+            return False
+        return error.retry_after is None or error.retry_after <= self._retry.max_retry_after_s

@@ -1,0 +1,216 @@
+"""Routing: per-backend live state (latency, health) and the choice of a backend per call.
+
+Eligibility first (privacy/compliance, model tier, an explicit backend, health), then the best
+by predicted completion time — queue ahead of us over the backend's limit, times its observed
+service time (time to first token when a person is waiting) — plus a cost term for work where
+nobody waits, minus a bonus for the backend that already holds the call's prompt prefix.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from cachetools import TTLCache
+
+from .clock import Clock
+from .config import Backend
+from .errors import NoBackendError
+from .limits import Limiter
+from .pool import BackendPool
+
+__all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
+
+# First-token and whole-call priors (seconds) before a backend has any samples (SEEDS §7).
+_TTFT_PRIOR = {"gpu": 0.3, "tpu": 0.5, "cpu": 1.2}
+_LATENCY_PRIOR = {"gpu": 2.0, "tpu": 2.0, "cpu": 6.0}
+
+
+class LatencyWindow:
+    """The last ``size`` values (for percentiles on demand) and an EWMA (for routing)."""
+
+    __slots__ = ("_values", "alpha", "count", "ewma")
+
+    def __init__(self, size: int = 1024, alpha: float = 0.1) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+        self.alpha = alpha
+        self.ewma: float | None = None
+        self.count = 0
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        self.count += 1
+        self.ewma = value if self.ewma is None else self.ewma + self.alpha * (value - self.ewma)
+
+    def percentile(self, q: float) -> float | None:
+        if not self._values:
+            return None
+        ordered = sorted(self._values)
+        index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+        return ordered[index]
+
+
+class CircuitBreaker:
+    """Consecutive backend failures open the circuit for a cool-down that doubles each time it
+    re-opens (capped); after it, one probe is let through (half-open)."""
+
+    def __init__(self, threshold: int = 5, cooldown_s: float = 5.0, max_cooldown_s: float = 60.0):
+        self.threshold = threshold
+        self.base_cooldown_s = cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self.failures = 0
+        self.opened_until = 0.0
+        self._cooldown_s = cooldown_s
+        self._probing = False
+
+    def state(self, now: float) -> Literal["closed", "open", "half_open"]:
+        if self.failures < self.threshold:
+            return "closed"
+        return "open" if now < self.opened_until or self._probing else "half_open"
+
+    def allows(self, now: float) -> bool:
+        return self.state(now) != "open"
+
+    def on_attempt(self, now: float) -> None:
+        if self.state(now) == "half_open":
+            self._probing = True
+
+    def on_success(self) -> None:
+        self.failures = 0
+        self._probing = False
+        self._cooldown_s = self.base_cooldown_s
+
+    def on_failure(self, now: float) -> None:
+        self.failures += 1
+        if self.failures >= self.threshold:
+            if self._probing:
+                self._cooldown_s = min(self.max_cooldown_s, self._cooldown_s * 2)
+            self._probing = False
+            self.opened_until = now + self._cooldown_s
+
+
+class BackendState:
+    """Everything live about one backend: its pool, limiter, latency windows and health."""
+
+    def __init__(self, backend: Backend, pool: BackendPool, limiter: Limiter) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.pool = pool
+        self.limiter = limiter
+        self.latency = LatencyWindow()
+        self.ttft = LatencyWindow()
+        self.breaker = CircuitBreaker()
+        self.calls = 0
+        self.failures = 0
+        self.retries = 0
+        self.rate_limited = 0
+        self.timeouts = 0
+
+    def service_time(self, latency_sensitive: bool) -> float:
+        hardware = self.backend.hardware
+        if latency_sensitive:
+            return self.ttft.ewma if self.ttft.ewma is not None else _TTFT_PRIOR[hardware]
+        return self.latency.ewma if self.latency.ewma is not None else _LATENCY_PRIOR[hardware]
+
+    def predicted_s(self, latency_sensitive: bool) -> float:
+        """Predicted time to completion (or first token) of one more call."""
+        limit = max(1, self.limiter.current_limit)
+        ahead = self.limiter.in_flight + self.limiter.queued + 1 - limit
+        service = self.service_time(latency_sensitive)
+        wait = max(0.0, ahead / limit) * self.service_time(False)
+        return wait + service
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    private: bool = False
+    tier: Literal["small", "large", "auto"] = "auto"
+    backend: str | None = None
+    latency_sensitive: bool = False
+    prefix_key: str | None = None
+    #: estimated tokens of the call, for the cost term
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Router:
+    """Chooses a backend per call; remembers which backend holds which prompt prefix."""
+
+    def __init__(
+        self,
+        states: Sequence[BackendState],
+        clock: Clock,
+        *,
+        dollars_to_seconds: float = 100.0,
+        affinity_groups: int = 100_000,
+        affinity_ttl_s: float = 600.0,
+    ) -> None:
+        self.states = list(states)
+        self.by_name = {s.name: s for s in self.states}
+        self.clock = clock
+        #: how many seconds of predicted latency one dollar of cost is worth, for work where
+        #: nobody waits (1 cent ≈ 1 s by default)
+        self.dollars_to_seconds = dollars_to_seconds
+        self._affinity: TTLCache[str, str] = TTLCache(
+            maxsize=affinity_groups, ttl=affinity_ttl_s, timer=clock.now
+        )
+
+    def eligible(self, request: RouteRequest) -> list[BackendState]:
+        if request.backend is not None:
+            state = self.by_name.get(request.backend)
+            if state is None:
+                known = ", ".join(self.by_name)
+                raise NoBackendError(f"unknown backend {request.backend!r}; known: {known}")
+            candidates = [state]
+        else:
+            candidates = self.states
+        if request.private:
+            candidates = [s for s in candidates if s.backend.private]
+        if request.tier != "auto":
+            candidates = [s for s in candidates if s.backend.tier == request.tier]
+        if not candidates:
+            raise NoBackendError(
+                f"no backend is eligible (private={request.private}, tier={request.tier})"
+            )
+        return candidates
+
+    def choose(
+        self, request: RouteRequest, exclude: frozenset[str] = frozenset()
+    ) -> tuple[BackendState, float]:
+        """The best backend and how long to wait before using it (non-zero only when every
+        eligible backend's circuit is open: we wait for the first to recover instead of
+        failing, unlike LiteLLM #3646)."""
+        candidates = self.eligible(request)
+        now = self.clock.now()
+        if len(candidates) > 1 and exclude:
+            remaining = [s for s in candidates if s.name not in exclude]
+            candidates = remaining or candidates
+        healthy = [s for s in candidates if s.breaker.allows(now)]
+        if not healthy:
+            soonest = min(candidates, key=lambda s: s.breaker.opened_until)
+            return soonest, max(0.0, soonest.breaker.opened_until - now)
+        if len(healthy) == 1:
+            return healthy[0], 0.0
+        affine = self._affinity.get(request.prefix_key) if request.prefix_key else None
+        best = min(healthy, key=lambda s: self._score(s, request, affine))
+        return best, 0.0
+
+    def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
+        score = state.predicted_s(request.latency_sensitive)
+        price = state.backend.price
+        if price is not None and not request.latency_sensitive:
+            cost = (
+                request.input_tokens * price.input_per_mtok
+                + request.output_tokens * price.output_per_mtok
+            ) / 1_000_000
+            score += cost * self.dollars_to_seconds
+        if affine == state.name:
+            # the prefix is cached there: prefill is skipped, roughly half the call time
+            score -= 0.5 * state.service_time(False)
+        return score
+
+    def remember_prefix(self, prefix_key: str | None, backend: str) -> None:
+        if prefix_key is not None:
+            self._affinity[prefix_key] = backend
