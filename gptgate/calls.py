@@ -11,7 +11,8 @@ released, the cache ticket handed back, the response closed, the span ended, the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ from .ledger import Ledger
 from .limits import Permit
 from .results import ChatResult, Usage
 from .retry import RetryPolicy, SpendsRetries
-from .routing import BackendState, RouteRequest, Router
+from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .telemetry import Telemetry
 from .tokens import estimate_text_tokens
@@ -131,8 +132,9 @@ class CallRunner:
         state = CallState(start=self.clock.now())
 
         async def attempt(number: int) -> ChatResult:
-            async for _ in self._attempt(spec, state, number):
-                pass
+            async with aclosing(self._attempt(spec, state, number)) as deltas:
+                async for _ in deltas:
+                    pass
             assert state.result is not None
             return state.result
 
@@ -152,15 +154,16 @@ class CallRunner:
         if error.backend in self.ledger.entries:
             self.ledger.record_call(error.backend, ok=False)
 
-    async def stream(self, spec: CallSpec, state: CallState) -> AsyncIterator[str]:
+    async def stream(self, spec: CallSpec, state: CallState) -> AsyncGenerator[str, None]:
         """A visible stream: retries only while nothing has been shown to the caller."""
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
             number += 1
             try:
-                async for delta in self._attempt(spec, state, number):
-                    yield delta
+                async with aclosing(self._attempt(spec, state, number)) as deltas:
+                    async for delta in deltas:
+                        yield delta
                 return
             except GateError as error:
                 if state.committed or not self._may_retry(spec, state, error, number, max_attempts):
@@ -205,7 +208,7 @@ class CallRunner:
 
     async def _attempt(
         self, spec: CallSpec, state: CallState, number: int
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         clock = self.clock
         backend, wait = self.router.choose(spec.route, frozenset(state.failed_backends))
         if wait > 0:

@@ -8,7 +8,16 @@ connection. Nothing is lost: every accepted call ends in a result or a typed err
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from contextlib import aclosing
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -26,7 +35,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .pool import BackendPool, PoolStatistics
 from .results import ChatResult
 from .retry import RetryPolicy
-from .routing import BackendState, RouteRequest, Router
+from .routing import BackendState, Router, RouteRequest
 from .scenarios import Scenario, decide_stream, resolve_scenario
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
@@ -107,7 +116,7 @@ class ChatStream:
         self._runner = runner
         self._spec = spec
         self._state = CallState(start=clock.now())
-        self._iterator: AsyncIterator[str] | None = None
+        self._iterator: AsyncGenerator[str, None] | None = None
         self._parts: list[str] = []
 
     async def __aenter__(self) -> ChatStream:
@@ -124,19 +133,21 @@ class ChatStream:
     def __aiter__(self) -> AsyncIterator[str]:
         if self._iterator is not None:
             raise RuntimeError("a ChatStream can be iterated only once")
-        self._iterator = self._runner.stream(self._spec, self._state)
-        return self._collect(self._iterator)
+        self._iterator = self._collect()
+        return self._iterator
 
-    async def _collect(self, iterator: AsyncIterator[str]) -> AsyncIterator[str]:
-        async for delta in iterator:
-            self._parts.append(delta)
-            yield delta
+    async def _collect(self) -> AsyncGenerator[str, None]:
+        async with aclosing(self._runner.stream(self._spec, self._state)) as deltas:
+            async for delta in deltas:
+                self._parts.append(delta)
+                yield delta
 
     async def aclose(self) -> None:
-        iterator = self._iterator
-        if iterator is not None and hasattr(iterator, "aclose"):
+        """Close the stream now (also done on leaving ``async with``), returning its permit
+        and connection even if the caller stopped reading mid-answer."""
+        if self._iterator is not None:
             with anyio.CancelScope(shield=True):
-                await iterator.aclose()
+                await self._iterator.aclose()
 
     @property
     def text(self) -> str:
@@ -401,7 +412,7 @@ class Gateway:
                 kwargs = {**common, **item}
                 kwargs.setdefault("scenario", scenario)
                 messages = kwargs.pop("messages", None)
-                results[index] = await self.chat(messages, **kwargs)  # type: ignore[arg-type]
+                results[index] = await self.chat(messages, **kwargs)
             except GateError as error:
                 results[index] = error
             except TypeError as error:

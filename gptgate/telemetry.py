@@ -180,7 +180,9 @@ class Telemetry:
         if ttft_s is not None:
             self.ttfc.record(ttft_s, metric_attributes)
         if usage is not None and error is None:
-            self.tokens.record(usage.input_tokens, {**metric_attributes, NAMES["token_type"]: "input"})
+            self.tokens.record(
+                usage.input_tokens, {**metric_attributes, NAMES["token_type"]: "input"}
+            )
             self.tokens.record(
                 usage.output_tokens, {**metric_attributes, NAMES["token_type"]: "output"}
             )

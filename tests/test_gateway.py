@@ -1,0 +1,320 @@
+"""The gateway's verbs over httpx2's MockTransport: results, retries, streams, validation."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx2
+import pytest
+
+import gptgate as gg
+from tests.mockbackend import USER, Script, backend, error, gateway, ok, stream, wait_until
+
+
+async def test_chat_returns_text_usage_and_cost() -> None:
+    script = Script(ok("hello world", prompt=2000, cached=1024))
+    price = gg.Price(input_per_mtok=1.0, cached_input_per_mtok=0.1, output_per_mtok=10.0)
+    async with gateway(backend(script, price=price)) as gate:
+        r = await gate.chat(USER, max_tokens=50, temperature=0.2, tools=[{"type": "function"}])
+    assert r.text == "hello world"
+    assert r.finish_reason == "stop"
+    assert (r.backend, r.hardware, r.attempts, r.streamed) == ("mock", "gpu", 1, False)
+    assert r.usage.input_tokens == 2000 and r.usage.cached_input_tokens == 1024
+    expected = (976 * 1.0 + 1024 * 0.1 + r.usage.output_tokens * 10.0) / 1e6
+    assert r.cost_usd == pytest.approx(expected)
+    sent = script.bodies[0]
+    # every OpenAI parameter passes through; the backend's model is used
+    assert sent["temperature"] == 0.2 and sent["tools"] == [{"type": "function"}]
+    assert sent["max_tokens"] == 50 and sent["model"] == "m"
+    assert "stream" not in sent and "stream_options" not in sent
+
+
+async def test_retry_honours_retry_after_then_succeeds() -> None:
+    script = Script(error(429, retry_after_ms="20"), ok())
+    clock = gg.ScaledClock(1.0)
+    async with gateway(backend(script), clock=clock) as gate:
+        start = clock.now()
+        r = await gate.chat(USER)
+        waited = clock.now() - start
+    assert r.attempts == 2 and len(script.requests) == 2
+    assert waited >= 0.02  # slept at least the server's retry-after
+    assert gate.stats()["mock"].rate_limited == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_client_errors_are_not_retried(status: int) -> None:
+    script = Script(error(status), ok())
+    async with gateway(backend(script)) as gate:
+        with pytest.raises(gg.BadRequestError) as info:
+            await gate.chat(USER)
+    assert len(script.requests) == 1
+    assert info.value.status == status and info.value.backend == "mock"
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [(500, gg.BackendError), (503, gg.BackendError), (408, gg.RequestTimeout),
+     (409, gg.BackendError), (429, gg.RateLimitedError)],
+)
+async def test_retryable_statuses_exhaust_attempts(status: int, error_type: type) -> None:
+    script = Script(error(status))
+    async with gateway(backend(script), max_attempts=3) as gate:
+        with pytest.raises(error_type):
+            await gate.chat(USER)
+    assert len(script.requests) == 3
+    assert gate.ledger.entries["mock"].calls_failed == 1
+
+
+async def test_x_should_retry_overrides_the_status() -> None:
+    script = Script(error(500, x_should_retry="false"), ok())
+    async with gateway(backend(script)) as gate:
+        with pytest.raises(gg.BackendError):
+            await gate.chat(USER)
+    assert len(script.requests) == 1
+    script = Script(error(400, x_should_retry="true"), ok())
+    async with gateway(backend(script)) as gate:
+        assert (await gate.chat(USER)).attempts == 2
+
+
+async def test_retry_after_beyond_the_cap_fails_fast() -> None:
+    script = Script(error(429, retry_after="3600"), ok())
+    async with gateway(backend(script), max_retry_after_s=30) as gate:
+        with pytest.raises(gg.RateLimitedError) as info:
+            await gate.chat(USER)
+    assert info.value.retry_after == 3600 and len(script.requests) == 1
+
+
+async def test_connection_errors_fail_over_to_another_backend() -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
+
+    dead, alive = Script(refuse), Script(ok("from b"))
+    async with gateway(backend(dead, name="a"), backend(alive, name="b")) as gate:
+        results = [await gate.chat(USER) for _ in range(6)]
+    assert all(r.text == "from b" for r in results)
+    # a failed backend is excluded from the retry of the same call
+    assert all(r.attempts <= 2 for r in results)
+    # the breaker opens after repeated failures, so later calls skip the dead backend
+    assert len(dead.requests) < 6
+
+
+async def test_stream_yields_deltas_and_a_result() -> None:
+    script = Script(stream(["Hel", "lo", "!"]))
+    async with gateway(backend(script)) as gate, gate.stream(USER) as s:
+        parts = [t async for t in s]
+    assert parts == ["Hel", "lo", "!"] and s.text == "Hello!"
+    assert s.result.text == "Hello!" and s.result.streamed and s.result.ttft_s is not None
+    assert s.result.usage.output_tokens == 3
+    assert script.bodies[0]["stream"] is True
+    assert script.bodies[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_stream_failure_before_first_token_is_retried_invisibly() -> None:
+    script = Script(error(503), stream(["ok"]))
+    async with gateway(backend(script)) as gate, gate.stream(USER) as s:
+        parts = [t async for t in s]
+    assert parts == ["ok"] and s.result.attempts == 2
+
+
+async def test_stream_cut_after_first_token_raises_with_partial_text() -> None:
+    script = Script(stream(["partial ", "answer"], finish=False, done=False), stream(["never"]))
+    async with gateway(backend(script)) as gate:
+        seen: list[str] = []
+        with pytest.raises(gg.StreamInterruptedError) as info:
+            async with gate.stream(USER) as s:
+                async for t in s:
+                    seen.append(t)
+        entry = gate.ledger.entries["mock"]
+    assert seen == ["partial ", "answer"]
+    assert info.value.partial_text == "partial answer"
+    assert len(script.requests) == 1  # never retried: the caller already saw output
+    assert entry.interrupted_streams == 1 and entry.wasted_tokens > 0
+
+
+async def test_chat_redoes_an_interrupted_internal_stream() -> None:
+    script = Script(stream(["cut"], finish=False, done=False), stream(["whole"]))
+    async with gateway(backend(script)) as gate:
+        r = await gate.chat(USER, stream=True)
+    assert r.text == "whole" and r.attempts == 2 and r.streamed
+    # the cut attempt's tokens are part of what the call cost
+    assert r.billed_usage.output_tokens > r.usage.output_tokens
+
+
+async def test_leaving_a_stream_early_gives_the_connection_back() -> None:
+    script = Script(stream(["a", "b", "c", "d"]))
+    async with gateway(backend(script)) as gate:
+        async with gate.stream(USER) as s:
+            async for _ in s:
+                break
+        stats = gate.stats()["mock"]
+    assert stats.in_flight == 0 and stats.pool.checked_out == 0
+
+
+@pytest.mark.parametrize(
+    "messages",
+    ["hello", [], [{"content": "x"}], [{"role": "wizard", "content": "x"}],
+     [{"role": "user", "content": 5}], [{"role": "user"}], ["not a dict"]],
+)
+async def test_malformed_messages_fail_before_sending(messages: object) -> None:
+    script = Script(ok())
+    async with gateway(backend(script)) as gate:
+        with pytest.raises(gg.BadRequestError):
+            await gate.chat(messages)  # type: ignore[arg-type]
+    assert script.requests == []
+
+
+async def test_unknown_scenario_and_backend_are_bad_requests() -> None:
+    script = Script(ok())
+    async with gateway(backend(script)) as gate:
+        with pytest.raises(gg.BadRequestError, match="unknown scenario"):
+            await gate.chat(USER, scenario="nope")
+        with pytest.raises(gg.BadRequestError, match="unknown backend"):
+            await gate.chat(USER, backend="nope")
+    assert script.requests == []
+
+
+async def test_the_gateway_must_be_open() -> None:
+    gate = gateway(backend(Script(ok())))
+    with pytest.raises(gg.GateError, match="not open"):
+        await gate.chat(USER)
+
+
+async def test_api_key_is_sent_but_never_shown() -> None:
+    key = "sk-live-THISISASECRET1234567890"
+    echo = httpx2.Response(401, json={"error": {"message": f"Incorrect API key provided: {key}"}})
+    script = Script(echo)
+    b = backend(script, api_key=key)
+    assert key not in repr(b) and key not in str(b.model_dump())
+    async with gateway(b) as gate:
+        with pytest.raises(gg.BadRequestError) as info:
+            await gate.chat(USER)
+    assert script.requests[0].headers["authorization"] == f"Bearer {key}"
+    assert key not in str(info.value) and key not in repr(info.value)
+    assert key not in repr(gate)
+
+
+async def test_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_KEY", "sk-env-123")
+    script = Script(ok())
+    async with gateway(backend(script, api_key_env="MY_KEY")) as gate:
+        await gate.chat(USER)
+    assert script.requests[0].headers["authorization"] == "Bearer sk-env-123"
+
+
+async def test_map_keeps_order_and_holds_errors() -> None:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        content = json.loads(request.content)["messages"][-1]["content"]
+        if content == "bad":
+            return error(400)
+        return ok(content.upper())
+
+    script = Script(answer)
+    items = [{"messages": [{"role": "user", "content": c}]} for c in ["a", "bad", "c", "d"]]
+    items.append({"messages": "not a list"})
+    async with gateway(backend(script)) as gate:
+        results = await gate.map(items)
+    assert [r.text if isinstance(r, gg.ChatResult) else type(r) for r in results] == [
+        "A", gg.BadRequestError, "C", "D", gg.BadRequestError,
+    ]
+
+
+async def test_map_pulls_items_only_as_fast_as_they_can_run() -> None:
+    release = anyio.Event()
+    pulled = 0
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await release.wait()
+        return ok()
+
+    def items():  # type: ignore[no-untyped-def]
+        nonlocal pulled
+        for _ in range(10_000):
+            pulled += 1
+            yield {"messages": USER}
+
+    script = Script(slow)
+    async with gateway(backend(script, concurrency=4)) as gate, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: gate.map(items(), max_pending=16))
+        await wait_until(lambda: pulled >= 16)
+        await anyio.sleep(0.05)
+        assert pulled <= 17  # bounded: not 10,000 requests built up-front
+        assert script.max_in_flight <= 4
+        tg.cancel_scope.cancel()
+
+
+async def test_fixed_limit_bounds_concurrency_and_queues_the_rest() -> None:
+    gate_open = anyio.Event()
+
+    async def blocked(request: httpx2.Request) -> httpx2.Response:
+        await gate_open.wait()
+        return ok()
+
+    script = Script(blocked)
+    async with gateway(backend(script, concurrency=3)) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(lambda: gate.chat(USER))
+            await wait_until(lambda: gate.stats()["mock"].queued == 17)
+            stats = gate.stats()["mock"]
+            assert (stats.in_flight, stats.limit) == (3, 3)
+            gate_open.set()
+        stats = gate.stats()["mock"]
+    assert script.max_in_flight == 3
+    assert (stats.in_flight, stats.queued, stats.admitted) == (0, 0, 20)
+
+
+async def test_cancelling_200_in_flight_chats_releases_everything() -> None:
+    never = anyio.Event()
+
+    async def hang(request: httpx2.Request) -> httpx2.Response:
+        await never.wait()
+        return ok()
+
+    script = Script(hang)
+    async with gateway(backend(script, concurrency=50, max_concurrency=50)) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(200):
+                tg.start_soon(lambda: gate.chat(USER))
+            await wait_until(lambda: gate.stats()["mock"].queued == 150)
+            tg.cancel_scope.cancel()
+        stats = gate.stats()["mock"]
+    assert (stats.in_flight, stats.queued, stats.pool.checked_out) == (0, 0, 0)
+
+
+async def test_call_deadline_bounds_retries() -> None:
+    async def slow_fail(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep(0.02)
+        return error(503)
+
+    script = Script(slow_fail)
+    async with gateway(backend(script), max_attempts=20) as gate:
+        with pytest.raises((gg.BackendError, gg.RequestTimeout)):
+            await gate.chat(USER, timeout=0.1)
+    assert 2 <= len(script.requests) < 20
+
+
+async def test_attempt_timeout_is_typed_and_counted_as_billed() -> None:
+    async def hang(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep(10)
+        return ok()
+
+    script = Script(hang)
+    async with gateway(backend(script, timeout=0.05), max_attempts=2) as gate:
+        with pytest.raises(gg.RequestTimeout):
+            await gate.chat(USER)
+        entry = gate.ledger.entries["mock"]
+    assert len(script.requests) == 2
+    # the prompt was sent, so each timed-out attempt is counted as (estimated) billed input
+    assert entry.wasted_tokens > 0 and entry.estimated_attempts == 2
+
+
+async def test_stream_rule_is_recorded_on_the_result() -> None:
+    script = Script(ok(), stream(["x"]))
+    async with gateway(backend(script)) as gate:
+        short = await gate.chat(USER, max_tokens=50, scenario="realtime_chat")
+    assert short.streamed and short.stream_decision == "latency_sensitive"
+    script = Script(ok())
+    async with gateway(backend(script)) as gate:
+        batch = await gate.chat(USER, max_tokens=2000, scenario="batch_content")
+    assert not batch.streamed and batch.stream_decision == "batch"
