@@ -211,6 +211,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 permit.dropped(clock.now() - start)
             else:
                 permit.ignore()
+        if response.is_closed:  # a pre-read body: the call is over already
+            if not permit.done:
+                permit.success(clock.now() - start)
+            return response
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         response.stream = _PermitStream(response.stream, permit, state, start, clock.now)
         return response

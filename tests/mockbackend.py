@@ -41,8 +41,12 @@ def sse(parts: list[str], *, finish: bool = True, done: bool = True, usage: bool
         chunks.append({"id": "c", "model": "m", "choices": [choice]})
     if usage and finish:
         chunks.append(
-            {"id": "c", "model": "m", "choices": [],
-             "usage": {"prompt_tokens": 10, "completion_tokens": len(parts)}}
+            {
+                "id": "c",
+                "model": "m",
+                "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": len(parts)},
+            }
         )
     body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
     if done:

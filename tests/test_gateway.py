@@ -54,8 +54,13 @@ async def test_client_errors_are_not_retried(status: int) -> None:
 
 @pytest.mark.parametrize(
     ("status", "error_type"),
-    [(500, gg.BackendError), (503, gg.BackendError), (408, gg.RequestTimeout),
-     (409, gg.BackendError), (429, gg.RateLimitedError)],
+    [
+        (500, gg.BackendError),
+        (503, gg.BackendError),
+        (408, gg.RequestTimeout),
+        (409, gg.BackendError),
+        (429, gg.RateLimitedError),
+    ],
 )
 async def test_retryable_statuses_exhaust_attempts(status: int, error_type: type) -> None:
     script = Script(error(status))
@@ -153,8 +158,15 @@ async def test_leaving_a_stream_early_gives_the_connection_back() -> None:
 
 @pytest.mark.parametrize(
     "messages",
-    ["hello", [], [{"content": "x"}], [{"role": "wizard", "content": "x"}],
-     [{"role": "user", "content": 5}], [{"role": "user"}], ["not a dict"]],
+    [
+        "hello",
+        [],
+        [{"content": "x"}],
+        [{"role": "wizard", "content": "x"}],
+        [{"role": "user", "content": 5}],
+        [{"role": "user"}],
+        ["not a dict"],
+    ],
 )
 async def test_malformed_messages_fail_before_sending(messages: object) -> None:
     script = Script(ok())
@@ -215,7 +227,11 @@ async def test_map_keeps_order_and_holds_errors() -> None:
     async with gateway(backend(script)) as gate:
         results = await gate.map(items)
     assert [r.text if isinstance(r, gg.ChatResult) else type(r) for r in results] == [
-        "A", gg.BadRequestError, "C", "D", gg.BadRequestError,
+        "A",
+        gg.BadRequestError,
+        "C",
+        "D",
+        gg.BadRequestError,
     ]
 
 
