@@ -1,0 +1,153 @@
+"""Client CPU per call: gptgate vs plain httpx2 vs the official openai SDK.
+
+Same loopback simulator (its own process), same pool size and keep-alive, the same 32 workers
+issuing the same non-streaming calls; runs alternated so machine noise hits all three alike.
+CPU is ``time.process_time()`` of this (client) process only. Target: gptgate ≤ 1.3× plain
+httpx2, i.e. cheaper per call than the openai SDK itself.
+
+    python benchmarks/overhead.py [--calls 2000] [--concurrency 32] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _loopback import loopback_simulator  # noqa: E402
+
+import gptgate as gg  # noqa: E402
+
+MESSAGES = [
+    {"role": "system", "content": "You are a terse assistant."},
+    {"role": "user", "content": "Say hello."},
+]
+
+Call = Callable[[], Awaitable[str]]
+
+
+async def drive(call: Call, calls: int, concurrency: int) -> float:
+    """Run ``calls`` calls on ``concurrency`` workers; returns client CPU seconds used."""
+    remaining = calls
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            try:
+                text = await call()
+                assert text
+            except Exception:
+                errors += 1
+
+    cpu = time.process_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    used = time.process_time() - cpu
+    if errors:
+        raise RuntimeError(f"{errors} calls failed")
+    return used
+
+
+def limits(concurrency: int) -> httpx2.Limits:
+    size = gg.Backend(name="x", base_url="http://127.0.0.1/v1", model="m",
+                      concurrency=concurrency).pool_size
+    return httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+
+
+async def run_httpx2(base_url: str, calls: int, concurrency: int) -> float:
+    async with httpx2.AsyncClient(base_url=base_url, limits=limits(concurrency),
+                                  timeout=60.0) as client:
+        semaphore = anyio.Semaphore(concurrency)
+        body = {"model": "m", "messages": MESSAGES, "max_tokens": 50}
+
+        async def call() -> str:
+            async with semaphore:
+                response = await client.post("chat/completions", json=body)
+                response.raise_for_status()
+                data: dict[str, Any] = json.loads(response.content)
+                return str(data["choices"][0]["message"]["content"])
+
+        return await drive(call, calls, concurrency)
+
+
+async def run_openai(base_url: str, calls: int, concurrency: int) -> float:
+    import openai
+
+    http_client = httpx2.AsyncClient(limits=limits(concurrency), timeout=60.0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", http_client=http_client)
+    semaphore = anyio.Semaphore(concurrency)
+
+    async def call() -> str:
+        async with semaphore:
+            response = await client.chat.completions.create(
+                model="m", messages=MESSAGES, max_tokens=50  # type: ignore[arg-type]
+            )
+            return response.choices[0].message.content or "?"
+
+    try:
+        return await drive(call, calls, concurrency)
+    finally:
+        await client.close()
+
+
+async def run_gptgate(base_url: str, calls: int, concurrency: int) -> float:
+    backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency)
+    async with gg.Gateway([backend]) as gate:
+
+        async def call() -> str:
+            result = await gate.chat(MESSAGES, max_tokens=50)
+            return result.text
+
+        return await drive(call, calls, concurrency)
+
+
+CLIENTS: dict[str, Callable[[str, int, int], Awaitable[float]]] = {
+    "httpx2 (plain)": run_httpx2,
+    "openai SDK": run_openai,
+    "gptgate": run_gptgate,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    samples: dict[str, list[float]] = {name: [] for name in CLIENTS}
+    with loopback_simulator() as base_url:
+        for name, run in CLIENTS.items():  # warm-up: imports, connections, caches
+            anyio.run(run, base_url, 200, args.concurrency)
+        for _ in range(args.rounds):
+            for name, run in CLIENTS.items():
+                samples[name].append(anyio.run(run, base_url, args.calls, args.concurrency))
+    per_call = {name: statistics.median(v) / args.calls * 1e3 for name, v in samples.items()}
+    base = per_call["httpx2 (plain)"]
+    print(f"$ python benchmarks/overhead.py --calls {args.calls} "
+          f"--concurrency {args.concurrency} --rounds {args.rounds}")
+    print(f"{args.calls} non-streaming calls at {args.concurrency} concurrent, loopback simulator,"
+          f" median of {args.rounds} alternated rounds; client CPU only\n")
+    print(f"{'client':<16} {'CPU ms/call':>12} {'vs httpx2':>10}")
+    print("-" * 40)
+    for name, value in per_call.items():
+        print(f"{name:<16} {value:>12.3f} {value / base:>9.2f}x")
+    ratio = per_call["gptgate"] / base
+    verdict = "meets" if ratio <= 1.3 else "MISSES"
+    print(f"\ngptgate / httpx2 = {ratio:.2f} ({verdict} the ≤ 1.3× target); "
+          f"gptgate / openai SDK = {per_call['gptgate'] / per_call['openai SDK']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
