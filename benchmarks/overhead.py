@@ -23,9 +23,9 @@ import anyio
 import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _loopback import loopback_simulator  # noqa: E402
+from _loopback import loopback_simulator
 
-import gptgate as gg  # noqa: E402
+import gptgate as gg
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},
@@ -128,7 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     samples: dict[str, list[float]] = {name: [] for name in CLIENTS}
     with loopback_simulator() as base_url:
-        for name, run in CLIENTS.items():  # warm-up: imports, connections, caches
+        for run in CLIENTS.values():  # warm-up: imports, connections, caches
             anyio.run(run, base_url, 200, args.concurrency)
         for _ in range(args.rounds):
             for name, run in CLIENTS.items():
