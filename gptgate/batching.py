@@ -1,0 +1,330 @@
+"""The micro-batcher: collect a few, then send them as one cache-friendly burst (SEEDS §4).
+
+Items are collected until ``policy.max_size`` are pending, or ``policy.max_wait_s`` (clock
+seconds) after the first pending item — a timer, so nothing waits forever for a next arrival —
+or the batcher closes. A flushed batch is dispatched as a burst, its items grouped by
+``group_of`` (their prefix group) so same-prefix items go out together: the CacheGate lets the
+first warm the prefix and the rest follow behind it.
+
+Each item runs ``run_item`` in its own task in the batcher's task group; its result or error
+lands in the :class:`ItemHandle` that ``submit`` returned, and one item failing never affects
+another. ``submit`` waits while ``policy.max_pending`` items are accepted but unfinished
+(queued or running), so a producer of 100,000 items runs in bounded memory: results live in the
+handles the caller holds, nowhere else. When backpressure stops the pending batch from growing,
+it is flushed at once (counted as a size flush) rather than left to its timer.
+
+Closing flushes what is pending and waits until every dispatched item has finished, also when
+the body raised (the error is re-raised after the drain). If the batcher's scope is
+*cancelled*, unfinished items end in :class:`ItemCancelledError`: every accepted item resolves
+exactly once.
+
+>>> async with MicroBatcher(BatchPolicy.MICRO, call) as batcher:   # doctest: +SKIP
+...     handles = [await batcher.submit(item) for item in items]
+>>> results = [await h for h in handles]                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, Literal, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .clock import Clock, SystemClock
+from .errors import GateError
+from .scenarios import BatchPolicy
+
+__all__ = [
+    "BatcherStatistics",
+    "FlushReason",
+    "ItemCancelledError",
+    "ItemHandle",
+    "MicroBatcher",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+FlushReason = Literal["size", "timer", "close"]
+
+
+class ItemCancelledError(GateError):
+    """The batcher was cancelled before this item finished (it may or may not have been sent)."""
+
+    retryable = True
+
+
+class ItemHandle(Generic[R]):
+    """The future result of one submitted item. ``await handle`` (any number of times) gives
+    the result or raises the item's error."""
+
+    __slots__ = ("_error", "_event", "_result", "_set")
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._set = False
+        self._result: R | None = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._set
+
+    def result(self) -> R:
+        """The result, or the item's error raised; ``RuntimeError`` if not done yet."""
+        if not self._set:
+            raise RuntimeError("item not done yet")
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
+
+    def exception(self) -> BaseException | None:
+        if not self._set:
+            raise RuntimeError("item not done yet")
+        return self._error
+
+    async def wait(self) -> R:
+        await self._event.wait()
+        return self.result()
+
+    def __await__(self) -> Generator[Any, None, R]:
+        return self.wait().__await__()
+
+    def _set_result(self, result: R) -> None:
+        if self._set:
+            raise RuntimeError("item handle resolved twice")
+        self._set = True
+        self._result = result
+        self._event.set()
+
+    def _set_error(self, error: BaseException) -> None:
+        if self._set:
+            raise RuntimeError("item handle resolved twice")
+        self._set = True
+        self._error = error
+        self._event.set()
+
+    def __repr__(self) -> str:
+        if not self._set:
+            return "<ItemHandle pending>"
+        if self._error is not None:
+            return f"<ItemHandle error={type(self._error).__name__}>"
+        return "<ItemHandle done>"
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherStatistics:
+    #: submitted, not yet flushed
+    pending: int
+    #: flushed, ``run_item`` not finished
+    in_flight: int
+    flushed_batches: int
+    flushed_by_size: int
+    flushed_by_timer: int
+    flushed_by_close: int
+    completed: int
+    failed: int
+    submitted: int = 0
+    #: ``submit`` calls waiting for room (backpressure)
+    blocked_submitters: int = 0
+
+
+class MicroBatcher(Generic[T, R]):
+    """Collect items by size or time, dispatch each flushed batch as a grouped burst.
+
+    ``max_size == 1`` (with ``max_wait_s == 0``, the real-time policy) dispatches every item the
+    moment it is submitted.
+    """
+
+    def __init__(
+        self,
+        policy: BatchPolicy,
+        run_item: Callable[[T], Awaitable[R]],
+        *,
+        clock: Clock | None = None,
+        group_of: Callable[[T], str | None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._run_item = run_item
+        self._clock = clock or SystemClock()
+        self._group_of = group_of
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self._pending: list[tuple[T, ItemHandle[R]]] = []
+        #: dispatched, not finished (so close can resolve items cancelled before they ran)
+        self._running: set[ItemHandle[R]] = set()
+        self._timer_scope: anyio.CancelScope | None = None
+        self._space = anyio.Event()
+        self._blocked = 0
+        self._submitted = 0
+        self._completed = 0
+        self._failed = 0
+        self._batches = 0
+        self._by: dict[FlushReason, int] = {"size": 0, "timer": 0, "close": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> MicroBatcher[T, R]:
+        if self._tg is not None or self._closed:
+            raise RuntimeError("a MicroBatcher can be entered once")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._closed = True
+        self._flush("close")
+        self._wake_submitters()
+        # Drain: an ordinary error in the body must not cancel the dispatched items, so the
+        # task group is told nothing about it; a cancellation is passed on as such.
+        cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
+        try:
+            if cancelled:
+                await self._tg.__aexit__(exc_type, exc, tb)
+            else:
+                await self._tg.__aexit__(None, None, None)
+        finally:
+            self._resolve_leftovers()
+        return None
+
+    # ------------------------------------------------------------------ the public verbs
+
+    async def submit(self, item: T) -> ItemHandle[R]:
+        """Accept an item; wait while ``policy.max_pending`` are unfinished (never drop).
+
+        Returns the item's handle. Raises ``anyio.ClosedResourceError`` once the batcher is
+        closing or closed, and ``RuntimeError`` before it is entered.
+        """
+        if self._tg is None:
+            raise RuntimeError("enter the MicroBatcher (async with) before submitting")
+        while not self._closed and self._outstanding() >= self.policy.max_pending:
+            if self._pending:
+                # the batch cannot grow any further: send it rather than wait for the timer
+                self._flush("size")
+                continue
+            self._blocked += 1
+            try:
+                await self._space.wait()
+            finally:
+                self._blocked -= 1
+        if self._closed:
+            raise anyio.ClosedResourceError("the batcher is closed")
+        handle: ItemHandle[R] = ItemHandle()
+        self._submitted += 1
+        self._pending.append((item, handle))
+        if len(self._pending) >= self.policy.max_size:
+            self._flush("size")
+        elif len(self._pending) == 1:
+            self._arm_timer()
+        return handle
+
+    def statistics(self) -> BatcherStatistics:
+        return BatcherStatistics(
+            pending=len(self._pending),
+            in_flight=len(self._running),
+            flushed_batches=self._batches,
+            flushed_by_size=self._by["size"],
+            flushed_by_timer=self._by["timer"],
+            flushed_by_close=self._by["close"],
+            completed=self._completed,
+            failed=self._failed,
+            submitted=self._submitted,
+            blocked_submitters=self._blocked,
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _outstanding(self) -> int:
+        return len(self._pending) + len(self._running)
+
+    def _arm_timer(self) -> None:
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._timer_scope = scope
+        self._tg.start_soon(self._timer, scope)
+
+    async def _timer(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._clock.sleep(self.policy.max_wait_s)
+            if self._timer_scope is scope:
+                self._flush("timer")
+
+    def _flush(self, reason: FlushReason) -> None:
+        if self._timer_scope is not None:
+            self._timer_scope.cancel()
+            self._timer_scope = None
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        self._batches += 1
+        self._by[reason] += 1
+        assert self._tg is not None
+        for item, handle in self._grouped(batch):
+            self._running.add(handle)
+            self._tg.start_soon(self._run, item, handle)
+
+    def _grouped(self, batch: list[tuple[T, ItemHandle[R]]]) -> list[tuple[T, ItemHandle[R]]]:
+        """Same-group items together, groups in order of first appearance, submission order
+        within a group; an item without a group stays a group of its own."""
+        group_of = self._group_of
+        if group_of is None or len(batch) < 2:
+            return batch
+        groups: dict[object, list[tuple[T, ItemHandle[R]]]] = {}
+        for entry in batch:
+            key: object = group_of(entry[0])
+            if key is None:
+                key = object()
+            groups.setdefault(key, []).append(entry)
+        return [entry for members in groups.values() for entry in members]
+
+    async def _run(self, item: T, handle: ItemHandle[R]) -> None:
+        try:
+            result = await self._run_item(item)
+        except anyio.get_cancelled_exc_class():
+            self._fail(handle, ItemCancelledError("cancelled before the item finished"))
+            raise
+        except Exception as error:
+            self._fail(handle, error)
+        else:
+            if handle in self._running:
+                self._running.discard(handle)
+                self._completed += 1
+                handle._set_result(result)
+                self._wake_submitters()
+
+    def _fail(self, handle: ItemHandle[R], error: BaseException) -> None:
+        if handle not in self._running:
+            return
+        self._running.discard(handle)
+        self._failed += 1
+        handle._set_error(error)
+        self._wake_submitters()
+
+    def _wake_submitters(self) -> None:
+        if self._blocked:
+            self._space.set()
+            self._space = anyio.Event()
+
+    def _resolve_leftovers(self) -> None:
+        for handle in list(self._running):
+            self._fail(handle, ItemCancelledError("cancelled before the item ran"))
+        for _, handle in self._pending:
+            self._failed += 1
+            handle._set_error(ItemCancelledError("cancelled before the item was dispatched"))
+        self._pending.clear()
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (
+            f"MicroBatcher(max_size={self.policy.max_size}, max_wait_s={self.policy.max_wait_s:g},"
+            f" pending={s.pending}, in_flight={s.in_flight})"
+        )

@@ -1,0 +1,665 @@
+"""Prompt-cache warm-up and the ramp window: cache-aware concurrency per prefix group.
+
+A burst of calls sharing a prompt prefix all miss the provider's cache: an entry exists only
+after a first call with that prefix has been *processed* (SEEDS §2: 87% hits at 5 parallel
+calls, 58% at 50). So, per (backend, prefix group):
+
+1. **cold** → exactly one call goes out (single-flight warm-up); the others wait until it has
+   been prefilled (its first token when streaming, its response otherwise). If it fails, the
+   next waiter warms instead.
+2. **ramping** → at most ``policy.start`` calls of the group are in flight until the observed
+   hit rate (cached input over the cacheable part of the prefix) holds at or above
+   ``policy.target_hit_rate`` over ``policy.window`` samples; each good window widens the ramp
+   by ``policy.growth``, each bad one shrinks it by ``policy.shrink`` (never below ``start``).
+3. **open** → the ramp reached the backend's current concurrency limit.
+
+On a server that spreads a hot prefix over replicas with cold caches, this finds the widest
+window that still keeps the target.
+
+The decision logic is the pure :class:`RampController` (no I/O, no clock); :class:`CacheGate`
+is the async part: who waits, who goes, FIFO per group, every path releasing. Group state lives
+in a bounded ``cachetools.TTLCache`` while idle, so a million distinct prefixes cannot grow
+memory without bound; an evicted group simply starts cold again. Groups with calls in flight or
+waiting are never evicted (their number is bounded by the calls themselves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+from cachetools import TTLCache
+
+from .clock import Clock, SystemClock
+from .scenarios import RampPolicy
+from .tokens import estimate_prompt_tokens
+
+__all__ = [
+    "CACHE_BLOCK_TOKENS",
+    "CACHE_MIN_TOKENS",
+    "CacheGate",
+    "CacheTicket",
+    "GroupState",
+    "GroupStatistics",
+    "PrefixGroup",
+    "RampController",
+    "cacheable_tokens",
+    "prefix_key",
+]
+
+#: providers cache from this many prompt tokens (OpenAI: 1,024) …
+CACHE_MIN_TOKENS = 1024
+#: … in steps of this many (OpenAI: 128)
+CACHE_BLOCK_TOKENS = 128
+#: time constant of the per-group request-rate estimate (a decayed count ≈ calls per minute)
+_RATE_TAU_S = 60.0
+_EPS = 1e-9
+#: good windows held just under a known ceiling before probing it again, at most
+_MAX_PROBE_BACKOFF = 8
+
+GroupState = Literal["cold", "warming", "ramping", "open"]
+
+
+# --------------------------------------------------------------------------- prefix groups
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixGroup:
+    """The calls that share a cacheable prompt prefix.
+
+    ``key`` is ``"p:<blake2b hex>"`` for a hashed message prefix or ``"k:<cache_key>"`` for an
+    explicit key; ``prefix_tokens`` is the estimated size of every message but the last.
+    """
+
+    key: str
+    prefix_tokens: int
+
+
+def prefix_key(
+    messages: Sequence[Mapping[str, Any]], cache_key: str | None = None
+) -> PrefixGroup | None:
+    """The prefix group of a call: every message but the last, or ``cache_key`` when given.
+
+    ``None`` when there is no prefix (a single message and no ``cache_key``). The hash is over a
+    canonical encoding, so it does not depend on the key order of the message dicts (a server
+    renders ``{"role", "content"}`` the same either way). A 200 KB prefix hashes in well under a
+    millisecond: no tokenizer, no JSON, one pass of blake2b.
+    """
+    if cache_key is None and len(messages) <= 1:
+        return None
+    prefix = messages[:-1] if messages else ()
+    tokens = estimate_prompt_tokens(prefix)
+    if cache_key is not None:
+        if len(cache_key) <= 64:
+            return PrefixGroup(key=f"k:{cache_key}", prefix_tokens=tokens)
+        digest = hashlib.blake2b(
+            cache_key.encode("utf-8", "surrogatepass"), digest_size=16
+        ).hexdigest()
+        return PrefixGroup(key=f"k#{digest}", prefix_tokens=tokens)
+    hasher = hashlib.blake2b(digest_size=16)
+    _feed(hasher, prefix)
+    return PrefixGroup(key=f"p:{hasher.hexdigest()}", prefix_tokens=tokens)
+
+
+def _feed(hasher: Any, value: object) -> None:
+    """Feed a canonical, unambiguous (type-tagged, length-prefixed) encoding of ``value``.
+
+    Strings go in as ASCII when they are (a memcpy) and as UTF-16 otherwise (much faster than
+    UTF-8 for CJK text); the tag keeps the two apart, and a given string always takes the same
+    path, so equal prefixes give equal keys.
+    """
+    update = hasher.update
+    if isinstance(value, str):
+        if value.isascii():
+            data = value.encode("ascii")
+            update(b"a%d:" % len(data))
+        else:
+            data = value.encode("utf-16-le", "surrogatepass")
+            update(b"u%d:" % len(data))
+        update(data)
+    elif isinstance(value, Mapping):
+        update(b"{%d:" % len(value))
+        try:
+            keys = sorted(value)
+        except TypeError:  # mixed key types: fall back to a sort by their text
+            keys = sorted(value, key=repr)
+        for k in keys:
+            _feed(hasher, k if isinstance(k, str) else repr(k))
+            _feed(hasher, value[k])
+        update(b"}")
+    elif isinstance(value, list | tuple):
+        update(b"[%d:" % len(value))
+        for item in value:
+            _feed(hasher, item)
+        update(b"]")
+    elif value is None or isinstance(value, bool | int | float):
+        update(b"v" + repr(value).encode("ascii") + b";")
+    elif isinstance(value, bytes):
+        update(b"b%d:" % len(value))
+        update(value)
+    else:
+        dump = getattr(value, "model_dump", None)  # pydantic models (e.g. SDK message types)
+        _feed(hasher, dump() if callable(dump) else str(value))
+
+
+def cacheable_tokens(prefix_tokens: int, input_tokens: int | None = None) -> int:
+    """The part of a prompt a provider can serve from cache: the prefix, block-aligned.
+
+    ``(prefix_tokens // 128) * 128`` when the prefix has at least 1,024 tokens, else 0
+    (OpenAI's rule); clamped to ``input_tokens`` when that is known.
+    """
+    if prefix_tokens < CACHE_MIN_TOKENS:
+        return 0
+    aligned = (prefix_tokens // CACHE_BLOCK_TOKENS) * CACHE_BLOCK_TOKENS
+    if input_tokens is not None:
+        aligned = min(aligned, max(0, input_tokens))
+    return aligned
+
+
+# --------------------------------------------------------------------------- the pure core
+
+
+class RampController:
+    """How many calls of one prefix group may be in flight: the pure ramp-window logic.
+
+    Fed one sample per finished call (cached tokens, cacheable tokens). Samples are pooled into
+    tumbling windows of ``policy.window`` samples; the hit rate of a window is
+    ``sum(cached) / sum(cacheable)`` (token-weighted). Samples with nothing cacheable carry no
+    signal and are ignored. The ramp never goes above ``limit`` nor below ``policy.start`` (or
+    ``limit`` if smaller). Per complete window:
+
+    * **good** (hit rate ``>= policy.target_hit_rate``): widen by ``policy.growth`` (at least
+      +1) up to ``limit``;
+    * **bad**, at a width that had already held: shrink by ``policy.shrink`` — the conditions
+      changed (the provider's TTL ran out, the prefix spilled to cold replicas);
+    * **bad** right after a widening: that step was too far — go back to the last good width
+      and remember the failed one as a *ceiling*.
+
+    With a ceiling known, growth halves the gap to it instead of multiplying (a binary search
+    for the widest width that keeps the target), and the ceiling itself is probed only after
+    ``backoff`` good windows just below it (1, doubled by every failed probe, at most 8); a
+    probe that holds moves the ceiling a quarter further out (and halves the backoff). A bad
+    window at a held width also records that width as the ceiling. So on a server that spreads
+    a hot prefix over cold replicas the ramp settles just under the width where the hit rate
+    breaks, instead of oscillating across it.
+
+    Every change of the effective window starts a new ``epoch``. A caller that tags samples with
+    the epoch their call was admitted under (``on_sample(..., epoch=e)``) has stale samples —
+    from calls admitted under the previous window — ignored, so one bad burst is not counted
+    twice and a widened window is judged only by calls that ran under it.
+    """
+
+    __slots__ = (
+        "_backoff",
+        "_cacheable",
+        "_cached",
+        "_ceiling",
+        "_count",
+        "_epoch",
+        "_grew_from",
+        "_held",
+        "_limit",
+        "_probing",
+        "_window",
+        "last_hit_rate",
+        "policy",
+        "samples",
+    )
+
+    def __init__(self, policy: RampPolicy, limit: int) -> None:
+        self.policy = policy
+        self._limit = max(1, int(limit))
+        self._window = policy.start
+        self._epoch = 0
+        self._cached = 0
+        self._cacheable = 0
+        self._count = 0
+        self._ceiling: int | None = None
+        self._grew_from: int | None = None
+        self._probing = False
+        self._held = 0
+        self._backoff = 1
+        #: hit rate of the last complete window (None before the first one)
+        self.last_hit_rate: float | None = None
+        #: samples counted towards a decision so far
+        self.samples = 0
+
+    @property
+    def window(self) -> int:
+        """Calls of the group allowed in flight now: never above ``limit``."""
+        return min(self._window, self._limit)
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = max(1, int(value))
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def ceiling(self) -> int | None:
+        """The narrowest width seen failing lately (None: none known)."""
+        return self._ceiling
+
+    @property
+    def is_open(self) -> bool:
+        return self._window >= self._limit
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples in the current, not yet complete window."""
+        return self._count
+
+    def on_sample(self, cached: int, cacheable: int, *, epoch: int | None = None) -> None:
+        if cacheable <= 0:
+            return
+        if epoch is not None and epoch != self._epoch:
+            return
+        self._cached += min(max(0, cached), cacheable)
+        self._cacheable += cacheable
+        self._count += 1
+        self.samples += 1
+        if self._count < self.policy.window:
+            return
+        rate = self._cached / self._cacheable
+        self._cached = self._cacheable = self._count = 0
+        self.last_hit_rate = rate
+        current = self.window
+        if rate >= self.policy.target_hit_rate - _EPS:
+            new = self._widen(current)
+        else:
+            new = self._narrow(current)
+        self._window = new
+        if new != current:
+            self._epoch += 1
+
+    def _widen(self, current: int) -> int:
+        self._grew_from = None  # the current width held
+        self._probing = False
+        if self._ceiling is not None and current >= self._ceiling:
+            # the width that failed holds now: look a quarter further, carefully
+            self._ceiling = current + max(1, current // 4)
+            self._backoff = max(1, self._backoff // 2)
+        if current >= self._limit:
+            return current
+        if self._ceiling is None:
+            new = max(current + 1, math.floor(current * self.policy.growth))
+        else:
+            cap = self._ceiling - 1
+            if current < cap:
+                new = min(cap, current + max(1, (cap - current + 1) // 2))
+            else:
+                self._held += 1
+                if self._held < self._backoff:
+                    return current
+                self._held = 0
+                self._probing = True
+                new = self._ceiling
+        new = min(self._limit, new)
+        if new > current:
+            self._grew_from = current
+        return new
+
+    def _narrow(self, current: int) -> int:
+        floor_ = min(self.policy.start, self._limit)
+        self._held = 0
+        if self._grew_from is not None:
+            # the last widening went too far: back to the width that held
+            if self._probing:
+                self._backoff = min(self._backoff * 2, _MAX_PROBE_BACKOFF)
+            self._ceiling = current
+            new = max(floor_, self._grew_from)
+        else:
+            self._ceiling = current if current > floor_ else None
+            new = max(floor_, math.floor(current * self.policy.shrink))
+        self._grew_from = None
+        self._probing = False
+        return new
+
+    def __repr__(self) -> str:
+        return (
+            f"RampController(window={self.window}, limit={self._limit}, "
+            f"epoch={self._epoch}, last_hit_rate={self.last_hit_rate})"
+        )
+
+
+# --------------------------------------------------------------------------- the async gate
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatistics:
+    backend: str
+    key: str
+    state: GroupState
+    #: calls of the group allowed in flight now (1 while cold or warming)
+    window: int
+    in_flight: int
+    waiting: int
+    #: lifetime cached / cacheable input of the group, the warm-up included (None: no sample)
+    hit_rate: float | None
+    samples: int
+    prefix_tokens: int = 0
+    #: hit rate of the ramp's last complete window
+    window_hit_rate: float | None = None
+    #: decayed count of calls over the last minute or so
+    rate_per_min: float = 0.0
+
+
+class _Waiter:
+    __slots__ = ("done", "event", "ticket")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.ticket: CacheTicket | None = None
+        #: granted or abandoned: no longer counted as waiting
+        self.done = False
+
+
+class _Group:
+    __slots__ = (
+        "backend",
+        "cacheable",
+        "cacheable_total",
+        "cached_total",
+        "controller",
+        "in_flight",
+        "key",
+        "prefix_tokens",
+        "rate",
+        "rate_at",
+        "samples",
+        "waiters",
+        "waiting",
+        "warm",
+        "warming",
+    )
+
+    def __init__(
+        self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int, now: float
+    ) -> None:
+        self.backend = backend
+        self.key = group.key
+        self.prefix_tokens = group.prefix_tokens
+        #: nothing measurable to protect (prefix under the provider's cache minimum): warm up,
+        #: then no ramp
+        self.cacheable = cacheable_tokens(group.prefix_tokens)
+        self.controller = RampController(policy, limit)
+        self.warm = not policy.warmup
+        self.warming = False
+        self.in_flight = 0
+        self.waiters: deque[_Waiter] = deque()
+        self.waiting = 0
+        self.cached_total = 0
+        self.cacheable_total = 0
+        self.samples = 0
+        self.rate = 0.0
+        self.rate_at = now
+
+    @property
+    def window(self) -> int:
+        if not self.warm:
+            return 1
+        if self.cacheable == 0:
+            return self.controller.limit
+        return self.controller.window
+
+    def state(self) -> GroupState:
+        if not self.warm:
+            return "warming" if self.warming else "cold"
+        if self.cacheable == 0 or self.controller.is_open:
+            return "open"
+        return "ramping"
+
+    def can_admit(self) -> bool:
+        if not self.warm:
+            return not self.warming and self.in_flight == 0
+        return self.in_flight < self.window
+
+    def rate_now(self, now: float) -> float:
+        return self.rate * math.exp(-max(0.0, now - self.rate_at) / _RATE_TAU_S)
+
+    def touch(self, now: float) -> None:
+        self.rate = self.rate_now(now) + 1.0
+        self.rate_at = now
+
+
+class CacheTicket:
+    """One call's passage through the gate. ``release`` always (idempotent); ``prefilled``
+    when the first token (stream) or the response (non-stream) arrived; ``observe`` when the
+    usage is known. A ticket of a bypassed group does nothing."""
+
+    __slots__ = ("_epoch", "_gate", "_group", "_prefilled", "_released", "warmer")
+
+    def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
+        self._gate = gate
+        self._group = group
+        self._released = group is None
+        self._prefilled = False
+        #: this call warms the prefix: the others of its group wait for its prefill
+        self.warmer = warmer
+        self._epoch = group.controller.epoch if group is not None else 0
+
+    @property
+    def bypassed(self) -> bool:
+        return self._group is None
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def prefilled(self) -> None:
+        """The server has processed the prompt: its prefix is now cached."""
+        if self._prefilled or self._released or self._group is None:
+            return
+        self._prefilled = True
+        group = self._group
+        if self.warmer and not group.warm:
+            group.warm = True
+            group.warming = False
+            assert self._gate is not None
+            self._gate._wake(group)
+
+    def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
+        """Feed the call's usage: cached input tokens and all input tokens."""
+        group = self._group
+        if group is None or self._gate is None:
+            return
+        cacheable = cacheable_tokens(group.prefix_tokens, input_tokens)
+        if cacheable <= 0:
+            return
+        cached = min(max(0, cached_tokens), cacheable)
+        group.cached_total += cached
+        group.cacheable_total += cacheable
+        group.samples += 1
+        self._gate._count(group.backend, cached, cacheable)
+        if self.warmer:
+            return  # the warm-up is a miss by construction: not a signal for the ramp
+        before = group.controller.window
+        group.controller.on_sample(cached, cacheable, epoch=self._epoch)
+        if group.controller.window > before:
+            self._gate._wake(group)
+
+    def release(self) -> None:
+        """The call is over (any outcome). Idempotent. A warmer that never signalled
+        ``prefilled`` failed: the next waiter of its group warms instead."""
+        if self._released:
+            return
+        self._released = True
+        group = self._group
+        assert group is not None and self._gate is not None
+        group.in_flight -= 1
+        if self.warmer and not group.warm:
+            group.warming = False
+        self._gate._wake(group)
+        self._gate._settle(group)
+
+
+class CacheGate:
+    """Warm-up single-flight and the ramp window per (backend, prefix group).
+
+    ``max_groups`` bounds the idle groups remembered (size) and ``idle_ttl_s`` how long an idle
+    group is remembered (clock seconds since its last call ended); a forgotten group starts
+    cold. Groups with calls in flight or waiting are always kept. The policy of a group is the
+    one of the call that created its state; the limit is updated by every ``enter``.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        max_groups: int = 100_000,
+        idle_ttl_s: float = 600.0,
+    ) -> None:
+        if max_groups < 1:
+            raise ValueError("max_groups must be >= 1")
+        if idle_ttl_s <= 0:
+            raise ValueError("idle_ttl_s must be > 0")
+        self._clock = clock or SystemClock()
+        self._idle: TTLCache[tuple[str, str], _Group] = TTLCache(
+            maxsize=max_groups, ttl=idle_ttl_s, timer=self._clock.now
+        )
+        self._active: dict[tuple[str, str], _Group] = {}
+        self._totals: dict[str, list[int]] = {}
+
+    async def enter(
+        self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
+    ) -> CacheTicket:
+        """Wait until this call may go out for its group, then hand back its ticket.
+
+        Returns at once for a bypassed group (``None``, or a prefix shorter than
+        ``policy.min_prefix_tokens``). Waiters are served FIFO per group; cancellation while
+        waiting leaves no trace (a slot granted in the same instant is handed back).
+        """
+        if group is None or group.prefix_tokens < policy.min_prefix_tokens:
+            return CacheTicket(None, None, False)
+        state = self._lookup(backend, group, policy, limit)
+        now = self._clock.now()
+        state.touch(now)
+        if state.controller.limit != max(1, limit):
+            state.controller.limit = limit
+            self._wake(state)
+        if state.waiting == 0 and state.can_admit():
+            return self._admit(state)
+        waiter = _Waiter()
+        state.waiters.append(waiter)
+        state.waiting += 1
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            self._abandon(state, waiter)
+            raise
+        assert waiter.ticket is not None
+        return waiter.ticket
+
+    def statistics(self, backend: str | None = None) -> list[GroupStatistics]:
+        now = self._clock.now()
+        return [
+            GroupStatistics(
+                backend=g.backend,
+                key=g.key,
+                state=g.state(),
+                window=g.window,
+                in_flight=g.in_flight,
+                waiting=g.waiting,
+                hit_rate=(g.cached_total / g.cacheable_total) if g.cacheable_total else None,
+                samples=g.samples,
+                prefix_tokens=g.prefix_tokens,
+                window_hit_rate=g.controller.last_hit_rate,
+                rate_per_min=g.rate_now(now),
+            )
+            for g in self._groups(backend)
+        ]
+
+    def hit_rate(self, backend: str) -> float | None:
+        """Cached over cacheable input of every observed call to ``backend`` (None: none yet).
+        Not affected by group eviction."""
+        totals = self._totals.get(backend)
+        if not totals or totals[1] == 0:
+            return None
+        return totals[0] / totals[1]
+
+    def hot_groups(self, backend: str, min_rate_per_min: float) -> list[str]:
+        """Keys of the groups of ``backend`` called at least ``min_rate_per_min`` times a
+        minute lately (a decayed count, one-minute time constant), hottest first — the ones
+        worth refreshing before the provider's cache TTL runs out."""
+        now = self._clock.now()
+        hot = [(g.rate_now(now), g.key) for g in self._groups(backend)]
+        return [key for rate, key in sorted(hot, reverse=True) if rate >= min_rate_per_min]
+
+    # ------------------------------------------------------------------ internals
+
+    def _groups(self, backend: str | None) -> list[_Group]:
+        self._idle.expire()
+        groups = list(self._active.values()) + list(self._idle.values())
+        if backend is not None:
+            groups = [g for g in groups if g.backend == backend]
+        return groups
+
+    def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:
+        k = (backend, group.key)
+        state = self._active.get(k)
+        if state is None:
+            state = self._idle.pop(k, None)
+            if state is None:
+                state = _Group(backend, group, policy, limit, self._clock.now())
+            self._active[k] = state
+        return state
+
+    def _admit(self, state: _Group) -> CacheTicket:
+        warmer = not state.warm
+        if warmer:
+            state.warming = True
+        state.in_flight += 1
+        return CacheTicket(self, state, warmer)
+
+    def _wake(self, state: _Group) -> None:
+        waiters = state.waiters
+        while waiters and state.can_admit():
+            waiter = waiters.popleft()
+            if waiter.done:
+                continue
+            waiter.done = True
+            state.waiting -= 1
+            waiter.ticket = self._admit(state)
+            waiter.event.set()
+        if state.waiting == 0:
+            waiters.clear()
+
+    def _abandon(self, state: _Group, waiter: _Waiter) -> None:
+        if waiter.ticket is not None:
+            # granted in the same instant we were cancelled: hand the slot (or the warm-up) on
+            waiter.ticket.release()
+            return
+        if not waiter.done:
+            waiter.done = True
+            state.waiting -= 1
+            if state.waiting == 0:
+                state.waiters.clear()
+        self._settle(state)
+
+    def _settle(self, state: _Group) -> None:
+        """An idle group moves to the bounded TTL cache (its idle clock starts now)."""
+        if state.in_flight or state.waiting:
+            return
+        k = (state.backend, state.key)
+        if self._active.get(k) is state:
+            del self._active[k]
+            self._idle[k] = state
+
+    def _count(self, backend: str, cached: int, cacheable: int) -> None:
+        totals = self._totals.setdefault(backend, [0, 0])
+        totals[0] += cached
+        totals[1] += cacheable
+
+    def __repr__(self) -> str:
+        return f"CacheGate(active={len(self._active)}, idle={len(self._idle)})"

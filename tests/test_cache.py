@@ -1,0 +1,703 @@
+"""Prefix groups, the pure ramp controller, and the CacheGate's warm-up and ramp window."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from gptgate.cache import (
+    CacheGate,
+    CacheTicket,
+    PrefixGroup,
+    RampController,
+    cacheable_tokens,
+    prefix_key,
+)
+from gptgate.scenarios import RampPolicy
+from gptgate.tokens import estimate_prompt_tokens
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    scale = 1.0
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+        await anyio.lowlevel.checkpoint()
+
+    def to_real(self, seconds: float) -> float:
+        return 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+SYSTEM = {"role": "system", "content": "You are a careful reviewer. " * 300}  # ~2,000 tokens
+
+
+def msgs(user: str, system: dict[str, Any] = SYSTEM) -> list[dict[str, Any]]:
+    return [system, {"role": "user", "content": user}]
+
+
+def group(key: str = "p:test", prefix_tokens: int = 4096) -> PrefixGroup:
+    return PrefixGroup(key=key, prefix_tokens=prefix_tokens)
+
+
+async def settle(rounds: int = 5) -> None:
+    for _ in range(rounds):
+        await anyio.lowlevel.checkpoint()
+
+
+# --------------------------------------------------------------------------- prefix_key
+
+
+def test_prefix_excludes_last_message() -> None:
+    a = prefix_key(msgs("first question"))
+    b = prefix_key(msgs("a completely different question"))
+    assert a is not None and b is not None
+    assert a == b
+    assert a.key.startswith("p:") and len(a.key) == 2 + 32
+    assert a.prefix_tokens == estimate_prompt_tokens([SYSTEM])
+
+
+def test_prefix_changes_with_any_prefix_message() -> None:
+    base = prefix_key(msgs("q"))
+    other = prefix_key(msgs("q", {"role": "system", "content": SYSTEM["content"] + "!"}))
+    role = prefix_key(msgs("q", {"role": "developer", "content": SYSTEM["content"]}))
+    assert len({base, other, role}) == 3
+
+
+def test_prefix_single_message_is_none() -> None:
+    assert prefix_key([{"role": "user", "content": "hi"}]) is None
+    assert prefix_key([]) is None
+
+
+def test_cache_key_overrides() -> None:
+    a = prefix_key(msgs("q"), cache_key="tenant-7")
+    b = prefix_key(msgs("q", {"role": "system", "content": "other"}), cache_key="tenant-7")
+    assert a is not None and b is not None
+    assert a.key == b.key == "k:tenant-7"
+    # prefix_tokens stays the estimate of all-but-last
+    assert a.prefix_tokens == estimate_prompt_tokens([SYSTEM])
+    assert b.prefix_tokens == estimate_prompt_tokens([{"role": "system", "content": "other"}])
+    single = prefix_key([{"role": "user", "content": "hi"}], cache_key="k")
+    assert single == PrefixGroup(key="k:k", prefix_tokens=0)
+    long_key = prefix_key(msgs("q"), cache_key="x" * 500)
+    assert long_key is not None and long_key.key.startswith("k#") and len(long_key.key) < 40
+    # an explicit key never collides with a hashed prefix
+    assert prefix_key(msgs("q"), cache_key=a.key[2:]) != prefix_key(msgs("q"))
+
+
+def test_prefix_stable_across_dict_key_order() -> None:
+    one = [{"role": "system", "content": "abc", "name": "n"}, {"role": "user", "content": "q"}]
+    two = [{"name": "n", "content": "abc", "role": "system"}, {"content": "q", "role": "user"}]
+    assert prefix_key(one) == prefix_key(two)
+
+
+def test_prefix_encoding_is_unambiguous() -> None:
+    a = prefix_key([{"role": "ab", "content": "c"}, {"role": "user", "content": "q"}])
+    b = prefix_key([{"role": "a", "content": "bc"}, {"role": "user", "content": "q"}])
+    c = prefix_key([{"role": "a", "content": 1}, {"role": "user", "content": "q"}])
+    d = prefix_key([{"role": "a", "content": "1"}, {"role": "user", "content": "q"}])
+    e = prefix_key([{"role": "a", "content": True}, {"role": "user", "content": "q"}])
+    assert len({a, b, c, d, e}) == 5
+
+
+def test_prefix_handles_parts_unicode_and_odd_values() -> None:
+    parts: list[dict[str, Any]] = [
+        {"role": "system", "content": [{"type": "text", "text": "规则: 请认真审查。" * 50}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "args": (1, 2.5)}]},
+        {"role": "user", "content": "q"},
+    ]
+    first = prefix_key(parts)
+    assert first is not None and first == prefix_key(parts)
+    lone_surrogate = [
+        {"role": "system", "content": "bad \ud800 text"},
+        {"role": "user", "content": ""},
+    ]
+    assert prefix_key(lone_surrogate) is not None
+
+
+def test_prefix_hash_is_fast_for_large_prompts() -> None:
+    ascii_prefix = [{"role": "system", "content": "x" * 200_000}, {"role": "user", "content": "q"}]
+    mixed = "Review the contract clause by clause, é 中文 " * 5000
+    mixed_prefix = [
+        {"role": "system", "content": mixed[:200_000]},
+        {"role": "user", "content": "q"},
+    ]
+    for messages in (ascii_prefix, mixed_prefix):
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            prefix_key(messages)
+            best = min(best, time.perf_counter() - start)
+        assert best < 0.020, f"hashing a 200 KB prefix took {best * 1000:.1f} ms"
+
+
+def test_cacheable_tokens() -> None:
+    assert cacheable_tokens(1023) == 0
+    assert cacheable_tokens(1024) == 1024
+    assert cacheable_tokens(1151) == 1024
+    assert cacheable_tokens(1152) == 1152
+    assert cacheable_tokens(5000, input_tokens=3000) == 3000
+    assert cacheable_tokens(5000, input_tokens=9000) == 4992
+    assert cacheable_tokens(0, input_tokens=10) == 0
+
+
+# --------------------------------------------------------------------------- RampController
+
+
+def feed(ctl: RampController, rate: float, n: int, cacheable: int = 1000) -> None:
+    for _ in range(n):
+        ctl.on_sample(round(rate * cacheable), cacheable)
+
+
+def test_ramp_widens_by_growth_up_to_limit_then_shrinks_to_start() -> None:
+    ctl = RampController(RampPolicy(start=5, window=10, growth=2.0, shrink=0.5), limit=50)
+    assert ctl.window == 5 and not ctl.is_open
+    windows = []
+    for _ in range(5):
+        feed(ctl, 1.0, 10)
+        windows.append(ctl.window)
+    assert windows == [10, 20, 40, 50, 50]
+    assert ctl.is_open
+    windows = []
+    for _ in range(5):
+        feed(ctl, 0.5, 10)
+        windows.append(ctl.window)
+    assert windows == [25, 12, 6, 5, 5]
+    assert ctl.last_hit_rate == pytest.approx(0.5)
+
+
+def test_ramp_decides_only_on_full_windows_with_token_weighting() -> None:
+    ctl = RampController(RampPolicy(start=5, window=4, target_hit_rate=0.85), limit=100)
+    feed(ctl, 1.0, 3)
+    assert ctl.window == 5 and ctl.pending_samples == 3
+    # one small miss among large hits: token-weighted rate 3000/3100 ≥ 0.85 → widen
+    ctl.on_sample(0, 100)
+    assert ctl.window == 10 and ctl.pending_samples == 0
+    # one large miss among small hits: 300/1300 < 0.85 → shrink (to the start floor)
+    feed(ctl, 1.0, 3, cacheable=100)
+    ctl.on_sample(0, 1000)
+    assert ctl.window == 5
+
+
+def test_ramp_target_boundary_and_scripted_sequence() -> None:
+    policy = RampPolicy(start=3, window=2, target_hit_rate=0.8, growth=1.5, shrink=0.6)
+    ctl = RampController(policy, limit=20)
+    script = [0.8, 0.9, 0.79, 1.0, 1.0, 1.0, 0.2, 0.85, 0.85, 0.5, 0.5, 0.5]
+    seen = []
+    ceilings = []
+    for rate in script:
+        feed(ctl, rate, 2)
+        seen.append(ctl.window)
+        ceilings.append(ctl.ceiling)
+    assert seen == [
+        4,  # 0.8 is on target: ×1.5 → floor(4.5)=4
+        6,
+        4,  # bad right after widening to 6: back to 4, ceiling 6
+        5,  # half the gap to the ceiling
+        6,  # just under it: probe the ceiling (backoff 1)
+        7,  # the probe held: ceiling moves to 6 + 6//4 = 7, probed at once
+        6,  # the probe failed: back to 6, ceiling 7, backoff 2
+        6,  # hold (1 of 2 good windows under the ceiling)
+        7,  # probe again
+        6,  # failed again: back, backoff 4
+        3,  # bad at a width that had held: ×0.6 → floor(3.6) = 3, ceiling 6
+        3,  # bad at start: stays at start, no ceiling
+    ]
+    assert ceilings == [None, None, 6, 6, 6, 7, 7, 7, 7, 7, 6, None]
+
+
+def test_ramp_settles_under_the_width_where_the_cache_spills() -> None:
+    # a provider whose cache holds for 12 concurrent calls: at width w the rate is 12/w
+    ctl = RampController(RampPolicy(start=5, window=10, target_hit_rate=0.85), limit=64)
+    seen = []
+    hits = 0.0
+    for _ in range(300):
+        rate = min(1.0, 12 / ctl.window)
+        hits += rate
+        feed(ctl, rate, 10)
+        seen.append(ctl.window)
+    assert seen[:6] == [10, 20, 10, 15, 10, 12]
+    assert max(seen[10:]) == 15  # probes of the failing width only
+    assert max(set(seen[10:]), key=seen[10:].count) == 14  # 12/14 ≥ 0.85 > 12/15
+    assert seen[10:].count(15) < 80
+    assert hits / 300 >= 0.85
+
+
+def test_ramp_growth_always_makes_progress() -> None:
+    ctl = RampController(RampPolicy(start=1, window=1, growth=1.1), limit=4)
+    seen = []
+    for _ in range(5):
+        feed(ctl, 1.0, 1)
+        seen.append(ctl.window)
+    assert seen == [2, 3, 4, 4, 4]
+
+
+def test_ramp_respects_limit_changes() -> None:
+    ctl = RampController(RampPolicy(start=5, window=1), limit=3)
+    assert ctl.window == 3
+    ctl.limit = 8
+    assert ctl.window == 5
+    feed(ctl, 1.0, 1)
+    assert ctl.window == 8 and ctl.is_open
+    ctl.limit = 4
+    assert ctl.window == 4
+    feed(ctl, 0.0, 1)
+    assert ctl.window == 4  # shrink floor is min(start, limit)
+    ctl.limit = 0
+    assert ctl.limit == 1 and ctl.window == 1
+
+
+def test_ramp_ignores_stale_epochs_and_empty_samples() -> None:
+    ctl = RampController(RampPolicy(start=2, window=2), limit=10)
+    e0 = ctl.epoch
+    ctl.on_sample(0, 0)  # nothing cacheable: no signal
+    assert ctl.pending_samples == 0
+    ctl.on_sample(100, 100, epoch=e0)
+    ctl.on_sample(100, 100, epoch=e0)
+    assert ctl.window == 4 and ctl.epoch == e0 + 1
+    # calls admitted under the old window report late: ignored
+    ctl.on_sample(0, 100, epoch=e0)
+    ctl.on_sample(0, 100, epoch=e0)
+    assert ctl.window == 4 and ctl.pending_samples == 0
+    # cached above cacheable is clamped
+    ctl.on_sample(500, 100, epoch=ctl.epoch)
+    ctl.on_sample(0, 100, epoch=ctl.epoch)
+    assert ctl.last_hit_rate == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- CacheGate
+
+
+async def test_single_flight_100_cold_calls() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5)
+    g = group()
+    sent: list[int] = []
+    tickets: dict[int, CacheTicket] = {}
+
+    async def call(i: int) -> None:
+        ticket = await gate.enter("b", g, policy, limit=50)
+        sent.append(i)
+        tickets[i] = ticket
+
+    async with anyio.create_task_group() as tg:
+        for i in range(100):
+            tg.start_soon(call, i)
+        await settle()
+        assert sent == [0]
+        assert tickets[0].warmer
+        (stats,) = gate.statistics("b")
+        assert (stats.state, stats.in_flight, stats.waiting, stats.window) == ("warming", 1, 99, 1)
+        await settle(20)
+        assert sent == [0]  # nobody else goes out before the prefill
+        tickets[0].prefilled()
+        await settle()
+        # the warmer is still decoding: 4 more fill the start window, FIFO
+        assert sent == [0, 1, 2, 3, 4]
+        assert not any(tickets[i].warmer for i in sent[1:])
+        (stats,) = gate.statistics("b")
+        assert (stats.state, stats.in_flight, stats.waiting, stats.window) == ("ramping", 5, 95, 5)
+        for i in list(sent):
+            tickets[i].release()
+            tickets[i].release()  # idempotent
+        await settle()
+        assert sent[:10] == list(range(10))
+        tg.cancel_scope.cancel()
+
+
+async def test_warmup_failure_hands_over_to_next_waiter() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5)
+    g = group()
+    order: list[tuple[int, bool]] = []
+    tickets: dict[int, CacheTicket] = {}
+
+    async def call(i: int) -> None:
+        ticket = await gate.enter("b", g, policy, limit=10)
+        order.append((i, ticket.warmer))
+        tickets[i] = ticket
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(call, i)
+        await settle()
+        assert order == [(0, True)]
+        tickets[0].release()  # failed before its prefill
+        await settle()
+        assert order == [(0, True), (1, True)]
+        assert gate.statistics()[0].state == "warming"
+        tickets[1].prefilled()
+        await settle()
+        assert order == [(0, True), (1, True), (2, False), (3, False)]
+        for i in (1, 2, 3):
+            tickets[i].release()
+    (stats,) = gate.statistics()
+    assert (stats.state, stats.in_flight, stats.waiting) == ("ramping", 0, 0)
+
+
+async def test_warmup_failure_with_no_waiters_leaves_group_cold() -> None:
+    gate = CacheGate(clock=FakeClock())
+    ticket = await gate.enter("b", group(), RampPolicy(), limit=10)
+    ticket.release()
+    assert gate.statistics()[0].state == "cold"
+    again = await gate.enter("b", group(), RampPolicy(), limit=10)
+    assert again.warmer
+    again.prefilled()
+    again.release()
+    assert gate.statistics()[0].state == "ramping"
+
+
+async def test_no_warmup_starts_ramping() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(warmup=False, start=3)
+    tickets = [await gate.enter("b", group(), policy, limit=10) for _ in range(3)]
+    assert not any(t.warmer for t in tickets)
+    with anyio.move_on_after(0.05) as scope:
+        await gate.enter("b", group(), policy, limit=10)
+    assert scope.cancelled_caught
+    (stats,) = gate.statistics()
+    assert (stats.state, stats.in_flight, stats.waiting, stats.window) == ("ramping", 3, 0, 3)
+
+
+async def test_small_prefix_bypasses_the_gate() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(min_prefix_tokens=1024)
+    small = group(prefix_tokens=1000)
+    tickets = [await gate.enter("b", small, policy, limit=2) for _ in range(50)]
+    assert all(t.bypassed and not t.warmer for t in tickets)
+    for t in tickets:
+        t.prefilled()
+        t.observe(cached_tokens=0, input_tokens=2000)
+        t.release()
+    none_ticket = await gate.enter("b", None, policy, limit=2)
+    assert none_ticket.bypassed
+    assert gate.statistics() == []
+    assert gate.hit_rate("b") is None
+
+
+async def test_prefix_under_provider_minimum_warms_then_opens() -> None:
+    # the policy gates it, but nothing is cacheable by the provider's rule: no ramp to run
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(min_prefix_tokens=100, start=2)
+    g = group(prefix_tokens=500)
+    warmer = await gate.enter("b", g, policy, limit=6)
+    assert warmer.warmer
+    warmer.prefilled()
+    others = [await gate.enter("b", g, policy, limit=6) for _ in range(5)]
+    assert gate.statistics()[0].state == "open"
+    for t in [warmer, *others]:
+        t.release()
+
+
+class RecordingGate(CacheGate):
+    """Records, at every admission, the group's in-flight count (this call included) and the
+    window in force at that instant."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=FakeClock())
+        self.admissions: list[tuple[int, int]] = []
+
+    def _admit(self, state: Any) -> CacheTicket:
+        ticket = super()._admit(state)
+        self.admissions.append((state.in_flight, state.window))
+        return ticket
+
+
+class ScriptedServer:
+    """A provider whose cache for the group holds only while at most ``spill_at`` of its calls
+    are in flight (beyond that, the prefix spills to replicas with a cold cache)."""
+
+    def __init__(self, spill_at: int) -> None:
+        self.spill_at = spill_at
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def call(self, gate: CacheGate, g: PrefixGroup, policy: RampPolicy, limit: int) -> None:
+        ticket = await gate.enter("b", g, policy, limit)
+        try:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            (stats,) = gate.statistics("b")
+            assert self.in_flight <= stats.in_flight
+            hit = not ticket.warmer and self.in_flight <= self.spill_at
+            await anyio.lowlevel.checkpoint()
+            ticket.prefilled()
+            await anyio.lowlevel.checkpoint()
+            cacheable = cacheable_tokens(g.prefix_tokens)
+            ticket.observe(cached_tokens=cacheable if hit else 0, input_tokens=g.prefix_tokens + 50)
+        finally:
+            self.in_flight -= 1
+            ticket.release()
+
+
+async def test_window_respected_and_widens_to_limit_when_hits_hold() -> None:
+    gate = RecordingGate()
+    policy = RampPolicy(start=5, window=10)
+    server = ScriptedServer(spill_at=1000)
+    g = group()
+    async with anyio.create_task_group() as tg:
+        for _ in range(400):
+            tg.start_soon(server.call, gate, g, policy, 40)
+    assert len(gate.admissions) == 400
+    assert all(in_flight <= window for in_flight, window in gate.admissions)
+    assert gate.admissions[0] == (1, 1)  # the warm-up went alone
+    windows = sorted({window for _, window in gate.admissions})
+    assert windows == [1, 5, 10, 20, 40]
+    assert server.max_in_flight == 40
+    (stats,) = gate.statistics("b")
+    assert stats.state == "open" and stats.window == 40
+    assert (stats.in_flight, stats.waiting) == (0, 0)
+    assert gate.hit_rate("b") == pytest.approx(399 / 400)
+
+
+async def test_window_finds_the_widest_window_that_keeps_the_target() -> None:
+    gate = RecordingGate()
+    policy = RampPolicy(start=5, window=10)
+    server = ScriptedServer(spill_at=12)
+    g = group()
+    async with anyio.create_task_group() as tg:
+        for _ in range(600):
+            tg.start_soon(server.call, gate, g, policy, 64)
+    assert all(in_flight <= window for in_flight, window in gate.admissions)
+    windows = [window for _, window in gate.admissions]
+    assert max(windows) == 20  # it tried 20, saw the spill, and backed off
+    assert max(windows[200:]) <= 15  # then searched below it
+    (stats,) = gate.statistics("b")
+    assert stats.state == "ramping"
+    hit_rate = gate.hit_rate("b")
+    assert hit_rate is not None and hit_rate > 0.85
+
+
+async def test_cancel_in_the_instant_of_admission_hands_the_slot_back() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5)
+    g = group()
+    warmer = await gate.enter("b", g, policy, limit=10)
+    scope = anyio.CancelScope()
+    got: list[CacheTicket] = []
+
+    async def waiter() -> None:
+        with scope:
+            got.append(await gate.enter("b", g, policy, limit=10))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await settle()
+        scope.cancel()  # the waiter is being cancelled …
+        warmer.prefilled()  # … when a slot is granted to it, before it runs again
+    assert got == []
+    stats = gate.statistics()[0]
+    assert (stats.in_flight, stats.waiting) == (1, 0)
+    warmer.release()
+    assert gate.statistics()[0].in_flight == 0
+
+
+async def test_cancelled_warmer_in_the_instant_of_handover() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy()
+    g = group()
+    first = await gate.enter("b", g, policy, limit=10)
+    scope = anyio.CancelScope()
+    got: list[CacheTicket] = []
+
+    async def doomed() -> None:
+        with scope:
+            got.append(await gate.enter("b", g, policy, limit=10))
+
+    async def patient() -> None:
+        got.append(await gate.enter("b", g, policy, limit=10))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(doomed)
+        await settle()
+        tg.start_soon(patient)
+        await settle()
+        scope.cancel()  # the first waiter is being cancelled …
+        first.release()  # … when the failed warm-up passes to it: it hands it on
+        await settle()
+        assert len(got) == 1 and got[0].warmer
+        got[0].prefilled()
+        got[0].release()
+    assert gate.statistics()[0].state == "ramping"
+    assert gate.statistics()[0].in_flight == 0
+
+
+async def test_cancellation_while_waiting_leaves_no_trace() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=2)
+    g = group()
+    warmer = await gate.enter("b", g, policy, limit=10)
+    got: list[int] = []
+
+    async def waiter(i: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            await gate.enter("b", g, policy, limit=10)
+            got.append(i)
+
+    scopes = [anyio.CancelScope() for _ in range(3)]
+    async with anyio.create_task_group() as tg:
+        for i, scope in enumerate(scopes):
+            tg.start_soon(waiter, i, scope)
+        await settle()
+        scopes[0].cancel()
+        await settle()
+        warmer.prefilled()
+        await settle()
+        assert got == [1]  # window 2 = warmer + the first live waiter (FIFO, 0 skipped)
+        stats = gate.statistics()[0]
+        assert (stats.in_flight, stats.waiting) == (2, 1)
+        scopes[2].cancel()
+    stats = gate.statistics()[0]
+    assert (stats.in_flight, stats.waiting) == (2, 0)
+
+
+async def test_eviction_from_bounded_state_starts_cold() -> None:
+    gate = CacheGate(clock=FakeClock(), max_groups=1)
+    policy = RampPolicy()
+
+    async def warm(key: str) -> bool:
+        ticket = await gate.enter("b", group(key), policy, limit=10)
+        was_warmer = ticket.warmer
+        ticket.prefilled()
+        ticket.release()
+        return was_warmer
+
+    assert await warm("A")
+    assert not await warm("A")  # remembered
+    assert await warm("B")  # evicts A (max_groups=1)
+    assert [s.key for s in gate.statistics()] == ["B"]
+    assert await warm("A")  # A starts cold again
+
+
+async def test_idle_ttl_forgets_groups_but_active_ones_stay() -> None:
+    clock = FakeClock()
+    gate = CacheGate(clock=clock, max_groups=10, idle_ttl_s=600)
+    policy = RampPolicy()
+    held = await gate.enter("b", group("held"), policy, limit=10)
+    held.prefilled()
+    idle = await gate.enter("b", group("idle"), policy, limit=10)
+    idle.prefilled()
+    idle.release()
+    clock.advance(601)
+    assert [s.key for s in gate.statistics()] == ["held"]
+    again = await gate.enter("b", group("idle"), policy, limit=10)
+    assert again.warmer
+    again.release()
+    second = await gate.enter("b", group("held"), policy, limit=10)
+    assert not second.warmer
+    second.release()
+    held.release()
+
+
+async def test_a_million_prefixes_stay_bounded() -> None:
+    gate = CacheGate(clock=FakeClock(), max_groups=100)
+    policy = RampPolicy()
+    for i in range(5000):
+        ticket = await gate.enter("b", group(f"g{i}"), policy, limit=10)
+        ticket.prefilled()
+        ticket.release()
+    assert len(gate.statistics()) == 100
+
+
+async def test_limit_growth_wakes_waiters() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(warmup=False, start=5)
+    first = await gate.enter("b", group(), policy, limit=1)
+    got: list[CacheTicket] = []
+
+    async def waiter() -> None:
+        got.append(await gate.enter("b", group(), policy, limit=1))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await settle()
+        assert got == []
+        third = await gate.enter("b", group(), policy, limit=3)  # the limit grew to 3
+        await settle()
+        assert len(got) == 1  # the earlier waiter went first (FIFO), then this one
+        for t in (first, third, got[0]):
+            t.release()
+
+
+async def test_statistics_hit_rate_and_hot_groups() -> None:
+    clock = FakeClock()
+    gate = CacheGate(clock=clock)
+    policy = RampPolicy(warmup=False, start=50)
+    hot, cold = group("hot", 2048), group("cold", 2048)
+    for i in range(30):
+        ticket = await gate.enter("b", hot, policy, limit=50)
+        ticket.observe(cached_tokens=2048 if i else 0, input_tokens=2100)
+        ticket.release()
+        clock.advance(1.0)
+    ticket = await gate.enter("b", cold, policy, limit=50)
+    ticket.observe(cached_tokens=0, input_tokens=2100)
+    ticket.release()
+    other = await gate.enter("c", hot, policy, limit=50)
+    other.release()
+    assert gate.hot_groups("b", 10) == ["hot"]
+    assert gate.hot_groups("b", 0.5) == ["hot", "cold"]
+    assert gate.hot_groups("b", 100) == []
+    clock.advance(300)
+    assert gate.hot_groups("b", 10) == []  # the rate decays
+    by_key = {s.key: s for s in gate.statistics("b")}
+    assert by_key["hot"].samples == 30
+    assert by_key["hot"].hit_rate == pytest.approx(29 / 30)
+    assert by_key["cold"].hit_rate == 0.0
+    assert gate.hit_rate("b") == pytest.approx(29 * 2048 / (31 * 2048))
+    assert gate.hit_rate("c") is None
+    assert {s.backend for s in gate.statistics()} == {"b", "c"}
+
+
+async def test_chaos_every_path_releases() -> None:
+    """Random cancellations (waiting or in flight) and failed warm-ups: nothing leaks."""
+    import random
+
+    rng = random.Random(7)
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=3, window=5)
+    groups = [group(f"g{i}") for i in range(3)]
+    scopes: list[anyio.CancelScope] = []
+
+    async def call(g: PrefixGroup, scope: anyio.CancelScope) -> None:
+        with scope:
+            ticket = await gate.enter("b", g, policy, limit=8)
+            try:
+                for _ in range(rng.randrange(4)):
+                    await anyio.lowlevel.checkpoint()
+                if rng.random() < 0.2:
+                    return  # failed before the prefill
+                ticket.prefilled()
+                for _ in range(rng.randrange(4)):
+                    await anyio.lowlevel.checkpoint()
+                hit = rng.random() < 0.9
+                ticket.observe(cached_tokens=4096 if hit else 0, input_tokens=4200)
+            finally:
+                ticket.release()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(300):
+            scope = anyio.CancelScope()
+            scopes.append(scope)
+            tg.start_soon(call, groups[i % 3], scope)
+        for _ in range(200):
+            await anyio.lowlevel.checkpoint()
+            if rng.random() < 0.5:
+                rng.choice(scopes).cancel()
+    stats = gate.statistics("b")
+    assert len(stats) == 3
+    assert all((s.in_flight, s.waiting) == (0, 0) for s in stats)
+    assert all(s.state != "warming" for s in stats)
