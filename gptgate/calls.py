@@ -314,7 +314,8 @@ class CallRunner:
                     ticket.prefilled()
             latency = clock.now() - sent_at
             usage = parsed.usage or self._estimated_usage(spec, parsed.text)
-            if ticket is not None:
+            if ticket is not None and parsed.usage is not None:
+                # only real usage: an estimate knows no cached tokens and would read as a miss
                 ticket.observe(
                     cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens
                 )
@@ -434,7 +435,7 @@ class CallRunner:
         state.cost_usd += self.ledger.record_attempt(
             backend.name, usage, streamed=spec.stream, wasted=False
         )
-        state.billed = state.billed + usage
+        state.billed = usage if state.billed.total_tokens == 0 else state.billed + usage
         self.ledger.record_call(backend.name, ok=True)
         config = backend.backend
         state.result = ChatResult(

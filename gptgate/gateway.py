@@ -26,6 +26,8 @@ import anyio
 import httpx2
 from opentelemetry import metrics, trace
 
+from .batching import ItemHandle, MicroBatcher
+from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
@@ -36,7 +38,7 @@ from .pool import BackendPool, PoolStatistics
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
-from .scenarios import Scenario, decide_stream, resolve_scenario
+from .scenarios import BatchPolicy, Scenario, decide_stream, resolve_scenario
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
 
@@ -190,6 +192,9 @@ class Gateway:
         self._runner: CallRunner | None = None
         self._ledger = Ledger({b.name: b.price for b in config.backends})
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._closing = anyio.Event()
+        self._batchers: dict[Scenario, MicroBatcher[dict[str, Any], ChatResult]] = {}
+        self.cache_gate = CacheGate(clock=self.clock)
         self._open = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -207,8 +212,13 @@ class Gateway:
         await self.aclose()
 
     async def start(self) -> None:
+        """Open the pools and the background task group. ``aclose`` must run in the same
+        task (as with any anyio task group): prefer ``async with gate:``."""
         if self._open:
             raise RuntimeError("the gateway is already open")
+        self._closing = anyio.Event()
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
         for backend in self.config.backends:
             pool = BackendPool(backend, self.clock)
             limiter = Limiter(
@@ -233,16 +243,25 @@ class Gateway:
             retry=retry,
             ledger=self._ledger,
             telemetry=self._telemetry,
+            cache_gate=self.cache_gate,
         )
         self._open = True
 
     async def aclose(self) -> None:
-        if not self._open:
+        """Drain the micro-batchers (every accepted item completes), then close every
+        connection. Idempotent."""
+        if self._task_group is None:
             return
-        self._open = False
-        with anyio.CancelScope(shield=True):
-            for state in self._states.values():
-                await state.pool.aclose()
+        task_group, self._task_group = self._task_group, None
+        self._closing.set()
+        try:
+            await task_group.__aexit__(None, None, None)
+        finally:
+            self._open = False
+            self._batchers.clear()
+            with anyio.CancelScope(shield=True):
+                for state in self._states.values():
+                    await state.pool.aclose()
 
     def _make_limit(self, backend: Backend) -> Limit:
         if isinstance(backend.concurrency, int):
@@ -281,12 +300,10 @@ class Gateway:
         max_attempts: int | None,
         visible: bool,
         params: dict[str, Any],
+        cache_key: str | None = None,
     ) -> CallSpec:
         checked = _validate_messages(messages)
-        try:
-            resolved = self._default_scenario if scenario is None else resolve_scenario(scenario)
-        except KeyError as exc:
-            raise BadRequestError(str(exc.args[0])) from None
+        resolved = self._resolve(scenario)
         if tier not in ("small", "large", "auto"):
             raise BadRequestError("tier must be 'small', 'large' or 'auto'")
         if backend is not None and backend not in self._states:
@@ -322,6 +339,7 @@ class Gateway:
             prompt_tokens=prompt_tokens,
             visible=visible,
             max_attempts=max_attempts,
+            prefix=prefix_key(checked, cache_key) if resolved.ramp is not None else None,
         )
 
     async def chat(
@@ -336,11 +354,14 @@ class Gateway:
         priority: int | None = None,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        cache_key: str | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
         through. ``stream`` forces the wire mode; by default the scenario's stream rule picks
         it (the whole answer is returned either way). ``timeout`` is the call's total deadline.
+        ``cache_key`` names the prompt-prefix group explicitly (default: every message but the
+        last); it is sent as ``prompt_cache_key`` to backends that support it.
         """
         runner = self.runner
         spec = self._spec(
@@ -355,6 +376,7 @@ class Gateway:
             max_attempts=max_attempts,
             visible=False,
             params=params,
+            cache_key=cache_key,
         )
         return await runner.run(spec)
 
@@ -369,6 +391,7 @@ class Gateway:
         priority: int | None = None,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        cache_key: str | None = None,
         **params: Any,
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``."""
@@ -385,6 +408,7 @@ class Gateway:
             max_attempts=max_attempts,
             visible=True,
             params=params,
+            cache_key=cache_key,
         )
         return ChatStream(runner, spec, self.clock)
 
@@ -399,34 +423,108 @@ class Gateway:
         """Run many calls; results in input order, a failed item holds its ``GateError``.
 
         Items are pulled from ``items`` only as fast as they can be in flight (plus a small
-        margin), so a generator of a million prompts never sits in memory as requests.
-        Each item is a dict of ``chat`` keyword arguments (``messages`` required).
+        margin), so a generator of a million prompts never sits in memory as requests. Each
+        item is a dict of ``chat`` keyword arguments (``messages`` required). A scenario with a
+        batch policy sends items through its micro-batcher (grouped by prompt prefix).
         """
-        runner = self.runner
+        self.runner  # noqa: B018 - fail fast when closed
+        resolved = self._resolve(scenario)
+        batcher = await self._batcher_for(resolved)
         bound = max_pending or max(64, 2 * sum(b.ceiling for b in self.config.backends))
         slots = anyio.Semaphore(bound)
         results: list[ChatResult | GateError | None] = []
 
         async def one(index: int, item: Mapping[str, Any]) -> None:
             try:
-                kwargs = {**common, **item}
-                kwargs.setdefault("scenario", scenario)
-                messages = kwargs.pop("messages", None)
-                results[index] = await self.chat(messages, **kwargs)
+                kwargs = {**common, **item, "scenario": item.get("scenario", resolved)}
+                if batcher is not None:
+                    handle = await batcher.submit(kwargs)
+                    results[index] = await handle
+                else:
+                    results[index] = await self._chat_kwargs(kwargs)
             except GateError as error:
                 results[index] = error
-            except TypeError as error:
-                results[index] = BadRequestError(f"bad map item: {error}")
             finally:
                 slots.release()
 
-        del runner
         async with anyio.create_task_group() as tg:
             for index, item in enumerate(items):
                 await slots.acquire()
                 results.append(None)
                 tg.start_soon(one, index, item)
         return [r if r is not None else GateError("item did not complete") for r in results]
+
+    async def submit(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        **kwargs: Any,
+    ) -> ItemHandle[ChatResult]:
+        """Hand one call to the scenario's micro-batcher and return at once with a handle
+        (``await handle`` → ``ChatResult`` or the error). For producers that trickle: items
+        are collected per SEEDS §4 (size or time, whichever first) and flushed by prefix
+        group; ``submit`` waits only when the batcher's pending bound is reached."""
+        self.runner  # noqa: B018 - fail fast when closed
+        resolved = self._resolve(scenario)
+        batcher = await self._batcher_for(resolved, always=True)
+        assert batcher is not None
+        return await batcher.submit({**kwargs, "messages": messages, "scenario": resolved})
+
+    def _resolve(self, scenario: str | Scenario | None) -> Scenario:
+        try:
+            return self._default_scenario if scenario is None else resolve_scenario(scenario)
+        except KeyError as exc:
+            raise BadRequestError(str(exc.args[0])) from None
+
+    async def _chat_kwargs(self, kwargs: dict[str, Any]) -> ChatResult:
+        messages = kwargs.pop("messages", None)
+        try:
+            return await self.chat(messages, **kwargs)
+        except TypeError as error:
+            raise BadRequestError(f"bad item: {error}") from None
+
+    async def _batcher_for(
+        self, scenario: Scenario, *, always: bool = False
+    ) -> MicroBatcher[dict[str, Any], ChatResult] | None:
+        policy = scenario.batch
+        if policy is None or (scenario.batch_only_offline and not scenario.offline):
+            if not always:
+                return None
+            policy = BatchPolicy.REALTIME
+        batcher = self._batchers.get(scenario)
+        if batcher is None:
+            if self._task_group is None:
+                raise GateError("the gateway is not open: use `async with gate:`")
+            batcher = await self._task_group.start(self._host_batcher, scenario, policy)
+            self._batchers[scenario] = batcher
+        return batcher
+
+    async def _host_batcher(
+        self,
+        scenario: Scenario,
+        policy: BatchPolicy,
+        *,
+        task_status: anyio.abc.TaskStatus[MicroBatcher[dict[str, Any], ChatResult]],
+    ) -> None:
+        """Runs a scenario's batcher inside the gateway's task group until close, then lets
+        it flush and drain: nothing accepted is dropped."""
+
+        def group_of(kwargs: dict[str, Any]) -> str | None:
+            messages = kwargs.get("messages")
+            if not isinstance(messages, Sequence) or isinstance(messages, str):
+                return None
+            try:
+                group = prefix_key(messages, kwargs.get("cache_key"))
+            except Exception:
+                return None
+            return group.key if group is not None else None
+
+        async with MicroBatcher(
+            policy, self._chat_kwargs, clock=self.clock, group_of=group_of
+        ) as batcher:
+            task_status.started(batcher)
+            await self._closing.wait()
 
     async def warm(
         self,

@@ -1,20 +1,22 @@
-"""What a call returns (``ChatResult``) and what it feeds back to the controllers (``Outcome``)."""
+"""What a call returns (``ChatResult``) and what it feeds back to the controllers (``Outcome``).
+
+Results are frozen, slotted dataclasses rather than pydantic models: ``gate.map`` over 100,000
+prompts holds 100,000 of them, and a slotted result is ~5× smaller (SEEDS-scale jobs must fit
+in a few hundred MB). ``to_dict()`` gives a JSON-ready view for logs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
 
 __all__ = ["ChatResult", "Outcome", "OutcomeKind", "Usage"]
 
 
-class Usage(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Usage:
     """Token counts of one attempt or one call. ``estimated`` marks counts we had to guess
     (a stream cut before its usage chunk, a server that never reports usage)."""
-
-    model_config = ConfigDict(frozen=True)
 
     input_tokens: int = 0
     cached_input_tokens: int = 0
@@ -38,14 +40,13 @@ class Usage(BaseModel):
         )
 
 
-class ChatResult(BaseModel):
+@dataclass(frozen=True, slots=True, repr=False)
+class ChatResult:
     """The whole answer of one ``gate.chat`` / ``gate.stream`` call, with its cost and timings.
 
     ``usage`` is the final attempt's usage; ``billed_usage`` adds every attempt that may have
     been billed (retries after a timeout, an interrupted stream) — the real cost of the call.
     """
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     text: str
     finish_reason: str | None
@@ -64,6 +65,9 @@ class ChatResult(BaseModel):
     stream_decision: str
     response_id: str | None = None
     raw: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     def __repr__(self) -> str:
         text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
