@@ -7,6 +7,7 @@ well under a minute, with no key and no network; ``--base-url`` runs it against 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from .clock import Clock, ScaledClock, SystemClock
+from .clock import Clock, SystemClock
 from .config import Backend, Price
 from .errors import GateError
 from .gateway import Gateway
@@ -27,8 +28,6 @@ __all__ = ["main"]
 DEFAULT_LEVELS = (1, 5, 10, 20, 30, 50, 80)
 #: SEEDS §1: $21.50 for 2,150,000 tokens → $10 per million, input and output alike
 DEMO_PRICE = Price(input_per_mtok=10.0, cached_input_per_mtok=10.0, output_per_mtok=10.0)
-#: keep the real request rate where two cores are not the bottleneck
-_REAL_CALLS_PER_S = 250.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +81,11 @@ async def _run_row(
 ) -> Row:
     clock: Clock
     if base_url is None:
-        from .sim import SimEngine, SimTransport
+        from .sim import LoopClock, SimEngine, SimTransport
 
-        # a scale that keeps ~250 real calls/s whatever the concurrency (SEEDS §1 rates)
-        scale = max(4.0, min(200.0, _REAL_CALLS_PER_S * 1.9 / concurrency))
-        clock = ScaledClock(scale)
+        # run under run_virtual(): the loop's clock jumps to the next timer when idle, so
+        # simulated seconds cost no wall time and the figures are exact and repeatable
+        clock = LoopClock()
         engine = SimEngine(profile, clock=clock, seed=seed)
         backend = Backend(
             name=f"sim-{profile}",
@@ -118,7 +117,8 @@ async def _run_row(
         tokens = billed.input_tokens + billed.output_tokens
     else:
         tokens = stats.input_tokens + stats.output_tokens
-    mean_latency = sum(r.latency_s for r in ok) / len(ok) if ok else float("nan")
+    # the backend's latency per request (SEEDS §1), not the time a call queued in the client
+    mean_latency = sum(r.latency_s - r.queue_s for r in ok) / len(ok) if ok else float("nan")
     return Row(
         concurrency=concurrency,
         total_s=total,
@@ -148,7 +148,7 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-async def _demo(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace) -> int:
     base_url = args.base_url
     if base_url is None and os.environ.get("OPENAI_API_KEY") and args.real:
         base_url = "https://api.openai.com/v1"
@@ -161,16 +161,21 @@ async def _demo(args: argparse.Namespace) -> int:
     wall = time.perf_counter()
     try:
         for level in levels:
-            rows.append(
-                await _run_row(
-                    level,
-                    args.requests,
-                    base_url=base_url,
-                    model=args.model,
-                    profile=args.profile,
-                    seed=args.seed,
-                )
+            row = functools.partial(
+                _run_row,
+                level,
+                args.requests,
+                base_url=base_url,
+                model=args.model,
+                profile=args.profile,
+                seed=args.seed,
             )
+            if base_url is None:
+                from .sim import run_virtual
+
+                rows.append(run_virtual(row))
+            else:
+                rows.append(anyio.run(row))
             if progress is not None:
                 progress.advance(progress.task_ids[0])
             elif not args.quiet:
@@ -200,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="the concurrency U-curve on the simulator")
-    demo.add_argument("--requests", type=int, default=300, help="requests per row")
+    demo.add_argument("--requests", type=int, default=1000, help="requests per row")
     demo.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)))
     demo.add_argument("--profile", default="hosted", help="simulator profile")
     demo.add_argument("--model", default="gpt-5.5")
@@ -212,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--real", action="store_true", help="with OPENAI_API_KEY set: call api.openai.com"
     )
     demo.add_argument("--quiet", action="store_true")
-    demo.set_defaults(handler=lambda a: anyio.run(_demo, a))
+    demo.set_defaults(handler=_demo)
 
     sim = commands.add_parser("sim", help="the simulated backend")
     sim_commands = sim.add_subparsers(dest="sim_command", required=True)
