@@ -79,6 +79,8 @@ class CallSpec:
     visible: bool = False
     prefix: Any = None  # cache.PrefixGroup when the call has a prompt prefix
     max_attempts: int | None = None
+    #: per-call HTTP headers (the OpenAI SDK's ``extra_headers``)
+    headers: Mapping[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -270,7 +272,9 @@ class CallRunner:
                 attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
                 if attempt_timeout <= 0:
                     raise RequestTimeout("call deadline passed", backend=backend.name)
-            request = backend.pool.client.build_request("POST", "chat/completions", content=body)
+            request = backend.pool.client.build_request(
+                "POST", "chat/completions", content=body, headers=spec.headers
+            )
             if spec.stream:
                 parsed = None
                 first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)

@@ -304,6 +304,9 @@ class Gateway:
     ) -> CallSpec:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
+        headers = params.pop("extra_headers", None)
+        if headers is not None and not isinstance(headers, Mapping):
+            raise BadRequestError("extra_headers must be a mapping of header names to values")
         if tier not in ("small", "large", "auto"):
             raise BadRequestError("tier must be 'small', 'large' or 'auto'")
         if backend is not None and backend not in self._states:
@@ -340,6 +343,7 @@ class Gateway:
             visible=visible,
             max_attempts=max_attempts,
             prefix=prefix_key(checked, cache_key) if resolved.ramp is not None else None,
+            headers=headers,
         )
 
     async def chat(

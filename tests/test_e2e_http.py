@@ -1,0 +1,133 @@
+"""End to end over real loopback HTTP: the gateway against ``gptgate sim serve``'s server.
+
+These exercise what MockTransport cannot: httpcore2's connection pool (pool waits, connections
+returned on every path), real streaming with a connection cut mid-body, and cancellation of
+calls that hold sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+import gptgate as gg
+from gptgate.sim import SimEngine, SimServer, get_profile
+
+SCALE = 50.0
+USER = [{"role": "user", "content": "Tell me about connection pools."}]
+
+
+def engine(**overrides: Any) -> SimEngine:
+    profile = get_profile("gpu").model_copy(
+        update={"rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 40, **overrides}
+    )
+    return SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=5)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, SimEngine]]:
+    sim = engine()
+    with SimServer(sim, time_scale=SCALE) as base_url:
+        yield base_url, sim
+
+
+def gateway(base_url: str, **backend_options: Any) -> gg.Gateway:
+    options: dict[str, Any] = {"concurrency": 8, "timeout": 60.0}
+    options.update(backend_options)
+    backend = gg.Backend(name="sim", base_url=base_url, model="m", **options)
+    return gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3)
+
+
+async def test_chat_and_stream_over_http(server: tuple[str, SimEngine]) -> None:
+    base_url, sim = server
+    async with gateway(base_url) as gate:
+        plain = await gate.chat(USER, max_tokens=30)
+        async with gate.stream(USER, max_tokens=30) as s:
+            parts = [t async for t in s]
+        stats = gate.stats()["sim"]
+    assert plain.text and not plain.streamed and plain.usage.output_tokens > 0
+    assert len(parts) > 1 and "".join(parts) == s.result.text and s.result.streamed
+    assert s.result.usage.output_tokens > 0 and s.result.ttft_s is not None
+    assert stats.pool.checked_out == 0 and stats.in_flight == 0
+    assert sim.ledger.snapshot().output_tokens >= plain.usage.output_tokens
+
+
+async def test_cancelling_200_in_flight_chats_over_http(server: tuple[str, SimEngine]) -> None:
+    base_url, _ = server
+    async with gateway(base_url, concurrency=40, max_concurrency=40) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(200):
+                tg.start_soon(lambda: gate.chat(USER, max_tokens=2000))
+            with anyio.fail_after(10):
+                while gate.stats()["sim"].in_flight < 40:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        stats = gate.stats()["sim"]
+        opened, idle = gate.backend_state("sim").pool.connection_counts()
+    assert (stats.in_flight, stats.queued, stats.pool.checked_out) == (0, 0, 0)
+    assert stats.pool.waiting == 0
+    assert opened == idle  # every connection still open is idle: none is stuck checked out
+
+
+async def test_pool_wait_is_measured_when_concurrency_exceeds_connections(
+    server: tuple[str, SimEngine],
+) -> None:
+    base_url, _ = server
+    async with gateway(base_url, concurrency=8, max_connections=2) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(16):
+                tg.start_soon(lambda: gate.chat(USER, max_tokens=20))
+        stats = gate.stats()["sim"]
+    assert stats.pool.pseudo_concurrency and stats.pool.size == 2
+    assert stats.pool.waits >= 16 and stats.pool.wait_max_s > 0
+    assert stats.pool.waiting == 0 and stats.pool.checked_out == 0
+
+
+async def test_pool_sized_from_concurrency_never_waits(server: tuple[str, SimEngine]) -> None:
+    base_url, _ = server
+    async with gateway(base_url, concurrency=8) as gate:
+        async with anyio.create_task_group() as tg:
+            for _ in range(32):
+                tg.start_soon(lambda: gate.chat(USER, max_tokens=20))
+        stats = gate.stats()["sim"]
+    assert stats.pool.size == 10 and not stats.pool.pseudo_concurrency
+    # a connection is handed over at once: no request queued in the pool
+    assert stats.pool.wait_max_s < 0.5 * (stats.latency_p50_s or 1.0)
+
+
+async def test_a_stream_reset_mid_body_is_retried_or_typed(server: tuple[str, SimEngine]) -> None:
+    base_url, _ = server
+    reset = {"x-sim-fault": "reset"}
+    async with gateway(base_url) as gate:
+        # a visible stream cut after its first token: typed, with the partial text
+        with pytest.raises(gg.StreamInterruptedError) as info:
+            async with gate.stream(USER, max_tokens=200, extra_headers=reset) as s:
+                async for _ in s:
+                    pass
+        assert info.value.partial_text == s.text and info.value.billed
+        # a 5xx before anything was shown: retried, then the error is typed
+        with pytest.raises(gg.BackendError) as failure:
+            await gate.chat(USER, extra_headers={"x-sim-fault": "500"}, max_attempts=2)
+        assert failure.value.status == 500
+        stats = gate.stats()["sim"]
+    assert stats.pool.checked_out == 0 and stats.in_flight == 0
+    assert stats.retries >= 1
+
+
+async def test_sdk_client_over_http(server: tuple[str, SimEngine]) -> None:
+    openai = pytest.importorskip("openai")
+    base_url, _ = server
+    async with gateway(base_url, concurrency=2) as gate:
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key="sk-test", http_client=gate.http_client("sim")
+        )
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(
+                    lambda: client.chat.completions.create(model="m", messages=USER, max_tokens=10)
+                )
+        stats = gate.stats()["sim"]
+    assert stats.admitted == 6 and stats.in_flight == 0 and stats.pool.checked_out == 0
