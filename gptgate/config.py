@@ -177,6 +177,12 @@ class GatewayConfig(BaseModel):
     capture_content: bool = False
     #: random seed for back-off jitter (tests and benchmarks); None → system randomness
     seed: int | None = None
+    #: opt-in: re-warm prompt prefixes that are still hot before the provider's cache TTL
+    #: (5-10 min at OpenAI) lets them go cold; each refresh is a max_tokens=1 call, counted
+    keep_warm: bool = False
+    keep_warm_interval_s: float = Field(default=240.0, gt=0)
+    #: a prefix group is "hot" at this many calls per minute
+    keep_warm_min_rate_per_min: float = Field(default=2.0, gt=0)
 
     @model_validator(mode="after")
     def _check_backends(self) -> GatewayConfig:

@@ -24,6 +24,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 import anyio
 import httpx2
+from cachetools import TTLCache
 from opentelemetry import metrics, trace
 
 from .batching import ItemHandle, MicroBatcher
@@ -195,6 +196,11 @@ class Gateway:
         self._closing = anyio.Event()
         self._batchers: dict[Scenario, MicroBatcher[dict[str, Any], ChatResult]] = {}
         self.cache_gate = CacheGate(clock=self.clock)
+        #: prefix key → the prefix messages, kept only for keep-warm (bounded, expiring)
+        self._prefixes: TTLCache[str, list[Mapping[str, Any]]] = TTLCache(
+            maxsize=10_000, ttl=3 * config.keep_warm_interval_s, timer=self.clock.now
+        )
+        self.keep_warm_calls = 0
         self._open = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -246,6 +252,8 @@ class Gateway:
             cache_gate=self.cache_gate,
         )
         self._open = True
+        if self.config.keep_warm:
+            self._task_group.start_soon(self._keep_warm_loop)
 
     async def aclose(self) -> None:
         """Drain the micro-batchers (every accepted item completes), then close every
@@ -342,9 +350,38 @@ class Gateway:
             prompt_tokens=prompt_tokens,
             visible=visible,
             max_attempts=max_attempts,
-            prefix=prefix_key(checked, cache_key) if resolved.ramp is not None else None,
+            prefix=self._prefix(checked, cache_key) if resolved.ramp is not None else None,
             headers=headers,
         )
+
+    def _prefix(self, messages: Sequence[Mapping[str, Any]], cache_key: str | None) -> Any:
+        group = prefix_key(messages, cache_key)
+        if group is not None and self.config.keep_warm:
+            self._prefixes[group.key] = list(messages[:-1])
+        return group
+
+    async def _keep_warm_loop(self) -> None:
+        """Every interval, refresh each backend's hot prefix groups with a minimal call."""
+        interval = self.config.keep_warm_interval_s
+        while True:
+            with anyio.move_on_after(self.clock.to_real(interval)):
+                await self._closing.wait()
+            if self._closing.is_set():
+                return
+            for name in self._states:
+                for key in self.cache_gate.hot_groups(name, self.config.keep_warm_min_rate_per_min):
+                    prefix = self._prefixes.get(key)
+                    if not prefix:
+                        continue
+                    try:
+                        await self.chat(
+                            [*prefix, {"role": "user", "content": "."}],
+                            backend=name, max_tokens=1, stream=False, scenario="default",
+                            max_attempts=1,
+                        )
+                        self.keep_warm_calls += 1
+                    except GateError as error:
+                        log.info("keep-warm of a prefix on %s failed: %s", name, error)
 
     async def chat(
         self,

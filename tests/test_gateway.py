@@ -334,3 +334,32 @@ async def test_stream_rule_is_recorded_on_the_result() -> None:
     async with gateway(backend(script)) as gate:
         batch = await gate.chat(USER, max_tokens=2000, scenario="batch_content")
     assert not batch.streamed and batch.stream_decision == "batch"
+
+
+async def test_keep_warm_refreshes_hot_prefixes_and_counts_the_cost() -> None:
+    script = Script(ok(prompt=1400, cached=1280))
+    system = {"role": "system", "content": "Policy handbook. " * 350}  # ~1,500 tokens
+    gate = gateway(backend(script), keep_warm=True, keep_warm_interval_s=0.05)
+    async with gate:
+        for i in range(6):
+            await gate.chat(
+                [system, {"role": "user", "content": f"q{i}"}], scenario="batch_content"
+            )
+        await wait_until(lambda: gate.keep_warm_calls >= 1)
+        entry = gate.ledger.entries["mock"]
+    refresh = [b for b in script.bodies if b.get("max_tokens") == 1]
+    assert refresh and refresh[0]["messages"][0] == system
+    assert refresh[0]["messages"][-1]["role"] == "user"
+    assert entry.calls_ok >= 7  # the refresh is an ordinary, counted call
+
+
+async def test_keep_warm_is_off_by_default() -> None:
+    script = Script(ok(prompt=1400))
+    system = {"role": "system", "content": "Policy handbook. " * 350}
+    async with gateway(backend(script)) as gate:
+        for i in range(6):
+            await gate.chat(
+                [system, {"role": "user", "content": f"q{i}"}], scenario="batch_content"
+            )
+        await anyio.sleep(0.1)
+    assert all(b.get("max_tokens") != 1 for b in script.bodies)
