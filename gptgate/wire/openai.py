@@ -1,0 +1,807 @@
+"""The OpenAI chat-completions wire format: request bodies, responses, streams and errors.
+
+Pure functions and small state machines with no I/O of their own (the stream reader only
+iterates the byte stream it is handed), so every server quirk is a unit test away. The rules
+that matter most:
+
+* the caller's OpenAI parameters pass through untouched — gptgate never needs to know them;
+* the first content token is a stream's commit point: before it a failure maps to a retryable
+  error (a retry is invisible), after it to :class:`StreamInterruptedError` carrying the
+  partial text (a retry would duplicate output);
+* error messages come from the server's error *message* only, truncated and scrubbed of
+  anything that looks like a secret; never from headers, URLs or the request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+
+from gptgate.errors import (
+    BackendError,
+    BadRequestError,
+    GateError,
+    RateLimitedError,
+    RequestTimeout,
+    StreamInterruptedError,
+)
+from gptgate.results import Usage
+from gptgate.tokens import estimate_text_tokens, message_text
+from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
+from gptgate.wire.ratelimits import request_id as _header_request_id
+from gptgate.wire.sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "ChatStreamReader",
+    "ParsedChat",
+    "StreamAccumulator",
+    "build_chat_body",
+    "error_for_exception",
+    "error_for_status",
+    "parse_chat_response",
+    "parse_usage",
+    "scrub_secrets",
+]
+
+# --------------------------------------------------------------------------------------------
+# Request bodies
+
+#: Keys gptgate owns. ``model`` is the backend's (a pool may serve one logical model under
+#: different names per backend, so a caller's value would break failover); ``messages`` is
+#: the positional argument; ``stream`` is gptgate's stream/non-stream decision.
+_OWNED_KEYS = frozenset({"model", "messages", "stream"})
+
+
+def _json_default(obj: object) -> Any:
+    """Let callers pass read-only mappings and tuples-of-anything as messages/params."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, Sequence) and not isinstance(obj, str | bytes | bytearray):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
+_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_json_default)
+
+
+def build_chat_body(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    *,
+    stream: bool,
+    prompt_cache_key: str | None = None,
+) -> bytes:
+    """The UTF-8 JSON body of one ``/chat/completions`` attempt.
+
+    Every key of ``params`` passes through except the ones gptgate owns (``model``,
+    ``messages``, ``stream``). A streamed attempt always asks for ``include_usage`` (merged
+    into the caller's ``stream_options``): the usage chunk is how billed tokens are known. A
+    non-streamed one carries no ``stream``/``stream_options`` at all — some servers reject
+    ``stream_options`` without ``stream: true``.
+
+    Raises :class:`BadRequestError` when ``messages``/``params`` cannot be serialized.
+    """
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    for key, value in params.items():
+        if key not in _OWNED_KEYS:
+            body[key] = value
+    if stream:
+        body["stream"] = True
+        options = params.get("stream_options")
+        body["stream_options"] = (
+            {**options, "include_usage": True}
+            if isinstance(options, Mapping)
+            else {"include_usage": True}
+        )
+    elif "stream_options" in body:
+        del body["stream_options"]
+    if prompt_cache_key is not None and "prompt_cache_key" not in body:
+        body["prompt_cache_key"] = prompt_cache_key
+    try:
+        text = _ENCODER.encode(body)
+    except (TypeError, ValueError) as exc:
+        raise BadRequestError(f"request is not JSON-serializable: {exc}") from None
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: escape it and let the server judge
+        return _ASCII_ENCODER.encode(body).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# Responses
+
+
+@dataclass(slots=True)
+class ParsedChat:
+    """The parts of one chat completion gptgate needs; ``raw`` keeps the rest (tool calls,
+    logprobs, server extras) for callers who want it."""
+
+    text: str
+    finish_reason: str | None
+    usage: Usage | None
+    response_id: str | None
+    model: str | None
+    raw: dict[str, Any] | None
+
+
+def _token_count(value: Any) -> int | None:
+    if type(value) is int:  # the common case; the exact check also rejects bool
+        return value if value >= 0 else 0
+    if isinstance(value, float) and math.isfinite(value):
+        return max(0, int(value))
+    return None
+
+
+def parse_usage(obj: Any) -> Usage | None:
+    """Token counts from a chat ``usage`` object (or a Responses-API style one).
+
+    Returns None when ``obj`` is not a dict or carries no token count at all (so a caller can
+    tell "no usage reported" from "zero tokens"). A missing or null ``cached_tokens`` is 0; a
+    cached count above the input count (seen on proxies) is clamped to it.
+    """
+    if not isinstance(obj, dict):
+        return None
+    input_tokens = _token_count(obj.get("prompt_tokens"))
+    if input_tokens is None:
+        input_tokens = _token_count(obj.get("input_tokens"))
+    output_tokens = _token_count(obj.get("completion_tokens"))
+    if output_tokens is None:
+        output_tokens = _token_count(obj.get("output_tokens"))
+    if input_tokens is None and output_tokens is None:
+        return None
+    details = obj.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        details = obj.get("input_tokens_details")
+    cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    input_tokens = input_tokens or 0
+    return Usage(
+        input_tokens=input_tokens,
+        cached_input_tokens=min(cached or 0, input_tokens),
+        output_tokens=output_tokens or 0,
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _loads_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:  # byte-level tokens can yield invalid UTF-8: keep the answer
+        return json.loads(body.decode("utf-8", "replace"))
+
+
+def parse_chat_response(
+    body: bytes,
+    *,
+    backend: str,
+    status: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> ParsedChat:
+    """Parse a non-streamed 2xx chat completion (only the first choice's text is taken).
+
+    Raises the mapped error for an ``{"error": ...}`` body sent with a success status, and
+    :class:`BackendError` for a body that is not a chat completion.
+    """
+    try:
+        obj = _loads_body(body)
+    except ValueError:
+        raise _malformed("response is not JSON", backend, status, headers) from None
+    if not isinstance(obj, dict):
+        raise _malformed("response is not a JSON object", backend, status, headers)
+    error = obj.get("error")
+    if error:
+        raise _in_band_error(error, backend=backend, status=status, headers=headers)
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _malformed("response has no choices", backend, status, headers)
+    choice = choices[0]
+    message = choice.get("message")
+    text = ""
+    if isinstance(message, dict):
+        content = message.get("content")
+        text = content if isinstance(content, str) else message_text(message)
+    return ParsedChat(
+        text=text,
+        finish_reason=_optional_str(choice.get("finish_reason")),
+        usage=parse_usage(obj.get("usage")),
+        response_id=_optional_str(obj.get("id")),
+        model=_optional_str(obj.get("model")),
+        raw=obj,
+    )
+
+
+def _malformed(
+    what: str, backend: str, status: int | None, headers: Mapping[str, str] | None
+) -> BackendError:
+    return BackendError(
+        f"malformed response: {what}",
+        backend=backend,
+        status=status,
+        request_id=_header_request_id(headers) if headers is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Streams
+
+
+class StreamAccumulator:
+    """Folds decoded stream chunks into one answer; :meth:`feed` returns each text delta.
+
+    Tolerates what servers really send: a role-only first chunk with ``content: null``,
+    absent or empty content, extra keys (llama.cpp ``timings``), usage on a final chunk with
+    ``choices: []``. Only choice index 0 is accumulated. Tool-call deltas are merged too and
+    show up in :meth:`result`'s ``raw``, so a streamed tool call is not lost.
+    """
+
+    __slots__ = (
+        "_backend",
+        "_parts",
+        "_request_id",
+        "_tool_calls",
+        "chunks",
+        "finish_reason",
+        "has_content",
+        "model",
+        "response_id",
+        "usage",
+    )
+
+    def __init__(self, *, backend: str | None = None, request_id: str | None = None) -> None:
+        self._backend = backend
+        self._request_id = request_id
+        self._parts: list[str] = []
+        self._tool_calls: dict[int, dict[str, Any]] | None = None
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.response_id: str | None = None
+        self.model: str | None = None
+        #: True once a non-empty content delta arrived: the stream's commit point
+        self.has_content = False
+        self.chunks = 0
+
+    @property
+    def text(self) -> str:
+        parts = self._parts
+        if len(parts) > 1:  # join lazily, once per read of the text, not once per delta
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    def feed(self, chunk: Mapping[str, Any]) -> str:
+        """Take one decoded chunk; return its text delta ("" if none). Raises the mapped
+        error for an ``{"error": ...}`` chunk."""
+        self.chunks += 1
+        error = chunk.get("error")
+        if error:
+            raise _in_band_error(
+                error, backend=self._backend, status=None, request_id=self._request_id
+            )
+        if self.response_id is None:
+            self.response_id = _optional_str(chunk.get("id"))
+        if self.model is None:
+            self.model = _optional_str(chunk.get("model"))
+        usage = chunk.get("usage")
+        if usage is not None:
+            parsed = parse_usage(usage)
+            if parsed is not None:
+                self.usage = parsed
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices, list):
+            return ""
+        text = ""
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                content = delta.get("content")
+                if content and isinstance(content, str):
+                    self._parts.append(content)
+                    self.has_content = True
+                    text = content
+                tool_calls = delta.get("tool_calls")
+                if tool_calls:
+                    self._merge_tool_calls(tool_calls)
+            finish_reason = choice.get("finish_reason")
+            if finish_reason is not None:
+                self.finish_reason = str(finish_reason)
+        return text
+
+    def _merge_tool_calls(self, deltas: Any) -> None:
+        if not isinstance(deltas, list):
+            return
+        if self._tool_calls is None:
+            self._tool_calls = {}
+        for delta in deltas:
+            if not isinstance(delta, dict):
+                continue
+            index = delta.get("index", len(self._tool_calls))
+            call = self._tool_calls.get(index)
+            if call is None:
+                call = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                self._tool_calls[index] = call
+            if isinstance(delta.get("id"), str):
+                call["id"] = delta["id"]
+            if isinstance(delta.get("type"), str):
+                call["type"] = delta["type"]
+            function = delta.get("function")
+            if isinstance(function, dict):
+                target = call["function"]
+                if isinstance(function.get("name"), str):
+                    target["name"] += function["name"]
+                if isinstance(function.get("arguments"), str):
+                    target["arguments"] += function["arguments"]
+
+    def result(self) -> ParsedChat:
+        """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
+        text = self.text
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if self._tool_calls:
+            message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
+        raw: dict[str, Any] = {
+            "id": self.response_id,
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.usage is not None:
+            raw["usage"] = {
+                "prompt_tokens": self.usage.input_tokens,
+                "completion_tokens": self.usage.output_tokens,
+                "total_tokens": self.usage.total_tokens,
+                "prompt_tokens_details": {"cached_tokens": self.usage.cached_input_tokens},
+            }
+        return ParsedChat(
+            text=text,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            response_id=self.response_id,
+            model=self.model,
+            raw=raw,
+        )
+
+
+_DONE = "[DONE]"
+#: reads of the body after ``[DONE]`` so the connection can go back to the pool
+_MAX_DRAIN_READS = 16
+
+
+class ChatStreamReader:
+    """Reads one streamed chat completion: ``async for delta in reader`` yields the non-empty
+    text deltas; :meth:`result` gives the whole answer once the stream completed.
+
+    A stream is complete at ``[DONE]`` or, for servers that omit it, at EOF after a
+    ``finish_reason``. Anything else raises a typed error, decided by the commit point:
+
+    * before the first content delta: a transport failure maps through
+      :func:`error_for_exception`, a malformed chunk is a :class:`BackendError`, an error
+      event its mapped error — all invisible to the caller, so retryable;
+    * after it: :class:`StreamInterruptedError` with the partial text and its (reported or
+      estimated) output tokens, chained to the cause.
+
+    An EOF without completion is always :class:`StreamInterruptedError`. Deltas that arrived
+    in the same read as a failure are yielded before the error is raised. After ``[DONE]`` the
+    rest of the body is drained (errors ignored: the answer is whole) so the connection can be
+    reused; the caller still closes the response.
+    """
+
+    __slots__ = (
+        "_backend",
+        "_decoder",
+        "_error",
+        "_finished",
+        "_iterator",
+        "_pending",
+        "_request_id",
+        "_stream",
+        "accumulator",
+        "complete",
+        "done_seen",
+    )
+
+    def __init__(
+        self,
+        byte_stream: AsyncIterable[bytes],
+        *,
+        backend: str,
+        request_id: str | None = None,
+    ) -> None:
+        self._stream = byte_stream
+        self._iterator: AsyncIterator[bytes] | None = None
+        self._backend = backend
+        self._request_id = request_id
+        self._decoder = SSEDecoder()
+        self._pending: list[str] = []
+        self._error: GateError | None = None
+        self._finished = False
+        self.accumulator = StreamAccumulator(backend=backend, request_id=request_id)
+        self.done_seen = False
+        #: True once the stream ended properly ([DONE], or a finish_reason then EOF)
+        self.complete = False
+
+    @property
+    def has_content(self) -> bool:
+        return self.accumulator.has_content
+
+    def __aiter__(self) -> ChatStreamReader:
+        return self
+
+    async def __anext__(self) -> str:
+        pending = self._pending
+        while True:
+            if pending:
+                return pending.pop(0)
+            if self._error is not None:
+                error, self._error = self._error, None
+                self._finished = True
+                raise error
+            if self._finished:
+                raise StopAsyncIteration
+            if self.done_seen:
+                await self._drain()
+                self._finish()
+                continue
+            if self._iterator is None:
+                self._iterator = aiter(self._stream)
+            try:
+                chunk = await self._iterator.__anext__()
+            except StopAsyncIteration:
+                self._handle(self._decoder.close())
+                if self._error is None:
+                    if self.done_seen:
+                        self._finish()  # nothing left to drain
+                    else:
+                        self._end_of_stream()
+                continue
+            except Exception as exc:
+                self._fail_transport(exc)
+                continue
+            self._handle(self._decoder.feed(chunk))
+
+    def result(self) -> ParsedChat:
+        """The complete answer. Raises RuntimeError before the stream completed (an
+        interrupted stream's partial answer is on its :class:`StreamInterruptedError`)."""
+        if not self.complete:
+            raise RuntimeError("the stream has not completed")
+        return self.accumulator.result()
+
+    async def aclose(self) -> None:
+        """Stop early and close the byte iterator (the caller still closes the response)."""
+        self._finished = True
+        iterator, self._iterator = self._iterator, None
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _handle(self, events: list[SSEEvent]) -> None:
+        accumulator = self.accumulator
+        for event in events:
+            data = event.data
+            if event.event == "error":
+                self._fail(self._error_event(data))
+                return
+            if not data:
+                continue
+            if data == _DONE:
+                self.done_seen = True
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                if data.strip() == _DONE:
+                    self.done_seen = True
+                    return
+                self._fail(self._malformed("stream chunk is not JSON"))
+                return
+            if not isinstance(chunk, dict):
+                self._fail(self._malformed("stream chunk is not a JSON object"))
+                return
+            try:
+                delta = accumulator.feed(chunk)
+            except GateError as exc:
+                self._fail(exc)
+                return
+            if delta:
+                self._pending.append(delta)
+
+    def _error_event(self, data: str) -> GateError:
+        try:
+            payload: Any = json.loads(data)
+        except ValueError:
+            payload = data
+        if isinstance(payload, dict) and payload.get("error"):
+            payload = payload["error"]
+        return _in_band_error(
+            payload or "error event",
+            backend=self._backend,
+            status=None,
+            request_id=self._request_id,
+        )
+
+    def _malformed(self, what: str) -> BackendError:
+        return BackendError(
+            f"malformed response: {what}",
+            backend=self._backend,
+            request_id=self._request_id,
+            billed=self.accumulator.chunks > 0,
+        )
+
+    def _fail(self, error: GateError) -> None:
+        """Record a failure, raised once the deltas already decoded were yielded."""
+        if self.accumulator.has_content:
+            interrupted = self._interrupted(error.message)
+            interrupted.__cause__ = error
+            error = interrupted
+        elif self.accumulator.chunks:
+            error.billed = True
+        self._error = error
+
+    def _fail_transport(self, exc: Exception) -> None:
+        if self.accumulator.finish_reason is not None:
+            # the answer is whole; only the trailer ([DONE], usage) was lost
+            self._finish()
+            return
+        error = error_for_exception(exc, backend=self._backend)
+        if error.request_id is None:
+            error.request_id = self._request_id
+        if error is not exc:
+            error.__cause__ = exc
+        self._fail(error)
+
+    def _end_of_stream(self) -> None:
+        if self.accumulator.finish_reason is not None:
+            self._finish()
+            return
+        reason = "the stream was cut mid-event" if self._decoder.truncated else "no [DONE]"
+        self._error = self._interrupted(f"stream ended before its final chunk ({reason})")
+
+    def _finish(self) -> None:
+        self.complete = True
+        self._finished = True
+
+    async def _drain(self) -> None:
+        iterator = self._iterator
+        if iterator is None:
+            return
+        try:
+            for _ in range(_MAX_DRAIN_READS):
+                await iterator.__anext__()
+        except Exception:  # includes StopAsyncIteration: the body ended
+            pass
+
+    def _interrupted(self, reason: str) -> StreamInterruptedError:
+        accumulator = self.accumulator
+        text = accumulator.text
+        usage = accumulator.usage
+        return StreamInterruptedError(
+            f"stream interrupted after {len(text)} characters: {reason}",
+            partial_text=text,
+            output_tokens=usage.output_tokens if usage is not None else estimate_text_tokens(text),
+            usage_estimated=usage is None,
+            backend=self._backend,
+            request_id=self._request_id,
+            billed=accumulator.chunks > 0 or bool(text),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bBearer\s+[^\s\"',;]+", re.IGNORECASE), "Bearer ***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-*]{4,}"), "sk-***"),
+    (
+        re.compile(
+            r"(?i)\b((?:x-)?api[_-]?key|access[_-]?token|auth[_-]?token|secret|password"
+            r"|authorization)([\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"
+        ),
+        r"\1\2***",
+    ),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), "AIza***"),
+    (re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|hf|xai|gsk)_[A-Za-z0-9_]{16,}"), "***"),
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"), "***"),
+)
+_MAX_MESSAGE = 500
+
+
+def scrub_secrets(text: str) -> str:
+    """Mask what looks like a credential (``sk-…`` keys, ``Bearer …``, ``api_key=…``, a few
+    other providers' token shapes) — servers echo keys in error messages, and errors end up
+    in logs and spans."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _clean(text: str, limit: int = _MAX_MESSAGE) -> str:
+    # scrub before truncating (a cut could hide a key's prefix from the patterns), but bound
+    # the scrubbed text so a megabyte error page costs nothing
+    text = scrub_secrets(" ".join(text[: limit * 4].split()))
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def _describe(payload: Any) -> tuple[str, Any, Any]:
+    """(message, code, type) of an error payload: an OpenAI ``error`` object, a string, or a
+    FastAPI/vLLM ``detail``/``message`` body."""
+    if isinstance(payload, str):
+        return payload, None, None
+    if not isinstance(payload, dict):
+        return json.dumps(payload, default=str), None, None
+    inner = payload.get("error")
+    if isinstance(inner, dict):
+        payload = inner
+    elif isinstance(inner, str) and inner:
+        return inner, payload.get("code"), payload.get("type")
+    code, kind = payload.get("code"), payload.get("type")
+    for key in ("message", "detail", "msg"):
+        value = payload.get(key)
+        if value:
+            return (value if isinstance(value, str) else json.dumps(value, default=str)), code, kind
+    return json.dumps(payload, default=str), code, kind
+
+
+def _body_message(body: bytes) -> tuple[str, Any, Any]:
+    stripped = body.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        try:
+            return _describe(_loads_body(stripped))
+        except ValueError:
+            pass
+    return body[:200].decode("utf-8", "replace"), None, None
+
+
+def _class_for_status(status: int) -> type[GateError]:
+    if status == 429:
+        return RateLimitedError
+    if status == 408:
+        return RequestTimeout
+    if 400 <= status < 500 and status != 409:
+        return BadRequestError
+    return BackendError  # 409 conflict, 5xx, and anything unexpected
+
+
+_LEAD = {
+    RateLimitedError: "rate limited",
+    RequestTimeout: "request timed out",
+    BadRequestError: "bad request",
+    BackendError: "backend error",
+}
+
+
+def _message(cls: type[GateError], status: int | None, text: str, code: Any, kind: Any) -> str:
+    if status == 401:
+        lead = "authentication failed"
+    elif status == 403:
+        lead = "permission denied"
+    elif status == 409:
+        lead = "conflict"
+    else:
+        lead = _LEAD.get(cls, "error")
+    tag = code if isinstance(code, str) and code else kind if isinstance(kind, str) else None
+    if tag:
+        lead = f"{lead}: [{_clean(tag, 80)}]"
+    text = _clean(text, _MAX_MESSAGE - len(lead) - 2)  # the whole message stays <= 500 chars
+    return f"{lead} {text}" if tag and text else f"{lead}: {text}" if text else lead
+
+
+def error_for_status(
+    status: int,
+    headers: Mapping[str, str] | None,
+    body: bytes,
+    *,
+    backend: str,
+) -> GateError:
+    """The typed error for a non-2xx response: 408 → RequestTimeout, 409 → BackendError,
+    429 → RateLimitedError, 5xx → BackendError, other 4xx → BadRequestError.
+
+    Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
+    overrides the class's own ``retryable``); the message is the server's, scrubbed.
+    """
+    cls = _class_for_status(status)
+    text, code, kind = _body_message(body)
+    return cls(
+        _message(cls, status, text, code, kind),
+        backend=backend,
+        status=status,
+        request_id=_header_request_id(headers) if headers is not None else None,
+        retry_after=parse_retry_after(headers) if headers is not None else None,
+        should_retry=parse_should_retry(headers) if headers is not None else None,
+    )
+
+
+_RATE_LIMIT_MARKERS = ("rate_limit", "rate limit", "ratelimit", "too_many_requests", "429")
+
+
+def _in_band_error(
+    payload: Any,
+    *,
+    backend: str | None,
+    status: int | None,
+    headers: Mapping[str, str] | None = None,
+    request_id: str | None = None,
+) -> GateError:
+    """The error for an ``{"error": ...}`` sent under a success status or in a stream.
+
+    Rate-limit-ish codes/types → RateLimitedError; an HTTP-like numeric ``code`` (llama.cpp,
+    vLLM) picks the class as its status would; anything else → BackendError. ``status`` stays
+    the real HTTP status.
+    """
+    text, code, kind = _describe(payload)
+    marker = f"{code} {kind}".lower()
+    numeric = code if type(code) is int else None
+    if numeric is None and isinstance(code, str) and code.isdigit():
+        numeric = int(code)
+    cls: type[GateError]
+    if any(m in marker for m in _RATE_LIMIT_MARKERS):
+        cls = RateLimitedError
+    elif numeric is not None and 400 <= numeric < 600:
+        cls = _class_for_status(numeric)
+    else:
+        cls = BackendError
+    if headers is not None and request_id is None:
+        request_id = _header_request_id(headers)
+    return cls(
+        _message(cls, numeric, text, code, kind),
+        backend=backend,
+        status=status,
+        request_id=request_id,
+        retry_after=parse_retry_after(headers) if headers is not None else None,
+        should_retry=parse_should_retry(headers) if headers is not None else None,
+    )
+
+
+def error_for_exception(exc: BaseException, *, backend: str) -> GateError:
+    """The typed error for an exception raised while sending or reading a request.
+
+    The message is the exception's class and a short reason, never ``str(exc)``: transport
+    exceptions can carry the request URL. Chain the original (``raise ... from exc``) to keep
+    the details for debugging.
+    """
+    if isinstance(exc, GateError):
+        if exc.backend is None:
+            exc.backend = backend
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, httpx2.TimeoutException):
+        if isinstance(exc, httpx2.ConnectTimeout):
+            return RequestTimeout(f"connect timeout ({name})", backend=backend)
+        if isinstance(exc, httpx2.PoolTimeout):
+            return RequestTimeout(
+                f"timed out waiting for a pooled connection ({name})", backend=backend
+            )
+        if isinstance(exc, httpx2.ReadTimeout):
+            # the prompt was sent: the backend may be working (and billing) on it
+            return RequestTimeout(f"read timeout ({name})", backend=backend, billed=True)
+        if isinstance(exc, httpx2.WriteTimeout):
+            return RequestTimeout(f"write timeout ({name})", backend=backend)
+        return RequestTimeout(f"timeout ({name})", backend=backend)
+    if isinstance(exc, httpx2.ConnectError):
+        return BackendError(f"connection failed ({name})", backend=backend)
+    if isinstance(exc, httpx2.ProtocolError):
+        return BackendError(f"protocol error ({name})", backend=backend)
+    if isinstance(exc, httpx2.ReadError):
+        return BackendError(f"connection lost while reading ({name})", backend=backend)
+    if isinstance(exc, httpx2.WriteError):
+        return BackendError(f"connection lost while writing ({name})", backend=backend)
+    if isinstance(exc, httpx2.TransportError):
+        return BackendError(f"transport error ({name})", backend=backend)
+    if isinstance(exc, anyio.EndOfStream | anyio.BrokenResourceError | anyio.ClosedResourceError):
+        return BackendError(f"connection closed ({name})", backend=backend)
+    if isinstance(exc, TimeoutError):
+        return RequestTimeout(f"timeout ({name})", backend=backend)
+    return BackendError(f"request failed ({name})", backend=backend)
