@@ -43,6 +43,7 @@ from .wire import (
     error_for_exception,
     error_for_status,
     parse_chat_response,
+    request_id,
 )
 
 __all__ = ["CallRunner", "CallSpec", "CallState"]
@@ -290,7 +291,7 @@ class CallRunner:
                         response, sent_at + attempt_timeout, config.idle_timeout, backend.name
                     ),
                     backend=backend.name,
-                    request_id=response.headers.get("x-request-id"),
+                    request_id=request_id(response.headers),
                 )
                 async for delta in reader:
                     if ttft is None:
