@@ -23,7 +23,6 @@ from .clock import Clock
 from .errors import (
     BackendError,
     GateError,
-    OverloadedError,
     RateLimitedError,
     RequestTimeout,
     StreamInterruptedError,
@@ -31,7 +30,8 @@ from .errors import (
 from .ledger import Ledger
 from .limits import Permit
 from .results import ChatResult, Usage
-from .retry import RetryPolicy, SpendsRetries
+from .limits.budget import RetryBudget
+from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .telemetry import Telemetry
@@ -118,7 +118,8 @@ class CallRunner:
         ledger: Ledger,
         telemetry: Telemetry,
         cache_gate: CacheGateLike | None = None,
-        budgets: Mapping[str, SpendsRetries] | None = None,
+        budget: RetryBudget | None = None,
+        max_breaker_wait_s: float = 5.0,
     ) -> None:
         self.router = router
         self.clock = clock
@@ -126,13 +127,17 @@ class CallRunner:
         self.ledger = ledger
         self.telemetry = telemetry
         self.cache_gate = cache_gate
-        self.budgets = budgets or {}
+        #: one budget for the gateway: retries ≤ ratio × calls (SRE: no retry storms)
+        self.budget = budget
+        self.max_breaker_wait_s = max_breaker_wait_s
 
     # -- the whole call -------------------------------------------------------------------
 
     async def run(self, spec: CallSpec) -> ChatResult:
         """A non-visible call: retries freely until a result or the last error."""
         state = CallState(start=self.clock.now())
+        if self.budget is not None:
+            self.budget.record_request(state.start)
 
         async def attempt(number: int) -> ChatResult:
             async with aclosing(self._attempt(spec, state, number)) as deltas:
@@ -146,6 +151,7 @@ class CallRunner:
                 return await self.retry.run(
                     attempt,
                     deadline=spec.deadline,
+                    budget=self.budget,
                     max_attempts=spec.max_attempts,
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
                 )
@@ -159,6 +165,8 @@ class CallRunner:
 
     async def stream(self, spec: CallSpec, state: CallState) -> AsyncGenerator[str, None]:
         """A visible stream: retries only while nothing has been shown to the caller."""
+        if self.budget is not None:
+            self.budget.record_request(state.start)
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
@@ -184,8 +192,7 @@ class CallRunner:
             return False
         if spec.deadline is not None and self.clock.now() >= spec.deadline:
             return False
-        budget = self.budgets.get(error.backend or "")
-        return budget is None or budget.try_spend(self.clock.now())
+        return self.budget is None or self.budget.try_spend(self.clock.now())
 
     @property
     def retry_after_cap(self) -> float:
@@ -215,10 +222,16 @@ class CallRunner:
         clock = self.clock
         backend, wait = self.router.choose(spec.route, frozenset(state.failed_backends))
         if wait > 0:
-            if spec.deadline is not None and clock.now() + wait > spec.deadline:
-                raise OverloadedError(
-                    "every eligible backend is cooling down past the deadline",
+            allowed = self.max_breaker_wait_s
+            if spec.deadline is not None:
+                allowed = min(allowed, spec.deadline - clock.now())
+            if wait > allowed:
+                # fail fast rather than pile calls up behind a dead backend
+                raise BackendError(
+                    "every eligible backend's circuit is open",
                     backend=backend.name,
+                    retry_after=wait,
+                    should_retry=False,
                 )
             await clock.sleep(wait)
         state.attempts = number

@@ -170,6 +170,16 @@ class GatewayConfig(BaseModel):
     backoff_cap_s: float = Field(default=8.0, gt=0)
     #: a server's retry-after longer than this fails the call instead of sleeping
     max_retry_after_s: float = Field(default=60.0, gt=0)
+    #: retries may be at most this share of calls over a sliding 10 s window (plus the floor
+    #: below); when spent, calls fail fast with their original error. None disables it.
+    retry_budget_ratio: float | None = Field(default=0.1, ge=0)
+    retry_budget_min_per_s: float = Field(default=1.0, ge=0)
+    #: consecutive failures that open a backend's circuit, and its first cool-down
+    breaker_threshold: int = Field(default=5, ge=1)
+    breaker_cooldown_s: float = Field(default=5.0, gt=0)
+    #: how long a call may wait for an open circuit to half-open when no other backend is
+    #: eligible; beyond it the call fails fast (never past the call's own deadline)
+    max_breaker_wait_s: float = Field(default=5.0, ge=0)
     #: total deadline per call across attempts (None → attempts × backend timeout)
     deadline_s: float | None = Field(default=None, gt=0)
     default_scenario: str = "default"

@@ -35,10 +35,11 @@ from .config import Backend, GatewayConfig
 from .errors import BadRequestError, GateError
 from .ledger import Ledger
 from .limits import FixedLimit, Limit, Limiter
+from .limits.budget import RetryBudget
 from .pool import BackendPool, PoolStatistics
 from .results import ChatResult
 from .retry import RetryPolicy
-from .routing import BackendState, Router, RouteRequest
+from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, Scenario, decide_stream, resolve_scenario
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
@@ -201,6 +202,7 @@ class Gateway:
             maxsize=10_000, ttl=3 * config.keep_warm_interval_s, timer=self.clock.now
         )
         self.keep_warm_calls = 0
+        self.retry_budget: RetryBudget | None = None
         self._open = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -233,8 +235,16 @@ class Gateway:
                 max_inflight=backend.pool_size,
                 name=backend.name,
             )
-            self._states[backend.name] = BackendState(backend, pool, limiter)
+            breaker = CircuitBreaker(
+                threshold=self.config.breaker_threshold,
+                cooldown_s=self.config.breaker_cooldown_s,
+            )
+            self._states[backend.name] = BackendState(backend, pool, limiter, breaker)
         router = Router(list(self._states.values()), self.clock)
+        ratio = self.config.retry_budget_ratio
+        self.retry_budget = (
+            RetryBudget(ratio, self.config.retry_budget_min_per_s) if ratio is not None else None
+        )
         retry = RetryPolicy(
             max_attempts=self.config.max_attempts,
             backoff_base_s=self.config.backoff_base_s,
@@ -250,6 +260,8 @@ class Gateway:
             ledger=self._ledger,
             telemetry=self._telemetry,
             cache_gate=self.cache_gate,
+            budget=self.retry_budget,
+            max_breaker_wait_s=self.config.max_breaker_wait_s,
         )
         self._open = True
         if self.config.keep_warm:

@@ -94,14 +94,20 @@ class CircuitBreaker:
 class BackendState:
     """Everything live about one backend: its pool, limiter, latency windows and health."""
 
-    def __init__(self, backend: Backend, pool: BackendPool, limiter: Limiter) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        pool: BackendPool,
+        limiter: Limiter,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
         self.backend = backend
         self.name = backend.name
         self.pool = pool
         self.limiter = limiter
         self.latency = LatencyWindow()
         self.ttft = LatencyWindow()
-        self.breaker = CircuitBreaker()
+        self.breaker = breaker or CircuitBreaker()
         self.calls = 0
         self.failures = 0
         self.retries = 0

@@ -363,3 +363,34 @@ async def test_keep_warm_is_off_by_default() -> None:
             )
         await anyio.sleep(0.1)
     assert all(b.get("max_tokens") != 1 for b in script.bodies)
+
+
+async def test_retry_budget_stops_a_retry_storm() -> None:
+    script = Script(error(503))
+    gate = gateway(
+        backend(script, concurrency=8),
+        max_attempts=5,
+        retry_budget_ratio=0.1,
+        retry_budget_min_per_s=0.0,
+        breaker_threshold=10_000,  # this test is about the budget, not the breaker
+    )
+    async with gate:
+        results = await gate.map([{"messages": USER}] * 200)
+    assert all(isinstance(r, gg.BackendError) for r in results)
+    retries = len(script.requests) - 200
+    # without the budget: 800 retries; with it: at most 10% of the 200 calls
+    assert 0 < retries <= 20
+
+
+async def test_an_open_circuit_with_no_alternative_fails_fast() -> None:
+    script = Script(error(500))
+    gate = gateway(backend(script), breaker_threshold=3, breaker_cooldown_s=30, max_attempts=1)
+    async with gate:
+        for _ in range(3):
+            with pytest.raises(gg.BackendError):
+                await gate.chat(USER)
+        with pytest.raises(gg.BackendError, match="circuit is open") as info:
+            await gate.chat(USER)
+        assert gate.stats()["mock"].circuit == "open"
+    assert len(script.requests) == 3  # the fourth call never reached the dead backend
+    assert info.value.retry_after is not None and info.value.retry_after > 29
