@@ -29,8 +29,8 @@ from .errors import (
 )
 from .ledger import Ledger
 from .limits import Permit
-from .results import ChatResult, Usage
 from .limits.budget import RetryBudget
+from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
