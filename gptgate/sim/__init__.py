@@ -1,0 +1,40 @@
+"""gptgate.sim — a simulated OpenAI-compatible serving stack, so nothing needs an API key.
+
+Seeded and deterministic in content and token counts; time runs on a
+:class:`~gptgate.clock.Clock` (a ``ScaledClock(100)`` runs 2-second calls 100× faster).
+
+* :class:`SimEngine` — the model: slots and queues, prefill/decode timing with a USL knee,
+  prefix cache with replicas, rate limits, faults, and a billing :class:`SimLedger`;
+* :class:`SimTransport` — the engine behind an ``httpx2.AsyncClient``, in-process, streaming;
+* :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
+* :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``.
+"""
+
+from gptgate.sim.app import create_app
+from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
+from gptgate.sim.faults import FaultPlan
+from gptgate.sim.ledger import LedgerSnapshot, SimLedger
+from gptgate.sim.profiles import PROFILES, SimProfile, get_profile
+from gptgate.sim.server import SimServer, serve
+from gptgate.sim.transport import SimTransport
+from gptgate.sim.virtual import LoopClock, run_virtual
+
+__all__ = [
+    "PROFILES",
+    "EngineSnapshot",
+    "FaultPlan",
+    "LedgerSnapshot",
+    "LoopClock",
+    "SimEngine",
+    "SimLedger",
+    "SimProfile",
+    "SimReset",
+    "SimResponse",
+    "SimServer",
+    "SimStream",
+    "SimTransport",
+    "create_app",
+    "get_profile",
+    "run_virtual",
+    "serve",
+]

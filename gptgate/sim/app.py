@@ -1,0 +1,104 @@
+"""create_app: the engine as a raw ASGI 3 application (no framework).
+
+Serving the same engine over real HTTP lets end-to-end tests exercise a client's sockets,
+pool and SSE parser. Each SSE write goes out as its own ``http.response.body`` message with
+``more_body=True``; a client that disconnects (``http.disconnect``) cancels the request, which
+the engine bills as abandoned; a simulated reset raises out of the app so the server drops the
+connection mid-body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+
+from gptgate.sim.engine import SimEngine, SimReset, SimResponse
+
+__all__ = ["ASGIApp", "create_app"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def create_app(engine: SimEngine) -> ASGIApp:
+    """An ASGI application answering every HTTP request with ``engine``."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        body = await _read_body(receive)
+        if body is None:  # client left before sending its body
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        reset = False
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
+            response = await engine.handle(scope["method"], scope["path"], headers, body)
+            try:
+                await _send_response(response, send)
+            except SimReset:
+                reset = True
+            finally:
+                if response.stream is not None:
+                    with anyio.CancelScope(shield=True):
+                        await response.stream.aclose()
+            tg.cancel_scope.cancel()
+        if reset:  # raised outside the task group, bare, so the server drops the connection
+            raise SimReset("simulated connection reset")
+
+    return app
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel the request when the client goes away (the engine then bills it abandoned)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _send_response(response: SimResponse, send: Send) -> None:
+    raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+    await send({"type": "http.response.start", "status": response.status, "headers": raw_headers})
+    if response.body is not None:
+        await send(
+            {
+                "type": "http.response.body",
+                "body": response.body,
+                "more_body": response.stream is not None,
+            }
+        )
+    if response.stream is not None:
+        async for chunk in response.stream:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,98 @@
+"""The simulator's ground truth for cost: what the server did and what it would bill.
+
+A client's own accounting can only see what reached it. The server bills the work it did:
+a client that gives up after the prompt was prefilled still pays for the prompt, and a
+stream cut half-way has paid for the half it generated. Tests compare a gateway's estimate
+against this ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["LedgerSnapshot", "Outcome", "SimLedger"]
+
+#: how a request ended, from the server's side
+Outcome = Literal[
+    "ok", "rate_limited", "server_error", "client_error", "abandoned", "interrupted", "malformed"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSnapshot:
+    """Counts at one instant. ``wasted_*`` are the billed tokens of requests that did not end
+    ``ok`` (abandoned, interrupted, failed part-way): the cost of retries and timeouts."""
+
+    requests: int = 0
+    ok: int = 0
+    rate_limited: int = 0
+    server_errors: int = 0
+    client_errors: int = 0
+    abandoned: int = 0
+    interrupted: int = 0
+    malformed: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    wasted_input_tokens: int = 0
+    wasted_output_tokens: int = 0
+
+    @property
+    def billed_tokens(self) -> int:
+        """Input plus output tokens billed (cached input included, as providers count it)."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Share of billed input tokens that were served from the prefix cache."""
+        return self.cached_input_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+class SimLedger:
+    """Mutable counters behind :class:`LedgerSnapshot`; one per engine."""
+
+    __slots__ = ("_counts",)
+
+    _FIELDS = {
+        "ok": "ok",
+        "rate_limited": "rate_limited",
+        "server_error": "server_errors",
+        "client_error": "client_errors",
+        "abandoned": "abandoned",
+        "interrupted": "interrupted",
+        "malformed": "malformed",
+    }
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every counter (e.g. between benchmark rows sharing an engine)."""
+        self._counts = dict.fromkeys(LedgerSnapshot.__dataclass_fields__, 0)
+
+    def record(
+        self,
+        outcome: Outcome,
+        *,
+        input_tokens: int = 0,
+        cached_input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> None:
+        """Count one finished request and the tokens it is billed."""
+        c = self._counts
+        c["requests"] += 1
+        c[self._FIELDS[outcome]] += 1
+        c["input_tokens"] += input_tokens
+        c["cached_input_tokens"] += cached_input_tokens
+        c["output_tokens"] += output_tokens
+        if outcome != "ok":
+            c["wasted_input_tokens"] += input_tokens
+            c["wasted_output_tokens"] += output_tokens
+
+    def snapshot(self) -> LedgerSnapshot:
+        return LedgerSnapshot(**self._counts)
+
+    def __repr__(self) -> str:
+        return f"SimLedger({self.snapshot()!r})"

@@ -1,0 +1,211 @@
+"""Simulator profiles: every knob of the serving-stack model, and the named presets.
+
+A profile is data, not code, so that a test or a benchmark can derive a variant with
+``PROFILES["gpu"].model_copy(update={"slots": 4})`` instead of subclassing the engine. The
+numbers are *shapes* (SEEDS §1 and §7), never constants to assert on: tests compare profiles
+with each other, not with these values.
+
+Timing model (all in simulated seconds):
+
+* a request waits for one of ``slots`` running sequences on its replica (FIFO queue of
+  ``max_queue``; ``None`` = unbounded, like llama.cpp);
+* once running with ``b`` sequences on the replica, it pays
+  ``ttft_overhead_s + uncached_prompt / prefill_tokens_per_s × usl(b)`` before its first token and
+  ``step_time(b)`` per output token, where ``usl(b) = 1 + σ(b−1) + κ·b(b−1)`` is the Universal
+  Scalability Law: aggregate decode throughput ``b / step_time(b)`` rises, flattens, then falls
+  past ``knee``;
+* a small lognormal jitter (larger under load with ``load_jitter_sigma``) spreads latencies.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["PROFILES", "SimProfile", "get_profile"]
+
+
+class SimProfile(BaseModel):
+    """The knobs of one simulated backend. Frozen: derive variants with ``model_copy``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    model: str
+    hardware: Literal["tpu", "gpu", "cpu"]
+    #: wire dialect: "openai" (hosted/vLLM-like) or "llamacpp" (llama-server quirks)
+    flavor: Literal["openai", "llamacpp"] = "openai"
+
+    # -- capacity ------------------------------------------------------------------------
+    replicas: int = Field(1, ge=1)
+    #: concurrent sequences per replica (continuous-batching slots)
+    slots: int = Field(16, ge=1)
+    #: waiting requests per replica; None = unbounded (never rejects)
+    max_queue: int | None = Field(64, ge=0)
+    #: status when the queue is full: 429 (hosted-like) or 503 (self-hosted-like)
+    queue_full_status: Literal[429, 503] = 503
+    queue_retry_after_s: float = Field(1.0, ge=0)
+    context_tokens: int = Field(128_000, ge=1)
+
+    # -- timing --------------------------------------------------------------------------
+    ttft_overhead_s: float = Field(0.1, ge=0)
+    prefill_tokens_per_s: float = Field(10_000.0, gt=0)
+    base_step_s: float = Field(0.01, gt=0)
+    usl_sigma: float = Field(0.01, ge=0, lt=1)
+    usl_kappa: float = Field(0.0001, ge=0)
+    jitter_sigma: float = Field(0.1, ge=0)
+    #: extra jitter sigma at full load, scaled by (batch/slots)²: the P99 tail of a busy GPU
+    load_jitter_sigma: float = Field(0.0, ge=0)
+    #: probability (at full load) that a running request fails part-way (5xx / cut stream)
+    overload_error_rate: float = Field(0.0, ge=0, le=1)
+    #: load (batch / slots) from which overload failures start, ramping to the rate at 1.0
+    overload_from: float = Field(0.75, ge=0, lt=1)
+
+    # -- output --------------------------------------------------------------------------
+    output_tokens_mean: float = Field(215.0, gt=0)
+    output_tokens_sigma: float = Field(0.6, ge=0)
+    output_tokens_max: int = Field(4096, ge=1)
+    #: SSE writes per streamed response (each carries several tokens' text)
+    stream_chunks: int = Field(16, ge=1)
+
+    # -- rate limits (None = no limit and no x-ratelimit-* headers) ------------------------
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    #: tokens a request without max_tokens reserves against TPM, on top of its prompt
+    tpm_default_max_tokens: int = Field(1024, ge=0)
+
+    # -- prefix cache (OpenAI rules) -----------------------------------------------------
+    cache_min_tokens: int = Field(1024, ge=1)
+    cache_block_tokens: int = Field(128, ge=1)
+    cache_ttl_s: float = Field(300.0, gt=0)
+    #: LRU bound per replica, in blocks
+    cache_max_blocks: int = Field(65_536, ge=1)
+    #: routing hashes about this many leading tokens (plus prompt_cache_key)
+    prefix_route_tokens: int = Field(256, ge=1)
+    #: per-prefix requests/minute one replica takes before traffic spreads; None = never
+    prefix_overflow_rpm: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SimProfile:
+        if self.cache_min_tokens % self.cache_block_tokens:
+            raise ValueError("cache_min_tokens must be a multiple of cache_block_tokens")
+        return self
+
+    def usl(self, batch: int) -> float:
+        """Slow-down factor of one step at ``batch`` running sequences (1.0 when alone)."""
+        b = max(1, batch)
+        return 1.0 + self.usl_sigma * (b - 1) + self.usl_kappa * b * (b - 1)
+
+    def step_time(self, batch: int) -> float:
+        """Seconds per decode step with ``batch`` sequences running on one replica."""
+        return self.base_step_s * self.usl(batch)
+
+    @property
+    def knee(self) -> float:
+        """Batch size of peak aggregate throughput, √((1−σ)/κ) (∞ without contention)."""
+        if self.usl_kappa == 0:
+            return math.inf
+        return math.sqrt((1.0 - self.usl_sigma) / self.usl_kappa)
+
+
+_HOSTED = SimProfile(
+    name="hosted",
+    model="gpt-5.5",
+    hardware="tpu",
+    replicas=4,
+    slots=16,
+    max_queue=6,
+    queue_full_status=429,
+    queue_retry_after_s=1.0,
+    context_tokens=400_000,
+    ttft_overhead_s=0.25,
+    prefill_tokens_per_s=25_000.0,
+    base_step_s=0.0072,
+    usl_sigma=0.015,
+    usl_kappa=0.0055,
+    jitter_sigma=0.12,
+    load_jitter_sigma=0.1,
+    overload_error_rate=0.16,
+    overload_from=0.8,
+    output_tokens_sigma=0.4,
+    rpm=10_000,
+    tpm=10_000_000,
+    prefix_overflow_rpm=15.0,
+)
+
+_TPU = SimProfile(
+    name="tpu",
+    model="gpt-5.5",
+    hardware="tpu",
+    slots=128,
+    max_queue=256,
+    queue_full_status=503,
+    ttft_overhead_s=0.35,
+    prefill_tokens_per_s=30_000.0,
+    base_step_s=0.0085,
+    usl_sigma=0.002,
+    usl_kappa=0.00004,
+    jitter_sigma=0.08,
+    load_jitter_sigma=0.1,
+)
+
+_GPU = SimProfile(
+    name="gpu",
+    model="gpt-5.5",
+    hardware="gpu",
+    slots=32,
+    max_queue=256,
+    queue_full_status=503,
+    ttft_overhead_s=0.04,
+    prefill_tokens_per_s=15_000.0,
+    base_step_s=0.008,
+    usl_sigma=0.015,
+    usl_kappa=0.0006,
+    jitter_sigma=0.2,
+    load_jitter_sigma=0.7,
+)
+
+_CPU = SimProfile(
+    name="cpu",
+    model="qwen2.5-1.5b-instruct-q4_k_m",
+    hardware="cpu",
+    slots=4,
+    max_queue=32,
+    queue_full_status=503,
+    context_tokens=32_768,
+    ttft_overhead_s=0.08,
+    prefill_tokens_per_s=600.0,
+    base_step_s=0.04,
+    usl_sigma=0.08,
+    usl_kappa=0.03,
+    jitter_sigma=0.15,
+)
+
+_LLAMACPP = SimProfile(
+    name="llamacpp",
+    model="llama-3.1-8b-instruct-q4_k_m.gguf",
+    hardware="gpu",
+    flavor="llamacpp",
+    slots=4,
+    max_queue=None,
+    context_tokens=32_768,
+    ttft_overhead_s=0.03,
+    prefill_tokens_per_s=4_000.0,
+    base_step_s=0.012,
+    usl_sigma=0.05,
+    usl_kappa=0.01,
+    jitter_sigma=0.1,
+)
+
+PROFILES: dict[str, SimProfile] = {p.name: p for p in (_HOSTED, _TPU, _GPU, _CPU, _LLAMACPP)}
+
+
+def get_profile(name: str) -> SimProfile:
+    """The preset called ``name``; a ``KeyError`` lists the known names."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise KeyError(f"unknown simulator profile {name!r}; known: {known}") from None

@@ -1,0 +1,170 @@
+"""Prefix caching follows OpenAI's rules: cached only after a prefill, 1024 then 128-token
+steps, idle TTL, and a hot prefix overflowing onto replicas with cold caches."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+
+from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
+from gptgate.sim.cache import PrefixCache, block_digests, canonical_text
+from gptgate.tokens import estimate_prompt_tokens
+
+SYSTEM = {"role": "system", "content": "Policy clause. " * 400}  # ~1500 tokens
+
+
+def _body(question: str, **extra: Any) -> bytes:
+    msgs = [SYSTEM, {"role": "user", "content": question}]
+    return json.dumps({"model": "m", "messages": msgs, **extra}).encode()
+
+
+async def _usage(engine: SimEngine, question: str, **extra: Any) -> dict[str, Any]:
+    r = await engine.handle("POST", "/v1/chat/completions", {}, _body(question, **extra))
+    assert r.status == 200 and r.body is not None
+    usage: dict[str, Any] = json.loads(r.body)["usage"]
+    return usage
+
+
+def _cached(usage: dict[str, Any]) -> int:
+    return int(usage["prompt_tokens_details"]["cached_tokens"])
+
+
+def _gpu(**update: Any) -> SimProfile:
+    return get_profile("gpu").model_copy(update=update)
+
+
+def test_canonical_text_matches_the_token_estimate() -> None:
+    msgs = [SYSTEM, {"role": "user", "content": "odd length!"}, {"role": "assistant"}]
+    assert len(canonical_text(msgs)) == 4 * estimate_prompt_tokens(msgs)
+
+
+def test_first_request_misses_then_the_prefix_is_cached_block_aligned() -> None:
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        engine = SimEngine("gpu", clock=LoopClock())
+        return await _usage(engine, "first?"), await _usage(engine, "second, different?")
+
+    first, second = run_virtual(main)
+    assert _cached(first) == 0
+    cached = _cached(second)
+    assert cached >= 1024
+    assert cached % 128 == 0
+    assert cached <= second["prompt_tokens"]
+    # only the shared system prefix can be cached, not the differing question
+    assert cached <= estimate_prompt_tokens([SYSTEM])
+
+
+def test_a_cache_hit_prefills_faster() -> None:
+    async def main() -> tuple[float, float]:
+        engine = SimEngine(_gpu(jitter_sigma=0.0, prefill_tokens_per_s=2000.0), clock=LoopClock())
+        times = []
+        for q in ("a", "b"):
+            t0 = anyio.current_time()
+            r = await engine.handle(
+                "POST", "/v1/chat/completions", {}, _body(q, stream=True, max_tokens=4)
+            )
+            assert r.stream is not None
+            await r.stream.__anext__()
+            times.append(anyio.current_time() - t0)
+            await r.stream.aclose()
+        return times[0], times[1]
+
+    miss_ttft, hit_ttft = run_virtual(main)
+    assert hit_ttft < miss_ttft / 2
+
+
+def test_a_simultaneous_burst_all_misses() -> None:
+    async def main() -> tuple[list[int], int]:
+        engine = SimEngine("gpu", clock=LoopClock())
+        cached: list[int] = []
+
+        async def one(i: int) -> None:
+            cached.append(_cached(await _usage(engine, f"burst {i}")))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        return cached, _cached(await _usage(engine, "after the burst"))
+
+    burst, after = run_virtual(main)
+    assert burst == [0] * 8
+    assert after >= 1024
+
+
+def test_idle_ttl_expires_and_use_refreshes() -> None:
+    ttl = 300.0
+
+    async def main() -> tuple[int, int]:
+        engine = SimEngine(_gpu(cache_ttl_s=ttl), clock=LoopClock())
+        await _usage(engine, "warm")
+        for i in range(4):  # 4 × 0.6 ttl > ttl in total, but never idle for ttl
+            await anyio.sleep(0.6 * ttl)
+            assert _cached(await _usage(engine, f"keep {i}")) >= 1024
+        await anyio.sleep(ttl + 1)
+        expired = _cached(await _usage(engine, "late"))
+        refilled = _cached(await _usage(engine, "again"))
+        return expired, refilled
+
+    expired, refilled = run_virtual(main)
+    assert expired == 0
+    assert refilled >= 1024
+
+
+def test_lru_bound_evicts_chain_tails_first() -> None:
+    cache = PrefixCache(min_blocks=8, max_blocks=10, ttl_s=1e9, timer=lambda: 0.0)
+    a = block_digests(canonical_text([{"role": "user", "content": "a" * 7700}]), 128)
+    b = block_digests(canonical_text([{"role": "user", "content": "b" * 7700}]), 128)
+    assert len(a) == len(b) == 15  # 8 cacheable prefixes each: 8..15 blocks
+    cache.insert(a)
+    assert cache.lookup(a) == 15
+    cache.insert(b)
+    assert cache.lookup(b) == 15
+    assert 8 <= cache.lookup(a) < 15  # a's longest prefixes were evicted, its head survives
+    assert len(cache) <= 10
+
+
+def _misses(overflow_rpm: float | None) -> int:
+    profile = get_profile("hosted").model_copy(
+        update={"prefix_overflow_rpm": overflow_rpm, "replicas": 8}
+    )
+
+    async def main() -> int:
+        engine = SimEngine(profile, clock=LoopClock(), seed=3)
+        misses = 0
+
+        async def one(i: int) -> None:
+            nonlocal misses
+            usage = await _usage(engine, f"steady {i}")
+            misses += _cached(usage) == 0
+
+        async with anyio.create_task_group() as tg:
+            for i in range(240):  # 120 requests/minute on one prefix, for two minutes
+                tg.start_soon(one, i)
+                await anyio.sleep(0.5)
+        return misses
+
+    return run_virtual(main)
+
+
+def test_replica_overflow_lowers_the_hit_rate_of_a_hot_prefix() -> None:
+    assert _misses(None) == 1  # pinned to one replica: only the very first request misses
+    assert _misses(15.0) >= 4  # spread over up to 8 replicas, each warms up on a miss
+
+
+def test_prompt_cache_key_changes_routing() -> None:
+    profile = get_profile("hosted").model_copy(update={"replicas": 16, "prefix_overflow_rpm": None})
+
+    async def main() -> tuple[int, int]:
+        engine = SimEngine(profile, clock=LoopClock())
+        await _usage(engine, "warm", prompt_cache_key="tenant-a")
+        same_key = _cached(await _usage(engine, "q", prompt_cache_key="tenant-a"))
+        misses = 0
+        for k in range(8):  # another key lands elsewhere (cold) at least once in 8 tries
+            usage = await _usage(engine, "q", prompt_cache_key=f"other-{k}")
+            misses += _cached(usage) == 0
+        return same_key, misses
+
+    same_key, misses = run_virtual(main)
+    assert same_key >= 1024
+    assert misses >= 1
