@@ -23,6 +23,7 @@ from .clock import Clock
 from .errors import (
     BackendError,
     GateError,
+    OverloadedError,
     RateLimitedError,
     RequestTimeout,
     StreamInterruptedError,
@@ -43,6 +44,7 @@ from .wire import (
     error_for_exception,
     error_for_status,
     parse_chat_response,
+    parse_rate_limits,
     request_id,
 )
 
@@ -99,6 +101,8 @@ class CallState:
 
 
 _DROP_STATUSES = frozenset({429, 503, 529})
+#: what a call without max_tokens reserves against a TPM budget (the server counts it too)
+_DEFAULT_MAX_TOKENS = 1024
 
 
 def _is_congestion(error: BaseException) -> bool:
@@ -244,6 +248,8 @@ class CallRunner:
         ttft: float | None = None
         sent_at = enqueued
         reader: ChatStreamReader | None = None
+        reserved = 0
+        attempt_timeout = config.timeout
         try:
             ramp = spec.scenario.ramp
             if self.cache_gate is not None and spec.prefix is not None and ramp is not None:
@@ -251,6 +257,16 @@ class CallRunner:
                     backend.name, spec.prefix, ramp, backend.limiter.current_limit
                 )
             permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
+            reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+            pace = backend.pacer.reserve(clock.now(), reserved)
+            if pace > 0:
+                if spec.deadline is not None and clock.now() + pace > spec.deadline:
+                    raise OverloadedError(
+                        "rate-limit budget exhausted until past the deadline",
+                        backend=backend.name,
+                        retry_after=pace,
+                    )
+                await clock.sleep(pace)
             sent_at = clock.now()
             queue_s = sent_at - enqueued
             state.queue_s += queue_s
@@ -281,7 +297,8 @@ class CallRunner:
                 stream=spec.stream,
                 prompt_cache_key=prompt_cache_key,
             )
-            attempt_timeout = config.timeout
+            expected = spec.route.output_tokens or None
+            attempt_timeout = backend.attempt_timeouts.timeout_for(expected)
             if spec.deadline is not None:
                 attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
                 if attempt_timeout <= 0:
@@ -293,6 +310,7 @@ class CallRunner:
                 parsed = None
                 first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)
                 response = await self._send(backend, request, first_byte, stream=True)
+                self._observe_limits(backend, response)
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_for_status(
@@ -317,6 +335,7 @@ class CallRunner:
                 parsed = reader.result()
             else:
                 response = await self._send(backend, request, attempt_timeout, stream=False)
+                self._observe_limits(backend, response)
                 if response.status_code >= 400:
                     raise error_for_status(
                         response.status_code, response.headers, response.content,
@@ -337,6 +356,8 @@ class CallRunner:
                 ticket.observe(
                     cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens
                 )
+            backend.pacer.reconcile(reserved, usage.total_tokens)
+            backend.attempt_timeouts.observe(latency, usage.output_tokens)
             permit.success(
                 latency,
                 ttft_s=ttft,
@@ -363,6 +384,8 @@ class CallRunner:
                 self._record_abandoned(backend, spec, state, reader.accumulator.text)
             raise
         except GateError as error:
+            if permit is not None and reserved:
+                self._pace_after_failure(backend, error, reserved, spec, attempt_timeout)
             self._record_failure(backend, spec, state, error, permit, sent_at, ttft)
             if span is not None:
                 self.telemetry.end_attempt(
@@ -386,6 +409,39 @@ class CallRunner:
                 ticket.release()
             if span is not None:
                 span.end()
+
+    def _observe_limits(self, backend: BackendState, response: httpx2.Response) -> None:
+        info = parse_rate_limits(response.headers)
+        if info is not None:
+            backend.pacer.observe(
+                self.clock.now(),
+                limit_requests=info.limit_requests,
+                remaining_requests=info.remaining_requests,
+                reset_requests_s=info.reset_requests_s,
+                limit_tokens=info.limit_tokens,
+                remaining_tokens=info.remaining_tokens,
+                reset_tokens_s=info.reset_tokens_s,
+            )
+
+    def _pace_after_failure(
+        self,
+        backend: BackendState,
+        error: GateError,
+        reserved: int,
+        spec: CallSpec,
+        attempt_timeout: float,
+    ) -> None:
+        """A 429 pauses the whole backend once until its retry-after (not every call on its
+        own); what the server did not count is given back to the token budget."""
+        if isinstance(error, RateLimitedError):
+            if error.retry_after:
+                backend.pacer.pause_until(self.clock.now() + error.retry_after)
+            backend.pacer.reconcile(reserved, 0)
+        else:
+            backend.pacer.reconcile(reserved, spec.prompt_tokens if error.billed else 0)
+        if isinstance(error, RequestTimeout) and error.billed:
+            expected = spec.route.output_tokens or None
+            backend.attempt_timeouts.observe_timeout(attempt_timeout, expected)
 
     async def _send(
         self, backend: BackendState, request: httpx2.Request, timeout: float, *, stream: bool

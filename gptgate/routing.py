@@ -19,6 +19,8 @@ from .clock import Clock
 from .config import Backend
 from .errors import NoBackendError
 from .limits import Limiter
+from .limits.pacing import RateLimitPacer
+from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
@@ -108,6 +110,12 @@ class BackendState:
         self.latency = LatencyWindow()
         self.ttft = LatencyWindow()
         self.breaker = breaker or CircuitBreaker()
+        #: paces below the RPM/TPM the backend reports (x-ratelimit-* headers)
+        self.pacer = RateLimitPacer()
+        #: per-attempt timeouts learned from the latency distribution (bounded by the config)
+        self.attempt_timeouts = AdaptiveTimeout(
+            min_s=min(5.0, backend.timeout), max_s=backend.timeout, multiplier=2.0
+        )
         self.calls = 0
         self.failures = 0
         self.retries = 0

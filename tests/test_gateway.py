@@ -9,7 +9,17 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from tests.mockbackend import USER, Script, backend, error, gateway, ok, stream, wait_until
+from tests.mockbackend import (
+    USER,
+    Script,
+    backend,
+    completion,
+    error,
+    gateway,
+    ok,
+    stream,
+    wait_until,
+)
 
 
 async def test_chat_returns_text_usage_and_cost() -> None:
@@ -394,3 +404,44 @@ async def test_an_open_circuit_with_no_alternative_fails_fast() -> None:
         assert gate.stats()["mock"].circuit == "open"
     assert len(script.requests) == 3  # the fourth call never reached the dead backend
     assert info.value.retry_after is not None and info.value.retry_after > 29
+
+
+async def test_calls_are_paced_below_the_reported_request_budget() -> None:
+    clock = gg.ScaledClock(1.0)
+    sent: list[float] = []
+
+    def limited(request: httpx2.Request) -> httpx2.Response:
+        sent.append(clock.now())
+        headers = {
+            "x-ratelimit-limit-requests": "600",  # 10 a second
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "200ms",
+        }
+        return httpx2.Response(200, json=completion(), headers=headers)
+
+    async with gateway(backend(Script(limited)), clock=clock) as gate:
+        await gate.chat(USER)  # learns: nothing left until the reset
+        await gate.chat(USER)
+        stats = gate.stats()["mock"]
+    # the second call waited for the budget instead of drawing a 429
+    assert sent[1] - sent[0] >= 0.1
+    assert stats.rate_limited == 0
+
+
+async def test_a_429_storm_pauses_the_backend_once() -> None:
+    clock = gg.ScaledClock(1.0)
+    start = clock.now()
+
+    def storm(request: httpx2.Request) -> httpx2.Response:
+        if clock.now() - start < 0.15:
+            return error(429, retry_after_ms="150")
+        return ok()
+
+    script = Script(storm)
+    async with gateway(backend(script, concurrency=4), clock=clock) as gate:
+        results = await gate.map([{"messages": USER}] * 40)
+        stats = gate.stats()["mock"]
+    assert all(isinstance(r, gg.ChatResult) for r in results)
+    # only calls already on the wire when the storm began see a 429; the rest wait it out
+    assert stats.rate_limited <= 4
+    assert len(script.requests) <= 44
