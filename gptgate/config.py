@@ -76,6 +76,9 @@ class Backend(BaseModel):
     min_concurrency: int = Field(default=1, ge=1)
     initial_concurrency: int = Field(default=4, ge=1)
     max_concurrency: int = Field(default=64, ge=1, le=10_000)
+    #: bound the adaptive limit to a scenario's window: a preset name ("realtime_chat" →
+    #: 20-30) or (low, high). Ignored for a fixed concurrency.
+    concurrency_window: tuple[int, int] | str | None = None
     #: connections; default ceil(1.2 × max concurrency)
     max_connections: int | None = Field(default=None, ge=1)
     #: per-attempt deadline in seconds (headers and whole body)
@@ -128,6 +131,24 @@ class Backend(BaseModel):
         if value is not None and not isinstance(value, httpx2.AsyncBaseTransport):
             raise ValueError("transport must be an httpx2.AsyncBaseTransport")
         return value
+
+    @field_validator("concurrency_window")
+    @classmethod
+    def _check_window(cls, value: tuple[int, int] | str | None) -> tuple[int, int] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            from .scenarios import PRESETS
+
+            preset = PRESETS.get(value)
+            if preset is None or preset.concurrency_window is None:
+                names = sorted(n for n, p in PRESETS.items() if p.concurrency_window)
+                raise ValueError(f"unknown scenario window {value!r}; known: {names}")
+            value = preset.concurrency_window
+        low, high = value
+        if not 1 <= low <= high:
+            raise ValueError("concurrency_window must be (low, high) with 1 <= low <= high")
+        return (low, high)
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Backend:

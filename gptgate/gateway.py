@@ -296,6 +296,9 @@ class Gateway:
             min_limit=backend.min_concurrency,
             max_limit=backend.max_concurrency,
         )
+        window = backend.concurrency_window
+        if isinstance(window, tuple) and hasattr(limit, "set_window"):
+            limit.set_window(*window)
         return limit
 
     @property

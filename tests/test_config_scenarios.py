@@ -142,3 +142,19 @@ def test_presets_follow_seeds_section_6() -> None:
 def test_scenario_window_must_be_ordered() -> None:
     with pytest.raises(ValidationError):
         gg.Scenario(concurrency_window=(30, 20))
+
+
+def test_concurrency_window_from_a_preset_or_a_pair() -> None:
+    assert gg.Backend(**BASE, concurrency_window="realtime_chat").concurrency_window == (20, 30)
+    assert gg.Backend(**BASE, concurrency_window=(5, 9)).concurrency_window == (5, 9)
+    with pytest.raises(ValidationError, match="concurrency_window"):
+        gg.Backend(**BASE, concurrency_window="offline")  # no window in that preset
+    with pytest.raises(ValidationError, match="concurrency_window"):
+        gg.Backend(**BASE, concurrency_window=(9, 5))
+
+
+async def test_the_adaptive_limit_stays_inside_the_window() -> None:
+    backend = gg.Backend(**BASE, concurrency_window="realtime_chat", transport=None)
+    async with gg.Gateway([backend]) as gate:
+        limit = gate.stats()["b"].limit
+    assert 20 <= limit <= 30
