@@ -199,7 +199,35 @@ _LLAMACPP = SimProfile(
     jitter_sigma=0.1,
 )
 
-PROFILES: dict[str, SimProfile] = {p.name: p for p in (_HOSTED, _TPU, _GPU, _CPU, _LLAMACPP)}
+# A smaller GPU (an L4-class card): the same software, a much lower hidden knee.
+_GPU_SMALL = _GPU.model_copy(
+    update={
+        "name": "gpu-small",
+        "slots": 12,
+        "max_queue": 48,
+        "base_step_s": 0.011,
+        "usl_sigma": 0.03,
+        "usl_kappa": 0.004,
+        "load_jitter_sigma": 0.5,
+    }
+)
+
+# A hosted account on a low usage tier: plenty of capacity behind it, but an RPM limit far
+# below it, so the binding constraint is the rate limit, not the server (429s, not queueing).
+_TIER1 = _TPU.model_copy(
+    update={
+        "name": "tier1",
+        "rpm": 300,
+        "tpm": 2_000_000,
+        "replicas": 1,
+        "max_queue": 512,
+        "queue_full_status": 429,
+    }
+)
+
+PROFILES: dict[str, SimProfile] = {
+    p.name: p for p in (_HOSTED, _TPU, _GPU, _CPU, _LLAMACPP, _GPU_SMALL, _TIER1)
+}
 
 
 def get_profile(name: str) -> SimProfile:

@@ -1,0 +1,272 @@
+"""Adaptive concurrency: ``concurrency="auto"`` against every fixed limit, per backend profile.
+
+For each simulator profile (hidden capacities and rate limits differ, so no knee can be
+hard-coded): fixed limits 1, 5, 10, 20, 30, 50, 80 and ``auto`` run the same workload through
+``gate.map`` on virtual time (exact and repeatable; costs only CPU). Columns: the SEEDS §1
+ones plus p50/p99 of the backend latency, billed tokens per success (the simulator's ledger),
+retries and 429s. Then a capacity change: the backend is halved mid-run and the limit's trace
+is printed (and plotted to benchmarks/out/adaptive-<profile>.png when matplotlib is present).
+
+Targets (issue #3), per profile: auto goodput ≥ 95% of the best fixed limit's; auto p99 ≤ 1.25×
+the p99 of the smallest fixed limit within 10% of the best goodput; billed tokens per success
+≤ 1.02× the minimum over fixed limits; 0 failed calls; 429s ≤ 1% of calls; after the capacity
+change the limit settles within ~200 calls.
+
+    python benchmarks/adaptive.py [--profiles tpu,gpu,cpu,gpu-small,tier1] [--requests 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import gptgate as gg
+from gptgate.sim import LoopClock, SimEngine, SimTransport, get_profile, run_virtual
+
+LEVELS: tuple[int, ...] = (1, 5, 10, 20, 30, 50, 80)
+OUT = Path(__file__).resolve().parent / "out"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    label: str
+    concurrency: int | None  # None for auto
+    total_s: float
+    goodput: float
+    mean_s: float
+    p50_s: float
+    p99_s: float
+    billed_per_ok: float
+    retries: int
+    rate_limited: int
+    failed: int
+    final_limit: int
+
+
+def workload(n: int, seed: int) -> list[dict[str, Any]]:
+    """Independent bulk-content calls: ~1,900 prompt tokens, ≤ 400 answer tokens (SEEDS §1)."""
+    body = "Assess the listing for accuracy, tone and policy compliance. " * 120
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": f"[{seed}:{i}] {body}"},
+                {"role": "user", "content": f"Listing #{i}: walnut desk, {i % 9} drawers."},
+            ],
+            "max_tokens": 400,
+        }
+        for i in range(n)
+    ]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def backend_for(profile: str, concurrency: int | str, engine: SimEngine) -> gg.Backend:
+    return gg.Backend(
+        name=profile,
+        base_url="http://127.0.0.1:8000/v1",
+        model=engine.profile.model,
+        hardware=engine.profile.hardware,
+        concurrency=concurrency,
+        max_concurrency=128,
+        timeout=120.0,
+        transport=SimTransport(engine),
+    )
+
+
+async def run_row(profile: str, concurrency: int | None, requests: int, seed: int) -> Row:
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    backend = backend_for(profile, concurrency or "auto", engine)
+    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+        start = clock.now()
+        results = await gate.map(workload(requests, seed), scenario="default")
+        total = clock.now() - start
+        stats = gate.stats()[profile]
+    ok = [r for r in results if isinstance(r, gg.ChatResult)]
+    service = [r.latency_s - r.queue_s for r in ok]
+    ledger = engine.ledger.snapshot()
+    return Row(
+        label=str(concurrency) if concurrency else "auto",
+        concurrency=concurrency,
+        total_s=total,
+        goodput=len(ok) / total if total else 0.0,
+        mean_s=statistics.fmean(service) if service else float("nan"),
+        p50_s=percentile(service, 0.5),
+        p99_s=percentile(service, 0.99),
+        billed_per_ok=ledger.billed_tokens / len(ok) if ok else float("inf"),
+        retries=stats.retries,
+        rate_limited=ledger.rate_limited,
+        failed=len(results) - len(ok),
+        final_limit=stats.limit,
+    )
+
+
+async def capacity_change(
+    profile: str, requests: int, seed: int, workers: int = 160
+) -> tuple[list[tuple[int, float, int]], int, int]:
+    """Halve the backend after 40% of the calls; returns the per-completion trace
+    (index, time, limit), the index of the change and how many calls failed."""
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    backend = backend_for(profile, "auto", engine)
+    items = workload(requests, seed)
+    change_at = int(requests * 0.4)
+    trace: list[tuple[int, float, int]] = []
+    next_item = 0
+    failures: list[int] = []
+
+    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+        limiter = gate.backend_state(profile).limiter
+
+        async def worker() -> None:
+            nonlocal next_item
+            while next_item < len(items):
+                item = dict(items[next_item])
+                next_item += 1
+                messages = item.pop("messages")
+                try:
+                    await gate.chat(messages, **item)
+                except gg.GateError:
+                    failures.append(len(trace))
+                trace.append((len(trace), clock.now(), limiter.current_limit))
+                if len(trace) == change_at:
+                    engine.set_capacity(0.5)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(workers):
+                tg.start_soon(worker)
+    return trace, change_at, len(failures)
+
+
+def settle_calls(trace: list[tuple[int, float, int]], change_at: int) -> tuple[int, float]:
+    """Calls after the change until the limit stays within ±20% of where it ends up (the
+    median over the last quarter of the run)."""
+    tail = [limit for _, _, limit in trace[-max(1, len(trace) // 4) :]]
+    final = statistics.median(tail)
+    low, high = 0.8 * final, 1.2 * final
+    settled = len(trace)
+    for index in range(len(trace) - 1, change_at - 1, -1):
+        if not low <= trace[index][2] <= high:
+            break
+        settled = index
+    return settled - change_at, final
+
+
+def plot(profile: str, trace: list[tuple[int, float, int]], change_at: int) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    OUT.mkdir(exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.plot([t for _, t, _ in trace], [limit for _, _, limit in trace], lw=1.2)
+    ax.axvline(trace[change_at][1], color="red", ls="--", label="capacity halved")
+    ax.set_xlabel("simulated seconds")
+    ax.set_ylabel("concurrency limit")
+    ax.set_title(f"gptgate auto limit — profile {profile}")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    path = OUT / f"adaptive-{profile}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def table(profile: str, rows: list[Row]) -> str:
+    p = get_profile(profile)
+    head = (
+        f"profile {profile}: {p.hardware}, {p.replicas}×{p.slots} slots, rpm={p.rpm}, "
+        f"hidden knee≈{p.knee:.0f}/replica"
+    )
+    cols = (
+        f"{'limit':>6} {'total s':>8} {'goodput/s':>10} {'mean s':>7} {'p50 s':>6} {'p99 s':>6} "
+        f"{'tok/ok':>7} {'retries':>8} {'429s':>5} {'failed':>7} {'final':>6}"
+    )
+    lines = [head, cols, "-" * len(cols)]
+    for r in rows:
+        lines.append(
+            f"{r.label:>6} {r.total_s:>8.0f} {r.goodput:>10.2f} {r.mean_s:>7.2f} {r.p50_s:>6.2f} "
+            f"{r.p99_s:>6.2f} {r.billed_per_ok:>7.0f} {r.retries:>8} {r.rate_limited:>5} "
+            f"{r.failed:>7} {r.final_limit:>6}"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[Row], requests: int, settle: int) -> list[tuple[str, bool, str]]:
+    fixed = [r for r in rows if r.concurrency is not None]
+    auto = next(r for r in rows if r.concurrency is None)
+    best = max(fixed, key=lambda r: r.goodput)
+    near = min(
+        (r for r in fixed if r.goodput >= 0.9 * best.goodput), key=lambda r: r.concurrency or 0
+    )
+    min_tokens = min(r.billed_per_ok for r in fixed)
+    return [
+        (
+            "goodput ≥ 95% of best fixed",
+            auto.goodput >= 0.95 * best.goodput,
+            f"{auto.goodput / best.goodput:.1%} of limit {best.label}",
+        ),
+        (
+            "p99 ≤ 1.25× smallest near-best",
+            auto.p99_s <= 1.25 * near.p99_s,
+            f"{auto.p99_s / near.p99_s:.2f}× limit {near.label}'s",
+        ),
+        (
+            "tokens/success ≤ 1.02× min",
+            auto.billed_per_ok <= 1.02 * min_tokens,
+            f"{auto.billed_per_ok / min_tokens:.3f}×",
+        ),
+        ("0 failed", auto.failed == 0, f"{auto.failed} failed"),
+        ("429s ≤ 1%", auto.rate_limited <= 0.01 * requests, f"{auto.rate_limited} 429s"),
+        ("settles ≤ ~200 calls after halving", settle <= 250, f"{settle} calls"),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profiles", default="tpu,gpu,cpu,gpu-small,tier1")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    print(
+        f"$ python benchmarks/adaptive.py --profiles {args.profiles} "
+        f"--requests {args.requests} --seed {args.seed}"
+    )
+    print("virtual time (exact); latencies are the backend's, excluding the client-side queue\n")
+    all_ok = True
+    for profile in args.profiles.split(","):
+        rows = [run_virtual(run_row, profile, c, args.requests, args.seed) for c in LEVELS]
+        rows.append(run_virtual(run_row, profile, None, args.requests, args.seed))
+        print(table(profile, rows))
+        trace, change_at = run_virtual(
+            capacity_change, profile, int(args.requests * 1.5), args.seed
+        )
+        settle, final = settle_calls(trace, change_at)
+        before = statistics.median(limit for _, _, limit in trace[change_at - 100 : change_at])
+        png = plot(profile, trace, change_at)
+        print(
+            f"capacity halved after call {change_at}: limit {before:.0f} → {final:.0f}, "
+            f"settled {settle} calls later" + (f" (plot: {png})" if png else "")
+        )
+        for name, ok, detail in verdicts(rows, args.requests, settle):
+            all_ok &= ok
+            print(f"  [{'ok' if ok else 'MISS'}] {name}: {detail}")
+        print()
+    print("all targets met" if all_ok else "some targets missed (see MISS above)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
