@@ -250,7 +250,7 @@ def main() -> int:
         rows = [run_virtual(run_row, profile, c, args.requests, args.seed) for c in LEVELS]
         rows.append(run_virtual(run_row, profile, None, args.requests, args.seed))
         print(table(profile, rows))
-        trace, change_at = run_virtual(
+        trace, change_at, failed = run_virtual(
             capacity_change, profile, int(args.requests * 1.5), args.seed
         )
         settle, final = settle_calls(trace, change_at)
@@ -258,7 +258,8 @@ def main() -> int:
         png = plot(profile, trace, change_at)
         print(
             f"capacity halved after call {change_at}: limit {before:.0f} → {final:.0f}, "
-            f"settled {settle} calls later" + (f" (plot: {png})" if png else "")
+            f"settled {settle} calls later, {failed} failed"
+            + (f" (plot: {png})" if png else "")
         )
         for name, ok, detail in verdicts(rows, args.requests, settle):
             all_ok &= ok
