@@ -4,12 +4,28 @@ Admission order is a priority queue with aging: a waiter's key is
 ``enqueued_at - priority * aging_s``, so a more urgent call jumps ahead by ``aging_s`` seconds
 per priority level but an old batch call eventually outranks new urgent ones — nothing starves,
 and the key is fixed at enqueue time so a heap keeps it O(log n).
+
+Deadlines are enforced twice:
+
+* **at once, by prediction.** A call that arrives with a deadline is told "no" immediately when
+  its predicted wait — its queue position ÷ the recent completion rate — already exceeds the
+  time it has left. Waiting until the deadline would only hold a queue slot and then fail
+  anyway, later. The position counts the waiters that are certainly ahead (same or higher
+  priority); the rate is the faster of an EWMA of the release rate measured while calls were
+  waiting and Little's law (``limit / mean latency``). Both choices make the prediction
+  optimistic, so a call is never shed that could have made it by this estimate.
+* **by waiting**, as a fallback: a waiter still queued at its deadline gives up with
+  :class:`~gptgate.errors.OverloadedError`.
+
+The queue is bounded (``max_queue``); past it calls are shed at once. Never more than
+``max_inflight`` (the connection pool) are admitted, whatever the limit says.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from dataclasses import dataclass
 
 import anyio
@@ -31,6 +47,13 @@ class LimiterStatistics:
     dropped: int
     ignored: int
     shed: int
+    #: of ``shed``: rejected on arrival because the predicted wait exceeded the deadline
+    shed_predicted: int = 0
+    #: predicted queue wait (s) for a new lowest-priority call; None without an estimate
+    predicted_wait_s: float | None = None
+    #: completions per second the prediction uses; None before enough releases
+    completion_rate: float | None = None
+    max_inflight: int | None = None
 
 
 class Permit:
@@ -88,18 +111,27 @@ class Permit:
         )
         self._limiter._release(sample)
 
+    def __repr__(self) -> str:
+        state = "done" if self._done else "held"
+        return f"Permit({state}, start={self.start:.3f}, inflight={self.inflight})"
+
 
 class _Waiter:
-    __slots__ = ("admitted", "cancelled", "event", "permit")
+    __slots__ = ("cancelled", "event", "permit", "priority")
 
-    def __init__(self) -> None:
+    def __init__(self, priority: int) -> None:
         self.event = anyio.Event()
         self.permit: Permit | None = None
+        #: True once the waiter has left the queue (admitted, timed out or cancelled)
         self.cancelled = False
+        self.priority = priority
 
 
 class Limiter:
     """Permits enforcing ``limit.limit``, never more than ``max_inflight`` (the pool size)."""
+
+    #: releases observed before the completion rate is trusted for shedding
+    MIN_RELEASES = 8
 
     def __init__(
         self,
@@ -110,19 +142,32 @@ class Limiter:
         max_queue: int = 100_000,
         aging_s: float = 5.0,
         name: str = "",
+        shed_factor: float = 1.0,
     ) -> None:
+        if max_inflight is not None and max_inflight < 1:
+            raise ValueError("max_inflight must be >= 1")
         self.limit = limit
         self.name = name
         self._clock = clock or SystemClock()
         self._max_inflight = max_inflight
         self._max_queue = max_queue
         self._aging_s = aging_s
+        #: shed at once when predicted wait > shed_factor × time left (inf: never predict)
+        self.shed_factor = shed_factor
         self._in_flight = 0
         self._heap: list[tuple[float, int, _Waiter]] = []
         self._queued = 0
+        self._by_priority: dict[int, int] = {}
         self._seq = itertools.count()
         self._admitted = self._succeeded = self._dropped = self._ignored = self._shed = 0
+        self._shed_predicted = 0
+        # completion-rate estimate
+        self._releases = 0
+        self._last_release = math.nan
+        self._interval = math.nan  # EWMA of the gap between releases while calls waited
+        self._latency = math.nan  # EWMA of attempt latency
 
+    # ---- observation --------------------------------------------------------------------
     @property
     def current_limit(self) -> int:
         limit = self.limit.limit
@@ -138,6 +183,44 @@ class Limiter:
     def queued(self) -> int:
         return self._queued
 
+    @property
+    def max_inflight(self) -> int | None:
+        return self._max_inflight
+
+    def set_max_inflight(self, value: int | None) -> None:
+        """Change the hard cap (e.g. the pool was resized); admits waiters if it grew."""
+        if value is not None and value < 1:
+            raise ValueError("max_inflight must be >= 1")
+        self._max_inflight = value
+        self._wake()
+
+    def completion_rate(self) -> float | None:
+        """Completions per second while saturated; None before enough releases."""
+        if self._releases < self.MIN_RELEASES:
+            return None
+        rates = []
+        if self._interval > 0.0:
+            rates.append(1.0 / self._interval)
+        if self._latency > 0.0:
+            rates.append(self.current_limit / self._latency)
+        return max(rates) if rates else None
+
+    def predicted_wait(self, priority: int | None = None) -> float | None:
+        """Predicted queue wait (s) for a call arriving now; None without an estimate.
+
+        ``priority=None`` means behind everyone queued.
+        """
+        if self._queued == 0 and self._in_flight < self.current_limit:
+            return 0.0
+        rate = self.completion_rate()
+        if rate is None:
+            return None
+        if priority is None:
+            ahead = self._queued
+        else:
+            ahead = sum(n for p, n in self._by_priority.items() if p >= priority)
+        return (ahead + 1) / rate
+
     def statistics(self) -> LimiterStatistics:
         return LimiterStatistics(
             limit=self.current_limit,
@@ -148,23 +231,43 @@ class Limiter:
             dropped=self._dropped,
             ignored=self._ignored,
             shed=self._shed,
+            shed_predicted=self._shed_predicted,
+            predicted_wait_s=self.predicted_wait(),
+            completion_rate=self.completion_rate(),
+            max_inflight=self._max_inflight,
         )
 
+    # ---- admission ----------------------------------------------------------------------
     async def acquire(self, *, priority: int = 0, deadline: float | None = None) -> Permit:
-        """Wait for a permit. ``deadline`` is a clock reading; past it → ``OverloadedError``."""
+        """Wait for a permit. ``deadline`` is a clock reading; past it → ``OverloadedError``.
+
+        Raises :class:`OverloadedError` at once when the queue is full, the deadline has
+        passed, or the predicted wait already exceeds the time left.
+        """
         if self._queued == 0 and self._in_flight < self.current_limit:
             return self._admit()
         if self._queued >= self._max_queue:
             self._shed += 1
             raise OverloadedError(f"admission queue full ({self._max_queue})", backend=self.name)
         now = self._clock.now()
-        if deadline is not None and deadline <= now:
-            self._shed += 1
-            raise OverloadedError("deadline passed before admission", backend=self.name)
-        waiter = _Waiter()
+        if deadline is not None:
+            left = deadline - now
+            if left <= 0.0:
+                self._shed += 1
+                raise OverloadedError("deadline passed before admission", backend=self.name)
+            predicted = self.predicted_wait(priority)
+            if predicted is not None and predicted > self.shed_factor * left:
+                self._shed += 1
+                self._shed_predicted += 1
+                raise OverloadedError(
+                    f"predicted queue wait {predicted:.3g}s exceeds the {left:.3g}s left",
+                    backend=self.name,
+                )
+        waiter = _Waiter(priority)
         key = now - priority * self._aging_s
         heapq.heappush(self._heap, (key, next(self._seq), waiter))
         self._queued += 1
+        self._by_priority[priority] = self._by_priority.get(priority, 0) + 1
         try:
             if deadline is None:
                 await waiter.event.wait()
@@ -180,6 +283,11 @@ class Limiter:
             raise OverloadedError("not admitted before the deadline", backend=self.name)
         return waiter.permit
 
+    def poke(self) -> None:
+        """Admit waiters after the limit grew outside a release (e.g. a config change)."""
+        self._wake()
+
+    # ---- internals ----------------------------------------------------------------------
     def _abandon(self, waiter: _Waiter) -> None:
         if waiter.permit is not None:
             # admitted in the same instant we were cancelled: hand the permit back
@@ -187,7 +295,19 @@ class Limiter:
             return
         if not waiter.cancelled:
             waiter.cancelled = True
-            self._queued -= 1
+            self._leave_queue(waiter)
+            # lazy deletion leaves the entry in the heap; compact when mostly garbage
+            if len(self._heap) > 64 and len(self._heap) > 2 * self._queued:
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+
+    def _leave_queue(self, waiter: _Waiter) -> None:
+        self._queued -= 1
+        left = self._by_priority[waiter.priority] - 1
+        if left:
+            self._by_priority[waiter.priority] = left
+        else:
+            del self._by_priority[waiter.priority]
 
     def _admit(self) -> Permit:
         self._in_flight += 1
@@ -202,9 +322,27 @@ class Limiter:
             self._dropped += 1
         else:
             self._ignored += 1
-        if sample.kind != "ignored":
-            self.limit.update(sample, self._clock.now())
-        self._wake()
+        try:
+            now = self._clock.now()
+            self._observe_release(sample, now)
+            if sample.kind != "ignored":
+                self.limit.update(sample, now)
+        finally:
+            self._wake()
+
+    def _observe_release(self, sample: Sample, now: float) -> None:
+        self._releases += 1
+        if self._queued > 0 and not math.isnan(self._last_release):
+            gap = max(0.0, now - self._last_release)
+            self._interval = (
+                gap if math.isnan(self._interval) else self._interval + 0.1 * (gap - self._interval)
+            )
+        self._last_release = now
+        if sample.kind != "ignored" and sample.latency_s > 0.0:
+            lat = sample.latency_s
+            self._latency = (
+                lat if math.isnan(self._latency) else self._latency + 0.1 * (lat - self._latency)
+            )
 
     def _wake(self) -> None:
         heap = self._heap
@@ -212,11 +350,13 @@ class Limiter:
             _, _, waiter = heapq.heappop(heap)
             if waiter.cancelled:
                 continue
-            self._queued -= 1
             waiter.cancelled = True  # no longer in the queue
+            self._leave_queue(waiter)
             waiter.permit = self._admit()
             waiter.event.set()
 
-    def poke(self) -> None:
-        """Admit waiters after the limit grew outside a release (e.g. a config change)."""
-        self._wake()
+    def __repr__(self) -> str:
+        return (
+            f"Limiter({self.name!r}, limit={self.current_limit}, in_flight={self._in_flight}, "
+            f"queued={self._queued})"
+        )

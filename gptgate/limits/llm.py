@@ -1,0 +1,474 @@
+"""``LLMLimit``: the default adaptive limit for LLM backends (``concurrency="auto"``).
+
+Where is the knee?
+    Goodput ``X(N)`` (successful calls per second) rises with concurrency ``N`` and then
+    flattens or falls (SEEDS §1, the Universal Scalability Law); latency ``R`` rises all along.
+    By Little's law ``N = X·R``, so the *elasticity* ``e = dlnX/dlnN = 1 − dlnR/dlnN`` says how
+    much of one more percent of concurrency turns into goodput (``e = 1``) rather than into
+    latency (``e = 0``) or failures. Power (``X/R``) peaks at ``e = 1/2`` — where latency
+    starts climbing faster than throughput — but that leaves 20–25% of the goodput on the
+    table on a batching server. We sit lower on the curve, where ``e`` has fallen to
+    ``knee_elasticity`` (0.15): about 95% of the best goodput for a p99 close to that of the
+    smallest limit reaching it. No fixed latency target ("≤ 1.5× its floor") finds this point:
+    a continuous-batching server's decode slows with its batch long before it saturates.
+
+How is it found? (every update is O(1))
+    * **Latency per token.** Each success is normalised to a reference-size call
+      (:class:`~gptgate.limits.normalise.LatencyNormaliser`), so a long answer at unchanged
+      per-token speed is not read as congestion.
+    * **Windows by sample count** (LLM latencies are seconds: a 1-second window starves):
+      ``max(window_samples, window_fraction·L)`` successes, more when the backend is noisy
+      (enough for the standard error of the window's mean ``lnR`` to be ``window_error``),
+      at most ``max_window_samples``. Only calls *admitted* since the window opened count —
+      after a step down, one mean latency later, once the extra calls have drained — so a
+      window measures one limit. ``R`` is the mean normalised latency (each call winsorised
+      at 5× the running mean), priced at the *current* reference size when windows are
+      compared; ``N`` is the limit when the limiter was full during the window (calls
+      admitted while it filled after a step up report fewer in flight than they then run
+      with), else the mean in-flight count at admission; ``p`` is the window's fraction of
+      dropped calls, and goodput ``X = N·(1 − p)/R``.
+    * **Slow start** doubles the limit per good window from a small ``initial`` (TCP, per
+      RTT). Each doubling measures ``e`` over a large step; when a doubling buys less than
+      ``2**slow_start_exit`` more goodput, the limit drops to the linear-scaling equivalent
+      of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
+      capacity).
+    * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
+      A centred difference over three consecutive windows (it cancels a linear drift; a step
+      change is caught by its two halves disagreeing, and the cautious half is used)
+      estimates ``e``, and ``c ← c·exp(gain·(e − knee_elasticity))``, the error clipped to
+      [−1, 0.5].
+    * **Server queue.** A queue at the server shows in the time to first token (queue wait +
+      prefill); by Little's law ``N·(ttft − ttft_floor)/latency`` calls are waiting there,
+      adding latency and no throughput. Above ``queue_tolerance·N`` the centre drops to the
+      calls actually being served. (Streamed samples only: they carry a TTFT.)
+    * **Delay guard** (Gradient2/Vegas). A window whose latency exceeds ``tolerance ×`` its
+      baseline (an EWMA over windows) sets ``c = N·R_base/R``: goodput × baseline latency.
+      This is what re-settles quickly when capacity drops and nothing is streamed.
+    * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
+      lower the measured goodput; when they are *dense* — at least two, and at least
+      ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
+      (in slow start the level before the last doubling is restored: it was good), at most
+      once per overload event: only calls admitted after the last cut can cut again (TCP's
+      once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
+      does not cut at all.
+    * **App-limited.** No growth while the application keeps less than half the limit in
+      flight: an idle limit proves nothing.
+    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)``.
+
+``trace`` keeps ``(now, limit)`` at every change, for benchmarks to plot; ``events`` counts
+the causes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import NamedTuple
+
+from .base import Sample
+from .normalise import LatencyNormaliser
+
+__all__ = ["LLMLimit"]
+
+
+class _Window(NamedTuple):
+    """A closed window: ``ln N``, latency ``R(K) = a + K·b`` and ``ln(1 − p)``."""
+
+    ln_n: float
+    a: float
+    b: float
+    ln_ok: float
+
+
+class LLMLimit:
+    """Slow start + goodput elasticity + server queue + delay + dense loss: see the module."""
+
+    def __init__(
+        self,
+        initial: int = 4,
+        min_limit: int = 1,
+        max_limit: int = 64,
+        *,
+        window_samples: int = 16,
+        window_fraction: float = 0.5,
+        max_window_samples: int = 256,
+        window_error: float = 0.03,
+        knee_elasticity: float = 0.15,
+        slow_start_exit: float = 0.3,
+        probe: float = 0.1,
+        gain: float = 0.3,
+        backoff_ratio: float = 0.8,
+        loss_tolerance: float = 0.1,
+        tolerance: float = 1.5,
+        queue_tolerance: float = 0.1,
+        timeout_s: float | None = None,
+        overhead_tokens: float = 20.0,
+        trace_size: int = 10_000,
+    ) -> None:
+        if not 1 <= min_limit <= max_limit:
+            raise ValueError("need 1 <= min_limit <= max_limit")
+        if window_samples < 2:
+            raise ValueError("window_samples must be >= 2")
+        if not 0.0 < backoff_ratio < 1.0:
+            raise ValueError("backoff_ratio must be in (0, 1)")
+        if not 0.0 < probe < 1.0:
+            raise ValueError("probe must be in (0, 1)")
+        if tolerance <= 1.0:
+            raise ValueError("tolerance must be > 1")
+        self.min_limit = min_limit
+        self.max_limit = max_limit
+        self.window_samples = window_samples
+        self.window_fraction = window_fraction
+        self.max_window_samples = max(window_samples, max_window_samples)
+        self.window_error = window_error
+        self.knee_elasticity = knee_elasticity
+        self.slow_start_exit = slow_start_exit
+        self.probe = probe
+        self.gain = gain
+        self.backoff_ratio = backoff_ratio
+        self.loss_tolerance = loss_tolerance
+        self.tolerance = tolerance
+        self.queue_tolerance = queue_tolerance
+        self.timeout_s = timeout_s
+        #: ``(now, limit)`` at every change
+        self.trace: deque[tuple[float, int]] = deque(maxlen=trace_size)
+        #: why the limit moved: counts per cause
+        self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0}
+        self._norm = LatencyNormaliser(overhead_tokens)
+        self._low = min_limit
+        self._high = max_limit
+        self._center = float(self._clamp(initial))
+        self._limit = self._clamp(initial)
+        self._slow_start = True
+        self._probe_high = False
+        self._window_start = -math.inf  # calls admitted earlier are not measured
+        self._last_cut = -math.inf  # calls admitted earlier cannot cut again
+        self._hist: deque[_Window] = deque(maxlen=2)
+        self._base: tuple[float, float] | None = None  # baseline (a, b), EWMA over windows
+        self._r_mean = 0.0  # EWMA of per-call R, for winsorising
+        self._log_var = 0.0  # EWMA over windows of the per-call variance of ln R
+        self._ttft_floor: float | None = None
+        self._rtt = 0.0  # EWMA of raw latency: how long a step down takes to drain
+        self._ok = 0  # successes since the last window closed, and when the first came
+        self._ok_first = 0.0
+        self._throughput = 0.0
+        self._elasticity = math.nan
+        # the open window's sums
+        self._n = 0
+        self._drops = 0
+        self._loss_ok = 0  # calls since the window opened, for the loss density check
+        self._loss_drops = 0
+        self._sum_inflight = 0
+        self._max_inflight = 0
+        self._sum_a = 0.0
+        self._sum_b = 0.0
+        self._sum_x = 0.0
+        self._sum_x2 = 0.0
+        self._n_ttft = 0
+        self._sum_ttft = 0.0
+        self._sum_latency = 0.0
+
+    # ---- public surface -----------------------------------------------------------------
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def center(self) -> float:
+        """The operating point the limit probes around (after slow start)."""
+        return self._center
+
+    @property
+    def in_slow_start(self) -> bool:
+        return self._slow_start
+
+    @property
+    def throughput(self) -> float:
+        """Successful calls per second over the last complete window (0 before one)."""
+        return self._throughput
+
+    @property
+    def elasticity(self) -> float:
+        """The last measured ``dlnX/dlnN`` (NaN before the first measurement)."""
+        return self._elasticity
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The bounds in force: ``[min_limit, max_limit]`` narrowed by :meth:`set_window`."""
+        return self._low, self._high
+
+    def set_window(self, low: int | None, high: int | None = None) -> None:
+        """Clamp the limit to a scenario's concurrency window, e.g. ``(20, 30)``.
+
+        ``None`` on a side means the limit's own bound; ``set_window(None)`` clears it. The
+        centre is clamped too (no wind-up beyond a window the caller will lift later).
+        """
+        lo = self.min_limit if low is None else min(max(self.min_limit, low), self.max_limit)
+        hi = self.max_limit if high is None else max(min(self.max_limit, high), self.min_limit)
+        if lo > hi:
+            raise ValueError("window low must be <= high")
+        self._low, self._high = lo, hi
+        self._center = min(max(self._center, float(lo)), float(hi))
+        limit = self._clamp(self._limit)
+        if limit != self._limit:
+            self._limit = limit
+            if self.trace:
+                self.trace.append((self.trace[-1][0], limit))
+
+    def update(self, sample: Sample, now: float) -> None:
+        if sample.kind == "ignored":
+            return
+        if not self.trace:
+            self.trace.append((now, self._limit))
+        if sample.kind == "dropped" or (
+            self.timeout_s is not None and sample.latency_s > self.timeout_s
+        ):
+            self._on_drop(sample, now)
+            return
+        if self._ok == 0:
+            self._ok_first = now
+        self._ok += 1
+        if sample.start >= self._last_cut:
+            self._loss_ok += 1
+        self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
+        a, b = self._norm.split(sample)
+        r = a + self._norm.reference_tokens * b
+        if self._r_mean > 0.0 and r > 5.0 * self._r_mean:
+            a, b = a * 5.0 * self._r_mean / r, b * 5.0 * self._r_mean / r
+            r = 5.0 * self._r_mean
+        self._r_mean += (r - self._r_mean) * (0.05 if self._r_mean > 0.0 else 1.0)
+        if sample.start < self._window_start:
+            return
+        x = math.log(max(r, 1e-12))
+        self._n += 1
+        self._sum_x += x
+        self._sum_x2 += x * x
+        self._sum_inflight += sample.inflight
+        self._max_inflight = max(self._max_inflight, sample.inflight)
+        self._sum_a += a
+        self._sum_b += b
+        ttft = sample.ttft_s
+        if ttft is not None and 0.0 <= ttft <= sample.latency_s:
+            self._n_ttft += 1
+            self._sum_ttft += ttft
+            self._sum_latency += sample.latency_s
+        if self._n >= self._window_size():
+            self._close_window(now)
+        elif not self._slow_start and self._n % self.window_samples == 0:
+            self._guards(now, self._n_mean(), final=False)
+
+    # ---- the decisions ------------------------------------------------------------------
+    def _on_drop(self, sample: Sample, now: float) -> None:
+        if sample.start < self._last_cut:
+            return  # the same overload event as the last cut
+        if sample.start >= self._window_start:
+            self._drops += 1  # lowers this window's goodput
+        # the density check sees every call admitted since the cut, settling or not: a
+        # rejection storm is fastest exactly while the window is still settling
+        self._loss_drops += 1
+        if self._loss_drops < 2 or self._loss_drops < self.loss_tolerance * (
+            self._loss_ok + self._loss_drops
+        ):
+            return  # a stray failure
+        self._last_cut = now
+        self.events["loss"] += 1
+        if self._slow_start:
+            self._slow_start = False
+            self._center = max(1.0, self._limit / 2.0)
+        else:
+            self._center = self._limit * self.backoff_ratio
+        self._restart(now)
+
+    def _close_window(self, now: float) -> None:
+        n = self._n
+        if n > 1:
+            var = max(0.0, (self._sum_x2 - self._sum_x**2 / n) / (n - 1))
+            self._log_var += (var - self._log_var) * (0.3 if self._log_var else 1.0)
+        n_mean = self._n_mean()
+        app_limited = 2.0 * n_mean < self._limit
+        window = _Window(
+            math.log(n_mean),
+            self._sum_a / n,
+            self._sum_b / n,
+            math.log(n / (n + self._drops)),
+        )
+        if self._ok > 1 and now > self._ok_first:
+            self._throughput = (self._ok - 1) / (now - self._ok_first)
+        self._ok = 0
+        if self._slow_start:
+            self._server_queue(n_mean, final=True)  # keeps the TTFT floor
+            self._slow_start_window(now, window, app_limited)
+        elif not self._guards(now, n_mean, final=True):
+            self._probe_window(now, window, app_limited)
+
+    def _guards(self, now: float, n_mean: float, *, final: bool) -> bool:
+        """The server-queue and delay checks; True when one cut the limit.
+
+        Also run on the open window every ``window_samples`` calls, so that a capacity drop
+        is answered within a few dozen calls even when noise makes the probing windows long;
+        they fire only on an excess beyond two standard errors of the window's mean.
+        """
+        se = 2.0 * math.sqrt(self._log_var / self._n)
+        queued = self._server_queue(n_mean, final=final)
+        if queued > (self.queue_tolerance + se) * n_mean:
+            # calls wait at the server: they add latency and no throughput
+            self.events["queue"] += 1
+            served = max(1.0, n_mean - queued)
+            self._center = min(self._center, served * (1.0 + self.queue_tolerance))
+            self._restart(now)
+            return True
+        if self._base is None:
+            return False
+        a, b = self._sum_a / self._n, self._sum_b / self._n
+        excess = self._ln_r(a, b) - self._ln_r(*self._base)
+        if excess > math.log(self.tolerance) + se:
+            # latency jumped above its baseline: goodput × baseline latency (Vegas, BBR), at
+            # most halving per event (Gradient2's floor): part of a jump may be a slower
+            # backend rather than a queue
+            self.events["delay"] += 1
+            self._center = min(self._center, n_mean * max(0.5, math.exp(-excess)))
+            self._base = self._blend(self._base, (a, b), 0.5)
+            self._restart(now)
+            return True
+        return False
+
+    def _slow_start_window(self, now: float, window: _Window, app_limited: bool) -> None:
+        hist = self._hist
+        if hist and window.ln_n - hist[-1].ln_n >= 0.1:
+            prev = hist[-1]
+            gained = self._ln_x(window) - self._ln_x(prev)
+            self._elasticity = gained / (window.ln_n - prev.ln_n)
+            if self._elasticity < self.slow_start_exit:
+                self.events["slow_start_exit"] += 1
+                self._slow_start = False
+                # linear-scaling equivalent of the goodput the last doubling bought
+                target = math.exp(prev.ln_n + gained)
+                self._center = min(max(target, math.exp(prev.ln_n)), math.exp(window.ln_n))
+                self._base = self._blend((prev.a, prev.b), (window.a, window.b), 0.5)
+                self._restart(now)
+                return
+        if not app_limited:
+            self._center *= 2.0
+        hist.append(window)
+        self._apply(now, down=False)
+
+    def _probe_window(self, now: float, window: _Window, app_limited: bool) -> None:
+        hist = self._hist
+        if len(hist) == 2:
+            w1, w2 = hist
+            x1, x2, x3 = self._ln_x(w1), self._ln_x(w2), self._ln_x(window)
+            d_ln_n = w2.ln_n - 0.5 * (w1.ln_n + window.ln_n)
+            if abs(d_ln_n) >= 0.5 * self.probe:
+                # centred difference around the middle window: cancels a linear drift
+                e = (x2 - 0.5 * (x1 + x3)) / d_ln_n
+                # a step change in one window makes the one-sided estimates disagree: then
+                # trust the more cautious one
+                d1, d2 = w2.ln_n - w1.ln_n, window.ln_n - w2.ln_n
+                if abs(d1) > 0.05 and abs(d2) > 0.05:
+                    e_before, e_after = (x2 - x1) / d1, (x3 - x2) / d2
+                    if abs(e_before - e_after) > 1.0:
+                        e = min(e_before, e_after)
+                self._elasticity = e
+                err = max(-1.0, min(0.5, e - self.knee_elasticity))
+                if err < 0.0 or not app_limited:
+                    self._center *= math.exp(self.gain * err)
+        hist.append(window)
+        ab = (window.a, window.b)
+        self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
+        self._probe_high = not self._probe_high
+        self._apply(now, down=not self._probe_high)
+
+    def _server_queue(self, n_mean: float, *, final: bool) -> float:
+        """Calls waiting at the server, by Little's law: ``N · (ttft − ttft_floor) / latency``.
+
+        The floor is the lowest window-mean TTFT seen, drifting up 1% per (complete) window
+        so that it follows a change of prompts. 0 without (enough) streamed samples.
+        """
+        if self._n_ttft < max(2, self._n // 2):
+            return 0.0
+        ttft = self._sum_ttft / self._n_ttft
+        latency = self._sum_latency / self._n_ttft
+        floor = self._ttft_floor
+        if final:
+            self._ttft_floor = ttft if floor is None else min(floor * 1.01, ttft)
+        if floor is None or latency <= 0.0:
+            return 0.0
+        return n_mean * max(0.0, ttft - floor) / latency
+
+    # ---- mechanics ----------------------------------------------------------------------
+    def _n_mean(self) -> float:
+        n_mean = self._sum_inflight / self._n
+        if self._max_inflight >= self._limit:
+            # the limiter was full: calls ran at the limit, even those admitted while it
+            # filled up after a step (their in-flight count at admission says less)
+            n_mean = max(n_mean, float(self._limit))
+        return n_mean
+
+    def _window_size(self) -> int:
+        size = max(self.window_samples, math.ceil(self.window_fraction * self._limit))
+        if not self._slow_start and self.window_error > 0.0:
+            # enough calls for the standard error of the window's mean ln R to be
+            # ``window_error``: noisy backends get longer windows, clean ones short ones
+            size = max(size, math.ceil(self._log_var / self.window_error**2))
+        return min(size, self.max_window_samples)
+
+    def _ln_r(self, a: float, b: float) -> float:
+        """ln of a mean latency, priced at the current reference size."""
+        return math.log(max(a + self._norm.reference_tokens * b, 1e-12))
+
+    def _ln_x(self, w: _Window) -> float:
+        """ln goodput of a window (Little): ``ln N − ln R + ln(1 − p)``."""
+        return w.ln_n - self._ln_r(w.a, w.b) + w.ln_ok
+
+    @staticmethod
+    def _blend(
+        old: tuple[float, float], new: tuple[float, float], alpha: float
+    ) -> tuple[float, float]:
+        return old[0] + alpha * (new[0] - old[0]), old[1] + alpha * (new[1] - old[1])
+
+    def _restart(self, now: float) -> None:
+        """After a cut: forget the windows measured at the old level, start on a low probe."""
+        self._hist.clear()
+        self._probe_high = False
+        self._apply(now, down=True)
+
+    def _apply(self, now: float, *, down: bool) -> None:
+        self._center = min(max(self._center, float(self._low)), float(self._high))
+        c = self._center
+        if self._slow_start:
+            limit = self._clamp(round(c))
+        else:
+            lo = self._clamp(round(c * (1.0 - self.probe)))
+            hi = self._clamp(max(round(c * (1.0 + self.probe)), lo + 1))
+            limit = hi if self._probe_high else lo
+        if limit < self._limit:
+            down = True
+        if limit != self._limit:
+            self._limit = limit
+            self.trace.append((now, limit))
+        # after a step down, wait one latency: calls admitted meanwhile share the server
+        # with the extra calls still draining
+        self._window_start = now + (self._rtt if down else 0.0)
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        self._n = 0
+        self._drops = 0
+        self._loss_ok = 0
+        self._loss_drops = 0
+        self._sum_inflight = 0
+        self._max_inflight = 0
+        self._sum_a = 0.0
+        self._sum_b = 0.0
+        self._sum_x = 0.0
+        self._sum_x2 = 0.0
+        self._n_ttft = 0
+        self._sum_ttft = 0.0
+        self._sum_latency = 0.0
+
+    def _clamp(self, value: int) -> int:
+        return min(max(value, self._low), self._high)
+
+    def __repr__(self) -> str:
+        state = "slow start" if self._slow_start else f"centre {self._center:.1f}"
+        return f"LLMLimit(limit={self._limit}, {state})"

@@ -1,0 +1,214 @@
+"""``RateLimitPacer``: pace below a backend's RPM/TPM instead of discovering them with 429s.
+
+OpenAI-compatible backends report their budget on every response:
+``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``. The pacer models each budget as a
+token bucket and *corrects* it with every report:
+
+* capacity ``margin × limit`` and refill ``margin × limit / 60 s`` (the limits are per minute);
+  ``(1 − margin) × limit`` is headroom left untouched for estimation error and other clients;
+* on a report the level becomes the server's ``remaining − headroom`` (the server's count is the
+  truth; ours is an estimate) less what we reserved but have not sent yet (the server has not
+  counted it), and the bucket is known to be full again after ``reset`` — less whatever we
+  reserve after the report;
+* :meth:`reserve` takes one request and ``prompt + max_tokens`` tokens up front (the server
+  counts ``max_tokens`` at admission too) and returns how long to wait before sending; the
+  level may go negative, so later callers queue behind (GCRA-style) instead of racing;
+* :meth:`reconcile` returns what the call did not use once ``usage`` comes back;
+* :meth:`pause_until` holds the *backend* until a 429's retry-after, once for a whole storm,
+  instead of every call sleeping and retrying on its own.
+
+Before any header has been seen nothing is delayed (the pacer knows no budget). A pure object:
+plain numbers in, seconds out; the wire layer parses headers, the gateway sleeps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["PacerStatistics", "RateLimitPacer"]
+
+
+class _Bucket:
+    """One budget (requests or tokens) as a corrected token bucket."""
+
+    __slots__ = ("capacity", "full_at", "level", "rate", "spent_since_report", "t")
+
+    def __init__(self) -> None:
+        self.capacity = math.inf  # unknown until a limit is reported
+        self.rate = math.inf
+        self.level = math.inf
+        self.t = 0.0
+        self.full_at: float | None = None
+        self.spent_since_report = 0.0
+
+    @property
+    def known(self) -> bool:
+        return self.capacity < math.inf
+
+    def report(
+        self,
+        now: float,
+        limit: float | None,
+        remaining: float | None,
+        reset_s: float | None,
+        margin: float,
+        pending: float,
+    ) -> None:
+        if limit is not None and limit > 0:
+            was_known = self.known
+            self.capacity = margin * limit
+            self.rate = self.capacity / 60.0
+            if not was_known:
+                self.level, self.t = self.capacity, now
+        if not self.known:
+            return
+        headroom = self.capacity / margin - self.capacity
+        if remaining is not None:
+            self.level = min(self.capacity, remaining - headroom - pending)
+            self.t = now
+            self.spent_since_report = pending
+            self.full_at = now + reset_s if reset_s is not None and reset_s > 0 else None
+        else:
+            self.advance(now)
+
+    def advance(self, now: float) -> None:
+        if not self.known or now <= self.t:
+            return
+        if self.full_at is not None and now >= self.full_at:
+            at = max(self.t, self.full_at)
+            linear = min(self.capacity, self.level + self.rate * (at - self.t))
+            self.level = max(linear, self.capacity - self.spent_since_report)
+            self.t = at
+            self.full_at = None
+        self.level = min(self.capacity, self.level + self.rate * (now - self.t))
+        self.t = now
+
+    def delay(self, now: float, need: float) -> float:
+        """Seconds until ``need`` is available (after :meth:`advance` to ``now``)."""
+        if not self.known or self.level >= need:
+            return 0.0
+        need = min(need, self.capacity)  # a call bigger than the budget waits for a full one
+        wait = (need - self.level) / self.rate
+        if self.full_at is not None:
+            at_reset = self.level + self.rate * (self.full_at - now)
+            if max(at_reset, self.capacity - self.spent_since_report) >= need:
+                wait = min(wait, self.full_at - now)
+        return max(0.0, wait)
+
+    def take(self, amount: float) -> None:
+        if self.known:
+            self.level -= amount
+            self.spent_since_report += amount
+
+
+@dataclass(frozen=True, slots=True)
+class PacerStatistics:
+    requests_available: float  # inf until a limit is reported
+    tokens_available: float
+    paused_until: float
+    reserved: int  # reserve() calls
+    delayed: int  # of which had to wait
+    total_delay_s: float
+
+
+class RateLimitPacer:
+    """Paces calls to a backend's reported RPM/TPM (see the module docstring)."""
+
+    def __init__(self, margin: float = 0.9) -> None:
+        if not 0.0 < margin <= 1.0:
+            raise ValueError("margin must be in (0, 1]")
+        self.margin = margin
+        self._requests = _Bucket()
+        self._tokens = _Bucket()
+        self._paused_until = -math.inf
+        # reservations told to wait, not sent yet: (send time, tokens), in send order
+        self._pending: deque[tuple[float, float]] = deque()
+        self._pending_tokens = 0.0
+        self._reserved = 0
+        self._delayed = 0
+        self._total_delay = 0.0
+
+    @property
+    def paused_until(self) -> float:
+        """Clock reading before which nothing is sent (``-inf`` when not paused)."""
+        return self._paused_until
+
+    @property
+    def known(self) -> bool:
+        """Whether any limit has been reported yet."""
+        return self._requests.known or self._tokens.known
+
+    def observe(
+        self,
+        now: float,
+        *,
+        limit_requests: float | None = None,
+        remaining_requests: float | None = None,
+        reset_requests_s: float | None = None,
+        limit_tokens: float | None = None,
+        remaining_tokens: float | None = None,
+        reset_tokens_s: float | None = None,
+    ) -> None:
+        """Correct the buckets with a response's ``x-ratelimit-*`` values (any may be None)."""
+        pending = self._drain_pending(now)
+        self._requests.report(
+            now, limit_requests, remaining_requests, reset_requests_s, self.margin, len(pending)
+        )
+        self._tokens.report(
+            now, limit_tokens, remaining_tokens, reset_tokens_s, self.margin, self._pending_tokens
+        )
+
+    def reserve(self, now: float, tokens: int) -> float:
+        """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
+
+        The reservation is recorded at once, so concurrent callers queue behind each other.
+        0 when within budget, and always 0 before any header was seen (unless paused).
+        """
+        self._drain_pending(now)
+        req, tok = self._requests, self._tokens
+        req.advance(now)
+        tok.advance(now)
+        delay = max(req.delay(now, 1.0), tok.delay(now, float(max(0, tokens))))
+        delay = max(delay, self._paused_until - now)
+        req.take(1.0)
+        tok.take(float(max(0, tokens)))
+        self._reserved += 1
+        if delay > 0.0:
+            self._delayed += 1
+            self._total_delay += delay
+            self._pending.append((now + delay, float(max(0, tokens))))
+            self._pending_tokens += float(max(0, tokens))
+        return max(0.0, delay)
+
+    def _drain_pending(self, now: float) -> deque[tuple[float, float]]:
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            self._pending_tokens -= pending.popleft()[1]
+        if not pending:
+            self._pending_tokens = 0.0  # no float dust
+        return pending
+
+    def reconcile(self, reserved: int, actual: int) -> None:
+        """Adjust a reservation with the tokens the backend reported using (refund or charge)."""
+        self._tokens.take(float(actual - reserved))
+
+    def pause_until(self, t: float) -> None:
+        """Hold the whole backend until ``t`` (a 429's retry-after); later pauses only extend."""
+        self._paused_until = max(self._paused_until, t)
+
+    def statistics(self, now: float) -> PacerStatistics:
+        self._requests.advance(now)
+        self._tokens.advance(now)
+        return PacerStatistics(
+            requests_available=self._requests.level,
+            tokens_available=self._tokens.level,
+            paused_until=self._paused_until,
+            reserved=self._reserved,
+            delayed=self._delayed,
+            total_delay_s=self._total_delay,
+        )
+
+    def __repr__(self) -> str:
+        return f"RateLimitPacer(margin={self.margin}, known={self.known})"

@@ -1,0 +1,335 @@
+"""LLMLimit, scripted: every window is fed by hand and the limit checked exactly."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gptgate.limits import LatencyNormaliser, Limit, LLMLimit, Sample
+
+
+class Script:
+    """Feeds windows of identical calls; time jumps far ahead between windows so every call
+    of a window is admitted after the previous window closed (and after any settling)."""
+
+    def __init__(self, limit: LLMLimit) -> None:
+        self.limit = limit
+        self.t = 0.0
+
+    def window(
+        self,
+        latency: float,
+        *,
+        inflight: int | None = None,
+        n: int | None = None,
+        tokens: int = 100,
+        ttft: float | None = None,
+    ) -> int:
+        lim = self.limit
+        count = n if n is not None else max(lim.window_samples, math.ceil(lim.limit / 2))
+        busy = lim.limit if inflight is None else inflight
+        start = self.t
+        for _ in range(count):
+            lim.update(
+                Sample(
+                    start=start,
+                    latency_s=latency,
+                    inflight=busy,
+                    kind="ok",
+                    ttft_s=ttft,
+                    output_tokens=tokens,
+                ),
+                start + latency,
+            )
+        self.t = start + latency + 1_000.0
+        return lim.limit
+
+    def drop(self, *, start: float | None = None) -> int:
+        s = self.t if start is None else start
+        self.limit.update(
+            Sample(start=s, latency_s=0.1, inflight=self.limit.limit, kind="dropped"), self.t
+        )
+        self.t += 1.0
+        return self.limit.limit
+
+
+def power(n: float, slope: float) -> float:
+    """A latency that grows as ``N**slope`` (goodput elasticity ``1 − slope``) from the
+    baseline that :func:`_into_avoidance` leaves (3.0 s at N = 8)."""
+    return float(3.0 * (n / 8) ** slope)
+
+
+def test_is_a_limit() -> None:
+    assert isinstance(LLMLimit(), Limit)
+
+
+def test_slow_start_doubles_per_good_window_up_to_max() -> None:
+    s = Script(LLMLimit(initial=4, max_limit=64, window_samples=4))
+    seen = [s.limit.limit]
+    for _ in range(5):
+        seen.append(s.window(2.0))  # latency flat: every doubling doubled goodput
+    assert seen == [4, 8, 16, 32, 64, 64]
+    assert s.limit.in_slow_start
+    assert [lim for _, lim in s.limit.trace] == [4, 8, 16, 32, 64]
+
+
+def test_slow_start_exits_at_the_linear_equivalent_of_what_the_last_doubling_bought() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    assert s.window(2.0) == 8
+    assert s.window(2.0) == 16
+    # 16 in flight but the server saturates at 10: latency ×1.6, goodput ×1.25 for ×2
+    s.window(2.0 * 16 / 10)
+    assert s.limit.in_slow_start  # e = 0.32: still worth doubling (exit below 0.3)
+    assert s.limit.limit == 32
+    s.window(2.0 * 32 / 10)  # 32 in flight, still 10 served: e = 0
+    lim = s.limit
+    assert not lim.in_slow_start
+    assert lim.elasticity == pytest.approx(0.0, abs=1e-12)
+    # the linear-scaling equivalent of what the doubling bought: 16 · X32/X16 = 16
+    assert lim.center == pytest.approx(16.0)
+    assert lim.limit == round(16 * 0.9)  # probes low first
+    assert lim.events["slow_start_exit"] == 1
+
+
+def test_long_answers_at_unchanged_per_token_speed_are_not_congestion() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    # each window the answers are 4x longer and take 4x as long, at the same 20 ms/token;
+    # raw latency would read as a queue (e = 1 − ln4/ln2 < 0) and end slow start at once
+    tokens = 25
+    seen = [s.limit.limit]
+    for _ in range(4):
+        seen.append(s.window(0.2 + (tokens - 1) * 0.02, ttft=0.2, tokens=tokens))
+        tokens *= 4
+    assert seen == [4, 8, 16, 32, 64]
+    assert s.limit.in_slow_start
+
+
+def test_long_answers_without_ttft_are_normalised_too() -> None:
+    # non-streamed: latency = (n + n0)·tpot with the default n0 = 20 overhead tokens
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    tokens = 25
+    for _ in range(4):
+        s.window((tokens + 20) * 0.02, tokens=tokens)
+        tokens *= 3
+    assert s.limit.limit == 64
+    assert s.limit.in_slow_start
+
+
+def test_app_limited_does_not_grow() -> None:
+    s = Script(LLMLimit(initial=8, window_samples=4))
+    for _ in range(3):
+        assert s.window(2.0, inflight=3) == 8  # 3 < 8/2: the app, not the backend, is idle
+    assert s.window(2.0, inflight=4) == 16  # 2·4 ≥ 8: busy enough
+
+
+def _into_avoidance() -> Script:
+    """Slow start 4 → 8 → 16, saturating at 8: centre 8, probing 7 then 9, baseline 3 s."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    s.window(4.0)
+    assert s.limit.center == pytest.approx(8.0)
+    assert s.limit._base is not None
+    assert math.exp(s.limit._ln_r(*s.limit._base)) == pytest.approx(3.0)
+    return s
+
+
+def test_probing_alternates_around_the_centre() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    assert lim.limit == 7  # round(8·0.9)
+    s.window(power(7, 0.5))
+    assert lim.limit == 9  # round(8·1.1)
+    s.window(power(9, 0.5))
+    assert lim.limit == 7  # two windows: no estimate yet, centre unchanged
+    assert lim.center == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize(
+    ("slope", "expected_err"),
+    [
+        (0.5, 0.5 - 0.15),  # e = 0.5: well below the knee → grow
+        (0.85, 0.0),  # e = 0.15: at the knee → stay
+        (1.0, 0.0 - 0.15),  # e = 0: a pure queue → shrink
+        (1.2, -0.2 - 0.15),  # e < 0: goodput falling (USL retrograde) → shrink more
+        (0.0, 0.5),  # e = 1 → error clipped at +0.5
+    ],
+)
+def test_extremum_seeking_step_is_gain_times_elasticity_error(
+    slope: float, expected_err: float
+) -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    for _ in range(3):  # lo, hi, lo: the first centred estimate
+        s.window(power(lim.limit, slope))
+    assert lim.elasticity == pytest.approx(1.0 - slope)
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * expected_err))
+
+
+def test_failures_count_against_goodput() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(power(7, 0.5))
+    s.window(power(9, 0.5))
+    # the third window (back at 7) loses one call in five: goodput × 4/5 there, so the high
+    # probe looks better by that much. Centred: e = 0.5 + ½·ln(5/4)/ln(9/7)
+    s.limit.update(Sample(start=s.t, latency_s=1.0, inflight=7, kind="dropped"), s.t + 1.0)
+    assert lim.events["loss"] == 0  # one stray failure does not cut
+    s.window(power(7, 0.5), n=4)
+    d_ln_n = math.log(9) - math.log(7)
+    assert lim.elasticity == pytest.approx(0.5 + 0.5 * math.log(5 / 4) / d_ln_n)
+
+
+def test_a_step_change_is_read_cautiously() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(power(7, 0.5))  # lo
+    s.window(power(9, 0.5))  # hi
+    # capacity falls during the third window: latency +30% at the low probe. Read across
+    # the step, lowering N "raised" latency: e_after > 1 and the centred estimate > 1 too.
+    # The one-sided halves disagree by more than 1, so the cautious one (e_before) is used.
+    s.window(power(7, 0.5) * 1.3)
+    e_after = 1 - (math.log(power(7, 0.5) * 1.3) - math.log(power(9, 0.5))) / math.log(7 / 9)
+    assert e_after > 1.5
+    assert lim.elasticity == pytest.approx(0.5)  # e_before: the true slope
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * 0.35))
+
+
+def test_loss_cuts_once_per_overload_event_and_not_for_a_stray_failure() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(power(7, 0.85))
+    assert lim.limit == 9
+    admitted = s.t - 0.5  # the whole burst was admitted before the first 429 came back
+    assert s.drop(start=admitted) == 9  # one failure: could be anything
+    assert s.drop(start=admitted) == round(9 * 0.8 * 0.9)  # two, and dense: overload
+    assert lim.center == pytest.approx(9 * 0.8)
+    cut = lim.limit
+    for _ in range(20):  # the rest of the burst: the same overload event
+        assert s.drop(start=admitted) == cut
+    assert lim.events["loss"] == 1
+    s.t += 5_000  # the window settles; then two more failures admitted after the cut
+    s.drop()
+    s.drop()
+    assert lim.events["loss"] == 2
+    assert lim.center == pytest.approx(cut * 0.8)
+
+
+def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 16
+    s.drop()
+    s.drop()
+    assert not s.limit.in_slow_start
+    assert s.limit.center == 8.0
+    assert s.limit.limit == round(8 * 0.9)
+
+
+def test_timeout_counts_as_a_drop() -> None:
+    s = Script(LLMLimit(initial=8, window_samples=4, timeout_s=10.0))
+    s.window(2.0)
+    assert s.limit.limit == 16
+    for _ in range(2):
+        s.limit.update(Sample(start=s.t, latency_s=11.0, inflight=16, kind="ok"), s.t + 11.0)
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == 8.0
+
+
+@pytest.mark.parametrize(("ratio", "factor"), [(1.8, 1 / 1.8), (3.0, 0.5)])
+def test_delay_guard_goes_to_goodput_times_baseline_latency(ratio: float, factor: float) -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(3.0)  # lo (7)
+    s.window(3.0)  # hi (9): the baseline is 3 s
+    # the backend slows down: latency jumps at the low probe
+    s.window(3.0 * ratio)
+    assert lim.events["delay"] == 1
+    # N · R_base/R, at most halving per event
+    assert lim.center == pytest.approx(7 * factor)
+
+
+def test_server_queue_in_ttft_cuts_to_the_calls_being_served() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    # streamed windows: ttft 0.2 s at the floor
+    s.window(3.0, ttft=0.2)
+    assert lim.limit == 9
+    s.window(3.0, ttft=0.2)
+    assert lim.limit == 7
+    # now calls wait 0.6 s at the server before their first token (latency 3.6 s): by
+    # Little, 7 · 0.6/3.6 of the 7 in flight are queued there
+    s.window(3.6, ttft=0.8)
+    queued = 7 * 0.6 / 3.6
+    assert lim.events["queue"] == 1
+    assert lim.events["delay"] == 0
+    assert lim.center == pytest.approx((7 - queued) * 1.1)
+
+
+def test_window_bounds_clamp_and_clear() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.limit.set_window(20, 30)
+    assert s.limit.limit == 20
+    assert s.limit.window == (20, 30)
+    assert s.window(2.0) == 30  # doubling capped by the window
+    assert s.window(2.0) == 30
+    s.limit.set_window(None)
+    assert s.limit.window == (1, 64)
+    assert s.window(2.0) == 60
+    s.limit.set_window(5, 10)
+    assert s.limit.limit == 10
+    with pytest.raises(ValueError):
+        s.limit.set_window(10, 5)
+
+
+def test_min_and_max_bound_every_path() -> None:
+    s = Script(LLMLimit(initial=3, min_limit=2, max_limit=5, window_samples=4))
+    assert s.window(2.0) == 5
+    for _ in range(10):
+        s.t += 1
+        s.drop()
+    assert s.limit.limit >= 2
+    assert s.limit.center >= 2.0
+
+
+def test_ignored_samples_change_nothing() -> None:
+    lim = LLMLimit()
+    for i in range(100):
+        lim.update(Sample(start=i, latency_s=0.0, inflight=4, kind="ignored"), i)
+    assert lim.limit == 4
+    assert not lim.trace
+
+
+def test_calls_admitted_before_a_window_opened_are_not_measured() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    assert s.limit.limit == 8
+    for _ in range(50):  # stragglers from the old limit, very slow: not this window's
+        s.limit.update(Sample(start=-1.0, latency_s=30.0, inflight=4, kind="ok"), s.t)
+    assert s.window(2.0) == 16
+
+
+def test_throughput_is_successes_per_second_over_the_window() -> None:
+    lim = LLMLimit(initial=4, window_samples=5)
+    for i in range(5):
+        lim.update(Sample(start=0.0, latency_s=1.0 + i, inflight=4, kind="ok"), 1.0 + i)
+    assert lim.throughput == pytest.approx(4 / 4.0)
+
+
+def test_normaliser_maps_calls_to_a_reference_size() -> None:
+    norm = LatencyNormaliser(overhead_tokens=20)
+    # streamed: ttft + (n_ref − 1)·tpot, n_ref = mean answer length so far
+    assert norm(Sample(0, 0.2 + 99 * 0.02, 1, "ok", ttft_s=0.2, output_tokens=100)) == (
+        pytest.approx(0.2 + 99 * 0.02)
+    )
+    r = norm(Sample(0, 0.2 + 299 * 0.02, 1, "ok", ttft_s=0.2, output_tokens=300))
+    assert norm.reference_tokens == 200
+    assert r == pytest.approx(0.2 + 199 * 0.02)
+    # the overhead is learned from streams: ttft/tpot − 1 = 9 tokens
+    assert norm.overhead_tokens == pytest.approx(9.0)
+    # non-streamed: latency · (n_ref + n0)/(n + n0)
+    r = norm(Sample(0, 4.0, 1, "ok", output_tokens=100))
+    n_ref = norm.reference_tokens
+    assert r == pytest.approx(4.0 * (n_ref + 9.0) / (100 + 9.0))

@@ -1,0 +1,86 @@
+"""RateLimitPacer: pace below the x-ratelimit-* budget, reconcile, pause once per storm."""
+
+from __future__ import annotations
+
+import pytest
+
+from gptgate.limits import RateLimitPacer
+
+
+def test_nothing_is_delayed_before_any_header() -> None:
+    pacer = RateLimitPacer()
+    assert not pacer.known
+    assert all(pacer.reserve(0.0, 100_000) == 0.0 for _ in range(1_000))
+
+
+def test_exhausted_requests_wait_until_the_reset() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    pacer.observe(10.0, limit_requests=60, remaining_requests=0, reset_requests_s=1.0)
+    # refilling linearly at 0.9·60/60 per s would take 7.8 s to climb back over the 10%
+    # headroom; but the server said the budget is full again in 1 s
+    assert pacer.reserve(10.0, 1) == pytest.approx(1.0)
+    assert pacer.reserve(10.5, 1) == pytest.approx(0.5)
+
+
+def test_within_budget_no_delay_then_linear_refill() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    pacer.observe(0.0, limit_tokens=10_000, remaining_tokens=5_000)
+    # level = 5,000 remaining − 1,000 headroom = 4,000
+    assert pacer.reserve(0.0, 3_000) == 0.0
+    # 1,000 left, refilling at 0.9·10,000/60 = 150 tokens/s: 2,000 more take 13.3 s
+    assert pacer.reserve(0.0, 3_000) == pytest.approx(2_000 / 150)
+    # the next caller queues behind the reservation (the level is now −2,000)
+    assert pacer.reserve(0.0, 150) == pytest.approx(2_150 / 150)
+    assert pacer.statistics(0.0).delayed == 2
+
+
+def test_reconcile_refunds_what_was_not_used() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    pacer.observe(0.0, limit_tokens=10_000, remaining_tokens=10_000)
+    assert pacer.reserve(0.0, 9_000) == 0.0  # prompt + max_tokens
+    assert pacer.reserve(0.0, 1_000) > 0.0
+    pacer.reconcile(9_000, 1_200)  # the answer was short
+    assert pacer.reserve(0.0, 1_000) == 0.0
+    pacer.reconcile(1_000, 3_000)  # and this one longer than reserved: charged
+    # 9,000 capacity − 9,000 − 1,000 − 1,000 reserved + 7,800 refunded − 2,000 charged
+    assert pacer.statistics(0.0).tokens_available == pytest.approx(3_800)
+
+
+def test_a_report_does_not_forget_reservations_still_waiting_to_be_sent() -> None:
+    pacer = RateLimitPacer(margin=1.0)
+    pacer.observe(0.0, limit_requests=60, remaining_requests=1)
+    assert pacer.reserve(0.0, 1) == 0.0
+    delay = pacer.reserve(0.0, 1)
+    assert delay == pytest.approx(1.0)  # one request per second
+    # a response reports 1 remaining at t=0.5: the server has not seen the call we hold
+    # back until t=1.0, so only 0 are really ours to use
+    pacer.observe(0.5, limit_requests=60, remaining_requests=1)
+    assert pacer.reserve(0.5, 1) == pytest.approx(1.0)
+
+
+def test_pause_until_holds_the_backend_once() -> None:
+    pacer = RateLimitPacer()
+    pacer.pause_until(5.0)  # a 429 with retry-after 5 s at t=0
+    pacer.pause_until(4.0)  # the rest of the storm: does not shorten it
+    pacer.pause_until(5.0)
+    assert pacer.paused_until == 5.0
+    assert pacer.reserve(1.0, 10) == pytest.approx(4.0)
+    assert pacer.reserve(5.0, 10) == 0.0
+
+
+def test_margin_paces_below_the_limit() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    pacer.observe(0.0, limit_requests=600, remaining_requests=600)
+    sent = 0
+    t = 0.0
+    while t < 60.0:
+        t += pacer.reserve(t, 0)
+        sent += 1
+    # 540 usable at once, then refilling at 9/s: well under 600 + 600 in the first minute
+    assert sent <= 540 + 9 * 60 + 1
+    assert pacer.statistics(t).reserved == sent
+
+
+def test_rejects_bad_margin() -> None:
+    with pytest.raises(ValueError):
+        RateLimitPacer(margin=0.0)
