@@ -59,15 +59,26 @@ class ItemCancelledError(GateError):
 
 class ItemHandle(Generic[R]):
     """The future result of one submitted item. ``await handle`` (any number of times) gives
-    the result or raises the item's error."""
+    the result or raises the item's error. ``submitted_at`` and ``dispatched_at`` are the
+    batcher's clock readings when the item was accepted and when its batch was flushed
+    (``None`` until then); ``wait_s`` is the time it spent collecting."""
 
-    __slots__ = ("_error", "_event", "_result", "_set")
+    __slots__ = ("_error", "_event", "_result", "_set", "dispatched_at", "submitted_at")
 
-    def __init__(self) -> None:
+    def __init__(self, submitted_at: float = 0.0) -> None:
         self._event = anyio.Event()
         self._set = False
         self._result: R | None = None
         self._error: BaseException | None = None
+        self.submitted_at = submitted_at
+        self.dispatched_at: float | None = None
+
+    @property
+    def wait_s(self) -> float | None:
+        """Seconds between ``submit`` and the flush that dispatched the item (None: not yet)."""
+        if self.dispatched_at is None:
+            return None
+        return self.dispatched_at - self.submitted_at
 
     def done(self) -> bool:
         return self._set
@@ -129,6 +140,8 @@ class BatcherStatistics:
     submitted: int = 0
     #: ``submit`` calls waiting for room (backpressure)
     blocked_submitters: int = 0
+    #: mean seconds a dispatched item waited for its flush (None: nothing dispatched yet)
+    mean_wait_s: float | None = None
 
 
 class MicroBatcher(Generic[T, R]):
@@ -163,6 +176,8 @@ class MicroBatcher(Generic[T, R]):
         self._failed = 0
         self._batches = 0
         self._by: dict[FlushReason, int] = {"size": 0, "timer": 0, "close": 0}
+        self._dispatched = 0
+        self._waited_s = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -218,7 +233,7 @@ class MicroBatcher(Generic[T, R]):
                 self._blocked -= 1
         if self._closed:
             raise anyio.ClosedResourceError("the batcher is closed")
-        handle: ItemHandle[R] = ItemHandle()
+        handle: ItemHandle[R] = ItemHandle(self._clock.now())
         self._submitted += 1
         self._pending.append((item, handle))
         if len(self._pending) >= self.policy.max_size:
@@ -239,6 +254,7 @@ class MicroBatcher(Generic[T, R]):
             failed=self._failed,
             submitted=self._submitted,
             blocked_submitters=self._blocked,
+            mean_wait_s=self._waited_s / self._dispatched if self._dispatched else None,
         )
 
     # ------------------------------------------------------------------ internals
@@ -268,7 +284,11 @@ class MicroBatcher(Generic[T, R]):
         self._batches += 1
         self._by[reason] += 1
         assert self._tg is not None
+        now = self._clock.now()
+        self._dispatched += len(batch)
         for item, handle in self._grouped(batch):
+            handle.dispatched_at = now
+            self._waited_s += now - handle.submitted_at
             self._running.add(handle)
             self._tg.start_soon(self._run, item, handle)
 

@@ -11,6 +11,11 @@ calls, 58% at 50). So, per (backend, prefix group):
    hit rate (cached input over the cacheable part of the prefix) holds at or above
    ``policy.target_hit_rate`` over ``policy.window`` samples; each good window widens the ramp
    by ``policy.growth``, each bad one shrinks it by ``policy.shrink`` (never below ``start``).
+   A good window widens only while the backend has room — fewer calls in flight through the
+   gate than its limit. When the gated calls of all groups already fill the limit, a wider
+   window would only change which group's calls queue at the limiter, and it makes the prefix
+   burstier: more calls land on a cold replica before the first one there has been prefilled.
+   The widening is owed, not lost: it happens as soon as a call of the group finds room.
 3. **open** → the ramp reached the backend's current concurrency limit.
 
 On a server that spreads a hot prefix over replicas with cold caches, this finds the widest
@@ -61,6 +66,9 @@ _RATE_TAU_S = 60.0
 _EPS = 1e-9
 #: good windows held just under a known ceiling before probing it again, at most
 _MAX_PROBE_BACKOFF = 8
+#: widenings a group may owe for good windows held while its backend was full, at most (so a
+#: width never jumps more than growth³ beyond the last one a window confirmed)
+_MAX_DEFERRED = 3
 
 GroupState = Literal["cold", "warming", "ramping", "open"]
 
@@ -174,7 +182,11 @@ class RampController:
     ``limit`` if smaller). Per complete window:
 
     * **good** (hit rate ``>= policy.target_hit_rate``): widen by ``policy.growth`` (at least
-      +1) up to ``limit``;
+      +1) up to ``limit`` — or, when the caller says there is no room to use a wider one
+      (``on_sample(..., may_widen=False)``: the backend is already full), hold the width; the
+      widenings so earned (at most 3, and never a probe of a known ceiling) are made at the
+      first later sample that comes with room, so a group is not left narrow when the backend
+      empties;
     * **bad**, at a width that had already held: shrink by ``policy.shrink`` — the conditions
       changed (the provider's TTL ran out, the prefix spilled to cold replicas);
     * **bad** right after a widening: that step was too far — go back to the last good width
@@ -200,6 +212,7 @@ class RampController:
         "_cached",
         "_ceiling",
         "_count",
+        "_deferred",
         "_epoch",
         "_grew_from",
         "_held",
@@ -224,6 +237,8 @@ class RampController:
         self._probing = False
         self._held = 0
         self._backoff = 1
+        #: good windows held for lack of room since the last change: each is one widening owed
+        self._deferred = 0
         #: hit rate of the last complete window (None before the first one)
         self.last_hit_rate: float | None = None
         #: samples counted towards a decision so far
@@ -260,11 +275,29 @@ class RampController:
         """Samples in the current, not yet complete window."""
         return self._count
 
-    def on_sample(self, cached: int, cacheable: int, *, epoch: int | None = None) -> None:
+    def on_sample(
+        self, cached: int, cacheable: int, *, epoch: int | None = None, may_widen: bool = True
+    ) -> None:
+        """Count one finished call; decide when a window is complete. ``may_widen=False``
+        turns a good window into a hold (it still confirms the current width); the widenings
+        such holds earned (at most three) all happen at the first later sample with
+        ``may_widen=True``, unless a bad window came first."""
         if cacheable <= 0:
             return
         if epoch is not None and epoch != self._epoch:
             return
+        if self._deferred and may_widen:
+            current = new = self.window
+            for _ in range(self._deferred):
+                if self._ceiling is not None and new >= self._ceiling - 1:
+                    break  # a known ceiling is probed only on the evidence of a window
+                new = self._widen(new)
+            self._deferred = 0
+            if new != current:
+                self._window = new
+                self._epoch += 1
+                self._cached = self._cacheable = self._count = 0
+                return  # this call ran under the narrower window: not a sample of the new one
         self._cached += min(max(0, cached), cacheable)
         self._cacheable += cacheable
         self._count += 1
@@ -276,21 +309,24 @@ class RampController:
         self.last_hit_rate = rate
         current = self.window
         if rate >= self.policy.target_hit_rate - _EPS:
-            new = self._widen(current)
+            new = self._widen(current, may_widen)
+            if not may_widen and current < self._limit:
+                self._deferred = min(self._deferred + 1, _MAX_DEFERRED)
         else:
             new = self._narrow(current)
+            self._deferred = 0
         self._window = new
         if new != current:
             self._epoch += 1
 
-    def _widen(self, current: int) -> int:
+    def _widen(self, current: int, may_widen: bool = True) -> int:
         self._grew_from = None  # the current width held
         self._probing = False
         if self._ceiling is not None and current >= self._ceiling:
             # the width that failed holds now: look a quarter further, carefully
             self._ceiling = current + max(1, current // 4)
             self._backoff = max(1, self._backoff // 2)
-        if current >= self._limit:
+        if current >= self._limit or not may_widen:
             return current
         if self._ceiling is None:
             new = max(current + 1, math.floor(current * self.policy.growth))
@@ -485,7 +521,10 @@ class CacheTicket:
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
         before = group.controller.window
-        group.controller.on_sample(cached, cacheable, epoch=self._epoch)
+        # widening while the backend is full would only change which group's calls queue at
+        # the limiter, and make this prefix burstier (more duplicate misses on cold replicas)
+        room = self._gate._busy.get(group.backend, 0) < group.controller.limit
+        group.controller.on_sample(cached, cacheable, epoch=self._epoch, may_widen=room)
         if group.controller.window > before:
             self._gate._wake(group)
 
@@ -498,6 +537,7 @@ class CacheTicket:
         group = self._group
         assert group is not None and self._gate is not None
         group.in_flight -= 1
+        self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
         self._gate._wake(group)
@@ -530,6 +570,7 @@ class CacheGate:
         )
         self._active: dict[tuple[str, str], _Group] = {}
         self._totals: dict[str, list[int]] = {}
+        self._busy: dict[str, int] = {}
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -560,6 +601,27 @@ class CacheGate:
             raise
         assert waiter.ticket is not None
         return waiter.ticket
+
+    def mark_warm(
+        self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
+    ) -> None:
+        """The prefix was prefilled on ``backend`` by a call that did not pass the gate (a
+        light pre-warm such as ``gate.warm``, a keep-warm refresh): its group skips the
+        single-flight warm-up and starts ramping; a warm-up in flight stops holding the others.
+        A bypassed group (``None``, or shorter than ``policy.min_prefix_tokens``) is ignored."""
+        if group is None or group.prefix_tokens < policy.min_prefix_tokens:
+            return
+        state = self._lookup(backend, group, policy, limit)
+        state.touch(self._clock.now())
+        if not state.warm:
+            state.warm = True
+            state.warming = False
+            self._wake(state)
+        self._settle(state)
+
+    def in_flight(self, backend: str) -> int:
+        """Calls to ``backend`` admitted by the gate and not yet released."""
+        return self._busy.get(backend, 0)
 
     def statistics(self, backend: str | None = None) -> list[GroupStatistics]:
         now = self._clock.now()
@@ -620,6 +682,7 @@ class CacheGate:
         if warmer:
             state.warming = True
         state.in_flight += 1
+        self._busy[state.backend] = self._busy.get(state.backend, 0) + 1
         return CacheTicket(self, state, warmer)
 
     def _wake(self, state: _Group) -> None:

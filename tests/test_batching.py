@@ -351,3 +351,37 @@ async def test_backpressure_below_max_size_flushes_instead_of_deadlocking() -> N
     assert handles[6].result() == 12
     stats = batcher.statistics()
     assert stats.flushed_by_size == 2 and stats.flushed_by_close == 1
+
+
+async def test_handles_record_submit_and_dispatch_times() -> None:
+    class Clock:
+        scale = 1.0
+        t = 100.0
+
+        def now(self) -> float:
+            return self.t
+
+        async def sleep(self, seconds: float) -> None:
+            await anyio.sleep_forever()  # the timer never fires here
+
+        def to_real(self, seconds: float) -> float:
+            return seconds
+
+    clock = Clock()
+    policy = BatchPolicy(max_size=3, max_wait_s=FOREVER)
+    async with MicroBatcher(policy, double, clock=clock) as batcher:
+        assert batcher.statistics().mean_wait_s is None
+        first = await batcher.submit(1)
+        clock.t = 101.0
+        second = await batcher.submit(2)
+        assert (first.submitted_at, first.dispatched_at, first.wait_s) == (100.0, None, None)
+        clock.t = 104.0
+        third = await batcher.submit(3)  # size flush at t=104
+        assert [h.wait_s for h in (first, second, third)] == [4.0, 3.0, 0.0]
+        assert first.dispatched_at == 104.0
+        assert batcher.statistics().mean_wait_s == pytest.approx(7 / 3)
+        clock.t = 110.0
+        fourth = await batcher.submit(4)
+    assert fourth.wait_s == 0.0  # flushed on close at t=110
+    assert batcher.statistics().mean_wait_s == pytest.approx(7 / 4)
+    assert [await h for h in (first, second, third, fourth)] == [2, 4, 6, 8]

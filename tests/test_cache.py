@@ -701,3 +701,128 @@ async def test_chaos_every_path_releases() -> None:
     assert len(stats) == 3
     assert all((s.in_flight, s.waiting) == (0, 0) for s in stats)
     assert all(s.state != "warming" for s in stats)
+
+
+# --------------------------------------------------------------------------- room to widen
+
+
+def test_ramp_holds_a_good_window_when_there_is_no_room() -> None:
+    ctl = RampController(RampPolicy(start=5, window=2), limit=100)
+    ctl.on_sample(100, 100, may_widen=False)
+    ctl.on_sample(100, 100, may_widen=False)
+    assert ctl.window == 5 and ctl.epoch == 0  # a good window, held: no new epoch
+    ctl.on_sample(100, 100)  # the first sample with room makes the owed widening …
+    assert ctl.window == 10 and ctl.epoch == 1
+    assert ctl.pending_samples == 0  # … and does not count towards the new width's window
+    # owed widenings accumulate, at most three of them
+    for _ in range(5):
+        ctl.on_sample(100, 100, epoch=ctl.epoch, may_widen=False)
+        ctl.on_sample(100, 100, epoch=ctl.epoch, may_widen=False)
+    assert ctl.window == 10
+    ctl.on_sample(100, 100)
+    assert ctl.window == 80  # 10 × 2³
+    # a bad window cancels what was owed: held twice, then bad → no widening later
+    ctl = RampController(RampPolicy(start=5, window=2), limit=100)
+    feed(ctl, 1.0, 2)  # 5 → 10, with room
+    for _ in range(2):
+        ctl.on_sample(100, 100, may_widen=False)
+        ctl.on_sample(100, 100, may_widen=False)
+    ctl.on_sample(0, 100, may_widen=False)
+    ctl.on_sample(0, 100, may_widen=False)
+    assert ctl.window == 5 and ctl.ceiling == 10  # 10 had held, so: × shrink
+    feed(ctl, 1.0, 1)
+    assert ctl.window == 5 and ctl.pending_samples == 1
+
+
+def test_ramp_without_room_does_not_probe_its_ceiling() -> None:
+    ctl = RampController(RampPolicy(start=4, window=1), limit=50)
+    feed(ctl, 1.0, 1)  # 4 → 8
+    feed(ctl, 0.0, 1)  # too far: back to 4, ceiling 8
+    feed(ctl, 1.0, 1)  # half the gap: 6
+    feed(ctl, 1.0, 1)  # 7, just under the ceiling
+    assert (ctl.window, ctl.ceiling) == (7, 8)
+    for _ in range(3):
+        ctl.on_sample(100, 100, may_widen=False)
+    assert (ctl.window, ctl.ceiling) == (7, 8)  # no probe while the backend is full
+    feed(ctl, 1.0, 1)
+    assert ctl.window == 8  # room: probe the ceiling
+
+
+async def test_groups_do_not_widen_while_the_backend_is_full() -> None:
+    """Two groups whose windows already fill the limit: good windows hold; when one group is
+    done and the backend has room, the other widens on its next good window."""
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(warmup=False, start=5, window=5)
+    a, b = group("a"), group("b")
+    cacheable = cacheable_tokens(4096)
+
+    async def fill(g: PrefixGroup) -> list[CacheTicket]:
+        return [await gate.enter("x", g, policy, limit=10) for _ in range(5)]
+
+    async def finish(tickets: list[CacheTicket]) -> None:
+        for t in tickets:  # the window completes while all five are still in flight
+            t.observe(cached_tokens=cacheable, input_tokens=4200)
+        for t in tickets:
+            t.release()
+
+    ta, tb = await fill(a), await fill(b)
+    assert gate.in_flight("x") == 10
+    await finish(ta)  # a's window of 5 hits, but b's 5 + a's own 5 filled the limit of 10
+    by_key = {s.key: s for s in gate.statistics("x")}
+    assert by_key["a"].window == 5 and by_key["a"].window_hit_rate == 1.0
+    ta = await fill(a)
+    await finish(tb)  # b: full again (a's five are back in flight) → hold
+    assert {s.key: s.window for s in gate.statistics("x")}["b"] == 5
+    await finish(ta)  # a completes with b gone: room (5 of 10 in flight at the decision)
+    assert {s.key: s.window for s in gate.statistics("x")}["a"] == 10
+    assert gate.in_flight("x") == 0
+
+
+async def test_mark_warm_skips_the_single_flight_warm_up() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=3)
+    g = group()
+    gate.mark_warm("b", g, policy, limit=10)
+    tickets = [await gate.enter("b", g, policy, limit=10) for _ in range(3)]
+    assert not any(t.warmer for t in tickets)
+    (stats,) = gate.statistics("b")
+    assert (stats.state, stats.window, stats.in_flight) == ("ramping", 3, 3)
+    for t in tickets:
+        t.release()
+    # a prefix too short to warm, or no prefix at all: nothing remembered
+    gate.mark_warm("b", group("short", 100), policy, limit=10)
+    gate.mark_warm("b", None, policy, limit=10)
+    assert len(gate.statistics("b")) == 1
+
+
+async def test_mark_warm_during_a_warm_up_releases_the_waiters() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=2)
+    g = group()
+    warmer = await gate.enter("b", g, policy, limit=10)
+    got: list[CacheTicket] = []
+
+    async def waiter() -> None:
+        got.append(await gate.enter("b", g, policy, limit=10))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(waiter)
+        await settle()
+        assert got == []
+        gate.mark_warm("b", g, policy, limit=10)  # e.g. gate.warm() finished meanwhile
+        await settle()
+        assert len(got) == 1  # window 2: the warm-up still in flight plus one
+        warmer.prefilled()  # no effect any more
+        warmer.release()  # not a failed warm-up: the group stays warm
+        await settle()
+        assert len(got) == 2
+        got[0].release()
+        await settle()
+        assert len(got) == 3
+        for t in got[1:]:
+            t.release()
+    assert all(not t.warmer for t in got)
+    (stats,) = gate.statistics("b")
+    assert stats.state == "ramping" and (stats.in_flight, stats.waiting) == (0, 0)
+    assert gate.in_flight("b") == 0

@@ -1,0 +1,574 @@
+"""Prompt-cache hit rate against concurrency (SEEDS §2) and the batch policies (SEEDS §4).
+
+Everything runs on the in-process simulator under virtual time (``run_virtual`` + ``LoopClock``):
+exact, seeded and repeatable, about a second of CPU per simulated job; the jobs run on
+``--workers`` processes (the results do not depend on it). The simulator's billing ledger is
+the ground truth: hit rate = cached input tokens / input tokens, retries and abandoned
+attempts included.
+
+**§2 workload — one bulk-content job.** 1,000 calls = 10 system prompts × 100 user messages.
+Each system prompt is a long style guide (1,500–2,500 tokens, different from its first word,
+so each one is its own prefix group and its own routing key); each user message is one product
+to write about (40–160 tokens, different from its first word). The list is in prompt order —
+what ``for prompt in prompts: for product in products:`` builds — and is sent at concurrency
+``c`` in one go. ``max_tokens=1024`` on every call. Both clients send byte-identical bodies.
+Each row pools ``--repeats`` such jobs (seeds ``--seed``, ``--seed``+1, …: other prompts, other
+messages, other output lengths), because the total time of one job at c=50 (~25 call times)
+moves by ±5% with which long answers happen to start last.
+
+* **naive** — a plain ``httpx2.AsyncClient`` on the same ``SimTransport`` and an
+  ``anyio.Semaphore(c)``: no warm-up, no ramp, no retries;
+* **gptgate** — ``Gateway([Backend(concurrency=c, transport=SimTransport(engine))])`` and
+  ``gate.map(items, scenario="batch_content")``: single-flight warm-up, then the ramp window
+  (target 0.85) per prefix group, through the scenario's micro-batcher. ``max_pending`` is the
+  job's length, so that the map sees every prompt of the job: while one prompt warms up and
+  ramps, the others' calls fill the backend. ``gate.map``'s default lookahead (2 × concurrency
+  items — here one prompt's calls) leaves the backend idle meanwhile; the line under each
+  table gives that variant too.
+
+Why the naive client loses less than in the seed here: the simulator (like a real server)
+caches a prefix as soon as its first call has been *prefilled*, and a semaphore-fed stream
+starts a new prompt's calls one by one as slots free up, so only the calls started during that
+first prefill (~c × prefill time / call time) miss — plus the whole first burst of the job.
+
+The ceiling is the cacheable share of input: block-aligned prefix tokens (OpenAI: from 1,024
+in steps of 128) over input tokens — no client can do better. "Input/call" is the input bill
+per call in uncached-token units, cached tokens counted at 25% (a 75% cache discount): this is
+what the seed's "mean input tokens billed" measures (its figures imply a factor of ~0.27).
+
+**Two servers**, derived from the stock profiles and printed with their knobs: ``single`` (the
+``tpu`` profile: one replica, 128 slots, one prefix cache) and ``overflow`` (the ``hosted``
+profile: 4 replicas × 16 slots, prefix-affine routing that spreads a prefix over more replicas
+above 15 requests/minute, OpenAI's documented figure, each replica with its own cold cache).
+Its random overload failures are switched off and its queue made deep enough for 50 calls, so
+that neither client fails: the table is about caching, not error handling.
+
+**Cold bursts** (a short extra): the same calls as 10 separate jobs, one prompt at a time, each
+job's 100 calls fired together (``gate.map`` per job). This is the seed's literal setting — a
+burst of simultaneous calls on a cold prefix — and shows both sides of the trade-off: the naive
+client collapses as in the seed, gptgate keeps the hit rate, but a lone prefix has nothing to
+overlap its warm-up and ramp with, so it costs time.
+
+**§4 — a trickling producer.** Items arrive one by one (Poisson, ``--batch-rate`` a second),
+each for one of ``--batch-prompts`` system prompts, and are handed to ``gate.submit`` under a
+scenario with one of the four batch policies and the default ramp (warm-up + ramp on). Wait =
+time in the batcher (submit → flush); time/call = flush → result (cache gate, limiter, the call
+itself, retries); cost = input at $2, cached input at $0.50 and output at $8 per million tokens
+(ledger, retries included), indexed to real-time. A reference row runs the large policy with
+the cache gate off (``ramp=None``).
+
+    python benchmarks/cache.py [--calls 1000] [--prompts 10] [--levels 5,10,20,30,50]
+                               [--repeats 5] [--batch-items 1000] [--batch-rate 3]
+                               [--batch-prompts 8] [--batch-concurrency 50] [--seed 7]
+                               [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import operator
+import os
+import random
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+
+import gptgate as gg
+from gptgate.cache import cacheable_tokens
+from gptgate.results import ChatResult
+from gptgate.scenarios import BatchPolicy, RampPolicy
+from gptgate.sim import LoopClock, SimEngine, SimProfile, SimTransport, get_profile, run_virtual
+from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.tokens import estimate_prompt_tokens
+
+Messages = list[dict[str, str]]
+
+MAX_TOKENS = 1024
+#: cached input is billed at this share of the input price (a 75% discount)
+CACHED_FACTOR = 0.25
+#: $ per million tokens for the §4 cost index: input, cached input, output
+PRICE_IN, PRICE_CACHED, PRICE_OUT = 2.0, 0.5, 8.0
+
+PROFILES: dict[str, SimProfile] = {
+    "single": get_profile("tpu").model_copy(
+        update={"name": "single", "replicas": 1, "prefix_overflow_rpm": None}
+    ),
+    "overflow": get_profile("hosted").model_copy(
+        update={"name": "overflow", "max_queue": 64, "overload_error_rate": 0.0}
+    ),
+}
+
+# --------------------------------------------------------------------------- the workload
+
+_WORDS = [
+    "brand", "voice", "audience", "tone", "claim", "length", "format", "headline", "bullet",
+    "benefit", "feature", "material", "warranty", "care", "sizing", "shipping", "price", "colour",
+    "fabric", "finish", "origin", "season", "gift", "style", "fit", "weight", "texture", "pattern",
+    "comfort", "durable", "eco", "recycled", "premium",
+]
+
+
+def _text(rng: random.Random, tokens: int, head: str) -> str:
+    """``head`` then random words: exactly ``4 × tokens`` characters."""
+    words = [head]
+    size = len(head)
+    while size < 4 * tokens:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)[: 4 * tokens]
+
+
+def prompts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        _text(rng, rng.randint(1500, 2500) - 4, f"Style guide {k}, brand {rng.randrange(10**6)}:")
+        for k in range(count)
+    ]
+
+
+def user_message(rng: random.Random, label: str) -> dict[str, str]:
+    return {"role": "user", "content": _text(rng, rng.randint(40, 160) - 4, f"{label}:")}
+
+
+def job(prompt_count: int, calls: int, seed: int) -> list[Messages]:
+    """``calls`` calls over ``prompt_count`` system prompts, in prompt order."""
+    rng = random.Random(seed + 1)
+    systems = prompts(prompt_count, seed)
+    per = [calls // prompt_count + (k < calls % prompt_count) for k in range(prompt_count)]
+    return [
+        [{"role": "system", "content": systems[k]}, user_message(rng, f"Product {k}.{i}")]
+        for k in range(prompt_count)
+        for i in range(per[k])
+    ]
+
+
+def ceiling(items: Sequence[Messages]) -> float:
+    """Block-aligned prefix tokens over input tokens: the best hit rate any client can get."""
+    cacheable = sum(
+        cacheable_tokens(estimate_prompt_tokens(m[:-1]), estimate_prompt_tokens(m)) for m in items
+    )
+    return cacheable / sum(estimate_prompt_tokens(m) for m in items)
+
+
+def cost_usd(ledger: LedgerSnapshot) -> float:
+    uncached = ledger.input_tokens - ledger.cached_input_tokens
+    return (
+        uncached * PRICE_IN
+        + ledger.cached_input_tokens * PRICE_CACHED
+        + ledger.output_tokens * PRICE_OUT
+    ) / 1e6
+
+
+# --------------------------------------------------------------------------- §2: one row
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One or more jobs' totals (repeats are summed)."""
+
+    calls: int
+    input_tokens: int
+    cached_tokens: int
+    total_s: float
+    failed: int
+    requests: int
+
+    @property
+    def hit(self) -> float:
+        return self.cached_tokens / self.input_tokens
+
+    @property
+    def input_per_call(self) -> float:
+        uncached = self.input_tokens - self.cached_tokens
+        return (uncached + CACHED_FACTOR * self.cached_tokens) / self.calls
+
+    def __add__(self, other: Run) -> Run:
+        return Run(
+            self.calls + other.calls,
+            self.input_tokens + other.input_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.total_s + other.total_s,
+            self.failed + other.failed,
+            self.requests + other.requests,
+        )
+
+
+def _run(ledger: LedgerSnapshot, calls: int, total_s: float, failed: int) -> Run:
+    return Run(
+        calls=calls,
+        input_tokens=ledger.input_tokens,
+        cached_tokens=ledger.cached_input_tokens,
+        total_s=total_s,
+        failed=failed,
+        requests=ledger.requests,
+    )
+
+
+
+
+async def run_naive(profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int) -> Run:
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    semaphore = anyio.Semaphore(c)
+    failed = 0
+
+    async def call(client: httpx2.AsyncClient, messages: Messages) -> None:
+        nonlocal failed
+        body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
+        async with semaphore:
+            response = await client.post("chat/completions", json=body)
+            failed += response.status_code != 200
+
+    async with httpx2.AsyncClient(
+        transport=SimTransport(engine), base_url="http://sim/v1", timeout=600.0
+    ) as client:
+        start = clock.now()
+        for items in jobs:
+            async with anyio.create_task_group() as tg:
+                for messages in items:
+                    tg.start_soon(call, client, messages)
+        total = clock.now() - start
+    return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
+
+
+async def run_gptgate(
+    profile: SimProfile,
+    jobs: list[list[Messages]],
+    c: int,
+    seed: int,
+    *,
+    whole_job_lookahead: bool = True,
+) -> Run:
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    backend = gg.Backend(
+        name="sim",
+        base_url="http://127.0.0.1:8000/v1",
+        model=profile.model,
+        hardware=profile.hardware,
+        concurrency=c,
+        transport=SimTransport(engine),
+    )
+    failed = 0
+    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+        start = clock.now()
+        for items in jobs:
+            results = await gate.map(
+                ({"messages": m, "max_tokens": MAX_TOKENS} for m in items),
+                scenario="batch_content",
+                max_pending=len(items) if whole_job_lookahead else None,
+            )
+            failed += sum(not isinstance(r, ChatResult) for r in results)
+        total = clock.now() - start
+    return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
+
+
+# --------------------------------------------------------------------------- §4: one row
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    name: str
+    policy: BatchPolicy
+    wait_s: float
+    call_s: float
+    hit: float
+    cost_per_call: float
+    failed: int
+    retries: int
+    total_s: float
+
+
+async def run_policy(
+    profile: SimProfile,
+    name: str,
+    policy: BatchPolicy,
+    *,
+    items: int,
+    rate: float,
+    prompt_count: int,
+    concurrency: int,
+    seed: int,
+    gate_on: bool = True,
+) -> BatchRow:
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    backend = gg.Backend(
+        name="sim",
+        base_url="http://127.0.0.1:8000/v1",
+        model=profile.model,
+        hardware=profile.hardware,
+        concurrency=concurrency,
+        transport=SimTransport(engine),
+    )
+    scenario = gg.Scenario(
+        name=f"bench-{name}", stream=False, batch=policy, ramp=RampPolicy() if gate_on else None
+    )
+    systems = prompts(prompt_count, seed + 100)
+    rng = random.Random(seed + 200)  # the same arrivals and messages for every policy
+    handles = []
+    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+        start = clock.now()
+        for i in range(items):
+            await clock.sleep(rng.expovariate(rate))
+            k = rng.randrange(prompt_count)
+            messages = [{"role": "system", "content": systems[k]}, user_message(rng, f"Item {i}")]
+            handles.append(
+                await gate.submit(messages, scenario=scenario, max_tokens=MAX_TOKENS)
+            )
+        call_s: list[float] = []
+        failed = 0
+        for handle in handles:
+            try:
+                result = await handle
+            except gg.GateError:
+                failed += 1
+            else:
+                call_s.append(result.latency_s)
+        total = clock.now() - start
+        retries = gate.stats()["sim"].retries
+    waits = [h.wait_s for h in handles if h.wait_s is not None]
+    ledger = engine.ledger.snapshot()
+    return BatchRow(
+        name=name,
+        policy=policy,
+        wait_s=sum(waits) / len(waits),
+        call_s=sum(call_s) / len(call_s),
+        hit=ledger.cache_hit_rate,
+        cost_per_call=cost_usd(ledger) / items,
+        failed=failed,
+        retries=retries,
+        total_s=total,
+    )
+
+
+# --------------------------------------------------------------------------- tasks
+
+POLICIES: dict[str, BatchPolicy] = {
+    "real-time": BatchPolicy.REALTIME,
+    "micro": BatchPolicy.MICRO,
+    "small": BatchPolicy.SMALL,
+    "large": BatchPolicy.LARGE,
+}
+#: a reference row: the large policy with the cache gate off (ramp=None)
+GATE_OFF = "large, gate off"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One independent simulation: rebuilt from these fields in whichever process runs it."""
+
+    kind: str  # "job", "default", "bursts" (§2) or "policy" (§4)
+    profile: str
+    client: str  # "naive" / "gptgate" (§2) or a policy label (§4)
+    c: int
+    seed: int
+
+
+def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
+    profile = PROFILES[task.profile]
+    if task.kind == "policy":
+        label = task.client
+        policy = POLICIES["large"] if label == GATE_OFF else POLICIES[label]
+        row = functools.partial(
+            run_policy,
+            items=args.batch_items,
+            rate=args.batch_rate,
+            prompt_count=args.batch_prompts,
+            concurrency=task.c,
+            seed=task.seed,
+            gate_on=label != GATE_OFF,
+        )
+        return run_virtual(row, profile, label, policy)
+    calls = job(args.prompts, args.calls, task.seed)
+    per = args.calls // args.prompts
+    jobs = (
+        [calls[k * per : (k + 1) * per] for k in range(args.prompts)]
+        if task.kind == "bursts"
+        else [calls]
+    )
+    if task.client == "naive":
+        return run_virtual(run_naive, profile, jobs, task.c, task.seed)
+    gate = functools.partial(run_gptgate, whole_job_lookahead=task.kind != "default")
+    return run_virtual(gate, profile, jobs, task.c, task.seed)
+
+
+def run_all(tasks: list[Task], args: argparse.Namespace) -> dict[Task, Run | BatchRow]:
+    """Every task, on ``args.workers`` processes (each task is seeded: same result anywhere)."""
+    if args.workers <= 1:
+        return {t: run_task(t, args) for t in tasks}
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        results = pool.map(run_task, tasks, [args] * len(tasks), chunksize=1)
+        return dict(zip(tasks, results, strict=True))
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def knobs(profile: SimProfile) -> str:
+    overflow = (
+        "never" if profile.prefix_overflow_rpm is None else f"{profile.prefix_overflow_rpm:g}/min"
+    )
+    return (
+        f"{profile.name:<9} replicas={profile.replicas} slots={profile.slots} "
+        f"queue={profile.max_queue} prefill={profile.prefill_tokens_per_s:,.0f} tok/s "
+        f"step={profile.base_step_s * 1e3:g} ms usl(σ={profile.usl_sigma:g}, "
+        f"κ={profile.usl_kappa:g}) prefix spreads above {overflow} cache_ttl="
+        f"{profile.cache_ttl_s:g}s overload_errors={profile.overload_error_rate:g}"
+    )
+
+
+def verdict(ok: bool) -> str:
+    return "holds" if ok else "DOES NOT HOLD"
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    return [args.seed + r for r in range(args.repeats)]
+
+
+def tasks2(args: argparse.Namespace) -> list[Task]:
+    hi = max(args.levels)
+    tasks = []
+    for name in PROFILES:
+        for seed in _seeds(args):
+            for c in args.levels:
+                tasks += [Task("job", name, client, c, seed) for client in ("naive", "gptgate")]
+            tasks += [Task("default", name, "gptgate", hi, seed)]
+            tasks += [Task("bursts", name, client, hi, seed) for client in ("naive", "gptgate")]
+    return tasks
+
+
+def tasks4(args: argparse.Namespace) -> list[Task]:
+    return [
+        Task("policy", name, label, args.batch_concurrency, args.seed)
+        for name in PROFILES
+        for label in [*POLICIES, GATE_OFF]
+    ]
+
+
+def section2(args: argparse.Namespace, done: dict[Task, Any]) -> None:
+    seeds = _seeds(args)
+    runs = len(seeds)
+
+    def pooled(kind: str, name: str, client: str, c: int) -> Run:
+        parts: list[Run] = [done[Task(kind, name, client, c, seed)] for seed in seeds]
+        return functools.reduce(operator.add, parts)
+
+    top = ceiling([m for seed in seeds for m in job(args.prompts, args.calls, seed)])
+    per = args.calls // args.prompts
+    hi, base = max(args.levels), min(args.levels)
+    print(f"## SEEDS §2 — {args.calls} calls = {args.prompts} system prompts × {per} user "
+          f"messages, in prompt order, as one job; each row = {runs} such jobs (seeds "
+          f"{seeds[0]}–{seeds[-1]}) pooled, time per job")
+    print(f"ceiling (block-aligned prefix / input): {top:.1%}; input/call = billed input "
+          f"tokens per call, cached at {CACHED_FACTOR:.0%}; times in simulated seconds\n")
+    for profile in PROFILES.values():
+        print(knobs(profile))
+    for name in PROFILES:
+        naive = {c: pooled("job", name, "naive", c) for c in args.levels}
+        gate = {c: pooled("job", name, "gptgate", c) for c in args.levels}
+        head = (f"{'c':>3} | {'naive hit':>9} {'input/call':>10} {'vs c=' + str(base):>8} "
+                f"{'time':>6} | {'gptgate hit':>11} {'input/call':>10} {'vs c=' + str(base):>8} "
+                f"{'time':>6} {'vs naive':>8}")
+        print(f"\n### {name}\n{head}\n{'-' * len(head)}")
+        for c in args.levels:
+            n, g = naive[c], gate[c]
+            note = ""
+            if n.failed or g.failed or n.requests != n.calls or g.requests != g.calls:
+                note = (f"  (failed {n.failed}/{g.failed}; requests per call "
+                        f"{n.requests / n.calls:.3f}/{g.requests / g.calls:.3f})")
+            print(
+                f"{c:>3} | {n.hit:>9.1%} {n.input_per_call:>10.0f} "
+                f"{n.input_per_call / naive[base].input_per_call - 1:>+8.1%} "
+                f"{n.total_s / runs:>5.0f}s | {g.hit:>11.1%} {g.input_per_call:>10.0f} "
+                f"{g.input_per_call / gate[base].input_per_call - 1:>+8.1%} "
+                f"{g.total_s / runs:>5.0f}s {g.total_s / n.total_s:>7.2f}x{note}"
+            )
+        n, g = naive[hi], gate[hi]
+        worst = max(gate[c].total_s / naive[c].total_s for c in args.levels)
+        ratio = g.input_per_call / gate[base].input_per_call
+        default = pooled("default", name, "gptgate", hi)
+        print(f"targets at c={hi}:")
+        print(f"  naive hit {n.hit:.1%} ≤ 65% (falls as in the seed): {verdict(n.hit <= 0.65)}")
+        print(f"  gptgate hit {g.hit:.1%} ≥ 85%: {verdict(g.hit >= 0.85)}; "
+              f"{g.hit / top:.1%} of the ceiling, ≥ 95%: {verdict(g.hit >= 0.95 * top)}")
+        print(f"  gptgate input/call {ratio:.3f}× its c={base} figure, ≤ 1.05×: "
+              f"{verdict(ratio <= 1.05)}")
+        print(f"  gptgate time {g.total_s / n.total_s:.2f}× naive, ≤ 1.1× "
+              f"(worst over all levels {worst:.2f}×): {verdict(worst <= 1.1)}")
+        print(f"  (gate.map's default lookahead, 2 × concurrency items, instead of the whole "
+              f"job: hit {default.hit:.1%}, time {default.total_s / n.total_s:.2f}× naive)")
+
+    print(f"\n### cold bursts — the same calls as {args.prompts} jobs of {per}, one prompt at "
+          f"a time, each job fired at once, c={hi}")
+    for name in PROFILES:
+        n = pooled("bursts", name, "naive", hi)
+        g = pooled("bursts", name, "gptgate", hi)
+        print(f"{name:<9} naive hit {n.hit:.1%}, input/call {n.input_per_call:.0f}, "
+              f"{n.total_s / runs:.0f}s | gptgate hit {g.hit:.1%}, input/call "
+              f"{g.input_per_call:.0f}, {g.total_s / runs:.0f}s = {g.total_s / n.total_s:.2f}× "
+              "naive")
+        print(f"{'':<9} naive ≤ 65%: {verdict(n.hit <= 0.65)}; gptgate ≥ 85%: "
+              f"{verdict(g.hit >= 0.85)}; gptgate time ≤ 1.1× naive: "
+              f"{verdict(g.total_s <= 1.1 * n.total_s)}")
+
+
+def section4(args: argparse.Namespace, done: dict[Task, Any]) -> None:
+    print(f"\n## SEEDS §4 — a trickling producer: {args.batch_items} items, Poisson at "
+          f"{args.batch_rate:g}/s, {args.batch_prompts} system prompts, backend concurrency "
+          f"{args.batch_concurrency}, gate.submit with warm-up + ramp on")
+    print(f"wait = submit → flush; time/call = flush → result; cost: ${PRICE_IN:g} in, "
+          f"${PRICE_CACHED:g} cached, ${PRICE_OUT:g} out per M tokens (ledger, retries "
+          "included), per call, indexed to real-time")
+    for name in PROFILES:
+        rows: list[BatchRow] = [
+            done[Task("policy", name, label, args.batch_concurrency, args.seed)]
+            for label in [*POLICIES, GATE_OFF]
+        ]
+        head = (f"{'policy':<16} {'flush rule':<17} {'wait':>6} {'time/call':>9} "
+                f"{'cache hit':>9} {'cost index':>10} {'retries':>7} {'failed':>6}")
+        print(f"\n### {name}\n{head}\n{'-' * len(head)}")
+        base = rows[0].cost_per_call
+        for r in rows:
+            rule = ("1" if r.policy.max_size == 1 else
+                    f"{r.policy.max_size} items or {r.policy.max_wait_s:g} s")
+            print(f"{r.name:<16} {rule:<17} {r.wait_s:>5.1f}s {r.call_s:>8.2f}s "
+                  f"{r.hit:>9.1%} {r.cost_per_call / base:>10.3f} {r.retries:>7} {r.failed:>6}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="calls per §2 job")
+    parser.add_argument("--prompts", type=int, default=10, help="system prompts per §2 job")
+    parser.add_argument("--levels", default="5,10,20,30,50", help="§2 concurrency levels")
+    parser.add_argument("--repeats", type=int, default=5, help="§2 jobs (seeds) per row")
+    parser.add_argument("--batch-items", type=int, default=1000)
+    parser.add_argument("--batch-rate", type=float, default=3.0, help="§4 items per second")
+    parser.add_argument("--batch-prompts", type=int, default=8)
+    parser.add_argument("--batch-concurrency", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes (results do not depend on it)")
+    args = parser.parse_args(argv)
+    args.levels = [int(x) for x in args.levels.split(",")]
+    wall = time.perf_counter()
+    done = run_all(tasks2(args) + tasks4(args), args)
+    print(f"$ python benchmarks/cache.py --calls {args.calls} --prompts {args.prompts} "
+          f"--levels {','.join(map(str, args.levels))} --repeats {args.repeats} "
+          f"--batch-items {args.batch_items} --batch-rate {args.batch_rate:g} "
+          f"--batch-prompts {args.batch_prompts} --batch-concurrency "
+          f"{args.batch_concurrency} --seed {args.seed}\n")
+    section2(args, done)
+    section4(args, done)
+    print(f"\n(wall time {time.perf_counter() - wall:.0f}s on {args.workers} process(es))")
+
+
+if __name__ == "__main__":
+    main()
