@@ -235,9 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.handler(args)
-    except GateError as error:
+    except (GateError, RuntimeError) as error:  # a missing extra, a failed call
         print(f"gptgate: {error}", file=sys.stderr)
         return 1
+    except KeyError as error:  # an unknown simulator profile
+        print(f"gptgate: {error.args[0] if error.args else error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return result

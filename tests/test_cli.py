@@ -1,0 +1,24 @@
+"""The command line: the demo prints the SEEDS §1 table; bad input is one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from gptgate.cli import main
+
+
+def test_demo_prints_the_concurrency_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--requests", "60", "--levels", "1,10", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "concurrency" in out and "throughput" in out and "total tokens" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "10 "))]
+    assert [r[0] for r in rows] == ["1", "10"]
+    # ten at once finish the same work much sooner than one at a time
+    total_1, total_10 = (float(r[1].rstrip("s")) for r in rows)
+    assert total_10 < total_1 / 4
+
+
+def test_unknown_profile_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--profile", "nope", "--requests", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown simulator profile 'nope'" in err and "Traceback" not in err
