@@ -52,6 +52,9 @@ __all__ = ["CallRunner", "CallSpec", "CallState"]
 
 
 class CacheTicketLike(Protocol):
+    #: this call warms its prefix group (the others wait for its first token)
+    warmer: bool
+
     def prefilled(self) -> None: ...
 
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None: ...
@@ -290,15 +293,17 @@ class CallRunner:
                 if spec.prefix is not None and config.supports_prompt_cache_key
                 else None
             )
+            # a prefix's warm-up streams on the wire: its group is released at the first token
+            # (the prefix is cached once prefilled) instead of after the whole answer
+            streamed = spec.stream or bool(ticket is not None and ticket.warmer)
             body = build_chat_body(
                 config.model,
                 spec.messages,
                 spec.params,
-                stream=spec.stream,
+                stream=streamed,
                 prompt_cache_key=prompt_cache_key,
             )
-            expected = spec.route.output_tokens or None
-            attempt_timeout = backend.attempt_timeouts.timeout_for(expected)
+            attempt_timeout = self._attempt_timeout(backend, spec, streamed)
             if spec.deadline is not None:
                 attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
                 if attempt_timeout <= 0:
@@ -306,7 +311,7 @@ class CallRunner:
             request = backend.pool.client.build_request(
                 "POST", "chat/completions", content=body, headers=spec.headers
             )
-            if spec.stream:
+            if streamed:
                 parsed = None
                 first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)
                 response = await self._send(backend, request, first_byte, stream=True)
@@ -364,7 +369,7 @@ class CallRunner:
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
             )
-            self._record_ok(backend, spec, state, parsed, usage, latency, ttft)
+            self._record_ok(backend, spec, state, parsed, usage, latency, ttft, streamed)
             self.telemetry.end_attempt(
                 span,
                 provider=config.provider,
@@ -409,6 +414,15 @@ class CallRunner:
                 ticket.release()
             if span is not None:
                 span.end()
+
+    def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
+        """The backend's timeout, tightened from the observed latency only when the answer's
+        length is bounded (max_tokens) and nothing else watches progress: a stream has its
+        idle timeout, and an unbounded answer can legitimately run long — cutting it would
+        bill it twice (SEEDS §7: jitter must not trigger false retries)."""
+        if streamed or not spec.route.output_tokens:
+            return backend.backend.timeout
+        return backend.attempt_timeouts.timeout_for(spec.route.output_tokens)
 
     def _observe_limits(self, backend: BackendState, response: httpx2.Response) -> None:
         info = parse_rate_limits(response.headers)
@@ -498,6 +512,7 @@ class CallRunner:
         usage: Usage,
         latency: float,
         ttft: float | None,
+        streamed: bool,
     ) -> None:
         now = self.clock.now()
         backend.latency.add(latency)
@@ -507,7 +522,7 @@ class CallRunner:
         if spec.prefix is not None:
             self.router.remember_prefix(spec.prefix.key, backend.name)
         state.cost_usd += self.ledger.record_attempt(
-            backend.name, usage, streamed=spec.stream, wasted=False
+            backend.name, usage, streamed=streamed, wasted=False
         )
         state.billed = usage if state.billed.total_tokens == 0 else state.billed + usage
         self.ledger.record_call(backend.name, ok=True)
@@ -518,7 +533,7 @@ class CallRunner:
             backend=backend.name,
             hardware=config.hardware,
             model=parsed.model or config.model,
-            streamed=spec.stream,
+            streamed=streamed,
             attempts=state.attempts,
             usage=usage,
             billed_usage=state.billed,

@@ -40,7 +40,7 @@ from .pool import BackendPool, PoolStatistics
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
-from .scenarios import BatchPolicy, Scenario, decide_stream, resolve_scenario
+from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
 
@@ -486,7 +486,12 @@ class Gateway:
         self.runner  # noqa: B018 - fail fast when closed
         resolved = self._resolve(scenario)
         batcher = await self._batcher_for(resolved)
-        bound = max_pending or max(64, 2 * sum(b.ceiling for b in self.config.backends))
+        ceiling = sum(b.ceiling for b in self.config.backends)
+        bound = max_pending or max(64, 2 * ceiling)
+        if max_pending is None and resolved.ramp is not None:
+            # the cache gate holds a cold prefix's calls behind its warm-up: look far enough
+            # ahead that other prefixes' calls keep the backend busy meanwhile
+            bound = max(bound, 1024, 20 * ceiling)
         slots = anyio.Semaphore(bound)
         results: list[ChatResult | GateError | None] = []
 
@@ -598,6 +603,7 @@ class Gateway:
             checked.append({"role": "user", "content": "."})
         route = RouteRequest(private=private, tier=tier, backend=backend)
         targets = [s.name for s in self.runner.router.eligible(route)]
+        group = prefix_key(checked)
         results: list[ChatResult | GateError] = []
         for name in targets:
             try:
@@ -608,6 +614,11 @@ class Gateway:
                 )
             except GateError as error:
                 results.append(error)
+                continue
+            if group is not None:
+                # the first real call of this prefix need not warm it again
+                limit = self.backend_state(name).limiter.current_limit
+                self.cache_gate.mark_warm(name, group, RampPolicy(), limit)
         return results
 
     # -- observability --------------------------------------------------------------------

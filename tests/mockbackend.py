@@ -74,7 +74,7 @@ class Script:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if isinstance(item, httpx2.Response):
-                return item
+                return _stream_if_asked(request, item)
             result = item(request)
             if not isinstance(result, httpx2.Response):
                 result = await result
@@ -85,6 +85,31 @@ class Script:
     @property
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(r.content) for r in self.requests]
+
+
+def _stream_if_asked(request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+    """Like a real server: a scripted JSON completion is sent as SSE when the call streams."""
+    is_json = response.headers.get("content-type", "").startswith("application/json")
+    if response.status_code != 200 or not is_json:
+        return response
+    if not json.loads(request.content).get("stream"):
+        return response
+    data = json.loads(response.content)
+    if "choices" not in data:
+        return response
+    text = data["choices"][0]["message"]["content"]
+    chunks = [
+        {
+            "id": data["id"],
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}],
+        },
+        {"id": data["id"], "model": "m", "choices": [], "usage": data["usage"]},
+    ]
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return httpx2.Response(
+        200, content=body.encode(), headers={"content-type": "text/event-stream"}
+    )
 
 
 def ok(text: str = "hi there", **kwargs: Any) -> httpx2.Response:

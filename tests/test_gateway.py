@@ -445,3 +445,34 @@ async def test_a_429_storm_pauses_the_backend_once() -> None:
     # only calls already on the wire when the storm began see a 429; the rest wait it out
     assert stats.rate_limited <= 4
     assert len(script.requests) <= 44
+
+
+async def test_a_prefix_warm_up_streams_so_the_group_is_released_at_its_first_token() -> None:
+    script = Script(ok(prompt=1500, cached=1280))
+    system = {"role": "system", "content": "House style guide. " * 330}  # ~1,600 tokens
+    async with gateway(backend(script, concurrency=8)) as gate:
+        items = [{"messages": [system, {"role": "user", "content": f"q{i}"}]} for i in range(6)]
+        results = await gate.map(items, scenario="batch_content")
+    assert all(isinstance(r, gg.ChatResult) for r in results)
+    streamed = [bool(body.get("stream")) for body in script.bodies]
+    assert streamed[0] and not any(streamed[1:])  # only the warm-up streams
+
+
+async def test_adaptive_timeouts_tighten_only_bounded_answers() -> None:
+    clock = gg.ScaledClock(100.0)
+
+    async def timed(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        delay = 8.0 if body["messages"][-1]["content"] == "slow" else 1.0
+        await clock.sleep(delay)
+        return ok()
+
+    script = Script(timed)
+    gate = gateway(backend(script, timeout=30.0, concurrency=8), clock=clock, max_attempts=1)
+    async with gate:
+        await gate.map([{"messages": USER, "max_tokens": 10}] * 60)  # learn: ~1 s per call
+        slow = [{"role": "user", "content": "slow"}]
+        unbounded = await gate.chat(slow)  # no max_tokens: the backend's 30 s applies
+        with pytest.raises(gg.RequestTimeout):
+            await gate.chat(slow, max_tokens=10)  # bounded: cut well before 30 s
+    assert unbounded.text
