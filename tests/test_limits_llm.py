@@ -25,6 +25,7 @@ class Script:
         n: int | None = None,
         tokens: int = 100,
         ttft: float | None = None,
+        wait: float = 0.0,
     ) -> int:
         lim = self.limit
         count = n if n is not None else max(lim.window_samples, math.ceil(lim.limit / 2))
@@ -40,9 +41,9 @@ class Script:
                     ttft_s=ttft,
                     output_tokens=tokens,
                 ),
-                start + latency,
+                start + wait + latency,
             )
-        self.t = start + latency + 1_000.0
+        self.t = start + wait + latency + 1_000.0
         return lim.limit
 
     def drop(self, *, start: float | None = None) -> int:
@@ -88,7 +89,7 @@ def test_slow_start_exits_at_the_linear_equivalent_of_what_the_last_doubling_bou
     assert lim.elasticity == pytest.approx(0.0, abs=1e-12)
     # the linear-scaling equivalent of what the doubling bought: 16 · X32/X16 = 16
     assert lim.center == pytest.approx(16.0)
-    assert lim.limit == round(16 * 0.9)  # probes low first
+    assert lim.limit == round(16 * 0.92)  # probes low first (probe 8%)
     assert lim.events["slow_start_exit"] == 1
 
 
@@ -138,9 +139,9 @@ def _into_avoidance() -> Script:
 def test_probing_alternates_around_the_centre() -> None:
     s = _into_avoidance()
     lim = s.limit
-    assert lim.limit == 7  # round(8·0.9)
+    assert lim.limit == 7  # round(8·0.92)
     s.window(power(7, 0.5))
-    assert lim.limit == 9  # round(8·1.1)
+    assert lim.limit == 9  # round(8·1.08)
     s.window(power(9, 0.5))
     assert lim.limit == 7  # two windows: no estimate yet, centre unchanged
     assert lim.center == pytest.approx(8.0)
@@ -203,7 +204,7 @@ def test_loss_cuts_once_per_overload_event_and_not_for_a_stray_failure() -> None
     assert lim.limit == 9
     admitted = s.t - 0.5  # the whole burst was admitted before the first 429 came back
     assert s.drop(start=admitted) == 9  # one failure: could be anything
-    assert s.drop(start=admitted) == round(9 * 0.8 * 0.9)  # two, and dense: overload
+    assert s.drop(start=admitted) == round(9 * 0.8 * 0.92)  # two, and dense: overload
     assert lim.center == pytest.approx(9 * 0.8)
     cut = lim.limit
     for _ in range(20):  # the rest of the burst: the same overload event
@@ -225,7 +226,7 @@ def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> Non
     s.drop()
     assert not s.limit.in_slow_start
     assert s.limit.center == 8.0
-    assert s.limit.limit == round(8 * 0.9)
+    assert s.limit.limit == round(8 * 0.92)
 
 
 def test_timeout_counts_as_a_drop() -> None:
@@ -333,3 +334,38 @@ def test_normaliser_maps_calls_to_a_reference_size() -> None:
     r = norm(Sample(0, 4.0, 1, "ok", output_tokens=100))
     n_ref = norm.reference_tokens
     assert r == pytest.approx(4.0 * (n_ref + 9.0) / (100 + 9.0))
+
+
+def test_step_halves_when_the_error_changes_sign() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    for _ in range(3):  # e = 0.5: above the knee, full step
+        s.window(power(lim.limit, 0.5))
+    assert lim._step == 0.3
+    centre = lim.center
+    s.window(power(lim.limit, 1.6))  # latency now climbs faster than N: e < knee
+    err = max(-1.0, min(0.5, lim.elasticity - 0.15))
+    assert err < 0
+    assert lim._step == 0.15  # straddling the knee: half the step
+    assert lim.center == pytest.approx(centre * math.exp(0.15 * err))
+
+
+def test_time_held_before_the_send_is_a_queue() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(3.0)
+    s.window(3.0)
+    assert lim.limit == 7
+    # the calls now hold their permit 1 s before being sent (the rate-limit pacer): by
+    # Little, 7 · 1/4 of the 7 in flight wait instead of being served
+    s.window(3.0, wait=1.0)
+    assert lim.events["queue"] == 1
+    assert lim.center == pytest.approx((7 - 7 * 1.0 / 4.0) * 1.1)
+
+
+def test_a_queue_ends_slow_start() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    assert s.window(2.0) == 8
+    assert s.window(2.0, wait=2.0) == round(8 * 0.5 * 1.1 * 0.92)  # half of them waited
+    assert not s.limit.in_slow_start
+    assert s.limit.events["queue"] == 1

@@ -17,33 +17,43 @@ How is it found? (every update is O(1))
       (:class:`~gptgate.limits.normalise.LatencyNormaliser`), so a long answer at unchanged
       per-token speed is not read as congestion.
     * **Windows by sample count** (LLM latencies are seconds: a 1-second window starves):
-      ``max(window_samples, window_fraction·L)`` successes, more when the backend is noisy
-      (enough for the standard error of the window's mean ``lnR`` to be ``window_error``),
-      at most ``max_window_samples``. Only calls *admitted* since the window opened count —
-      after a step down, one mean latency later, once the extra calls have drained — so a
-      window measures one limit. ``R`` is the mean normalised latency (each call winsorised
-      at 5× the running mean), priced at the *current* reference size when windows are
-      compared; ``N`` is the limit when the limiter was full during the window (calls
-      admitted while it filled after a step up report fewer in flight than they then run
-      with), else the mean in-flight count at admission; ``p`` is the window's fraction of
-      dropped calls, and goodput ``X = N·(1 − p)/R``.
+      ``max(window_samples, window_fraction·L)`` successes; more when the backend is noisy,
+      enough for the standard error of the window's mean ``lnR`` to be ``window_error``
+      (but at most ``max_window_latencies·L`` calls, about as many latencies, and
+      ``max_window_samples``). Only calls *admitted* since the window opened count — after
+      a step down, one mean latency later, once the extra calls have drained — so a window
+      measures one limit. ``R`` is the mean
+      normalised latency (each call winsorised at 5× the running mean), priced at the
+      *current* reference size when windows are compared. ``N`` is the limit when the
+      limiter was full during the window (calls admitted while it filled after a step up
+      report fewer in flight than they then run with), else the mean in-flight count at
+      admission. ``p`` is the window's fraction of dropped calls; goodput ``X = N·(1−p)/R``.
     * **Slow start** doubles the limit per good window from a small ``initial`` (TCP, per
-      RTT). Each doubling measures ``e`` over a large step; when a doubling buys less than
-      ``2**slow_start_exit`` more goodput, the limit drops to the linear-scaling equivalent
+      RTT: its windows hold ``min(window_samples, L)`` calls, about one latency, more on a
+      noisy backend, for a standard error of ``3·window_error``). Each doubling measures
+      ``e`` over a large step; when a doubling buys less than ``2**slow_start_exit`` more
+      goodput, the limit drops to the linear-scaling equivalent
       of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
       capacity).
     * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
       A centred difference over three consecutive windows (it cancels a linear drift; a step
       change is caught by its two halves disagreeing, and the cautious half is used)
-      estimates ``e``, and ``c ← c·exp(gain·(e − knee_elasticity))``, the error clipped to
-      [−1, 0.5].
-    * **Server queue.** A queue at the server shows in the time to first token (queue wait +
-      prefill); by Little's law ``N·(ttft − ttft_floor)/latency`` calls are waiting there,
-      adding latency and no throughput. Above ``queue_tolerance·N`` the centre drops to the
-      calls actually being served. (Streamed samples only: they carry a TTFT.)
+      estimates ``e``, and ``c ← c·exp(step·(e − knee_elasticity))``, the error clipped to
+      [−1, 0.5]. The step starts at ``gain`` and is adapted as in Rprop: halved (down to
+      ``min_gain``) when successive errors change sign — the centre straddles the knee, so
+      it should sit still — and grown back when they agree; any cut resets it.
+    * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
+      are visible: before the send (the time a permit was held beyond the call's latency —
+      the rate-limit pacer) and at the server (the time to first token above its floor;
+      streamed calls only). By Little's law ``N·wait/hold`` calls are waiting; above
+      ``queue_tolerance·N`` the centre drops to the calls actually being served (this also
+      ends slow start).
     * **Delay guard** (Gradient2/Vegas). A window whose latency exceeds ``tolerance ×`` its
-      baseline (an EWMA over windows) sets ``c = N·R_base/R``: goodput × baseline latency.
-      This is what re-settles quickly when capacity drops and nothing is streamed.
+      baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
+      at most halving per event (part of a jump may be a slower backend, not a queue). This
+      is what re-settles quickly when capacity drops and nothing is streamed. The queue and
+      delay checks also run every ``window_samples`` calls on the open window, firing there
+      only beyond two standard errors, so noisy (long) windows still answer in time.
     * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
       lower the measured goodput; when they are *dense* — at least two, and at least
       ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
@@ -92,11 +102,13 @@ class LLMLimit:
         window_samples: int = 16,
         window_fraction: float = 0.5,
         max_window_samples: int = 256,
+        max_window_latencies: float = 4.0,
         window_error: float = 0.03,
         knee_elasticity: float = 0.15,
         slow_start_exit: float = 0.3,
-        probe: float = 0.1,
+        probe: float = 0.08,
         gain: float = 0.3,
+        min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
         loss_tolerance: float = 0.1,
         tolerance: float = 1.5,
@@ -120,11 +132,13 @@ class LLMLimit:
         self.window_samples = window_samples
         self.window_fraction = window_fraction
         self.max_window_samples = max(window_samples, max_window_samples)
+        self.max_window_latencies = max_window_latencies
         self.window_error = window_error
         self.knee_elasticity = knee_elasticity
         self.slow_start_exit = slow_start_exit
         self.probe = probe
         self.gain = gain
+        self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
         self.loss_tolerance = loss_tolerance
         self.tolerance = tolerance
@@ -153,6 +167,8 @@ class LLMLimit:
         self._ok_first = 0.0
         self._throughput = 0.0
         self._elasticity = math.nan
+        self._step = gain  # Rprop-style step: smaller while oscillating around the knee
+        self._last_err = 0.0
         # the open window's sums
         self._n = 0
         self._drops = 0
@@ -164,9 +180,10 @@ class LLMLimit:
         self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
+        self._sum_wait = 0.0  # time permits were held before the send
+        self._sum_hold = 0.0  # time permits were held
         self._n_ttft = 0
         self._sum_ttft = 0.0
-        self._sum_latency = 0.0
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -232,6 +249,10 @@ class LLMLimit:
             self._loss_ok += 1
         self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
         a, b = self._norm.split(sample)
+        # Little's law counts a call in flight for as long as it holds its permit; time held
+        # before the send (e.g. waiting for the rate-limit pacer) is part of its latency
+        wait = max(0.0, (now - sample.start) - sample.latency_s)
+        a += wait
         r = a + self._norm.reference_tokens * b
         if self._r_mean > 0.0 and r > 5.0 * self._r_mean:
             a, b = a * 5.0 * self._r_mean / r, b * 5.0 * self._r_mean / r
@@ -247,11 +268,12 @@ class LLMLimit:
         self._max_inflight = max(self._max_inflight, sample.inflight)
         self._sum_a += a
         self._sum_b += b
+        self._sum_wait += wait
+        self._sum_hold += wait + max(0.0, sample.latency_s)
         ttft = sample.ttft_s
         if ttft is not None and 0.0 <= ttft <= sample.latency_s:
             self._n_ttft += 1
             self._sum_ttft += ttft
-            self._sum_latency += sample.latency_s
         if self._n >= self._window_size():
             self._close_window(now)
         elif not self._slow_start and self._n % self.window_samples == 0:
@@ -296,8 +318,16 @@ class LLMLimit:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
         if self._slow_start:
-            self._server_queue(n_mean, final=True)  # keeps the TTFT floor
-            self._slow_start_window(now, window, app_limited)
+            queued = self._queued(n_mean, final=True)
+            if self._hist and queued > self.queue_tolerance * n_mean:
+                # a queue formed (at the server, or before the send): the doubling overshot
+                self.events["queue"] += 1
+                self._slow_start = False
+                self._center = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
+                self._base = (window.a, window.b)
+                self._restart(now)
+            else:
+                self._slow_start_window(now, window, app_limited)
         elif not self._guards(now, n_mean, final=True):
             self._probe_window(now, window, app_limited)
 
@@ -306,10 +336,11 @@ class LLMLimit:
 
         Also run on the open window every ``window_samples`` calls, so that a capacity drop
         is answered within a few dozen calls even when noise makes the probing windows long;
-        they fire only on an excess beyond two standard errors of the window's mean.
+        there they fire only on an excess beyond two standard errors of the window's mean.
         """
-        se = 2.0 * math.sqrt(self._log_var / self._n)
-        queued = self._server_queue(n_mean, final=final)
+        # on an open window, only an excess beyond two standard errors counts
+        se = 0.0 if final else 2.0 * math.sqrt(self._log_var / self._n)
+        queued = self._queued(n_mean, final=final)
         if queued > (self.queue_tolerance + se) * n_mean:
             # calls wait at the server: they add latency and no throughput
             self.events["queue"] += 1
@@ -371,29 +402,40 @@ class LLMLimit:
                 self._elasticity = e
                 err = max(-1.0, min(0.5, e - self.knee_elasticity))
                 if err < 0.0 or not app_limited:
-                    self._center *= math.exp(self.gain * err)
+                    # Rprop: successive errors of opposite sign mean we straddle the knee,
+                    # so halve the step (a quiet limit); the same sign, grow it back
+                    if err * self._last_err < 0.0:
+                        self._step = max(self.min_gain, 0.5 * self._step)
+                    elif err * self._last_err > 0.0:
+                        self._step = min(self.gain, 1.5 * self._step)
+                    self._last_err = err
+                    self._center *= math.exp(self._step * err)
         hist.append(window)
         ab = (window.a, window.b)
         self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
         self._probe_high = not self._probe_high
         self._apply(now, down=not self._probe_high)
 
-    def _server_queue(self, n_mean: float, *, final: bool) -> float:
-        """Calls waiting at the server, by Little's law: ``N · (ttft − ttft_floor) / latency``.
+    def _queued(self, n_mean: float, *, final: bool) -> float:
+        """Calls in flight that wait instead of being served, by Little's law:
+        ``N · (mean wait) / (mean time a permit is held)``.
 
-        The floor is the lowest window-mean TTFT seen, drifting up 1% per (complete) window
-        so that it follows a change of prompts. 0 without (enough) streamed samples.
+        Two waits are visible: before the send, holding the permit (the rate-limit pacer), and
+        at the server, in the time to first token above its floor (a streamed call's queue
+        wait). The floor is the lowest window-mean TTFT seen, drifting up 1% per complete
+        window so that it follows a change of prompts.
         """
-        if self._n_ttft < max(2, self._n // 2):
+        if self._sum_hold <= 0.0:
             return 0.0
-        ttft = self._sum_ttft / self._n_ttft
-        latency = self._sum_latency / self._n_ttft
-        floor = self._ttft_floor
-        if final:
-            self._ttft_floor = ttft if floor is None else min(floor * 1.01, ttft)
-        if floor is None or latency <= 0.0:
-            return 0.0
-        return n_mean * max(0.0, ttft - floor) / latency
+        wait = self._sum_wait / self._n
+        if self._n_ttft >= max(2, self._n // 2):
+            ttft = self._sum_ttft / self._n_ttft
+            floor = self._ttft_floor
+            if final:
+                self._ttft_floor = ttft if floor is None else min(floor * 1.01, ttft)
+            if floor is not None:
+                wait += max(0.0, ttft - floor)
+        return n_mean * wait / (self._sum_hold / self._n)
 
     # ---- mechanics ----------------------------------------------------------------------
     def _n_mean(self) -> float:
@@ -405,11 +447,21 @@ class LLMLimit:
         return n_mean
 
     def _window_size(self) -> int:
-        size = max(self.window_samples, math.ceil(self.window_fraction * self._limit))
-        if not self._slow_start and self.window_error > 0.0:
-            # enough calls for the standard error of the window's mean ln R to be
-            # ``window_error``: noisy backends get longer windows, clean ones short ones
-            size = max(size, math.ceil(self._log_var / self.window_error**2))
+        half = math.ceil(self.window_fraction * self._limit)
+        if self._slow_start:
+            # about one latency per doubling, as TCP; a doubling is a step ~3.5x the probe's,
+            # so a standard error 3x larger measures it as well
+            size = max(min(self.window_samples, self._limit), half, 2)
+            error = 3.0 * self.window_error
+        else:
+            size = max(self.window_samples, half)
+            error = self.window_error
+        if error > 0.0:
+            # enough calls for the standard error of the window's mean ln R to be ``error``:
+            # noisy backends get longer windows, clean ones short ones — but at most about
+            # ``max_window_latencies`` latencies' worth, or a slow backend would answer late
+            noisy = math.ceil(self._log_var / error**2)
+            size = max(size, min(noisy, math.ceil(self.max_window_latencies * self._limit)))
         return min(size, self.max_window_samples)
 
     def _ln_r(self, a: float, b: float) -> float:
@@ -430,6 +482,8 @@ class LLMLimit:
         """After a cut: forget the windows measured at the old level, start on a low probe."""
         self._hist.clear()
         self._probe_high = False
+        self._step = self.gain
+        self._last_err = 0.0
         self._apply(now, down=True)
 
     def _apply(self, now: float, *, down: bool) -> None:
@@ -462,9 +516,10 @@ class LLMLimit:
         self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
+        self._sum_wait = 0.0
+        self._sum_hold = 0.0
         self._n_ttft = 0
         self._sum_ttft = 0.0
-        self._sum_latency = 0.0
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._low), self._high)
