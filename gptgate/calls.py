@@ -470,6 +470,10 @@ class CallRunner:
             ) from None
         except httpx2.HTTPError as exc:
             raise error_for_exception(exc, backend=backend.name) from exc
+        except RuntimeError as exc:
+            if backend.pool.client.is_closed:  # the gateway was closed under this call
+                raise GateError("the gateway was closed", backend=backend.name) from exc
+            raise
 
     async def _timed_chunks(
         self, response: httpx2.Response, deadline: float, idle_s: float, backend: str

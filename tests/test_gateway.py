@@ -476,3 +476,21 @@ async def test_adaptive_timeouts_tighten_only_bounded_answers() -> None:
         with pytest.raises(gg.RequestTimeout):
             await gate.chat(slow, max_tokens=10)  # bounded: cut well before 30 s
     assert unbounded.text
+
+
+async def test_a_call_racing_shutdown_ends_in_a_typed_error() -> None:
+    script = Script(ok())
+    gate = gateway(backend(script))
+    await gate.start()
+    await gate.chat(USER)
+    await gate.aclose()
+    with pytest.raises(gg.GateError, match="not open"):
+        await gate.chat(USER)
+    # a call that already passed admission when the pools closed
+    await gate.start()
+    state = gate.backend_state("mock")
+    await state.pool.aclose()
+    with pytest.raises(gg.GateError, match="closed"):
+        await gate.chat(USER)
+    await gate.aclose()
+    assert state.limiter.in_flight == 0
