@@ -31,6 +31,8 @@ from gptgate.sim import LoopClock, SimEngine, SimTransport, get_profile, run_vir
 
 LEVELS: tuple[int, ...] = (1, 5, 10, 20, 30, 50, 80)
 OUT = Path(__file__).resolve().parent / "out"
+#: closed-loop workers in the capacity-change run (more than any limit it should reach)
+WORKERS = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,7 @@ async def run_row(profile: str, concurrency: int | None, requests: int, seed: in
 
 
 async def capacity_change(
-    profile: str, requests: int, seed: int, workers: int = 160
+    profile: str, requests: int, seed: int, workers: int = 0
 ) -> tuple[list[tuple[int, float, int]], int, int]:
     """Halve the backend after 40% of the calls; returns the per-completion trace
     (index, time, limit), the index of the change and how many calls failed."""
@@ -120,6 +122,7 @@ async def capacity_change(
     backend = backend_for(profile, "auto", engine)
     items = workload(requests, seed)
     change_at = int(requests * 0.4)
+    workers = workers or WORKERS
     trace: list[tuple[int, float, int]] = []
     next_item = 0
     failures: list[int] = []
@@ -150,9 +153,13 @@ async def capacity_change(
     return trace, change_at, len(failures)
 
 
-def settle_calls(trace: list[tuple[int, float, int]], change_at: int) -> tuple[int, float]:
+def settle_calls(
+    trace: list[tuple[int, float, int]], change_at: int, drain: int = 0
+) -> tuple[int, float]:
     """Calls after the change until the limit's centre stays within ±20% of where it ends up
-    (the median over the last quarter of the run)."""
+    (the median over the last quarter of the run). The last ``drain`` completions are left out:
+    there the workers run out of items and in-flight falls — not sustained load."""
+    trace = trace[: len(trace) - drain] if drain else trace
     tail = [limit for _, _, limit in trace[-max(1, len(trace) // 4) :]]
     final = statistics.median(tail)
     low, high = 0.8 * final, 1.2 * final
@@ -256,7 +263,7 @@ def main() -> int:
         trace, change_at, failed = run_virtual(
             capacity_change, profile, int(args.requests * 1.5), args.seed
         )
-        settle, final = settle_calls(trace, change_at)
+        settle, final = settle_calls(trace, change_at, drain=WORKERS)
         before = statistics.median(limit for _, _, limit in trace[change_at - 100 : change_at])
         png = plot(profile, trace, change_at)
         print(
