@@ -49,6 +49,13 @@ burst of simultaneous calls on a cold prefix — and shows both sides of the tra
 client collapses as in the seed, gptgate keeps the hit rate, but a lone prefix has nothing to
 overlap its warm-up and ramp with, so it costs time.
 
+**Many prefixes** (KV-cache pressure): the same 1,000 calls over ``--many-prompts`` (50)
+system prompts in a shuffled order — a multi-tenant bulk job, each prefix used ~20 times with
+other prefixes in between. A prefix then survives between its uses only in the KV blocks the
+running sequences leave free (the profiles' ``kv_blocks``, vLLM's automatic prefix caching),
+so the more calls run at once, the more prefixes are evicted before their next use. In the
+prompt-order job above the prefix in use is held by its running calls and never evicted.
+
 **§4 — a trickling producer.** Items arrive one by one (Poisson, ``--batch-rate`` a second),
 each for one of ``--batch-prompts`` system prompts, and are handed to ``gate.submit`` under a
 scenario with one of the four batch policies and the default ramp (warm-up + ramp on). Wait =
@@ -58,7 +65,8 @@ itself, retries); cost = input at $2, cached input at $0.50 and output at $8 per
 the cache gate off (``ramp=None``).
 
     python benchmarks/cache.py [--calls 1000] [--prompts 10] [--levels 5,10,20,30,50]
-                               [--repeats 5] [--batch-items 1000] [--batch-rate 3]
+                               [--repeats 5] [--many-prompts 50] [--many-repeats 2]
+                               [--batch-items 1000] [--batch-rate 3]
                                [--batch-prompts 8] [--batch-concurrency 50] [--seed 7]
                                [--workers 2]
 """
@@ -135,6 +143,13 @@ def prompts(count: int, seed: int) -> list[str]:
 
 def user_message(rng: random.Random, label: str) -> dict[str, str]:
     return {"role": "user", "content": _text(rng, rng.randint(40, 160) - 4, f"{label}:")}
+
+
+def shuffled_job(prompt_count: int, calls: int, seed: int) -> list[Messages]:
+    """:func:`job`'s calls in a seeded random order (the prefixes interleave)."""
+    items = job(prompt_count, calls, seed)
+    random.Random(seed + 3).shuffle(items)
+    return items
 
 
 def job(prompt_count: int, calls: int, seed: int) -> list[Messages]:
@@ -365,7 +380,7 @@ GATE_OFF = "large, gate off"
 class Task:
     """One independent simulation: rebuilt from these fields in whichever process runs it."""
 
-    kind: str  # "job", "default", "bursts" (§2) or "policy" (§4)
+    kind: str  # "job", "default", "bursts", "many" (§2) or "policy" (§4)
     profile: str
     client: str  # "naive" / "gptgate" (§2) or a policy label (§4)
     c: int
@@ -387,6 +402,11 @@ def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
             gate_on=label != GATE_OFF,
         )
         return run_virtual(row, profile, label, policy)
+    if task.kind == "many":
+        items = shuffled_job(args.many_prompts, args.calls, task.seed)
+        if task.client == "naive":
+            return run_virtual(run_naive, profile, [items], task.c, task.seed)
+        return run_virtual(run_gptgate, profile, [items], task.c, task.seed)
     calls = job(args.prompts, args.calls, task.seed)
     per = args.calls // args.prompts
     jobs = (
@@ -421,7 +441,10 @@ def knobs(profile: SimProfile) -> str:
         f"queue={profile.max_queue} prefill={profile.prefill_tokens_per_s:,.0f} tok/s "
         f"step={profile.base_step_s * 1e3:g} ms usl(σ={profile.usl_sigma:g}, "
         f"κ={profile.usl_kappa:g}) prefix spreads above {overflow} cache_ttl="
-        f"{profile.cache_ttl_s:g}s overload_errors={profile.overload_error_rate:g}"
+        f"{profile.cache_ttl_s:g}s overload_errors={profile.overload_error_rate:g} "
+        + ("kv=unbounded" if profile.kv_blocks is None else
+           f"kv={profile.kv_blocks} blocks × {profile.cache_block_tokens} = "
+           f"{profile.kv_tokens:,} tokens/replica")
     )
 
 
@@ -442,6 +465,9 @@ def tasks2(args: argparse.Namespace) -> list[Task]:
                 tasks += [Task("job", name, client, c, seed) for client in ("naive", "gptgate")]
             tasks += [Task("default", name, "gptgate", hi, seed)]
             tasks += [Task("bursts", name, client, hi, seed) for client in ("naive", "gptgate")]
+        for seed in _seeds(args)[: args.many_repeats]:
+            for c in args.levels:
+                tasks += [Task("many", name, client, c, seed) for client in ("naive", "gptgate")]
     return tasks
 
 
@@ -520,6 +546,46 @@ def section2(args: argparse.Namespace, done: dict[Task, Any]) -> None:
               f"{verdict(g.total_s <= 1.1 * n.total_s)}")
 
 
+def section_many(args: argparse.Namespace, done: dict[Task, Any]) -> None:
+    seeds = _seeds(args)[: args.many_repeats]
+    runs = len(seeds)
+    hi, base = max(args.levels), min(args.levels)
+    top = ceiling([m for seed in seeds for m in shuffled_job(args.many_prompts, args.calls, seed)])
+    print(f"\n### many prefixes (KV-cache pressure) — {args.calls} calls over "
+          f"{args.many_prompts} system prompts, shuffled, as one job; each row = {runs} job(s) "
+          f"(seeds {seeds[0]}–{seeds[-1]}); ceiling {top:.1%} (first use of each prefix "
+          "included as cacheable)")
+    for name in PROFILES:
+        def pooled(client: str, c: int, name: str = name) -> Run:
+            parts: list[Run] = [done[Task("many", name, client, c, s)] for s in seeds]
+            return functools.reduce(operator.add, parts)
+
+        naive = {c: pooled("naive", c) for c in args.levels}
+        gate = {c: pooled("gptgate", c) for c in args.levels}
+        head = (f"{'c':>3} | {'naive hit':>9} {'input/call':>10} {'vs c=' + str(base):>8} "
+                f"{'time':>6} | {'gptgate hit':>11} {'input/call':>10} {'vs c=' + str(base):>8} "
+                f"{'time':>6} {'vs naive':>8}")
+        print(f"\n#### {name} (kv={PROFILES[name].kv_blocks} blocks/replica)\n{head}\n"
+              f"{'-' * len(head)}")
+        for c in args.levels:
+            n, g = naive[c], gate[c]
+            note = f"  (failed {n.failed}/{g.failed})" if n.failed or g.failed else ""
+            print(
+                f"{c:>3} | {n.hit:>9.1%} {n.input_per_call:>10.0f} "
+                f"{n.input_per_call / naive[base].input_per_call - 1:>+8.1%} "
+                f"{n.total_s / runs:>5.0f}s | {g.hit:>11.1%} {g.input_per_call:>10.0f} "
+                f"{g.input_per_call / gate[base].input_per_call - 1:>+8.1%} "
+                f"{g.total_s / runs:>5.0f}s {g.total_s / n.total_s:>7.2f}x{note}"
+            )
+        n, g = naive[hi], gate[hi]
+        ratio = g.input_per_call / gate[base].input_per_call
+        print(f"targets at c={hi}: naive hit {n.hit:.1%} ≤ 65%: {verdict(n.hit <= 0.65)}; "
+              f"gptgate hit {g.hit:.1%} ≥ 85%: {verdict(g.hit >= 0.85)}, {g.hit / top:.1%} of "
+              f"the ceiling ≥ 95%: {verdict(g.hit >= 0.95 * top)}; input/call {ratio:.3f}× "
+              f"c={base} ≤ 1.05×: {verdict(ratio <= 1.05)}; time {g.total_s / n.total_s:.2f}× "
+              f"naive ≤ 1.1×: {verdict(g.total_s <= 1.1 * n.total_s)}")
+
+
 def section4(args: argparse.Namespace, done: dict[Task, Any]) -> None:
     print(f"\n## SEEDS §4 — a trickling producer: {args.batch_items} items, Poisson at "
           f"{args.batch_rate:g}/s, {args.batch_prompts} system prompts, backend concurrency "
@@ -549,6 +615,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=10, help="system prompts per §2 job")
     parser.add_argument("--levels", default="5,10,20,30,50", help="§2 concurrency levels")
     parser.add_argument("--repeats", type=int, default=5, help="§2 jobs (seeds) per row")
+    parser.add_argument("--many-prompts", type=int, default=50,
+                        help="system prompts of the shuffled many-prefix job")
+    parser.add_argument("--many-repeats", type=int, default=2,
+                        help="many-prefix jobs (the first seeds) per row")
     parser.add_argument("--batch-items", type=int, default=1000)
     parser.add_argument("--batch-rate", type=float, default=3.0, help="§4 items per second")
     parser.add_argument("--batch-prompts", type=int, default=8)
@@ -562,10 +632,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     done = run_all(tasks2(args) + tasks4(args), args)
     print(f"$ python benchmarks/cache.py --calls {args.calls} --prompts {args.prompts} "
           f"--levels {','.join(map(str, args.levels))} --repeats {args.repeats} "
+          f"--many-prompts {args.many_prompts} --many-repeats {args.many_repeats} "
           f"--batch-items {args.batch_items} --batch-rate {args.batch_rate:g} "
           f"--batch-prompts {args.batch_prompts} --batch-concurrency "
           f"{args.batch_concurrency} --seed {args.seed}\n")
     section2(args, done)
+    section_many(args, done)
     section4(args, done)
     print(f"\n(wall time {time.perf_counter() - wall:.0f}s on {args.workers} process(es))")
 

@@ -11,6 +11,17 @@
 * Requests are routed to a replica by a hash of the first ~256 tokens plus
   ``prompt_cache_key``; above ``prefix_overflow_rpm`` requests/minute for one such key,
   traffic spreads over more replicas, each with its own cold cache.
+
+KV-cache pressure (profile ``kv_blocks``; :class:`KVPrefixCache`, vLLM's automatic prefix
+caching): a replica has ``kv_blocks`` KV blocks of ``cache_block_tokens`` tokens. A running
+sequence holds ``ceil((prompt + output) / block)`` of them from admission to its end (its final
+footprint, reserved up front: analytic, no per-token growth). The full blocks of its prompt
+become cache entries once prefilled, shared by reference count: a block used by several running
+sequences counts once. The prefix cache is whatever the running sequences leave free: blocks
+no sequence uses stay cached in LRU order (a chain's tail before its head) until running
+sequences need the room, the idle TTL passes or ``cache_max_blocks`` is reached. So the more
+sequences run, the fewer idle prefixes survive between their uses. Running sequences are not
+preempted when they alone exceed the budget (the cache is then simply empty).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +37,15 @@ from cachetools import TTLCache
 
 from gptgate.tokens import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, message_text
 
-__all__ = ["PrefixCache", "PrefixRouter", "block_digests", "canonical_text", "route_key"]
+__all__ = [
+    "KVLease",
+    "KVPrefixCache",
+    "PrefixCache",
+    "PrefixRouter",
+    "block_digests",
+    "canonical_text",
+    "route_key",
+]
 
 _HEADER_CHARS = MESSAGE_OVERHEAD_TOKENS * CHARS_PER_TOKEN
 
@@ -109,6 +129,158 @@ class PrefixCache:
     def __len__(self) -> int:
         self._blocks.expire()
         return len(self._blocks)
+
+
+class KVLease:
+    """The KV blocks one running sequence holds on a :class:`KVPrefixCache`.
+
+    ``pinned`` leading prompt blocks are shared cache entries (they count once however many
+    sequences hold them); ``private`` blocks are its own (an uncached prompt until it is
+    prefilled, the answer, a partial last block)."""
+
+    __slots__ = ("_cache", "digests", "pinned", "private", "released")
+
+    def __init__(
+        self, cache: KVPrefixCache, digests: Sequence[bytes], pinned: int, private: int
+    ) -> None:
+        self._cache = cache
+        self.digests = digests
+        self.pinned = pinned
+        self.private = private
+        self.released = False
+
+    def publish(self) -> None:
+        """The prompt has been prefilled: its full blocks become shared cache entries."""
+        if not self.released:
+            self._cache._publish(self)
+
+    def release(self) -> None:
+        """The sequence ended: its blocks go back to the free pool (exactly once)."""
+        if not self.released:
+            self.released = True
+            self._cache._release(self)
+
+
+class KVPrefixCache:
+    """One replica's KV blocks: running sequences first, cached prefixes in what is left.
+
+    ``refs`` maps a cached block in use to the number of running sequences sharing it; ``free``
+    holds cached blocks no sequence uses, oldest first (the LRU order and the TTL order at
+    once, since a block enters it when its last user ends). Every operation costs O(blocks of
+    the request) dictionary work, like :class:`PrefixCache`."""
+
+    __slots__ = ("_budget", "_free", "_max_blocks", "_min_blocks", "_private", "_refs", "_timer",
+                 "_ttl")
+
+    def __init__(
+        self,
+        *,
+        budget: int,
+        min_blocks: int,
+        max_blocks: int,
+        ttl_s: float,
+        timer: Callable[[], float],
+    ) -> None:
+        self._budget = budget
+        self._min_blocks = max(1, min_blocks)
+        self._max_blocks = max_blocks
+        self._ttl = ttl_s
+        self._timer = timer
+        self._refs: dict[bytes, int] = {}
+        self._free: OrderedDict[bytes, float] = OrderedDict()
+        self._private = 0
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @property
+    def used(self) -> int:
+        """Blocks held by running sequences (shared blocks once)."""
+        return len(self._refs) + self._private
+
+    @property
+    def free_cached(self) -> int:
+        """Cached blocks no running sequence uses (the evictable prefix cache)."""
+        self._expire()
+        return len(self._free)
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._refs) + len(self._free)
+
+    def cached(self, digests: Sequence[bytes]) -> int:
+        """Number of leading blocks cached (0 below the minimum), without touching anything."""
+        self._expire()
+        n = 0
+        refs, free = self._refs, self._free
+        for d in digests:
+            if d not in refs and d not in free:
+                break
+            n += 1
+        return n if n >= self._min_blocks else 0
+
+    def admit(self, digests: Sequence[bytes], blocks: int) -> KVLease:
+        """A sequence of ``blocks`` KV blocks starts: it shares the cached head of its prompt
+        and takes the rest from the free pool, evicting the least recently used prefixes."""
+        n = self.cached(digests)
+        refs, free = self._refs, self._free
+        for d in digests[:n]:
+            r = refs.get(d)
+            if r is None:
+                del free[d]
+                refs[d] = 1
+            else:
+                refs[d] = r + 1
+        private = max(0, blocks - n)
+        self._private += private
+        self._squeeze()
+        return KVLease(self, digests, n, private)
+
+    def _publish(self, lease: KVLease) -> None:
+        refs, free = self._refs, self._free
+        digests = lease.digests
+        for d in digests[lease.pinned :]:
+            r = refs.get(d)
+            if r is None:
+                free.pop(d, None)  # computed twice (a burst): keep one copy, shared
+                refs[d] = 1
+            else:
+                refs[d] = r + 1
+        moved = min(len(digests) - lease.pinned, lease.private)
+        lease.pinned = len(digests)
+        lease.private -= moved
+        self._private -= moved
+        self._squeeze()
+
+    def _release(self, lease: KVLease) -> None:
+        now = self._timer()
+        refs, free = self._refs, self._free
+        # tail first, so that the LRU evicts the tails of a chain before its shared head
+        for d in reversed(lease.digests[: lease.pinned]):
+            r = refs[d] - 1
+            if r:
+                refs[d] = r
+            else:
+                del refs[d]
+                free[d] = now
+        self._private -= lease.private
+        lease.pinned = lease.private = 0
+        self._squeeze()
+
+    def _expire(self) -> None:
+        free = self._free
+        if free:
+            horizon = self._timer() - self._ttl
+            while free and next(iter(free.values())) <= horizon:
+                free.popitem(last=False)
+
+    def _squeeze(self) -> None:
+        self._expire()
+        free = self._free
+        room = min(self._budget - self.used, self._max_blocks - len(self._refs))
+        while len(free) > max(0, room):
+            free.popitem(last=False)
 
 
 class PrefixRouter:

@@ -25,7 +25,15 @@ from typing import Any
 
 from gptgate.clock import Clock, SystemClock
 from gptgate.sim import wire
-from gptgate.sim.cache import PrefixCache, PrefixRouter, block_digests, canonical_text, route_key
+from gptgate.sim.cache import (
+    KVLease,
+    KVPrefixCache,
+    PrefixCache,
+    PrefixRouter,
+    block_digests,
+    canonical_text,
+    route_key,
+)
 from gptgate.sim.faults import Fault, FaultPlan, FaultSpecError
 from gptgate.sim.job import Job, group_ends
 from gptgate.sim.ledger import Outcome, SimLedger
@@ -142,18 +150,7 @@ class SimEngine:
         self._ids = itertools.count(1)
         self._min_blocks = p.cache_min_tokens // p.cache_block_tokens
         self._replicas = [
-            Replica(
-                i,
-                p.slots,
-                p.max_queue,
-                PrefixCache(
-                    min_blocks=self._min_blocks,
-                    max_blocks=p.cache_max_blocks,
-                    ttl_s=p.cache_ttl_s,
-                    timer=self.clock.now,
-                ),
-            )
-            for i in range(p.replicas)
+            Replica(i, p.slots, p.max_queue, self._cache()) for i in range(p.replicas)
         ]
         self._router = PrefixRouter(
             p.replicas, p.prefix_overflow_rpm, timer=self.clock.now, rng=self._rng
@@ -161,6 +158,23 @@ class SimEngine:
         self._limiter = RateLimiter(p.rpm, p.tpm, self.clock.now(), p.model)
         flavor_tag = "b6000-sim" if p.flavor == "llamacpp" else f"fp_sim_{p.name}"
         self._fingerprint = flavor_tag
+
+    def _cache(self) -> PrefixCache | KVPrefixCache:
+        p = self.profile
+        if p.kv_blocks is None:
+            return PrefixCache(
+                min_blocks=self._min_blocks,
+                max_blocks=p.cache_max_blocks,
+                ttl_s=p.cache_ttl_s,
+                timer=self.clock.now,
+            )
+        return KVPrefixCache(
+            budget=p.kv_blocks,
+            min_blocks=self._min_blocks,
+            max_blocks=p.cache_max_blocks,
+            ttl_s=p.cache_ttl_s,
+            timer=self.clock.now,
+        )
 
     def __repr__(self) -> str:
         return f"SimEngine(profile={self.profile.name!r}, seed={self.seed}, clock={self.clock!r})"
@@ -421,9 +435,16 @@ class SimEngine:
 
         digests: list[bytes] = []
         cached = 0
+        lease: KVLease | None = None
+        cache = replica.cache
         if canonical is not None and chat.prompt_tokens >= p.cache_min_tokens:
             digests = block_digests(canonical, p.cache_block_tokens)
-            cached = replica.cache.lookup(digests) * p.cache_block_tokens
+            if isinstance(cache, PrefixCache):
+                cached = cache.lookup(digests) * p.cache_block_tokens
+        if isinstance(cache, KVPrefixCache):
+            blocks = -(-(chat.prompt_tokens + tokens) // p.cache_block_tokens)
+            lease = cache.admit(digests, blocks)
+            cached = lease.pinned * p.cache_block_tokens
         batch = replica.active
         load = batch / replica.slots
         usl = p.usl(batch)
@@ -442,7 +463,7 @@ class SimEngine:
             if rng.random() < p.overload_error_rate * ramp:
                 fail_at = 1 + int(rng.random() * tokens)
         stall_s = fault.stall_s if fault is not None and fault.kind == "stall" else 0.0
-        return Job(
+        job = Job(
             replica,
             chat.prompt_tokens,
             cached,
@@ -456,14 +477,20 @@ class SimEngine:
             stall_s,
             fail_at,
         )
+        job.lease = lease
+        return job
 
     # -- finishing and billing -----------------------------------------------------------
 
     def _mark_prefilled(self, job: Job) -> None:
         if not job.prefilled:
             job.prefilled = True
-            if job.digests:
-                job.replica.cache.insert(job.digests)
+            if job.lease is not None:
+                job.lease.publish()
+            elif job.digests:
+                cache = job.replica.cache
+                assert isinstance(cache, PrefixCache)
+                cache.insert(job.digests)
 
     def _finish(self, job: Job, outcome: Outcome, output: int | None = None) -> None:
         """Free the slot and bill the request, exactly once, however it ended."""
@@ -474,6 +501,8 @@ class SimEngine:
         now = self.clock.now()
         if not job.prefilled and now >= job.prefill_done:
             self._mark_prefilled(job)
+        if job.lease is not None:
+            job.lease.release()
         if not job.prefilled:
             self.ledger.record(outcome)
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gptgate.sim.cache import KVLease
 from gptgate.sim.scheduler import Replica
 
 __all__ = ["Job", "group_ends"]
@@ -20,6 +21,7 @@ class Job:
         "fail_at",
         "finish_reason",
         "finished",
+        "lease",
         "prefill_done",
         "prefill_s",
         "prefilled",
@@ -61,6 +63,8 @@ class Job:
         self.prefilled = False
         self.emitted = 0
         self.finished = False
+        #: the KV blocks it holds, when the replica models KV pressure
+        self.lease: KVLease | None = None
 
     def token_time(self, k: int) -> float:
         """When output token ``k`` (1-based) is generated; a stall delays tokens after the first."""

@@ -86,12 +86,21 @@ class SimProfile(BaseModel):
     prefix_route_tokens: int = Field(256, ge=1)
     #: per-prefix requests/minute one replica takes before traffic spreads; None = never
     prefix_overflow_rpm: float | None = Field(None, gt=0)
+    #: KV-cache budget per replica, in blocks of ``cache_block_tokens``: running sequences
+    #: hold blocks for prompt + output, the prefix cache lives in the blocks they leave free
+    #: (LRU). None = no KV pressure: the prefix cache is bounded by ``cache_max_blocks`` only
+    kv_blocks: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> SimProfile:
         if self.cache_min_tokens % self.cache_block_tokens:
             raise ValueError("cache_min_tokens must be a multiple of cache_block_tokens")
         return self
+
+    @property
+    def kv_tokens(self) -> int | None:
+        """The KV budget per replica in tokens (None without one)."""
+        return None if self.kv_blocks is None else self.kv_blocks * self.cache_block_tokens
 
     def usl(self, batch: int) -> float:
         """Slow-down factor of one step at ``batch`` running sequences (1.0 when alone)."""
@@ -133,6 +142,9 @@ _HOSTED = SimProfile(
     rpm=10_000,
     tpm=10_000_000,
     prefix_overflow_rpm=15.0,
+    # 32,768 KV tokens per replica: its 16 slots × ~2k-token sequences, the batch the HBM
+    # left after the weights is sized for (idle prefixes get what the running batch leaves)
+    kv_blocks=256,
 )
 
 _TPU = SimProfile(
@@ -149,6 +161,9 @@ _TPU = SimProfile(
     usl_kappa=0.00004,
     jitter_sigma=0.08,
     load_jitter_sigma=0.1,
+    # 98,304 KV tokens: a v5e-8 slice (128 GB HBM) holding a 70B-class model in int8 keeps
+    # ~30 GB for KV at ~320 KB per token
+    kv_blocks=768,
 )
 
 _GPU = SimProfile(

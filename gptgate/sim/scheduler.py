@@ -15,7 +15,7 @@ from collections import deque
 
 import anyio
 
-from gptgate.sim.cache import PrefixCache
+from gptgate.sim.cache import KVPrefixCache, PrefixCache
 
 __all__ = ["QueueFull", "Replica"]
 
@@ -38,7 +38,13 @@ class Replica:
 
     __slots__ = ("_waiting", "active", "cache", "index", "max_queue", "queued", "slots")
 
-    def __init__(self, index: int, slots: int, max_queue: int | None, cache: PrefixCache) -> None:
+    def __init__(
+        self,
+        index: int,
+        slots: int,
+        max_queue: int | None,
+        cache: PrefixCache | KVPrefixCache,
+    ) -> None:
         self.index = index
         self.slots = slots
         self.max_queue = max_queue
