@@ -142,9 +142,9 @@ _HOSTED = SimProfile(
     rpm=10_000,
     tpm=10_000_000,
     prefix_overflow_rpm=15.0,
-    # 32,768 KV tokens per replica: its 16 slots × ~2k-token sequences, the batch the HBM
-    # left after the weights is sized for (idle prefixes get what the running batch leaves)
-    kv_blocks=256,
+    # 49,152 KV tokens per replica: its 16 slots × ~2k-token sequences plus half as much again,
+    # the HBM left after the weights (idle prefixes get what the running batch leaves)
+    kv_blocks=384,
 )
 
 _TPU = SimProfile(
