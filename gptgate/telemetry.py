@@ -55,7 +55,7 @@ NAMES: dict[str, str] = {
 }
 
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 … 81.92 s
-_TOKEN_BUCKETS = [4**i for i in range(14)]  # 1 … 67,108,864
+_TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1 … 67,108,864
 
 _SAMPLING_PARAMS = {
     "max_tokens": "request_max_tokens",
@@ -78,29 +78,26 @@ class Telemetry:
         self.tracer = trace.get_tracer("gptgate", tracer_provider=tracer_provider)
         meter = metrics.get_meter("gptgate", meter_provider=meter_provider)
         self.capture_content = capture_content
-        self.duration = meter.create_histogram(
-            NAMES["metric_duration"],
-            unit="s",
-            description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+
+        def histogram(key: str, unit: str, description: str, buckets: list[float]) -> Any:
+            return meter.create_histogram(
+                NAMES[key],
+                unit=unit,
+                description=description,
+                explicit_bucket_boundaries_advisory=buckets,
+            )
+
+        self.duration = histogram(
+            "metric_duration", "s", "GenAI operation duration", _DURATION_BUCKETS
         )
-        self.tokens = meter.create_histogram(
-            NAMES["metric_tokens"],
-            unit="{token}",
-            description="Tokens used per operation",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        self.tokens = histogram(
+            "metric_tokens", "{token}", "Tokens used per operation", _TOKEN_BUCKETS
         )
-        self.ttfc = meter.create_histogram(
-            NAMES["metric_ttfc"],
-            unit="s",
-            description="Time to the first chunk of a streamed answer",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self.ttfc = histogram(
+            "metric_ttfc", "s", "Time to the first chunk of a streamed answer", _DURATION_BUCKETS
         )
-        self.queue = meter.create_histogram(
-            NAMES["metric_queue"],
-            unit="s",
-            description="Time a call waited for admission",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self.queue = histogram(
+            "metric_queue", "s", "Time a call waited for admission", _DURATION_BUCKETS
         )
 
     @contextmanager
@@ -140,9 +137,7 @@ class Telemetry:
         }
         if port is not None:
             attributes[NAMES["server_port"]] = port
-        span = self.tracer.start_span(
-            f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes
-        )
+        span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
         if span.is_recording():
             for param, key in _SAMPLING_PARAMS.items():
                 value = params.get(param)
