@@ -188,31 +188,17 @@ class CallRunner:
                     self.record_failed_call(error)
                     raise
                 self._on_retry(state, error)
-                await self.clock.sleep(self._backoff(error, number, spec.deadline))
+                wait = self.retry.backoff(number, error.retry_after, spec.deadline)
+                await self.clock.sleep(wait)
 
     def _may_retry(
         self, spec: CallSpec, state: CallState, error: GateError, number: int, max_attempts: int
     ) -> bool:
-        if number >= max_attempts or not error.retryable:
-            return False
-        if error.retry_after is not None and error.retry_after > self.retry_after_cap:
+        if number >= max_attempts or not self.retry.retryable(error):
             return False
         if spec.deadline is not None and self.clock.now() >= spec.deadline:
             return False
         return self.budget is None or self.budget.try_spend(self.clock.now())
-
-    @property
-    def retry_after_cap(self) -> float:
-        return self.retry._retry.max_retry_after_s
-
-    def _backoff(self, error: GateError, number: int, deadline: float | None) -> float:
-        window = min(self.retry.backoff_cap_s, self.retry.backoff_base_s * 2 ** (number - 1))
-        wait = self.retry.rng.uniform(0.0, window)
-        if error.retry_after is not None:
-            wait = max(wait, error.retry_after)
-        if deadline is not None:
-            wait = max(0.0, min(wait, deadline - self.clock.now()))
-        return wait
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         if isinstance(error, GateError) and error.backend:

@@ -36,42 +36,27 @@ def _error(state: RetryCallState) -> BaseException | None:
 
 
 class retry_if_retryable(retry_base):
-    """Retry a ``GateError`` whose class (or the server's ``x-should-retry``) says it may help,
-    unless the server asks us to wait longer than we are willing to."""
+    """Retry what :meth:`RetryPolicy.retryable` allows."""
 
-    def __init__(self, max_retry_after_s: float) -> None:
-        self.max_retry_after_s = max_retry_after_s
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         exc = _error(retry_state)
-        if not isinstance(exc, GateError) or not exc.retryable:
-            return False
-        return exc.retry_after is None or exc.retry_after <= self.max_retry_after_s
+        return isinstance(exc, GateError) and self.policy.retryable(exc)
 
 
 class wait_full_jitter_or_retry_after(wait_base):
-    """``U(0, min(cap, base·2ⁿ))`` (AWS full jitter), but never less than the server's
-    retry-after, and never past the call's deadline."""
+    """Wait :meth:`RetryPolicy.backoff` before the next attempt."""
 
-    def __init__(
-        self, base_s: float, cap_s: float, rng: random.Random, clock: Clock, deadline: float | None
-    ) -> None:
-        self.base_s = base_s
-        self.cap_s = cap_s
-        self.rng = rng
-        self.clock = clock
+    def __init__(self, policy: RetryPolicy, deadline: float | None) -> None:
+        self.policy = policy
         self.deadline = deadline
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        window = min(self.cap_s, self.base_s * 2 ** (retry_state.attempt_number - 1))
-        wait = self.rng.uniform(0.0, window)
         exc = _error(retry_state)
         retry_after = exc.retry_after if isinstance(exc, GateError) else None
-        if retry_after is not None:
-            wait = max(wait, retry_after)
-        if self.deadline is not None:
-            wait = max(0.0, min(wait, self.deadline - self.clock.now()))
-        return wait
+        return self.policy.backoff(retry_state.attempt_number, retry_after, self.deadline)
 
 
 class stop_at_deadline(stop_base):
@@ -116,9 +101,29 @@ class RetryPolicy:
         self.max_attempts = max_attempts
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
+        self.max_retry_after_s = max_retry_after_s
         self.clock = clock
         self.rng = random.Random(seed)
-        self._retry = retry_if_retryable(max_retry_after_s)
+
+    def retryable(self, error: GateError) -> bool:
+        """A ``GateError`` whose class (or the server's ``x-should-retry``) says trying again
+        may help, unless the server asks us to wait longer than we are willing to."""
+        if not error.retryable:
+            return False
+        return error.retry_after is None or error.retry_after <= self.max_retry_after_s
+
+    def backoff(
+        self, attempt_number: int, retry_after: float | None, deadline: float | None
+    ) -> float:
+        """``U(0, min(cap, base·2ⁿ))`` (AWS full jitter), but never less than the server's
+        retry-after, and never past the call's deadline."""
+        window = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (attempt_number - 1))
+        wait = self.rng.uniform(0.0, window)
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        if deadline is not None:
+            wait = max(0.0, min(wait, deadline - self.clock.now()))
+        return wait
 
     async def run(
         self,
@@ -158,16 +163,12 @@ class RetryPolicy:
         retrying = AsyncRetrying(
             sleep=self.clock.sleep,
             stop=stop,
-            wait=wait_full_jitter_or_retry_after(
-                self.backoff_base_s, self.backoff_cap_s, self.rng, self.clock, deadline
-            ),
-            retry=self._retry,
+            wait=wait_full_jitter_or_retry_after(self, deadline),
+            retry=retry_if_retryable(self),
             before_sleep=before_sleep,
             reraise=True,
         )
         return await retrying(replay_then_attempt)
 
     def _retry_possible(self, error: GateError, max_attempts: int | None) -> bool:
-        if (max_attempts or self.max_attempts) <= 1 or not error.retryable:
-            return False
-        return error.retry_after is None or error.retry_after <= self._retry.max_retry_after_s
+        return (max_attempts or self.max_attempts) > 1 and self.retryable(error)
