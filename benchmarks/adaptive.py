@@ -27,7 +27,8 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.sim import LoopClock, SimEngine, SimTransport, get_profile, run_virtual
+from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
+from gptgate.testing import sim_backend
 
 LEVELS: tuple[int, ...] = (1, 5, 10, 20, 30, 50, 80)
 OUT = Path(__file__).resolve().parent / "out"
@@ -71,23 +72,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
-def backend_for(profile: str, concurrency: int | str, engine: SimEngine) -> gg.Backend:
-    return gg.Backend(
+def backend_for(
+    profile: str, concurrency: int | str, clock: LoopClock, seed: int
+) -> tuple[gg.Backend, SimEngine]:
+    return sim_backend(
+        profile,
         name=profile,
-        base_url="http://127.0.0.1:8000/v1",
-        model=engine.profile.model,
-        hardware=engine.profile.hardware,
+        clock=clock,
+        seed=seed,
         concurrency=concurrency,
         max_concurrency=128,
         timeout=120.0,
-        transport=SimTransport(engine),
     )
 
 
 async def run_row(profile: str, concurrency: int | None, requests: int, seed: int) -> Row:
     clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    backend = backend_for(profile, concurrency or "auto", engine)
+    backend, engine = backend_for(profile, concurrency or "auto", clock, seed)
     async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")
@@ -118,8 +119,7 @@ async def capacity_change(
     """Halve the backend after 40% of the calls; returns the per-completion trace
     (index, time, limit), the index of the change and how many calls failed."""
     clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    backend = backend_for(profile, "auto", engine)
+    backend, engine = backend_for(profile, "auto", clock, seed)
     items = workload(requests, seed)
     change_at = int(requests * 0.4)
     workers = workers or WORKERS

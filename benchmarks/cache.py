@@ -93,6 +93,7 @@ from gptgate.results import ChatResult
 from gptgate.scenarios import BatchPolicy, RampPolicy
 from gptgate.sim import LoopClock, SimEngine, SimProfile, SimTransport, get_profile, run_virtual
 from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.testing import sim_backend
 from gptgate.tokens import estimate_prompt_tokens
 
 Messages = list[dict[str, str]]
@@ -262,15 +263,7 @@ async def run_gptgate(
     whole_job_lookahead: bool = True,
 ) -> Run:
     clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    backend = gg.Backend(
-        name="sim",
-        base_url="http://127.0.0.1:8000/v1",
-        model=profile.model,
-        hardware=profile.hardware,
-        concurrency=c,
-        transport=SimTransport(engine),
-    )
+    backend, engine = sim_backend(profile, name="sim", clock=clock, seed=seed, concurrency=c)
     failed = 0
     async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
         start = clock.now()
@@ -314,14 +307,8 @@ async def run_policy(
     gate_on: bool = True,
 ) -> BatchRow:
     clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    backend = gg.Backend(
-        name="sim",
-        base_url="http://127.0.0.1:8000/v1",
-        model=profile.model,
-        hardware=profile.hardware,
-        concurrency=concurrency,
-        transport=SimTransport(engine),
+    backend, engine = sim_backend(
+        profile, name="sim", clock=clock, seed=seed, concurrency=concurrency
     )
     scenario = gg.Scenario(
         name=f"bench-{name}", stream=False, batch=policy, ramp=RampPolicy() if gate_on else None
