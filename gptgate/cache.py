@@ -18,6 +18,19 @@ calls, 58% at 50). So, per (backend, prefix group):
    The widening is owed, not lost: it happens as soon as a call of the group finds room.
 3. **open** → the ramp reached the backend's current concurrency limit.
 
+Two things are learned per *backend* rather than per group:
+
+* **Where a new group's ramp starts.** A good window on a group that never lost its hits by
+  widening shows how wide a warm prefix runs on this server without spilling to cold replicas
+  (as far as the group used the width). New groups start their ramp there — after their
+  single-flight warm-up — instead of at ``start``; their first bad window sends them back to
+  ``start``. Any sign of spilling (a bad window, a ceiling) forgets it.
+* **Turns** (``RampPolicy.turn_wait_s``, on in the job presets). A new group starts only while
+  the groups already running cannot fill the backend's limit (each counted at what it will use
+  soon: its calls, up to its window), and otherwise waits its turn, at most ``turn_wait_s``.
+  On a server whose prefix cache shares KV memory with the running calls, a job spread over
+  many prompts then keeps few prefixes live at once, so they do not evict each other.
+
 On a server that spreads a hot prefix over replicas with cold caches, this finds the widest
 window that still keeps the target.
 
@@ -224,7 +237,7 @@ class RampController:
         "samples",
     )
 
-    def __init__(self, policy: RampPolicy, limit: int) -> None:
+    def __init__(self, policy: RampPolicy, limit: int, *, start: int | None = None) -> None:
         self.policy = policy
         self._limit = max(1, int(limit))
         self._window = policy.start
@@ -234,6 +247,11 @@ class RampController:
         self._count = 0
         self._ceiling: int | None = None
         self._grew_from: int | None = None
+        if start is not None and start > policy.start:
+            # a width another group confirmed on this backend: a widening this group has not
+            # confirmed yet — its first bad window goes back to ``policy.start``
+            self._window = int(start)
+            self._grew_from = policy.start
         self._probing = False
         self._held = 0
         self._backoff = 1
@@ -277,15 +295,15 @@ class RampController:
 
     def on_sample(
         self, cached: int, cacheable: int, *, epoch: int | None = None, may_widen: bool = True
-    ) -> None:
-        """Count one finished call; decide when a window is complete. ``may_widen=False``
-        turns a good window into a hold (it still confirms the current width); the widenings
-        such holds earned (at most three) all happen at the first later sample with
-        ``may_widen=True``, unless a bad window came first."""
+    ) -> bool:
+        """Count one finished call; decide when a window is complete (then return True).
+        ``may_widen=False`` turns a good window into a hold (it still confirms the current
+        width); the widenings such holds earned (at most three) all happen at the first later
+        sample with ``may_widen=True``, unless a bad window came first."""
         if cacheable <= 0:
-            return
+            return False
         if epoch is not None and epoch != self._epoch:
-            return
+            return False
         if self._deferred and may_widen:
             current = new = self.window
             for _ in range(self._deferred):
@@ -297,13 +315,13 @@ class RampController:
                 self._window = new
                 self._epoch += 1
                 self._cached = self._cacheable = self._count = 0
-                return  # this call ran under the narrower window: not a sample of the new one
+                return False  # it ran under the narrower window: not a sample of the new one
         self._cached += min(max(0, cached), cacheable)
         self._cacheable += cacheable
         self._count += 1
         self.samples += 1
         if self._count < self.policy.window:
-            return
+            return False
         rate = self._cached / self._cacheable
         self._cached = self._cacheable = self._count = 0
         self.last_hit_rate = rate
@@ -318,6 +336,7 @@ class RampController:
         self._window = new
         if new != current:
             self._epoch += 1
+        return True
 
     def _widen(self, current: int, may_widen: bool = True) -> int:
         self._grew_from = None  # the current width held
@@ -389,6 +408,8 @@ class GroupStatistics:
     window_hit_rate: float | None = None
     #: decayed count of calls over the last minute or so
     rate_per_min: float = 0.0
+    #: calls waiting for the group's turn on the backend (``RampPolicy.turn_wait_s``)
+    turn_waiting: int = 0
 
 
 class _Waiter:
@@ -403,6 +424,7 @@ class _Waiter:
 
 class _Group:
     __slots__ = (
+        "active",
         "backend",
         "cacheable",
         "cacheable_total",
@@ -410,10 +432,14 @@ class _Group:
         "controller",
         "in_flight",
         "key",
+        "peak",
         "prefix_tokens",
+        "queued",
         "rate",
         "rate_at",
         "samples",
+        "start",
+        "turn",
         "waiters",
         "waiting",
         "warm",
@@ -421,7 +447,13 @@ class _Group:
     )
 
     def __init__(
-        self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int, now: float
+        self,
+        backend: str,
+        group: PrefixGroup,
+        policy: RampPolicy,
+        limit: int,
+        now: float,
+        start: int | None = None,
     ) -> None:
         self.backend = backend
         self.key = group.key
@@ -429,12 +461,20 @@ class _Group:
         #: nothing measurable to protect (prefix under the provider's cache minimum): warm up,
         #: then no ramp
         self.cacheable = cacheable_tokens(group.prefix_tokens)
-        self.controller = RampController(policy, limit)
+        self.controller = RampController(policy, limit, start=start)
         self.warm = not policy.warmup
         self.warming = False
         self.in_flight = 0
+        #: most calls in flight at once since the ramp's last complete window
+        self.peak = 0
         self.waiters: deque[_Waiter] = deque()
         self.waiting = 0
+        #: has its turn on the backend (see ``RampPolicy.turn_wait_s``); ``queued`` calls wait
+        #: for it on ``turn``
+        self.active = False
+        self.queued = 0
+        self.turn: anyio.Event | None = None
+        self.start = policy.start
         self.cached_total = 0
         self.cacheable_total = 0
         self.samples = 0
@@ -460,6 +500,15 @@ class _Group:
         if not self.warm:
             return not self.warming and self.in_flight == 0
         return self.in_flight < self.window
+
+    def demand(self) -> int:
+        """Backend slots this group will use soon: its calls, up to its window (a cold group's
+        window after the warm-up: ``start``)."""
+        width = self.window if self.warm else min(self.start, self.controller.limit)
+        return min(width, self.in_flight + self.waiting + self.queued)
+
+    def idle(self) -> bool:
+        return not (self.in_flight or self.waiting or self.queued)
 
     def rate_now(self, now: float) -> float:
         return self.rate * math.exp(-max(0.0, now - self.rate_at) / _RATE_TAU_S)
@@ -524,7 +573,8 @@ class CacheTicket:
         # widening while the backend is full would only change which group's calls queue at
         # the limiter, and make this prefix burstier (more duplicate misses on cold replicas)
         room = self._gate._busy.get(group.backend, 0) < group.controller.limit
-        group.controller.on_sample(cached, cacheable, epoch=self._epoch, may_widen=room)
+        if group.controller.on_sample(cached, cacheable, epoch=self._epoch, may_widen=room):
+            self._gate._learn(group, before)
         if group.controller.window > before:
             self._gate._wake(group)
 
@@ -571,6 +621,13 @@ class CacheGate:
         self._active: dict[tuple[str, str], _Group] = {}
         self._totals: dict[str, list[int]] = {}
         self._busy: dict[str, int] = {}
+        # turns per backend: the groups having one, the groups waiting for one (FIFO), the
+        # backend's last known limit
+        self._running: dict[str, dict[str, _Group]] = {}
+        self._turn_queue: dict[str, deque[_Group]] = {}
+        self._limits: dict[str, int] = {}
+        # per backend: the widest ramp a group has confirmed lately (new groups start there)
+        self._learned: dict[str, int] = {}
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -586,9 +643,15 @@ class CacheGate:
         state = self._lookup(backend, group, policy, limit)
         now = self._clock.now()
         state.touch(now)
+        self._limits[backend] = max(1, limit)
         if state.controller.limit != max(1, limit):
             state.controller.limit = limit
             self._wake(state)
+        if not state.active:
+            if policy.turn_wait_s is None or self._has_room(backend):
+                self._activate(state)
+            else:
+                await self._await_turn(state, policy.turn_wait_s)
         if state.waiting == 0 and state.can_admit():
             return self._admit(state)
         waiter = _Waiter()
@@ -638,6 +701,7 @@ class CacheGate:
                 prefix_tokens=g.prefix_tokens,
                 window_hit_rate=g.controller.last_hit_rate,
                 rate_per_min=g.rate_now(now),
+                turn_waiting=g.queued,
             )
             for g in self._groups(backend)
         ]
@@ -667,13 +731,94 @@ class CacheGate:
             groups = [g for g in groups if g.backend == backend]
         return groups
 
+    # ---- turns: few prefix groups live at a time per backend
+
+    def _has_room(self, backend: str) -> bool:
+        """Whether the groups having a turn leave part of the backend's limit unused."""
+        running = self._running.get(backend)
+        if not running:
+            return True
+        limit = self._limits.get(backend, 1)
+        return sum(g.demand() for g in running.values()) < limit
+
+    def _activate(self, state: _Group) -> None:
+        if state.active:
+            return
+        state.active = True
+        self._running.setdefault(state.backend, {})[state.key] = state
+        if state.turn is not None:
+            state.turn.set()
+            state.turn = None
+
+    async def _await_turn(self, state: _Group, wait_s: float) -> None:
+        """Wait (at most ``wait_s``) until the group gets its turn; then it has one."""
+        if state.turn is None:
+            state.turn = anyio.Event()
+            self._turn_queue.setdefault(state.backend, deque()).append(state)
+        turn = state.turn
+        state.queued += 1
+        try:
+            with anyio.move_on_after(self._clock.to_real(wait_s)):
+                await turn.wait()
+        except BaseException:
+            state.queued -= 1
+            self._settle(state)
+            raise
+        state.queued -= 1
+        if not state.active:
+            self._activate(state)  # waited long enough: no group starves behind busy ones
+
+    def _next_turns(self, backend: str) -> None:
+        """Give turns to waiting groups while the running ones leave room."""
+        queue = self._turn_queue.get(backend)
+        while queue and self._has_room(backend):
+            state = queue.popleft()
+            if state.active:
+                continue
+            if state.queued:
+                self._activate(state)
+            else:
+                state.turn = None  # every call that waited for it was cancelled
+
+    def _end_turn(self, state: _Group) -> None:
+        if not state.active:
+            return
+        state.active = False
+        running = self._running.get(state.backend)
+        if running is not None and running.get(state.key) is state:
+            del running[state.key]
+
+    def _learn(self, state: _Group, width: int) -> None:
+        """A ramp window of ``state`` completed at ``width``: what it says about the backend.
+
+        A good window, on a group that never lost its hits by widening (no ceiling), shows
+        that a warm prefix runs this wide on this server without spilling to cold replicas
+        — as far as the group used the width (its peak in flight). New groups on the backend
+        then start their ramp there instead of at ``policy.start`` (after their warm-up, and
+        back to ``start`` at their first bad window). Any sign of spilling — a bad window, a
+        ceiling — forgets it: on a server that spreads hot prefixes, each new prefix is cold
+        on the replicas it spreads to, and must ramp from ``start``.
+        """
+        ctl = state.controller
+        rate = ctl.last_hit_rate
+        backend = state.backend
+        good = rate is not None and rate >= ctl.policy.target_hit_rate - _EPS
+        learned = max(self._learned.get(backend, 0), min(width, state.peak))
+        if good and ctl.ceiling is None and learned > ctl.policy.start:
+            self._learned[backend] = learned
+        else:
+            self._learned.pop(backend, None)
+        state.peak = state.in_flight
+
     def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:
         k = (backend, group.key)
         state = self._active.get(k)
         if state is None:
             state = self._idle.pop(k, None)
             if state is None:
-                state = _Group(backend, group, policy, limit, self._clock.now())
+                state = _Group(
+                    backend, group, policy, limit, self._clock.now(), self._learned.get(backend)
+                )
             self._active[k] = state
         return state
 
@@ -682,6 +827,7 @@ class CacheGate:
         if warmer:
             state.warming = True
         state.in_flight += 1
+        state.peak = max(state.peak, state.in_flight)
         self._busy[state.backend] = self._busy.get(state.backend, 0) + 1
         return CacheTicket(self, state, warmer)
 
@@ -711,13 +857,15 @@ class CacheGate:
         self._settle(state)
 
     def _settle(self, state: _Group) -> None:
-        """An idle group moves to the bounded TTL cache (its idle clock starts now)."""
-        if state.in_flight or state.waiting:
-            return
-        k = (state.backend, state.key)
-        if self._active.get(k) is state:
-            del self._active[k]
-            self._idle[k] = state
+        """An idle group ends its turn and moves to the bounded TTL cache (its idle clock
+        starts now); waiting groups get the room that frees."""
+        if state.idle():
+            self._end_turn(state)
+            k = (state.backend, state.key)
+            if self._active.get(k) is state:
+                del self._active[k]
+                self._idle[k] = state
+        self._next_turns(state.backend)
 
     def _count(self, backend: str, cached: int, cacheable: int) -> None:
         totals = self._totals.setdefault(backend, [0, 0])

@@ -62,11 +62,17 @@ class RampPolicy(BaseModel):
     warmup: bool = True
     start: int = Field(default=5, ge=1)
     target_hit_rate: float = Field(default=0.85, gt=0.0, le=1.0)
-    window: int = Field(default=10, ge=1)
+    window: int = Field(default=5, ge=1)
     growth: float = Field(default=2.0, gt=1.0)
     shrink: float = Field(default=0.5, gt=0.0, lt=1.0)
     #: prefixes shorter than this are not worth warming (OpenAI caches from 1,024 tokens)
     min_prefix_tokens: int = Field(default=1024, ge=0)
+    #: prefix groups take *turns* per backend: a new group starts only while the groups
+    #: already running cannot fill the backend's limit, and waits at most this long (clock
+    #: seconds) for its turn; ``None`` starts every group at once. Turns keep few prefixes
+    #: live at a time, so on a server whose prefix cache shares KV memory with the running
+    #: calls they evict each other less — for jobs, not for a person waiting.
+    turn_wait_s: float | None = Field(default=None, gt=0)
 
 
 class Scenario(BaseModel):
@@ -117,7 +123,7 @@ PRESETS: dict[str, Scenario] = {
         stream=False,
         concurrency_window=(30, 50),
         batch=BatchPolicy(max_size=8, max_wait_s=2.0),
-        ramp=RampPolicy(target_hit_rate=0.85),
+        ramp=RampPolicy(target_hit_rate=0.85, turn_wait_s=60.0),
         priority=5,
         offline=True,
     ),
@@ -134,7 +140,7 @@ PRESETS: dict[str, Scenario] = {
         name="offline",
         stream=False,
         batch=BatchPolicy.SMALL,
-        ramp=RampPolicy(),
+        ramp=RampPolicy(turn_wait_s=300.0),
         priority=0,
         offline=True,
     ),

@@ -826,3 +826,218 @@ async def test_mark_warm_during_a_warm_up_releases_the_waiters() -> None:
     (stats,) = gate.statistics("b")
     assert stats.state == "ramping" and (stats.in_flight, stats.waiting) == (0, 0)
     assert gate.in_flight("b") == 0
+
+
+# --------------------------------------------------------------------------- turns
+
+
+class PatientClock(FakeClock):
+    """A fake clock whose timeouts are real ones: a turn wait of an hour never fires here."""
+
+    def to_real(self, seconds: float) -> float:
+        return seconds
+
+
+def turn_policy(wait_s: float = 3600.0) -> RampPolicy:
+    return RampPolicy(start=5, window=5, turn_wait_s=wait_s)
+
+
+async def test_groups_take_turns_while_the_running_ones_fill_the_backend() -> None:
+    """limit 10, start 5: two groups fill it; the third starts only when one of them can no
+    longer use its share — then, not earlier."""
+    gate = CacheGate(clock=PatientClock())
+    policy = turn_policy()
+    tickets: dict[str, list[CacheTicket]] = {"a": [], "b": [], "c": []}
+
+    async def call(name: str) -> None:
+        tickets[name].append(await gate.enter("b", group(name), policy, limit=10))
+
+    async with anyio.create_task_group() as tg:
+        for name in "abc":
+            for _ in range(7):
+                tg.start_soon(call, name)
+        await settle(10)
+        by_key = {s.key: s for s in gate.statistics("b")}
+        assert [len(tickets[n]) for n in "abc"] == [1, 1, 0]  # two warm-ups, c has no turn
+        assert (by_key["c"].state, by_key["c"].turn_waiting) == ("cold", 7)
+        tickets["a"][0].prefilled()
+        tickets["b"][0].prefilled()
+        await settle(10)
+        assert [len(tickets[n]) for n in "abc"] == [5, 5, 0]
+        # a finishes two calls: its last two go out, 5 in flight — a and b still fill it
+        for t in tickets["a"][:2]:
+            t.release()
+        await settle(10)
+        assert [len(tickets[n]) for n in "abc"] == [7, 5, 0]
+        # one more: a can use only 4 slots from now on, and c gets its turn at once
+        tickets["a"][2].release()
+        await settle(10)
+        assert [len(tickets[n]) for n in "abc"] == [7, 5, 1]
+        assert tickets["c"][0].warmer
+        assert {s.key: s.turn_waiting for s in gate.statistics("b")}["c"] == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_without_turns_every_group_warms_at_once() -> None:
+    gate = CacheGate(clock=PatientClock())
+    policy = RampPolicy(start=5, window=5)  # turn_wait_s=None
+    sent: list[str] = []
+
+    async def call(name: str) -> None:
+        await gate.enter("b", group(name), policy, limit=10)
+        sent.append(name)
+
+    async with anyio.create_task_group() as tg:
+        for name in "abcd":
+            for _ in range(3):
+                tg.start_soon(call, name)
+        await settle(10)
+        assert sorted(sent) == list("abcd")  # one warm-up each
+        tg.cancel_scope.cancel()
+
+
+async def test_a_group_waits_for_its_turn_at_most_turn_wait_s() -> None:
+    """No group starves behind a busy one: after ``turn_wait_s`` it goes anyway (FakeClock
+    turns every timeout into an immediate one)."""
+    gate = CacheGate(clock=FakeClock())
+    policy = turn_policy(wait_s=30.0)
+    hog = [await gate.enter("b", group("hog"), policy, limit=1)]
+    late = await gate.enter("b", group("late"), policy, limit=1)
+    assert late.warmer and not late.bypassed
+    by_key = {s.key: s for s in gate.statistics("b")}
+    assert (by_key["hog"].in_flight, by_key["late"].in_flight) == (1, 1)
+    hog[0].release()
+    late.release()
+
+
+async def test_cancelled_turn_waiters_leave_no_trace_and_the_group_can_come_back() -> None:
+    gate = CacheGate(clock=PatientClock())
+    policy = turn_policy()
+    busy = await gate.enter("b", group("busy"), policy, limit=1)
+    got: list[CacheTicket] = []
+
+    async def queued() -> None:
+        got.append(await gate.enter("b", group("other"), policy, limit=1))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        tg.start_soon(queued)
+        await settle()
+        (other,) = [s for s in gate.statistics("b") if s.key == "other"]
+        assert other.turn_waiting == 2
+        tg.cancel_scope.cancel()
+    assert got == []
+    (other,) = [s for s in gate.statistics("b") if s.key == "other"]
+    assert (other.turn_waiting, other.in_flight, other.waiting, other.state) == (0, 0, 0, "cold")
+    busy.release()  # the stale queue entry is dropped, nothing is admitted by it
+    assert all(s.in_flight == 0 for s in gate.statistics("b"))
+    # the group comes back later and gets its turn at once: the backend is empty
+    again = await gate.enter("b", group("other"), policy, limit=1)
+    assert again.warmer
+    again.release()
+
+
+async def test_chaos_with_turns_every_path_releases() -> None:
+    """Random cancellations and failures with turns on: every group ends idle, none stuck."""
+    import random
+
+    rng = random.Random(11)
+    gate = CacheGate(clock=PatientClock())
+    policy = RampPolicy(start=2, window=3, turn_wait_s=3600.0)
+    groups = [group(f"g{i}") for i in range(6)]
+    scopes: list[anyio.CancelScope] = []
+    done = 0
+
+    async def call(g: PrefixGroup, scope: anyio.CancelScope) -> None:
+        nonlocal done
+        with scope:
+            ticket = await gate.enter("b", g, policy, limit=5)
+            try:
+                for _ in range(rng.randrange(4)):
+                    await anyio.lowlevel.checkpoint()
+                if rng.random() < 0.2:
+                    return
+                ticket.prefilled()
+                ticket.observe(cached_tokens=4096, input_tokens=4200)
+            finally:
+                ticket.release()
+            done += 1
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(400):
+                scope = anyio.CancelScope()
+                scopes.append(scope)
+                tg.start_soon(call, groups[rng.randrange(6)], scope)
+            for _ in range(100):
+                await anyio.lowlevel.checkpoint()
+                if rng.random() < 0.5:
+                    rng.choice(scopes).cancel()
+    stats = gate.statistics("b")
+    assert done > 200
+    assert all((s.in_flight, s.waiting, s.turn_waiting) == (0, 0, 0) for s in stats)
+    assert not gate._running.get("b")  # every turn ended with its group
+
+
+# --------------------------------------------------------------------------- learned start
+
+
+def test_ramp_may_start_from_a_width_confirmed_elsewhere() -> None:
+    policy = RampPolicy(start=5, window=2, growth=2.0)
+    ctl = RampController(policy, limit=50, start=40)
+    assert ctl.window == 40
+    feed(ctl, 0.2, 2)  # the width did not hold for this group: back to start, 40 is a ceiling
+    assert (ctl.window, ctl.ceiling) == (5, 40)
+    ok = RampController(policy, limit=50, start=40)
+    feed(ok, 1.0, 2)  # held: it grows on from there
+    assert (ok.window, ok.ceiling) == (50, None)
+    assert RampController(policy, limit=50, start=3).window == 5  # never below start
+
+
+class Burst:
+    """Drives one group's calls through the gate: every call in flight finishes together."""
+
+    def __init__(self, gate: CacheGate, key: str, policy: RampPolicy, limit: int) -> None:
+        self.gate, self.key, self.policy, self.limit = gate, key, policy, limit
+        self.live: list[CacheTicket] = []
+        self.peak = 0
+
+    async def call(self) -> None:
+        ticket = await self.gate.enter("b", group(self.key), self.policy, self.limit)
+        self.live.append(ticket)
+        self.peak = max(self.peak, len(self.live))
+
+    async def run(self, calls: int, hit: bool = True) -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(calls):
+                tg.start_soon(self.call)
+            for _ in range(calls):
+                await settle(10)
+                if not self.live:
+                    break
+                batch, self.live = self.live, []
+                for t in batch:
+                    t.prefilled()
+                    if not t.warmer:
+                        t.observe(cached_tokens=4096 if hit else 0, input_tokens=4200)
+                    t.release()
+
+
+async def test_new_groups_start_at_the_width_a_warm_prefix_held_on_the_backend() -> None:
+    gate = CacheGate(clock=PatientClock())
+    policy = RampPolicy(start=5, window=5, growth=2.0)
+    first = Burst(gate, "first", policy, limit=40)
+    await first.run(120)
+    assert first.peak == 40  # ramped 5 → 10 → 20 → 40 on good windows
+    second = Burst(gate, "second", policy, limit=40)
+    await second.run(41)
+    # after its warm-up it starts where the first one got to (ramping anew: 5, 10, 20, 6)
+    assert second.peak == 40
+    stats = {s.key: s for s in gate.statistics("b")}
+    assert stats["second"].samples == 40
+    # a prefix that loses its hits (a spilling server) makes the next one start narrow again
+    spill = Burst(gate, "spill", policy, limit=40)
+    await spill.run(60, hit=False)
+    third = Burst(gate, "third", policy, limit=40)
+    await third.run(11)
+    assert third.peak == 5

@@ -9,6 +9,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
+from gptgate.sim import LoopClock, run_virtual
 from tests.mockbackend import (
     USER,
     Script,
@@ -458,8 +459,12 @@ async def test_a_prefix_warm_up_streams_so_the_group_is_released_at_its_first_to
     assert streamed[0] and not any(streamed[1:])  # only the warm-up streams
 
 
-async def test_adaptive_timeouts_tighten_only_bounded_answers() -> None:
-    clock = gg.ScaledClock(100.0)
+def test_adaptive_timeouts_tighten_only_bounded_answers() -> None:
+    run_virtual(_adaptive_timeouts_tighten_only_bounded_answers)  # exact, not wall-clock
+
+
+async def _adaptive_timeouts_tighten_only_bounded_answers() -> None:
+    clock = LoopClock()
 
     async def timed(request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
