@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 from cachetools import TTLCache
 
 from .clock import Clock, SystemClock
@@ -79,6 +80,8 @@ _RATE_TAU_S = 60.0
 _EPS = 1e-9
 #: good windows held just under a known ceiling before probing it again, at most
 _MAX_PROBE_BACKOFF = 8
+#: how long a backend seen spilling a running prefix to cold replicas goes without turns
+_SPILL_MEMORY_S = 600.0
 #: widenings a group may owe for good windows held while its backend was full, at most (so a
 #: width never jumps more than growth³ beyond the last one a window confirmed)
 _MAX_DEFERRED = 3
@@ -626,8 +629,10 @@ class CacheGate:
         self._running: dict[str, dict[str, _Group]] = {}
         self._turn_queue: dict[str, deque[_Group]] = {}
         self._limits: dict[str, int] = {}
-        # per backend: the widest ramp a group has confirmed lately (new groups start there)
+        # per backend: the widest ramp a group has confirmed lately (new groups start there),
+        # and until when it goes without turns (it spilled a running prefix to cold replicas)
         self._learned: dict[str, int] = {}
+        self._spilling_until: dict[str, float] = {}
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -648,7 +653,7 @@ class CacheGate:
             state.controller.limit = limit
             self._wake(state)
         if not state.active:
-            if policy.turn_wait_s is None or self._has_room(backend):
+            if policy.turn_wait_s is None:
                 self._activate(state)
             else:
                 await self._await_turn(state, policy.turn_wait_s)
@@ -736,7 +741,7 @@ class CacheGate:
     def _has_room(self, backend: str) -> bool:
         """Whether the groups having a turn leave part of the backend's limit unused."""
         running = self._running.get(backend)
-        if not running:
+        if not running or self._spilling_until.get(backend, -math.inf) > self._clock.now():
             return True
         limit = self._limits.get(backend, 1)
         return sum(g.demand() for g in running.values()) < limit
@@ -758,8 +763,13 @@ class CacheGate:
         turn = state.turn
         state.queued += 1
         try:
-            with anyio.move_on_after(self._clock.to_real(wait_s)):
-                await turn.wait()
+            # a group's demand is the calls it has here: let the calls that arrive together (a
+            # flushed batch, a map's first burst) all be counted before turns are given
+            await anyio.lowlevel.checkpoint()
+            self._next_turns(state.backend)
+            if not state.active:
+                with anyio.move_on_after(self._clock.to_real(wait_s)):
+                    await turn.wait()
         except BaseException:
             state.queued -= 1
             self._settle(state)
@@ -808,6 +818,11 @@ class CacheGate:
             self._learned[backend] = learned
         else:
             self._learned.pop(backend, None)
+        if not good and state.active and ctl.policy.turn_wait_s is not None:
+            # a prefix losing hits *while it runs* spills to cold replicas: turns, which run
+            # few prefixes at a time, raise each one's rate and make that worse — interleave
+            self._spilling_until[backend] = self._clock.now() + _SPILL_MEMORY_S
+            self._next_turns(backend)
         state.peak = state.in_flight
 
     def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:

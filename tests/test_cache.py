@@ -1041,3 +1041,53 @@ async def test_new_groups_start_at_the_width_a_warm_prefix_held_on_the_backend()
     third = Burst(gate, "third", policy, limit=40)
     await third.run(11)
     assert third.peak == 5
+
+
+async def test_calls_arriving_together_are_counted_before_turns_are_given() -> None:
+    """A flushed batch brings one call of each of many groups, then the rest of each group:
+    every group's calls are here before turns are given, so few groups start, each wide."""
+    gate = CacheGate(clock=PatientClock())
+    policy = turn_policy()
+    started: list[str] = []
+
+    async def call(name: str) -> None:
+        await gate.enter("b", group(name), policy, limit=10)
+        started.append(name)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            for name in "abcdef":
+                tg.start_soon(call, name)
+        await settle(10)
+        assert sorted(started) == ["a", "b"]  # two warm-ups: 5 + 5 fill the limit
+        by_key = {s.key: s for s in gate.statistics("b")}
+        assert [by_key[n].turn_waiting for n in "cdef"] == [5, 5, 5, 5]
+        tg.cancel_scope.cancel()
+
+
+async def test_a_running_prefix_losing_its_hits_ends_turns_on_the_backend() -> None:
+    """Spilling to cold replicas gets worse when few prefixes run at a time, each at a higher
+    rate: after a bad window on a running group, waiting groups start at once."""
+    gate = CacheGate(clock=PatientClock())
+    policy = turn_policy()
+    spill = Burst(gate, "spill", policy, limit=5)
+    started: list[CacheTicket] = []
+
+    async def other() -> None:
+        started.append(await gate.enter("b", group("other"), policy, limit=5))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(spill.run, 30, False)
+        await settle(3)
+        tg.start_soon(other)
+        await settle(3)
+        assert started == []  # "spill" fills the backend: "other" waits its turn
+        for _ in range(30):
+            await settle(5)
+            if started:
+                break
+        assert len(started) == 1 and started[0].warmer  # ... until spill's first bad window
+        (busy,) = [s for s in gate.statistics("b") if s.key == "spill"]
+        assert busy.in_flight + busy.waiting >= 5  # not because spill ran out of calls
+        started[0].release()
+        tg.cancel_scope.cancel()
