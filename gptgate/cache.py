@@ -687,6 +687,11 @@ class CacheGate:
             self._wake(state)
         self._settle(state)
 
+    def waiting(self, backend: str) -> int:
+        """Calls to ``backend`` held by the gate: behind a warm-up, at a ramp window, or
+        waiting for their group's turn."""
+        return sum(g.waiting + g.queued for g in self._active.values() if g.backend == backend)
+
     def in_flight(self, backend: str) -> int:
         """Calls to ``backend`` admitted by the gate and not yet released."""
         return self._busy.get(backend, 0)
@@ -764,7 +769,7 @@ class CacheGate:
         state.queued += 1
         try:
             # a group's demand is the calls it has here: let the calls that arrive together (a
-            # flushed batch, a map's first burst) all be counted before turns are given
+            # flushed batch) all be counted before turns are given
             await anyio.lowlevel.checkpoint()
             self._next_turns(state.backend)
             if not state.active:

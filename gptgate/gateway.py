@@ -85,6 +85,9 @@ class BackendStats:
     plain_attempts: int
     cost_usd: float
     circuit: str
+    #: calls held by the prompt-cache gate: behind a warm-up, at a ramp window, or waiting for
+    #: their prefix group's turn (see docs/caching.md) — not yet at the limiter
+    cache_waiting: int = 0
 
 
 def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
@@ -658,6 +661,7 @@ class Gateway:
                 plain_attempts=entry.plain_attempts,
                 cost_usd=entry.cost_usd,
                 circuit=state.breaker.state(self.clock.now()),
+                cache_waiting=self.cache_gate.waiting(name),
             )
         return snapshot
 
