@@ -70,9 +70,13 @@ def test_slow_start_doubles_per_good_window_up_to_max() -> None:
     seen = [s.limit.limit]
     for _ in range(5):
         seen.append(s.window(2.0))  # latency flat: every doubling doubled goodput
-    assert seen == [4, 8, 16, 32, 64, 64]
-    assert s.limit.in_slow_start
-    assert [lim for _, lim in s.limit.trace] == [4, 8, 16, 32, 64]
+    assert seen == [4, 8, 16, 32, 64, 59]
+    # at the ceiling nothing is left to double into: slow start ends and probing starts
+    # downwards from the ceiling (64·0.92), so a knee below it can still be found
+    assert not s.limit.in_slow_start
+    assert s.limit.center == pytest.approx(64.0)
+    assert s.limit.events["slow_start_exit"] == 1
+    assert [lim for _, lim in s.limit.trace] == [4, 8, 16, 32, 64, 59]
 
 
 def test_slow_start_exits_at_the_linear_equivalent_of_what_the_last_doubling_bought() -> None:
@@ -275,10 +279,12 @@ def test_window_bounds_clamp_and_clear() -> None:
     assert s.limit.limit == 20
     assert s.limit.window == (20, 30)
     assert s.window(2.0) == 30  # doubling capped by the window
-    assert s.window(2.0) == 30
+    # at the window's ceiling slow start ends: probing from the ceiling down, round(30·0.92)
+    assert s.window(2.0) == 28
+    assert not s.limit.in_slow_start
     s.limit.set_window(None)
     assert s.limit.window == (1, 64)
-    assert s.window(2.0) == 60
+    assert s.window(2.0) == 32  # the high probe, no longer clamped: round(30·1.08)
     s.limit.set_window(5, 10)
     assert s.limit.limit == 10
     with pytest.raises(ValueError):
@@ -369,3 +375,53 @@ def test_a_queue_ends_slow_start() -> None:
     assert s.window(2.0, wait=2.0) == round(8 * 0.5 * 1.1 * 0.92)  # half of them waited
     assert not s.limit.in_slow_start
     assert s.limit.events["queue"] == 1
+
+
+def _noisy_probes(delta: float, deadband: float, slope: float) -> LLMLimit:
+    """Into avoidance at centre 8 (as :func:`_into_avoidance`), then three probing windows
+    (7, 9, 7 in flight) whose calls alternate ``latency·exp(±delta)``: per-call variance of
+    ln R ``4·delta²/3`` over four calls, the same mean in every window (so ``e`` is exact)."""
+    lim = LLMLimit(
+        initial=4, window_samples=4, window_fraction=0.4, window_error=0.0, deadband=deadband
+    )
+    s = Script(lim)
+    s.window(2.0)
+    s.window(2.0)
+    s.window(4.0)
+    assert lim.center == pytest.approx(8.0)
+    for _ in range(3):
+        latency = power(lim.limit, slope)
+        assert lim._window_size() == 4
+        for sign in (1, -1, 1, -1):
+            s.window(latency * math.exp(sign * delta), n=1)
+    assert lim.elasticity == pytest.approx(1.0 - slope)
+    return lim
+
+
+def _centred_se(lim: LLMLimit) -> float:
+    """Standard error of the last centred elasticity estimate of :func:`_noisy_probes`: from
+    the per-call variance of ln R (an EWMA over windows of about ``4·delta²/3``), four calls
+    per window, and the probe's ``ln(9/7)``."""
+    assert lim._log_var > 0.0
+    return math.sqrt(1.5 * lim._log_var / 4) / math.log(9 / 7)
+
+
+def test_an_elasticity_error_within_the_noise_does_not_move_the_centre() -> None:
+    # e = 0.5: 0.35 above the knee, but 1.5 standard errors of this noisy estimate are more
+    lim = _noisy_probes(0.2, 1.5, 0.5)
+    assert 1.5 * _centred_se(lim) > 0.35
+    assert lim.center == pytest.approx(8.0)
+    # without the dead band the same noise moves it by the whole error
+    moved = _noisy_probes(0.2, 0.0, 0.5).center
+    assert moved == pytest.approx(8.0 * math.exp(0.3 * 0.35))
+
+
+def test_only_the_error_beyond_the_noise_moves_the_centre() -> None:
+    lim = _noisy_probes(0.05, 1.5, 0.5)
+    se = _centred_se(lim)
+    assert 0.0 < 1.5 * se < 0.35
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * (0.35 - 1.5 * se)))
+    # a large error is still clipped after the dead band: e = 1 → min(0.5, 0.85 − 1.5·se)
+    lim = _noisy_probes(0.05, 1.5, 0.0)
+    se = _centred_se(lim)
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * min(0.5, 0.85 - 1.5 * se)))

@@ -34,14 +34,20 @@ How is it found? (every update is O(1))
       ``e`` over a large step; when a doubling buys less than ``2**slow_start_exit`` more
       goodput, the limit drops to the linear-scaling equivalent
       of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
-      capacity).
+      capacity). At the ceiling (``max_limit`` or a window's high bound) there is nothing left
+      to double into: slow start ends there and probing starts, so a knee just below the
+      ceiling, or one that moves below it later, is still found.
     * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
       A centred difference over three consecutive windows (it cancels a linear drift; a step
       change is caught by its two halves disagreeing, and the cautious half is used)
       estimates ``e``, and ``c ← c·exp(step·(e − knee_elasticity))``, the error clipped to
-      [−1, 0.5]. The step starts at ``gain`` and is adapted as in Rprop: halved (down to
-      ``min_gain``) when successive errors change sign — the centre straddles the knee, so
-      it should sit still — and grown back when they agree; any cut resets it.
+      [−1, 0.5]. Only the part of the error beyond ``deadband`` standard errors of the
+      estimate counts (a soft threshold; the standard error follows from the per-call
+      variance of ``ln R``, the window's size and the probe's span): ``e`` measured over ±8%
+      is noisy, and without the dead band the centre random-walks around the knee. The step
+      starts at ``gain`` and is adapted as in Rprop: halved (down to ``min_gain``) when
+      successive errors change sign — the centre straddles the knee, so it should sit still —
+      and grown back when they agree; any cut resets it.
     * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
       are visible: before the send (the time a permit was held beyond the call's latency —
       the rate-limit pacer) and at the server (the time to first token above its floor;
@@ -108,6 +114,7 @@ class LLMLimit:
         slow_start_exit: float = 0.3,
         probe: float = 0.08,
         gain: float = 0.3,
+        deadband: float = 1.5,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
         loss_tolerance: float = 0.1,
@@ -138,6 +145,7 @@ class LLMLimit:
         self.slow_start_exit = slow_start_exit
         self.probe = probe
         self.gain = gain
+        self.deadband = deadband
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
         self.loss_tolerance = loss_tolerance
@@ -379,6 +387,14 @@ class LLMLimit:
                 self._restart(now)
                 return
         if not app_limited:
+            if self._limit >= self._high:
+                # nothing left to double into: probe downwards from the ceiling instead
+                self.events["slow_start_exit"] += 1
+                self._slow_start = False
+                self._center = float(self._high)
+                self._base = (window.a, window.b)
+                self._restart(now)
+                return
             self._center *= 2.0
         hist.append(window)
         self._apply(now, down=False)
@@ -400,8 +416,14 @@ class LLMLimit:
                     if abs(e_before - e_after) > 1.0:
                         e = min(e_before, e_after)
                 self._elasticity = e
-                err = max(-1.0, min(0.5, e - self.knee_elasticity))
-                if err < 0.0 or not app_limited:
+                err = e - self.knee_elasticity
+                # only the part of the error beyond its noise moves the centre (soft threshold
+                # at ``deadband`` standard errors of the centred difference): at the knee the
+                # estimate's noise alone would make the centre random-walk
+                se = math.sqrt(1.5 * self._log_var / self._n) / abs(d_ln_n)
+                err = math.copysign(max(0.0, abs(err) - self.deadband * se), err)
+                err = max(-1.0, min(0.5, err))
+                if err < 0.0 or (err > 0.0 and not app_limited):
                     # Rprop: successive errors of opposite sign mean we straddle the knee,
                     # so halve the step (a quiet limit); the same sign, grow it back
                     if err * self._last_err < 0.0:
