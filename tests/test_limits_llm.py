@@ -425,3 +425,31 @@ def test_only_the_error_beyond_the_noise_moves_the_centre() -> None:
     lim = _noisy_probes(0.05, 1.5, 0.0)
     se = _centred_se(lim)
     assert lim.center == pytest.approx(8.0 * math.exp(0.3 * min(0.5, 0.85 - 1.5 * se)))
+
+
+def test_a_rate_limit_caps_the_limit_at_headroom_times_rate_times_latency() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)  # 2 calls/s sustained (e.g. 133 RPM at a 90% margin)
+    assert s.window(2.0) == 8  # latency 2 s: 2 × 2/s × 2 s = 8 in flight is the ceiling
+    assert lim.ceiling == 8
+    # at the ceiling slow start ends, probing below it: round(8·0.92)
+    assert s.window(2.0) == 7
+    assert not lim.in_slow_start
+    assert lim.center == pytest.approx(8.0)
+    lim.set_rate_ceiling(None)
+    assert lim.ceiling == 64
+
+
+def test_with_a_known_rate_limit_pacer_wait_is_not_a_queue() -> None:
+    # as test_time_held_before_the_send_is_a_queue, but the rate limit is known: its ceiling
+    # (2 × 10/s × 3 s = 60, far above) bounds the limit, and the wait is not read as a queue
+    s = _into_avoidance()
+    lim = s.limit
+    lim.set_rate_ceiling(10.0)
+    s.window(3.0)
+    s.window(3.0)
+    assert lim.limit == 7
+    s.window(3.0, wait=1.0)
+    assert lim.events["queue"] == 0
+    assert lim.events["delay"] == 0

@@ -50,10 +50,10 @@ How is it found? (every update is O(1))
       and grown back when they agree; any cut resets it.
     * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
       are visible: before the send (the time a permit was held beyond the call's latency —
-      the rate-limit pacer) and at the server (the time to first token above its floor;
-      streamed calls only). By Little's law ``N·wait/hold`` calls are waiting; above
-      ``queue_tolerance·N`` the centre drops to the calls actually being served (this also
-      ends slow start).
+      the rate-limit pacer, when no rate ceiling is known) and at the server (the time to
+      first token above its floor; streamed calls only). By Little's law ``N·wait/hold``
+      calls are waiting; above ``queue_tolerance·N`` the centre drops to the calls actually
+      being served (this also ends slow start).
     * **Delay guard** (Gradient2/Vegas). A window whose latency exceeds ``tolerance ×`` its
       baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
       at most halving per event (part of a jump may be a slower backend, not a queue). This
@@ -67,9 +67,18 @@ How is it found? (every update is O(1))
       once per overload event: only calls admitted after the last cut can cut again (TCP's
       once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
       does not cut at all.
+    * **Rate limits.** When the backend reports an RPM/TPM budget, the gateway passes the
+      calls per second it sustains to :meth:`set_rate_ceiling`; more than
+      ``rate_headroom × rate × latency`` calls in flight (2×: enough to spend a burst
+      allowance while it lasts) can only wait for the pacer (Little's law), so the limit stays
+      below that ceiling and slow start ends there. The time calls then wait for the pacer
+      is not read as a queue or as latency — the ceiling handles the rate limit — so the
+      server behind it is measured on its own, and the limit follows the ceiling when the
+      server's latency changes.
     * **App-limited.** No growth while the application keeps less than half the limit in
       flight: an idle limit proves nothing.
-    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)``.
+    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)`` and by
+      the rate ceiling.
 
 ``trace`` keeps ``(now, limit)`` at every change, for benchmarks to plot; ``events`` counts
 the causes.
@@ -115,6 +124,7 @@ class LLMLimit:
         probe: float = 0.08,
         gain: float = 0.3,
         deadband: float = 1.5,
+        rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
         loss_tolerance: float = 0.1,
@@ -146,6 +156,7 @@ class LLMLimit:
         self.probe = probe
         self.gain = gain
         self.deadband = deadband
+        self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
         self.loss_tolerance = loss_tolerance
@@ -159,6 +170,7 @@ class LLMLimit:
         self._norm = LatencyNormaliser(overhead_tokens)
         self._low = min_limit
         self._high = max_limit
+        self._rate: float | None = None  # calls/s a rate limit sustains (set_rate_ceiling)
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
         self._slow_start = True
@@ -240,6 +252,22 @@ class LLMLimit:
             if self.trace:
                 self.trace.append((self.trace[-1][0], limit))
 
+    def set_rate_ceiling(self, calls_per_s: float | None) -> None:
+        """The calls per second a rate limit (RPM/TPM) sustains; ``None`` when there is none.
+
+        More than ``rate_headroom × rate × latency`` calls in flight cannot raise goodput (by
+        Little's law they only wait for the pacer), so the limit stays below that ceiling.
+        """
+        self._rate = calls_per_s if calls_per_s is not None and calls_per_s > 0.0 else None
+
+    @property
+    def ceiling(self) -> int:
+        """The highest limit in force: the window's high bound, or the rate ceiling if lower."""
+        high = self._high
+        if self._rate is not None and self._rtt > 0.0:
+            high = min(high, math.ceil(self.rate_headroom * self._rate * self._rtt))
+        return max(self._low, high)
+
     def update(self, sample: Sample, now: float) -> None:
         if sample.kind == "ignored":
             return
@@ -258,8 +286,10 @@ class LLMLimit:
         self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
         a, b = self._norm.split(sample)
         # Little's law counts a call in flight for as long as it holds its permit; time held
-        # before the send (e.g. waiting for the rate-limit pacer) is part of its latency
-        wait = max(0.0, (now - sample.start) - sample.latency_s)
+        # before the send (e.g. waiting for the rate-limit pacer) is part of its latency —
+        # unless the rate limit is known: then its ceiling bounds the limit, and the server
+        # behind it is measured on its own
+        wait = max(0.0, (now - sample.start) - sample.latency_s) if self._rate is None else 0.0
         a += wait
         r = a + self._norm.reference_tokens * b
         if self._r_mean > 0.0 and r > 5.0 * self._r_mean:
@@ -387,11 +417,11 @@ class LLMLimit:
                 self._restart(now)
                 return
         if not app_limited:
-            if self._limit >= self._high:
+            if self._limit >= self.ceiling:
                 # nothing left to double into: probe downwards from the ceiling instead
                 self.events["slow_start_exit"] += 1
                 self._slow_start = False
-                self._center = float(self._high)
+                self._center = float(self.ceiling)
                 self._base = (window.a, window.b)
                 self._restart(now)
                 return
@@ -509,7 +539,7 @@ class LLMLimit:
         self._apply(now, down=True)
 
     def _apply(self, now: float, *, down: bool) -> None:
-        self._center = min(max(self._center, float(self._low)), float(self._high))
+        self._center = min(max(self._center, float(self._low)), float(self.ceiling))
         c = self._center
         if self._slow_start:
             limit = self._clamp(round(c))
@@ -544,7 +574,7 @@ class LLMLimit:
         self._sum_ttft = 0.0
 
     def _clamp(self, value: int) -> int:
-        return min(max(value, self._low), self._high)
+        return min(max(value, self._low), self.ceiling)
 
     def __repr__(self) -> str:
         state = "slow start" if self._slow_start else f"centre {self._center:.1f}"
