@@ -453,3 +453,20 @@ def test_with_a_known_rate_limit_pacer_wait_is_not_a_queue() -> None:
     s.window(3.0, wait=1.0)
     assert lim.events["queue"] == 0
     assert lim.events["delay"] == 0
+
+
+def test_a_jump_in_the_latest_calls_is_caught_before_it_moves_a_long_window() -> None:
+    lim = LLMLimit(initial=4, window_samples=4, window_fraction=2.0)
+    s = Script(lim)
+    s.window(2.0, n=8)  # slow start windows of 2·L calls: 4 → 8 → 16, saturating at 8
+    s.window(2.0, n=16)
+    s.window(4.0, n=32)
+    assert lim.center == pytest.approx(8.0)
+    assert lim.limit == 7 and lim._window_size() == 14
+    s.window(3.0, n=8)  # the baseline latency: two quiet groups of four calls
+    assert lim.events["delay"] == 0
+    # the server halves: the next four calls take 6 s. The window's mean, (8·3 + 4·6)/12 =
+    # 4 s, is within 1.5× the 3 s baseline; its last four calls alone are 2× above it
+    s.window(6.0, n=4)
+    assert lim.events["delay"] == 1
+    assert lim.center == pytest.approx(7 * 0.5)  # at most halving per event

@@ -58,8 +58,9 @@ How is it found? (every update is O(1))
       baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
       at most halving per event (part of a jump may be a slower backend, not a queue). This
       is what re-settles quickly when capacity drops and nothing is streamed. The queue and
-      delay checks also run every ``window_samples`` calls on the open window, firing there
-      only beyond two standard errors, so noisy (long) windows still answer in time.
+      delay checks also run on every ``window_samples`` calls of the open window on their
+      own (not on the window's mean so far, which a drop moves only slowly), firing there only
+      beyond two standard errors, so noisy (long) windows still answer in time.
     * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
       lower the measured goodput; when they are *dense* — at least two, and at least
       ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
@@ -103,6 +104,36 @@ class _Window(NamedTuple):
     a: float
     b: float
     ln_ok: float
+
+
+class _Sums:
+    """Running sums over a set of calls (a window, or the last few calls of it)."""
+
+    __slots__ = ("a", "b", "hold", "inflight", "max_inflight", "n", "n_ttft", "ttft", "wait")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.inflight = 0
+        self.max_inflight = 0
+        self.a = 0.0
+        self.b = 0.0
+        self.wait = 0.0  # time permits were held before the send
+        self.hold = 0.0  # time permits were held
+        self.n_ttft = 0
+        self.ttft = 0.0
+
+    def add(self, inflight: int, a: float, b: float, wait: float, hold: float) -> None:
+        self.n += 1
+        self.inflight += inflight
+        self.max_inflight = max(self.max_inflight, inflight)
+        self.a += a
+        self.b += b
+        self.wait += wait
+        self.hold += hold
+
+    def add_ttft(self, ttft: float) -> None:
+        self.n_ttft += 1
+        self.ttft += ttft
 
 
 class LLMLimit:
@@ -194,16 +225,10 @@ class LLMLimit:
         self._drops = 0
         self._loss_ok = 0  # calls since the window opened, for the loss density check
         self._loss_drops = 0
-        self._sum_inflight = 0
-        self._max_inflight = 0
-        self._sum_a = 0.0
-        self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
-        self._sum_wait = 0.0  # time permits were held before the send
-        self._sum_hold = 0.0  # time permits were held
-        self._n_ttft = 0
-        self._sum_ttft = 0.0
+        self._w = _Sums()  # the open window
+        self._c = _Sums()  # its last ``window_samples`` calls, for the guards
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -302,20 +327,21 @@ class LLMLimit:
         self._n += 1
         self._sum_x += x
         self._sum_x2 += x * x
-        self._sum_inflight += sample.inflight
-        self._max_inflight = max(self._max_inflight, sample.inflight)
-        self._sum_a += a
-        self._sum_b += b
-        self._sum_wait += wait
-        self._sum_hold += wait + max(0.0, sample.latency_s)
+        hold = wait + max(0.0, sample.latency_s)
+        self._w.add(sample.inflight, a, b, wait, hold)
+        self._c.add(sample.inflight, a, b, wait, hold)
         ttft = sample.ttft_s
         if ttft is not None and 0.0 <= ttft <= sample.latency_s:
-            self._n_ttft += 1
-            self._sum_ttft += ttft
+            self._w.add_ttft(ttft)
+            self._c.add_ttft(ttft)
         if self._n >= self._window_size():
             self._close_window(now)
-        elif not self._slow_start and self._n % self.window_samples == 0:
-            self._guards(now, self._n_mean(), final=False)
+        elif self._c.n >= self.window_samples:
+            # the latest calls alone: a capacity drop shows in them long before it moves the
+            # mean of a long window
+            if not self._slow_start:
+                self._guards(now, self._c, final=False)
+            self._c = _Sums()
 
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
@@ -344,19 +370,19 @@ class LLMLimit:
         if n > 1:
             var = max(0.0, (self._sum_x2 - self._sum_x**2 / n) / (n - 1))
             self._log_var += (var - self._log_var) * (0.3 if self._log_var else 1.0)
-        n_mean = self._n_mean()
+        n_mean = self._n_mean(self._w)
         app_limited = 2.0 * n_mean < self._limit
         window = _Window(
             math.log(n_mean),
-            self._sum_a / n,
-            self._sum_b / n,
+            self._w.a / n,
+            self._w.b / n,
             math.log(n / (n + self._drops)),
         )
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
         if self._slow_start:
-            queued = self._queued(n_mean, final=True)
+            queued = self._queued(self._w, n_mean, final=True)
             if self._hist and queued > self.queue_tolerance * n_mean:
                 # a queue formed (at the server, or before the send): the doubling overshot
                 self.events["queue"] += 1
@@ -366,19 +392,20 @@ class LLMLimit:
                 self._restart(now)
             else:
                 self._slow_start_window(now, window, app_limited)
-        elif not self._guards(now, n_mean, final=True):
+        elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
 
-    def _guards(self, now: float, n_mean: float, *, final: bool) -> bool:
+    def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.
 
-        Also run on the open window every ``window_samples`` calls, so that a capacity drop
-        is answered within a few dozen calls even when noise makes the probing windows long;
-        there they fire only on an excess beyond two standard errors of the window's mean.
+        Also run on every ``window_samples`` calls of the open window, so that a capacity
+        drop is answered within a few dozen calls even when noise makes the probing windows
+        long; there they fire only on an excess beyond two standard errors of their mean.
         """
-        # on an open window, only an excess beyond two standard errors counts
-        se = 0.0 if final else 2.0 * math.sqrt(self._log_var / self._n)
-        queued = self._queued(n_mean, final=final)
+        n_mean = self._n_mean(sums)
+        # on a few calls of an open window, only an excess beyond two standard errors counts
+        se = 0.0 if final else 2.0 * math.sqrt(self._log_var / sums.n)
+        queued = self._queued(sums, n_mean, final=final)
         if queued > (self.queue_tolerance + se) * n_mean:
             # calls wait at the server: they add latency and no throughput
             self.events["queue"] += 1
@@ -388,7 +415,7 @@ class LLMLimit:
             return True
         if self._base is None:
             return False
-        a, b = self._sum_a / self._n, self._sum_b / self._n
+        a, b = sums.a / sums.n, sums.b / sums.n
         excess = self._ln_r(a, b) - self._ln_r(*self._base)
         if excess > math.log(self.tolerance) + se:
             # latency jumped above its baseline: goodput × baseline latency (Vegas, BBR), at
@@ -468,7 +495,7 @@ class LLMLimit:
         self._probe_high = not self._probe_high
         self._apply(now, down=not self._probe_high)
 
-    def _queued(self, n_mean: float, *, final: bool) -> float:
+    def _queued(self, sums: _Sums, n_mean: float, *, final: bool) -> float:
         """Calls in flight that wait instead of being served, by Little's law:
         ``N · (mean wait) / (mean time a permit is held)``.
 
@@ -477,22 +504,22 @@ class LLMLimit:
         wait). The floor is the lowest window-mean TTFT seen, drifting up 1% per complete
         window so that it follows a change of prompts.
         """
-        if self._sum_hold <= 0.0:
+        if sums.hold <= 0.0:
             return 0.0
-        wait = self._sum_wait / self._n
-        if self._n_ttft >= max(2, self._n // 2):
-            ttft = self._sum_ttft / self._n_ttft
+        wait = sums.wait / sums.n
+        if sums.n_ttft >= max(2, sums.n // 2):
+            ttft = sums.ttft / sums.n_ttft
             floor = self._ttft_floor
             if final:
                 self._ttft_floor = ttft if floor is None else min(floor * 1.01, ttft)
             if floor is not None:
                 wait += max(0.0, ttft - floor)
-        return n_mean * wait / (self._sum_hold / self._n)
+        return n_mean * wait / (sums.hold / sums.n)
 
     # ---- mechanics ----------------------------------------------------------------------
-    def _n_mean(self) -> float:
-        n_mean = self._sum_inflight / self._n
-        if self._max_inflight >= self._limit:
+    def _n_mean(self, sums: _Sums) -> float:
+        n_mean = sums.inflight / sums.n
+        if sums.max_inflight >= self._limit:
             # the limiter was full: calls ran at the limit, even those admitted while it
             # filled up after a step (their in-flight count at admission says less)
             n_mean = max(n_mean, float(self._limit))
@@ -562,16 +589,10 @@ class LLMLimit:
         self._drops = 0
         self._loss_ok = 0
         self._loss_drops = 0
-        self._sum_inflight = 0
-        self._max_inflight = 0
-        self._sum_a = 0.0
-        self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
-        self._sum_wait = 0.0
-        self._sum_hold = 0.0
-        self._n_ttft = 0
-        self._sum_ttft = 0.0
+        self._w = _Sums()
+        self._c = _Sums()
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._low), self.ceiling)
