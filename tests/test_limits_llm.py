@@ -470,3 +470,34 @@ def test_a_jump_in_the_latest_calls_is_caught_before_it_moves_a_long_window() ->
     s.window(6.0, n=4)
     assert lim.events["delay"] == 1
     assert lim.center == pytest.approx(7 * 0.5)  # at most halving per event
+
+
+def _latency_jump_at_rate(rate: float | None) -> LLMLimit:
+    """Into avoidance (centre 8, baseline 3 s, probing at 7), then a window whose calls
+    complete every 0.5 s (2 calls/s) but take 6 s: twice the baseline."""
+    s = _into_avoidance()
+    lim = s.limit
+    lim.set_rate_ceiling(rate)
+    assert lim.limit == 7
+    t0 = s.t
+    for i in range(4):
+        start = t0 + 0.5 * i
+        lim.update(Sample(start=start, latency_s=6.0, inflight=7, kind="ok"), start + 6.0)
+    assert lim.events["delay"] == 1
+    return lim
+
+
+def test_a_latency_jump_cuts_to_goodput_times_baseline_latency_at_most_halving() -> None:
+    assert _latency_jump_at_rate(None).center == pytest.approx(7 * 0.5)
+
+
+def test_at_the_rate_limit_a_latency_jump_does_not_cut_below_rate_times_latency() -> None:
+    # goodput (2 calls/s) is at the rate limit (1.5 calls/s, less than measured: the burst
+    # allowance): the server sustains it, and fewer than 1.5/s × latency calls in flight
+    # would leave the budget unused
+    lim = _latency_jump_at_rate(1.5)
+    assert lim.throughput == pytest.approx(2.0)
+    assert 7 * 0.5 < 1.5 * lim._rtt < 8.0
+    assert lim.center == pytest.approx(1.5 * lim._rtt)
+    # below the rate limit the server does not sustain it: the usual cut
+    assert _latency_jump_at_rate(3.0).center == pytest.approx(7 * 0.5)

@@ -71,11 +71,12 @@ How is it found? (every update is O(1))
     * **Rate limits.** When the backend reports an RPM/TPM budget, the gateway passes the
       calls per second it sustains to :meth:`set_rate_ceiling`; more than
       ``rate_headroom × rate × latency`` calls in flight (2×: enough to spend a burst
-      allowance while it lasts) can only wait for the pacer (Little's law), so the limit stays
-      below that ceiling and slow start ends there. The time calls then wait for the pacer
-      is not read as a queue or as latency — the ceiling handles the rate limit — so the
-      server behind it is measured on its own, and the limit follows the ceiling when the
-      server's latency changes.
+      allowance while it lasts; the latency is a slow EWMA, so the ceiling holds still) can
+      only wait for the pacer (Little's law), so the limit stays below that ceiling and slow
+      start ends there. The time calls then wait for the pacer is not read as a queue or as
+      latency — the ceiling handles the rate limit — so the server behind it is measured on
+      its own. While goodput is at the rate limit, a latency jump is the server slowing at a
+      load it sustains: the delay guard then cuts no lower than ``rate × latency``.
     * **App-limited.** No growth while the application keeps less than half the limit in
       flight: an idle limit proves nothing.
     * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)`` and by
@@ -214,6 +215,7 @@ class LLMLimit:
         self._log_var = 0.0  # EWMA over windows of the per-call variance of ln R
         self._ttft_floor: float | None = None
         self._rtt = 0.0  # EWMA of raw latency: how long a step down takes to drain
+        self._latency = 0.0  # a slower EWMA of it, for the rate ceiling
         self._ok = 0  # successes since the last window closed, and when the first came
         self._ok_first = 0.0
         self._throughput = 0.0
@@ -289,8 +291,8 @@ class LLMLimit:
     def ceiling(self) -> int:
         """The highest limit in force: the window's high bound, or the rate ceiling if lower."""
         high = self._high
-        if self._rate is not None and self._rtt > 0.0:
-            high = min(high, math.ceil(self.rate_headroom * self._rate * self._rtt))
+        if self._rate is not None and self._latency > 0.0:
+            high = min(high, math.ceil(self.rate_headroom * self._rate * self._latency))
         return max(self._low, high)
 
     def update(self, sample: Sample, now: float) -> None:
@@ -309,6 +311,7 @@ class LLMLimit:
         if sample.start >= self._last_cut:
             self._loss_ok += 1
         self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
+        self._latency += (sample.latency_s - self._latency) * (0.02 if self._latency else 1.0)
         a, b = self._norm.split(sample)
         # Little's law counts a call in flight for as long as it holds its permit; time held
         # before the send (e.g. waiting for the rate-limit pacer) is part of its latency —
@@ -422,7 +425,13 @@ class LLMLimit:
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
             self.events["delay"] += 1
-            self._center = min(self._center, n_mean * max(0.5, math.exp(-excess)))
+            cut = n_mean * max(0.5, math.exp(-excess))
+            if self._rate is not None and self._throughput >= 0.9 * self._rate:
+                # goodput is at the rate limit: the server sustains it, so the jump is the
+                # server slowing rather than a queue we cause, and fewer than ``rate ×
+                # latency`` calls in flight would leave the budget unused
+                cut = max(cut, self._rate * self._rtt)
+            self._center = min(self._center, cut)
             self._base = self._blend(self._base, (a, b), 0.5)
             self._restart(now)
             return True
