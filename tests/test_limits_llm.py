@@ -501,3 +501,20 @@ def test_at_the_rate_limit_a_latency_jump_does_not_cut_below_rate_times_latency(
     assert lim.center == pytest.approx(1.5 * lim._rtt)
     # below the rate limit the server does not sustain it: the usual cut
     assert _latency_jump_at_rate(3.0).center == pytest.approx(7 * 0.5)
+
+
+def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(3.0)  # lo (7)
+    s.window(3.0)  # hi (9), the baseline 3 s; now back to 7: the window opens one latency on
+    assert lim.limit == 7
+    closed = s.t - 1_000.0
+    assert lim._window_start > closed
+    # calls admitted at the step, before the window opens, take twice the baseline: they
+    # are not measured, but the guards see them — the server slowed down, not the probe
+    for _ in range(4):
+        lim.update(Sample(start=closed, latency_s=6.0, inflight=9, kind="ok"), closed + 6.0)
+    assert lim._n == 0
+    assert lim.events["delay"] == 1
+    assert lim.center == pytest.approx(9 * 0.5)

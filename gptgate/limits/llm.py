@@ -58,9 +58,12 @@ How is it found? (every update is O(1))
       baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
       at most halving per event (part of a jump may be a slower backend, not a queue). This
       is what re-settles quickly when capacity drops and nothing is streamed. The queue and
-      delay checks also run on every ``window_samples`` calls of the open window on their
-      own (not on the window's mean so far, which a drop moves only slowly), firing there only
-      beyond two standard errors, so noisy (long) windows still answer in time.
+      delay checks also run on every ``window_samples`` calls on their own (not on the
+      window's mean so far, which a drop moves only slowly), firing there only beyond
+      ``guard_z`` (3) standard errors, so noisy (long) windows still answer in time. These
+      calls include those admitted before a probing step — the window leaves them out, but
+      ±8% cannot make a 1.5× jump, and a guard blind for one latency after every step down
+      would answer a drop late — though not those admitted before the last cut.
     * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
       lower the measured goodput; when they are *dense* — at least two, and at least
       ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
@@ -156,6 +159,7 @@ class LLMLimit:
         probe: float = 0.08,
         gain: float = 0.3,
         deadband: float = 1.5,
+        guard_z: float = 3.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -188,6 +192,7 @@ class LLMLimit:
         self.probe = probe
         self.gain = gain
         self.deadband = deadband
+        self.guard_z = guard_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
@@ -208,6 +213,7 @@ class LLMLimit:
         self._slow_start = True
         self._probe_high = False
         self._window_start = -math.inf  # calls admitted earlier are not measured
+        self._guard_from = -math.inf  # nor watched by the guards (admitted before a cut)
         self._last_cut = -math.inf  # calls admitted earlier cannot cut again
         self._hist: deque[_Window] = deque(maxlen=2)
         self._base: tuple[float, float] | None = None  # baseline (a, b), EWMA over windows
@@ -230,7 +236,7 @@ class LLMLimit:
         self._sum_x = 0.0
         self._sum_x2 = 0.0
         self._w = _Sums()  # the open window
-        self._c = _Sums()  # its last ``window_samples`` calls, for the guards
+        self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -324,27 +330,33 @@ class LLMLimit:
             a, b = a * 5.0 * self._r_mean / r, b * 5.0 * self._r_mean / r
             r = 5.0 * self._r_mean
         self._r_mean += (r - self._r_mean) * (0.05 if self._r_mean > 0.0 else 1.0)
-        if sample.start < self._window_start:
-            return
-        x = math.log(max(r, 1e-12))
-        self._n += 1
-        self._sum_x += x
-        self._sum_x2 += x * x
         hold = wait + max(0.0, sample.latency_s)
-        self._w.add(sample.inflight, a, b, wait, hold)
-        self._c.add(sample.inflight, a, b, wait, hold)
         ttft = sample.ttft_s
-        if ttft is not None and 0.0 <= ttft <= sample.latency_s:
-            self._w.add_ttft(ttft)
+        if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
+            ttft = None
+        if sample.start >= self._window_start:
+            x = math.log(max(r, 1e-12))
+            self._n += 1
+            self._sum_x += x
+            self._sum_x2 += x * x
+            self._w.add(sample.inflight, a, b, wait, hold)
+            if ttft is not None:
+                self._w.add_ttft(ttft)
+            if self._n >= self._window_size():
+                self._close_window(now)
+                return
+        if self._slow_start or sample.start < self._guard_from:
+            return
+        # the guards also watch the latest calls alone, every ``window_samples``: a capacity
+        # drop shows in them long before it moves the mean of a long window. They include
+        # calls admitted before a probing step (±8% does not make a 1.5× jump), but not those
+        # from before the last cut (the same overload)
+        self._c.add(sample.inflight, a, b, wait, hold)
+        if ttft is not None:
             self._c.add_ttft(ttft)
-        if self._n >= self._window_size():
-            self._close_window(now)
-        elif self._c.n >= self.window_samples:
-            # the latest calls alone: a capacity drop shows in them long before it moves the
-            # mean of a long window
-            if not self._slow_start:
-                self._guards(now, self._c, final=False)
-            self._c = _Sums()
+        if self._c.n >= self.window_samples:
+            chunk, self._c = self._c, _Sums()
+            self._guards(now, chunk, final=False)
 
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
@@ -401,13 +413,13 @@ class LLMLimit:
     def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.
 
-        Also run on every ``window_samples`` calls of the open window, so that a capacity
+        Also run on every ``window_samples`` calls, so that a capacity
         drop is answered within a few dozen calls even when noise makes the probing windows
-        long; there they fire only on an excess beyond two standard errors of their mean.
+        long; there they fire only on an excess beyond ``guard_z`` standard errors.
         """
         n_mean = self._n_mean(sums)
-        # on a few calls of an open window, only an excess beyond two standard errors counts
-        se = 0.0 if final else 2.0 * math.sqrt(self._log_var / sums.n)
+        # on a few calls, only an excess beyond ``guard_z`` standard errors counts
+        se = 0.0 if final else self.guard_z * math.sqrt(self._log_var / sums.n)
         queued = self._queued(sums, n_mean, final=final)
         if queued > (self.queue_tolerance + se) * n_mean:
             # calls wait at the server: they add latency and no throughput
@@ -573,6 +585,7 @@ class LLMLimit:
         self._step = self.gain
         self._last_err = 0.0
         self._apply(now, down=True)
+        self._guard_from = self._window_start
 
     def _apply(self, now: float, *, down: bool) -> None:
         self._center = min(max(self._center, float(self._low)), float(self.ceiling))
