@@ -422,6 +422,10 @@ class CallRunner:
                 remaining_tokens=info.remaining_tokens,
                 reset_tokens_s=info.reset_tokens_s,
             )
+            # concurrency beyond rate × latency only waits for the pacer: tell the limit
+            set_rate = getattr(backend.limiter.limit, "set_rate_ceiling", None)
+            if set_rate is not None:
+                set_rate(backend.pacer.sustained_rate())
 
     def _pace_after_failure(
         self,

@@ -70,9 +70,13 @@ def test_slow_start_doubles_per_good_window_up_to_max() -> None:
     seen = [s.limit.limit]
     for _ in range(5):
         seen.append(s.window(2.0))  # latency flat: every doubling doubled goodput
-    assert seen == [4, 8, 16, 32, 64, 64]
-    assert s.limit.in_slow_start
-    assert [lim for _, lim in s.limit.trace] == [4, 8, 16, 32, 64]
+    assert seen == [4, 8, 16, 32, 64, 59]
+    # at the ceiling nothing is left to double into: slow start ends and probing starts
+    # downwards from the ceiling (64·0.92), so a knee below it can still be found
+    assert not s.limit.in_slow_start
+    assert s.limit.center == pytest.approx(64.0)
+    assert s.limit.events["slow_start_exit"] == 1
+    assert [lim for _, lim in s.limit.trace] == [4, 8, 16, 32, 64, 59]
 
 
 def test_slow_start_exits_at_the_linear_equivalent_of_what_the_last_doubling_bought() -> None:
@@ -275,10 +279,12 @@ def test_window_bounds_clamp_and_clear() -> None:
     assert s.limit.limit == 20
     assert s.limit.window == (20, 30)
     assert s.window(2.0) == 30  # doubling capped by the window
-    assert s.window(2.0) == 30
+    # at the window's ceiling slow start ends: probing from the ceiling down, round(30·0.92)
+    assert s.window(2.0) == 28
+    assert not s.limit.in_slow_start
     s.limit.set_window(None)
     assert s.limit.window == (1, 64)
-    assert s.window(2.0) == 60
+    assert s.window(2.0) == 32  # the high probe, no longer clamped: round(30·1.08)
     s.limit.set_window(5, 10)
     assert s.limit.limit == 10
     with pytest.raises(ValueError):
@@ -369,3 +375,146 @@ def test_a_queue_ends_slow_start() -> None:
     assert s.window(2.0, wait=2.0) == round(8 * 0.5 * 1.1 * 0.92)  # half of them waited
     assert not s.limit.in_slow_start
     assert s.limit.events["queue"] == 1
+
+
+def _noisy_probes(delta: float, deadband: float, slope: float) -> LLMLimit:
+    """Into avoidance at centre 8 (as :func:`_into_avoidance`), then three probing windows
+    (7, 9, 7 in flight) whose calls alternate ``latency·exp(±delta)``: per-call variance of
+    ln R ``4·delta²/3`` over four calls, the same mean in every window (so ``e`` is exact)."""
+    lim = LLMLimit(
+        initial=4, window_samples=4, window_fraction=0.4, window_error=0.0, deadband=deadband
+    )
+    s = Script(lim)
+    s.window(2.0)
+    s.window(2.0)
+    s.window(4.0)
+    assert lim.center == pytest.approx(8.0)
+    for _ in range(3):
+        latency = power(lim.limit, slope)
+        assert lim._window_size() == 4
+        for sign in (1, -1, 1, -1):
+            s.window(latency * math.exp(sign * delta), n=1)
+    assert lim.elasticity == pytest.approx(1.0 - slope)
+    return lim
+
+
+def _centred_se(lim: LLMLimit) -> float:
+    """Standard error of the last centred elasticity estimate of :func:`_noisy_probes`: from
+    the per-call variance of ln R (an EWMA over windows of about ``4·delta²/3``), four calls
+    per window, and the probe's ``ln(9/7)``."""
+    assert lim._log_var > 0.0
+    return math.sqrt(1.5 * lim._log_var / 4) / math.log(9 / 7)
+
+
+def test_an_elasticity_error_within_the_noise_does_not_move_the_centre() -> None:
+    # e = 0.5: 0.35 above the knee, but 1.5 standard errors of this noisy estimate are more
+    lim = _noisy_probes(0.2, 1.5, 0.5)
+    assert 1.5 * _centred_se(lim) > 0.35
+    assert lim.center == pytest.approx(8.0)
+    # without the dead band the same noise moves it by the whole error
+    moved = _noisy_probes(0.2, 0.0, 0.5).center
+    assert moved == pytest.approx(8.0 * math.exp(0.3 * 0.35))
+
+
+def test_only_the_error_beyond_the_noise_moves_the_centre() -> None:
+    lim = _noisy_probes(0.05, 1.5, 0.5)
+    se = _centred_se(lim)
+    assert 0.0 < 1.5 * se < 0.35
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * (0.35 - 1.5 * se)))
+    # a large error is still clipped after the dead band: e = 1 → min(0.5, 0.85 − 1.5·se)
+    lim = _noisy_probes(0.05, 1.5, 0.0)
+    se = _centred_se(lim)
+    assert lim.center == pytest.approx(8.0 * math.exp(0.3 * min(0.5, 0.85 - 1.5 * se)))
+
+
+def test_a_rate_limit_caps_the_limit_at_headroom_times_rate_times_latency() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)  # 2 calls/s sustained (e.g. 133 RPM at a 90% margin)
+    assert s.window(2.0) == 8  # latency 2 s: 2 × 2/s × 2 s = 8 in flight is the ceiling
+    assert lim.ceiling == 8
+    # at the ceiling slow start ends, probing below it: round(8·0.92)
+    assert s.window(2.0) == 7
+    assert not lim.in_slow_start
+    assert lim.center == pytest.approx(8.0)
+    lim.set_rate_ceiling(None)
+    assert lim.ceiling == 64
+
+
+def test_with_a_known_rate_limit_pacer_wait_is_not_a_queue() -> None:
+    # as test_time_held_before_the_send_is_a_queue, but the rate limit is known: its ceiling
+    # (2 × 10/s × 3 s = 60, far above) bounds the limit, and the wait is not read as a queue
+    s = _into_avoidance()
+    lim = s.limit
+    lim.set_rate_ceiling(10.0)
+    s.window(3.0)
+    s.window(3.0)
+    assert lim.limit == 7
+    s.window(3.0, wait=1.0)
+    assert lim.events["queue"] == 0
+    assert lim.events["delay"] == 0
+
+
+def test_a_jump_in_the_latest_calls_is_caught_before_it_moves_a_long_window() -> None:
+    lim = LLMLimit(initial=4, window_samples=4, window_fraction=2.0)
+    s = Script(lim)
+    s.window(2.0, n=8)  # slow start windows of 2·L calls: 4 → 8 → 16, saturating at 8
+    s.window(2.0, n=16)
+    s.window(4.0, n=32)
+    assert lim.center == pytest.approx(8.0)
+    assert lim.limit == 7 and lim._window_size() == 14
+    s.window(3.0, n=8)  # the baseline latency: two quiet groups of four calls
+    assert lim.events["delay"] == 0
+    # the server halves: the next four calls take 6 s. The window's mean, (8·3 + 4·6)/12 =
+    # 4 s, is within 1.5× the 3 s baseline; its last four calls alone are 2× above it
+    s.window(6.0, n=4)
+    assert lim.events["delay"] == 1
+    assert lim.center == pytest.approx(7 * 0.5)  # at most halving per event
+
+
+def _latency_jump_at_rate(rate: float | None) -> LLMLimit:
+    """Into avoidance (centre 8, baseline 3 s, probing at 7), then a window whose calls
+    complete every 0.5 s (2 calls/s) but take 6 s: twice the baseline."""
+    s = _into_avoidance()
+    lim = s.limit
+    lim.set_rate_ceiling(rate)
+    assert lim.limit == 7
+    t0 = s.t
+    for i in range(4):
+        start = t0 + 0.5 * i
+        lim.update(Sample(start=start, latency_s=6.0, inflight=7, kind="ok"), start + 6.0)
+    assert lim.events["delay"] == 1
+    return lim
+
+
+def test_a_latency_jump_cuts_to_goodput_times_baseline_latency_at_most_halving() -> None:
+    assert _latency_jump_at_rate(None).center == pytest.approx(7 * 0.5)
+
+
+def test_at_the_rate_limit_a_latency_jump_does_not_cut_below_rate_times_latency() -> None:
+    # goodput (2 calls/s) is at the rate limit (1.5 calls/s, less than measured: the burst
+    # allowance): the server sustains it, and fewer than 1.5/s × latency calls in flight
+    # would leave the budget unused
+    lim = _latency_jump_at_rate(1.5)
+    assert lim.throughput == pytest.approx(2.0)
+    assert 7 * 0.5 < 1.5 * lim._rtt < 8.0
+    assert lim.center == pytest.approx(1.5 * lim._rtt)
+    # below the rate limit the server does not sustain it: the usual cut
+    assert _latency_jump_at_rate(3.0).center == pytest.approx(7 * 0.5)
+
+
+def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:
+    s = _into_avoidance()
+    lim = s.limit
+    s.window(3.0)  # lo (7)
+    s.window(3.0)  # hi (9), the baseline 3 s; now back to 7: the window opens one latency on
+    assert lim.limit == 7
+    closed = s.t - 1_000.0
+    assert lim._window_start > closed
+    # calls admitted at the step, before the window opens, take twice the baseline: they
+    # are not measured, but the guards see them — the server slowed down, not the probe
+    for _ in range(4):
+        lim.update(Sample(start=closed, latency_s=6.0, inflight=9, kind="ok"), closed + 6.0)
+    assert lim._n == 0
+    assert lim.events["delay"] == 1
+    assert lim.center == pytest.approx(9 * 0.5)

@@ -84,3 +84,15 @@ def test_margin_paces_below_the_limit() -> None:
 def test_rejects_bad_margin() -> None:
     with pytest.raises(ValueError):
         RateLimitPacer(margin=0.0)
+
+
+def test_sustained_rate_is_the_tighter_budget_in_calls_per_second() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    assert pacer.sustained_rate() is None  # no budget known yet
+    pacer.observe(0.0, limit_requests=300, remaining_requests=300)
+    assert pacer.sustained_rate() == pytest.approx(0.9 * 300 / 60)  # 4.5 calls/s
+    # tokens: 0.9·60,000/60 = 900 tokens/s over calls reserving 2,000 then 1,000 (mean 1,500)
+    pacer.observe(0.0, limit_tokens=60_000, remaining_tokens=60_000)
+    pacer.reserve(0.0, 2_000)
+    pacer.reserve(0.0, 1_000)
+    assert pacer.sustained_rate() == pytest.approx(900 / 1_500)

@@ -34,26 +34,36 @@ How is it found? (every update is O(1))
       ``e`` over a large step; when a doubling buys less than ``2**slow_start_exit`` more
       goodput, the limit drops to the linear-scaling equivalent
       of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
-      capacity).
+      capacity). At the ceiling (``max_limit`` or a window's high bound) there is nothing left
+      to double into: slow start ends there and probing starts, so a knee just below the
+      ceiling, or one that moves below it later, is still found.
     * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
       A centred difference over three consecutive windows (it cancels a linear drift; a step
       change is caught by its two halves disagreeing, and the cautious half is used)
       estimates ``e``, and ``c ← c·exp(step·(e − knee_elasticity))``, the error clipped to
-      [−1, 0.5]. The step starts at ``gain`` and is adapted as in Rprop: halved (down to
-      ``min_gain``) when successive errors change sign — the centre straddles the knee, so
-      it should sit still — and grown back when they agree; any cut resets it.
+      [−1, 0.5]. Only the part of the error beyond ``deadband`` standard errors of the
+      estimate counts (a soft threshold; the standard error follows from the per-call
+      variance of ``ln R``, the window's size and the probe's span): ``e`` measured over ±8%
+      is noisy, and without the dead band the centre random-walks around the knee. The step
+      starts at ``gain`` and is adapted as in Rprop: halved (down to ``min_gain``) when
+      successive errors change sign — the centre straddles the knee, so it should sit still —
+      and grown back when they agree; any cut resets it.
     * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
       are visible: before the send (the time a permit was held beyond the call's latency —
-      the rate-limit pacer) and at the server (the time to first token above its floor;
-      streamed calls only). By Little's law ``N·wait/hold`` calls are waiting; above
-      ``queue_tolerance·N`` the centre drops to the calls actually being served (this also
-      ends slow start).
+      the rate-limit pacer, when no rate ceiling is known) and at the server (the time to
+      first token above its floor; streamed calls only). By Little's law ``N·wait/hold``
+      calls are waiting; above ``queue_tolerance·N`` the centre drops to the calls actually
+      being served (this also ends slow start).
     * **Delay guard** (Gradient2/Vegas). A window whose latency exceeds ``tolerance ×`` its
       baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
       at most halving per event (part of a jump may be a slower backend, not a queue). This
       is what re-settles quickly when capacity drops and nothing is streamed. The queue and
-      delay checks also run every ``window_samples`` calls on the open window, firing there
-      only beyond two standard errors, so noisy (long) windows still answer in time.
+      delay checks also run on every ``window_samples`` calls on their own (not on the
+      window's mean so far, which a drop moves only slowly), firing there only beyond
+      ``guard_z`` (3) standard errors, so noisy (long) windows still answer in time. These
+      calls include those admitted before a probing step — the window leaves them out, but
+      ±8% cannot make a 1.5× jump, and a guard blind for one latency after every step down
+      would answer a drop late — though not those admitted before the last cut.
     * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
       lower the measured goodput; when they are *dense* — at least two, and at least
       ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
@@ -61,9 +71,19 @@ How is it found? (every update is O(1))
       once per overload event: only calls admitted after the last cut can cut again (TCP's
       once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
       does not cut at all.
+    * **Rate limits.** When the backend reports an RPM/TPM budget, the gateway passes the
+      calls per second it sustains to :meth:`set_rate_ceiling`; more than
+      ``rate_headroom × rate × latency`` calls in flight (2×: enough to spend a burst
+      allowance while it lasts; the latency is a slow EWMA, so the ceiling holds still) can
+      only wait for the pacer (Little's law), so the limit stays below that ceiling and slow
+      start ends there. The time calls then wait for the pacer is not read as a queue or as
+      latency — the ceiling handles the rate limit — so the server behind it is measured on
+      its own. While goodput is at the rate limit, a latency jump is the server slowing at a
+      load it sustains: the delay guard then cuts no lower than ``rate × latency``.
     * **App-limited.** No growth while the application keeps less than half the limit in
       flight: an idle limit proves nothing.
-    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)``.
+    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)`` and by
+      the rate ceiling.
 
 ``trace`` keeps ``(now, limit)`` at every change, for benchmarks to plot; ``events`` counts
 the causes.
@@ -90,6 +110,36 @@ class _Window(NamedTuple):
     ln_ok: float
 
 
+class _Sums:
+    """Running sums over a set of calls (a window, or the last few calls of it)."""
+
+    __slots__ = ("a", "b", "hold", "inflight", "max_inflight", "n", "n_ttft", "ttft", "wait")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.inflight = 0
+        self.max_inflight = 0
+        self.a = 0.0
+        self.b = 0.0
+        self.wait = 0.0  # time permits were held before the send
+        self.hold = 0.0  # time permits were held
+        self.n_ttft = 0
+        self.ttft = 0.0
+
+    def add(self, inflight: int, a: float, b: float, wait: float, hold: float) -> None:
+        self.n += 1
+        self.inflight += inflight
+        self.max_inflight = max(self.max_inflight, inflight)
+        self.a += a
+        self.b += b
+        self.wait += wait
+        self.hold += hold
+
+    def add_ttft(self, ttft: float) -> None:
+        self.n_ttft += 1
+        self.ttft += ttft
+
+
 class LLMLimit:
     """Slow start + goodput elasticity + server queue + delay + dense loss: see the module."""
 
@@ -108,6 +158,9 @@ class LLMLimit:
         slow_start_exit: float = 0.3,
         probe: float = 0.08,
         gain: float = 0.3,
+        deadband: float = 1.5,
+        guard_z: float = 3.0,
+        rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
         loss_tolerance: float = 0.1,
@@ -138,6 +191,9 @@ class LLMLimit:
         self.slow_start_exit = slow_start_exit
         self.probe = probe
         self.gain = gain
+        self.deadband = deadband
+        self.guard_z = guard_z
+        self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
         self.loss_tolerance = loss_tolerance
@@ -151,11 +207,13 @@ class LLMLimit:
         self._norm = LatencyNormaliser(overhead_tokens)
         self._low = min_limit
         self._high = max_limit
+        self._rate: float | None = None  # calls/s a rate limit sustains (set_rate_ceiling)
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
         self._slow_start = True
         self._probe_high = False
         self._window_start = -math.inf  # calls admitted earlier are not measured
+        self._guard_from = -math.inf  # nor watched by the guards (admitted before a cut)
         self._last_cut = -math.inf  # calls admitted earlier cannot cut again
         self._hist: deque[_Window] = deque(maxlen=2)
         self._base: tuple[float, float] | None = None  # baseline (a, b), EWMA over windows
@@ -163,6 +221,7 @@ class LLMLimit:
         self._log_var = 0.0  # EWMA over windows of the per-call variance of ln R
         self._ttft_floor: float | None = None
         self._rtt = 0.0  # EWMA of raw latency: how long a step down takes to drain
+        self._latency = 0.0  # a slower EWMA of it, for the rate ceiling
         self._ok = 0  # successes since the last window closed, and when the first came
         self._ok_first = 0.0
         self._throughput = 0.0
@@ -174,16 +233,10 @@ class LLMLimit:
         self._drops = 0
         self._loss_ok = 0  # calls since the window opened, for the loss density check
         self._loss_drops = 0
-        self._sum_inflight = 0
-        self._max_inflight = 0
-        self._sum_a = 0.0
-        self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
-        self._sum_wait = 0.0  # time permits were held before the send
-        self._sum_hold = 0.0  # time permits were held
-        self._n_ttft = 0
-        self._sum_ttft = 0.0
+        self._w = _Sums()  # the open window
+        self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -232,6 +285,22 @@ class LLMLimit:
             if self.trace:
                 self.trace.append((self.trace[-1][0], limit))
 
+    def set_rate_ceiling(self, calls_per_s: float | None) -> None:
+        """The calls per second a rate limit (RPM/TPM) sustains; ``None`` when there is none.
+
+        More than ``rate_headroom × rate × latency`` calls in flight cannot raise goodput (by
+        Little's law they only wait for the pacer), so the limit stays below that ceiling.
+        """
+        self._rate = calls_per_s if calls_per_s is not None and calls_per_s > 0.0 else None
+
+    @property
+    def ceiling(self) -> int:
+        """The highest limit in force: the window's high bound, or the rate ceiling if lower."""
+        high = self._high
+        if self._rate is not None and self._latency > 0.0:
+            high = min(high, math.ceil(self.rate_headroom * self._rate * self._latency))
+        return max(self._low, high)
+
     def update(self, sample: Sample, now: float) -> None:
         if sample.kind == "ignored":
             return
@@ -248,36 +317,46 @@ class LLMLimit:
         if sample.start >= self._last_cut:
             self._loss_ok += 1
         self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
+        self._latency += (sample.latency_s - self._latency) * (0.02 if self._latency else 1.0)
         a, b = self._norm.split(sample)
         # Little's law counts a call in flight for as long as it holds its permit; time held
-        # before the send (e.g. waiting for the rate-limit pacer) is part of its latency
-        wait = max(0.0, (now - sample.start) - sample.latency_s)
+        # before the send (e.g. waiting for the rate-limit pacer) is part of its latency —
+        # unless the rate limit is known: then its ceiling bounds the limit, and the server
+        # behind it is measured on its own
+        wait = max(0.0, (now - sample.start) - sample.latency_s) if self._rate is None else 0.0
         a += wait
         r = a + self._norm.reference_tokens * b
         if self._r_mean > 0.0 and r > 5.0 * self._r_mean:
             a, b = a * 5.0 * self._r_mean / r, b * 5.0 * self._r_mean / r
             r = 5.0 * self._r_mean
         self._r_mean += (r - self._r_mean) * (0.05 if self._r_mean > 0.0 else 1.0)
-        if sample.start < self._window_start:
-            return
-        x = math.log(max(r, 1e-12))
-        self._n += 1
-        self._sum_x += x
-        self._sum_x2 += x * x
-        self._sum_inflight += sample.inflight
-        self._max_inflight = max(self._max_inflight, sample.inflight)
-        self._sum_a += a
-        self._sum_b += b
-        self._sum_wait += wait
-        self._sum_hold += wait + max(0.0, sample.latency_s)
+        hold = wait + max(0.0, sample.latency_s)
         ttft = sample.ttft_s
-        if ttft is not None and 0.0 <= ttft <= sample.latency_s:
-            self._n_ttft += 1
-            self._sum_ttft += ttft
-        if self._n >= self._window_size():
-            self._close_window(now)
-        elif not self._slow_start and self._n % self.window_samples == 0:
-            self._guards(now, self._n_mean(), final=False)
+        if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
+            ttft = None
+        if sample.start >= self._window_start:
+            x = math.log(max(r, 1e-12))
+            self._n += 1
+            self._sum_x += x
+            self._sum_x2 += x * x
+            self._w.add(sample.inflight, a, b, wait, hold)
+            if ttft is not None:
+                self._w.add_ttft(ttft)
+            if self._n >= self._window_size():
+                self._close_window(now)
+                return
+        if self._slow_start or sample.start < self._guard_from:
+            return
+        # the guards also watch the latest calls alone, every ``window_samples``: a capacity
+        # drop shows in them long before it moves the mean of a long window. They include
+        # calls admitted before a probing step (±8% does not make a 1.5× jump), but not those
+        # from before the last cut (the same overload)
+        self._c.add(sample.inflight, a, b, wait, hold)
+        if ttft is not None:
+            self._c.add_ttft(ttft)
+        if self._c.n >= self.window_samples:
+            chunk, self._c = self._c, _Sums()
+            self._guards(now, chunk, final=False)
 
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
@@ -306,19 +385,19 @@ class LLMLimit:
         if n > 1:
             var = max(0.0, (self._sum_x2 - self._sum_x**2 / n) / (n - 1))
             self._log_var += (var - self._log_var) * (0.3 if self._log_var else 1.0)
-        n_mean = self._n_mean()
+        n_mean = self._n_mean(self._w)
         app_limited = 2.0 * n_mean < self._limit
         window = _Window(
             math.log(n_mean),
-            self._sum_a / n,
-            self._sum_b / n,
+            self._w.a / n,
+            self._w.b / n,
             math.log(n / (n + self._drops)),
         )
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
         if self._slow_start:
-            queued = self._queued(n_mean, final=True)
+            queued = self._queued(self._w, n_mean, final=True)
             if self._hist and queued > self.queue_tolerance * n_mean:
                 # a queue formed (at the server, or before the send): the doubling overshot
                 self.events["queue"] += 1
@@ -328,19 +407,20 @@ class LLMLimit:
                 self._restart(now)
             else:
                 self._slow_start_window(now, window, app_limited)
-        elif not self._guards(now, n_mean, final=True):
+        elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
 
-    def _guards(self, now: float, n_mean: float, *, final: bool) -> bool:
+    def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.
 
-        Also run on the open window every ``window_samples`` calls, so that a capacity drop
-        is answered within a few dozen calls even when noise makes the probing windows long;
-        there they fire only on an excess beyond two standard errors of the window's mean.
+        Also run on every ``window_samples`` calls, so that a capacity
+        drop is answered within a few dozen calls even when noise makes the probing windows
+        long; there they fire only on an excess beyond ``guard_z`` standard errors.
         """
-        # on an open window, only an excess beyond two standard errors counts
-        se = 0.0 if final else 2.0 * math.sqrt(self._log_var / self._n)
-        queued = self._queued(n_mean, final=final)
+        n_mean = self._n_mean(sums)
+        # on a few calls, only an excess beyond ``guard_z`` standard errors counts
+        se = 0.0 if final else self.guard_z * math.sqrt(self._log_var / sums.n)
+        queued = self._queued(sums, n_mean, final=final)
         if queued > (self.queue_tolerance + se) * n_mean:
             # calls wait at the server: they add latency and no throughput
             self.events["queue"] += 1
@@ -350,14 +430,20 @@ class LLMLimit:
             return True
         if self._base is None:
             return False
-        a, b = self._sum_a / self._n, self._sum_b / self._n
+        a, b = sums.a / sums.n, sums.b / sums.n
         excess = self._ln_r(a, b) - self._ln_r(*self._base)
         if excess > math.log(self.tolerance) + se:
             # latency jumped above its baseline: goodput × baseline latency (Vegas, BBR), at
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
             self.events["delay"] += 1
-            self._center = min(self._center, n_mean * max(0.5, math.exp(-excess)))
+            cut = n_mean * max(0.5, math.exp(-excess))
+            if self._rate is not None and self._throughput >= 0.9 * self._rate:
+                # goodput is at the rate limit: the server sustains it, so the jump is the
+                # server slowing rather than a queue we cause, and fewer than ``rate ×
+                # latency`` calls in flight would leave the budget unused
+                cut = max(cut, self._rate * self._rtt)
+            self._center = min(self._center, cut)
             self._base = self._blend(self._base, (a, b), 0.5)
             self._restart(now)
             return True
@@ -379,6 +465,14 @@ class LLMLimit:
                 self._restart(now)
                 return
         if not app_limited:
+            if self._limit >= self.ceiling:
+                # nothing left to double into: probe downwards from the ceiling instead
+                self.events["slow_start_exit"] += 1
+                self._slow_start = False
+                self._center = float(self.ceiling)
+                self._base = (window.a, window.b)
+                self._restart(now)
+                return
             self._center *= 2.0
         hist.append(window)
         self._apply(now, down=False)
@@ -400,8 +494,14 @@ class LLMLimit:
                     if abs(e_before - e_after) > 1.0:
                         e = min(e_before, e_after)
                 self._elasticity = e
-                err = max(-1.0, min(0.5, e - self.knee_elasticity))
-                if err < 0.0 or not app_limited:
+                err = e - self.knee_elasticity
+                # only the part of the error beyond its noise moves the centre (soft threshold
+                # at ``deadband`` standard errors of the centred difference): at the knee the
+                # estimate's noise alone would make the centre random-walk
+                se = math.sqrt(1.5 * self._log_var / self._n) / abs(d_ln_n)
+                err = math.copysign(max(0.0, abs(err) - self.deadband * se), err)
+                err = max(-1.0, min(0.5, err))
+                if err < 0.0 or (err > 0.0 and not app_limited):
                     # Rprop: successive errors of opposite sign mean we straddle the knee,
                     # so halve the step (a quiet limit); the same sign, grow it back
                     if err * self._last_err < 0.0:
@@ -416,7 +516,7 @@ class LLMLimit:
         self._probe_high = not self._probe_high
         self._apply(now, down=not self._probe_high)
 
-    def _queued(self, n_mean: float, *, final: bool) -> float:
+    def _queued(self, sums: _Sums, n_mean: float, *, final: bool) -> float:
         """Calls in flight that wait instead of being served, by Little's law:
         ``N · (mean wait) / (mean time a permit is held)``.
 
@@ -425,22 +525,22 @@ class LLMLimit:
         wait). The floor is the lowest window-mean TTFT seen, drifting up 1% per complete
         window so that it follows a change of prompts.
         """
-        if self._sum_hold <= 0.0:
+        if sums.hold <= 0.0:
             return 0.0
-        wait = self._sum_wait / self._n
-        if self._n_ttft >= max(2, self._n // 2):
-            ttft = self._sum_ttft / self._n_ttft
+        wait = sums.wait / sums.n
+        if sums.n_ttft >= max(2, sums.n // 2):
+            ttft = sums.ttft / sums.n_ttft
             floor = self._ttft_floor
             if final:
                 self._ttft_floor = ttft if floor is None else min(floor * 1.01, ttft)
             if floor is not None:
                 wait += max(0.0, ttft - floor)
-        return n_mean * wait / (self._sum_hold / self._n)
+        return n_mean * wait / (sums.hold / sums.n)
 
     # ---- mechanics ----------------------------------------------------------------------
-    def _n_mean(self) -> float:
-        n_mean = self._sum_inflight / self._n
-        if self._max_inflight >= self._limit:
+    def _n_mean(self, sums: _Sums) -> float:
+        n_mean = sums.inflight / sums.n
+        if sums.max_inflight >= self._limit:
             # the limiter was full: calls ran at the limit, even those admitted while it
             # filled up after a step (their in-flight count at admission says less)
             n_mean = max(n_mean, float(self._limit))
@@ -485,9 +585,10 @@ class LLMLimit:
         self._step = self.gain
         self._last_err = 0.0
         self._apply(now, down=True)
+        self._guard_from = self._window_start
 
     def _apply(self, now: float, *, down: bool) -> None:
-        self._center = min(max(self._center, float(self._low)), float(self._high))
+        self._center = min(max(self._center, float(self._low)), float(self.ceiling))
         c = self._center
         if self._slow_start:
             limit = self._clamp(round(c))
@@ -510,19 +611,13 @@ class LLMLimit:
         self._drops = 0
         self._loss_ok = 0
         self._loss_drops = 0
-        self._sum_inflight = 0
-        self._max_inflight = 0
-        self._sum_a = 0.0
-        self._sum_b = 0.0
         self._sum_x = 0.0
         self._sum_x2 = 0.0
-        self._sum_wait = 0.0
-        self._sum_hold = 0.0
-        self._n_ttft = 0
-        self._sum_ttft = 0.0
+        self._w = _Sums()
+        self._c = _Sums()
 
     def _clamp(self, value: int) -> int:
-        return min(max(value, self._low), self._high)
+        return min(max(value, self._low), self.ceiling)
 
     def __repr__(self) -> str:
         state = "slow start" if self._slow_start else f"centre {self._center:.1f}"

@@ -129,6 +129,7 @@ class RateLimitPacer:
         self._reserved = 0
         self._delayed = 0
         self._total_delay = 0.0
+        self._mean_tokens = 0.0  # EWMA of the tokens a call reserves
 
     @property
     def paused_until(self) -> float:
@@ -160,6 +161,15 @@ class RateLimitPacer:
             now, limit_tokens, remaining_tokens, reset_tokens_s, self.margin, self._pending_tokens
         )
 
+    def sustained_rate(self) -> float | None:
+        """Calls per second the budgets sustain: the request bucket's refill, or the token
+        bucket's over the mean reservation, whichever is lower. None while no limit is known.
+        """
+        rate = self._requests.rate
+        if self._tokens.known and self._mean_tokens > 0.0:
+            rate = min(rate, self._tokens.rate / self._mean_tokens)
+        return rate if rate < math.inf else None
+
     def reserve(self, now: float, tokens: int) -> float:
         """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
 
@@ -175,6 +185,8 @@ class RateLimitPacer:
         req.take(1.0)
         tok.take(float(max(0, tokens)))
         self._reserved += 1
+        alpha = max(1.0 / self._reserved, 0.01)
+        self._mean_tokens += alpha * (max(0, tokens) - self._mean_tokens)
         if delay > 0.0:
             self._delayed += 1
             self._total_delay += delay
