@@ -161,7 +161,7 @@ class LLMLimit:
         slow_start_exit: float = 0.3,
         probe: float = 0.08,
         gain: float = 0.3,
-        deadband: float = 1.5,
+        deadband: float = 1.75,
         guard_z: float = 3.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
