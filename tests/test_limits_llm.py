@@ -491,16 +491,49 @@ def test_a_latency_jump_cuts_to_goodput_times_baseline_latency_at_most_halving()
     assert _latency_jump_at_rate(None).center == pytest.approx(7 * 0.5)
 
 
-def test_at_the_rate_limit_a_latency_jump_does_not_cut_below_rate_times_latency() -> None:
+def test_at_the_rate_limit_a_latency_jump_does_not_cut() -> None:
     # goodput (2 calls/s) is at the rate limit (1.5 calls/s, less than measured: the burst
-    # allowance): the server sustains it, and fewer than 1.5/s × latency calls in flight
-    # would leave the budget unused
+    # allowance): the pacer bounds the load on the server, so the jump is the server slowing
+    # at a load it sustains; a cut would only leave the budget unused. The baseline is rebased
     lim = _latency_jump_at_rate(1.5)
     assert lim.throughput == pytest.approx(2.0)
-    assert 7 * 0.5 < 1.5 * lim._rtt < 8.0
-    assert lim.center == pytest.approx(1.5 * lim._rtt)
+    assert lim.center == pytest.approx(8.0)
+    assert lim._base is not None and lim._ln_r(*lim._base) > math.log(3.0)
     # below the rate limit the server does not sustain it: the usual cut
     assert _latency_jump_at_rate(3.0).center == pytest.approx(7 * 0.5)
+
+
+def test_a_centre_held_at_the_rate_ceiling_follows_it_up() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)
+    s.window(2.0)
+    s.window(2.0)  # slow start ends at the ceiling (2 × 2/s × 2 s = 8), probing below it
+    assert lim.center == pytest.approx(8.0)
+    lim.set_rate_ceiling(3.0)  # the ceiling rises to 12: the centre held at 8 follows it
+    s.window(2.0)
+    assert lim.ceiling == 12
+    assert lim.center == pytest.approx(12.0)
+    # a centre below the ceiling (after a cut) is not carried up
+    s.drop()
+    s.drop()
+    assert lim.center < 12.0
+    center = lim.center
+    lim.set_rate_ceiling(4.0)
+    s.window(2.0)
+    assert lim.center == pytest.approx(center)
+
+
+def test_a_fixed_bound_does_not_carry_the_centre_up_when_lifted() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_window(None, 8)
+    s.window(2.0)
+    s.window(2.0)  # slow start ends at the window's bound: probing below it
+    assert lim.center == pytest.approx(8.0) and not lim.in_slow_start
+    lim.set_window(None)
+    s.window(2.0)
+    assert lim.center == pytest.approx(8.0)
 
 
 def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:

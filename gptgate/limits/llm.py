@@ -79,7 +79,10 @@ How is it found? (every update is O(1))
       start ends there. The time calls then wait for the pacer is not read as a queue or as
       latency — the ceiling handles the rate limit — so the server behind it is measured on
       its own. While goodput is at the rate limit, a latency jump is the server slowing at a
-      load it sustains: the delay guard then cuts no lower than ``rate × latency``.
+      load it sustains (the pacer bounds that load): the delay guard then only rebases the
+      baseline, without a cut. A centre that probing pushed against the rate ceiling follows
+      it up as the latency or the rate rises (not a fixed bound: a window lifted later must
+      not carry the centre up with it).
     * **App-limited.** No growth while the application keeps less than half the limit in
       flight: an idle limit proves nothing.
     * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)`` and by
@@ -158,7 +161,7 @@ class LLMLimit:
         slow_start_exit: float = 0.3,
         probe: float = 0.08,
         gain: float = 0.3,
-        deadband: float = 1.5,
+        deadband: float = 1.75,
         guard_z: float = 3.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
@@ -211,6 +214,7 @@ class LLMLimit:
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
         self._slow_start = True
+        self._pinned = False  # the centre wants to be above the rate ceiling: follows it up
         self._probe_high = False
         self._window_start = -math.inf  # calls admitted earlier are not measured
         self._guard_from = -math.inf  # nor watched by the guards (admitted before a cut)
@@ -278,6 +282,7 @@ class LLMLimit:
         if lo > hi:
             raise ValueError("window low must be <= high")
         self._low, self._high = lo, hi
+        self._pinned = False  # a window lifted later must not carry the centre up with it
         self._center = min(max(self._center, float(lo)), float(hi))
         limit = self._clamp(self._limit)
         if limit != self._limit:
@@ -292,6 +297,11 @@ class LLMLimit:
         Little's law they only wait for the pacer), so the limit stays below that ceiling.
         """
         self._rate = calls_per_s if calls_per_s is not None and calls_per_s > 0.0 else None
+
+    @property
+    def _rate_bound(self) -> bool:
+        """Whether the rate ceiling, rather than a fixed bound, is the one in force."""
+        return self.ceiling < self._high
 
     @property
     def ceiling(self) -> int:
@@ -439,13 +449,15 @@ class LLMLimit:
             self.events["delay"] += 1
             cut = n_mean * max(0.5, math.exp(-excess))
             if self._rate is not None and self._throughput >= 0.9 * self._rate:
-                # goodput is at the rate limit: the server sustains it, so the jump is the
-                # server slowing rather than a queue we cause, and fewer than ``rate ×
-                # latency`` calls in flight would leave the budget unused
-                cut = max(cut, self._rate * self._rtt)
+                # goodput is at the rate limit: the pacer, not this limit, bounds the load on
+                # the server, so the jump is the server slowing at a load it sustains rather
+                # than a queue we cause. A cut would only leave the budget unused: rebase the
+                # baseline and keep the centre (the rate ceiling follows the new latency)
+                cut = max(cut, self._center)
+            pinned = self._pinned and cut >= self._center
             self._center = min(self._center, cut)
             self._base = self._blend(self._base, (a, b), 0.5)
-            self._restart(now)
+            self._restart(now, pinned=pinned)
             return True
         return False
 
@@ -471,7 +483,7 @@ class LLMLimit:
                 self._slow_start = False
                 self._center = float(self.ceiling)
                 self._base = (window.a, window.b)
-                self._restart(now)
+                self._restart(now, pinned=self._rate_bound)
                 return
             self._center *= 2.0
         hist.append(window)
@@ -510,6 +522,7 @@ class LLMLimit:
                         self._step = min(self.gain, 1.5 * self._step)
                     self._last_err = err
                     self._center *= math.exp(self._step * err)
+                    self._pinned = err > 0.0 and self._center >= self.ceiling and self._rate_bound
         hist.append(window)
         ab = (window.a, window.b)
         self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
@@ -578,8 +591,9 @@ class LLMLimit:
     ) -> tuple[float, float]:
         return old[0] + alpha * (new[0] - old[0]), old[1] + alpha * (new[1] - old[1])
 
-    def _restart(self, now: float) -> None:
+    def _restart(self, now: float, *, pinned: bool = False) -> None:
         """After a cut: forget the windows measured at the old level, start on a low probe."""
+        self._pinned = pinned
         self._hist.clear()
         self._probe_high = False
         self._step = self.gain
@@ -588,7 +602,10 @@ class LLMLimit:
         self._guard_from = self._window_start
 
     def _apply(self, now: float, *, down: bool) -> None:
-        self._center = min(max(self._center, float(self._low)), float(self.ceiling))
+        ceiling = float(self.ceiling)
+        if self._pinned and not self._slow_start:
+            self._center = max(self._center, ceiling)
+        self._center = min(max(self._center, float(self._low)), ceiling)
         c = self._center
         if self._slow_start:
             limit = self._clamp(round(c))
