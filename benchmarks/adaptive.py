@@ -157,12 +157,15 @@ def settle_calls(
     trace: list[tuple[int, float, int]], change_at: int, drain: int = 0
 ) -> tuple[int, float]:
     """Calls after the change until the limit's centre stays within ±20% of where it ends up
-    (the median over the last quarter of the run). The last ``drain`` completions are left out:
-    there the workers run out of items and in-flight falls — not sustained load."""
+    (the median over the last quarter of the run) — and at least ±1: a limit is a whole number,
+    so around a final 2 the band must admit 1 and 3, or the smallest possible move would count
+    as unsettled. The last ``drain`` completions are left out: there the workers run out of
+    items and in-flight falls — not sustained load."""
     trace = trace[: len(trace) - drain] if drain else trace
     tail = [limit for _, _, limit in trace[-max(1, len(trace) // 4) :]]
     final = statistics.median(tail)
-    low, high = 0.8 * final, 1.2 * final
+    band = max(0.2 * final, 1.0)
+    low, high = final - band, final + band
     settled = len(trace)
     for index in range(len(trace) - 1, change_at - 1, -1):
         if not low <= trace[index][2] <= high:
