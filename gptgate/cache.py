@@ -441,7 +441,6 @@ class _Group:
         "rate",
         "rate_at",
         "samples",
-        "start",
         "turn",
         "waiters",
         "waiting",
@@ -477,7 +476,6 @@ class _Group:
         self.active = False
         self.queued = 0
         self.turn: anyio.Event | None = None
-        self.start = policy.start
         self.cached_total = 0
         self.cacheable_total = 0
         self.samples = 0
@@ -507,7 +505,8 @@ class _Group:
     def demand(self) -> int:
         """Backend slots this group will use soon: its calls, up to its window (a cold group's
         window after the warm-up: ``start``)."""
-        width = self.window if self.warm else min(self.start, self.controller.limit)
+        ctl = self.controller
+        width = self.window if self.warm else min(ctl.policy.start, ctl.limit)
         return min(width, self.in_flight + self.waiting + self.queued)
 
     def idle(self) -> bool:

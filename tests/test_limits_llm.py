@@ -548,6 +548,6 @@ def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:
     # are not measured, but the guards see them — the server slowed down, not the probe
     for _ in range(4):
         lim.update(Sample(start=closed, latency_s=6.0, inflight=9, kind="ok"), closed + 6.0)
-    assert lim._n == 0
+    assert lim._w.n == 0
     assert lim.events["delay"] == 1
     assert lim.center == pytest.approx(9 * 0.5)

@@ -116,10 +116,24 @@ class _Window(NamedTuple):
 class _Sums:
     """Running sums over a set of calls (a window, or the last few calls of it)."""
 
-    __slots__ = ("a", "b", "hold", "inflight", "max_inflight", "n", "n_ttft", "ttft", "wait")
+    __slots__ = (
+        "a",
+        "b",
+        "hold",
+        "inflight",
+        "max_inflight",
+        "n",
+        "n_ttft",
+        "ttft",
+        "wait",
+        "x",
+        "x2",
+    )
 
     def __init__(self) -> None:
         self.n = 0
+        self.x = 0.0  # ln R, for the per-call variance
+        self.x2 = 0.0
         self.inflight = 0
         self.max_inflight = 0
         self.a = 0.0
@@ -129,8 +143,10 @@ class _Sums:
         self.n_ttft = 0
         self.ttft = 0.0
 
-    def add(self, inflight: int, a: float, b: float, wait: float, hold: float) -> None:
+    def add(self, inflight: int, x: float, a: float, b: float, wait: float, hold: float) -> None:
         self.n += 1
+        self.x += x
+        self.x2 += x * x
         self.inflight += inflight
         self.max_inflight = max(self.max_inflight, inflight)
         self.a += a
@@ -232,15 +248,9 @@ class LLMLimit:
         self._elasticity = math.nan
         self._step = gain  # Rprop-style step: smaller while oscillating around the knee
         self._last_err = 0.0
-        # the open window's sums
-        self._n = 0
-        self._drops = 0
-        self._loss_ok = 0  # calls since the window opened, for the loss density check
-        self._loss_drops = 0
-        self._sum_x = 0.0
-        self._sum_x2 = 0.0
-        self._w = _Sums()  # the open window
-        self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
+        self._w: _Sums
+        self._c: _Sums
+        self._reset_window()
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -344,15 +354,12 @@ class LLMLimit:
         ttft = sample.ttft_s
         if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
             ttft = None
+        x = math.log(max(r, 1e-12))
         if sample.start >= self._window_start:
-            x = math.log(max(r, 1e-12))
-            self._n += 1
-            self._sum_x += x
-            self._sum_x2 += x * x
-            self._w.add(sample.inflight, a, b, wait, hold)
+            self._w.add(sample.inflight, x, a, b, wait, hold)
             if ttft is not None:
                 self._w.add_ttft(ttft)
-            if self._n >= self._window_size():
+            if self._w.n >= self._window_size():
                 self._close_window(now)
                 return
         if self._slow_start or sample.start < self._guard_from:
@@ -361,7 +368,7 @@ class LLMLimit:
         # drop shows in them long before it moves the mean of a long window. They include
         # calls admitted before a probing step (±8% does not make a 1.5× jump), but not those
         # from before the last cut (the same overload)
-        self._c.add(sample.inflight, a, b, wait, hold)
+        self._c.add(sample.inflight, x, a, b, wait, hold)
         if ttft is not None:
             self._c.add_ttft(ttft)
         if self._c.n >= self.window_samples:
@@ -391,9 +398,9 @@ class LLMLimit:
         self._restart(now)
 
     def _close_window(self, now: float) -> None:
-        n = self._n
+        n = self._w.n
         if n > 1:
-            var = max(0.0, (self._sum_x2 - self._sum_x**2 / n) / (n - 1))
+            var = max(0.0, (self._w.x2 - self._w.x**2 / n) / (n - 1))
             self._log_var += (var - self._log_var) * (0.3 if self._log_var else 1.0)
         n_mean = self._n_mean(self._w)
         app_limited = 2.0 * n_mean < self._limit
@@ -510,7 +517,7 @@ class LLMLimit:
                 # only the part of the error beyond its noise moves the centre (soft threshold
                 # at ``deadband`` standard errors of the centred difference): at the knee the
                 # estimate's noise alone would make the centre random-walk
-                se = math.sqrt(1.5 * self._log_var / self._n) / abs(d_ln_n)
+                se = math.sqrt(1.5 * self._log_var / self._w.n) / abs(d_ln_n)
                 err = math.copysign(max(0.0, abs(err) - self.deadband * se), err)
                 err = max(-1.0, min(0.5, err))
                 if err < 0.0 or (err > 0.0 and not app_limited):
@@ -624,14 +631,11 @@ class LLMLimit:
         self._reset_window()
 
     def _reset_window(self) -> None:
-        self._n = 0
         self._drops = 0
-        self._loss_ok = 0
+        self._loss_ok = 0  # calls since the window opened, for the loss density check
         self._loss_drops = 0
-        self._sum_x = 0.0
-        self._sum_x2 = 0.0
-        self._w = _Sums()
-        self._c = _Sums()
+        self._w = _Sums()  # the open window
+        self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._low), self.ceiling)
