@@ -242,9 +242,7 @@ class CallRunner:
         try:
             ramp = spec.scenario.ramp
             if self.cache_gate is not None and spec.prefix is not None and ramp is not None:
-                ticket = await self.cache_gate.enter(
-                    backend.name, spec.prefix, ramp, backend.limiter.current_limit
-                )
+                ticket = await self._enter_cache_gate(backend, spec, ramp)
             permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
             reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
             pace = backend.pacer.reserve(clock.now(), reserved)
@@ -400,6 +398,23 @@ class CallRunner:
                 ticket.release()
             if span is not None:
                 span.end()
+
+    async def _enter_cache_gate(
+        self, backend: BackendState, spec: CallSpec, ramp: RampPolicy
+    ) -> CacheTicketLike:
+        """Pass the prompt-cache gate (warm-up, ramp window, turns) within the call's deadline:
+        a call that cannot get through in time is shed like one the limiter cannot admit."""
+        assert self.cache_gate is not None
+        limit = backend.limiter.current_limit
+        if spec.deadline is None:
+            return await self.cache_gate.enter(backend.name, spec.prefix, ramp, limit)
+        remaining = spec.deadline - self.clock.now()
+        with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):
+            return await self.cache_gate.enter(backend.name, spec.prefix, ramp, limit)
+        raise OverloadedError(
+            "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
+            backend=backend.name,
+        )
 
     def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
         """The backend's timeout, tightened from the observed latency only when the answer's

@@ -499,3 +499,33 @@ async def test_a_call_racing_shutdown_ends_in_a_typed_error() -> None:
         await gate.chat(USER)
     await gate.aclose()
     assert state.limiter.in_flight == 0
+
+
+def test_a_call_held_by_the_cache_gate_is_shed_at_its_deadline() -> None:
+    run_virtual(_cache_gate_wait_is_bounded_by_the_deadline)  # exact, not wall-clock
+
+
+async def _cache_gate_wait_is_bounded_by_the_deadline() -> None:
+    """The second call of a cold prefix waits behind the warm-up; with a 1 s deadline and a
+    warm-up that takes 20 s to prefill, it ends in ``OverloadedError`` at its deadline — not
+    when the warm-up finishes — and the gate keeps no trace of it."""
+    clock = LoopClock()
+
+    async def slow_prefill(request: httpx2.Request) -> httpx2.Response:
+        await clock.sleep(20.0)
+        return stream(["hi"]) if json.loads(request.content).get("stream") else ok()
+
+    ramp = gg.RampPolicy(min_prefix_tokens=0)
+    relaxed = gg.Scenario(name="relaxed", ramp=ramp)
+    hurried = gg.Scenario(name="hurried", ramp=ramp, deadline_s=1.0)
+    prompt = [{"role": "system", "content": "shared prefix"}, *USER]
+    gate = gateway(backend(Script(slow_prefill), timeout=60.0), clock=clock)
+    async with gate, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: gate.chat(prompt, scenario=relaxed))  # the warm-up
+        await clock.sleep(0.1)
+        start = clock.now()
+        with pytest.raises(gg.OverloadedError, match="prompt-cache gate"):
+            await gate.chat(prompt, scenario=hurried)
+        assert clock.now() - start == pytest.approx(1.0, abs=0.01)
+        assert gate.stats()["mock"].cache_waiting == 0
+    assert gate.stats()["mock"].in_flight == 0
