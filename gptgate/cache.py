@@ -11,6 +11,10 @@ calls, 58% at 50). So, per (backend, prefix group):
    hit rate (cached input over the cacheable part of the prefix) holds at or above
    ``policy.target_hit_rate`` over ``policy.window`` samples; each good window widens the ramp
    by ``policy.growth``, each bad one shrinks it by ``policy.shrink`` (never below ``start``).
+   A bad window that is a *spill* — one call missed among calls that hit (a replica the prefix
+   just spread to, cold for it, and warm once that call was prefilled), or, once, a few missed
+   among at least as many hits (a burst that met it before that) — holds the width instead
+   and has it judged again by the calls admitted from then on; misses that go on narrow it.
    A good window widens only while the backend has room — fewer calls in flight through the
    gate than its limit. When the gated calls of all groups already fill the limit, a wider
    window would only change which group's calls queue at the limiter, and it makes the prefix
@@ -24,7 +28,8 @@ Two things are learned per *backend* rather than per group:
   widening shows how wide a warm prefix runs on this server without spilling to cold replicas
   (as far as the group used the width). New groups start their ramp there — after their
   single-flight warm-up — instead of at ``start``; their first bad window sends them back to
-  ``start``. Any sign of spilling (a bad window, a ceiling) forgets it.
+  ``start``. Any sign of spilling (a bad window, a ceiling, a call after the warm-up that lost
+  its hits) forgets it, and a group that showed one does not teach its width.
 * **Turns** (``RampPolicy.turn_wait_s``, on in the job presets). A new group starts only while
   the groups already running cannot fill the backend's limit (each counted at what it will use
   soon: its calls, up to its window), and otherwise waits its turn, at most ``turn_wait_s``.
@@ -203,6 +208,14 @@ class RampController:
       widenings so earned (at most 3, and never a probe of a known ceiling) are made at the
       first later sample that comes with room, so a group is not left narrow when the backend
       empties;
+    * **a spill** — bad, but with at most half of its calls missed (a call *missed* when its
+      own hit rate is under the target) and no ceiling known, or with a single call missed:
+      hold the width and start a new epoch, so that it is judged again by calls admitted from
+      now on only. A lone miss is what a server that spreads a hot prefix over more replicas
+      shows: the first call on a replica still cold for the prefix misses, and that replica is
+      warm once it has been prefilled; a few misses are a burst that met it before that. So
+      the width is not to blame unless the misses go on: a second window in a row with a
+      single miss counts as "a few", and "a few" is forgiven once until a good window;
     * **bad**, at a width that had already held: shrink by ``policy.shrink`` — the conditions
       changed (the provider's TTL ran out, the prefix spilled to cold replicas);
     * **bad** right after a widening: that step was too far — go back to the last good width
@@ -233,11 +246,15 @@ class RampController:
         "_grew_from",
         "_held",
         "_limit",
+        "_lone",
+        "_misses",
         "_probing",
+        "_rejudging",
         "_window",
         "last_hit_rate",
         "policy",
         "samples",
+        "spills",
     )
 
     def __init__(self, policy: RampPolicy, limit: int, *, start: int | None = None) -> None:
@@ -248,6 +265,12 @@ class RampController:
         self._cached = 0
         self._cacheable = 0
         self._count = 0
+        #: calls of the current window that lost their hits
+        self._misses = 0
+        #: the last window was held with a single miss
+        self._lone = False
+        #: the current window judges again a width whose last window lost several calls' hits
+        self._rejudging = False
         self._ceiling: int | None = None
         self._grew_from: int | None = None
         if start is not None and start > policy.start:
@@ -264,6 +287,8 @@ class RampController:
         self.last_hit_rate: float | None = None
         #: samples counted towards a decision so far
         self.samples = 0
+        #: bad windows held as spills (re-judged by fresh calls instead of narrowing)
+        self.spills = 0
 
     @property
     def window(self) -> int:
@@ -319,21 +344,39 @@ class RampController:
                 self._epoch += 1
                 self._cached = self._cacheable = self._count = 0
                 return False  # it ran under the narrower window: not a sample of the new one
-        self._cached += min(max(0, cached), cacheable)
+        cached = min(max(0, cached), cacheable)
+        target = self.policy.target_hit_rate - _EPS
+        self._cached += cached
         self._cacheable += cacheable
         self._count += 1
+        self._misses += cached < target * cacheable
         self.samples += 1
         if self._count < self.policy.window:
             return False
         rate = self._cached / self._cacheable
-        self._cached = self._cacheable = self._count = 0
+        misses = self._misses
+        self._cached = self._cacheable = self._count = self._misses = 0
         self.last_hit_rate = rate
         current = self.window
-        if rate >= self.policy.target_hit_rate - _EPS:
+        # a spill: some calls met a replica with a cold cache, the others hit. One call (not
+        # twice in a row) is that replica's first — it is warm now; a few at once (once) are
+        # a burst that met it before that. Either says nothing against the width: hold it and
+        # judge it again by the calls admitted from now on
+        mixed = misses > 0 and 2 * misses <= self.policy.window
+        lone = mixed and misses == 1 and not self._lone
+        if rate >= target:
+            self._lone = self._rejudging = False
             new = self._widen(current, may_widen)
             if not may_widen and current < self._limit:
                 self._deferred = min(self._deferred + 1, _MAX_DEFERRED)
+        elif lone or (mixed and not self._rejudging and self._ceiling is None):
+            self._lone = misses == 1
+            self._rejudging = self._rejudging or not lone
+            self.spills += 1
+            self._epoch += 1
+            return True
         else:
+            self._lone = self._rejudging = False
             new = self._narrow(current)
             self._deferred = 0
         self._window = new
@@ -435,6 +478,7 @@ class _Group:
         "controller",
         "in_flight",
         "key",
+        "misses",
         "peak",
         "prefix_tokens",
         "queued",
@@ -479,6 +523,9 @@ class _Group:
         self.cached_total = 0
         self.cacheable_total = 0
         self.samples = 0
+        #: calls after the warm-up that lost their hits (stale ones included): the prefix
+        #: spilled to cold replicas, or its cache entry was evicted or expired
+        self.misses = 0
         self.rate = 0.0
         self.rate_at = now
 
@@ -571,6 +618,8 @@ class CacheTicket:
         self._gate._count(group.backend, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
+        if cached < (group.controller.policy.target_hit_rate - _EPS) * cacheable:
+            group.misses += 1
         before = group.controller.window
         # widening while the backend is full would only change which group's calls queue at
         # the limiter, and make this prefix burstier (more duplicate misses on cold replicas)
@@ -805,20 +854,22 @@ class CacheGate:
     def _learn(self, state: _Group, width: int) -> None:
         """A ramp window of ``state`` completed at ``width``: what it says about the backend.
 
-        A good window, on a group that never lost its hits by widening (no ceiling), shows
-        that a warm prefix runs this wide on this server without spilling to cold replicas
-        — as far as the group used the width (its peak in flight). New groups on the backend
-        then start their ramp there instead of at ``policy.start`` (after their warm-up, and
-        back to ``start`` at their first bad window). Any sign of spilling — a bad window, a
-        ceiling — forgets it: on a server that spreads hot prefixes, each new prefix is cold
-        on the replicas it spreads to, and must ramp from ``start``.
+        A good window, on a group that never lost its hits by widening (no ceiling) nor at all
+        after its warm-up, shows that a warm prefix runs this wide on this server without
+        spilling to cold replicas — as far as the group used the width (its peak in flight).
+        New groups on the backend then start their ramp there instead of at ``policy.start``
+        (after their warm-up, and back to ``start`` at their first bad window). Any sign of
+        spilling — a bad window, a ceiling, a call that lost its hits (a spill the ramp held
+        through, or one among calls admitted under an earlier window) — forgets it: on a server
+        that spreads hot prefixes, each new prefix is cold on the replicas it spreads to, and
+        must ramp from ``start``.
         """
         ctl = state.controller
         rate = ctl.last_hit_rate
         backend = state.backend
         good = rate is not None and rate >= ctl.policy.target_hit_rate - _EPS
         learned = max(self._learned.get(backend, 0), min(width, state.peak))
-        if good and ctl.ceiling is None and learned > ctl.policy.start:
+        if good and ctl.ceiling is None and not state.misses and learned > ctl.policy.start:
             self._learned[backend] = learned
         else:
             self._learned.pop(backend, None)

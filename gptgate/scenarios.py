@@ -54,7 +54,9 @@ class RampPolicy(BaseModel):
     One call warms a cold prefix alone; then at most ``start`` calls of the group are in flight
     until the hit rate (cached input over the cacheable part) holds ``>= target_hit_rate`` over
     ``window`` samples; then the window widens by ``growth`` per good window up to the backend's
-    limit, and shrinks by ``shrink`` when the hit rate falls below target.
+    limit, and shrinks by ``shrink`` when the hit rate falls below target — unless the misses
+    look like a spill (one call, or once a few among at least as many hits: a replica the
+    prefix just spread to, still cold for it): then the width holds and is judged again.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -187,9 +188,9 @@ def test_ramp_decides_only_on_full_windows_with_token_weighting() -> None:
     # one small miss among large hits: token-weighted rate 3000/3100 ≥ 0.85 → widen
     ctl.on_sample(0, 100)
     assert ctl.window == 10 and ctl.pending_samples == 0
-    # one large miss among small hits: 300/1300 < 0.85 → shrink (to the start floor)
-    feed(ctl, 1.0, 3, cacheable=100)
-    ctl.on_sample(0, 1000)
+    # three large misses and a small hit: 100/3100 < 0.85 → back to the start floor
+    feed(ctl, 1.0, 1, cacheable=100)
+    feed(ctl, 0.0, 3)
     assert ctl.window == 5
 
 
@@ -235,6 +236,62 @@ def test_ramp_settles_under_the_width_where_the_cache_spills() -> None:
     assert max(set(seen[10:]), key=seen[10:].count) == 14  # 12/14 ≥ 0.85 > 12/15
     assert seen[10:].count(15) < 80
     assert hits / 300 >= 0.85
+
+
+def test_ramp_holds_its_width_on_a_lone_miss_and_judges_it_again() -> None:
+    # one call of a window meets a cold replica (the prefix spread to it): the window is bad
+    # (0.8 < 0.85) but says nothing against the width — that replica is warm now
+    ctl = RampController(RampPolicy(start=5, window=5), limit=100)
+    feed(ctl, 1.0, 5)
+    assert ctl.window == 10 and ctl.epoch == 1
+    feed(ctl, 1.0, 4)
+    ctl.on_sample(0, 1000)
+    assert (ctl.window, ctl.ceiling, ctl.spills) == (10, None, 1)
+    assert ctl.last_hit_rate == pytest.approx(0.8)
+    e = ctl.epoch
+    assert e == 2  # judged again by calls admitted from now on: late ones are ignored
+    for _ in range(5):
+        ctl.on_sample(0, 1000, epoch=1)
+    assert ctl.window == 10 and ctl.pending_samples == 0
+    feed(ctl, 1.0, 5)
+    assert ctl.window == 20  # the fresh calls hit: it widens on
+    # a lone miss again: held; again right after: no longer lone — judged again once more;
+    # once more: the misses go on at this width, so it was too far after all
+    seen = []
+    for _ in range(3):
+        feed(ctl, 1.0, 4)
+        ctl.on_sample(0, 1000)
+        seen.append((ctl.window, ctl.spills))
+    assert seen == [(20, 2), (20, 3), (10, 3)]
+    assert ctl.ceiling == 20
+
+
+def test_ramp_judges_a_window_of_a_few_misses_again_once() -> None:
+    policy = RampPolicy(start=5, window=4)
+    # two of four calls missed (a burst met a cold replica): held and judged again
+    ctl = RampController(policy, limit=100)
+    feed(ctl, 1.0, 4)
+    feed(ctl, 1.0, 2)
+    feed(ctl, 0.0, 2)
+    assert (ctl.window, ctl.spills) == (10, 1)
+    feed(ctl, 1.0, 4)  # the fresh calls hit: it widens on
+    assert ctl.window == 20
+    feed(ctl, 1.0, 2)
+    feed(ctl, 0.0, 2)
+    feed(ctl, 1.0, 2)
+    feed(ctl, 0.0, 2)  # the misses go on at this width: too far, back to 10
+    assert (ctl.window, ctl.ceiling, ctl.spills) == (10, 20, 2)
+    # with a failing width known, a bad window is believed at once
+    feed(ctl, 1.0, 4)
+    feed(ctl, 1.0, 2)
+    feed(ctl, 0.0, 2)
+    assert (ctl.window, ctl.spills) == (10, 2)
+    # more than half of the calls missed: believed at once
+    ctl = RampController(policy, limit=100)
+    feed(ctl, 1.0, 4)
+    feed(ctl, 1.0, 1)
+    feed(ctl, 0.0, 3)
+    assert (ctl.window, ctl.ceiling, ctl.spills) == (5, 10, 0)
 
 
 def test_ramp_growth_always_makes_progress() -> None:
@@ -480,6 +537,52 @@ async def test_window_finds_the_widest_window_that_keeps_the_target() -> None:
     assert stats.state == "ramping"
     hit_rate = gate.hit_rate("b")
     assert hit_rate is not None and hit_rate > 0.85
+
+
+class SpreadingServer(ScriptedServer):
+    """A provider that spreads a hot prefix over one more replica, with a cold cache, every
+    ``every`` calls, up to ``replicas``: the first call that lands on one misses, all the others
+    hit."""
+
+    def __init__(self, every: int, replicas: int) -> None:
+        super().__init__(spill_at=1_000_000)
+        self.cold = {every * k + 1 for k in range(1, replicas)}
+        self.calls = 0
+
+    async def call(self, gate: CacheGate, g: PrefixGroup, policy: RampPolicy, limit: int) -> None:
+        ticket = await gate.enter("b", g, policy, limit)
+        try:
+            self.calls += 1
+            hit = not ticket.warmer and self.calls not in self.cold
+            await anyio.lowlevel.checkpoint()
+            ticket.prefilled()
+            await anyio.lowlevel.checkpoint()
+            cacheable = cacheable_tokens(g.prefix_tokens)
+            ticket.observe(cached_tokens=cacheable if hit else 0, input_tokens=g.prefix_tokens + 50)
+        finally:
+            ticket.release()
+
+
+async def test_lone_misses_of_a_spreading_prefix_do_not_narrow_the_window() -> None:
+    gate = RecordingGate()
+    policy = RampPolicy(start=5, window=5)
+    server = SpreadingServer(every=10, replicas=4)
+    g = group()
+    async with anyio.create_task_group() as tg:
+        for _ in range(300):
+            tg.start_soon(server.call, gate, g, policy, 40)
+    windows = [window for _, window in gate.admissions]
+    assert all(a <= b for a, b in itertools.pairwise(windows))  # it never narrowed …
+    assert windows[-1] == 40  # … and opened
+    (stats,) = gate.statistics("b")
+    assert stats.window == 40 and stats.state == "open"
+    # a prefix that lost hits does not teach its width to the backend's next prefixes: they
+    # may spread too, each on replicas still cold for it
+    other = await gate.enter("b", group("other"), policy, 40)
+    other.prefilled()
+    widths = {s.key: s.window for s in gate.statistics("b")}
+    assert widths["other"] == 5
+    other.release()
 
 
 async def test_cancel_in_the_instant_of_admission_hands_the_slot_back() -> None:
