@@ -456,6 +456,11 @@ class GroupStatistics:
     rate_per_min: float = 0.0
     #: calls waiting for the group's turn on the backend (``RampPolicy.turn_wait_s``)
     turn_waiting: int = 0
+    #: calls after the warm-up that lost their hits: the prefix spread to replicas with a
+    #: cold cache, or its entry was evicted or expired
+    misses: int = 0
+    #: ramp windows whose misses were held as a spill instead of narrowing the window
+    spills: int = 0
 
 
 class _Waiter:
@@ -760,6 +765,8 @@ class CacheGate:
                 window_hit_rate=g.controller.last_hit_rate,
                 rate_per_min=g.rate_now(now),
                 turn_waiting=g.queued,
+                misses=g.misses,
+                spills=g.controller.spills,
             )
             for g in self._groups(backend)
         ]

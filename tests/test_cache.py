@@ -576,6 +576,9 @@ async def test_lone_misses_of_a_spreading_prefix_do_not_narrow_the_window() -> N
     assert windows[-1] == 40  # … and opened
     (stats,) = gate.statistics("b")
     assert stats.window == 40 and stats.state == "open"
+    # the three replicas it spread to cost one miss each; one window was held as a spill (the
+    # other two misses were calls admitted under a narrower window: stale for the ramp)
+    assert (stats.misses, stats.spills) == (3, 1)
     # a prefix that lost hits does not teach its width to the backend's next prefixes: they
     # may spread too, each on replicas still cold for it
     other = await gate.enter("b", group("other"), policy, 40)
