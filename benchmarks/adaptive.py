@@ -13,6 +13,12 @@ the p99 of the smallest fixed limit within 10% of the best goodput; billed token
 change the limit settles within ~200 calls.
 
     python benchmarks/adaptive.py [--profiles tpu,gpu,cpu,gpu-small,tier1] [--requests 1000]
+                                  [--seed 11] [--levels 1,5,10,20,30,50,80]
+
+``--levels`` changes the fixed grid the targets are judged against (the issue's grid by
+default). The grid matters for the p99 target: on a backend whose knee lies above the grid's
+top (tpu: ~158 per replica, grid top 80, auto may go to 128) the "best fixed limit" is just
+the top of the grid, and its p99 is what auto is held to.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from gptgate.testing import sim_backend
 
 LEVELS: tuple[int, ...] = (1, 5, 10, 20, 30, 50, 80)
 OUT = Path(__file__).resolve().parent / "out"
+#: the backend's bound for every run, auto included (a fixed limit needs room too)
+MAX_CONCURRENCY = 128
 #: closed-loop workers in the capacity-change run (more than any limit it should reach)
 WORKERS = 160
 
@@ -81,7 +89,7 @@ def backend_for(
         clock=clock,
         seed=seed,
         concurrency=concurrency,
-        max_concurrency=128,
+        max_concurrency=MAX_CONCURRENCY,
         timeout=120.0,
     )
 
@@ -252,15 +260,27 @@ def main() -> int:
     parser.add_argument("--profiles", default="tpu,gpu,cpu,gpu-small,tier1")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--levels",
+        default=",".join(map(str, LEVELS)),
+        help="fixed limits to compare auto against (at most the backend's max, 128)",
+    )
     args = parser.parse_args()
+    try:
+        levels = sorted({int(level) for level in args.levels.split(",")})
+    except ValueError:
+        levels = []
+    if not levels or not 1 <= levels[0] <= levels[-1] <= MAX_CONCURRENCY:
+        parser.error(f"--levels must be limits between 1 and {MAX_CONCURRENCY}")
+    grid = "" if tuple(levels) == LEVELS else f" --levels {','.join(map(str, levels))}"
     print(
         f"$ python benchmarks/adaptive.py --profiles {args.profiles} "
-        f"--requests {args.requests} --seed {args.seed}"
+        f"--requests {args.requests} --seed {args.seed}{grid}"
     )
     print("virtual time (exact); latencies are the backend's, excluding the client-side queue\n")
     all_ok = True
     for profile in args.profiles.split(","):
-        rows = [run_virtual(run_row, profile, c, args.requests, args.seed) for c in LEVELS]
+        rows = [run_virtual(run_row, profile, c, args.requests, args.seed) for c in levels]
         rows.append(run_virtual(run_row, profile, None, args.requests, args.seed))
         print(table(profile, rows))
         trace, change_at, failed = run_virtual(
