@@ -483,6 +483,10 @@ class ScriptedServer:
         self.in_flight = 0
         self.max_in_flight = 0
 
+    def hits(self, ticket: CacheTicket) -> bool:
+        """Whether the call now in flight finds the prefix cached."""
+        return not ticket.warmer and self.in_flight <= self.spill_at
+
     async def call(self, gate: CacheGate, g: PrefixGroup, policy: RampPolicy, limit: int) -> None:
         ticket = await gate.enter("b", g, policy, limit)
         try:
@@ -490,7 +494,7 @@ class ScriptedServer:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             (stats,) = gate.statistics("b")
             assert self.in_flight <= stats.in_flight
-            hit = not ticket.warmer and self.in_flight <= self.spill_at
+            hit = self.hits(ticket)
             await anyio.lowlevel.checkpoint()
             ticket.prefilled()
             await anyio.lowlevel.checkpoint()
@@ -549,18 +553,9 @@ class SpreadingServer(ScriptedServer):
         self.cold = {every * k + 1 for k in range(1, replicas)}
         self.calls = 0
 
-    async def call(self, gate: CacheGate, g: PrefixGroup, policy: RampPolicy, limit: int) -> None:
-        ticket = await gate.enter("b", g, policy, limit)
-        try:
-            self.calls += 1
-            hit = not ticket.warmer and self.calls not in self.cold
-            await anyio.lowlevel.checkpoint()
-            ticket.prefilled()
-            await anyio.lowlevel.checkpoint()
-            cacheable = cacheable_tokens(g.prefix_tokens)
-            ticket.observe(cached_tokens=cacheable if hit else 0, input_tokens=g.prefix_tokens + 50)
-        finally:
-            ticket.release()
+    def hits(self, ticket: CacheTicket) -> bool:
+        self.calls += 1
+        return not ticket.warmer and self.calls not in self.cold
 
 
 async def test_lone_misses_of_a_spreading_prefix_do_not_narrow_the_window() -> None:
