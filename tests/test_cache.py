@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gptgate.cache import (
     CacheGate,
@@ -1248,3 +1250,42 @@ def test_turns_keep_fewer_prefixes_live_in_a_shuffled_job() -> None:
     assert ok == ok_without == 72
     assert with_turns < 0.75 * without  # measured: 3.5 against 5.8
     assert peak_waiting > 0 and after == 0
+
+
+# ---- the ramp controller under arbitrary outcomes (property) ---------------------------------
+
+#: one finished call: (it hit, the backend had room for a wider window)
+_call = st.tuples(st.booleans(), st.booleans())
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    start=st.integers(1, 8),
+    window=st.integers(1, 8),
+    limit=st.integers(1, 64),
+    calls=st.lists(_call, max_size=400),
+)
+def test_ramp_controller_invariants_under_any_outcomes(
+    start: int, window: int, limit: int, calls: list[tuple[bool, bool]]
+) -> None:
+    """Whatever the hits: the window stays within [start, limit]; a window of only misses
+    never widens nor is held as a spill; one of only hits never narrows; and the ramp never
+    holds more than two bad windows in a row as spills (misses that go on narrow it)."""
+    ctl = RampController(RampPolicy(start=start, window=window), limit)
+    floor_ = min(start, limit)
+    pending: list[bool] = []
+    held_in_a_row = 0
+    for hit, may_widen in calls:
+        before, spills = ctl.window, ctl.spills
+        pending.append(hit)
+        decided = ctl.on_sample(1000 if hit else 0, 1000, may_widen=may_widen)
+        assert floor_ <= ctl.window <= limit
+        if not decided:
+            continue
+        outcome, pending = pending[-window:], []
+        if not any(outcome):
+            assert ctl.window <= before and ctl.spills == spills
+        if all(outcome):
+            assert ctl.window >= before
+        held_in_a_row = held_in_a_row + 1 if ctl.spills > spills else 0
+        assert held_in_a_row <= 2
