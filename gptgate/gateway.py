@@ -18,7 +18,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -88,6 +88,24 @@ class BackendStats:
     #: calls held by the prompt-cache gate: behind a warm-up, at a ramp window, or waiting for
     #: their prefix group's turn (see docs/caching.md) — not yet at the limiter
     cache_waiting: int = 0
+    #: where the limit is: ``"fixed"``, or for ``concurrency="auto"`` ``"slow start"`` (still
+    #: doubling) or ``"probing"`` (around the knee it found); ``"adaptive"`` for another Limit
+    limit_phase: str = "fixed"
+    #: why the adaptive limit moved, counts per cause (``LLMLimit``: ``slow_start_exit``,
+    #: ``loss``, ``queue``, ``delay``; empty for a fixed limit) — "why is the limit 12?"
+    limit_events: Mapping[str, int] = field(default_factory=dict)
+
+
+def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
+    """The phase and the per-cause move counts of a backend's limit, for ``stats()``."""
+    if isinstance(limit, FixedLimit):
+        return "fixed", {}
+    events = getattr(limit, "events", None)
+    counts = {str(k): int(v) for k, v in events.items()} if isinstance(events, Mapping) else {}
+    slow_start = getattr(limit, "in_slow_start", None)
+    if slow_start is None:
+        return "adaptive", counts
+    return ("slow start" if slow_start else "probing"), counts
 
 
 def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
@@ -633,6 +651,7 @@ class Gateway:
         for name, state in self._states.items():
             limiter = state.limiter.statistics()
             entry = self._ledger.entries[name]
+            phase, events = _limit_phase(state.limiter.limit)
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
@@ -662,6 +681,8 @@ class Gateway:
                 cost_usd=entry.cost_usd,
                 circuit=state.breaker.state(self.clock.now()),
                 cache_waiting=self.cache_gate.waiting(name),
+                limit_phase=phase,
+                limit_events=events,
             )
         return snapshot
 

@@ -529,3 +529,37 @@ async def _cache_gate_wait_is_bounded_by_the_deadline() -> None:
         assert clock.now() - start == pytest.approx(1.0, abs=0.01)
         assert gate.stats()["mock"].cache_waiting == 0
     assert gate.stats()["mock"].in_flight == 0
+
+
+def test_stats_say_where_the_limit_is_and_why_it_moved() -> None:
+    run_virtual(_limit_phase_and_events)  # exact, not wall-clock
+
+
+async def _limit_phase_and_events() -> None:
+    """``stats()`` tells a fixed limit from an adaptive one, whether ``auto`` is still in slow
+    start, and counts why it moved: on a 12-slot server slow start overshoots and ends."""
+    from gptgate.testing import sim_backend
+
+    clock = LoopClock()
+    auto, _ = sim_backend("gpu-small", name="auto", clock=clock, seed=3, concurrency="auto")
+    fixed, _ = sim_backend("gpu-small", name="fixed", clock=clock, seed=3, concurrency=8)
+    items = [
+        {"messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 200}
+        for i in range(120)
+    ]
+    async with gg.Gateway([auto, fixed], clock=clock, seed=3) as gate:
+        early = gate.stats()
+        assert (early["auto"].limit_phase, early["auto"].limit_events["slow_start_exit"]) == (
+            "slow start",
+            0,
+        )
+        assert (early["fixed"].limit_phase, early["fixed"].limit_events) == ("fixed", {})
+        for name in ("auto", "fixed"):
+            results = await gate.map(items, backend=name)
+            assert all(isinstance(r, gg.ChatResult) for r in results)
+        late = gate.stats()
+    assert min(late["auto"].calls, late["fixed"].calls) >= 120  # each ran its own map
+    assert late["auto"].limit_phase == "probing"
+    assert set(late["auto"].limit_events) == {"slow_start_exit", "loss", "queue", "delay"}
+    assert sum(late["auto"].limit_events.values()) >= 1  # slow start ended for a reason
+    assert late["fixed"].limit_phase == "fixed"
