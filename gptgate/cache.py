@@ -723,6 +723,24 @@ class CacheGate:
         assert waiter.ticket is not None
         return waiter.ticket
 
+    def update_limit(self, backend: str, limit: int) -> None:
+        """``backend``'s concurrency limit moved (``concurrency="auto"``).
+
+        Ramp windows are capped by the limit and turns are given against it, so a new limit
+        must reach the calls already waiting here: a job whose calls all entered the gate at
+        slow start's first limit would otherwise run at that limit to its end. O(1) when the
+        limit has not changed; else O(groups with calls here)."""
+        limit = max(1, limit)
+        if self._limits.get(backend, limit) == limit:
+            self._limits.setdefault(backend, limit)
+            return
+        self._limits[backend] = limit
+        for state in [g for g in self._active.values() if g.backend == backend]:
+            if state.controller.limit != limit:
+                state.controller.limit = limit
+                self._wake(state)
+        self._next_turns(backend)
+
     def mark_warm(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
     ) -> None:

@@ -982,6 +982,46 @@ async def test_groups_take_turns_while_the_running_ones_fill_the_backend() -> No
         tg.cancel_scope.cancel()
 
 
+async def test_a_limit_that_moves_reaches_the_calls_already_waiting() -> None:
+    """All calls entered at a limit of 2 (slow start's first limit, say). When the backend's
+    limit grows to 8, waiting groups get their turns and a warm group's ramp window follows —
+    without a new call having to enter; when it falls, nothing more is admitted above it."""
+    gate = CacheGate(clock=PatientClock())
+    policy = turn_policy()
+    tickets: dict[str, list[CacheTicket]] = {name: [] for name in "abcd"}
+
+    async def call(name: str) -> None:
+        tickets[name].append(await gate.enter("b", group(name), policy, limit=2))
+
+    async with anyio.create_task_group() as tg:
+        for name in "abcd":
+            for _ in range(6):
+                tg.start_soon(call, name)
+        await settle(10)
+        # a warms alone: it will use the whole limit of 2, so no other group has a turn
+        assert [len(tickets[n]) for n in "abcd"] == [1, 0, 0, 0]
+        tickets["a"][0].prefilled()
+        await settle(10)
+        assert [len(tickets[n]) for n in "abcd"] == [2, 0, 0, 0]  # a's window: the limit, 2
+        gate.update_limit("b", 2)  # unchanged: nothing happens
+        await settle(10)
+        assert [len(tickets[n]) for n in "abcd"] == [2, 0, 0, 0]
+        gate.update_limit("b", 8)
+        await settle(10)
+        # a's window opens to its start (5), and b gets its turn (5 < 8): its warm-up goes;
+        # c does not (a and b will use 5 + 5 > 8)
+        assert [len(tickets[n]) for n in "abcd"] == [5, 1, 0, 0]
+        assert {s.key: s.window for s in gate.statistics("b")}["a"] == 5
+        gate.update_limit("b", 3)
+        for t in tickets["a"][1:]:
+            t.release()
+        await settle(10)
+        # a keeps 1 in flight of its window, now 3: only its last call goes (2 in flight)
+        assert [len(tickets[n]) for n in "abcd"] == [6, 1, 0, 0]
+        assert {s.key: s.window for s in gate.statistics("b")}["a"] == 3
+        tg.cancel_scope.cancel()
+
+
 async def test_without_turns_every_group_warms_at_once() -> None:
     gate = CacheGate(clock=PatientClock())
     policy = RampPolicy(start=5, window=5)  # turn_wait_s=None

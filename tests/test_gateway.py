@@ -563,3 +563,36 @@ async def _limit_phase_and_events() -> None:
     assert set(late["auto"].limit_events) == {"slow_start_exit", "loss", "queue", "delay"}
     assert sum(late["auto"].limit_events.values()) >= 1  # slow start ended for a reason
     assert late["fixed"].limit_phase == "fixed"
+
+
+def test_auto_limit_grows_under_the_prompt_cache_gate() -> None:
+    """``concurrency="auto"`` with a ramping scenario: every call of a ``map`` enters the cache
+    gate at once, while slow start's first limit is in force. The limit it learns later must
+    reach those waiting calls: a job used to run at that first limit (4) to its end."""
+    assert run_virtual(_auto_job_time, "batch_content") <= 1.15 * run_virtual(
+        _auto_job_time, "default"
+    )
+
+
+async def _auto_job_time(scenario: str) -> float:
+    from gptgate.testing import sim_backend
+
+    clock = LoopClock()
+    backend, _ = sim_backend("tpu", name="sim", clock=clock, seed=7, concurrency="auto")
+    guide = "Review the description for accuracy and tone. " * 150  # ~1,400 tokens: cacheable
+    items = [
+        {
+            "messages": [
+                {"role": "system", "content": f"[item {i}] {guide}"},  # a prefix group each
+                {"role": "user", "content": f"Item #{i}: a steel and oak kit."},
+            ],
+            "max_tokens": 300,
+        }
+        for i in range(300)
+    ]
+    async with gg.Gateway([backend], clock=clock, seed=7) as gate:
+        start = clock.now()
+        results = await gate.map(items, scenario=scenario)
+        assert all(isinstance(r, gg.ChatResult) for r in results)
+        assert gate.stats()["sim"].limit > 16  # slow start went on
+        return clock.now() - start
