@@ -117,6 +117,15 @@ def _is_congestion(error: BaseException) -> bool:
     return isinstance(error, BackendError) and error.status in _DROP_STATUSES
 
 
+def _is_server_failure(error: BaseException) -> bool:
+    """Failures of the server that lower goodput without being, alone, a sign of congestion:
+    a 5xx other than overload, a stream cut mid-answer. Hosted APIs fail more calls this way
+    as their load grows, so the limit counts them against goodput (not as a reason to cut)."""
+    if isinstance(error, StreamInterruptedError):
+        return True
+    return isinstance(error, BackendError) and error.status is not None and error.status >= 500
+
+
 class CallRunner:
     def __init__(
         self,
@@ -577,6 +586,8 @@ class CallRunner:
         if permit is not None and not permit.done:
             if _is_congestion(error):
                 permit.dropped(now - sent_at)
+            elif _is_server_failure(error):
+                permit.dropped(now - sent_at, congestion=False)
             else:
                 permit.ignore()
         if isinstance(error, RateLimitedError):

@@ -596,3 +596,17 @@ async def _auto_job_time(scenario: str) -> float:
         assert all(isinstance(r, gg.ChatResult) for r in results)
         assert gate.stats()["sim"].limit > 16  # slow start went on
         return clock.now() - start
+
+
+@pytest.mark.parametrize(("status", "cuts"), [(500, False), (502, False), (503, True)])
+async def test_a_server_error_is_no_reason_to_cut_the_limit_but_overload_is(
+    status: int, cuts: bool
+) -> None:
+    """Two failed calls in three, no retries: 503s (overload) cut the auto limit; 500s and 502s
+    count against goodput only — a backend that fails some calls at any load keeps its limit."""
+    script = Script(*[error(status) if i % 3 else ok() for i in range(60)])
+    async with gateway(backend(script, concurrency="auto"), max_attempts=1) as gate:
+        results = await gate.map([{"messages": USER} for _ in range(60)])
+        assert sum(isinstance(r, gg.BackendError) for r in results) == 40
+        events = gate.stats()["mock"].limit_events
+    assert (events["loss"] > 0) is cuts

@@ -40,6 +40,12 @@ def test_drop_multiplies_by_backoff_and_floors() -> None:
     assert lim.limit == 7  # floor(7.2)
 
 
+def test_a_server_failure_is_no_loss_signal() -> None:
+    lim = AIMDLimit(initial=10, backoff_ratio=0.9)
+    lim.update(Sample(0.0, 0.1, 10, "dropped", congestion=False), 0.0)
+    assert lim.limit == 10
+
+
 def test_a_success_slower_than_the_timeout_counts_as_a_drop() -> None:
     lim = AIMDLimit(initial=20, backoff_ratio=0.5, timeout_s=10.0)
     lim.update(ok(inflight=20, latency=10.0), 0.0)  # not slower: grows

@@ -46,10 +46,17 @@ class Script:
         self.t = start + wait + latency + 1_000.0
         return lim.limit
 
-    def drop(self, *, start: float | None = None) -> int:
+    def drop(self, *, start: float | None = None, congestion: bool = True) -> int:
         s = self.t if start is None else start
         self.limit.update(
-            Sample(start=s, latency_s=0.1, inflight=self.limit.limit, kind="dropped"), self.t
+            Sample(
+                start=s,
+                latency_s=0.1,
+                inflight=self.limit.limit,
+                kind="dropped",
+                congestion=congestion,
+            ),
+            self.t,
         )
         self.t += 1.0
         return self.limit.limit
@@ -219,6 +226,34 @@ def test_loss_cuts_once_per_overload_event_and_not_for_a_stray_failure() -> None
     s.drop()
     assert lim.events["loss"] == 2
     assert lim.center == pytest.approx(cut * 0.8)
+
+
+def test_server_failures_lower_goodput_but_never_cut_by_themselves() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 16
+    # at 16, half the calls fail with a 500: dense, but no loss cut …
+    for _ in range(8):
+        assert s.drop(congestion=False) == 16
+    assert s.limit.events["loss"] == 0
+    # … yet they count against goodput: the window's 8 successes of 16 calls at 16 in flight
+    # are the goodput of 8 (e = 0), so slow start ends there instead of doubling on
+    s.window(2.0)
+    lim = s.limit
+    assert not lim.in_slow_start
+    assert lim.elasticity == pytest.approx(0.0, abs=1e-12)
+    assert lim.center == pytest.approx(8.0)
+    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
+
+
+def test_the_same_failures_as_congestion_cut_at_once() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    s.drop()
+    s.drop()  # two 429s, dense: overload
+    assert s.limit.events["loss"] == 1 and s.limit.center == 8.0
 
 
 def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> None:

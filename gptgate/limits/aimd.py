@@ -64,8 +64,8 @@ class AIMDLimit:
         self._limit = min(max(self._limit, lo), hi)
 
     def update(self, sample: Sample, now: float) -> None:
-        if sample.kind == "ignored":
-            return
+        if sample.kind == "ignored" or (sample.kind == "dropped" and not sample.congestion):
+            return  # a server failure is no loss signal: AIMD backs off on congestion only
         limit = self._limit
         if sample.kind == "dropped" or (
             self.timeout_s is not None and sample.latency_s > self.timeout_s

@@ -26,6 +26,10 @@ class Sample:
     ttft_s: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    #: for a dropped attempt: whether it signals congestion (429, overload 503, a timeout),
+    #: or is a server failure (500, 502, 504, a stream cut mid-answer) that lowers goodput but
+    #: alone is no reason to back off — a backend may fail some calls at any load
+    congestion: bool = True
 
 
 @runtime_checkable

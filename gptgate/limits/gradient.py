@@ -115,8 +115,8 @@ class GradientLimit:
         self._estimate = min(max(self._estimate, float(lo)), float(hi))
 
     def update(self, sample: Sample, now: float) -> None:
-        if sample.kind == "ignored":
-            return
+        if sample.kind == "ignored" or (sample.kind == "dropped" and not sample.congestion):
+            return  # a server failure says nothing about the delay, nor about congestion
         self._max_inflight = max(self._max_inflight, sample.inflight)
         if sample.kind == "dropped" or (
             self.timeout_s is not None and sample.latency_s > self.timeout_s

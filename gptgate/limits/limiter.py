@@ -83,8 +83,10 @@ class Permit:
     ) -> None:
         self._finish("ok", latency_s, ttft_s, input_tokens, output_tokens)
 
-    def dropped(self, latency_s: float) -> None:
-        self._finish("dropped", latency_s, None, 0, 0)
+    def dropped(self, latency_s: float, *, congestion: bool = True) -> None:
+        """The attempt failed; ``congestion=False`` for a server failure that is not a sign of
+        overload by itself (see :attr:`Sample.congestion`)."""
+        self._finish("dropped", latency_s, None, 0, 0, congestion)
 
     def ignore(self) -> None:
         self._finish("ignored", 0.0, None, 0, 0)
@@ -96,6 +98,7 @@ class Permit:
         ttft_s: float | None,
         input_tokens: int,
         output_tokens: int,
+        congestion: bool = True,
     ) -> None:
         if self._done:
             return
@@ -108,6 +111,7 @@ class Permit:
             ttft_s=ttft_s,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
+            congestion=congestion,
         )
         self._limiter._release(sample)
 

@@ -70,7 +70,11 @@ How is it found? (every update is O(1))
       (in slow start the level before the last doubling is restored: it was good), at most
       once per overload event: only calls admitted after the last cut can cut again (TCP's
       once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
-      does not cut at all.
+      does not cut at all. Server failures (500, 502, 504, a stream cut mid-answer; the
+      sample's ``congestion`` is False) lower the measured goodput too, but never cut by
+      themselves: a failure rate that grows with the load moves the knee down through the
+      elasticity, while one that does not (a backend failing some calls at any load) leaves
+      the limit alone.
     * **Rate limits.** When the backend reports an RPM/TPM budget, the gateway passes the
       calls per second it sustains to :meth:`set_rate_ceiling`; more than
       ``rate_headroom × rate × latency`` calls in flight (2×: enough to spend a burst
@@ -381,6 +385,11 @@ class LLMLimit:
             return  # the same overload event as the last cut
         if sample.start >= self._window_start:
             self._drops += 1  # lowers this window's goodput
+        if not sample.congestion:
+            # a server failure: it lowers goodput (so a failure rate that grows with the load
+            # moves the knee down) but alone is no reason to cut — some backends fail a share
+            # of calls at any load
+            return
         # the density check sees every call admitted since the cut, settling or not: a
         # rejection storm is fastest exactly while the window is still settling
         self._loss_drops += 1
