@@ -1,7 +1,9 @@
 """``gptgate`` command line: ``demo``, ``sim serve``.
 
 ``gptgate demo`` reproduces SEEDS §1 — the concurrency U-curve — on the built-in simulator in
-well under a minute, with no key and no network; ``--base-url`` runs it against a real endpoint.
+well under a minute, with no key and no network, and then runs the same job with
+``concurrency="auto"`` to show where gptgate's adaptive limit lands without being told;
+``--base-url`` runs it against a real endpoint.
 """
 
 from __future__ import annotations
@@ -25,14 +27,32 @@ from .results import ChatResult
 
 __all__ = ["main"]
 
-DEFAULT_LEVELS = (1, 5, 10, 20, 30, 50, 80)
+DEFAULT_LEVELS = "1,5,10,20,30,50,80,auto"
 #: SEEDS §1: $21.50 for 2,150,000 tokens → $10 per million, input and output alike
 DEMO_PRICE = Price(input_per_mtok=10.0, cached_input_per_mtok=10.0, output_per_mtok=10.0)
 
 
+Level = int | str  # a fixed limit, or "auto"
+
+
+def parse_levels(text: str) -> list[Level]:
+    """``"1,5,auto"`` → ``[1, 5, "auto"]``; anything else is a clear ``ValueError``."""
+    levels: list[Level] = []
+    for token in (t.strip() for t in text.split(",")):
+        if token == "auto":
+            levels.append("auto")
+        elif token.isdigit() and int(token) >= 1:
+            levels.append(int(token))
+        else:
+            raise ValueError(f"--levels: {token!r} is neither a concurrency >= 1 nor 'auto'")
+    if not levels:
+        raise ValueError("--levels: give at least one level")
+    return levels
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
-    concurrency: int
+    concurrency: Level
     total_s: float
     mean_latency_s: float
     throughput: float
@@ -40,6 +60,12 @@ class Row:
     cost_usd: float
     failed: int
     retries: int
+    #: the limit in force at the end (for "auto": where the adaptive limit landed)
+    final_limit: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"auto→{self.final_limit}" if self.concurrency == "auto" else str(self.concurrency)
 
 
 def _workload(count: int, seed: int) -> list[dict[str, Any]]:
@@ -71,7 +97,7 @@ def _progress(total_rows: int) -> Any:
 
 
 async def _run_row(
-    concurrency: int,
+    concurrency: Level,
     requests: int,
     *,
     base_url: str | None,
@@ -132,6 +158,7 @@ async def _run_row(
         cost_usd=DEMO_PRICE.output_per_mtok * tokens / 1_000_000,
         failed=failed,
         retries=stats.retries,
+        final_limit=stats.limit,
     )
 
 
@@ -141,14 +168,39 @@ def format_table(rows: Sequence[Row]) -> str:
         f"{'total tokens':>13} {'cost':>9} {'retries':>8} {'failed':>7}"
     )
     lines = [header, "-" * len(header)]
-    best = max(rows, key=lambda r: r.throughput) if rows else None
+    best = _best_fixed(rows)
     for r in rows:
         mark = "  <- knee" if r is best else ""
         lines.append(
-            f"{r.concurrency:>11} {r.total_s:>10.0f}s {r.mean_latency_s:>12.2f}s "
+            f"{r.label:>11} {r.total_s:>10.0f}s {r.mean_latency_s:>12.2f}s "
             f"{r.throughput:>8.2f} req/s {r.tokens:>13,} {'$' + format(r.cost_usd, '.2f'):>9} "
             f"{r.retries:>8} {r.failed:>7}{mark}"
         )
+    return "\n".join(lines)
+
+
+def _best_fixed(rows: Sequence[Row]) -> Row | None:
+    fixed = [r for r in rows if r.concurrency != "auto"]
+    return max(fixed, key=lambda r: r.throughput) if fixed else None
+
+
+def _summary(rows: Sequence[Row]) -> str:
+    best = _best_fixed(rows)
+    auto = next((r for r in rows if r.concurrency == "auto"), None)
+    lines = []
+    if best is not None:
+        lines.append(
+            f"Throughput peaks at concurrency {best.concurrency}; past it, calls wait, retry "
+            "and cost more."
+        )
+    if auto is not None and best is not None and best.throughput > 0:
+        lines.append(
+            f"concurrency='auto' (the default) found its limit online, {auto.final_limit} at the "
+            f"end:\n{auto.throughput:.2f} req/s ({auto.throughput / best.throughput:.0%} of the "
+            f"best fixed) for ${auto.cost_usd:.2f} (best fixed: ${best.cost_usd:.2f})."
+        )
+    elif auto is None:
+        lines.append("Use concurrency='auto' (the default) to find that knee online.")
     return "\n".join(lines)
 
 
@@ -156,11 +208,12 @@ def _demo(args: argparse.Namespace) -> int:
     base_url = args.base_url
     if base_url is None and os.environ.get("OPENAI_API_KEY") and args.real:
         base_url = "https://api.openai.com/v1"
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = parse_levels(args.levels)
     where = base_url or f"the built-in simulator (profile '{args.profile}', in-process)"
     print(f"gptgate demo: {args.requests} requests per row against {where}")
-    print("fixed concurrency per row, up to 5 attempts per call (no retry budget, as the seed's"
-          " clients);\ntimes are in the backend's (simulated) seconds\n")
+    print("fixed concurrency per row (auto: gptgate's adaptive limit), up to 5 attempts per call"
+          " (no retry\nbudget, as the seed's clients); times are in the backend's (simulated)"
+          " seconds\n")
     progress = _progress(len(levels)) if not args.quiet else None
     rows: list[Row] = []
     wall = time.perf_counter()
@@ -184,17 +237,12 @@ def _demo(args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.advance(progress.task_ids[0])
             elif not args.quiet:
-                print(f"  concurrency {level:>3}: done", file=sys.stderr)
+                print(f"  concurrency {level!s:>4}: done", file=sys.stderr)
     finally:
         if progress is not None:
             progress.stop()
     print(format_table(rows))
-    best = max(rows, key=lambda r: r.throughput)
-    print(
-        f"\nThroughput peaks at concurrency {best.concurrency}; past it, calls wait, retry and "
-        "cost more.\nUse concurrency='auto' (the default) to find that knee online.\n"
-        f"(wall time {time.perf_counter() - wall:.1f}s)"
-    )
+    print(f"\n{_summary(rows)}\n(wall time {time.perf_counter() - wall:.1f}s)")
     return 0
 
 
@@ -211,7 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="the concurrency U-curve on the simulator")
     demo.add_argument("--requests", type=int, default=1000, help="requests per row")
-    demo.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)))
+    demo.add_argument(
+        "--levels", default=DEFAULT_LEVELS, help="fixed concurrencies; 'auto': the adaptive limit"
+    )
     demo.add_argument("--profile", default="hosted", help="simulator profile")
     demo.add_argument("--model", default="gpt-5.5")
     demo.add_argument("--seed", type=int, default=7)
@@ -245,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyError as error:  # an unknown simulator profile
         print(f"gptgate: {error.args[0] if error.args else error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # a bad option value
+        print(f"gptgate: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -22,3 +22,22 @@ def test_unknown_profile_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -
     assert main(["demo", "--profile", "nope", "--requests", "5", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "unknown simulator profile 'nope'" in err and "Traceback" not in err
+
+
+def test_demo_runs_auto_after_the_fixed_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--requests", "60", "--levels", "1,10,auto", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    auto = [line.split() for line in out.splitlines() if line.strip().startswith("auto→")]
+    assert len(auto) == 1
+    limit = int(auto[0][0].removeprefix("auto→"))
+    assert limit >= 1
+    # the summary compares auto with the best fixed row and names the limit it ended at
+    assert f"concurrency='auto' (the default) found its limit online, {limit} at the end" in out
+    auto_line = next(line for line in out.splitlines() if line.strip().startswith("auto→"))
+    assert "<- knee" in out and "knee" not in auto_line  # marked among the fixed rows only
+
+
+def test_bad_levels_are_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--levels", "10,fast", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "'fast' is neither a concurrency >= 1 nor 'auto'" in err and "Traceback" not in err
