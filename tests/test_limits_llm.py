@@ -247,6 +247,24 @@ def test_server_failures_lower_goodput_but_never_cut_by_themselves() -> None:
     assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
 
 
+def test_dense_server_failures_end_slow_start_though_the_doubling_paid() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 16
+    # at 16: 2 of 10 calls fail with a 500 (20%, beyond the 10% loss tolerance). The doubling
+    # still bought goodput (8 ok at 16 against 8 at 8: e = 0.68) — but it bought failures too,
+    # and the next one would buy more: slow start ends, at the linear-scaling equivalent
+    s.drop(congestion=False)
+    s.drop(congestion=False)
+    s.window(2.0)
+    lim = s.limit
+    assert not lim.in_slow_start
+    assert lim.elasticity == pytest.approx(math.log2(2 * 0.8))
+    assert lim.center == pytest.approx(8 * 2 * 0.8)
+    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
+
+
 def test_the_same_failures_as_congestion_cut_at_once() -> None:
     s = Script(LLMLimit(initial=4, window_samples=4))
     s.window(2.0)
