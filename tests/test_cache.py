@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
@@ -945,20 +946,29 @@ def turn_policy(wait_s: float = 3600.0) -> RampPolicy:
     return RampPolicy(start=5, window=5, turn_wait_s=wait_s)
 
 
+def turn_calls(
+    tg: anyio.abc.TaskGroup, gate: CacheGate, names: str, per_group: int, limit: int
+) -> dict[str, list[CacheTicket]]:
+    """Start ``per_group`` calls of each named group (under :func:`turn_policy`); their tickets
+    land in the returned lists as the gate lets them through."""
+    tickets: dict[str, list[CacheTicket]] = {name: [] for name in names}
+    policy = turn_policy()
+
+    async def call(name: str) -> None:
+        tickets[name].append(await gate.enter("b", group(name), policy, limit=limit))
+
+    for name in names:
+        for _ in range(per_group):
+            tg.start_soon(call, name)
+    return tickets
+
+
 async def test_groups_take_turns_while_the_running_ones_fill_the_backend() -> None:
     """limit 10, start 5: two groups fill it; the third starts only when one of them can no
     longer use its share — then, not earlier."""
     gate = CacheGate(clock=PatientClock())
-    policy = turn_policy()
-    tickets: dict[str, list[CacheTicket]] = {"a": [], "b": [], "c": []}
-
-    async def call(name: str) -> None:
-        tickets[name].append(await gate.enter("b", group(name), policy, limit=10))
-
     async with anyio.create_task_group() as tg:
-        for name in "abc":
-            for _ in range(7):
-                tg.start_soon(call, name)
+        tickets = turn_calls(tg, gate, "abc", 7, limit=10)
         await settle(10)
         by_key = {s.key: s for s in gate.statistics("b")}
         assert [len(tickets[n]) for n in "abc"] == [1, 1, 0]  # two warm-ups, c has no turn
@@ -987,16 +997,8 @@ async def test_a_limit_that_moves_reaches_the_calls_already_waiting() -> None:
     limit grows to 8, waiting groups get their turns and a warm group's ramp window follows —
     without a new call having to enter; when it falls, nothing more is admitted above it."""
     gate = CacheGate(clock=PatientClock())
-    policy = turn_policy()
-    tickets: dict[str, list[CacheTicket]] = {name: [] for name in "abcd"}
-
-    async def call(name: str) -> None:
-        tickets[name].append(await gate.enter("b", group(name), policy, limit=2))
-
     async with anyio.create_task_group() as tg:
-        for name in "abcd":
-            for _ in range(6):
-                tg.start_soon(call, name)
+        tickets = turn_calls(tg, gate, "abcd", 6, limit=2)
         await settle(10)
         # a warms alone: it will use the whole limit of 2, so no other group has a turn
         assert [len(tickets[n]) for n in "abcd"] == [1, 0, 0, 0]
