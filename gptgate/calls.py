@@ -31,6 +31,7 @@ from .errors import (
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
+from .outcomes import report_failure
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
@@ -105,25 +106,8 @@ class CallState:
     result: ChatResult | None = None
 
 
-_DROP_STATUSES = frozenset({429, 503, 529})
 #: what a call without max_tokens reserves against a TPM budget (the server counts it too)
 _DEFAULT_MAX_TOKENS = 1024
-
-
-def _is_congestion(error: BaseException) -> bool:
-    """Errors the limit reads as a loss signal (Netflix: *dropped*)."""
-    if isinstance(error, (RateLimitedError, RequestTimeout)):
-        return True
-    return isinstance(error, BackendError) and error.status in _DROP_STATUSES
-
-
-def _is_server_failure(error: BaseException) -> bool:
-    """Failures of the server that lower goodput without being, alone, a sign of congestion:
-    a 5xx other than overload, a stream cut mid-answer. Hosted APIs fail more calls this way
-    as their load grows, so the limit counts them against goodput (not as a reason to cut)."""
-    if isinstance(error, StreamInterruptedError):
-        return True
-    return isinstance(error, BackendError) and error.status is not None and error.status >= 500
 
 
 class CallRunner:
@@ -584,12 +568,7 @@ class CallRunner:
         if error.backend is None:
             error.backend = backend.name
         if permit is not None and not permit.done:
-            if _is_congestion(error):
-                permit.dropped(now - sent_at)
-            elif _is_server_failure(error):
-                permit.dropped(now - sent_at, congestion=False)
-            else:
-                permit.ignore()
+            report_failure(permit, error, now - sent_at)
         if isinstance(error, RateLimitedError):
             backend.rate_limited += 1
         elif isinstance(error, RequestTimeout):

@@ -25,6 +25,7 @@ from .errors import (
     RequestTimeout,
 )
 from .limits import Permit
+from .outcomes import report_failure, report_status
 from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
 
@@ -35,8 +36,6 @@ __all__ = ["GuardTransport", "classify_exception", "make_guard"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_CONGESTION = frozenset({408, 429, 503, 529})
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -120,7 +119,7 @@ def make_guard(
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
                     view = classify_exception(exc, state.name)
-                    _conclude(permit, view, clock.now() - start)
+                    report_failure(permit, view, clock.now() - start)
                     state.failures += 1
                     failed.add(state.name)
                     if isinstance(view, (BackendError, RequestTimeout)):
@@ -147,13 +146,6 @@ def make_guard(
         return guarded
 
     return decorator
-
-
-def _conclude(permit: Permit, view: GateError, latency: float) -> None:
-    if isinstance(view, (RateLimitedError, RequestTimeout)) or view.status in _CONGESTION:
-        permit.dropped(latency)
-    else:
-        permit.ignore()
 
 
 class _PermitStream(httpx2.AsyncByteStream):
@@ -201,16 +193,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             response = await state.pool.transport.handle_async_request(request)
         except BaseException as exc:
             if isinstance(exc, Exception):
-                _conclude(permit, classify_exception(exc, state.name), clock.now() - start)
+                report_failure(permit, classify_exception(exc, state.name), clock.now() - start)
             permit.ignore()
             raise
         status = response.status_code
         if status >= 400:
             state.failures += 1
-            if status in _CONGESTION:
-                permit.dropped(clock.now() - start)
-            else:
-                permit.ignore()
+            report_status(permit, status, clock.now() - start)
         if response.is_closed:  # a pre-read body: the call is over already
             if not permit.done:
                 permit.success(clock.now() - start)
