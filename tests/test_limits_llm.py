@@ -265,6 +265,16 @@ def test_dense_server_failures_end_slow_start_though_the_doubling_paid() -> None
     assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
 
 
+def test_a_backend_failing_as_often_at_any_load_stays_in_slow_start() -> None:
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    for limit in (4, 8, 16):
+        successes = max(4, limit // 2)  # a window's calls at this limit
+        for _ in range(successes // 4):  # a fifth of the calls fail, at every level
+            s.drop(congestion=False)
+        assert s.window(2.0, n=successes) == 2 * limit
+    assert s.limit.in_slow_start and s.limit.events["slow_start_exit"] == 0
+
+
 def test_the_same_failures_as_congestion_cut_at_once() -> None:
     s = Script(LLMLimit(initial=4, window_samples=4))
     s.window(2.0)

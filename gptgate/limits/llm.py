@@ -35,8 +35,8 @@ How is it found? (every update is O(1))
       goodput, the limit drops to the linear-scaling equivalent
       of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
       capacity). So does a doubling after which server failures turn dense (at least two, and
-      ``loss_tolerance`` of the window's calls): it bought failures, and the next would buy
-      more. At the ceiling (``max_limit`` or a window's high bound) there is nothing left
+      ``loss_tolerance`` of the window's calls, half of that more than at the level before):
+      it bought failures, and the next would buy more. At the ceiling (``max_limit`` or a window's high bound) there is nothing left
       to double into: slow start ends there and probing starts, so a knee just below the
       ceiling, or one that moves below it later, is still found.
     * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
@@ -485,10 +485,14 @@ class LLMLimit:
             prev = hist[-1]
             gained = self._ln_x(window) - self._ln_x(prev)
             self._elasticity = gained / (window.ln_n - prev.ln_n)
-            # server failures (not a reason to cut by themselves) that turn dense at the new
-            # level: the doubling bought failures, and the next one would buy more
-            failing = self._drops >= 2 and self._drops >= self.loss_tolerance * (
-                self._w.n + self._drops
+            # server failures (not a reason to cut by themselves) that turned dense with this
+            # doubling: it bought failures, and the next one would buy more. A backend that
+            # fails as often at the level before (at any load) does not stop slow start
+            failed = 1.0 - math.exp(window.ln_ok)
+            failing = (
+                self._drops >= 2
+                and failed >= self.loss_tolerance
+                and failed - (1.0 - math.exp(prev.ln_ok)) >= 0.5 * self.loss_tolerance
             )
             if self._elasticity < self.slow_start_exit or failing:
                 self.events["slow_start_exit"] += 1
