@@ -36,9 +36,10 @@ How is it found? (every update is O(1))
       of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
       capacity). So does a doubling after which server failures turn dense (at least two, and
       ``loss_tolerance`` of the window's calls, half of that more than at the level before):
-      it bought failures, and the next would buy more. At the ceiling (``max_limit`` or a window's high bound) there is nothing left
-      to double into: slow start ends there and probing starts, so a knee just below the
-      ceiling, or one that moves below it later, is still found.
+      it bought failures, and the next would buy more. At the ceiling (``max_limit`` or a
+      window's high bound) there is nothing left to double into: slow start ends there and
+      probing starts, so a knee just below the ceiling, or one that moves below it later, is
+      still found.
     * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
       A centred difference over three consecutive windows (it cancels a linear drift; a step
       change is caught by its two halves disagreeing, and the cautious half is used)
