@@ -656,7 +656,9 @@ class CacheGate:
     ``max_groups`` bounds the idle groups remembered (size) and ``idle_ttl_s`` how long an idle
     group is remembered (clock seconds since its last call ended); a forgotten group starts
     cold. Groups with calls in flight or waiting are always kept. The policy of a group is the
-    one of the call that created its state; the limit is updated by every ``enter``.
+    one of the call that created its state. The backend's limit comes with every ``enter`` and
+    with :meth:`update_limit` (the gateway calls it after every attempt), so an adaptive limit
+    that grows while calls wait here reaches them.
     """
 
     def __init__(
