@@ -25,6 +25,7 @@ from .errors import (
     RequestTimeout,
 )
 from .limits import Permit
+from .observe import ResponseTap, usage_of
 from .outcomes import report_failure, report_status
 from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
@@ -131,7 +132,10 @@ def make_guard(
                     permit.ignore()
                     raise
                 latency = clock.now() - start
-                permit.success(latency)
+                input_tokens, output_tokens = usage_of(result)
+                permit.success(
+                    latency, input_tokens=input_tokens or 0, output_tokens=output_tokens or 0
+                )
                 state.latency.add(latency)
                 state.breaker.on_success()
                 return result
@@ -148,21 +152,44 @@ def make_guard(
     return decorator
 
 
+def _succeed(
+    permit: Permit, state: BackendState, latency: float, tap: ResponseTap | None
+) -> None:
+    """End a successful SDK call's permit with what its response told (tokens, TTFT)."""
+    ttft = tap.ttft_s if tap is not None else None
+    permit.success(
+        latency,
+        ttft_s=ttft,
+        input_tokens=(tap.input_tokens if tap is not None else None) or 0,
+        output_tokens=(tap.output_tokens if tap is not None else None) or 0,
+    )
+    state.latency.add(latency)
+    if ttft is not None:
+        state.ttft.add(ttft)
+
+
 class _PermitStream(httpx2.AsyncByteStream):
-    """Holds the permit until the SDK closes the response (a stream is still in flight)."""
+    """Holds the permit until the SDK closes the response (a stream is still in flight), and
+    lets a :class:`ResponseTap` watch the body go by."""
 
     def __init__(
         self, inner: httpx2.AsyncByteStream, permit: Permit, state: BackendState, start: float,
-        clock_now: Callable[[], float],
+        clock_now: Callable[[], float], tap: ResponseTap,
     ) -> None:
         self._inner = inner
         self._permit = permit
         self._state = state
         self._start = start
         self._now = clock_now
+        self._tap: ResponseTap | None = tap
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
+            if self._tap is not None:
+                try:
+                    self._tap.feed(chunk, self._now())
+                except Exception:  # the SDK's bytes come first: stop watching, keep going
+                    self._tap = None
             yield chunk
 
     async def aclose(self) -> None:
@@ -170,9 +197,13 @@ class _PermitStream(httpx2.AsyncByteStream):
             await self._inner.aclose()
         finally:
             if not self._permit.done:
-                latency = self._now() - self._start
-                self._permit.success(latency)
-                self._state.latency.add(latency)
+                now = self._now()
+                if self._tap is not None:
+                    try:
+                        self._tap.close(now)
+                    except Exception:
+                        self._tap = None
+                _succeed(self._permit, self._state, now - self._start, self._tap)
 
 
 class GuardTransport(httpx2.AsyncBaseTransport):
@@ -200,10 +231,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         if status >= 400:
             state.failures += 1
             report_status(permit, status, clock.now() - start)
+        tap = ResponseTap(response.headers.get("content-type", ""), start)
         if response.is_closed:  # a pre-read body: the call is over already
             if not permit.done:
-                permit.success(clock.now() - start)
+                now = clock.now()
+                tap.feed(response.content, now)
+                tap.close(now)
+                _succeed(permit, state, now - start, tap)
             return response
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _PermitStream(response.stream, permit, state, start, clock.now)
+        response.stream = _PermitStream(response.stream, permit, state, start, clock.now, tap)
         return response
