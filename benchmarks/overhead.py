@@ -2,6 +2,8 @@
 
 Same loopback simulator (its own process), same pool size and keep-alive, the same 32 workers
 issuing the same non-streaming calls; runs alternated so machine noise hits all three alike.
+Then, as a separate alternated pair, the openai SDK alone and on ``gate.http_client``: what
+the gateway's limiter, pool and response tap add to an SDK call.
 CPU is ``time.process_time()`` of this (client) process only. Target: gptgate ≤ 1.3× plain
 httpx2, i.e. cheaper per call than the openai SDK itself.
 
@@ -82,10 +84,12 @@ async def run_httpx2(base_url: str, calls: int, concurrency: int) -> float:
         return await drive(call, calls, concurrency)
 
 
-async def run_openai(base_url: str, calls: int, concurrency: int) -> float:
+async def run_openai(
+    base_url: str, calls: int, concurrency: int, http_client: httpx2.AsyncClient | None = None
+) -> float:
     import openai
 
-    http_client = httpx2.AsyncClient(limits=limits(concurrency), timeout=60.0)
+    http_client = http_client or httpx2.AsyncClient(limits=limits(concurrency), timeout=60.0)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", http_client=http_client)
     semaphore = anyio.Semaphore(concurrency)
 
@@ -113,11 +117,37 @@ async def run_gptgate(base_url: str, calls: int, concurrency: int) -> float:
         return await drive(call, calls, concurrency)
 
 
-CLIENTS: dict[str, Callable[[str, int, int], Awaitable[float]]] = {
+async def run_openai_gated(base_url: str, calls: int, concurrency: int) -> float:
+    """The openai SDK on ``gate.http_client``: the gateway's pool, limiter and response tap."""
+    backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency)
+    async with gg.Gateway([backend]) as gate:
+        return await run_openai(base_url, calls, concurrency, gate.http_client("sim"))
+
+
+Runner = Callable[[str, int, int], Awaitable[float]]
+CLIENTS: dict[str, Runner] = {
     "httpx2 (plain)": run_httpx2,
     "openai SDK": run_openai,
     "gptgate": run_gptgate,
 }
+#: measured as a separate alternated pair: what gate.http_client adds to an SDK call
+SDK_CLIENTS: dict[str, Runner] = {
+    "openai SDK": run_openai,
+    "openai SDK on gate.http_client": run_openai_gated,
+}
+
+
+def measure(
+    clients: dict[str, Runner], base_url: str, calls: int, concurrency: int, rounds: int
+) -> dict[str, float]:
+    """CPU ms per call of each client: the median of ``rounds`` alternated runs."""
+    samples: dict[str, list[float]] = {name: [] for name in clients}
+    for run in clients.values():  # warm-up: imports, connections, caches
+        anyio.run(run, base_url, 200, concurrency)
+    for _ in range(rounds):
+        for name, run in clients.items():
+            samples[name].append(anyio.run(run, base_url, calls, concurrency))
+    return {name: statistics.median(v) / calls * 1e3 for name, v in samples.items()}
 
 
 def main() -> None:
@@ -126,14 +156,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    samples: dict[str, list[float]] = {name: [] for name in CLIENTS}
     with loopback_simulator() as base_url:
-        for run in CLIENTS.values():  # warm-up: imports, connections, caches
-            anyio.run(run, base_url, 200, args.concurrency)
-        for _ in range(args.rounds):
-            for name, run in CLIENTS.items():
-                samples[name].append(anyio.run(run, base_url, args.calls, args.concurrency))
-    per_call = {name: statistics.median(v) / args.calls * 1e3 for name, v in samples.items()}
+        per_call = measure(CLIENTS, base_url, args.calls, args.concurrency, args.rounds)
+        sdk = measure(SDK_CLIENTS, base_url, args.calls, args.concurrency, args.rounds)
     base = per_call["httpx2 (plain)"]
     print(f"$ python benchmarks/overhead.py --calls {args.calls} "
           f"--concurrency {args.concurrency} --rounds {args.rounds}")
@@ -147,6 +172,10 @@ def main() -> None:
     verdict = "meets" if ratio <= 1.3 else "MISSES"
     print(f"\ngptgate / httpx2 = {ratio:.2f} ({verdict} the ≤ 1.3× target); "
           f"gptgate / openai SDK = {per_call['gptgate'] / per_call['openai SDK']:.2f}")
+    alone, gated = sdk["openai SDK"], sdk["openai SDK on gate.http_client"]
+    print(f"\nthe openai SDK alone {alone:.3f} ms/call, on gate.http_client {gated:.3f}: "
+          f"{gated / alone:.2f}×\n(the gateway's limiter, pool and response tap; a separate "
+          "alternated pair)")
 
 
 if __name__ == "__main__":
