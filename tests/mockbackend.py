@@ -10,6 +10,7 @@ import anyio
 import httpx2
 
 import gptgate as gg
+from gptgate.limits import Sample
 
 
 def completion(text: str = "hi there", *, prompt: int = 10, cached: int = 0) -> dict[str, Any]:
@@ -153,3 +154,18 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
 
 
 USER = [{"role": "user", "content": "hello"}]
+
+
+class RecordingLimit:
+    """A limit that keeps every sample it is fed (and lets ``limit`` calls in)."""
+
+    def __init__(self, limit: int = 10) -> None:
+        self.samples: list[Sample] = []
+        self._limit = limit
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def update(self, sample: Sample, now: float) -> None:
+        self.samples.append(sample)

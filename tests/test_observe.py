@@ -6,9 +6,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gptgate.limits import Sample
 from gptgate.observe import MAX_JSON_BYTES, ResponseTap, usage_of
-from tests.mockbackend import USER, Script, backend, completion, gateway, ok, sse, stream
+from tests.mockbackend import (
+    USER,
+    RecordingLimit,
+    Script,
+    backend,
+    completion,
+    gateway,
+    ok,
+    sse,
+    stream,
+)
 
 
 def _sse_events(*chunks: dict[str, Any]) -> list[bytes]:
@@ -63,18 +72,6 @@ def test_usage_of_an_sdk_result() -> None:
     assert usage_of(completion("x" * 40, prompt=5)) == (5, 10)
     assert usage_of("plain text") == (None, None)
     assert usage_of({"usage": None}) == (None, None)
-
-
-class RecordingLimit:
-    def __init__(self) -> None:
-        self.samples: list[Sample] = []
-
-    @property
-    def limit(self) -> int:
-        return 4
-
-    def update(self, sample: Sample, now: float) -> None:
-        self.samples.append(sample)
 
 
 async def test_http_client_reports_tokens_and_first_token_to_the_limit() -> None:

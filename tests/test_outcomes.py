@@ -13,20 +13,9 @@ from gptgate.errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
-from gptgate.limits import Limiter, Sample
+from gptgate.limits import Limiter
 from gptgate.outcomes import report_failure, report_status
-
-
-class RecordingLimit:
-    def __init__(self) -> None:
-        self.samples: list[Sample] = []
-
-    @property
-    def limit(self) -> int:
-        return 10
-
-    def update(self, sample: Sample, now: float) -> None:
-        self.samples.append(sample)
+from tests.mockbackend import RecordingLimit
 
 
 async def _outcome_of(report: object) -> tuple[str, bool] | None:
