@@ -321,6 +321,11 @@ class RampController:
         """Samples in the current, not yet complete window."""
         return self._count
 
+    def meets_target(self, cached: float, cacheable: float = 1.0) -> bool:
+        """Whether ``cached`` of ``cacheable`` input tokens (or a hit rate alone) holds the
+        policy's target: a call's, a window's."""
+        return cached >= (self.policy.target_hit_rate - _EPS) * cacheable
+
     def on_sample(
         self, cached: int, cacheable: int, *, epoch: int | None = None, may_widen: bool = True
     ) -> bool:
@@ -345,11 +350,10 @@ class RampController:
                 self._cached = self._cacheable = self._count = 0
                 return False  # it ran under the narrower window: not a sample of the new one
         cached = min(max(0, cached), cacheable)
-        target = self.policy.target_hit_rate - _EPS
         self._cached += cached
         self._cacheable += cacheable
         self._count += 1
-        self._misses += cached < target * cacheable
+        self._misses += not self.meets_target(cached, cacheable)
         self.samples += 1
         if self._count < self.policy.window:
             return False
@@ -364,7 +368,7 @@ class RampController:
         # judge it again by the calls admitted from now on
         mixed = misses > 0 and 2 * misses <= self.policy.window
         lone = mixed and misses == 1 and not self._lone
-        if rate >= target:
+        if self.meets_target(rate):
             self._lone = self._rejudging = False
             new = self._widen(current, may_widen)
             if not may_widen and current < self._limit:
@@ -623,7 +627,7 @@ class CacheTicket:
         self._gate._count(group.backend, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
-        if cached < (group.controller.policy.target_hit_rate - _EPS) * cacheable:
+        if not group.controller.meets_target(cached, cacheable):
             group.misses += 1
         before = group.controller.window
         # widening while the backend is full would only change which group's calls queue at
@@ -657,8 +661,8 @@ class CacheGate:
     group is remembered (clock seconds since its last call ended); a forgotten group starts
     cold. Groups with calls in flight or waiting are always kept. The policy of a group is the
     one of the call that created its state. The backend's limit comes with every ``enter`` and
-    with :meth:`update_limit` (the gateway calls it after every attempt), so an adaptive limit
-    that grows while calls wait here reaches them.
+    with :meth:`update_limit` (the backend's limiter calls it whenever its limit moves), so an
+    adaptive limit that grows while calls wait here reaches them.
     """
 
     def __init__(
@@ -704,9 +708,7 @@ class CacheGate:
         now = self._clock.now()
         state.touch(now)
         self._limits[backend] = max(1, limit)
-        if state.controller.limit != max(1, limit):
-            state.controller.limit = limit
-            self._wake(state)
+        self._sync_limit(state, limit)  # an idle group kept the limit of its last call
         if not state.active:
             if policy.turn_wait_s is None:
                 self._activate(state)
@@ -733,15 +735,19 @@ class CacheGate:
         slow start's first limit would otherwise run at that limit to its end. O(1) when the
         limit has not changed; else O(groups with calls here)."""
         limit = max(1, limit)
-        if self._limits.get(backend, limit) == limit:
-            self._limits.setdefault(backend, limit)
+        if self._limits.get(backend) == limit:
             return
         self._limits[backend] = limit
         for state in [g for g in self._active.values() if g.backend == backend]:
-            if state.controller.limit != limit:
-                state.controller.limit = limit
-                self._wake(state)
+            self._sync_limit(state, limit)
         self._next_turns(backend)
+
+    def _sync_limit(self, state: _Group, limit: int) -> None:
+        """Cap ``state``'s ramp by the backend's limit; a wider window admits its waiters."""
+        limit = max(1, limit)
+        if state.controller.limit != limit:
+            state.controller.limit = limit
+            self._wake(state)
 
     def mark_warm(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -894,7 +900,7 @@ class CacheGate:
         ctl = state.controller
         rate = ctl.last_hit_rate
         backend = state.backend
-        good = rate is not None and rate >= ctl.policy.target_hit_rate - _EPS
+        good = rate is not None and ctl.meets_target(rate)
         learned = max(self._learned.get(backend, 0), min(width, state.peak))
         if good and ctl.ceiling is None and not state.misses and learned > ctl.policy.start:
             self._learned[backend] = learned

@@ -68,8 +68,6 @@ class CacheGateLike(Protocol):
         self, backend: str, group: Any, policy: RampPolicy, limit: int
     ) -> CacheTicketLike: ...
 
-    def update_limit(self, backend: str, limit: int) -> None: ...
-
 
 @dataclass(slots=True)
 class CallSpec:
@@ -389,10 +387,6 @@ class CallRunner:
                     await response.aclose()
             if permit is not None:
                 permit.ignore()  # no-op unless cancelled or failed before classification
-                if self.cache_gate is not None:
-                    # the limit may have moved on this call's sample: calls waiting at the
-                    # cache gate are windowed and given turns against the current one
-                    self.cache_gate.update_limit(backend.name, backend.limiter.current_limit)
             if ticket is not None:
                 ticket.release()
             if span is not None:

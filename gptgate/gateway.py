@@ -7,6 +7,7 @@ connection. Nothing is lost: every accepted call ends in a result or a typed err
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import (
     AsyncGenerator,
@@ -255,6 +256,7 @@ class Gateway:
                 clock=self.clock,
                 max_inflight=backend.pool_size,
                 name=backend.name,
+                on_limit_change=functools.partial(self.cache_gate.update_limit, backend.name),
             )
             breaker = CircuitBreaker(
                 threshold=self.config.breaker_threshold,

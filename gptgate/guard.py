@@ -152,20 +152,17 @@ def make_guard(
     return decorator
 
 
-def _succeed(
-    permit: Permit, state: BackendState, latency: float, tap: ResponseTap | None
-) -> None:
+def _succeed(permit: Permit, state: BackendState, latency: float, tap: ResponseTap) -> None:
     """End a successful SDK call's permit with what its response told (tokens, TTFT)."""
-    ttft = tap.ttft_s if tap is not None else None
     permit.success(
         latency,
-        ttft_s=ttft,
-        input_tokens=(tap.input_tokens if tap is not None else None) or 0,
-        output_tokens=(tap.output_tokens if tap is not None else None) or 0,
+        ttft_s=tap.ttft_s,
+        input_tokens=tap.input_tokens or 0,
+        output_tokens=tap.output_tokens or 0,
     )
     state.latency.add(latency)
-    if ttft is not None:
-        state.ttft.add(ttft)
+    if tap.ttft_s is not None:
+        state.ttft.add(tap.ttft_s)
 
 
 class _PermitStream(httpx2.AsyncByteStream):
@@ -181,15 +178,11 @@ class _PermitStream(httpx2.AsyncByteStream):
         self._state = state
         self._start = start
         self._now = clock_now
-        self._tap: ResponseTap | None = tap
+        self._tap = tap
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
-            if self._tap is not None:
-                try:
-                    self._tap.feed(chunk, self._now())
-                except Exception:  # the SDK's bytes come first: stop watching, keep going
-                    self._tap = None
+            self._tap.feed(chunk, self._now())
             yield chunk
 
     async def aclose(self) -> None:
@@ -198,11 +191,7 @@ class _PermitStream(httpx2.AsyncByteStream):
         finally:
             if not self._permit.done:
                 now = self._now()
-                if self._tap is not None:
-                    try:
-                        self._tap.close(now)
-                    except Exception:
-                        self._tap = None
+                self._tap.close(now)
                 _succeed(self._permit, self._state, now - self._start, self._tap)
 
 

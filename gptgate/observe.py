@@ -8,7 +8,8 @@ SDK's return value — without this, such calls reach the limit as bare latencie
 
 :class:`ResponseTap` watches the body as the SDK reads it — at most :data:`MAX_JSON_BYTES` of
 a JSON body, and for an event stream one SSE decoder that keeps no text — and never changes
-what the SDK gets. Anything it cannot read simply leaves the counts unknown.
+what the SDK gets: anything it cannot read — or any error of its own — leaves the counts
+unknown and stops it watching, never the SDK's read.
 """
 
 from __future__ import annotations
@@ -51,28 +52,39 @@ class ResponseTap:
         self.output_tokens: int | None = None
 
     def feed(self, chunk: bytes, now: float) -> None:
-        if self._decoder is not None:
-            for event in self._decoder.feed(chunk):
-                self._event(event.data, now)
-        elif self._buffer is not None:
-            self._size += len(chunk)
-            if self._size > MAX_JSON_BYTES:
-                self._buffer = None
-            else:
-                self._buffer.append(chunk)
+        try:
+            if self._decoder is not None:
+                for event in self._decoder.feed(chunk):
+                    self._event(event.data, now)
+            elif self._buffer is not None:
+                self._size += len(chunk)
+                if self._size > MAX_JSON_BYTES:
+                    self._buffer = None
+                else:
+                    self._buffer.append(chunk)
+        except Exception:
+            self._give_up()
 
     def close(self, now: float) -> None:
-        if self._decoder is not None:
-            for event in self._decoder.close():
-                self._event(event.data, now)
-        elif self._buffer is not None:
-            self._take_usage(_loads(b"".join(self._buffer)))
-            self._buffer = None
+        try:
+            if self._decoder is not None:
+                for event in self._decoder.close():
+                    self._event(event.data, now)
+            elif self._buffer is not None:
+                self._take_usage(_loads(b"".join(self._buffer)))
+        except Exception:
+            self._give_up()
+        self._decoder = self._buffer = None
+
+    def _give_up(self) -> None:
+        """The SDK's bytes come first: stop watching, and claim to know nothing."""
+        self._decoder = self._buffer = None
+        self.ttft_s = self.input_tokens = self.output_tokens = None
 
     def _event(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
             return
-        chunk = _loads(data.encode())
+        chunk = _loads(data)
         if not isinstance(chunk, dict):
             return
         if self.ttft_s is None and _has_content(chunk):
@@ -103,7 +115,7 @@ def usage_of(result: object) -> tuple[int | None, int | None]:
     return parsed.input_tokens, parsed.output_tokens
 
 
-def _loads(body: bytes) -> Any:
+def _loads(body: bytes | str) -> Any:
     try:
         return json.loads(body)
     except ValueError:

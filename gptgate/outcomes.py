@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .errors import (
     BackendError,
     GateError,
@@ -20,39 +22,42 @@ from .errors import (
 )
 from .limits import Permit
 
-__all__ = ["CONGESTION_STATUSES", "is_congestion", "is_server_failure", "report_failure"]
+__all__ = ["CONGESTION_STATUSES", "report_failure", "report_status"]
 
 #: HTTP statuses that say the backend is overloaded (or timed the request out)
 CONGESTION_STATUSES = frozenset({408, 429, 503, 529})
 
+_Kind = Literal["congestion", "server failure"] | None
 
-def is_congestion(error: BaseException) -> bool:
+
+def _status_kind(status: int | None) -> _Kind:
+    if status in CONGESTION_STATUSES:
+        return "congestion"
+    if status is not None and status >= 500:
+        return "server failure"
+    return None
+
+
+def _error_kind(error: GateError) -> _Kind:
     if isinstance(error, (RateLimitedError, RequestTimeout)):
-        return True
-    return isinstance(error, BackendError) and error.status in CONGESTION_STATUSES
-
-
-def is_server_failure(error: BaseException) -> bool:
+        return "congestion"
     if isinstance(error, StreamInterruptedError):
-        return True
-    return isinstance(error, BackendError) and error.status is not None and error.status >= 500
+        return "server failure"
+    return _status_kind(error.status) if isinstance(error, BackendError) else None
+
+
+def _end(permit: Permit, kind: _Kind, latency_s: float) -> None:
+    if kind is None:
+        permit.ignore()
+    else:
+        permit.dropped(latency_s, congestion=kind == "congestion")
 
 
 def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:
     """End ``permit`` for a failed attempt (a no-op if it has ended already)."""
-    if is_congestion(error):
-        permit.dropped(latency_s)
-    elif is_server_failure(error):
-        permit.dropped(latency_s, congestion=False)
-    else:
-        permit.ignore()
+    _end(permit, _error_kind(error), latency_s)
 
 
 def report_status(permit: Permit, status: int, latency_s: float) -> None:
     """End ``permit`` for an HTTP error response seen only as its status (``http_client``)."""
-    if status in CONGESTION_STATUSES:
-        permit.dropped(latency_s)
-    elif status >= 500:
-        permit.dropped(latency_s, congestion=False)
-    else:
-        permit.ignore()
+    _end(permit, _status_kind(status), latency_s)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -147,6 +148,7 @@ class Limiter:
         aging_s: float = 5.0,
         name: str = "",
         shed_factor: float = 1.0,
+        on_limit_change: Callable[[int], None] | None = None,
     ) -> None:
         if max_inflight is not None and max_inflight < 1:
             raise ValueError("max_inflight must be >= 1")
@@ -170,6 +172,10 @@ class Limiter:
         self._last_release = math.nan
         self._interval = math.nan  # EWMA of the gap between releases while calls waited
         self._latency = math.nan  # EWMA of attempt latency
+        #: told the new limit whenever it moves (seen at the next release): who holds calls
+        #: before this limiter — the prompt-cache gate — windows them against it
+        self.on_limit_change = on_limit_change
+        self._announced = self.current_limit
 
     # ---- observation --------------------------------------------------------------------
     @property
@@ -349,6 +355,9 @@ class Limiter:
             )
 
     def _wake(self) -> None:
+        if self.on_limit_change is not None and self.current_limit != self._announced:
+            self._announced = self.current_limit
+            self.on_limit_change(self._announced)
         heap = self._heap
         while heap and self._in_flight < self.current_limit:
             _, _, waiter = heapq.heappop(heap)

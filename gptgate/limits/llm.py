@@ -150,7 +150,16 @@ class _Sums:
         self.n_ttft = 0
         self.ttft = 0.0
 
-    def add(self, inflight: int, x: float, a: float, b: float, wait: float, hold: float) -> None:
+    def add(
+        self,
+        inflight: int,
+        x: float,
+        a: float,
+        b: float,
+        wait: float,
+        hold: float,
+        ttft: float | None,
+    ) -> None:
         self.n += 1
         self.x += x
         self.x2 += x * x
@@ -160,10 +169,9 @@ class _Sums:
         self.b += b
         self.wait += wait
         self.hold += hold
-
-    def add_ttft(self, ttft: float) -> None:
-        self.n_ttft += 1
-        self.ttft += ttft
+        if ttft is not None:
+            self.n_ttft += 1
+            self.ttft += ttft
 
 
 class LLMLimit:
@@ -363,9 +371,7 @@ class LLMLimit:
             ttft = None
         x = math.log(max(r, 1e-12))
         if sample.start >= self._window_start:
-            self._w.add(sample.inflight, x, a, b, wait, hold)
-            if ttft is not None:
-                self._w.add_ttft(ttft)
+            self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
             if self._w.n >= self._window_size():
                 self._close_window(now)
                 return
@@ -375,9 +381,7 @@ class LLMLimit:
         # drop shows in them long before it moves the mean of a long window. They include
         # calls admitted before a probing step (±8% does not make a 1.5× jump), but not those
         # from before the last cut (the same overload)
-        self._c.add(sample.inflight, x, a, b, wait, hold)
-        if ttft is not None:
-            self._c.add_ttft(ttft)
+        self._c.add(sample.inflight, x, a, b, wait, hold, ttft)
         if self._c.n >= self.window_samples:
             chunk, self._c = self._c, _Sums()
             self._guards(now, chunk, final=False)
