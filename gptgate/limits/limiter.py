@@ -355,9 +355,6 @@ class Limiter:
             )
 
     def _wake(self) -> None:
-        if self.on_limit_change is not None and self.current_limit != self._announced:
-            self._announced = self.current_limit
-            self.on_limit_change(self._announced)
         heap = self._heap
         while heap and self._in_flight < self.current_limit:
             _, _, waiter = heapq.heappop(heap)
@@ -367,6 +364,10 @@ class Limiter:
             self._leave_queue(waiter)
             waiter.permit = self._admit()
             waiter.event.set()
+        # last: this limiter's own admissions never wait on (or fail with) the listener
+        if self.on_limit_change is not None and self.current_limit != self._announced:
+            self._announced = self.current_limit
+            self.on_limit_change(self._announced)
 
     def __repr__(self) -> str:
         return (
