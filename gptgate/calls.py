@@ -11,6 +11,7 @@ released, the cache ticket handed back, the response closed, the span ended, the
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -102,6 +103,8 @@ class CallState:
     committed: bool = False
     failed_backends: set[str] = field(default_factory=set)
     result: ChatResult | None = None
+    #: its first sent attempt was counted as a request by the retry budget
+    funded_retries: bool = False
 
 
 #: what a call without max_tokens reserves against a TPM budget (the server counts it too)
@@ -136,8 +139,6 @@ class CallRunner:
     async def run(self, spec: CallSpec) -> ChatResult:
         """A non-visible call: retries freely until a result or the last error."""
         state = CallState(start=self.clock.now())
-        if self.budget is not None:
-            self.budget.record_request(state.start)
 
         async def attempt(number: int) -> ChatResult:
             async with aclosing(self._attempt(spec, state, number)) as deltas:
@@ -165,8 +166,6 @@ class CallRunner:
 
     async def stream(self, spec: CallSpec, state: CallState) -> AsyncGenerator[str, None]:
         """A visible stream: retries only while nothing has been shown to the caller."""
-        if self.budget is not None:
-            self.budget.record_request(state.start)
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
@@ -235,7 +234,9 @@ class CallRunner:
         try:
             ramp = spec.scenario.ramp
             if self.cache_gate is not None and spec.prefix is not None and ramp is not None:
-                ticket = await self._enter_cache_gate(backend, spec, ramp)
+                backend, ticket = await self._pass_cache_gate(backend, spec, state, ramp)
+                config = backend.backend
+                attempt_timeout = config.timeout
             permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
             reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
             pace = backend.pacer.reserve(clock.now(), reserved)
@@ -248,6 +249,12 @@ class CallRunner:
                     )
                 await clock.sleep(pace)
             sent_at = clock.now()
+            if self.budget is not None and not state.funded_retries:
+                # a request funds retries when it reaches the backend, not when it starts
+                # waiting: a job queued behind the gate or the limiter for longer than the
+                # budget's window would otherwise find nothing left to retry with
+                state.funded_retries = True
+                self.budget.record_request(sent_at)
             queue_s = sent_at - enqueued
             state.queue_s += queue_s
             backend.calls += 1
@@ -392,22 +399,51 @@ class CallRunner:
             if span is not None:
                 span.end()
 
-    async def _enter_cache_gate(
-        self, backend: BackendState, spec: CallSpec, ramp: RampPolicy
-    ) -> CacheTicketLike:
-        """Pass the prompt-cache gate (warm-up, ramp window, turns) within the call's deadline:
-        a call that cannot get through in time is shed like one the limiter cannot admit."""
+    async def _pass_cache_gate(
+        self, chosen: BackendState, spec: CallSpec, state: CallState, ramp: RampPolicy
+    ) -> tuple[BackendState, CacheTicketLike]:
+        """Pass the prompt-cache gate (warm-up, ramp window, turns) within the call's deadline;
+        a call that cannot get through in time is shed like one the limiter cannot admit.
+
+        With other healthy backends, the call is bound late: it waits at ``chosen``'s gate
+        and, once it has waited as long as another backend's handicap (how much later the
+        router predicts that one would finish it), at that one's too; the first gate to let
+        it through gets it. The router cannot see the calls a gate holds, so binding them all
+        when a job starts would send a whole ``map`` to the backend that looked best then."""
         assert self.cache_gate is not None
-        limit = backend.limiter.current_limit
-        if spec.deadline is None:
-            return await self.cache_gate.enter(backend.name, spec.prefix, ramp, limit)
-        remaining = spec.deadline - self.clock.now()
-        with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):
-            return await self.cache_gate.enter(backend.name, spec.prefix, ramp, limit)
-        raise OverloadedError(
-            "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
-            backend=backend.name,
-        )
+        gate = self.cache_gate
+        rivals = self.router.alternatives(spec.route, chosen, frozenset(state.failed_backends))
+        entrants = [(chosen, 0.0), *rivals]
+        admitted: list[tuple[int, BackendState, CacheTicketLike]] = []
+
+        async def wait_at(rank: int, backend: BackendState, handicap: float) -> None:
+            if handicap > 0:
+                await self.clock.sleep(handicap)
+            limit = backend.limiter.current_limit
+            ticket = await gate.enter(backend.name, spec.prefix, ramp, limit)
+            admitted.append((rank, backend, ticket))
+            race.cancel_scope.cancel()  # the other gates hand back what they granted
+
+        remaining = math.inf if spec.deadline is None else spec.deadline - self.clock.now()
+        try:
+            with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):
+                async with anyio.create_task_group() as race:
+                    for rank, (backend, handicap) in enumerate(entrants):
+                        race.start_soon(wait_at, rank, backend, handicap)
+        except BaseException:
+            for _, _, ticket in admitted:
+                ticket.release()
+            raise
+        if not admitted:
+            raise OverloadedError(
+                "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
+                backend=chosen.name,
+            )
+        # several gates let it through in the same instant: the best-ranked one keeps it
+        admitted.sort(key=lambda entry: entry[0])
+        for _, _, ticket in admitted[1:]:
+            ticket.release()
+        return admitted[0][1], admitted[0][2]
 
     def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
         """The backend's timeout, tightened from the observed latency only when the answer's

@@ -207,9 +207,35 @@ class Router:
             return soonest, max(0.0, soonest.breaker.opened_until - now)
         if len(healthy) == 1:
             return healthy[0], 0.0
+        return self._ranked(healthy, request)[0][0], 0.0
+
+    def alternatives(
+        self, request: RouteRequest, chosen: BackendState, exclude: frozenset[str] = frozenset()
+    ) -> list[tuple[BackendState, float]]:
+        """The other healthy eligible backends, best first, each with its handicap against
+        ``chosen``: how many seconds more its score predicts (0 when it now scores better).
+
+        For late binding: a call held before ``chosen`` (at the prompt-cache gate) may go to
+        another backend once it has waited that long — by then the other one is predicted to
+        finish it no later."""
+        now = self.clock.now()
+        others = [
+            s
+            for s in self.eligible(request)
+            if s is not chosen and s.name not in exclude and s.breaker.allows(now)
+        ]
+        if not others:
+            return []
+        ranked = self._ranked([chosen, *others], request)
+        base = next(score for state, score in ranked if state is chosen)
+        return [(state, max(0.0, score - base)) for state, score in ranked if state is not chosen]
+
+    def _ranked(
+        self, states: Sequence[BackendState], request: RouteRequest
+    ) -> list[tuple[BackendState, float]]:
         affine = self._affinity.get(request.prefix_key) if request.prefix_key else None
-        best = min(healthy, key=lambda s: self._score(s, request, affine))
-        return best, 0.0
+        scored = [(s, self._score(s, request, affine)) for s in states]
+        return sorted(scored, key=lambda pair: pair[1])
 
     def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
         score = state.predicted_s(request.latency_sensitive)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import anyio
 import httpx2
@@ -596,6 +597,135 @@ async def _auto_job_time(scenario: str) -> float:
         assert all(isinstance(r, gg.ChatResult) for r in results)
         assert gate.stats()["sim"].limit > 16  # slow start went on
         return clock.now() - start
+
+
+def test_a_map_held_at_the_cache_gate_uses_every_backend() -> None:
+    """Late binding: under a ramping scenario a ``map``'s calls wait at the prompt-cache gate,
+    where the router cannot see them. Bound when the job started, they all went to the backend
+    that looked best then (296 of 300 to tpu, 2× the time); bound when a gate lets them
+    through, the job splits over both as it does without the gate."""
+    gated = run_virtual(_two_backend_job, "batch_content")
+    plain = run_virtual(_two_backend_job, "default")
+    assert gated.failed == 0 and plain.failed == 0
+    assert min(gated.split.values()) >= 0.25 * 300  # both backends carry the job
+    assert gated.time_s <= 1.15 * plain.time_s
+    assert gated.hit_rate >= 0.85  # each backend still warms up and ramps its prefixes
+    assert gated.hit_rate > plain.hit_rate
+
+
+@dataclass
+class _JobOutcome:
+    time_s: float
+    failed: int
+    split: dict[str, int]
+    hit_rate: float
+
+
+async def _two_backend_job(scenario: str) -> _JobOutcome:
+    from gptgate.testing import sim_backend
+
+    clock = LoopClock()
+    tpu, _ = sim_backend("tpu", name="tpu", clock=clock, seed=7, concurrency=10)
+    gpu, _ = sim_backend("gpu", name="gpu", clock=clock, seed=8, concurrency=10)
+    guide = "Write the copy in the brand's voice, concise and warm. " * 100  # cacheable
+    items = [
+        {
+            "messages": [
+                {"role": "system", "content": f"[brand {i % 3}] {guide}"},
+                {"role": "user", "content": f"Item #{i}: a steel and oak kit."},
+            ],
+            "max_tokens": 150,
+        }
+        for i in range(300)
+    ]
+    async with gg.Gateway([tpu, gpu], clock=clock, seed=7) as gate:
+        start = clock.now()
+        results = await gate.map(items, scenario=scenario)
+        elapsed = clock.now() - start
+    ok = [r for r in results if isinstance(r, gg.ChatResult)]
+    split: dict[str, int] = {}
+    for r in ok:
+        split[r.backend] = split.get(r.backend, 0) + 1
+    cached = sum(r.usage.cached_input_tokens for r in ok)
+    return _JobOutcome(
+        elapsed, len(results) - len(ok), split, cached / sum(r.usage.input_tokens for r in ok)
+    )
+
+
+def test_calls_racing_two_cache_gates_leave_no_trace_when_cancelled() -> None:
+    """A call held at the prompt-cache gate waits at every healthy backend's gate at once and
+    takes the first that lets it through. Cancelled at random moments — waiting at both, just
+    granted by one or both, or in flight — 200 such calls hand back every slot they held."""
+    served, leftovers = run_virtual(_cancelled_racing_calls)
+    assert min(served) > 0  # both backends took calls: the calls really raced
+    assert leftovers == [0] * 8
+
+
+async def _cancelled_racing_calls() -> tuple[list[int], list[int]]:
+    import random
+
+    rng = random.Random(5)
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep(rng.uniform(0.5, 2.0))
+        return stream(["hi"]) if json.loads(request.content).get("stream") else ok()
+
+    scripts = [Script(slow), Script(slow)]
+    ramped = gg.Scenario(name="ramped", ramp=gg.RampPolicy(min_prefix_tokens=0, start=2))
+    async with gateway(
+        backend(scripts[0], name="a", concurrency=6),
+        backend(scripts[1], name="b", concurrency=6),
+        clock=LoopClock(),
+    ) as gate:
+
+        async def call(i: int, patience: float) -> None:
+            messages = [{"role": "system", "content": f"guide {i % 4}"}, *USER]
+            with anyio.move_on_after(patience):
+                await gate.chat(messages, scenario=ramped)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                tg.start_soon(call, i, rng.choice([0.0, rng.uniform(0.0, 30.0), 1e9]))
+        cache, stats = gate.cache_gate, gate.stats()
+        leftovers = [
+            n
+            for name in ("a", "b")
+            for n in (
+                cache.in_flight(name),
+                cache.waiting(name),
+                stats[name].in_flight,
+                stats[name].queued,
+            )
+        ]
+    return [len(s.requests) for s in scripts], leftovers
+
+
+def test_a_request_funds_retries_when_it_is_sent_not_when_it_starts_waiting() -> None:
+    """The retry budget counts a request when its first attempt reaches the backend. A job
+    whose calls all start at once and queue (here 40 calls through 1 permit, 1 s each) used to
+    count them all at t=0: 30 s later the budget's 10 s window held none, and a failure late in
+    the job could not be retried."""
+    assert run_virtual(_late_failures_in_a_queued_job) == (40, 2)
+
+
+async def _late_failures_in_a_queued_job() -> tuple[int, int]:
+    sent = 0
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        nonlocal sent
+        sent += 1
+        await anyio.sleep(1.0)
+        return error(500) if sent in (30, 36) else ok()
+
+    async with gateway(
+        backend(Script(slow), concurrency=1, timeout=30.0),
+        clock=LoopClock(),
+        retry_budget_ratio=0.5,
+        retry_budget_min_per_s=0.0,  # no floor: only requests fund retries
+    ) as gate:
+        results = await gate.map([{"messages": USER} for _ in range(40)])
+        retries = gate.stats()["mock"].retries
+    return sum(isinstance(r, gg.ChatResult) for r in results), retries
 
 
 @pytest.mark.parametrize(("status", "cuts"), [(500, False), (502, False), (503, True)])

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import gptgate as gg
-from gptgate.routing import CircuitBreaker
+from gptgate.routing import CircuitBreaker, RouteRequest
 from tests.mockbackend import USER, Script, backend, error, gateway, ok
 
 
@@ -58,6 +58,39 @@ async def test_latency_sensitive_calls_prefer_the_faster_first_token() -> None:
     ) as gate:
         r = await gate.chat(USER, scenario="realtime_chat", stream=False)
     assert r.backend == "gpu"  # the prior: GPU has the best first token at low load
+
+
+async def test_alternatives_carry_their_handicap_in_predicted_seconds() -> None:
+    """Late binding waits at the chosen backend's cache gate and joins another's after its
+    handicap: how much later the router predicts that backend would finish the call."""
+    async with gateway(
+        backend(Script(ok()), name="fast", hardware="tpu"),
+        backend(Script(ok()), name="slow", hardware="gpu"),
+        backend(Script(ok()), name="local", hardware="gpu", private=True),
+    ) as gate:
+        router = gate.runner.router
+        fast, slow, local = (router.by_name[n] for n in ("fast", "slow", "local"))
+        fast.latency.add(1.0)
+        slow.latency.add(3.0)
+        local.latency.add(2.0)
+        request = RouteRequest()
+        assert [(s.name, h) for s, h in router.alternatives(request, fast)] == [
+            ("local", 1.0),
+            ("slow", 2.0),
+        ]
+        # a better backend than the chosen one joins at once; the excluded one not at all
+        others = router.alternatives(request, slow, frozenset({"local"}))
+        assert [(s.name, h) for s, h in others] == [("fast", 0.0)]
+        # the backend holding the prompt prefix is half a call time closer
+        router.remember_prefix("guide", "slow")
+        cached = RouteRequest(prefix_key="guide", private=True)
+        assert router.alternatives(cached, local) == []  # the only private backend
+        affine = router.alternatives(RouteRequest(prefix_key="guide"), fast)
+        assert [(s.name, h) for s, h in affine] == [("slow", 0.5), ("local", 1.0)]
+        # an open circuit takes a backend out of the race
+        for _ in range(5):
+            slow.breaker.on_failure(now=router.clock.now())
+        assert [s.name for s, _ in router.alternatives(request, fast)] == ["local"]
 
 
 async def test_guard_admits_retries_and_keeps_the_sdk_error_type() -> None:
