@@ -705,8 +705,6 @@ class CacheGate:
         if group is None or group.prefix_tokens < policy.min_prefix_tokens:
             return CacheTicket(None, None, False)
         state = self._lookup(backend, group, policy, limit)
-        now = self._clock.now()
-        state.touch(now)
         self._limits[backend] = max(1, limit)
         self._sync_limit(state, limit)  # an idle group kept the limit of its last call
         if not state.active:
@@ -926,6 +924,9 @@ class CacheGate:
         return state
 
     def _admit(self, state: _Group) -> CacheTicket:
+        # the group's rate counts the calls it sends, not those that waited here and went to
+        # another backend's gate (late binding)
+        state.touch(self._clock.now())
         warmer = not state.warm
         if warmer:
             state.warming = True

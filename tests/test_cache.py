@@ -766,6 +766,26 @@ async def test_statistics_hit_rate_and_hot_groups() -> None:
     assert {s.backend for s in gate.statistics()} == {"b", "c"}
 
 
+async def test_a_group_rate_counts_the_calls_it_sent_not_those_that_left() -> None:
+    """Late binding: a call may wait at several backends' gates and go out through one. The
+    others must not count it, or keep-warm would refresh a prefix on a backend that hardly
+    serves it."""
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5)
+    warmer = await gate.enter("b", group("g", 2048), policy, limit=50)  # warms alone
+
+    async def leaves() -> None:
+        with anyio.move_on_after(0.01):  # went to another backend's gate instead
+            await gate.enter("b", group("g", 2048), policy, limit=50)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):
+            tg.start_soon(leaves)
+    warmer.release()
+    (stats,) = gate.statistics("b")
+    assert stats.rate_per_min == pytest.approx(1.0)
+
+
 async def test_chaos_every_path_releases() -> None:
     """Random cancellations (waiting or in flight) and failed warm-ups: nothing leaks."""
     import random
