@@ -368,11 +368,14 @@ class Gateway:
         prompt_tokens = estimate_prompt_tokens(checked)
         deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
+        prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(
             private=private,
             tier=tier,
             backend=backend,
             latency_sensitive=resolved.latency_sensitive,
+            # the router prefers the backend that last served this prompt prefix (cached there)
+            prefix_key=prefix.key if prefix is not None else None,
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
         )
@@ -388,7 +391,7 @@ class Gateway:
             prompt_tokens=prompt_tokens,
             visible=visible,
             max_attempts=max_attempts,
-            prefix=self._prefix(checked, cache_key) if resolved.ramp is not None else None,
+            prefix=prefix,
             headers=headers,
         )
 

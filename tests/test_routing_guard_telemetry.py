@@ -93,6 +93,21 @@ async def test_alternatives_carry_their_handicap_in_predicted_seconds() -> None:
         assert [s.name for s, _ in router.alternatives(request, fast)] == ["local"]
 
 
+async def test_a_prompt_prefix_goes_back_to_the_backend_that_cached_it() -> None:
+    a, b = Script(ok()), Script(ok())
+    ramped = gg.Scenario(name="ramped", ramp=gg.RampPolicy(min_prefix_tokens=0, warmup=False))
+    guide = [{"role": "system", "content": "the brand guide"}, *USER]
+    async with gateway(backend(a, name="a"), backend(b, name="b")) as gate:
+        first = await gate.chat(guide, scenario=ramped, backend="b")
+        router = gate.runner.router
+        router.by_name["a"].latency.ewma = 0.8  # a looks faster than b ...
+        router.by_name["b"].latency.ewma = 1.0  # ... by less than half a call (the prefill)
+        again = await gate.chat(guide, scenario=ramped)
+        other = await gate.chat([{"role": "system", "content": "another guide"}, *USER])
+    assert (first.backend, again.backend) == ("b", "b")  # the prefix is cached on b
+    assert other.backend == "a"  # another prefix goes to the faster one
+
+
 async def test_guard_admits_retries_and_keeps_the_sdk_error_type() -> None:
     class SDKRateLimit(Exception):
         status_code = 429
