@@ -107,6 +107,13 @@ class CallState:
     funded_retries: bool = False
 
 
+def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
+    return OverloadedError(
+        "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
+        backend=backend.name,
+    )
+
+
 #: what a call without max_tokens reserves against a TPM budget (the server counts it too)
 _DEFAULT_MAX_TOKENS = 1024
 
@@ -413,6 +420,12 @@ class CallRunner:
         assert self.cache_gate is not None
         gate = self.cache_gate
         rivals = self.router.alternatives(spec.route, chosen, frozenset(state.failed_backends))
+        remaining = math.inf if spec.deadline is None else spec.deadline - self.clock.now()
+        if not rivals:  # one backend: no race to run
+            with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):
+                limit = chosen.limiter.current_limit
+                return chosen, await gate.enter(chosen.name, spec.prefix, ramp, limit)
+            raise _gate_deadline_passed(chosen)
         entrants = [(chosen, 0.0), *rivals]
         admitted: list[tuple[int, BackendState, CacheTicketLike]] = []
 
@@ -424,7 +437,6 @@ class CallRunner:
             admitted.append((rank, backend, ticket))
             race.cancel_scope.cancel()  # the other gates hand back what they granted
 
-        remaining = math.inf if spec.deadline is None else spec.deadline - self.clock.now()
         try:
             with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):
                 async with anyio.create_task_group() as race:
@@ -435,10 +447,7 @@ class CallRunner:
                 ticket.release()
             raise
         if not admitted:
-            raise OverloadedError(
-                "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
-                backend=chosen.name,
-            )
+            raise _gate_deadline_passed(chosen)
         # several gates let it through in the same instant: the best-ranked one keeps it
         admitted.sort(key=lambda entry: entry[0])
         for _, _, ticket in admitted[1:]:
