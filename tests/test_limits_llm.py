@@ -490,6 +490,54 @@ def test_only_the_error_beyond_the_noise_moves_the_centre() -> None:
     assert lim.center == pytest.approx(8.0 * math.exp(0.3 * min(0.5, 0.85 - 1.5 * se)))
 
 
+def _centres_on_noisy_probes(delta: float) -> tuple[LLMLimit, list[int], list[float]]:
+    """Into avoidance at centre 8 (as :func:`_noisy_probes`, dead band 1.5), then five probing
+    windows of four calls alternating ``latency·exp(±delta)``, on a latency that falls as
+    ``N**-1`` (e = 2, far above the knee, in every estimate: each window's mean carries the
+    same ``cosh(delta)``). Returns the limit during each window and the centre after it."""
+    lim = LLMLimit(
+        initial=4, window_samples=4, window_fraction=0.25, window_error=0.0, deadband=1.5
+    )
+    s = Script(lim)
+    s.window(2.0)
+    s.window(2.0)
+    s.window(4.0)
+    assert lim.center == pytest.approx(8.0)
+    limits, centres = [], []
+    for _ in range(5):
+        limits.append(lim.limit)
+        latency = power(lim.limit, -1.0)
+        for sign in (1, -1, 1, -1):
+            s.window(latency * math.exp(sign * delta), n=1)
+        centres.append(lim.center)
+    return lim, limits, centres
+
+
+def test_a_move_on_an_estimate_too_noisy_to_resolve_the_knee_needs_fresh_windows() -> None:
+    # per-call noise δ = 0.3: the dead band, 1.5 standard errors of the centred difference,
+    # is wider than 1 − 0.15 — one estimate cannot tell the knee from linear scaling
+    lim, limits, centres = _centres_on_noisy_probes(0.3)
+    assert lim._log_var == pytest.approx(4 * 0.3**2 / 3)
+    assert 1.5 * math.sqrt(1.5 * lim._log_var / 4) / math.log(9 / 7) > 0.85
+    # e = 2: the error beyond the dead band (0.58) is clipped at 0.5, a move of exp(0.3·0.5)
+    up = math.exp(0.3 * 0.5)
+    # the move on the third window (7, the low probe around 8) keeps only that window: the
+    # fourth (10, the high probe around 9.29), which would share two windows with the
+    # estimate that moved the centre, estimates nothing; the fifth (9) moves it again, on
+    # 7, 10, 9: a span of ln 10 − (ln 7 + ln 9)/2, so a wider dead band — 1.85 less it is
+    # below 0.5 (the errors agree: the step stays at its ceiling, 0.3)
+    assert limits == [7, 9, 7, 10, 9]
+    span = math.log(10) - 0.5 * (math.log(7) + math.log(9))
+    err = 1.85 - 1.5 * math.sqrt(1.5 * lim._log_var / 4) / span
+    assert 0.0 < err < 0.5
+    assert centres == pytest.approx([8.0, 8.0, 8.0 * up, 8.0 * up, 8.0 * up * math.exp(0.3 * err)])
+    # a clean estimate (δ = 0.05) moves the centre on every window, as before
+    lim, limits, centres = _centres_on_noisy_probes(0.05)
+    assert 1.5 * math.sqrt(1.5 * lim._log_var / 4) / math.log(9 / 7) < 0.85
+    assert limits == [7, 9, 7, 10, 10]
+    assert centres == pytest.approx([8.0, 8.0, 8.0 * up, 8.0 * up**2, 8.0 * up**3])
+
+
 def test_a_rate_limit_caps_the_limit_at_headroom_times_rate_times_latency() -> None:
     s = Script(LLMLimit(initial=4, window_samples=4))
     lim = s.limit

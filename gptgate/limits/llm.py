@@ -50,7 +50,12 @@ How is it found? (every update is O(1))
       is noisy, and without the dead band the centre random-walks around the knee. The step
       starts at ``gain`` and is adapted as in Rprop: halved (down to ``min_gain``) when
       successive errors change sign — the centre straddles the knee, so it should sit still —
-      and grown back when they agree; any cut resets it.
+      and grown back when they agree; any cut resets it. Successive estimates share two of
+      their three windows, so one noisy window moves the centre several times over, the
+      estimates agreeing by construction. Where that matters — a dead band wider than
+      ``1 − knee_elasticity``: one estimate cannot tell the knee from linear scaling — a move
+      keeps only the latest window, so the next estimate shares one window with it, not two
+      (the centre moves at most every other window; on a clean backend, every window).
     * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
       are visible: before the send (the time a permit was held beyond the call's latency —
       the rate-limit pacer, when no rate ceiling is known) and at the server (the time to
@@ -554,6 +559,13 @@ class LLMLimit:
                         self._step = min(self.gain, 1.5 * self._step)
                     self._last_err = err
                     self._center *= math.exp(self._step * err)
+                    if self.deadband * se > 1.0 - self.knee_elasticity:
+                        # an estimate this noisy cannot tell the knee from linear scaling
+                        # (e = 1): the move is mostly its windows' noise, and the next estimate
+                        # would share two of them (correlation 2/3) and move again on the same
+                        # noise. Keep only the latest window (appended below): the next
+                        # estimate shares one
+                        hist.clear()
                     self._pinned = err > 0.0 and self._center >= self.ceiling and self._rate_bound
         hist.append(window)
         ab = (window.a, window.b)
