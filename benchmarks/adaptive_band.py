@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from adaptive import LEVELS, Row, run_row
+from adaptive import LEVELS, Row, references, run_row
 
 from gptgate.sim import run_virtual
 
@@ -47,10 +47,7 @@ def run(key: Key) -> Row:
 
 def band(profile: str, requests: int, seed: int, rows: dict[Key, Row]) -> tuple[list[int], str]:
     grid = [rows[(profile, requests, seed, c)] for c in LEVELS]
-    best = max(grid, key=lambda r: r.goodput)
-    near = min(
-        (r for r in grid if r.goodput >= 0.9 * best.goodput), key=lambda r: r.concurrency or 0
-    )
+    best, near = references(grid, requests)
     inside: list[int] = []
     cells: list[str] = []
     for c in SCANS[profile]:
