@@ -218,6 +218,8 @@ class Router:
         For late binding: a call held before ``chosen`` (at the prompt-cache gate) may go to
         another backend once it has waited that long — by then the other one is predicted to
         finish it no later."""
+        if len(self.states) < 2:
+            return []  # the common single-backend gateway: every gated call asks
         now = self.clock.now()
         others = [
             s
