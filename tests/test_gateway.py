@@ -502,14 +502,16 @@ async def test_a_call_racing_shutdown_ends_in_a_typed_error() -> None:
     assert state.limiter.in_flight == 0
 
 
-def test_a_call_held_by_the_cache_gate_is_shed_at_its_deadline() -> None:
-    run_virtual(_cache_gate_wait_is_bounded_by_the_deadline)  # exact, not wall-clock
+@pytest.mark.parametrize("backends", [1, 2])
+def test_a_call_held_by_the_cache_gate_is_shed_at_its_deadline(backends: int) -> None:
+    run_virtual(_cache_gate_wait_is_bounded_by_the_deadline, backends)  # exact
 
 
-async def _cache_gate_wait_is_bounded_by_the_deadline() -> None:
-    """The second call of a cold prefix waits behind the warm-up; with a 1 s deadline and a
-    warm-up that takes 20 s to prefill, it ends in ``OverloadedError`` at its deadline — not
-    when the warm-up finishes — and the gate keeps no trace of it."""
+async def _cache_gate_wait_is_bounded_by_the_deadline(backends: int) -> None:
+    """A later call of a cold prefix waits behind the warm-up (with two backends, behind both
+    backends' warm-ups at once); with a 1 s deadline and warm-ups that take 20 s to prefill, it
+    ends in ``OverloadedError`` at its deadline — not when a warm-up finishes — and no gate
+    keeps a trace of it."""
     clock = LoopClock()
 
     async def slow_prefill(request: httpx2.Request) -> httpx2.Response:
@@ -520,16 +522,21 @@ async def _cache_gate_wait_is_bounded_by_the_deadline() -> None:
     relaxed = gg.Scenario(name="relaxed", ramp=ramp)
     hurried = gg.Scenario(name="hurried", ramp=ramp, deadline_s=1.0)
     prompt = [{"role": "system", "content": "shared prefix"}, *USER]
-    gate = gateway(backend(Script(slow_prefill), timeout=60.0), clock=clock)
+    names = ["mock", "other"][:backends]
+    gate = gateway(
+        *(backend(Script(slow_prefill), name=n, timeout=60.0) for n in names), clock=clock
+    )
     async with gate, anyio.create_task_group() as tg:
-        tg.start_soon(lambda: gate.chat(prompt, scenario=relaxed))  # the warm-up
-        await clock.sleep(0.1)
+        for _ in names:
+            tg.start_soon(lambda: gate.chat(prompt, scenario=relaxed))  # the warm-ups
+            await clock.sleep(0.05)
+        assert [gate.stats()[n].in_flight for n in names] == [1] * backends
         start = clock.now()
         with pytest.raises(gg.OverloadedError, match="prompt-cache gate"):
             await gate.chat(prompt, scenario=hurried)
         assert clock.now() - start == pytest.approx(1.0, abs=0.01)
-        assert gate.stats()["mock"].cache_waiting == 0
-    assert gate.stats()["mock"].in_flight == 0
+        assert [gate.stats()[n].cache_waiting for n in names] == [0] * backends
+    assert [gate.stats()[n].in_flight for n in names] == [0] * backends
 
 
 def test_stats_say_where_the_limit_is_and_why_it_moved() -> None:
