@@ -32,7 +32,9 @@ from .errors import (
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
+from .limits.limiter import Rerouted
 from .outcomes import report_failure
+from .relocate import QueuedCall
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
@@ -162,6 +164,7 @@ class CallRunner:
                     budget=self.budget,
                     max_attempts=spec.max_attempts,
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
+                    failover=lambda error: self._is_failover(spec, state, error),
                 )
             except GateError as error:
                 self.record_failed_call(error)
@@ -186,9 +189,12 @@ class CallRunner:
                 if state.committed or not self._may_retry(spec, state, error, number, max_attempts):
                     self.record_failed_call(error)
                     raise
+                failover = self._is_failover(spec, state, error)
                 self._on_retry(state, error)
-                wait = self.retry.backoff(number, error.retry_after, spec.deadline)
-                await self.clock.sleep(wait)
+                if not failover:
+                    await self.clock.sleep(
+                        self.retry.backoff(number, error.retry_after, spec.deadline)
+                    )
 
     def _may_retry(
         self, spec: CallSpec, state: CallState, error: GateError, number: int, max_attempts: int
@@ -197,7 +203,24 @@ class CallRunner:
             return False
         if spec.deadline is not None and self.clock.now() >= spec.deadline:
             return False
-        return self.budget is None or self.budget.try_spend(self.clock.now())
+        if self.budget is None or self._is_failover(spec, state, error):
+            return True
+        return self.budget.try_spend(self.clock.now())
+
+    def _is_failover(self, spec: CallSpec, state: CallState, error: GateError) -> bool:
+        """A retry that moves the call off a backend that never got the request, or whose
+        circuit is now open, onto another healthy one: it adds no load where load hurts, so
+        the retry budget (which exists to stop retry storms) does not pay for it. A dead
+        backend's queued calls would otherwise each fail once and find the budget spent."""
+        name = error.backend
+        failed = self.router.by_name.get(name) if name is not None else None
+        if failed is None:
+            return False
+        if not (error.unsent or not failed.breaker.allows(self.clock.now())):
+            return False
+        return self.router.has_alternative(
+            spec.route, frozenset(state.failed_backends) | {failed.name}
+        )
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         if isinstance(error, GateError) and error.backend:
@@ -208,11 +231,10 @@ class CallRunner:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    async def _attempt(
-        self, spec: CallSpec, state: CallState, number: int
-    ) -> AsyncGenerator[str, None]:
+    async def _route(self, spec: CallSpec, exclude: frozenset[str]) -> BackendState:
+        """The backend for the next try; waits for an open circuit only within bounds."""
         clock = self.clock
-        backend, wait = self.router.choose(spec.route, frozenset(state.failed_backends))
+        backend, wait = self.router.choose(spec.route, exclude)
         if wait > 0:
             allowed = self.max_breaker_wait_s
             if spec.deadline is not None:
@@ -226,8 +248,56 @@ class CallRunner:
                     should_retry=False,
                 )
             await clock.sleep(wait)
+        return backend
+
+    async def _admit(
+        self, spec: CallSpec, state: CallState, backend: BackendState
+    ) -> tuple[BackendState, CacheTicketLike | None, Permit]:
+        """From the routed ``backend``: pass the prompt-cache gate and wait for a permit.
+
+        A call queued at a backend that dies (its circuit opens) or falls far behind its
+        peers is moved while it waits (gptgate/relocate.py): it is routed again, or admitted
+        by the other backend directly. Nothing was sent, so a move is no retry."""
+        avoid = frozenset(state.failed_backends)
+        ramp = spec.scenario.ramp
+        gated = self.cache_gate is not None and spec.prefix is not None and ramp is not None
+        while True:
+            ticket: CacheTicketLike | None = None
+            try:
+                if gated:
+                    assert ramp is not None
+                    backend, ticket = await self._pass_cache_gate(backend, spec, avoid, ramp)
+                    if not backend.breaker.allows(self.clock.now()) and (
+                        self.router.has_alternative(spec.route, avoid | {backend.name})
+                    ):
+                        raise Rerouted()  # its circuit opened while the call was held
+                tag = QueuedCall(spec.route, avoid, gated)
+                permit = await backend.limiter.acquire(
+                    priority=spec.priority, deadline=spec.deadline, tag=tag
+                )
+            except Rerouted as move:
+                if ticket is not None:
+                    ticket.release()
+                if move.to is not None:  # a peer will serve it sooner: queue there
+                    backend = self.router.by_limiter[move.to]
+                else:  # its backend died: route again, elsewhere
+                    avoid = avoid | {backend.name}
+                    backend = await self._route(spec, avoid)
+                continue
+            except BaseException:
+                if ticket is not None:
+                    ticket.release()
+                raise
+            if permit.limiter is not backend.limiter:  # handed over to an idle backend
+                backend = self.router.by_limiter[permit.limiter]
+            return backend, ticket, permit
+
+    async def _attempt(
+        self, spec: CallSpec, state: CallState, number: int
+    ) -> AsyncGenerator[str, None]:
+        clock = self.clock
+        backend = await self._route(spec, frozenset(state.failed_backends))
         state.attempts = number
-        config = backend.backend
         enqueued = clock.now()
         ticket: CacheTicketLike | None = None
         permit: Permit | None = None
@@ -237,14 +307,12 @@ class CallRunner:
         sent_at = enqueued
         reader: ChatStreamReader | None = None
         reserved = 0
+        config = backend.backend
         attempt_timeout = config.timeout
         try:
-            ramp = spec.scenario.ramp
-            if self.cache_gate is not None and spec.prefix is not None and ramp is not None:
-                backend, ticket = await self._pass_cache_gate(backend, spec, state, ramp)
-                config = backend.backend
-                attempt_timeout = config.timeout
-            permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
+            backend, ticket, permit = await self._admit(spec, state, backend)
+            config = backend.backend
+            attempt_timeout = config.timeout
             reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
             pace = backend.pacer.reserve(clock.now(), reserved)
             if pace > 0:
@@ -407,7 +475,7 @@ class CallRunner:
                 span.end()
 
     async def _pass_cache_gate(
-        self, chosen: BackendState, spec: CallSpec, state: CallState, ramp: RampPolicy
+        self, chosen: BackendState, spec: CallSpec, exclude: frozenset[str], ramp: RampPolicy
     ) -> tuple[BackendState, CacheTicketLike]:
         """Pass the prompt-cache gate (warm-up, ramp window, turns) within the call's deadline;
         a call that cannot get through in time is shed like one the limiter cannot admit.
@@ -419,7 +487,7 @@ class CallRunner:
         when a job starts would send a whole ``map`` to the backend that looked best then."""
         assert self.cache_gate is not None
         gate = self.cache_gate
-        rivals = self.router.alternatives(spec.route, chosen, frozenset(state.failed_backends))
+        rivals = self.router.alternatives(spec.route, chosen, exclude)
         remaining = math.inf if spec.deadline is None else spec.deadline - self.clock.now()
         if not rivals:  # one backend: no race to run
             with anyio.move_on_after(self.clock.to_real(max(0.0, remaining))):

@@ -37,6 +37,7 @@ class GateError(Exception):
         retry_after: float | None = None,
         should_retry: bool | None = None,
         billed: bool = False,
+        unsent: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -49,6 +50,10 @@ class GateError(Exception):
         #: True when the backend may have billed work for this attempt (e.g. a timeout after
         #: the prompt was sent): the ledger counts it even though no result came back.
         self.billed = billed
+        #: True when the request never left this client (connection refused, connect
+        #: timeout, no pooled connection): the backend did no work, so moving the call to
+        #: another backend is no retry storm (the retry budget does not pay for it)
+        self.unsent = unsent
         if should_retry is not None:
             self.retryable = should_retry
 

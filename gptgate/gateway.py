@@ -38,6 +38,7 @@ from .ledger import Ledger
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .pool import BackendPool, PoolStatistics
+from .relocate import Relocator
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -264,6 +265,11 @@ class Gateway:
             )
             self._states[backend.name] = BackendState(backend, pool, limiter, breaker)
         router = Router(list(self._states.values()), self.clock)
+        #: moves queued calls off a backend whose circuit opens, and onto idle backends
+        self.relocator = Relocator(router, self.clock)
+        for state in self._states.values():
+            state.limiter.on_release = self.relocator.on_release
+            state.breaker.on_open = functools.partial(self.relocator.evacuate, state.name)
         ratio = self.config.retry_budget_ratio
         self.retry_budget = (
             RetryBudget(ratio, self.config.retry_budget_min_per_s) if ratio is not None else None

@@ -20,7 +20,7 @@ from tenacity.wait import wait_base
 from .clock import Clock
 from .errors import GateError
 
-__all__ = ["RetryPolicy", "SpendsRetries"]
+__all__ = ["Failover", "RetryPolicy", "SpendsRetries"]
 
 T = TypeVar("T")
 
@@ -46,15 +46,30 @@ class retry_if_retryable(retry_base):
         return isinstance(exc, GateError) and self.policy.retryable(exc)
 
 
-class wait_full_jitter_or_retry_after(wait_base):
-    """Wait :meth:`RetryPolicy.backoff` before the next attempt."""
+#: says whether a retry after this error is a *failover*: the call leaves a backend that
+#: never got the request or whose circuit is open, for a healthy one — free of the retry
+#: budget and of back-off (nothing is piled onto a struggling backend)
+Failover = Callable[[GateError], bool]
 
-    def __init__(self, policy: RetryPolicy, deadline: float | None) -> None:
+
+def _is_failover(failover: Failover | None, exc: BaseException | None) -> bool:
+    return failover is not None and isinstance(exc, GateError) and failover(exc)
+
+
+class wait_full_jitter_or_retry_after(wait_base):
+    """Wait :meth:`RetryPolicy.backoff` before the next attempt (nothing before a failover)."""
+
+    def __init__(
+        self, policy: RetryPolicy, deadline: float | None, failover: Failover | None = None
+    ) -> None:
         self.policy = policy
         self.deadline = deadline
+        self.failover = failover
 
     def __call__(self, retry_state: RetryCallState) -> float:
         exc = _error(retry_state)
+        if _is_failover(self.failover, exc):
+            return 0.0
         retry_after = exc.retry_after if isinstance(exc, GateError) else None
         return self.policy.backoff(retry_state.attempt_number, retry_after, self.deadline)
 
@@ -75,13 +90,19 @@ class stop_at_deadline(stop_base):
 
 
 class stop_when_budget_spent(stop_base):
-    """Spend one token of the retry budget; stop (fail fast) when there is none."""
+    """Spend one token of the retry budget; stop (fail fast) when there is none. A failover
+    spends nothing."""
 
-    def __init__(self, budget: SpendsRetries, clock: Clock) -> None:
+    def __init__(
+        self, budget: SpendsRetries, clock: Clock, failover: Failover | None = None
+    ) -> None:
         self.budget = budget
         self.clock = clock
+        self.failover = failover
 
     def __call__(self, retry_state: RetryCallState) -> bool:
+        if _is_failover(self.failover, _error(retry_state)):
+            return False
         return not self.budget.try_spend(self.clock.now())
 
 
@@ -133,8 +154,10 @@ class RetryPolicy:
         budget: SpendsRetries | None = None,
         max_attempts: int | None = None,
         on_retry: Callable[[BaseException, float], None] | None = None,
+        failover: Failover | None = None,
     ) -> T:
-        """Run ``attempt(n)`` for n = 1, 2, … until it returns, or the last error is raised."""
+        """Run ``attempt(n)`` for n = 1, 2, … until it returns, or the last error is raised.
+        ``failover(error)`` marks retries that move off a dead backend (see :data:`Failover`)."""
         try:
             return await attempt(1)
         except GateError as first:
@@ -145,7 +168,7 @@ class RetryPolicy:
         attempts = max_attempts or self.max_attempts
         stop = stop_after_attempt(attempts) | stop_at_deadline(self.clock, deadline)
         if budget is not None:
-            stop = stop | stop_when_budget_spent(budget, self.clock)
+            stop = stop | stop_when_budget_spent(budget, self.clock, failover)
         calls = 0
 
         async def replay_then_attempt() -> T:
@@ -163,7 +186,7 @@ class RetryPolicy:
         retrying = AsyncRetrying(
             sleep=self.clock.sleep,
             stop=stop,
-            wait=wait_full_jitter_or_retry_after(self, deadline),
+            wait=wait_full_jitter_or_retry_after(self, deadline, failover),
             retry=retry_if_retryable(self),
             before_sleep=before_sleep,
             reraise=True,

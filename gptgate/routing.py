@@ -9,7 +9,7 @@ nobody waits, minus a bonus for the backend that already holds the call's prompt
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,9 +56,16 @@ class LatencyWindow:
 
 class CircuitBreaker:
     """Consecutive backend failures open the circuit for a cool-down that doubles each time it
-    re-opens (capped); after it, one probe is let through (half-open)."""
+    re-opens (capped); after it, one probe is let through (half-open). ``on_open`` is told each
+    time it opens (the gateway moves the calls queued there to healthy backends)."""
 
-    def __init__(self, threshold: int = 5, cooldown_s: float = 5.0, max_cooldown_s: float = 60.0):
+    def __init__(
+        self,
+        threshold: int = 5,
+        cooldown_s: float = 5.0,
+        max_cooldown_s: float = 60.0,
+        on_open: Callable[[], object] | None = None,
+    ):
         self.threshold = threshold
         self.base_cooldown_s = cooldown_s
         self.max_cooldown_s = max_cooldown_s
@@ -66,6 +73,7 @@ class CircuitBreaker:
         self.opened_until = 0.0
         self._cooldown_s = cooldown_s
         self._probing = False
+        self.on_open = on_open
 
     def state(self, now: float) -> Literal["closed", "open", "half_open"]:
         if self.failures < self.threshold:
@@ -87,10 +95,13 @@ class CircuitBreaker:
     def on_failure(self, now: float) -> None:
         self.failures += 1
         if self.failures >= self.threshold:
+            was_open = self.failures > self.threshold and now < self.opened_until
             if self._probing:
                 self._cooldown_s = min(self.max_cooldown_s, self._cooldown_s * 2)
             self._probing = False
             self.opened_until = now + self._cooldown_s
+            if not was_open and self.on_open is not None:
+                self.on_open()
 
 
 class BackendState:
@@ -163,6 +174,7 @@ class Router:
     ) -> None:
         self.states = list(states)
         self.by_name = {s.name: s for s in self.states}
+        self.by_limiter = {s.limiter: s for s in self.states}
         self.clock = clock
         #: how many seconds of predicted latency one dollar of cost is worth, for work where
         #: nobody waits (1 cent ≈ 1 s by default)
@@ -209,6 +221,35 @@ class Router:
             return healthy[0], 0.0
         return self._ranked(healthy, request)[0][0], 0.0
 
+    def admits(self, request: RouteRequest, state: BackendState) -> bool:
+        """May this call run on ``state`` at all (explicit backend, privacy, tier)?"""
+        if request.backend is not None and request.backend != state.name:
+            return False
+        if request.private and not state.backend.private:
+            return False
+        return request.tier == "auto" or state.backend.tier == request.tier
+
+    def has_alternative(self, request: RouteRequest, exclude: frozenset[str]) -> bool:
+        """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?"""
+        now = self.clock.now()
+        return any(
+            s.name not in exclude and self.admits(request, s) and s.breaker.allows(now)
+            for s in self.states
+        )
+
+    def queued_finish_s(self, state: BackendState, request: RouteRequest, position: int) -> float:
+        """Predicted seconds until a call with ``position`` calls ahead of it in ``state``'s
+        queue completes there (its cost term included, as in the routing score)."""
+        rate = state.limiter.completion_rate()
+        if rate is None:
+            rate = max(1, state.limiter.current_limit) / state.service_time(False)
+        wait = (position + 1) / rate
+        return wait + state.service_time(request.latency_sensitive) + self._cost_s(state, request)
+
+    def fresh_finish_s(self, state: BackendState, request: RouteRequest) -> float:
+        """Predicted seconds until a call sent to ``state`` now completes."""
+        return state.predicted_s(request.latency_sensitive) + self._cost_s(state, request)
+
     def alternatives(
         self, request: RouteRequest, chosen: BackendState, exclude: frozenset[str] = frozenset()
     ) -> list[tuple[BackendState, float]]:
@@ -239,15 +280,19 @@ class Router:
         scored = [(s, self._score(s, request, affine)) for s in states]
         return sorted(scored, key=lambda pair: pair[1])
 
-    def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
-        score = state.predicted_s(request.latency_sensitive)
+    def _cost_s(self, state: BackendState, request: RouteRequest) -> float:
+        """The call's price in seconds of latency, for work where nobody waits."""
         price = state.backend.price
-        if price is not None and not request.latency_sensitive:
-            cost = (
-                request.input_tokens * price.input_per_mtok
-                + request.output_tokens * price.output_per_mtok
-            ) / 1_000_000
-            score += cost * self.dollars_to_seconds
+        if price is None or request.latency_sensitive:
+            return 0.0
+        cost = (
+            request.input_tokens * price.input_per_mtok
+            + request.output_tokens * price.output_per_mtok
+        ) / 1_000_000
+        return cost * self.dollars_to_seconds
+
+    def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
+        score = state.predicted_s(request.latency_sensitive) + self._cost_s(state, request)
         if affine == state.name:
             # the prefix is cached there: prefill is skipped, roughly half the call time
             score -= 0.5 * state.service_time(False)

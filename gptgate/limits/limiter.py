@@ -19,6 +19,13 @@ Deadlines are enforced twice:
 
 The queue is bounded (``max_queue``); past it calls are shed at once. Never more than
 ``max_inflight`` (the connection pool) are admitted, whatever the limit says.
+
+A queued call is not bound to its queue for good. A waiter that gave a ``tag`` can be moved:
+:meth:`Limiter.evict` sends matching waiters back to their caller (:class:`Rerouted`: route
+again — their backend died), and :meth:`Limiter.hand_over` moves waiters from the back of this
+queue to *another* limiter (their backend fell behind its peers): admitted there at once when
+it has room, else sent to queue there. ``on_release`` tells the owner after each release, so
+that it can rebalance.
 """
 
 from __future__ import annotations
@@ -35,7 +42,17 @@ from ..clock import Clock, SystemClock
 from ..errors import OverloadedError
 from .base import Limit, Sample, SampleKind
 
-__all__ = ["Limiter", "LimiterStatistics", "Permit"]
+__all__ = ["Limiter", "LimiterStatistics", "Permit", "Rerouted"]
+
+
+class Rerouted(Exception):
+    """This waiter was taken out of the queue without a permit: route the call again (its
+    backend is no longer the place for it), or queue at ``to`` when given. Never escapes
+    gptgate."""
+
+    def __init__(self, to: Limiter | None = None) -> None:
+        super().__init__()
+        self.to = to
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +90,11 @@ class Permit:
     @property
     def done(self) -> bool:
         return self._done
+
+    @property
+    def limiter(self) -> Limiter:
+        """The limiter that granted it (not the one waited at, after a hand-over)."""
+        return self._limiter
 
     def success(
         self,
@@ -122,14 +144,20 @@ class Permit:
 
 
 class _Waiter:
-    __slots__ = ("cancelled", "event", "permit", "priority")
+    __slots__ = ("cancelled", "event", "moved_to", "permit", "priority", "rerouted", "tag")
 
-    def __init__(self, priority: int) -> None:
+    def __init__(self, priority: int, tag: object) -> None:
         self.event = anyio.Event()
         self.permit: Permit | None = None
         #: True once the waiter has left the queue (admitted, timed out or cancelled)
         self.cancelled = False
         self.priority = priority
+        #: what the owner needs to decide whether this call may move (None: it may not)
+        self.tag = tag
+        #: taken out of the queue without a permit: the caller routes again (or queues at
+        #: ``moved_to``)
+        self.rerouted = False
+        self.moved_to: Limiter | None = None
 
 
 class Limiter:
@@ -149,6 +177,7 @@ class Limiter:
         name: str = "",
         shed_factor: float = 1.0,
         on_limit_change: Callable[[int], None] | None = None,
+        on_release: Callable[[Limiter], None] | None = None,
     ) -> None:
         if max_inflight is not None and max_inflight < 1:
             raise ValueError("max_inflight must be >= 1")
@@ -176,6 +205,9 @@ class Limiter:
         #: before this limiter — the prompt-cache gate — windows them against it
         self.on_limit_change = on_limit_change
         self._announced = self.current_limit
+        #: told after each release (and its admissions): the owner may move calls queued
+        #: here or at peers (see ``hand_over``)
+        self.on_release = on_release
 
     # ---- observation --------------------------------------------------------------------
     @property
@@ -248,11 +280,15 @@ class Limiter:
         )
 
     # ---- admission ----------------------------------------------------------------------
-    async def acquire(self, *, priority: int = 0, deadline: float | None = None) -> Permit:
+    async def acquire(
+        self, *, priority: int = 0, deadline: float | None = None, tag: object = None
+    ) -> Permit:
         """Wait for a permit. ``deadline`` is a clock reading; past it → ``OverloadedError``.
 
         Raises :class:`OverloadedError` at once when the queue is full, the deadline has
-        passed, or the predicted wait already exceeds the time left.
+        passed, or the predicted wait already exceeds the time left. A waiter with a ``tag``
+        may be moved while it waits: it gets a permit of another limiter (``hand_over``:
+        check ``permit.limiter``) or :class:`Rerouted` (``evict``).
         """
         if self._queued == 0 and self._in_flight < self.current_limit:
             return self._admit()
@@ -273,7 +309,7 @@ class Limiter:
                     f"predicted queue wait {predicted:.3g}s exceeds the {left:.3g}s left",
                     backend=self.name,
                 )
-        waiter = _Waiter(priority)
+        waiter = _Waiter(priority, tag)
         key = now - priority * self._aging_s
         heapq.heappush(self._heap, (key, next(self._seq), waiter))
         self._queued += 1
@@ -288,10 +324,73 @@ class Limiter:
             self._abandon(waiter)
             raise
         if waiter.permit is None:
+            if waiter.rerouted:
+                raise Rerouted(waiter.moved_to)
             self._abandon(waiter)
             self._shed += 1
             raise OverloadedError("not admitted before the deadline", backend=self.name)
         return waiter.permit
+
+    # ---- moving queued calls ------------------------------------------------------------
+    def evict(self, movable: Callable[[object], bool]) -> int:
+        """Send every queued waiter whose tag ``movable`` accepts back to its caller with
+        :class:`Rerouted` (e.g. this backend's circuit opened: its queue would only fail one
+        call at a time). Returns how many left."""
+        moved = 0
+        for _, _, waiter in self._heap:
+            if waiter.cancelled or waiter.tag is None or not movable(waiter.tag):
+                continue
+            waiter.cancelled = waiter.rerouted = True
+            self._leave_queue(waiter)
+            waiter.event.set()
+            moved += 1
+        if moved:
+            self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+            heapq.heapify(self._heap)
+        return moved
+
+    def hand_over(
+        self,
+        to: Limiter,
+        movable: Callable[[object], bool],
+        worth: Callable[[object, int], bool],
+        *,
+        limit: int | None = None,
+    ) -> int:
+        """Move waiters from the *back* of this queue to ``to``: the calls that would wait
+        longest here go first. Each is admitted by ``to`` at once while it has room, else sent
+        to queue there (:class:`Rerouted` with ``to``). ``movable(tag)`` says whether a call
+        may run there at all (skipped if not); ``worth(tag, position)`` — position = waiters
+        ahead of it here — whether the move gains enough (asked once per move, so it can count
+        what it already sent); the scan stops at the first that does not gain, since those
+        ahead of it wait less. At most ``limit`` move. Returns how many moved."""
+        if self._queued == 0 or (limit is not None and limit <= 0):
+            return 0
+        live = [entry for entry in self._heap if not entry[2].cancelled]
+        live.sort(reverse=True)
+        moved = 0
+        position = len(live)
+        for _, _, waiter in live:
+            position -= 1
+            if limit is not None and moved >= limit:
+                break
+            if waiter.tag is None or not movable(waiter.tag):
+                continue
+            if not worth(waiter.tag, position):
+                break
+            waiter.cancelled = True
+            self._leave_queue(waiter)
+            if to._queued == 0 and to._in_flight < to.current_limit:
+                waiter.permit = to._admit()
+            else:
+                waiter.rerouted = True
+                waiter.moved_to = to
+            waiter.event.set()
+            moved += 1
+        if moved:
+            self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+            heapq.heapify(self._heap)
+        return moved
 
     def poke(self) -> None:
         """Admit waiters after the limit grew outside a release (e.g. a config change)."""
@@ -368,6 +467,8 @@ class Limiter:
         if self.on_limit_change is not None and self.current_limit != self._announced:
             self._announced = self.current_limit
             self.on_limit_change(self._announced)
+        if self.on_release is not None:
+            self.on_release(self)
 
     def __repr__(self) -> str:
         return (

@@ -779,10 +779,10 @@ def error_for_exception(exc: BaseException, *, backend: str) -> GateError:
     name = type(exc).__name__
     if isinstance(exc, httpx2.TimeoutException):
         if isinstance(exc, httpx2.ConnectTimeout):
-            return RequestTimeout(f"connect timeout ({name})", backend=backend)
+            return RequestTimeout(f"connect timeout ({name})", backend=backend, unsent=True)
         if isinstance(exc, httpx2.PoolTimeout):
             return RequestTimeout(
-                f"timed out waiting for a pooled connection ({name})", backend=backend
+                f"timed out waiting for a pooled connection ({name})", backend=backend, unsent=True
             )
         if isinstance(exc, httpx2.ReadTimeout):
             # the prompt was sent: the backend may be working (and billing) on it
@@ -791,7 +791,7 @@ def error_for_exception(exc: BaseException, *, backend: str) -> GateError:
             return RequestTimeout(f"write timeout ({name})", backend=backend)
         return RequestTimeout(f"timeout ({name})", backend=backend)
     if isinstance(exc, httpx2.ConnectError):
-        return BackendError(f"connection failed ({name})", backend=backend)
+        return BackendError(f"connection failed ({name})", backend=backend, unsent=True)
     if isinstance(exc, httpx2.ProtocolError):
         return BackendError(f"protocol error ({name})", backend=backend)
     if isinstance(exc, httpx2.ReadError):
