@@ -27,6 +27,7 @@ from .errors import (
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
+    RequestTooLargeError,
     StreamInterruptedError,
 )
 from .ledger import Ledger
@@ -244,6 +245,7 @@ class CallRunner:
                 backend, ticket = await self._pass_cache_gate(backend, spec, state, ramp)
                 config = backend.backend
                 attempt_timeout = config.timeout
+            self._refuse_if_too_large(backend, spec)
             permit = await backend.limiter.acquire(priority=spec.priority, deadline=spec.deadline)
             reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
             pace = backend.pacer.reserve(clock.now(), reserved)
@@ -453,6 +455,27 @@ class CallRunner:
         for _, _, ticket in admitted[1:]:
             ticket.release()
         return admitted[0][1], admitted[0][2]
+
+    def _refuse_if_too_large(self, backend: BackendState, spec: CallSpec) -> None:
+        """Fail at once, sending nothing, when the backend's tokens-per-minute limit is known
+        and this call asks for more: it would be a 429 "Request too large" on every try, and
+        waiting for the budget would hold up every other call. max_tokens is exact but the
+        prompt is an estimate (~4 characters a token; a real tokenizer may need half as
+        many), so only half of it counts here: a borderline call is sent and the server's
+        429 decides (see ``wire.too_large``)."""
+        limit = backend.pacer.token_limit
+        if limit is None:
+            return
+        need = spec.route.output_tokens + spec.prompt_tokens // 2
+        if need > limit:
+            requested = spec.route.output_tokens + spec.prompt_tokens
+            raise RequestTooLargeError(
+                f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
+                f"the backend's limit of {int(limit)} tokens per minute",
+                backend=backend.name,
+                limit=int(limit),
+                requested=requested,
+            )
 
     def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
         """The backend's timeout, tightened from the observed latency only when the answer's
