@@ -27,6 +27,9 @@ class GateError(Exception):
     """
 
     retryable: bool = False
+    #: output tokens the server probably generated for this attempt (counted, with the
+    #: prompt, as possibly billed when ``billed`` is True)
+    output_tokens: int = 0
 
     def __init__(
         self,
