@@ -15,6 +15,7 @@ from .errors import (
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
+    RequestTooLargeError,
     StreamInterruptedError,
 )
 from .gateway import BackendStats, ChatStream, Gateway
@@ -43,6 +44,7 @@ __all__ = [
     "RampPolicy",
     "RateLimitedError",
     "RequestTimeout",
+    "RequestTooLargeError",
     "ScaledClock",
     "Scenario",
     "StreamInterruptedError",

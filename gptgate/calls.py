@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import anyio
 import httpx2
 
+from .billed import BilledWork
 from .clock import Clock
 from .errors import (
     BackendError,
@@ -27,6 +28,7 @@ from .errors import (
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
+    RequestTooLargeError,
     StreamInterruptedError,
 )
 from .ledger import Ledger
@@ -142,6 +144,8 @@ class CallRunner:
         #: one budget for the gateway: retries ≤ ratio × calls (SRE: no retry storms)
         self.budget = budget
         self.max_breaker_wait_s = max_breaker_wait_s
+        #: per backend: what its recent answers looked like, to estimate the unanswered ones
+        self.billed_work: dict[str, BilledWork] = {}
 
     # -- the whole call -------------------------------------------------------------------
 
@@ -271,6 +275,7 @@ class CallRunner:
                         self.router.has_alternative(spec.route, avoid | {backend.name})
                     ):
                         raise Rerouted()  # its circuit opened while the call was held
+                self._refuse_if_too_large(backend, spec)
                 tag = QueuedCall(spec.route, avoid, gated)
                 permit = await backend.limiter.acquire(
                     priority=spec.priority, deadline=spec.deadline, tag=tag
@@ -309,6 +314,7 @@ class CallRunner:
         reserved = 0
         config = backend.backend
         attempt_timeout = config.timeout
+        sent = False  # the request went to the transport: the server may bill from here on
         try:
             backend, ticket, permit = await self._admit(spec, state, backend)
             config = backend.backend
@@ -373,6 +379,7 @@ class CallRunner:
             if streamed:
                 parsed = None
                 first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)
+                sent = True
                 response = await self._send(backend, request, first_byte, stream=True)
                 self._observe_limits(backend, response)
                 if response.status_code >= 400:
@@ -398,19 +405,20 @@ class CallRunner:
                         yield delta
                 parsed = reader.result()
             else:
-                response = await self._send(backend, request, attempt_timeout, stream=False)
+                sent = True
+                # headers first, then the body: a body cut mid-way is told from a failed send
+                response = await self._send(backend, request, attempt_timeout, stream=True)
                 self._observe_limits(backend, response)
                 if response.status_code >= 400:
+                    await response.aread()
                     raise error_for_status(
                         response.status_code, response.headers, response.content,
                         backend=backend.name,
                     )
-                parsed = parse_chat_response(
-                    response.content,
-                    backend=backend.name,
-                    status=response.status_code,
-                    headers=response.headers,
+                content = await self._read_body(
+                    backend, response, sent_at + attempt_timeout, spec.route.output_tokens
                 )
+                parsed = self._parse_body(backend, response, content, spec.route.output_tokens)
                 if ticket is not None:
                     ticket.prefilled()
             latency = clock.now() - sent_at
@@ -422,6 +430,9 @@ class CallRunner:
                 )
             backend.pacer.reconcile(reserved, usage.total_tokens)
             backend.attempt_timeouts.observe(latency, usage.output_tokens)
+            if parsed.usage is not None and response is not None:
+                body_bytes = None if streamed else response.num_bytes_downloaded
+                self._billed(backend).observe(latency, usage.output_tokens, body_bytes)
             permit.success(
                 latency,
                 ttft_s=ttft,
@@ -442,10 +453,11 @@ class CallRunner:
                 text=parsed.text,
             )
             span = None
-        except GeneratorExit:
-            # the caller left a visible stream mid-answer: what was generated is still billed
-            if reader is not None and reader.has_content:
-                self._record_abandoned(backend, spec, state, reader.accumulator.text)
+        except (GeneratorExit, anyio.get_cancelled_exc_class()):
+            # the caller left a visible stream mid-answer, or cancelled the call: what the
+            # server did for a request it received is still billed
+            if sent:
+                self._record_abandoned(backend, spec, state, reader, clock.now() - sent_at)
             raise
         except GateError as error:
             if permit is not None and reserved:
@@ -522,6 +534,27 @@ class CallRunner:
             ticket.release()
         return admitted[0][1], admitted[0][2]
 
+    def _refuse_if_too_large(self, backend: BackendState, spec: CallSpec) -> None:
+        """Fail at once, sending nothing, when the backend's tokens-per-minute limit is known
+        and this call asks for more: it would be a 429 "Request too large" on every try, and
+        waiting for the budget would hold up every other call. max_tokens is exact but the
+        prompt is an estimate (~4 characters a token; a real tokenizer may need half as
+        many), so only half of it counts here: a borderline call is sent and the server's
+        429 decides (see ``wire.too_large``)."""
+        limit = backend.pacer.token_limit
+        if limit is None:
+            return
+        need = spec.route.output_tokens + spec.prompt_tokens // 2
+        if need > limit:
+            requested = spec.route.output_tokens + spec.prompt_tokens
+            raise RequestTooLargeError(
+                f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
+                f"the backend's limit of {int(limit)} tokens per minute",
+                backend=backend.name,
+                limit=int(limit),
+                requested=requested,
+            )
+
     def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
         """The backend's timeout, tightened from the observed latency only when the answer's
         length is bounded (max_tokens) and nothing else watches progress: a stream has its
@@ -563,7 +596,8 @@ class CallRunner:
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
             backend.pacer.reconcile(reserved, 0)
         else:
-            backend.pacer.reconcile(reserved, spec.prompt_tokens if error.billed else 0)
+            billed = spec.prompt_tokens + error.output_tokens if error.billed else 0
+            backend.pacer.reconcile(reserved, billed)
         if isinstance(error, RequestTimeout) and error.billed:
             expected = spec.route.output_tokens or None
             backend.attempt_timeouts.observe_timeout(attempt_timeout, expected)
@@ -584,6 +618,55 @@ class CallRunner:
         except RuntimeError as exc:
             if backend.pool.client.is_closed:  # the gateway was closed under this call
                 raise GateError("the gateway was closed", backend=backend.name) from exc
+            raise
+
+    def _billed(self, backend: BackendState) -> BilledWork:
+        work = self.billed_work.get(backend.name)
+        if work is None:
+            work = self.billed_work[backend.name] = BilledWork()
+        return work
+
+    async def _read_body(
+        self, backend: BackendState, response: httpx2.Response, deadline: float, max_tokens: int
+    ) -> bytes:
+        """A non-streamed body, whole, within the attempt deadline. The server sends it once
+        the answer is generated, so a body cut (or timed out) mid-way was billed in full: the
+        error says so, with the output estimated from what arrived and Content-Length."""
+        parts: list[bytes] = []
+        error: GateError
+        try:
+            with anyio.fail_after(self.clock.to_real(max(0.0, deadline - self.clock.now()))):
+                async for chunk in response.aiter_bytes():
+                    parts.append(chunk)
+            return b"".join(parts)
+        except TimeoutError:
+            error = RequestTimeout("response body not whole by the attempt deadline")
+        except httpx2.HTTPError as exc:
+            error = error_for_exception(exc, backend=backend.name)
+            error.__cause__ = exc
+        error.backend = backend.name
+        error.billed = True
+        length = response.headers.get("content-length")
+        size = int(length) if length is not None and length.isdigit() else None
+        error.output_tokens = self._billed(backend).cut_body(
+            b"".join(parts), size, max_tokens or None
+        )
+        raise error
+
+    def _parse_body(
+        self, backend: BackendState, response: httpx2.Response, content: bytes, max_tokens: int
+    ) -> ParsedChat:
+        """Parse a 2xx body; one that is not a chat completion was still generated, and is
+        counted as billed (an in-band ``{"error": ...}`` is not: the server refused)."""
+        try:
+            return parse_chat_response(
+                content, backend=backend.name, status=response.status_code,
+                headers=response.headers,
+            )
+        except BackendError as error:
+            if error.message.startswith("malformed response"):
+                error.billed = True
+                error.output_tokens = self._billed(backend).malformed(content, max_tokens or None)
             raise
 
     async def _timed_chunks(
@@ -697,23 +780,35 @@ class CallRunner:
             state.billed = state.billed + wasted
 
     def _record_abandoned(
-        self, backend: BackendState, spec: CallSpec, state: CallState, partial: str
+        self,
+        backend: BackendState,
+        spec: CallSpec,
+        state: CallState,
+        reader: ChatStreamReader | None,
+        elapsed_s: float,
     ) -> None:
-
-
-        usage = Usage(
-            input_tokens=spec.prompt_tokens,
-            output_tokens=estimate_text_tokens(partial),
-            estimated=True,
-        )
+        """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
+        what had been generated — a stream's text received, or else the elapsed time through
+        the backend's latency per token — is possibly billed."""
+        if reader is not None:
+            received = reader.accumulator
+            output = (
+                received.usage.output_tokens
+                if received.usage is not None
+                else estimate_text_tokens(received.text)
+            )
+        else:
+            output = self._billed(backend).generated_by(elapsed_s, spec.route.output_tokens)
+        usage = Usage(input_tokens=spec.prompt_tokens, output_tokens=output, estimated=True)
+        streamed = reader is not None
         state.cost_usd += self.ledger.record_attempt(
-            backend.name, usage, streamed=True, wasted=True, interrupted=True
+            backend.name, usage, streamed=streamed, wasted=True, interrupted=streamed
         )
         state.billed = state.billed + usage
 
     def _wasted_usage(self, spec: CallSpec, error: GateError) -> Usage | None:
         """What a failed attempt probably cost: the prompt once it was sent and processed,
-        plus what a cut stream had generated."""
+        plus what a cut stream had generated or a cut or malformed body had (all of it)."""
         if isinstance(error, StreamInterruptedError):
             return Usage(
                 input_tokens=spec.prompt_tokens,
@@ -721,5 +816,7 @@ class CallRunner:
                 estimated=error.usage_estimated,
             )
         if error.billed:
-            return Usage(input_tokens=spec.prompt_tokens, estimated=True)
+            return Usage(
+                input_tokens=spec.prompt_tokens, output_tokens=error.output_tokens, estimated=True
+            )
         return None

@@ -14,6 +14,7 @@ __all__ = [
     "OverloadedError",
     "RateLimitedError",
     "RequestTimeout",
+    "RequestTooLargeError",
     "StreamInterruptedError",
 ]
 
@@ -26,6 +27,9 @@ class GateError(Exception):
     """
 
     retryable: bool = False
+    #: output tokens the server probably generated for this attempt (counted, with the
+    #: prompt, as possibly billed when ``billed`` is True)
+    output_tokens: int = 0
 
     def __init__(
         self,
@@ -99,6 +103,26 @@ class BadRequestError(GateError):
     """The call itself is wrong (4xx other than 408/409/429, or caught before sending)."""
 
     retryable = False
+
+
+class RequestTooLargeError(BadRequestError):
+    """The request needs more tokens than the backend's whole per-minute (or per-day) budget
+    (``prompt + max_tokens > limit``): it can never be admitted, so waiting or retrying only
+    holds up every other call. ``limit`` and ``requested`` are the token counts, when known."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: int | None = None,
+        requested: int | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.limit = limit
+        self.requested = requested
 
 
 class NoBackendError(GateError):

@@ -141,6 +141,13 @@ class RateLimitPacer:
         """Whether any limit has been reported yet."""
         return self._requests.known or self._tokens.known
 
+    @property
+    def token_limit(self) -> float | None:
+        """The backend's reported tokens-per-minute limit (not our margin of it), or None
+        while unknown: a reservation above it can never be admitted."""
+        bucket = self._tokens
+        return bucket.capacity / self.margin if bucket.known else None
+
     def observe(
         self,
         now: float,

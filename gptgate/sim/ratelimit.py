@@ -108,6 +108,13 @@ class RateLimiter:
         self, kind: str, unit: str, bucket: TokenBucket, amount: int, wait: float
     ) -> RateDecision:
         used = int(bucket.limit - bucket.tokens)
+        if amount > bucket.limit:  # OpenAI's wording for a request that can never fit
+            message = (
+                f"Request too large for {self.model} in organization org-sim on {kind} per "
+                f"min ({unit}): Limit {int(bucket.limit)}, Requested {amount}. The input or "
+                f"output tokens must be reduced in order to run successfully."
+            )
+            return RateDecision(kind, wait, message)
         message = (
             f"Rate limit reached for {self.model} in organization org-sim on {kind} per min "
             f"({unit}): Limit {int(bucket.limit)}, Used {used}, Requested {amount}. "

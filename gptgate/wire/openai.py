@@ -30,6 +30,7 @@ from gptgate.errors import (
     GateError,
     RateLimitedError,
     RequestTimeout,
+    RequestTooLargeError,
     StreamInterruptedError,
 )
 from gptgate.results import Usage
@@ -48,6 +49,7 @@ __all__ = [
     "parse_chat_response",
     "parse_usage",
     "scrub_secrets",
+    "too_large",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -680,7 +682,58 @@ _LEAD = {
     RequestTimeout: "request timed out",
     BadRequestError: "bad request",
     BackendError: "backend error",
+    RequestTooLargeError: "request too large",
 }
+
+#: "Limit 10000, Requested 15009" in a 429's message (OpenAI, Groq, Together, …); a number
+#: may carry thousands separators, a label a colon ("Limit: 6,000")
+_LIMIT = re.compile(r"\blimit\b\s*[:=]?\s*(\d[\d,_]*)", re.IGNORECASE)
+_REQUESTED = re.compile(r"\brequested\b\s*[:=]?\s*(\d[\d,_]*)", re.IGNORECASE)
+
+
+def _first_number(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    if match is None:
+        return None
+    digits = match.group(1).replace(",", "").replace("_", "")
+    return int(digits) if digits else None
+
+
+def too_large(text: str) -> tuple[int, int] | None:
+    """(limit, requested) when a rate-limit message says one request asks for more than the
+    whole budget — OpenAI's "Request too large … Limit 10000, Requested 15009" — else None.
+    An ordinary 429 ("Limit 10000, Used 9000, Requested 2000") asks for less than the limit:
+    it fits once the budget refills, so it stays a retryable RateLimitedError."""
+    limit = _first_number(_LIMIT, text)
+    requested = _first_number(_REQUESTED, text)
+    if limit is None or requested is None or requested <= limit:
+        return None
+    return limit, requested
+
+
+def _too_large_error(
+    text: str,
+    code: Any,
+    kind: Any,
+    *,
+    backend: str | None,
+    status: int | None,
+    request_id: str | None,
+) -> RequestTooLargeError | None:
+    """The typed error for a 429 that can never succeed: not retryable (whatever
+    ``x-should-retry`` says) and without a retry-after, so that no one waits for it."""
+    sizes = too_large(text)
+    if sizes is None:
+        return None
+    return RequestTooLargeError(
+        _message(RequestTooLargeError, None, text, code, kind),
+        backend=backend,
+        status=status,
+        request_id=request_id,
+        should_retry=False,
+        limit=sizes[0],
+        requested=sizes[1],
+    )
 
 
 def _message(cls: type[GateError], status: int | None, text: str, code: Any, kind: Any) -> str:
@@ -707,18 +760,24 @@ def error_for_status(
     backend: str,
 ) -> GateError:
     """The typed error for a non-2xx response: 408 → RequestTimeout, 409 → BackendError,
-    429 → RateLimitedError, 5xx → BackendError, other 4xx → BadRequestError.
+    429 → RateLimitedError (RequestTooLargeError when its message says the request exceeds
+    the whole limit), 5xx → BackendError, other 4xx → BadRequestError.
 
     Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
     overrides the class's own ``retryable``); the message is the server's, scrubbed.
     """
     cls = _class_for_status(status)
     text, code, kind = _body_message(body)
+    rid = _header_request_id(headers) if headers is not None else None
+    if cls is RateLimitedError:
+        error = _too_large_error(text, code, kind, backend=backend, status=status, request_id=rid)
+        if error is not None:
+            return error
     return cls(
         _message(cls, status, text, code, kind),
         backend=backend,
         status=status,
-        request_id=_header_request_id(headers) if headers is not None else None,
+        request_id=rid,
         retry_after=parse_retry_after(headers) if headers is not None else None,
         should_retry=parse_should_retry(headers) if headers is not None else None,
     )
@@ -755,6 +814,12 @@ def _in_band_error(
         cls = BackendError
     if headers is not None and request_id is None:
         request_id = _header_request_id(headers)
+    if cls is RateLimitedError:
+        error = _too_large_error(
+            text, code, kind, backend=backend, status=status, request_id=request_id
+        )
+        if error is not None:
+            return error
     return cls(
         _message(cls, numeric, text, code, kind),
         backend=backend,
