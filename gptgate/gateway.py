@@ -57,7 +57,15 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 
 @dataclass(frozen=True, slots=True)
 class BackendStats:
-    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``)."""
+    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``).
+
+    Every counter (``calls``, ``failures``, ``retries``, ``shed``, tokens, …) is monotonic over
+    the Gateway's lifetime, across re-opening it. ``calls`` counts attempts sent to the backend
+    (a call shed by the limiter or the cache gate, or whose deadline passed first, is in
+    ``shed`` or nowhere); ``failures`` counts sent attempts the backend failed (not those cut by
+    the caller's own deadline); ``retries`` counts retry attempts sent to this backend — where
+    the retry went, not where the failed attempt was.
+    """
 
     name: str
     hardware: str

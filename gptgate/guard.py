@@ -116,6 +116,8 @@ def make_guard(
                 )
                 start = clock.now()
                 state.calls += 1
+                if number > 1:
+                    state.retries += 1  # on the backend the retry goes to
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
