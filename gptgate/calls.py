@@ -35,7 +35,7 @@ from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
-from .outcomes import report_failure
+from .outcomes import is_caller_deadline, report_failure
 from .relocate import QueuedCall
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
@@ -109,6 +109,12 @@ class CallState:
     result: ChatResult | None = None
     #: its first sent attempt was counted as a request by the retry budget
     funded_retries: bool = False
+
+
+def _deadline_cut_stream(backend: str) -> RequestTimeout:
+    return RequestTimeout(
+        "call deadline passed while streaming", backend=backend, billed=True, deadline=True
+    )
 
 
 def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
@@ -227,11 +233,9 @@ class CallRunner:
         )
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
+        # the retry is counted on the backend it is sent to (see _attempt), not this one
         if isinstance(error, GateError) and error.backend:
             state.failed_backends.add(error.backend)
-            backend = self.router.by_name.get(error.backend)
-            if backend is not None:
-                backend.retries += 1
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -330,29 +334,6 @@ class CallRunner:
                     )
                 await clock.sleep(pace)
             sent_at = clock.now()
-            if self.budget is not None and not state.funded_retries:
-                # a request funds retries when it reaches the backend, not when it starts
-                # waiting: a job queued behind the gate or the limiter for longer than the
-                # budget's window would otherwise find nothing left to retry with
-                state.funded_retries = True
-                self.budget.record_request(sent_at)
-            queue_s = sent_at - enqueued
-            state.queue_s += queue_s
-            backend.calls += 1
-            backend.breaker.on_attempt(sent_at)
-            self.telemetry.record_queue(queue_s, backend.name)
-            span = self.telemetry.start_attempt(
-                provider=config.provider,
-                model=config.model,
-                host=backend.pool.client.base_url.host,
-                port=backend.pool.client.base_url.port,
-                stream=spec.stream,
-                params=spec.params,
-                backend=backend.name,
-                hardware=config.hardware,
-                attempt=number,
-                messages=spec.messages,
-            )
             prompt_cache_key = (
                 spec.prefix.key
                 if spec.prefix is not None and config.supports_prompt_cache_key
@@ -369,18 +350,54 @@ class CallRunner:
                 prompt_cache_key=prompt_cache_key,
             )
             attempt_timeout = self._attempt_timeout(backend, spec, streamed)
+            # the call's deadline, not the backend's timeout, bounds this attempt
+            cut_by_deadline = (
+                spec.deadline is not None and spec.deadline - sent_at < attempt_timeout
+            )
             if spec.deadline is not None:
                 attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
                 if attempt_timeout <= 0:
-                    raise RequestTimeout("call deadline passed", backend=backend.name)
+                    # nothing was sent: the caller's deadline says nothing about the backend
+                    raise RequestTimeout(
+                        "call deadline passed before the send", backend=backend.name, deadline=True
+                    )
             request = backend.pool.client.build_request(
                 "POST", "chat/completions", content=body, headers=spec.headers
             )
+            if self.budget is not None and not state.funded_retries:
+                # a request funds retries when it reaches the backend, not when it starts
+                # waiting: a job queued behind the gate or the limiter for longer than the
+                # budget's window would otherwise find nothing left to retry with
+                state.funded_retries = True
+                self.budget.record_request(sent_at)
+            queue_s = sent_at - enqueued
+            state.queue_s += queue_s
+            sent = True
+            backend.calls += 1
+            if number > 1:
+                backend.retries += 1  # counted where the retry goes, not where it came from
+            backend.breaker.on_attempt(sent_at)
+            self.telemetry.record_queue(queue_s, backend.name)
+            span = self.telemetry.start_attempt(
+                provider=config.provider,
+                model=config.model,
+                host=backend.pool.client.base_url.host,
+                port=backend.pool.client.base_url.port,
+                stream=spec.stream,
+                params=spec.params,
+                backend=backend.name,
+                hardware=config.hardware,
+                attempt=number,
+                messages=spec.messages,
+            )
             if streamed:
                 parsed = None
-                first_byte = min(config.first_byte_timeout or config.timeout, attempt_timeout)
-                sent = True
-                response = await self._send(backend, request, first_byte, stream=True)
+                own_first_byte = config.first_byte_timeout or config.timeout
+                first_byte = min(own_first_byte, attempt_timeout)
+                response = await self._send(
+                    backend, request, first_byte, stream=True,
+                    deadline=cut_by_deadline and attempt_timeout <= own_first_byte,
+                )
                 self._observe_limits(backend, response)
                 if response.status_code >= 400:
                     await response.aread()
@@ -390,7 +407,8 @@ class CallRunner:
                     )
                 reader = ChatStreamReader(
                     self._timed_chunks(
-                        response, sent_at + attempt_timeout, config.idle_timeout, backend.name
+                        response, sent_at + attempt_timeout, config.idle_timeout, backend.name,
+                        caller_deadline=cut_by_deadline,
                     ),
                     backend=backend.name,
                     request_id=request_id(response.headers),
@@ -405,9 +423,10 @@ class CallRunner:
                         yield delta
                 parsed = reader.result()
             else:
-                sent = True
                 # headers first, then the body: a body cut mid-way is told from a failed send
-                response = await self._send(backend, request, attempt_timeout, stream=True)
+                response = await self._send(
+                    backend, request, attempt_timeout, stream=True, deadline=cut_by_deadline
+                )
                 self._observe_limits(backend, response)
                 if response.status_code >= 400:
                     await response.aread()
@@ -416,7 +435,8 @@ class CallRunner:
                         backend=backend.name,
                     )
                 content = await self._read_body(
-                    backend, response, sent_at + attempt_timeout, spec.route.output_tokens
+                    backend, response, sent_at + attempt_timeout, spec.route.output_tokens,
+                    caller_deadline=cut_by_deadline,
                 )
                 parsed = self._parse_body(backend, response, content, spec.route.output_tokens)
                 if ticket is not None:
@@ -462,7 +482,7 @@ class CallRunner:
         except GateError as error:
             if permit is not None and reserved:
                 self._pace_after_failure(backend, error, reserved, spec, attempt_timeout)
-            self._record_failure(backend, spec, state, error, permit, sent_at, ttft)
+            self._record_failure(backend, spec, state, error, permit, sent_at, sent)
             if span is not None:
                 self.telemetry.end_attempt(
                     span,
@@ -598,20 +618,32 @@ class CallRunner:
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0
             backend.pacer.reconcile(reserved, billed)
-        if isinstance(error, RequestTimeout) and error.billed:
+        if isinstance(error, RequestTimeout) and error.billed and not error.deadline:
             expected = spec.route.output_tokens or None
             backend.attempt_timeouts.observe_timeout(attempt_timeout, expected)
 
     async def _send(
-        self, backend: BackendState, request: httpx2.Request, timeout: float, *, stream: bool
+        self,
+        backend: BackendState,
+        request: httpx2.Request,
+        timeout: float,
+        *,
+        stream: bool,
+        deadline: bool = False,
     ) -> httpx2.Response:
-        """Send with a deadline; map transport failures to typed errors."""
+        """Send with a deadline; map transport failures to typed errors. ``deadline``: the
+        timeout is what is left of the call's deadline, not the backend's own."""
         try:
             with anyio.fail_after(self.clock.to_real(timeout)):
                 return await backend.pool.client.send(request, stream=stream)
         except TimeoutError:
+            message = (
+                "call deadline passed waiting for the response"
+                if deadline
+                else "no response before the attempt deadline"
+            )
             raise RequestTimeout(
-                "no response before the attempt deadline", backend=backend.name, billed=True
+                message, backend=backend.name, billed=True, deadline=deadline
             ) from None
         except httpx2.HTTPError as exc:
             raise error_for_exception(exc, backend=backend.name) from exc
@@ -627,9 +659,16 @@ class CallRunner:
         return work
 
     async def _read_body(
-        self, backend: BackendState, response: httpx2.Response, deadline: float, max_tokens: int
+        self,
+        backend: BackendState,
+        response: httpx2.Response,
+        deadline: float,
+        max_tokens: int,
+        *,
+        caller_deadline: bool = False,
     ) -> bytes:
-        """A non-streamed body, whole, within the attempt deadline. The server sends it once
+        """A non-streamed body, whole, within the attempt deadline (``caller_deadline``: that
+        is the call's deadline, whose passing is no backend fault). The server sends it once
         the answer is generated, so a body cut (or timed out) mid-way was billed in full: the
         error says so, with the output estimated from what arrived and Content-Length."""
         parts: list[bytes] = []
@@ -640,7 +679,10 @@ class CallRunner:
                     parts.append(chunk)
             return b"".join(parts)
         except TimeoutError:
-            error = RequestTimeout("response body not whole by the attempt deadline")
+            if caller_deadline:
+                error = RequestTimeout("call deadline passed reading the body", deadline=True)
+            else:
+                error = RequestTimeout("response body not whole by the attempt deadline")
         except httpx2.HTTPError as exc:
             error = error_for_exception(exc, backend=backend.name)
             error.__cause__ = exc
@@ -670,15 +712,24 @@ class CallRunner:
             raise
 
     async def _timed_chunks(
-        self, response: httpx2.Response, deadline: float, idle_s: float, backend: str
+        self,
+        response: httpx2.Response,
+        deadline: float,
+        idle_s: float,
+        backend: str,
+        *,
+        caller_deadline: bool = False,
     ) -> AsyncIterator[bytes]:
-        """Raw body chunks, each within the idle timeout and all within the attempt deadline."""
+        """Raw body chunks, each within the idle timeout and all within the attempt deadline
+        (``caller_deadline``: that is the call's deadline, whose passing is no backend fault)."""
         iterator = response.aiter_bytes().__aiter__()
         clock = self.clock
         while True:
             remaining = deadline - clock.now()
             budget = min(idle_s, remaining)
             if budget <= 0:
+                if caller_deadline:
+                    raise _deadline_cut_stream(backend)
                 raise httpx2.ReadTimeout("stream passed the attempt deadline")
             with anyio.move_on_after(clock.to_real(budget)) as scope:
                 try:
@@ -686,6 +737,8 @@ class CallRunner:
                 except StopAsyncIteration:
                     return
             if scope.cancelled_caught:
+                if caller_deadline and budget < idle_s:
+                    raise _deadline_cut_stream(backend)
                 what = "idle between chunks" if budget == idle_s else "past the attempt deadline"
                 raise httpx2.ReadTimeout(f"stream {what}")
             yield chunk
@@ -752,22 +805,18 @@ class CallRunner:
         error: GateError,
         permit: Permit | None,
         sent_at: float,
-        ttft: float | None,
+        sent: bool,
     ) -> None:
+        """Only a sent attempt the backend failed counts against it (stats, breaker); one shed
+        before the send, or cut by the caller's own deadline, does not. The ledger still counts
+        what was possibly billed."""
         now = self.clock.now()
         if error.backend is None:
             error.backend = backend.name
         if permit is not None and not permit.done:
             report_failure(permit, error, now - sent_at)
-        if isinstance(error, RateLimitedError):
-            backend.rate_limited += 1
-        elif isinstance(error, RequestTimeout):
-            backend.timeouts += 1
-        if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
-            error, StreamInterruptedError
-        ):
-            backend.breaker.on_failure(now)
-        backend.failures += 1
+        if sent and not is_caller_deadline(error):
+            self._count_backend_failure(backend, error, now)
         wasted = self._wasted_usage(spec, error)
         if wasted is not None:
             state.cost_usd += self.ledger.record_attempt(
@@ -778,6 +827,17 @@ class CallRunner:
                 interrupted=isinstance(error, StreamInterruptedError),
             )
             state.billed = state.billed + wasted
+
+    def _count_backend_failure(self, backend: BackendState, error: GateError, now: float) -> None:
+        if isinstance(error, RateLimitedError):
+            backend.rate_limited += 1
+        elif isinstance(error, RequestTimeout):
+            backend.timeouts += 1
+        if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
+            error, StreamInterruptedError
+        ):
+            backend.breaker.on_failure(now)
+        backend.failures += 1
 
     def _record_abandoned(
         self,

@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictInt,
     field_validator,
     model_validator,
 )
@@ -72,15 +73,16 @@ class Backend(BaseModel):
     #: where ``api_key=None`` looks; a missing variable sends no Authorization header
     api_key_env: str = "OPENAI_API_KEY"
     #: "auto" → adaptive limit between min and max; an int → that fixed limit
-    concurrency: Literal["auto"] | int = "auto"
-    min_concurrency: int = Field(default=1, ge=1)
-    initial_concurrency: int = Field(default=4, ge=1)
-    max_concurrency: int = Field(default=64, ge=1, le=10_000)
+    #: (ints are strict here and below: ``"8"`` or ``True`` is refused, not read as 8 or 1)
+    concurrency: Literal["auto"] | StrictInt = "auto"
+    min_concurrency: StrictInt = Field(default=1, ge=1)
+    initial_concurrency: StrictInt = Field(default=4, ge=1)
+    max_concurrency: StrictInt = Field(default=64, ge=1, le=10_000)
     #: bound the adaptive limit to a scenario's window: a preset name ("realtime_chat" →
     #: 20-30) or (low, high). Ignored for a fixed concurrency.
-    concurrency_window: tuple[int, int] | str | None = None
+    concurrency_window: tuple[StrictInt, StrictInt] | str | None = None
     #: connections; default ceil(1.2 × max concurrency)
-    max_connections: int | None = Field(default=None, ge=1)
+    max_connections: StrictInt | None = Field(default=None, ge=1)
     #: per-attempt deadline in seconds (headers and whole body)
     timeout: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=5.0, gt=0)
@@ -120,7 +122,7 @@ class Backend(BaseModel):
 
     @field_validator("concurrency")
     @classmethod
-    def _check_concurrency(cls, value: Literal["auto"] | int) -> Literal["auto"] | int:
+    def _check_concurrency(cls, value: Literal["auto"] | StrictInt) -> Literal["auto"] | int:
         if isinstance(value, int) and value < 1:
             raise ValueError("concurrency must be 'auto' or an int >= 1")
         return value
@@ -186,7 +188,7 @@ class GatewayConfig(BaseModel):
 
     backends: list[Backend]
     #: tries per call, the first included
-    max_attempts: int = Field(default=3, ge=1, le=20)
+    max_attempts: StrictInt = Field(default=3, ge=1, le=20)
     backoff_base_s: float = Field(default=0.5, gt=0)
     backoff_cap_s: float = Field(default=8.0, gt=0)
     #: a server's retry-after longer than this fails the call instead of sleeping
@@ -196,24 +198,38 @@ class GatewayConfig(BaseModel):
     retry_budget_ratio: float | None = Field(default=0.1, ge=0)
     retry_budget_min_per_s: float = Field(default=1.0, ge=0)
     #: consecutive failures that open a backend's circuit, and its first cool-down
-    breaker_threshold: int = Field(default=5, ge=1)
+    breaker_threshold: StrictInt = Field(default=5, ge=1)
     breaker_cooldown_s: float = Field(default=5.0, gt=0)
     #: how long a call may wait for an open circuit to half-open when no other backend is
     #: eligible; beyond it the call fails fast (never past the call's own deadline)
     max_breaker_wait_s: float = Field(default=5.0, ge=0)
-    #: total deadline per call across attempts (None → attempts × backend timeout)
+    #: total deadline per call across attempts, when neither the call (``timeout=``) nor its
+    #: scenario sets one. None → the default: the call's max attempts × the largest
+    #: ``timeout`` among the backends it may use, plus ``backoff_cap_s`` between attempts
+    #: (``gate.default_deadline_s``); ``@gate.guard`` bounds its wait for a permit the same way.
+    #: A deadline never counts against a backend's health or limit (docs/guide.md, Deadlines).
     deadline_s: float | None = Field(default=None, gt=0)
+    #: a preset name (see ``gptgate.scenarios.PRESETS``)
     default_scenario: str = "default"
     #: put prompt and completion text on spans (off: prompts are often personal data)
     capture_content: bool = False
     #: random seed for back-off jitter (tests and benchmarks); None → system randomness
-    seed: int | None = None
+    seed: StrictInt | None = None
     #: opt-in: re-warm prompt prefixes that are still hot before the provider's cache TTL
     #: (5-10 min at OpenAI) lets them go cold; each refresh is a max_tokens=1 call, counted
     keep_warm: bool = False
     keep_warm_interval_s: float = Field(default=240.0, gt=0)
     #: a prefix group is "hot" at this many calls per minute
     keep_warm_min_rate_per_min: float = Field(default=2.0, gt=0)
+
+    @field_validator("default_scenario")
+    @classmethod
+    def _check_default_scenario(cls, value: str) -> str:
+        from .scenarios import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(f"unknown scenario {value!r}; known: {', '.join(sorted(PRESETS))}")
+        return value
 
     @model_validator(mode="after")
     def _check_backends(self) -> GatewayConfig:

@@ -94,9 +94,22 @@ class BackendError(GateError):
 
 
 class RequestTimeout(GateError):
-    """A connect, pool, first-byte, between-chunk or total deadline passed (or HTTP 408)."""
+    """A connect, pool, first-byte, between-chunk or total deadline passed (or HTTP 408).
+
+    ``deadline`` is True when the *call's* deadline (``timeout=``, the scenario's or the
+    gateway's ``deadline_s``, or the default) passed or cut the attempt, rather than one of the
+    backend's own timeouts: it says nothing about the backend's health, and it is not retried
+    — there is no time left.
+    """
 
     retryable = True
+
+    def __init__(self, message: str, *, deadline: bool = False, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        #: the caller's deadline ran out, not a backend timeout
+        self.deadline = deadline
+        if deadline:
+            self.retryable = False
 
 
 class BadRequestError(GateError):

@@ -7,8 +7,10 @@ connection. Nothing is lost: every accepted call ends in a result or a typed err
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -33,7 +35,7 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .errors import BadRequestError, GateError
+from .errors import BadRequestError, GateError, NoBackendError
 from .ledger import Ledger
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
@@ -58,7 +60,15 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 
 @dataclass(frozen=True, slots=True)
 class BackendStats:
-    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``)."""
+    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``).
+
+    Every counter (``calls``, ``failures``, ``retries``, ``shed``, tokens, …) is monotonic over
+    the Gateway's lifetime, across re-opening it. ``calls`` counts attempts sent to the backend
+    (a call shed by the limiter or the cache gate, or whose deadline passed first, is in
+    ``shed`` or nowhere); ``failures`` counts sent attempts the backend failed (not those cut by
+    the caller's own deadline); ``retries`` counts retry attempts sent to this backend — where
+    the retry went, not where the failed attempt was.
+    """
 
     name: str
     hardware: str
@@ -108,6 +118,83 @@ def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
     if slow_start is None:
         return "adaptive", counts
     return ("slow start" if slow_start else "probing"), counts
+
+
+@dataclass(slots=True)
+class _EarlierSessions:
+    """A backend's counters from before the last ``start()`` (which builds its live state
+    afresh), so that ``stats()`` never goes backwards when the gateway is re-opened."""
+
+    calls: int = 0
+    failures: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    timeouts: int = 0
+    admitted: int = 0
+    shed: int = 0
+    pool_waits: int = 0
+    pool_wait_total_s: float = 0.0
+    pool_wait_max_s: float = 0.0
+    limit_events: dict[str, int] = field(default_factory=dict)
+
+    def add(self, state: BackendState) -> None:
+        self.calls += state.calls
+        self.failures += state.failures
+        self.retries += state.retries
+        self.rate_limited += state.rate_limited
+        self.timeouts += state.timeouts
+        limiter = state.limiter.statistics()
+        self.admitted += limiter.admitted
+        self.shed += limiter.shed
+        pool = state.pool.statistics()
+        self.pool_waits += pool.waits
+        self.pool_wait_total_s += pool.wait_total_s
+        self.pool_wait_max_s = max(self.pool_wait_max_s, pool.wait_max_s)
+        self.limit_events = self.events(_limit_phase(state.limiter.limit)[1])
+
+    def events(self, live: Mapping[str, int]) -> dict[str, int]:
+        names = [*live, *(k for k in self.limit_events if k not in live)]
+        return {k: live.get(k, 0) + self.limit_events.get(k, 0) for k in names}
+
+    def pool(self, live: PoolStatistics) -> PoolStatistics:
+        return dataclasses.replace(
+            live,
+            waits=live.waits + self.pool_waits,
+            wait_total_s=live.wait_total_s + self.pool_wait_total_s,
+            wait_max_s=max(live.wait_max_s, self.pool_wait_max_s),
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_call_options(
+    timeout: object, priority: object, max_attempts: object, headers: object
+) -> None:
+    """Refuse a malformed call argument before anything is queued or sent, naming it: a
+    wrong type would otherwise surface later as an untyped error (``priority`` only under
+    contention) or be silently read as "no deadline" / "the default"."""
+    if timeout is not None and not (
+        isinstance(timeout, (int, float))
+        and not isinstance(timeout, bool)
+        and math.isfinite(timeout)
+        and timeout > 0
+    ):
+        raise BadRequestError(
+            f"timeout must be a positive, finite number of seconds (or None), got {timeout!r}"
+        )
+    if priority is not None and not _is_int(priority):
+        raise BadRequestError(f"priority must be an int (higher goes first), got {priority!r}")
+    if max_attempts is not None and not (_is_int(max_attempts) and 1 <= max_attempts <= 20):  # type: ignore[operator]
+        raise BadRequestError(
+            f"max_attempts must be an int from 1 to 20 (or None), got {max_attempts!r}"
+        )
+    if headers is not None and not (
+        isinstance(headers, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+    ):
+        raise BadRequestError("extra_headers must be a mapping of str header names to str values")
 
 
 def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
@@ -227,6 +314,9 @@ class Gateway:
         self.keep_warm_calls = 0
         self.retry_budget: RetryBudget | None = None
         self._open = False
+        self._earlier: dict[str, _EarlierSessions] = {
+            b.name: _EarlierSessions() for b in config.backends
+        }
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -251,6 +341,9 @@ class Gateway:
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         for backend in self.config.backends:
+            previous = self._states.get(backend.name)
+            if previous is not None:
+                self._earlier[backend.name].add(previous)
             pool = BackendPool(backend, self.clock)
             limiter = Limiter(
                 self._make_limit(backend),
@@ -357,8 +450,7 @@ class Gateway:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
-        if headers is not None and not isinstance(headers, Mapping):
-            raise BadRequestError("extra_headers must be a mapping of header names to values")
+        _check_call_options(timeout, priority, max_attempts, headers)
         if tier not in ("small", "large", "auto"):
             raise BadRequestError("tier must be 'small', 'large' or 'auto'")
         if backend is not None and backend not in self._states:
@@ -372,7 +464,6 @@ class Gateway:
         else:
             do_stream, decision = decide_stream(resolved, checked, params, stream)
         prompt_tokens = estimate_prompt_tokens(checked)
-        deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(
@@ -385,6 +476,12 @@ class Gateway:
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
         )
+        deadline_s = (
+            timeout
+            or resolved.deadline_s
+            or self.config.deadline_s
+            or self.default_deadline_s(route, max_attempts)
+        )
         return CallSpec(
             messages=checked,
             params=params,
@@ -393,13 +490,26 @@ class Gateway:
             stream_decision=decision,
             route=route,
             priority=resolved.priority if priority is None else priority,
-            deadline=self.clock.now() + deadline_s if deadline_s else None,
+            deadline=self.clock.now() + deadline_s,
             prompt_tokens=prompt_tokens,
             visible=visible,
             max_attempts=max_attempts,
             prefix=prefix,
             headers=headers,
         )
+
+    def default_deadline_s(self, route: RouteRequest, max_attempts: int | None = None) -> float:
+        """A call's deadline when neither it, its scenario nor the gateway sets one (the
+        documented ``GatewayConfig.deadline_s=None``): each of its attempts may take the largest
+        timeout among the backends it may use, with the back-off cap between attempts. Without
+        it a call queued behind a stuck one would wait as long as that one."""
+        attempts = max_attempts or self.config.max_attempts
+        try:
+            backends = [s.backend for s in self.runner.router.eligible(route)]
+        except NoBackendError:  # the attempt will say so; any bound will do until then
+            backends = list(self.config.backends)
+        timeout = max(b.timeout for b in backends)
+        return attempts * timeout + (attempts - 1) * self.config.backoff_cap_s
 
     def _prefix(self, messages: Sequence[Mapping[str, Any]], cache_key: str | None) -> Any:
         group = prefix_key(messages, cache_key)
@@ -663,25 +773,26 @@ class Gateway:
             limiter = state.limiter.statistics()
             entry = self._ledger.entries[name]
             phase, events = _limit_phase(state.limiter.limit)
+            earlier = self._earlier[name]
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
                 limit=limiter.limit,
                 in_flight=limiter.in_flight,
                 queued=limiter.queued,
-                admitted=limiter.admitted,
-                shed=limiter.shed,
-                pool=state.pool.statistics(),
+                admitted=limiter.admitted + earlier.admitted,
+                shed=limiter.shed + earlier.shed,
+                pool=earlier.pool(state.pool.statistics()),
                 latency_p50_s=state.latency.percentile(0.5),
                 latency_p95_s=state.latency.percentile(0.95),
                 latency_p99_s=state.latency.percentile(0.99),
                 ttft_p50_s=state.ttft.percentile(0.5),
                 ttft_p95_s=state.ttft.percentile(0.95),
-                calls=state.calls,
-                failures=state.failures,
-                retries=state.retries,
-                rate_limited=state.rate_limited,
-                timeouts=state.timeouts,
+                calls=state.calls + earlier.calls,
+                failures=state.failures + earlier.failures,
+                retries=state.retries + earlier.retries,
+                rate_limited=state.rate_limited + earlier.rate_limited,
+                timeouts=state.timeouts + earlier.timeouts,
                 cache_hit_rate=entry.hit_rate,
                 input_tokens=entry.input_tokens,
                 cached_input_tokens=entry.cached_input_tokens,
@@ -693,7 +804,7 @@ class Gateway:
                 circuit=state.breaker.state(self.clock.now()),
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
-                limit_events=events,
+                limit_events=earlier.events(events),
             )
         return snapshot
 
@@ -705,7 +816,17 @@ class Gateway:
         try:
             return self._states[name]
         except KeyError:
-            raise BadRequestError(f"unknown backend {name!r}") from None
+            pass
+        self._configured(name)
+        raise GateError("the gateway is not open: use `async with gate:` (or await start())")
+
+    def _configured(self, name: str) -> Backend:
+        """The configured backend called ``name``, or a BadRequestError naming the known ones."""
+        for backend in self.config.backends:
+            if backend.name == name:
+                return backend
+        known = ", ".join(b.name for b in self.config.backends)
+        raise BadRequestError(f"unknown backend {name!r}; known: {known}")
 
     # -- other call sites -----------------------------------------------------------------
 
@@ -729,12 +850,16 @@ class Gateway:
     def http_client(self, backend: str, **client_options: Any) -> httpx2.AsyncClient:
         """An ``httpx2.AsyncClient`` for a third-party SDK (``openai.AsyncOpenAI(
         http_client=gate.http_client("gpu-local"))``): its requests share the backend's pool
-        and pass through its limiter, so SDK traffic counts against the same limit."""
+        and pass through its limiter, so SDK traffic counts against the same limit.
+
+        It may be built before the gateway opens (SDK clients are often made at import time):
+        the backend's live state is looked up at each request, which fails with a clear
+        ``GateError`` while the gateway is not open. An unknown name fails here."""
         from .guard import GuardTransport
 
-        state = self.backend_state(backend)
-        transport = GuardTransport(self, state)
-        timeout = client_options.pop("timeout", httpx2.Timeout(state.backend.timeout))
+        config = self._configured(backend)
+        transport = GuardTransport(self, backend)
+        timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
         return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
 
     def __repr__(self) -> str:

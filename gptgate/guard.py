@@ -104,7 +104,13 @@ def make_guard(
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             runner = gate.runner
             clock = gate.clock
-            deadline = clock.now() + resolved.deadline_s if resolved.deadline_s else None
+            # the call's own work is the SDK's to bound; its wait for a permit is not endless
+            deadline_s = (
+                resolved.deadline_s
+                or gate.config.deadline_s
+                or gate.default_deadline_s(route, None if retry else 1)
+            )
+            deadline = clock.now() + deadline_s
             failed: set[str] = set()
 
             async def attempt(number: int) -> R:
@@ -116,6 +122,8 @@ def make_guard(
                 )
                 start = clock.now()
                 state.calls += 1
+                if number > 1:
+                    state.retries += 1  # on the backend the retry goes to
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
@@ -196,15 +204,24 @@ class _PermitStream(httpx2.AsyncByteStream):
 
 
 class GuardTransport(httpx2.AsyncBaseTransport):
-    """The transport behind ``gate.http_client(name)``."""
+    """The transport behind ``gate.http_client(name)``.
 
-    def __init__(self, gate: Gateway, state: BackendState, priority: int = 5) -> None:
+    Given a backend's name, it looks up the live state at each request: the client may be
+    built before the gateway opens, and outlive a re-open (which builds the state afresh)."""
+
+    def __init__(self, gate: Gateway, state: BackendState | str, priority: int = 5) -> None:
         self._gate = gate
         self._state = state
         self._priority = priority
 
+    def _backend(self) -> BackendState:
+        if isinstance(self._state, BackendState):
+            return self._state
+        self._gate.runner  # noqa: B018 - a clear "not open" GateError before anything else
+        return self._gate.backend_state(self._state)
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        state = self._state
+        state = self._backend()
         clock = self._gate.clock
         permit = await state.limiter.acquire(priority=self._priority)
         start = clock.now()

@@ -6,7 +6,8 @@
 * **a server failure** (another 5xx, a stream cut mid-answer): dropped, but marked as no sign
   of congestion by itself (``congestion=False``) — it lowers goodput, so a failure rate that
   grows with the load moves the knee, without one failure cutting the limit;
-* anything else (a bad request, a refused key): *ignored* — it says nothing about the load.
+* anything else (a bad request, a refused key, the caller's own deadline passing or cutting
+  the attempt — ``RequestTimeout(deadline=True)``): *ignored* — it says nothing about the load.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .errors import (
 )
 from .limits import Permit
 
-__all__ = ["CONGESTION_STATUSES", "report_failure", "report_status"]
+__all__ = ["CONGESTION_STATUSES", "is_caller_deadline", "report_failure", "report_status"]
 
 #: HTTP statuses that say the backend is overloaded (or timed the request out)
 CONGESTION_STATUSES = frozenset({408, 429, 503, 529})
@@ -38,7 +39,17 @@ def _status_kind(status: int | None) -> _Kind:
     return None
 
 
+def is_caller_deadline(error: BaseException) -> bool:
+    """The call's own deadline ended this attempt (also a stream it cut mid-answer): the
+    caller's choice, not a sign of the backend's health or load."""
+    if isinstance(error, StreamInterruptedError):
+        error = error.__cause__ if error.__cause__ is not None else error
+    return isinstance(error, RequestTimeout) and error.deadline
+
+
 def _error_kind(error: GateError) -> _Kind:
+    if is_caller_deadline(error):
+        return None
     if isinstance(error, (RateLimitedError, RequestTimeout)):
         return "congestion"
     if isinstance(error, StreamInterruptedError):
