@@ -87,6 +87,8 @@ class CallSpec:
     priority: int
     deadline: float | None
     prompt_tokens: int
+    #: without a deadline: give up a wait whose queue has not moved for this long
+    stall_s: float | None = None
     #: the caller sees deltas (gate.stream): no retry after the first one
     visible: bool = False
     prefix: Any = None  # cache.PrefixGroup when the call has a prompt prefix
@@ -282,7 +284,7 @@ class CallRunner:
                 self._refuse_if_too_large(backend, spec)
                 tag = QueuedCall(spec.route, avoid, gated)
                 permit = await backend.limiter.acquire(
-                    priority=spec.priority, deadline=spec.deadline, tag=tag
+                    priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s
                 )
             except Rerouted as move:
                 if ticket is not None:

@@ -203,11 +203,12 @@ class GatewayConfig(BaseModel):
     #: how long a call may wait for an open circuit to half-open when no other backend is
     #: eligible; beyond it the call fails fast (never past the call's own deadline)
     max_breaker_wait_s: float = Field(default=5.0, ge=0)
-    #: total deadline per call across attempts, when neither the call (``timeout=``) nor its
-    #: scenario sets one. None → the default: the call's max attempts × the largest
-    #: ``timeout`` among the backends it may use, plus ``backoff_cap_s`` between attempts
-    #: (``gate.default_deadline_s``); ``@gate.guard`` bounds its wait for a permit the same way.
-    #: A deadline never counts against a backend's health or limit (docs/guide.md, Deadlines).
+    #: total deadline per call across queueing and attempts. None: no deadline, but no hang
+    #: either — each attempt has its backend's timeout, and a wait for admission gives up when
+    #: the queue has not moved for max_attempts × the largest backend ``timeout`` plus
+    #: ``backoff_cap_s`` between attempts (``gate.default_deadline_s``; ``@gate.guard``'s wait
+    #: for a permit too). A deadline never counts against a backend's health or limit
+    #: (docs/guide.md, Deadlines).
     deadline_s: float | None = Field(default=None, gt=0)
     #: a preset name (see ``gptgate.scenarios.PRESETS``)
     default_scenario: str = "default"

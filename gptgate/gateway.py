@@ -35,7 +35,7 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .errors import BadRequestError, GateError, NoBackendError
+from .errors import BadRequestError, GateError
 from .ledger import Ledger
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
@@ -314,6 +314,7 @@ class Gateway:
         self.keep_warm_calls = 0
         self.retry_budget: RetryBudget | None = None
         self._open = False
+        self._max_timeout_s = max(b.timeout for b in config.backends)
         self._earlier: dict[str, _EarlierSessions] = {
             b.name: _EarlierSessions() for b in config.backends
         }
@@ -476,12 +477,7 @@ class Gateway:
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
         )
-        deadline_s = (
-            timeout
-            or resolved.deadline_s
-            or self.config.deadline_s
-            or self.default_deadline_s(route, max_attempts)
-        )
+        deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         return CallSpec(
             messages=checked,
             params=params,
@@ -490,7 +486,9 @@ class Gateway:
             stream_decision=decision,
             route=route,
             priority=resolved.priority if priority is None else priority,
-            deadline=self.clock.now() + deadline_s,
+            deadline=self.clock.now() + deadline_s if deadline_s else None,
+            # no deadline chosen: a queue that stops moving is still given up on
+            stall_s=None if deadline_s else self.default_deadline_s(route, max_attempts),
             prompt_tokens=prompt_tokens,
             visible=visible,
             max_attempts=max_attempts,
@@ -499,16 +497,16 @@ class Gateway:
         )
 
     def default_deadline_s(self, route: RouteRequest, max_attempts: int | None = None) -> float:
-        """A call's deadline when neither it, its scenario nor the gateway sets one (the
-        documented ``GatewayConfig.deadline_s=None``): each of its attempts may take the largest
-        timeout among the backends it may use, with the back-off cap between attempts. Without
-        it a call queued behind a stuck one would wait as long as that one."""
+        """The bound on a call when neither it, its scenario nor the gateway sets a deadline
+        (the documented ``GatewayConfig.deadline_s=None``): attempts × the largest backend
+        timeout, plus the back-off cap between attempts.
+
+        It bounds each attempt's own time (its timeout) and every *stalled* wait: a call gives
+        up when its backend's queue has not moved for that long (a call queued behind a stuck
+        one). A queue that moves is waited on — a batch job's last items are not shed just
+        because the job is long; choose a deadline for that."""
         attempts = max_attempts or self.config.max_attempts
-        try:
-            backends = [s.backend for s in self.runner.router.eligible(route)]
-        except NoBackendError:  # the attempt will say so; any bound will do until then
-            backends = list(self.config.backends)
-        timeout = max(b.timeout for b in backends)
+        timeout = self._max_timeout_s
         return attempts * timeout + (attempts - 1) * self.config.backoff_cap_s
 
     def _prefix(self, messages: Sequence[Mapping[str, Any]], cache_key: str | None) -> Any:

@@ -105,12 +105,9 @@ def make_guard(
             runner = gate.runner
             clock = gate.clock
             # the call's own work is the SDK's to bound; its wait for a permit is not endless
-            deadline_s = (
-                resolved.deadline_s
-                or gate.config.deadline_s
-                or gate.default_deadline_s(route, None if retry else 1)
-            )
-            deadline = clock.now() + deadline_s
+            deadline_s = resolved.deadline_s or gate.config.deadline_s
+            deadline = clock.now() + deadline_s if deadline_s else None
+            stall_s = None if deadline_s else gate.default_deadline_s(route, None if retry else 1)
             failed: set[str] = set()
 
             async def attempt(number: int) -> R:
@@ -118,7 +115,7 @@ def make_guard(
                 if wait > 0:
                     await clock.sleep(wait)
                 permit = await state.limiter.acquire(
-                    priority=resolved.priority, deadline=deadline
+                    priority=resolved.priority, deadline=deadline, stall_s=stall_s
                 )
                 start = clock.now()
                 state.calls += 1

@@ -140,10 +140,37 @@ async def test_an_explicit_deadline_beats_the_default() -> None:
     clock = LoopClock()
     gate = gateway(backend(Script(ok()), timeout=5.0), clock=clock, max_attempts=2)
     async with gate:
-        default = gate._spec(USER, **_SPEC_DEFAULTS).deadline
-        chosen = gate._spec(USER, **{**_SPEC_DEFAULTS, "timeout": 100.0}).deadline
-    assert default == pytest.approx(clock.now() + 2 * 5.0 + gate.config.backoff_cap_s, abs=0.1)
-    assert chosen == pytest.approx(clock.now() + 100.0, abs=0.1)
+        default = gate._spec(USER, **_SPEC_DEFAULTS)
+        chosen = gate._spec(USER, **{**_SPEC_DEFAULTS, "timeout": 100.0})
+    # no deadline chosen: no deadline, but a stalled wait is bounded
+    assert default.deadline is None
+    assert default.stall_s == pytest.approx(2 * 5.0 + gate.config.backoff_cap_s)
+    assert chosen.deadline == pytest.approx(clock.now() + 100.0, abs=0.1)
+    assert chosen.stall_s is None
+
+
+def test_a_long_job_whose_queue_moves_is_not_shed_by_the_default_bound() -> None:
+    run_virtual(_long_moving_queue)
+
+
+async def _long_moving_queue() -> None:
+    """300 one-second calls through one permit: the last waits ~300 s, ten times the default
+    bound (3 × 5 s + 2 × 8 s). The queue moves all along, so nothing is shed — a batch job is
+    not cut short because it is long (a deadline that fixed counted from each call's start
+    shed 144 of 300 on the cpu simulator)."""
+    clock = LoopClock()
+
+    async def one_second(request: httpx2.Request) -> httpx2.Response:
+        await clock.sleep(1.0)
+        return ok()
+
+    gate = gateway(backend(Script(one_second), concurrency=1, timeout=5.0), clock=clock)
+    items = [{"messages": USER} for _ in range(300)]
+    async with gate:
+        results = await gate.map(items, max_pending=300)
+        stats = gate.stats()["mock"]
+    assert [r for r in results if isinstance(r, gg.GateError)] == []
+    assert stats.shed == 0 and clock.now() >= 300.0
 
 
 _SPEC_DEFAULTS: dict[str, Any] = {

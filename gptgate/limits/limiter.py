@@ -281,9 +281,16 @@ class Limiter:
 
     # ---- admission ----------------------------------------------------------------------
     async def acquire(
-        self, *, priority: int = 0, deadline: float | None = None, tag: object = None
+        self,
+        *,
+        priority: int = 0,
+        deadline: float | None = None,
+        tag: object = None,
+        stall_s: float | None = None,
     ) -> Permit:
         """Wait for a permit. ``deadline`` is a clock reading; past it → ``OverloadedError``.
+        ``stall_s`` (for calls without a deadline): give up only when the queue has not moved
+        — no permit released — for that long, however long a moving queue takes.
 
         Raises :class:`OverloadedError` at once when the queue is full, the deadline has
         passed, or the predicted wait already exceeds the time left. A waiter with a ``tag``
@@ -315,11 +322,13 @@ class Limiter:
         self._queued += 1
         self._by_priority[priority] = self._by_priority.get(priority, 0) + 1
         try:
-            if deadline is None:
-                await waiter.event.wait()
-            else:
+            if deadline is not None:
                 with anyio.move_on_after(self._clock.to_real(deadline - now)):
                     await waiter.event.wait()
+            elif stall_s is not None:
+                await self._wait_while_moving(waiter, now, stall_s)
+            else:
+                await waiter.event.wait()
         except BaseException:
             self._abandon(waiter)
             raise
@@ -328,8 +337,24 @@ class Limiter:
                 raise Rerouted(waiter.moved_to)
             self._abandon(waiter)
             self._shed += 1
+            if deadline is None:
+                raise OverloadedError(
+                    f"the queue has not moved for {stall_s:g}s (a stuck backend or call)",
+                    backend=self.name,
+                )
             raise OverloadedError("not admitted before the deadline", backend=self.name)
         return waiter.permit
+
+    async def _wait_while_moving(self, waiter: _Waiter, since: float, stall_s: float) -> None:
+        """Wait for ``waiter``'s event while permits keep being released (at least one every
+        ``stall_s``); return without it once the queue has stalled that long."""
+        while not waiter.event.is_set():
+            last = since if math.isnan(self._last_release) else max(since, self._last_release)
+            left = last + stall_s - self._clock.now()
+            if left <= 0:
+                return
+            with anyio.move_on_after(self._clock.to_real(left)):
+                await waiter.event.wait()
 
     # ---- moving queued calls ------------------------------------------------------------
     def evict(self, movable: Callable[[object], bool]) -> int:
