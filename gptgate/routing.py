@@ -210,10 +210,10 @@ class Router:
         failing, unlike LiteLLM #3646)."""
         candidates = self.eligible(request)
         now = self.clock.now()
-        if len(candidates) > 1 and exclude:
-            remaining = [s for s in candidates if s.name not in exclude]
-            candidates = remaining or candidates
         healthy = [s for s in candidates if s.breaker.allows(now)]
+        if len(healthy) > 1 and exclude:
+            # a backend that failed this call once beats one whose circuit is open
+            healthy = [s for s in healthy if s.name not in exclude] or healthy
         if not healthy:
             soonest = min(candidates, key=lambda s: s.breaker.opened_until)
             return soonest, max(0.0, soonest.breaker.opened_until - now)

@@ -368,3 +368,44 @@ async def test_killing_one_of_two_servers_mid_job_loses_no_call(scenario: str) -
         assert failed == []
         assert stats["big"].circuit != "closed"
         assert stats["small"].in_flight == 0 and stats["small"].pool.checked_out == 0
+
+
+def test_a_retry_goes_back_to_a_backend_that_failed_it_rather_than_to_a_dead_one() -> None:
+    """Found by killing a server mid-job: a call that timed out on the survivor was sent to
+    wait for the dead one's circuit and failed with 'every eligible backend's circuit is
+    open'. A healthy backend that failed the call once is a better next try than none."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        sent: list[str] = []
+        first = True
+
+        async def flaky(request: httpx2.Request) -> httpx2.Response:
+            nonlocal first
+            sent.append("live")
+            await clock.sleep(0.5)
+            if first:
+                first = False
+                return httpx2.Response(500, json={"error": {"message": "once"}})
+            return httpx2.Response(200, json=completion())
+
+        gate = gg.Gateway(
+            [
+                _backend("dead", _refusing(sent, "dead"), concurrency=4),
+                _backend("live", httpx2.MockTransport(flaky), concurrency=4),
+            ],
+            clock=clock,
+            seed=1,
+            breaker_threshold=2,
+            breaker_cooldown_s=60.0,
+        )
+        user = [{"role": "user", "content": "hi"}]
+        async with gate:
+            for _ in range(2):  # opens its circuit
+                with pytest.raises(BackendError):
+                    await gate.chat(user, backend="dead", max_attempts=1)
+            result = await gate.chat(user)
+        assert result.backend == "live" and result.attempts == 2
+        assert sent == ["dead", "dead", "live", "live"]
+
+    run_virtual(main)
