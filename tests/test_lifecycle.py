@@ -7,6 +7,7 @@ Simulated runs use ``run_virtual`` and a ``LoopClock``: exact, repeatable and fa
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -388,3 +389,52 @@ async def test_a_call_that_finds_the_pool_closed_is_no_backend_failure() -> None
         stats = gate.stats()["mock"]
         assert (stats.failures, stats.in_flight, stats.circuit) == (0, 0, "closed")
         assert gate.ledger.entries["mock"].calls_failed == 0
+
+
+# -- 7. one gateway, two event loops ----------------------------------------------------------
+
+
+def test_a_gateway_used_from_a_second_loop_while_open_is_a_clear_error() -> None:
+    """One thread holds ``async with gate`` open while another thread's event loop calls
+    ``gate.chat``: that hung silently (the gateway's queues and events belong to the first
+    loop). Now the call fails at once with an error that says what to do."""
+    gate = gateway(backend(Script(ok())))
+    opened, release = threading.Event(), threading.Event()
+
+    async def owner() -> None:
+        async with gate:
+            opened.set()
+            await anyio.to_thread.run_sync(release.wait)
+
+    thread = threading.Thread(target=anyio.run, args=(owner,))
+    thread.start()
+    try:
+        assert opened.wait(5.0)
+
+        async def intruder() -> None:
+            with anyio.fail_after(5.0):
+                await gate.chat(USER)
+
+        with pytest.raises(gg.GateError, match="another event loop"):
+            anyio.run(intruder)
+        with pytest.raises(gg.GateError, match="another event loop"):
+            anyio.run(gate.map, [{"messages": USER}])
+    finally:
+        release.set()
+        thread.join(5.0)
+    assert not thread.is_alive()
+
+
+def test_a_gateway_used_from_two_loops_one_after_the_other_still_works() -> None:
+    gate = gateway(backend(Script(ok("first"), ok("second"))))
+
+    async def use() -> str:
+        async with gate:
+            return (await gate.chat(USER)).text
+
+    texts = [anyio.run(use)]
+    worker = threading.Thread(target=lambda: texts.append(anyio.run(use)))
+    worker.start()
+    worker.join(5.0)
+    texts.append(anyio.run(use))
+    assert texts == ["first", "second", "second"]
