@@ -438,3 +438,39 @@ def test_a_gateway_used_from_two_loops_one_after_the_other_still_works() -> None
     worker.join(5.0)
     texts.append(anyio.run(use))
     assert texts == ["first", "second", "second"]
+
+
+async def _idle_stream_reader() -> tuple[list[int], list[int], str]:
+    clock = LoopClock()
+    spec, engine = sim_backend("gpu", name="gpu", clock=clock, seed=3, concurrency=4)
+    gate = gg.Gateway([spec], clock=clock, seed=1, shutdown_grace_s=1.0)
+    seen: list[str] = []
+    ended = ""
+
+    async def reader() -> None:
+        nonlocal ended
+        try:
+            async with gate.stream(_prompt(1), max_tokens=3000) as s:
+                async for text in s:
+                    seen.append(text)
+                    if len(seen) == 1:
+                        await anyio.sleep(30.0)  # not reading while the gateway closes
+        except gg.GateError as error:
+            ended = type(error).__name__
+
+    async with anyio.create_task_group() as tg:
+        await gate.start()
+        tg.start_soon(reader)
+        await anyio.sleep(2.0)
+        await gate.aclose()
+        stats = gate.stats()["gpu"]
+        # the reader is still asleep, yet its connection and permit are back
+        held = [stats.in_flight, stats.pool.checked_out, engine.snapshot().active]
+        during = [len(seen)]
+    return held, during, ended
+
+
+def test_a_stream_whose_reader_is_idle_is_closed_for_it() -> None:
+    held, during, ended = run_virtual(_idle_stream_reader)
+    assert held == [0, 0, 0] and during == [1]
+    assert ended == "GatewayClosedError"
