@@ -16,7 +16,9 @@ it is flushed at once (counted as a size flush) rather than left to its timer.
 Closing flushes what is pending and waits until every dispatched item has finished, also when
 the body raised (the error is re-raised after the drain). If the batcher's scope is
 *cancelled*, unfinished items end in :class:`ItemCancelledError`: every accepted item resolves
-exactly once.
+exactly once. ``ItemHandle.cancel()`` drops one item: a pending one is never sent, a running
+one is cancelled (its ``run_item`` unwinds as a cancelled call does); either way the handle
+ends in :class:`ItemCancelledError` and its place counts as free for backpressure.
 
 >>> async with MicroBatcher(BatchPolicy.MICRO, call) as batcher:   # doctest: +SKIP
 ...     handles = [await batcher.submit(item) for item in items]
@@ -52,7 +54,8 @@ FlushReason = Literal["size", "timer", "close"]
 
 
 class ItemCancelledError(GateError):
-    """The batcher was cancelled before this item finished (it may or may not have been sent)."""
+    """The item was cancelled (by ``ItemHandle.cancel()`` or with the batcher) before it
+    finished; it may or may not have been sent."""
 
     retryable = True
 
@@ -63,9 +66,25 @@ class ItemHandle(Generic[R]):
     batcher's clock readings when the item was accepted and when its batch was flushed
     (``None`` until then); ``wait_s`` is the time it spent collecting."""
 
-    __slots__ = ("_error", "_event", "_result", "_set", "dispatched_at", "submitted_at")
+    __slots__ = (
+        "_canceller",
+        "_error",
+        "_event",
+        "_result",
+        "_scope",
+        "_set",
+        "dispatched_at",
+        "submitted_at",
+    )
 
-    def __init__(self, submitted_at: float = 0.0) -> None:
+    def __init__(
+        self,
+        submitted_at: float = 0.0,
+        canceller: Callable[[ItemHandle[R]], None] | None = None,
+    ) -> None:
+        self._canceller = canceller
+        #: the scope ``run_item`` runs in once dispatched (cancelled by ``cancel()``)
+        self._scope: anyio.CancelScope | None = None
         self._event = anyio.Event()
         self._set = False
         self._result: R | None = None
@@ -82,6 +101,15 @@ class ItemHandle(Generic[R]):
 
     def done(self) -> bool:
         return self._set
+
+    def cancel(self) -> bool:
+        """Drop the item: never sent if still pending, cancelled if running (its permit and
+        connection are returned); the handle then holds ``ItemCancelledError``. Returns False
+        when the item had already finished (or has no batcher to cancel it in)."""
+        if self._set or self._canceller is None:
+            return False
+        self._canceller(self)
+        return True
 
     def result(self) -> R:
         """The result, or the item's error raised; ``RuntimeError`` if not done yet."""
@@ -233,7 +261,7 @@ class MicroBatcher(Generic[T, R]):
                 self._blocked -= 1
         if self._closed:
             raise anyio.ClosedResourceError("the batcher is closed")
-        handle: ItemHandle[R] = ItemHandle(self._clock.now())
+        handle: ItemHandle[R] = ItemHandle(self._clock.now(), self._cancel)
         self._submitted += 1
         self._pending.append((item, handle))
         if len(self._pending) >= self.policy.max_size:
@@ -288,6 +316,7 @@ class MicroBatcher(Generic[T, R]):
         self._dispatched += len(batch)
         for item, handle in self._grouped(batch):
             handle.dispatched_at = now
+            handle._scope = anyio.CancelScope()
             self._waited_s += now - handle.submitted_at
             self._running.add(handle)
             self._tg.start_soon(self._run, item, handle)
@@ -306,16 +335,33 @@ class MicroBatcher(Generic[T, R]):
             groups.setdefault(key, []).append(entry)
         return [entry for members in groups.values() for entry in members]
 
+    def _cancel(self, handle: ItemHandle[R]) -> None:
+        """``handle.cancel()``: a pending item leaves the batch; a dispatched one has its
+        scope cancelled, and ``_run`` resolves it once ``run_item`` has unwound."""
+        for index, (_, pending) in enumerate(self._pending):
+            if pending is handle:
+                del self._pending[index]
+                self._failed += 1
+                handle._set_error(ItemCancelledError("cancelled before the item was sent"))
+                self._wake_submitters()
+                return
+        if handle._scope is not None:
+            handle._scope.cancel()
+
     async def _run(self, item: T, handle: ItemHandle[R]) -> None:
+        scope = handle._scope or anyio.CancelScope()
         try:
-            result = await self._run_item(item)
+            with scope:
+                result = await self._run_item(item)
         except anyio.get_cancelled_exc_class():
             self._fail(handle, ItemCancelledError("cancelled before the item finished"))
             raise
         except Exception as error:
             self._fail(handle, error)
         else:
-            if handle in self._running:
+            if scope.cancelled_caught:
+                self._fail(handle, ItemCancelledError("cancelled by its caller"))
+            elif handle in self._running:
                 self._running.discard(handle)
                 self._completed += 1
                 handle._set_result(result)

@@ -25,6 +25,7 @@ from .clock import Clock
 from .errors import (
     BackendError,
     GateError,
+    GatewayClosedError,
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
@@ -183,6 +184,8 @@ class CallRunner:
                 raise
 
     def record_failed_call(self, error: GateError) -> None:
+        if isinstance(error, GatewayClosedError):
+            return  # the gateway's own shutdown: no failed call of the backend's
         if error.backend in self.ledger.entries:
             self.ledger.record_call(error.backend, ok=False)
 
@@ -651,7 +654,9 @@ class CallRunner:
             raise error_for_exception(exc, backend=backend.name) from exc
         except RuntimeError as exc:
             if backend.pool.client.is_closed:  # the gateway was closed under this call
-                raise GateError("the gateway was closed", backend=backend.name) from exc
+                raise GatewayClosedError(
+                    "the gateway closed its connections under this call", backend=backend.name
+                ) from exc
             raise
 
     def _billed(self, backend: BackendState) -> BilledWork:
@@ -815,6 +820,8 @@ class CallRunner:
         now = self.clock.now()
         if error.backend is None:
             error.backend = backend.name
+        if isinstance(error, GatewayClosedError):
+            return  # our shutdown, not the backend: no sample, no failure (the permit is ignored)
         if permit is not None and not permit.done:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):

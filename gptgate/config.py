@@ -222,6 +222,9 @@ class GatewayConfig(BaseModel):
     keep_warm_interval_s: float = Field(default=240.0, gt=0)
     #: a prefix group is "hot" at this many calls per minute
     keep_warm_min_rate_per_min: float = Field(default=2.0, gt=0)
+    #: leaving ``async with gate``: how long calls in flight may still finish before they are
+    #: cancelled with ``GatewayClosedError`` (``aclose(grace_s=...)`` overrides it)
+    shutdown_grace_s: float = Field(default=10.0, ge=0, allow_inf_nan=False)
 
     @field_validator("default_scenario")
     @classmethod

@@ -10,6 +10,7 @@ __all__ = [
     "BackendError",
     "BadRequestError",
     "GateError",
+    "GatewayClosedError",
     "NoBackendError",
     "OverloadedError",
     "RateLimitedError",
@@ -146,6 +147,13 @@ class NoBackendError(GateError):
 
 class OverloadedError(GateError):
     """Shed by gptgate: the call could not be admitted before its deadline or the queue is full."""
+
+    retryable = False
+
+
+class GatewayClosedError(GateError):
+    """The gateway is closing or closed: the call was refused, or it was still running when
+    the shutdown grace ran out and was cancelled. Says nothing about any backend's health."""
 
     retryable = False
 

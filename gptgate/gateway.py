@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 from collections.abc import (
@@ -21,11 +22,13 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import aclosing
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import anyio
+import anyio.lowlevel
 import httpx2
 from cachetools import TTLCache
 from opentelemetry import metrics, trace
@@ -35,8 +38,9 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .errors import BadRequestError, GateError
+from .errors import BadRequestError, GateError, GatewayClosedError
 from .ledger import Ledger
+from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .pool import BackendPool, PoolStatistics
@@ -56,6 +60,39 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+#: set while a call runs that the gateway accepted before it began closing (a micro-batched
+#: item, a ``map`` item already pulled): it still gets the shutdown grace
+_ACCEPTED: ContextVar[bool] = ContextVar("gptgate_accepted", default=False)
+
+_NOT_OPEN = "the gateway is not open: use `async with gate:` (or await start())"
+
+
+def _current_loop() -> object | None:
+    """The running event loop (anyio's native token), None outside one; one cheap lookup."""
+    try:
+        return anyio.lowlevel.current_token().native_token
+    except anyio.NoEventLoopError:
+        return None
+
+
+def _check_max_pending(max_pending: object) -> int | None:
+    if max_pending is None:
+        return None
+    if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+        raise BadRequestError(f"max_pending must be an int >= 1 (or None), got {max_pending!r}")
+    return max_pending
+
+
+def _check_grace(grace_s: object) -> float:
+    if (
+        isinstance(grace_s, bool)
+        or not isinstance(grace_s, (int, float))
+        or not math.isfinite(grace_s)
+        or grace_s < 0
+    ):
+        raise BadRequestError(f"grace_s must be a finite number of seconds >= 0, got {grace_s!r}")
+    return float(grace_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +234,15 @@ def _check_call_options(
         raise BadRequestError("extra_headers must be a mapping of str header names to str values")
 
 
+def _with_index(index: int, error: BadRequestError) -> BadRequestError:
+    """A map item's own mistake, named by its index (a server's 400 is left as it came)."""
+    if error.status is not None or error.message.startswith(f"item {index}"):
+        return error
+    named = BadRequestError(f"item {index}: {error.message}", backend=error.backend)
+    named.__cause__ = error
+    return named
+
+
 def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
     """Catch a malformed call before anything is sent (and before it costs anything)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
@@ -226,8 +272,11 @@ class ChatStream:
     partial text. Leaving the block early closes the stream and gives its connection back.
     """
 
-    def __init__(self, runner: CallRunner, spec: CallSpec, clock: Clock) -> None:
+    def __init__(
+        self, runner: CallRunner, spec: CallSpec, clock: Clock, calls: CallRegistry | None = None
+    ) -> None:
         self._runner = runner
+        self._calls = calls
         self._spec = spec
         self._state = CallState(start=clock.now())
         self._iterator: AsyncGenerator[str, None] | None = None
@@ -251,7 +300,10 @@ class ChatStream:
         return self._iterator
 
     async def _collect(self) -> AsyncGenerator[str, None]:
-        async with aclosing(self._runner.stream(self._spec, self._state)) as deltas:
+        source = self._runner.stream(self._spec, self._state)
+        if self._calls is not None:  # the gateway's shutdown may end it (GatewayClosedError)
+            source = self._calls.stream(source)
+        async with aclosing(source) as deltas:
             async for delta in deltas:
                 self._parts.append(delta)
                 yield delta
@@ -318,6 +370,12 @@ class Gateway:
         self._earlier: dict[str, _EarlierSessions] = {
             b.name: _EarlierSessions() for b in config.backends
         }
+        #: the calls in flight, for a shutdown that ends each one on purpose
+        self._calls = CallRegistry()
+        #: set when a hosted micro-batcher has drained (closing waits for them)
+        self._hosts_done: list[anyio.Event] = []
+        #: the event loop that opened the gateway: its queues and events live there
+        self._loop: object | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -339,6 +397,9 @@ class Gateway:
         if self._open:
             raise RuntimeError("the gateway is already open")
         self._closing = anyio.Event()
+        self._calls = CallRegistry()
+        self._hosts_done = []
+        self._loop = _current_loop()
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         for backend in self.config.backends:
@@ -390,21 +451,44 @@ class Gateway:
         if self.config.keep_warm:
             self._task_group.start_soon(self._keep_warm_loop)
 
-    async def aclose(self) -> None:
-        """Drain the micro-batchers (every accepted item completes), then close every
-        connection. Idempotent."""
+    async def aclose(self, grace_s: float | None = None) -> None:
+        """Close: new calls are refused at once (``GatewayClosedError``); the calls in flight
+        — queued ones and micro-batched items included — get ``grace_s`` (default
+        ``config.shutdown_grace_s``) to finish; what is left is then cancelled and ends in
+        ``GatewayClosedError``, handing back its permit, cache ticket and connection. Nothing
+        waits longer than ``grace_s`` + 1 s, and nothing of it counts against a backend's
+        health. Idempotent."""
+        grace = self.config.shutdown_grace_s if grace_s is None else _check_grace(grace_s)
         if self._task_group is None:
             return
         task_group, self._task_group = self._task_group, None
-        self._closing.set()
+        calls = self._calls
+        calls.closing = True
+        self._closing.set()  # the batchers flush what they hold and drain
         try:
-            await task_group.__aexit__(None, None, None)
+            with anyio.move_on_after(self.clock.to_real(grace)):
+                await self._drained()
         finally:
-            self._open = False
-            self._batchers.clear()
             with anyio.CancelScope(shield=True):
-                for state in self._states.values():
-                    await state.pool.aclose()
+                await calls.cancel_all()
+                with anyio.move_on_after(self.clock.to_real(1.0)):
+                    await self._drained()
+            task_group.cancel_scope.cancel()  # a straggler of its own (there should be none)
+            try:
+                await task_group.__aexit__(None, None, None)
+            finally:
+                self._open = False
+                self._loop = None
+                self._batchers.clear()
+                with anyio.CancelScope(shield=True):
+                    for state in self._states.values():
+                        await state.pool.aclose()
+
+    async def _drained(self) -> None:
+        """Until every hosted batcher has drained and no call is in flight."""
+        for done in list(self._hosts_done):
+            await done.wait()
+        await self._calls.wait_idle()
 
     def _make_limit(self, backend: Backend) -> Limit:
         if isinstance(backend.concurrency, int):
@@ -426,8 +510,19 @@ class Gateway:
 
     @property
     def runner(self) -> CallRunner:
+        """The call machinery, for a call about to start: refused (``GatewayClosedError``)
+        when the gateway is not open or is closing, and a clear error instead of a silent
+        hang when called from another event loop than the one that opened it."""
         if self._runner is None or not self._open:
-            raise GateError("the gateway is not open: use `async with gate:` (or await start())")
+            raise GatewayClosedError(_NOT_OPEN)
+        if self._calls.closing and not _ACCEPTED.get():
+            self._calls.check()
+        if self._loop is not None and _current_loop() is not self._loop:
+            raise GateError(
+                "this gateway was opened in another event loop (thread) and is still open "
+                "there: a Gateway serves one event loop at a time — open one Gateway per "
+                "loop or thread, or send the call to the loop that opened it"
+            )
         return self._runner
 
     # -- the verbs ------------------------------------------------------------------------
@@ -574,7 +669,11 @@ class Gateway:
             params=params,
             cache_key=cache_key,
         )
-        return await runner.run(spec)
+        result: ChatResult | None = None
+        with self._calls.call(new=not _ACCEPTED.get()):
+            result = await runner.run(spec)
+        assert result is not None
+        return result
 
     def stream(
         self,
@@ -606,7 +705,7 @@ class Gateway:
             params=params,
             cache_key=cache_key,
         )
-        return ChatStream(runner, spec, self.clock)
+        return ChatStream(runner, spec, self.clock, self._calls)
 
     async def map(
         self,
@@ -620,40 +719,98 @@ class Gateway:
 
         Items are pulled from ``items`` only as fast as they can be in flight (plus a small
         margin), so a generator of a million prompts never sits in memory as requests. Each
-        item is a dict of ``chat`` keyword arguments (``messages`` required). A scenario with a
-        batch policy sends items through its micro-batcher (grouped by prompt prefix).
+        item is a dict of ``chat`` keyword arguments (``messages`` required); a malformed one
+        is a failed item (``BadRequestError`` naming its index). A scenario with a batch policy
+        sends items through its micro-batcher (grouped by prompt prefix).
+
+        Cancelling the ``map`` cancels its items: unsent ones are never sent. If ``items``
+        itself raises, the items already started are cancelled and that exception is raised.
         """
         self.runner  # noqa: B018 - fail fast when closed
+        pending = _check_max_pending(max_pending)
+        try:
+            source = iter(items)
+        except TypeError:
+            raise BadRequestError("items must be an iterable of dicts of chat arguments") from None
         resolved = self._resolve(scenario)
         batcher = await self._batcher_for(resolved)
         ceiling = sum(b.ceiling for b in self.config.backends)
-        bound = max_pending or max(64, 2 * ceiling)
-        if max_pending is None and resolved.ramp is not None:
+        bound = pending or max(64, 2 * ceiling)
+        if pending is None and resolved.ramp is not None:
             # the cache gate holds a cold prefix's calls behind its warm-up: look far enough
             # ahead that other prefixes' calls keep the backend busy meanwhile
             bound = max(bound, 1024, 20 * ceiling)
         slots = anyio.Semaphore(bound)
         results: list[ChatResult | GateError | None] = []
+        failed: list[Exception] = []
 
-        async def one(index: int, item: Mapping[str, Any]) -> None:
+        async def one(index: int, kwargs: dict[str, Any]) -> None:
             try:
-                kwargs = {**common, **item, "scenario": item.get("scenario", resolved)}
-                if batcher is not None:
-                    handle = await batcher.submit(kwargs)
-                    results[index] = await handle
-                else:
-                    results[index] = await self._chat_kwargs(kwargs)
+                results[index] = await self._map_item(batcher, kwargs)
+            except BadRequestError as error:
+                results[index] = _with_index(index, error)
             except GateError as error:
                 results[index] = error
             finally:
                 slots.release()
 
         async with anyio.create_task_group() as tg:
-            for index, item in enumerate(items):
+            for index in itertools.count():
                 await slots.acquire()
+                try:
+                    item = next(source)
+                except StopIteration:
+                    break
+                except Exception as error:  # the producer failed: so has the job
+                    failed.append(error)
+                    tg.cancel_scope.cancel()
+                    break
                 results.append(None)
-                tg.start_soon(one, index, item)
+                try:
+                    kwargs = self._item_kwargs(index, item, common, resolved)
+                except GateError as error:
+                    results[index] = error
+                    slots.release()
+                    continue
+                tg.start_soon(one, index, kwargs)
+        if failed:
+            raise failed[0]
         return [r if r is not None else GateError("item did not complete") for r in results]
+
+    def _item_kwargs(
+        self, index: int, item: object, common: Mapping[str, Any], scenario: Scenario
+    ) -> dict[str, Any]:
+        """One ``map`` item as ``chat`` keyword arguments, or the ``BadRequestError`` (naming
+        the item) that it fails with; refused when the gateway began closing meanwhile."""
+        self._calls.check()
+        if not isinstance(item, Mapping):
+            raise BadRequestError(
+                f"item {index} must be a dict of chat arguments, not {type(item).__name__}"
+            )
+        kwargs = {**common, **item}
+        keys = [k for k in kwargs if not isinstance(k, str)]
+        if keys:
+            raise BadRequestError(f"item {index} has non-string keys: {keys[:3]!r}")
+        if "messages" not in kwargs:
+            raise BadRequestError(f"item {index} has no 'messages'")
+        try:
+            _validate_messages(kwargs["messages"])
+        except BadRequestError as error:
+            raise _with_index(index, error) from None
+        kwargs.setdefault("scenario", scenario)
+        return kwargs
+
+    async def _map_item(
+        self, batcher: MicroBatcher[dict[str, Any], ChatResult] | None, kwargs: dict[str, Any]
+    ) -> ChatResult:
+        if batcher is None:
+            return await self._chat_kwargs(kwargs)
+        handle = await self._submit_to(batcher, kwargs)
+        try:
+            return await handle
+        except BaseException:
+            handle.cancel()  # the job was cancelled: so is its item (a no-op once it ended)
+            raise
 
     async def submit(
         self,
@@ -670,7 +827,17 @@ class Gateway:
         resolved = self._resolve(scenario)
         batcher = await self._batcher_for(resolved, always=True)
         assert batcher is not None
-        return await batcher.submit({**kwargs, "messages": messages, "scenario": resolved})
+        return await self._submit_to(
+            batcher, {**kwargs, "messages": messages, "scenario": resolved}
+        )
+
+    async def _submit_to(
+        self, batcher: MicroBatcher[dict[str, Any], ChatResult], kwargs: dict[str, Any]
+    ) -> ItemHandle[ChatResult]:
+        try:
+            return await batcher.submit(kwargs)
+        except anyio.ClosedResourceError:  # the gateway began closing while we waited
+            raise GatewayClosedError("the gateway is closing: no new calls are accepted") from None
 
     def _resolve(self, scenario: str | Scenario | None) -> Scenario:
         try:
@@ -679,11 +846,16 @@ class Gateway:
             raise BadRequestError(str(exc.args[0])) from None
 
     async def _chat_kwargs(self, kwargs: dict[str, Any]) -> ChatResult:
+        """An item accepted before any close began (batched, or pulled by ``map``): it runs
+        through the shutdown grace rather than being refused as a new call."""
         messages = kwargs.pop("messages", None)
+        accepted = _ACCEPTED.set(True)
         try:
             return await self.chat(messages, **kwargs)
         except TypeError as error:
             raise BadRequestError(f"bad item: {error}") from None
+        finally:
+            _ACCEPTED.reset(accepted)
 
     async def _batcher_for(
         self, scenario: Scenario, *, always: bool = False
@@ -695,9 +867,11 @@ class Gateway:
             policy = BatchPolicy.REALTIME
         batcher = self._batchers.get(scenario)
         if batcher is None:
-            if self._task_group is None:
-                raise GateError("the gateway is not open: use `async with gate:`")
-            batcher = await self._task_group.start(self._host_batcher, scenario, policy)
+            if self._task_group is None or self._calls.closing:
+                raise GatewayClosedError("the gateway is closing: no new calls are accepted")
+            done = anyio.Event()
+            self._hosts_done.append(done)
+            batcher = await self._task_group.start(self._host_batcher, scenario, policy, done)
             self._batchers[scenario] = batcher
         return batcher
 
@@ -705,6 +879,7 @@ class Gateway:
         self,
         scenario: Scenario,
         policy: BatchPolicy,
+        done: anyio.Event,
         *,
         task_status: anyio.abc.TaskStatus[MicroBatcher[dict[str, Any], ChatResult]],
     ) -> None:
@@ -721,11 +896,14 @@ class Gateway:
                 return None
             return group.key if group is not None else None
 
-        async with MicroBatcher(
-            policy, self._chat_kwargs, clock=self.clock, group_of=group_of
-        ) as batcher:
-            task_status.started(batcher)
-            await self._closing.wait()
+        try:
+            async with MicroBatcher(
+                policy, self._chat_kwargs, clock=self.clock, group_of=group_of
+            ) as batcher:
+                task_status.started(batcher)
+                await self._closing.wait()
+        finally:
+            done.set()
 
     async def warm(
         self,
