@@ -20,9 +20,9 @@ import gptgate as gg
 from gptgate.errors import BackendError
 from gptgate.limits import FixedLimit, Limiter
 from gptgate.limits.limiter import Rerouted
+from gptgate.sim import SimProcess
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.mockbackend import completion
-from tests.procserver import server_process
 
 # -- the limiter's two moves --------------------------------------------------------------
 
@@ -338,8 +338,8 @@ async def test_killing_one_of_two_servers_mid_job_loses_no_call(scenario: str) -
     second in. Before the fix 112 of 400 calls failed (`connection failed`)."""
     options: dict[str, Any] = {"max_queue": None, "output_tokens_mean": 60}
     with (
-        server_process("gpu", scale=SCALE, slots=64, **options) as big,
-        server_process("gpu", scale=SCALE, slots=16, seed=1, **options) as small,
+        SimProcess("gpu", time_scale=SCALE, slots=64, **options) as big,
+        SimProcess("gpu", time_scale=SCALE, slots=16, seed=1, **options) as small,
     ):
         gate = gg.Gateway(
             [
@@ -409,3 +409,15 @@ def test_a_retry_goes_back_to_a_backend_that_failed_it_rather_than_to_a_dead_one
         assert sent == ["dead", "dead", "live", "live"]
 
     run_virtual(main)
+
+
+def test_a_sim_process_dies_and_comes_back_on_its_port() -> None:
+    with SimProcess("gpu", time_scale=SCALE) as server:
+        assert httpx2.get(f"{server.base_url}/models").status_code == 200
+        server.kill()
+        assert not server.alive
+        with pytest.raises(httpx2.ConnectError):
+            httpx2.get(f"{server.base_url}/models")
+        server.restart()
+        assert httpx2.get(f"{server.base_url}/models").status_code == 200
+    assert not server.alive

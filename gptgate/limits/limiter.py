@@ -365,13 +365,10 @@ class Limiter:
         for _, _, waiter in self._heap:
             if waiter.cancelled or waiter.tag is None or not movable(waiter.tag):
                 continue
-            waiter.cancelled = waiter.rerouted = True
-            self._leave_queue(waiter)
-            waiter.event.set()
+            waiter.rerouted = True
+            self._take(waiter)
             moved += 1
-        if moved:
-            self._heap = [entry for entry in self._heap if not entry[2].cancelled]
-            heapq.heapify(self._heap)
+        self._compact(moved)
         return moved
 
     def hand_over(
@@ -379,8 +376,6 @@ class Limiter:
         to: Limiter,
         movable: Callable[[object], bool],
         worth: Callable[[object, int], bool],
-        *,
-        limit: int | None = None,
     ) -> int:
         """Move waiters from the *back* of this queue to ``to``: the calls that would wait
         longest here go first. Each is admitted by ``to`` at once while it has room, else sent
@@ -388,34 +383,36 @@ class Limiter:
         may run there at all (skipped if not); ``worth(tag, position)`` — position = waiters
         ahead of it here — whether the move gains enough (asked once per move, so it can count
         what it already sent); the scan stops at the first that does not gain, since those
-        ahead of it wait less. At most ``limit`` move. Returns how many moved."""
-        if self._queued == 0 or (limit is not None and limit <= 0):
+        ahead of it wait less. Returns how many moved."""
+        if self._queued == 0:
             return 0
-        live = [entry for entry in self._heap if not entry[2].cancelled]
-        live.sort(reverse=True)
+        live = sorted((entry for entry in self._heap if not entry[2].cancelled), reverse=True)
         moved = 0
-        position = len(live)
-        for _, _, waiter in live:
-            position -= 1
-            if limit is not None and moved >= limit:
-                break
+        for position, (_, _, waiter) in zip(range(len(live) - 1, -1, -1), live, strict=True):
             if waiter.tag is None or not movable(waiter.tag):
                 continue
             if not worth(waiter.tag, position):
                 break
-            waiter.cancelled = True
-            self._leave_queue(waiter)
             if to._queued == 0 and to._in_flight < to.current_limit:
                 waiter.permit = to._admit()
             else:
                 waiter.rerouted = True
                 waiter.moved_to = to
-            waiter.event.set()
+            self._take(waiter)
             moved += 1
-        if moved:
+        self._compact(moved)
+        return moved
+
+    def _take(self, waiter: _Waiter) -> None:
+        """Out of the queue and woken: with a permit (handed over) or ``rerouted``."""
+        waiter.cancelled = True
+        self._leave_queue(waiter)
+        waiter.event.set()
+
+    def _compact(self, removed: int) -> None:
+        if removed:
             self._heap = [entry for entry in self._heap if not entry[2].cancelled]
             heapq.heapify(self._heap)
-        return moved
 
     def poke(self) -> None:
         """Admit waiters after the limit grew outside a release (e.g. a config change)."""

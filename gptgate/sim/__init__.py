@@ -7,6 +7,7 @@ Seeded and deterministic in content and token counts; time runs on a
   prefix cache with replicas, rate limits, faults, and a billing :class:`SimLedger`;
 * :class:`SimTransport` — the engine behind an ``httpx2.AsyncClient``, in-process, streaming;
 * :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
+  :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``.
 """
 
@@ -14,6 +15,7 @@ from gptgate.sim.app import create_app
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot, SimLedger
+from gptgate.sim.process import SimProcess
 from gptgate.sim.profiles import PROFILES, SimProfile, get_profile
 from gptgate.sim.server import SimServer, serve
 from gptgate.sim.transport import SimTransport
@@ -27,6 +29,7 @@ __all__ = [
     "LoopClock",
     "SimEngine",
     "SimLedger",
+    "SimProcess",
     "SimProfile",
     "SimReset",
     "SimResponse",
