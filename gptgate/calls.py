@@ -428,22 +428,19 @@ class CallRunner:
                         yield delta
                 parsed = reader.result()
             else:
-                # headers first, then the body: a body cut mid-way is told from a failed send
                 response = await self._send(
-                    backend, request, attempt_timeout, stream=True, deadline=cut_by_deadline
+                    backend, request, attempt_timeout, stream=False, deadline=cut_by_deadline,
+                    max_tokens=spec.route.output_tokens,
                 )
                 self._observe_limits(backend, response)
                 if response.status_code >= 400:
-                    await response.aread()
                     raise error_for_status(
                         response.status_code, response.headers, response.content,
                         backend=backend.name,
                     )
-                content = await self._read_body(
-                    backend, response, sent_at + attempt_timeout, spec.route.output_tokens,
-                    caller_deadline=cut_by_deadline,
+                parsed = self._parse_body(
+                    backend, response, response.content, spec.route.output_tokens
                 )
-                parsed = self._parse_body(backend, response, content, spec.route.output_tokens)
                 if ticket is not None:
                     ticket.prefilled()
             latency = clock.now() - sent_at
@@ -635,72 +632,59 @@ class CallRunner:
         *,
         stream: bool,
         deadline: bool = False,
+        max_tokens: int = 0,
     ) -> httpx2.Response:
         """Send with a deadline; map transport failures to typed errors. ``deadline``: the
-        timeout is what is left of the call's deadline, not the backend's own."""
+        timeout is what is left of the call's deadline, not the backend's own.
+
+        ``stream=False`` reads the body within the same deadline. The server sends a body once
+        the answer is generated, so one cut (or timed out) after the headers was billed in full:
+        the error says so, with the output estimated from what arrived and Content-Length."""
+        response: httpx2.Response | None = None
         try:
             with anyio.fail_after(self.clock.to_real(timeout)):
-                return await backend.pool.client.send(request, stream=stream)
+                response = await backend.pool.client.send(request, stream=True)
+                if not stream:
+                    await response.aread()
+            return response
         except TimeoutError:
-            message = (
-                "call deadline passed waiting for the response"
-                if deadline
-                else "no response before the attempt deadline"
-            )
-            raise RequestTimeout(
+            if deadline:
+                message = "call deadline passed waiting for the response"
+            else:
+                message = "no response before the attempt deadline"
+            error: GateError = RequestTimeout(
                 message, backend=backend.name, billed=True, deadline=deadline
-            ) from None
+            )
+            cause: BaseException | None = None
         except httpx2.HTTPError as exc:
-            raise error_for_exception(exc, backend=backend.name) from exc
+            error, cause = error_for_exception(exc, backend=backend.name), exc
         except RuntimeError as exc:
             if backend.pool.client.is_closed:  # the gateway was closed under this call
                 raise GatewayClosedError(
                     "the gateway closed its connections under this call", backend=backend.name
                 ) from exc
             raise
+        if response is not None:  # the headers came: the body was cut
+            if response.status_code < 400:
+                self._cut_body(backend, response, error, max_tokens)
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        raise error from cause
+
+    def _cut_body(
+        self, backend: BackendState, response: httpx2.Response, error: GateError, max_tokens: int
+    ) -> None:
+        """A non-streamed body cut after its headers: generated (and billed) in full."""
+        error.billed = True
+        length = response.headers.get("content-length")
+        size = int(length) if length is not None and length.isdigit() else None
+        error.output_tokens = self._billed(backend).cut_body(b"", size, max_tokens or None)
 
     def _billed(self, backend: BackendState) -> BilledWork:
         work = self.billed_work.get(backend.name)
         if work is None:
             work = self.billed_work[backend.name] = BilledWork()
         return work
-
-    async def _read_body(
-        self,
-        backend: BackendState,
-        response: httpx2.Response,
-        deadline: float,
-        max_tokens: int,
-        *,
-        caller_deadline: bool = False,
-    ) -> bytes:
-        """A non-streamed body, whole, within the attempt deadline (``caller_deadline``: that
-        is the call's deadline, whose passing is no backend fault). The server sends it once
-        the answer is generated, so a body cut (or timed out) mid-way was billed in full: the
-        error says so, with the output estimated from what arrived and Content-Length."""
-        parts: list[bytes] = []
-        error: GateError
-        try:
-            with anyio.fail_after(self.clock.to_real(max(0.0, deadline - self.clock.now()))):
-                async for chunk in response.aiter_bytes():
-                    parts.append(chunk)
-            return b"".join(parts)
-        except TimeoutError:
-            if caller_deadline:
-                error = RequestTimeout("call deadline passed reading the body", deadline=True)
-            else:
-                error = RequestTimeout("response body not whole by the attempt deadline")
-        except httpx2.HTTPError as exc:
-            error = error_for_exception(exc, backend=backend.name)
-            error.__cause__ = exc
-        error.backend = backend.name
-        error.billed = True
-        length = response.headers.get("content-length")
-        size = int(length) if length is not None and length.isdigit() else None
-        error.output_tokens = self._billed(backend).cut_body(
-            b"".join(parts), size, max_tokens or None
-        )
-        raise error
 
     def _parse_body(
         self, backend: BackendState, response: httpx2.Response, content: bytes, max_tokens: int

@@ -12,6 +12,7 @@ import functools
 import itertools
 import logging
 import math
+import threading
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -68,12 +69,10 @@ _ACCEPTED: ContextVar[bool] = ContextVar("gptgate_accepted", default=False)
 _NOT_OPEN = "the gateway is not open: use `async with gate:` (or await start())"
 
 
-def _current_loop() -> object | None:
-    """The running event loop (anyio's native token), None outside one; one cheap lookup."""
-    try:
-        return anyio.lowlevel.current_token().native_token
-    except anyio.NoEventLoopError:
-        return None
+def _current_loop() -> int:
+    """Which event loop this is, as cheaply as it can be told on every call: an event loop runs
+    in one thread, and two loops cannot run at once in one thread, so the thread says it."""
+    return threading.get_ident()
 
 
 def _check_max_pending(max_pending: object) -> int | None:
@@ -375,7 +374,7 @@ class Gateway:
         #: set when a hosted micro-batcher has drained (closing waits for them)
         self._hosts_done: list[anyio.Event] = []
         #: the event loop that opened the gateway: its queues and events live there
-        self._loop: object | None = None
+        self._loop: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -517,7 +516,7 @@ class Gateway:
             raise GatewayClosedError(_NOT_OPEN)
         if self._calls.closing and not _ACCEPTED.get():
             self._calls.check()
-        if self._loop is not None and _current_loop() is not self._loop:
+        if self._loop is not None and _current_loop() != self._loop:
             raise GateError(
                 "this gateway was opened in another event loop (thread) and is still open "
                 "there: a Gateway serves one event loop at a time — open one Gateway per "

@@ -16,8 +16,9 @@ a call the way any cancellation does — permit ignored, cache ticket and connec
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from types import TracebackType
 from typing import TypeVar
 
 import anyio
@@ -51,6 +52,36 @@ class _Stream:
         raise GatewayClosedError(_CANCELLED)
 
 
+class _Registered:
+    """``with registry.call():`` — a class, not a generator: it runs on every call."""
+
+    __slots__ = ("_registry", "_scope")
+
+    def __init__(self, registry: CallRegistry) -> None:
+        self._registry = registry
+        self._scope = anyio.CancelScope()
+
+    def __enter__(self) -> None:
+        self._registry._scopes.add(self._scope)
+        self._scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        scope = self._scope
+        try:
+            swallowed = scope.__exit__(exc_type, exc, tb)
+        finally:
+            self._registry._scopes.discard(scope)
+            self._registry._notify()
+        if scope.cancelled_caught:
+            raise GatewayClosedError(_CANCELLED)
+        return bool(swallowed)
+
+
 class CallRegistry:
     """The gateway's running calls and which phase of closing it is in."""
 
@@ -58,6 +89,7 @@ class CallRegistry:
         self._scopes: set[anyio.CancelScope] = set()
         self._streams: set[_Stream] = set()
         self._changed = anyio.Event()
+        self._watched = False
         #: new calls are refused
         self.closing = False
         #: the grace is over: accepted calls that had not started are refused too
@@ -74,21 +106,11 @@ class CallRegistry:
         if new and self.closing:
             raise GatewayClosedError(_REFUSED)
 
-    @contextmanager
-    def call(self, *, new: bool = True) -> Iterator[None]:
+    def call(self, *, new: bool = True) -> _Registered:
         """Run one call (its body) under a scope the shutdown may cancel; a call it cancelled
         raises ``GatewayClosedError`` instead of being cancelled silently."""
         self.check(new=new)
-        scope = anyio.CancelScope()
-        self._scopes.add(scope)
-        try:
-            with scope:
-                yield
-        finally:
-            self._scopes.discard(scope)
-            self._notify()
-        if scope.cancelled_caught:
-            raise GatewayClosedError(_CANCELLED)
+        return _Registered(self)
 
     async def stream(self, deltas: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
         """Yield ``deltas`` (a call's stream) while registered. Each step runs under a scope
@@ -119,12 +141,14 @@ class CallRegistry:
             self._notify()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._watched:  # only a shutdown waits: the hot path makes no Event
+            self._changed.set()
+            self._changed = anyio.Event()
 
     async def wait_idle(self) -> None:
         """Until no call is registered (a call started just now gets one checkpoint to
         register before the registry is judged empty)."""
+        self._watched = True
         while True:
             if not len(self):
                 await anyio.lowlevel.checkpoint()
