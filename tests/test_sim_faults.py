@@ -169,3 +169,84 @@ def test_fault_plan_validation() -> None:
         FaultPlan(error_rate=1.5)
     with pytest.raises(ValueError):
         FaultPlan(error_rate=0.6, reset_rate=0.6)
+
+
+# -- the chaos suite's faults: drop, loris, endless, storms ---------------------------------
+
+
+def test_drop_closes_the_connection_before_any_response_and_bills_nothing() -> None:
+    async def main() -> Any:
+        engine = SimEngine("gpu", clock=LoopClock())
+        async with _client(engine) as client:
+            with pytest.raises(httpx2.RemoteProtocolError):
+                await _post(client, "drop")
+        return engine.ledger.snapshot()
+
+    ledger = run_virtual(main)
+    assert ledger.server_errors == 1 and ledger.billed_tokens == 0
+
+
+def test_a_loris_never_sends_its_first_byte() -> None:
+    async def main() -> tuple[float, Any]:
+        clock = LoopClock()
+        engine = SimEngine("gpu", clock=clock)
+        async with _client(engine) as client:
+            with anyio.move_on_after(120.0):
+                await _post(client, "loris")
+                raise AssertionError("a loris answered")
+        return clock.now(), engine.ledger.snapshot()
+
+    waited, ledger = run_virtual(main)
+    assert waited >= 120.0 and ledger.billed_tokens == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_endless_response_never_ends_and_is_billed_as_generated(stream: bool) -> None:
+    async def main() -> tuple[bytes, Any]:
+        clock = LoopClock()
+        engine = SimEngine("gpu", clock=clock)
+        body = STREAM if stream else {"messages": MESSAGES, "max_tokens": 50}
+        received = b""
+        async with _client(engine) as client:
+            with anyio.move_on_after(60.0):
+                async with client.stream(
+                    "POST", "/chat/completions", json=body, headers={"x-sim-fault": "endless"}
+                ) as r:
+                    async for chunk in r.aiter_bytes():
+                        received += chunk
+                raise AssertionError("an endless response ended")
+        return received, engine.ledger.snapshot()
+
+    received, ledger = run_virtual(main)
+    assert b"[DONE]" not in received and len(received) > 100
+    assert ledger.output_tokens > 0  # the answer was generated, though never delivered whole
+
+
+def test_storms_refuse_everything_for_their_length_with_retry_after() -> None:
+    plan = FaultPlan(storm_every_s=60.0, storm_s=5.0)
+    assert plan.storm_left(30.0) == 0.0
+    assert plan.storm_left(61.0) == pytest.approx(4.0)
+    assert plan.storm_left(66.0) == 0.0
+    assert plan.storm_left(122.5) == pytest.approx(2.5)
+
+    async def main() -> list[tuple[float, int, str | None]]:
+        clock = LoopClock()
+        engine = SimEngine("gpu", clock=clock, faults=plan)
+        seen = []
+        async with _client(engine) as client:
+            for at in (10.0, 62.0, 64.9, 70.0):
+                await clock.sleep(at - clock.now())
+                r = await client.post("/chat/completions", json={"messages": MESSAGES})
+                seen.append((at, r.status_code, r.headers.get("retry-after")))
+        return seen
+
+    seen = run_virtual(main)
+    assert [status for _, status, _ in seen] == [200, 429, 429, 200]
+    assert seen[1][2] == "3"  # ceil(5 - 2)
+
+
+def test_a_plan_with_rates_over_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="add up"):
+        FaultPlan(error_rate=0.5, drop_rate=0.3, endless_rate=0.3)
+    with pytest.raises(ValueError, match="storm"):
+        FaultPlan(storm_every_s=5.0, storm_s=5.0)

@@ -9,6 +9,10 @@ connection mid-body.
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
+import struct
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -41,20 +45,56 @@ def create_app(engine: SimEngine) -> ASGIApp:
         reset = False
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
-            response = await engine.handle(scope["method"], scope["path"], headers, body)
             try:
-                await _send_response(response, send)
-            except SimReset:
-                reset = True
-            finally:
-                if response.stream is not None:
-                    with anyio.CancelScope(shield=True):
-                        await response.stream.aclose()
-            tg.cancel_scope.cancel()
+                response = await engine.handle(scope["method"], scope["path"], headers, body)
+            except SimReset:  # dropped before any response
+                reset = not _drop_connection(scope.get("client"))
+                tg.cancel_scope.cancel()
+            else:
+                try:
+                    await _send_response(response, send)
+                except SimReset:
+                    reset = True
+                finally:
+                    if response.stream is not None:
+                        with anyio.CancelScope(shield=True):
+                            await response.stream.aclose()
+                tg.cancel_scope.cancel()
         if reset:  # raised outside the task group, bare, so the server drops the connection
             raise SimReset("simulated connection reset")
 
     return app
+
+
+def _drop_connection(client: object) -> bool:
+    """Reset the TCP connection to ``client`` (host, port) before any response, as a crashed
+    worker or a load balancer does. ASGI has no way to say "close without answering" (an
+    exception before the response becomes a 500), so the socket is found among this
+    process's descriptors (Linux's /proc) and shut down with an RST. False if it cannot be."""
+    if not isinstance(client, (tuple, list)) or len(client) != 2:
+        return False
+    peer = (str(client[0]), int(client[1]))
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if sock.getpeername()[:2] == peer:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)
+                return True
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return False
 
 
 async def _read_body(receive: Receive) -> bytes | None:

@@ -146,6 +146,7 @@ class SimEngine:
         p = self.profile
         self._rng = random.Random(seed)
         self._fault_rng = random.Random(self.faults.seed)
+        self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
         self._min_blocks = p.cache_min_tokens // p.cache_block_tokens
@@ -290,9 +291,25 @@ class SimEngine:
             self.ledger.record("client_error")
             return self._error(400, base, str(exc), "invalid_request_error", param="x-sim-fault")
         if fault is None:
+            storm = self.faults.storm_left(self.clock.now() - self._started)
+            if storm > 0:
+                self.ledger.record("rate_limited")
+                hdrs = [*base, *self._limiter.headers(self.clock.now())]
+                return self._retry_error(
+                    429, hdrs, storm, "Rate limit reached (a storm).", "requests",
+                    "rate_limit_exceeded",
+                )
             fault = self.faults.draw(self._fault_rng)
         if fault is not None and fault.status is not None:
             return self._fault_status(fault.status, base)
+        if fault is not None and fault.kind == "drop":
+            self.ledger.record("server_error")
+            raise SimReset("connection dropped before the response (scripted fault)")
+        if fault is not None and fault.kind == "loris":
+            try:
+                await self.clock.sleep(1e9)  # the first byte never comes
+            finally:
+                self.ledger.record("abandoned")
 
         try:
             chat = parse_chat(body, p)
@@ -573,6 +590,10 @@ class SimEngine:
                 self._finish(job, "interrupted", job.tokens)
                 hdrs = [*headers, _JSON, ("content-length", str(len(body)))]
                 return SimResponse(200, hdrs, None, SimStream(_cut_body(body), _noop))
+            elif kind == "endless":
+                self._finish(job, "interrupted", job.tokens)  # generated, never delivered
+                hdrs = [*headers, _JSON]
+                return SimResponse(200, hdrs, None, SimStream(self._trickle(body), _noop))
             else:
                 self._finish(job, "ok")
             hdrs = [*headers, _JSON, ("content-length", str(len(body)))]
@@ -611,6 +632,11 @@ class SimEngine:
                 if gi == 0 and kind == "garbage":
                     parts.append(writer.garbage())
                 job.emitted = prev = end
+                if gi == last and kind == "endless":
+                    yield "".join(parts).encode()
+                    while True:  # the response never ends: keep-alives, no finish, no [DONE]
+                        await self.clock.sleep(0.5)
+                        yield b": keep-alive\n\n"
                 if gi == last:
                     timings = self._timings(job)
                     parts.append(writer.finish(job.finish_reason, timings))
@@ -622,6 +648,14 @@ class SimEngine:
         finally:
             if not job.finished:
                 self._finish(job, "abandoned")
+
+
+    async def _trickle(self, body: bytes) -> AsyncGenerator[bytes, None]:
+        """Half a JSON body, then a space every half second for as long as the client reads."""
+        yield body[: len(body) // 2]
+        while True:
+            await self.clock.sleep(0.5)
+            yield b" "
 
 
 async def _cut_body(body: bytes) -> AsyncGenerator[bytes, None]:

@@ -1,16 +1,27 @@
 """Injected failures: random ones from a seeded :class:`FaultPlan`, exact ones by header.
 
-Random faults exercise a gateway statistically (benchmarks); the ``x-sim-fault`` request
-header scripts one exact failure for a test:
+Random faults exercise a gateway statistically (benchmarks, the chaos suite); the
+``x-sim-fault`` request header scripts one exact failure for a test:
 
 ``500`` / ``503`` / ``429``
     answered at once with that status (429 carries ``retry-after``);
 ``reset``
     the connection drops mid-body (mid-stream for SSE): the client sees a read error;
+``drop``
+    the connection drops before any response (nothing was done, nothing is billed);
 ``stall`` or ``stall=<seconds>``
     the response pauses (after the first chunk when streaming) for ``stall_s`` seconds;
+``loris``
+    the first byte never comes: the server holds the request without answering until the
+    client gives up (nothing is billed);
+``endless``
+    the response never ends: a stream keeps sending keep-alive comments after its text, a JSON
+    body trickles whitespace after its first half (billed as generated when the client leaves);
 ``garbage``
     a malformed JSON body, or one malformed SSE event inside an otherwise good stream.
+
+A plan can also hold periodic **429 storms**: for ``storm_s`` seconds of every
+``storm_every_s``, every request is refused with 429 and a ``retry-after`` to the storm's end.
 """
 
 from __future__ import annotations
@@ -24,15 +35,20 @@ __all__ = ["FAULT_HEADER", "Fault", "FaultPlan", "FaultSpecError"]
 
 FAULT_HEADER = "x-sim-fault"
 
-FaultKind = Literal["500", "503", "429", "reset", "stall", "garbage"]
+FaultKind = Literal["500", "503", "429", "reset", "drop", "stall", "loris", "endless", "garbage"]
 _KINDS: dict[str, FaultKind] = {
     "500": "500",
     "503": "503",
     "429": "429",
     "reset": "reset",
+    "drop": "drop",
     "stall": "stall",
+    "loris": "loris",
+    "endless": "endless",
     "garbage": "garbage",
 }
+_RATES = ("error_rate", "reset_rate", "drop_rate", "stall_rate", "loris_rate", "endless_rate",
+          "garbage_rate")
 
 
 class FaultSpecError(ValueError):
@@ -54,28 +70,47 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
-    """Rates of random faults per request, drawn from ``seed``. All zero: no random faults
-    (the header still works)."""
+    """Rates of random faults per request, drawn from ``seed``, and periodic 429 storms. All
+    zero: no random faults (the header still works)."""
 
     seed: int = 0
     error_rate: float = 0.0
     reset_rate: float = 0.0
     stall_rate: float = 0.0
     stall_s: float = 30.0
+    drop_rate: float = 0.0
+    loris_rate: float = 0.0
+    endless_rate: float = 0.0
+    garbage_rate: float = 0.0
+    #: a storm of ``storm_s`` seconds starts every ``storm_every_s`` (0: no storms), first at
+    #: ``storm_every_s`` after the engine starts
+    storm_every_s: float = 0.0
+    storm_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("error_rate", "reset_rate", "stall_rate"):
+        for name in _RATES:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {value}")
-        if self.error_rate + self.reset_rate + self.stall_rate > 1.0:
-            raise ValueError("error_rate + reset_rate + stall_rate must not exceed 1")
+        if sum(getattr(self, name) for name in _RATES) > 1.0:
+            raise ValueError("the fault rates must not add up to more than 1")
         if self.stall_s < 0:
             raise ValueError("stall_s must be >= 0")
+        if self.storm_every_s < 0 or self.storm_s < 0 or (
+            self.storm_every_s and self.storm_s >= self.storm_every_s
+        ):
+            raise ValueError("storms need 0 <= storm_s < storm_every_s")
 
     @property
     def active(self) -> bool:
-        return self.error_rate > 0 or self.reset_rate > 0 or self.stall_rate > 0
+        return any(getattr(self, name) > 0 for name in _RATES)
+
+    def storm_left(self, elapsed_s: float) -> float:
+        """Seconds left in the 429 storm at ``elapsed_s`` since the engine started (0: none)."""
+        if not self.storm_every_s or elapsed_s < self.storm_every_s:
+            return 0.0
+        into = elapsed_s % self.storm_every_s
+        return self.storm_s - into if into < self.storm_s else 0.0
 
     def draw(self, rng: random.Random) -> Fault | None:
         """A random fault for one request, or None. 5xx faults are 500 or 503 evenly."""
@@ -85,11 +120,17 @@ class FaultPlan:
         if u < self.error_rate:
             return Fault("500" if rng.random() < 0.5 else "503")
         u -= self.error_rate
-        if u < self.reset_rate:
-            return Fault("reset")
-        u -= self.reset_rate
-        if u < self.stall_rate:
-            return Fault("stall", self.stall_s)
+        for kind, rate in (
+            ("reset", self.reset_rate),
+            ("drop", self.drop_rate),
+            ("stall", self.stall_rate),
+            ("loris", self.loris_rate),
+            ("endless", self.endless_rate),
+            ("garbage", self.garbage_rate),
+        ):
+            if u < rate:
+                return Fault(_KINDS[kind], self.stall_s if kind == "stall" else 0.0)
+            u -= rate
         return None
 
     def from_headers(self, headers: Mapping[str, str]) -> Fault | None:

@@ -14,6 +14,7 @@ keeps the client's CPU time apart from the server's, for benchmarks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -26,6 +27,8 @@ from typing import Any
 
 import httpx2
 
+from gptgate.sim.faults import FaultPlan
+
 __all__ = ["SimProcess", "free_port"]
 
 _SERVER = r"""
@@ -33,10 +36,11 @@ import json, sys, uvicorn
 from gptgate.clock import ScaledClock, SystemClock
 from gptgate.sim import SimEngine, create_app, get_profile
 from gptgate.sim.server import _quiet_resets
-port, scale, name, overrides, seed = sys.argv[1:6]
+from gptgate.sim.faults import FaultPlan
+port, scale, name, overrides, seed, faults = sys.argv[1:7]
 profile = get_profile(name).model_copy(update=json.loads(overrides))
 clock = SystemClock() if float(scale) == 1.0 else ScaledClock(float(scale))
-engine = SimEngine(profile, clock=clock, seed=int(seed))
+engine = SimEngine(profile, clock=clock, seed=int(seed), faults=FaultPlan(**json.loads(faults)))
 _quiet_resets()
 uvicorn.run(create_app(engine), host="127.0.0.1", port=int(port), log_level="critical",
             access_log=False, lifespan="off")
@@ -52,8 +56,8 @@ def free_port() -> int:
 
 
 class SimProcess:
-    """``with SimProcess(profile, time_scale=..., seed=..., **profile_overrides) as server:``
-    serves ``server.base_url`` from a child process until the block ends."""
+    """``with SimProcess(profile, time_scale=..., seed=..., faults=..., **profile_overrides) as
+    server:`` serves ``server.base_url`` from a child process until the block ends."""
 
     def __init__(
         self,
@@ -62,6 +66,7 @@ class SimProcess:
         time_scale: float = 1.0,
         seed: int = 0,
         port: int | None = None,
+        faults: FaultPlan | None = None,
         startup_timeout_s: float = 30.0,
         **overrides: Any,
     ) -> None:
@@ -70,6 +75,8 @@ class SimProcess:
         self.seed = seed
         self.port = port or free_port()
         self.overrides = overrides
+        #: random faults and 429 storms (a fresh engine after ``restart`` draws them anew)
+        self.faults = faults or FaultPlan()
         self.startup_timeout_s = startup_timeout_s
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._process: subprocess.Popen[bytes] | None = None
@@ -90,6 +97,7 @@ class SimProcess:
         """Start the server and wait until it answers (a RuntimeError if it never does)."""
         args = [sys.executable, "-c", _SERVER, str(self.port), str(self.time_scale)]
         args += [self.profile, json.dumps(self.overrides), str(self.seed)]
+        args.append(json.dumps(dataclasses.asdict(self.faults)))
         self._process = process = subprocess.Popen(args)
         deadline = time.monotonic() + self.startup_timeout_s
         while True:

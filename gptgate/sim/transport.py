@@ -54,7 +54,15 @@ class SimTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()
-        response = await self.engine.handle(request.method, request.url.path, request.headers, body)
+        try:
+            response = await self.engine.handle(
+                request.method, request.url.path, request.headers, body
+            )
+        except SimReset as exc:  # dropped before any response
+            raise httpx2.RemoteProtocolError(
+                f"simulated: server disconnected without sending a response ({exc})",
+                request=request,
+            ) from exc
         return httpx2.Response(
             response.status,
             headers=response.headers,
