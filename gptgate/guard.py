@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
 import httpx2
@@ -24,7 +25,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
-from .limits import Permit
+from .limits import Limiter, Permit
 from .observe import ResponseTap, usage_of
 from .outcomes import report_failure, report_status
 from .routing import BackendState, RouteRequest
@@ -32,6 +33,13 @@ from .scenarios import Scenario, resolve_scenario
 
 if TYPE_CHECKING:
     from .gateway import Gateway
+
+#: the permit a guarded call holds while its body runs: a request the body makes on the same
+#: backend through ``gate.http_client`` runs under it (one call, one permit). Without it, 4
+#: guarded calls holding the 4 permits would each wait for a fifth — forever.
+_GUARD_PERMIT: ContextVar[tuple[Limiter, Permit] | None] = ContextVar(
+    "gptgate_guard_permit", default=None
+)
 
 __all__ = ["GuardTransport", "classify_exception", "make_guard"]
 
@@ -121,6 +129,7 @@ def make_guard(
                 state.calls += 1
                 if number > 1:
                     state.retries += 1  # on the backend the retry goes to
+                token = _GUARD_PERMIT.set((state.limiter, permit))
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
@@ -136,6 +145,8 @@ def make_guard(
                 except BaseException:  # cancelled: no sample either way
                     permit.ignore()
                     raise
+                finally:
+                    _GUARD_PERMIT.reset(token)
                 latency = clock.now() - start
                 input_tokens, output_tokens = usage_of(result)
                 permit.success(
@@ -219,6 +230,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         state = self._backend()
+        held = _GUARD_PERMIT.get()
+        if held is not None and held[0] is state.limiter:
+            # inside a guarded call on this backend: its permit covers this request, and the
+            # guard reports the outcome (one call, one permit — never a wait on itself)
+            return await state.pool.transport.handle_async_request(request)
         clock = self._gate.clock
         permit = await state.limiter.acquire(priority=self._priority)
         start = clock.now()
