@@ -39,7 +39,7 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .errors import BadRequestError, GateError, GatewayClosedError
+from .errors import BadRequestError, GateError, GatewayClosedError, OverloadedError
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -67,6 +67,9 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 _ACCEPTED: ContextVar[bool] = ContextVar("gptgate_accepted", default=False)
 
 _NOT_OPEN = "the gateway is not open: use `async with gate:` (or await start())"
+
+#: a batched item's absolute deadline, from submission to the call (never a chat argument)
+_DEADLINE_KEY = "_gptgate_deadline"
 
 
 def _current_loop() -> int:
@@ -833,6 +836,11 @@ class Gateway:
     async def _submit_to(
         self, batcher: MicroBatcher[dict[str, Any], ChatResult], kwargs: dict[str, Any]
     ) -> ItemHandle[ChatResult]:
+        """Hand an item to ``batcher``. Its deadline runs from now — the time it waits to be
+        flushed counts — so it is carried as a clock reading until the call starts."""
+        deadline_s = self._deadline_s(kwargs)
+        if deadline_s is not None:
+            kwargs = {**kwargs, _DEADLINE_KEY: self.clock.now() + deadline_s}
         try:
             return await batcher.submit(kwargs)
         except anyio.ClosedResourceError:  # the gateway began closing while we waited
@@ -844,9 +852,27 @@ class Gateway:
         except KeyError as exc:
             raise BadRequestError(str(exc.args[0])) from None
 
+    def _deadline_s(self, kwargs: Mapping[str, Any]) -> float | None:
+        """The deadline an item's call will have (``timeout``, else its scenario's, else the
+        gateway's); None when none applies or ``timeout`` is invalid (the call refuses it)."""
+        timeout = kwargs.get("timeout")
+        if timeout is not None:
+            valid = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+            return float(timeout) if valid and 0 < timeout < math.inf else None
+        scenario = kwargs.get("scenario")
+        scenario_s = scenario.deadline_s if isinstance(scenario, Scenario) else None
+        return scenario_s or self.config.deadline_s
+
     async def _chat_kwargs(self, kwargs: dict[str, Any]) -> ChatResult:
         """An item accepted before any close began (batched, or pulled by ``map``): it runs
-        through the shutdown grace rather than being refused as a new call."""
+        through the shutdown grace rather than being refused as a new call, within what is
+        left of the deadline it had when it was submitted."""
+        deadline = kwargs.pop(_DEADLINE_KEY, None)
+        if deadline is not None:
+            left = deadline - self.clock.now()
+            if left <= 0:
+                raise OverloadedError("deadline passed while the item waited to be batched")
+            kwargs["timeout"] = left
         messages = kwargs.pop("messages", None)
         accepted = _ACCEPTED.set(True)
         try:

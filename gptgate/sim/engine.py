@@ -15,6 +15,7 @@ in-process transport and the ASGI app share it unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -55,6 +56,8 @@ __all__ = [
 
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MODEL_PATHS = frozenset({"/v1/models", "/models"})
+#: not OpenAI's: the simulator's billing ledger as JSON (``SimLedger.snapshot``)
+_LEDGER_PATHS = frozenset({"/v1/sim/ledger", "/sim/ledger"})
 _JSON = ("content-type", "application/json")
 _SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
@@ -217,6 +220,10 @@ class SimEngine:
             return await self._chat(headers, body, base, request_id)
         if path in _MODEL_PATHS and method.upper() == "GET":
             return self._models(base)
+        if path in _LEDGER_PATHS and method.upper() == "GET":
+            # the simulator's own bill, for a client in another process to check its ledger
+            body = wire.dumps(dataclasses.asdict(self.ledger.snapshot())).encode()
+            return SimResponse(200, [*base, _JSON], body)
         self.ledger.record("client_error")
         return self._error(
             404,

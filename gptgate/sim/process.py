@@ -28,6 +28,7 @@ from typing import Any
 import httpx2
 
 from gptgate.sim.faults import FaultPlan
+from gptgate.sim.ledger import LedgerSnapshot
 
 __all__ = ["SimProcess", "free_port"]
 
@@ -133,6 +134,12 @@ class SimProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+    def ledger(self) -> LedgerSnapshot:
+        """The running engine's bill so far (a restart starts a new one)."""
+        response = httpx2.get(f"{self.base_url}/sim/ledger", timeout=10.0)
+        response.raise_for_status()
+        return LedgerSnapshot(**response.json())
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,545 @@
+"""A chaos run: every public verb at once, over real HTTP, against simulator processes that
+fail in every way a backend does — then the promises of DESIGN.md checked one by one.
+
+Three :class:`~gptgate.sim.SimProcess` servers (tpu, gpu, cpu) with random faults (5xx,
+connections reset before the response, bodies and streams cut mid-way, malformed JSON and SSE,
+a first byte that never comes, a response that never ends) and periodic 429 storms on one of
+them; one server SIGKILLed mid-run and restarted; callers of ``chat``, ``stream``, ``map``,
+``submit`` and ``@gate.guard`` around the official openai SDK on ``gate.http_client`` arriving
+over time, a share of them cancelled at a random point (before admission, queued, mid-stream);
+and ``async with gate`` left while the last burst is in flight. :func:`run_chaos` returns a
+:class:`ChaosReport` whose :meth:`~ChaosReport.invariants` are the checks (each pass/fail with
+its figure). ``benchmarks/chaos.py`` prints them; ``tests/test_chaos.py`` runs a short form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+import gptgate as gg
+from gptgate.clock import ScaledClock
+from gptgate.sim.faults import FaultPlan
+from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.sim.process import SimProcess
+
+__all__ = ["ChaosConfig", "ChaosReport", "Invariant", "run_chaos"]
+
+_KINDS = ("chat", "stream", "map", "submit", "guard")
+#: calls a ``map`` caller makes
+_MAP_ITEMS = 5
+#: the backend the SDK callers use. The killed one: SDK traffic is not in the gateway's
+#: ledger yet (issue 13), so it must not be in a backend whose ledger is checked
+_SDK_BACKEND = "tpu"
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    """One run. ``calls`` callers arrive over ``duration_s`` (simulated), then ``burst`` more at
+    once, and the gateway is closed ``close_after_s`` into the burst (with ``grace_s``)."""
+
+    calls: int = 1_000
+    burst: int = 100
+    seed: int = 1
+    time_scale: float = 20.0
+    duration_s: float = 60.0
+    close_after_s: float = 1.0
+    grace_s: float = 1.0
+    cancel_rate: float = 0.10
+    #: the share of each verb among the callers (chat, stream, map, submit, guard)
+    mix: tuple[float, float, float, float, float] = (0.35, 0.25, 0.15, 0.10, 0.15)
+    #: the tpu server is killed at this fraction of ``duration_s`` and restarted at the next
+    kill_at: float = 0.35
+    restart_at: float = 0.55
+    error_rate: float = 0.05
+    reset_rate: float = 0.02
+    drop_rate: float = 0.02
+    garbage_rate: float = 0.01
+    loris_rate: float = 0.003
+    endless_rate: float = 0.003
+    storm_every_s: float = 25.0
+    storm_s: float = 3.0
+    #: every call's deadline (and the SDK's timeout): a call may not run past it + 1 s
+    deadline_s: float = 40.0
+    #: real seconds of slack on the time bounds, for a busy event loop on a loaded machine:
+    #: at a clock scale of 20, a timer 30 ms late reads as 0.6 simulated seconds
+    slack_wall_s: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    by_kind: dict[str, collections.Counter[str]] = field(default_factory=dict)
+    untyped: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)
+    short_streams: int = 0
+    leftovers: list[str] = field(default_factory=list)
+    attempts: int = 0
+    attempts_in_storms: int = 0
+    calls_in_storms: int = 0
+    started: int = 0
+    server_requests: dict[str, int] = field(default_factory=dict)
+    server_bill: dict[str, LedgerSnapshot] = field(default_factory=dict)
+    ledger_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
+    faults: collections.Counter[str] = field(default_factory=collections.Counter)
+    key_leaks: list[str] = field(default_factory=list)
+    close_s: float = 0.0
+    wall_s: float = 0.0
+
+    def invariants(self) -> list[Invariant]:
+        c = self.config
+        calm = self.started - self.calls_in_storms
+        amplification = (self.attempts - self.attempts_in_storms) / max(1, calm)
+        checks = [
+            Invariant(
+                "every call ended typed",
+                not self.untyped,
+                f"{len(self.untyped)} untyped: {self.untyped[:3]}",
+            ),
+            Invariant(
+                "no call past its deadline + 1 s",
+                not self.overdue,
+                f"{len(self.overdue)} overdue: {self.overdue[:3]}",
+            ),
+            Invariant(
+                "no cut stream returned as a success",
+                self.short_streams == 0,
+                f"{self.short_streams} streams ended ok without a finish reason",
+            ),
+            Invariant(
+                "nothing held after close",
+                not self.leftovers,
+                "; ".join(self.leftovers) or "limiters, pools, cache gates, tasks: all idle",
+            ),
+            Invariant(
+                "closing took ≤ grace + 1 s",
+                self.close_s <= c.grace_s + 1.0 + c.slack_wall_s * c.time_scale,
+                f"{self.close_s:.2f} s (grace {c.grace_s:g} s; clock scale {c.time_scale:g})",
+            ),
+            Invariant(
+                "retry amplification ≤ 1.1× outside 429 storms",
+                amplification <= 1.1,
+                f"{amplification:.3f} (attempts {self.attempts - self.attempts_in_storms} / "
+                f"calls {calm})",
+            ),
+        ]
+        for name, (input_tokens, output_tokens) in sorted(self.ledger_tokens.items()):
+            bill = self.server_bill.get(name)
+            if bill is None:
+                continue
+            ours = input_tokens + output_tokens
+            theirs = bill.input_tokens + bill.output_tokens
+            error = (ours - theirs) / theirs if theirs else 0.0
+            checks.append(
+                Invariant(
+                    f"ledger = bill within 0.5% ({name})",
+                    abs(error) <= 0.005,
+                    f"ledger {ours:,} vs bill {theirs:,} tokens ({error:+.2%}; "
+                    f"input {input_tokens:,}/{bill.input_tokens:,}, "
+                    f"output {output_tokens:,}/{bill.output_tokens:,})",
+                )
+            )
+        checks.append(
+            Invariant(
+                "the API key appears nowhere",
+                not self.key_leaks,
+                ", ".join(self.key_leaks) or "logs, spans, reprs, errors: clean",
+            )
+        )
+        return checks
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.invariants())
+
+
+# -- capturing what an operator would see -------------------------------------------------
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@contextmanager
+def _captured_logs() -> Iterator[_Capture]:
+    handler = _Capture()
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def _telemetry() -> tuple[Any, Any, Callable[[], list[str]]]:
+    """An OpenTelemetry SDK tracer and meter provider with in-memory exporters (when the SDK
+    is installed), and a function giving every exported span's attributes as text."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError:  # pragma: no cover - the dev extra brings it
+        return None, None, list
+    exporter = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(exporter))
+    meter = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def texts() -> list[str]:
+        return [
+            f"{span.name} {dict(span.attributes or {})} {span.status.description or ''}"
+            for span in exporter.get_finished_spans()
+        ]
+
+    return tracer, meter, texts
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def _plan(config: ChaosConfig, seed: int, storms: bool) -> FaultPlan:
+    return FaultPlan(
+        seed=seed,
+        error_rate=config.error_rate,
+        reset_rate=config.reset_rate,
+        drop_rate=config.drop_rate,
+        garbage_rate=config.garbage_rate,
+        loris_rate=config.loris_rate,
+        endless_rate=config.endless_rate,
+        stall_rate=0.0,
+        storm_every_s=config.storm_every_s if storms else 0.0,
+        storm_s=config.storm_s if storms else 0.0,
+    )
+
+
+def _messages(rng: random.Random, i: int) -> list[dict[str, str]]:
+    system = rng.choice(
+        ["You answer in one line.", "You are a careful support agent. " * 20, "Be brief."]
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"question {i}"}]
+
+
+def run_chaos(config: ChaosConfig) -> ChaosReport:
+    """Run the whole chaos scenario (blocking; starts and stops its own servers)."""
+    report = ChaosReport(config)
+    secret = "sk-chaos-" + secrets.token_hex(16)
+    profile_overrides: dict[str, Any] = {"max_queue": None, "output_tokens_mean": 60}
+    with ExitStack() as stack:
+        servers = {
+            name: stack.enter_context(
+                SimProcess(
+                    name,
+                    time_scale=config.time_scale,
+                    seed=config.seed * 10 + i,
+                    faults=_plan(config, config.seed * 100 + i, storms=name == "gpu"),
+                    **profile_overrides,
+                )
+            )
+            for i, name in enumerate(("tpu", "gpu", "cpu"))
+        }
+        logs = stack.enter_context(_captured_logs())
+        started = time.perf_counter()
+        anyio.run(_drive, config, report, servers, secret, logs)
+        report.wall_s = time.perf_counter() - started
+        for name, server in servers.items():
+            bill = server.ledger()
+            if name != "tpu":  # the killed one's first life took its bill with it
+                report.server_bill[name] = bill
+            report.server_requests[name] = bill.requests
+            for outcome in ("rate_limited", "server_errors", "interrupted", "malformed",
+                            "abandoned"):
+                report.faults[outcome] += getattr(bill, outcome)
+    return report
+
+
+async def _drive(
+    config: ChaosConfig,
+    report: ChaosReport,
+    servers: dict[str, SimProcess],
+    secret: str,
+    logs: _Capture,
+) -> None:
+    clock = ScaledClock(config.time_scale)
+    tracer, meter, span_texts = _telemetry()
+    backends = [
+        gg.Backend(
+            name=name, base_url=server.base_url, model="m", hardware=name,
+            api_key=secret, timeout=20.0, first_byte_timeout=8.0, idle_timeout=4.0,
+            price=gg.Price(input_per_mtok=1.0, output_per_mtok=4.0),
+        )
+        for name, server in servers.items()
+    ]
+    gate = gg.Gateway(
+        backends, clock=clock, seed=config.seed, deadline_s=config.deadline_s,
+        shutdown_grace_s=config.grace_s, tracer_provider=tracer, meter_provider=meter,
+    )
+    rng = random.Random(config.seed)
+    errors_seen: list[BaseException] = []
+    storms = FaultPlan(storm_every_s=config.storm_every_s, storm_s=config.storm_s)
+    origin = clock.now()
+
+    def in_storm() -> bool:
+        return storms.storm_left(clock.now() - origin) > 0
+
+    async def caller(index: int, kind: str, client: Any) -> None:
+        cancel_at = rng.uniform(0.0, 4.0) if rng.random() < config.cancel_rate else None
+        begun = clock.now()
+        stormy = in_storm()
+        if stormy:
+            report.calls_in_storms += _MAP_ITEMS if kind == "map" else 1
+        report.started += _MAP_ITEMS if kind == "map" else 1
+        outcome = await _call(gate, kind, index, rng, client, cancel_at, clock, report)
+        took = clock.now() - begun
+        if isinstance(outcome, BaseException):
+            errors_seen.append(outcome)
+            name = f"{type(outcome).__module__.split('.')[0]}.{type(outcome).__name__}"
+            typed = isinstance(outcome, gg.GateError) or (kind == "guard" and _sdk_raised(outcome))
+            if not typed:
+                report.untyped.append(f"{kind}: {outcome!r}"[:200])
+            outcome_name = name
+        else:
+            outcome_name = outcome
+        report.outcomes[outcome_name] += 1
+        report.by_kind.setdefault(kind, collections.Counter())[outcome_name] += 1
+        if took > config.deadline_s + 1.0 + config.slack_wall_s * config.time_scale:
+            report.overdue.append(f"{kind} took {took:.1f}s: {outcome_name}")
+
+    weights = list(config.mix)
+    async with anyio.create_task_group() as callers:
+        async with gate:
+            client = _sdk_client(gate, secret, config)
+            gaps = config.duration_s / max(1, config.calls)
+            kill_t = origin + config.kill_at * config.duration_s
+            restart_t = origin + config.restart_at * config.duration_s
+            killed = restarted = False
+            for index in range(config.calls):
+                now = clock.now()
+                if not killed and now >= kill_t:
+                    servers["tpu"].kill()
+                    killed = True
+                if killed and not restarted and now >= restart_t:
+                    await anyio.to_thread.run_sync(servers["tpu"].restart)
+                    restarted = True
+                kind = rng.choices(_KINDS, weights)[0]
+                callers.start_soon(caller, index, kind, client)
+                await clock.sleep(rng.expovariate(1.0 / gaps))
+            if not restarted:
+                await anyio.to_thread.run_sync(servers["tpu"].restart)
+            for index in range(config.calls, config.calls + config.burst):
+                callers.start_soon(caller, index, rng.choices(_KINDS, weights)[0], client)
+            await clock.sleep(config.close_after_s)
+            closing = time.perf_counter()
+        report.close_s = (time.perf_counter() - closing) * config.time_scale
+    _settle(gate, report)
+    _leftovers(gate, report)
+    _check_secret(secret, gate, errors_seen, logs.lines, span_texts(), report)
+
+
+async def _call(
+    gate: gg.Gateway,
+    kind: str,
+    index: int,
+    rng: random.Random,
+    client: Any,
+    cancel_at: float | None,
+    clock: ScaledClock,
+    report: ChaosReport,
+) -> str | BaseException:
+    """One caller's call: its outcome name, or the exception it ended in."""
+    messages = _messages(rng, index)
+    max_tokens = rng.choice([20, 60, 120])
+    try:
+        with anyio.CancelScope() as scope:
+            if cancel_at is not None:
+                scope.deadline = anyio.current_time() + clock.to_real(cancel_at)
+            return await _VERBS[kind](gate, messages, max_tokens, client, report, rng)
+        return "cancelled by its caller"
+    except Exception as exc:  # the caller sees it; the report judges it
+        return exc
+
+
+async def _chat(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+                report: ChaosReport, rng: random.Random) -> str:
+    scenario = rng.choice(["default", "batch_content", "realtime_chat"])
+    await gate.chat(messages, scenario=scenario, max_tokens=max_tokens)
+    return "ok"
+
+
+async def _stream(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+                  report: ChaosReport, rng: random.Random) -> str:
+    async with gate.stream(messages, scenario="realtime_chat", max_tokens=max_tokens) as s:
+        async for _ in s:
+            pass
+    if s.result.finish_reason is None:
+        report.short_streams += 1
+    return "ok"
+
+
+async def _map(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+               report: ChaosReport, rng: random.Random) -> str:
+    items = [{"messages": messages, "max_tokens": max_tokens} for _ in range(_MAP_ITEMS)]
+    results = await gate.map(items, scenario=rng.choice(["batch_content", "offline"]))
+    failed = [r for r in results if isinstance(r, gg.GateError)]
+    if failed:
+        raise failed[0]
+    return "ok"
+
+
+async def _submit(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+                  report: ChaosReport, rng: random.Random) -> str:
+    handle = await gate.submit(messages, scenario="batch_content", max_tokens=max_tokens)
+    await handle
+    return "ok"
+
+
+async def _guard(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+                 report: ChaosReport, rng: random.Random) -> str:
+    if client is None:  # no openai package: a plain chat stands in
+        return await _chat(gate, messages, max_tokens, client, report, rng)
+    sdk, guarded = client
+    stream = rng.random() < 0.5
+
+    async def body() -> Any:
+        if stream:
+            chunks = await sdk.chat.completions.create(
+                model="m", messages=messages, max_tokens=max_tokens, stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+        return await sdk.chat.completions.create(
+            model="m", messages=messages, max_tokens=max_tokens
+        )
+
+    await guarded(body)
+    return "ok"
+
+
+_VERBS: dict[str, Callable[..., Awaitable[str]]] = {
+    "chat": _chat,
+    "stream": _stream,
+    "map": _map,
+    "submit": _submit,
+    "guard": _guard,
+}
+
+
+def _sdk_raised(error: BaseException) -> bool:
+    """A guarded call's caller sees the SDK's own exceptions (the guard's contract): openai's
+    classes, and the ``json.JSONDecodeError`` it lets out of a malformed body."""
+    module = type(error).__module__
+    return module.startswith("openai") or (module == "json.decoder" and _raised_in_openai(error))
+
+
+def _raised_in_openai(error: BaseException) -> bool:
+    tb = error.__traceback__
+    while tb is not None:
+        if "/openai/" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _sdk_client(gate: gg.Gateway, secret: str, config: ChaosConfig) -> Any:
+    """The official SDK on the gateway's client for one backend, and a guard to call it under
+    (None without the openai package)."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - the dev extra brings it
+        return None
+    name = _SDK_BACKEND
+    sdk = openai.AsyncOpenAI(
+        api_key=secret,
+        base_url=gate.backend_state(name).backend.base_url,
+        http_client=gate.http_client(name),
+        max_retries=0,  # the guard retries, under the gateway's budget
+        # the guard bounds its wait for a permit by the deadline, not its body (issue 13):
+        # the SDK's timeout must let every attempt fit
+        timeout=config.deadline_s / (gate.config.max_attempts + 1),
+    )
+
+    @gate.guard(scenario="realtime_chat", backend=name)
+    async def guarded(body: Callable[[], Awaitable[Any]]) -> Any:
+        return await body()
+
+    return sdk, guarded
+
+
+# -- after the run --------------------------------------------------------------------------
+
+
+def _settle(gate: gg.Gateway, report: ChaosReport) -> None:
+    stats = gate.stats()
+    for name, entry in gate.ledger.entries.items():
+        report.ledger_tokens[name] = (entry.input_tokens, entry.output_tokens)
+    report.attempts = sum(s.calls for s in stats.values())
+    report.attempts_in_storms = sum(s.rate_limited for s in stats.values())
+
+
+def _leftovers(gate: gg.Gateway, report: ChaosReport) -> None:
+    for name, stats in gate.stats().items():
+        if stats.in_flight or stats.queued:
+            report.leftovers.append(f"{name}: {stats.in_flight} in flight, {stats.queued} queued")
+        if stats.pool.checked_out:
+            report.leftovers.append(f"{name}: {stats.pool.checked_out} connections out")
+        if stats.cache_waiting or gate.cache_gate.in_flight(name):
+            report.leftovers.append(
+                f"{name}: cache gate {stats.cache_waiting} waiting, "
+                f"{gate.cache_gate.in_flight(name)} tickets out"
+            )
+    current = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task is current or task.done():
+            continue
+        coro = task.get_coro()
+        code = getattr(coro, "cr_code", None)
+        filename = getattr(code, "co_filename", "")
+        if "gptgate" in filename and not filename.endswith("chaos.py"):
+            report.leftovers.append(f"task alive: {getattr(coro, '__qualname__', coro)}")
+
+
+def _check_secret(
+    secret: str,
+    gate: gg.Gateway,
+    errors: list[BaseException],
+    logs: list[str],
+    spans: list[str],
+    report: ChaosReport,
+) -> None:
+    places: dict[str, list[str]] = {
+        "logs": logs,
+        "spans": spans,
+        "reprs": [repr(gate), repr(gate.config), *(repr(b) for b in gate.config.backends)],
+        "errors": [f"{e!s} {e!r} {e.__cause__!r}" for e in errors],
+    }
+    for where, texts in places.items():
+        hits = sum(1 for text in texts if secret in text)
+        if hits:
+            report.key_leaks.append(f"{where}: {hits}")
