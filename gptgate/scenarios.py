@@ -163,10 +163,12 @@ def resolve_scenario(scenario: str | Scenario | None) -> Scenario:
         return PRESETS["default"]
     if isinstance(scenario, Scenario):
         return scenario
+    known = ", ".join(sorted(PRESETS))
+    if not isinstance(scenario, str):
+        raise KeyError(f"scenario must be a preset name ({known}) or a Scenario, not {scenario!r}")
     try:
         return PRESETS[scenario]
     except KeyError:
-        known = ", ".join(sorted(PRESETS))
         raise KeyError(f"unknown scenario {scenario!r}; known: {known}") from None
 
 
