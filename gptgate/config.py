@@ -67,10 +67,16 @@ class Backend(BaseModel):
     """One OpenAI-compatible endpoint (a deployment of a model on some hardware).
 
     Numbers are finite (``allow_inf_nan=False``): an infinite timeout or price is a hang or a
-    bill nobody meant; "no limit" is ``None`` where a field allows it."""
+    bill nobody meant; "no limit" is ``None`` where a field allows it. A ``ValidationError``
+    names the field and the rule but not the value given (``hide_input_in_errors``): that
+    value may be a key pasted into ``base_url`` or ``headers``."""
 
     model_config = ConfigDict(
-        frozen=True, arbitrary_types_allowed=True, extra="forbid", allow_inf_nan=False
+        frozen=True,
+        arbitrary_types_allowed=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        hide_input_in_errors=True,
     )
 
     name: str
@@ -258,14 +264,19 @@ class GatewayConfig(BaseModel):
             raise ValueError(f"unknown scenario {value!r}; known: {', '.join(sorted(PRESETS))}")
         return value
 
-    @model_validator(mode="after")
-    def _check_backends(self) -> GatewayConfig:
-        if not self.backends:
+    @field_validator("backends")
+    @classmethod
+    def _check_backends(cls, backends: list[Backend]) -> list[Backend]:
+        if not backends:
             raise ValueError("at least one backend is required")
-        names = [b.name for b in self.backends]
+        names = [b.name for b in backends]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(duplicates)}")
+        return backends
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> GatewayConfig:
         if self.backoff_cap_s < self.backoff_base_s:
             raise ValueError("backoff_cap_s must be >= backoff_base_s")
         return self

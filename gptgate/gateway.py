@@ -7,6 +7,7 @@ connection. Nothing is lost: every accepted call ends in a result or a typed err
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -237,7 +238,9 @@ def _with_index(index: int, error: BadRequestError) -> BadRequestError:
     """A map item's own mistake, named by its index (a server's 400 is left as it came)."""
     if error.status is not None or error.message.startswith(f"item {index}"):
         return error
-    named = BadRequestError(f"item {index}: {error.message}", backend=error.backend)
+    named = copy.copy(error)  # of the same class (RequestTooLargeError keeps its counts)
+    named.message = f"item {index}: {error.message}"
+    named.args = (named.message,)
     named.__cause__ = error
     return named
 
