@@ -31,6 +31,9 @@ Hardware = Literal["tpu", "gpu", "cpu"]
 Tier = Literal["small", "large"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+#: a host name, an IPv4 address, an IPv6 address (``[::1]``, shown without brackets) or an
+#: internationalized name; anything else (a space, a percent-escape) is a typo
+_HOST = re.compile(r"^[\w.:-]+$")
 
 
 def pool_size_for(max_concurrency: int) -> int:
@@ -41,7 +44,7 @@ def pool_size_for(max_concurrency: int) -> int:
 class Price(BaseModel):
     """Dollars per million tokens. ``cached_input_per_mtok`` defaults to the input price."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     input_per_mtok: float = Field(default=0.0, ge=0)
     cached_input_per_mtok: float | None = Field(default=None, ge=0)
@@ -61,17 +64,28 @@ class Price(BaseModel):
 
 
 class Backend(BaseModel):
-    """One OpenAI-compatible endpoint (a deployment of a model on some hardware)."""
+    """One OpenAI-compatible endpoint (a deployment of a model on some hardware).
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+    Numbers are finite (``allow_inf_nan=False``): an infinite timeout or price is a hang or a
+    bill nobody meant; "no limit" is ``None`` where a field allows it. A ``ValidationError``
+    names the field and the rule but not the value given (``hide_input_in_errors``): that
+    value may be a key pasted into ``base_url`` or ``headers``."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        arbitrary_types_allowed=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        hide_input_in_errors=True,
+    )
 
     name: str
     base_url: str
-    model: str
+    model: str = Field(min_length=1)
     hardware: Hardware = "gpu"
     api_key: SecretStr | None = Field(default=None, repr=False)
     #: where ``api_key=None`` looks; a missing variable sends no Authorization header
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = Field(default="OPENAI_API_KEY", min_length=1)
     #: "auto" → adaptive limit between min and max; an int → that fixed limit
     #: (ints are strict here and below: ``"8"`` or ``True`` is refused, not read as 8 or 1)
     concurrency: Literal["auto"] | StrictInt = "auto"
@@ -95,7 +109,10 @@ class Backend(BaseModel):
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None
-    provider: str = "openai"
+    provider: str = Field(default="openai", min_length=1)
+    #: the model's context window in tokens (prompt + answer), when known: a call that cannot
+    #: fit any eligible backend's window is refused before it is sent (RequestTooLargeError)
+    context_tokens: StrictInt | None = Field(default=None, ge=1)
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
@@ -118,6 +135,15 @@ class Backend(BaseModel):
             raise ValueError(f"malformed URL: {exc}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("base_url must be an absolute http(s) URL with a host")
+        if not _HOST.match(url.host):
+            raise ValueError(f"base_url has a malformed host: {url.host!r}")
+        if url.port is not None and not 1 <= url.port <= 65535:
+            raise ValueError(f"base_url port must be 1-65535, got {url.port}")
+        if url.userinfo:
+            # it would show wherever the URL does (reprs, logs, spans): keys go in api_key
+            raise ValueError("base_url must not carry credentials: use api_key (or headers)")
+        if url.query or url.fragment:
+            raise ValueError("base_url must not have a query or fragment (use headers/params)")
         return value.rstrip("/")
 
     @field_validator("concurrency")
@@ -182,9 +208,12 @@ class Backend(BaseModel):
 
 
 class GatewayConfig(BaseModel):
-    """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one."""
+    """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one.
+    Numbers are finite, as in :class:`Backend` (``None`` is "no deadline", "no budget")."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, arbitrary_types_allowed=True, extra="forbid", allow_inf_nan=False
+    )
 
     backends: list[Backend]
     #: tries per call, the first included
@@ -224,7 +253,7 @@ class GatewayConfig(BaseModel):
     keep_warm_min_rate_per_min: float = Field(default=2.0, gt=0)
     #: leaving ``async with gate``: how long calls in flight may still finish before they are
     #: cancelled with ``GatewayClosedError`` (``aclose(grace_s=...)`` overrides it)
-    shutdown_grace_s: float = Field(default=10.0, ge=0, allow_inf_nan=False)
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
 
     @field_validator("default_scenario")
     @classmethod
@@ -235,14 +264,19 @@ class GatewayConfig(BaseModel):
             raise ValueError(f"unknown scenario {value!r}; known: {', '.join(sorted(PRESETS))}")
         return value
 
-    @model_validator(mode="after")
-    def _check_backends(self) -> GatewayConfig:
-        if not self.backends:
+    @field_validator("backends")
+    @classmethod
+    def _check_backends(cls, backends: list[Backend]) -> list[Backend]:
+        if not backends:
             raise ValueError("at least one backend is required")
-        names = [b.name for b in self.backends]
+        names = [b.name for b in backends]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(duplicates)}")
+        return backends
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> GatewayConfig:
         if self.backoff_cap_s < self.backoff_base_s:
             raise ValueError("backoff_cap_s must be >= backoff_base_s")
         return self

@@ -7,6 +7,7 @@ connection. Nothing is lost: every accepted call ends in a result or a typed err
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -39,7 +40,13 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .errors import BadRequestError, GateError, GatewayClosedError, OverloadedError
+from .errors import (
+    BadRequestError,
+    GateError,
+    GatewayClosedError,
+    OverloadedError,
+    RequestTooLargeError,
+)
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -240,13 +247,24 @@ def _with_index(index: int, error: BadRequestError) -> BadRequestError:
     """A map item's own mistake, named by its index (a server's 400 is left as it came)."""
     if error.status is not None or error.message.startswith(f"item {index}"):
         return error
-    named = BadRequestError(f"item {index}: {error.message}", backend=error.backend)
+    named = copy.copy(error)  # of the same class (RequestTooLargeError keeps its counts)
+    named.message = f"item {index}: {error.message}"
+    named.args = (named.message,)
     named.__cause__ = error
     return named
 
 
 def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
-    """Catch a malformed call before anything is sent (and before it costs anything)."""
+    """Catch a malformed call before anything is sent (and before it costs anything).
+
+    Refused: ``messages`` not a non-empty list (or tuple) of mappings; a role that is not one
+    of ``_ROLES``; no content (unless tool or function calls stand in for it); content that is
+    neither a string nor a non-empty list of parts, each a mapping with a string ``type`` (a
+    ``"text"`` part with a string ``text``). Everything else in a message — names, tool calls,
+    the contents of image or audio parts, keys gptgate does not know — passes untouched, for
+    the server to judge. What only encoding can tell (a lone surrogate, a NaN, an object json
+    does not know) is refused by ``build_chat_body`` just before the send, at no extra cost.
+    """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise BadRequestError("messages must be a list of {'role': ..., 'content': ...} objects")
     if not messages:
@@ -255,15 +273,54 @@ def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
         if not isinstance(message, Mapping):
             raise BadRequestError(f"messages[{index}] must be an object with role and content")
         role = message.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise BadRequestError(f"messages[{index}].role must be one of {sorted(_ROLES)}")
         content = message.get("content")
         if content is None:
             if not (message.get("tool_calls") or message.get("function_call")):
                 raise BadRequestError(f"messages[{index}] has no content")
-        elif not isinstance(content, (str, list)):
-            raise BadRequestError(f"messages[{index}].content must be a string or a list of parts")
+        elif not isinstance(content, str):
+            if not isinstance(content, list):
+                raise BadRequestError(
+                    f"messages[{index}].content must be a string or a list of parts"
+                )
+            _validate_parts(index, content)
     return messages
+
+
+def _validate_parts(index: int, parts: list[Any]) -> None:
+    if not parts:
+        raise BadRequestError(f"messages[{index}].content must not be an empty list of parts")
+    for number, part in enumerate(parts):
+        where = f"messages[{index}].content[{number}]"
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise BadRequestError(f"{where} must be an object with a string 'type'")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise BadRequestError(f"{where} is a text part without a string 'text'")
+
+
+_TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
+
+
+def _check_params(params: Mapping[str, Any]) -> None:
+    """The OpenAI parameters gptgate itself reads: a token bound sizes the rate-limit
+    reservation, the attempt timeout and the stream rule, so a wrong one is refused rather
+    than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
+    default. Every other parameter passes through untouched, known to gptgate or not."""
+    for name in _TOKEN_PARAMS:
+        value = params.get(name)
+        if value is not None and not (_is_int(value) and value >= 1):
+            raise BadRequestError(f"{name} must be an int >= 1 (or None), got {value!r}")
+
+
+def _check_route_options(private: object, stream: object, cache_key: object) -> None:
+    """Flags that would otherwise be read by truthiness (``private="no"`` as True)."""
+    if not isinstance(private, bool):
+        raise BadRequestError(f"private must be True or False, got {private!r}")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequestError(f"stream must be True, False or None, got {stream!r}")
+    if cache_key is not None and not isinstance(cache_key, str):
+        raise BadRequestError(f"cache_key must be a str (or None), got {cache_key!r}")
 
 
 class ChatStream:
@@ -369,6 +426,11 @@ class Gateway:
         self.retry_budget: RetryBudget | None = None
         self._open = False
         self._max_timeout_s = max(b.timeout for b in config.backends)
+        #: the smallest context window of any backend (inf when one is unknown): a call
+        #: within it fits every backend, and is not checked further
+        self._min_context = min(
+            math.inf if b.context_tokens is None else b.context_tokens for b in config.backends
+        )
         self._earlier: dict[str, _EarlierSessions] = {
             b.name: _EarlierSessions() for b in config.backends
         }
@@ -549,9 +611,11 @@ class Gateway:
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
+        _check_route_options(private, stream, cache_key)
+        _check_params(params)
         if tier not in ("small", "large", "auto"):
             raise BadRequestError("tier must be 'small', 'large' or 'auto'")
-        if backend is not None and backend not in self._states:
+        if backend is not None and (not isinstance(backend, str) or backend not in self._states):
             known = ", ".join(self._states)
             raise BadRequestError(f"unknown backend {backend!r}; known: {known}")
         if "stream" in params:
@@ -574,6 +638,8 @@ class Gateway:
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
         )
+        if route.output_tokens + prompt_tokens // 2 > self._min_context:
+            self._refuse_if_no_context_fits(route)
         deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         return CallSpec(
             messages=checked,
@@ -592,6 +658,26 @@ class Gateway:
             prefix=prefix,
             headers=headers,
         )
+
+    def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
+        """A call too long for the context window of every backend it may go to fails before
+        it is sent (and before it waits for a permit): the server would refuse it with a 400
+        on each of them. Run only when the call exceeds the smallest known window, so the
+        common call pays one comparison. As for the rate-limit check, the prompt is an
+        estimate (~4 characters a token) and only half of it counts: a borderline call is
+        sent and the server decides. A backend whose window is unknown takes anything."""
+        windows = [s.backend.context_tokens for s in self.runner.router.eligible(route)]
+        if any(w is None for w in windows):
+            return
+        largest = max(w for w in windows if w is not None)
+        if route.output_tokens + route.input_tokens // 2 > largest:
+            requested = route.output_tokens + route.input_tokens
+            raise RequestTooLargeError(
+                f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
+                f"the context window of every eligible backend (largest: {largest} tokens)",
+                limit=largest,
+                requested=requested,
+            )
 
     def default_deadline_s(self, route: RouteRequest, max_attempts: int | None = None) -> float:
         """The bound on a call when neither it, its scenario nor the gateway sets a deadline

@@ -4,6 +4,10 @@ A scenario bundles the decisions a user should not have to re-derive per call: i
 waiting (priority, streaming), which concurrency window suits it, whether to micro-batch, and
 whether to warm the prompt cache and ramp up behind it. Presets are starting points; the
 gateway still measures and adapts inside them.
+
+Like the backends' config, these models refuse a misspelt field (``extra="forbid"``: a typo
+would otherwise be a silent default), an int given as a string or a bool, and an infinite or
+NaN number, with pydantic's ``ValidationError`` naming the field.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 __all__ = [
     "PRESETS",
@@ -26,15 +30,18 @@ __all__ = [
 ]
 
 
+_STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
 class BatchPolicy(BaseModel):
     """Collect up to ``max_size`` items or for ``max_wait_s``, whichever comes first (SEEDS §4)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = _STRICT
 
-    max_size: int = Field(default=5, ge=1, le=10_000)
+    max_size: StrictInt = Field(default=5, ge=1, le=10_000)
     max_wait_s: float = Field(default=2.0, ge=0.0)
     #: pending items beyond this make ``submit`` wait (backpressure), never drop
-    max_pending: int = Field(default=10_000, ge=1)
+    max_pending: StrictInt = Field(default=10_000, ge=1)
 
     REALTIME: ClassVar[BatchPolicy]
     MICRO: ClassVar[BatchPolicy]
@@ -59,16 +66,16 @@ class RampPolicy(BaseModel):
     prefix just spread to, still cold for it): then the width holds and is judged again.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = _STRICT
 
     warmup: bool = True
-    start: int = Field(default=5, ge=1)
+    start: StrictInt = Field(default=5, ge=1)
     target_hit_rate: float = Field(default=0.85, gt=0.0, le=1.0)
-    window: int = Field(default=5, ge=1)
+    window: StrictInt = Field(default=5, ge=1)
     growth: float = Field(default=2.0, gt=1.0)
     shrink: float = Field(default=0.5, gt=0.0, lt=1.0)
     #: prefixes shorter than this are not worth warming (OpenAI caches from 1,024 tokens)
-    min_prefix_tokens: int = Field(default=1024, ge=0)
+    min_prefix_tokens: StrictInt = Field(default=1024, ge=0)
     #: prefix groups take *turns* per backend: a new group starts only while the groups
     #: already running cannot fill the backend's limit, and waits at most this long (clock
     #: seconds) for its turn; ``None`` starts every group at once. Turns keep few prefixes
@@ -80,34 +87,33 @@ class RampPolicy(BaseModel):
 class Scenario(BaseModel):
     """How a kind of work is called. Use a preset name or build your own."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = _STRICT
 
-    name: str = "custom"
+    name: str = Field(default="custom", min_length=1)
     #: a person is waiting: stream, admit first, route to the fastest first token
     latency_sensitive: bool = False
     #: True/False forces the mode; "auto" applies the stream rule
-    stream: bool | Literal["auto"] = "auto"
+    stream: StrictBool | Literal["auto"] = "auto"
     #: bounds for the adaptive limit while this scenario dominates, e.g. (20, 30)
-    concurrency_window: tuple[int, int] | None = None
+    concurrency_window: tuple[StrictInt, StrictInt] | None = None
     batch: BatchPolicy | None = None
     #: micro-batch only when the work is offline (multimodal)
     batch_only_offline: bool = False
     ramp: RampPolicy | None = None
     #: admission priority: higher goes first (with aging, so lower never starves)
-    priority: int = 0
+    priority: StrictInt = 0
     #: expected answer length when the call gives no max_tokens (drives the stream rule)
-    expected_output_tokens: int | None = None
+    expected_output_tokens: StrictInt | None = Field(default=None, ge=1)
     #: total deadline per call in seconds (None → the backend's timeout)
     deadline_s: float | None = Field(default=None, gt=0)
     offline: bool = False
 
-    @model_validator(mode="after")
-    def _check_window(self) -> Scenario:
-        if self.concurrency_window is not None:
-            low, high = self.concurrency_window
-            if not 1 <= low <= high:
-                raise ValueError("concurrency_window must be (low, high) with 1 <= low <= high")
-        return self
+    @field_validator("concurrency_window")
+    @classmethod
+    def _check_window(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError("concurrency_window must be (low, high) with 1 <= low <= high")
+        return value
 
 
 PRESETS: dict[str, Scenario] = {
@@ -157,10 +163,12 @@ def resolve_scenario(scenario: str | Scenario | None) -> Scenario:
         return PRESETS["default"]
     if isinstance(scenario, Scenario):
         return scenario
+    known = ", ".join(sorted(PRESETS))
+    if not isinstance(scenario, str):
+        raise KeyError(f"scenario must be a preset name ({known}) or a Scenario, not {scenario!r}")
     try:
         return PRESETS[scenario]
     except KeyError:
-        known = ", ".join(sorted(PRESETS))
         raise KeyError(f"unknown scenario {scenario!r}; known: {known}") from None
 
 

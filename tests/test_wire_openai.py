@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from types import MappingProxyType
 from typing import Any
 
@@ -107,10 +108,36 @@ def test_read_only_mappings_and_tuples_are_serialized() -> None:
     }
 
 
-def test_lone_surrogate_is_escaped_not_a_crash() -> None:
-    raw = build_chat_body("m", [{"role": "user", "content": "a\ud800b"}], {}, stream=False)
-    assert b"\\ud800" in raw
-    raw.decode("utf-8")
+def test_a_lone_surrogate_is_a_bad_request_not_an_escape_for_the_server_to_choke_on() -> None:
+    """Escaped as ``\\ud800`` it is JSON no strict parser accepts, and a lenient server fails
+    in its tokenizer with a 5xx — retried, and counted against the backend's health."""
+    for messages, params in [
+        ([{"role": "user", "content": "a\ud800b"}], {}),
+        ([{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}], {}),
+        (MESSAGES, {"user": "x\udc80"}),
+    ]:
+        with pytest.raises(BadRequestError, match="surrogate"):
+            build_chat_body("m", messages, params, stream=False)
+
+
+def test_a_nul_character_passes_through_as_valid_json() -> None:
+    raw = build_chat_body("m", [{"role": "user", "content": "a\x00b"}], {}, stream=False)
+    assert b"\\u0000" in raw
+    assert json.loads(raw)["messages"][0]["content"] == "a\x00b"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_float_is_a_bad_request_not_invalid_json(value: float) -> None:
+    with pytest.raises(BadRequestError, match="not JSON-serializable"):
+        build_chat_body("m", MESSAGES, {"temperature": value}, stream=False)
+
+
+def test_nesting_too_deep_to_encode_is_a_bad_request_not_a_recursion_error() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(BadRequestError, match="not JSON-serializable"):
+        build_chat_body("m", MESSAGES, {"metadata": deep}, stream=False)
 
 
 def test_unserializable_params_are_a_bad_request() -> None:

@@ -70,8 +70,10 @@ def _json_default(obj: object) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
-_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_json_default)
+#: NaN and ±inf are refused: ``json`` would write ``NaN``/``Infinity``, which is not JSON
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default
+)
 
 
 def build_chat_body(
@@ -90,7 +92,13 @@ def build_chat_body(
     non-streamed one carries no ``stream``/``stream_options`` at all — some servers reject
     ``stream_options`` without ``stream: true``.
 
-    Raises :class:`BadRequestError` when ``messages``/``params`` cannot be serialized.
+    Raises :class:`BadRequestError`, and sends nothing, when ``messages``/``params`` cannot be
+    written as UTF-8 JSON: a value ``json`` does not know (an object, a set, bytes), a NaN or
+    infinite float, nesting too deep to encode, or a string with a lone surrogate (``"\\ud800"``
+    — not Unicode text; escaped, strict servers refuse it and lenient ones fail in the
+    tokenizer with a 5xx, which would be retried and counted against the backend's health).
+    NUL characters pass: ``\\u0000`` is valid JSON and valid text. The check is the encoding
+    this body needs anyway, so a good call pays nothing for it.
     """
     body: dict[str, Any] = {"model": model, "messages": messages}
     for key, value in params.items():
@@ -109,13 +117,14 @@ def build_chat_body(
     if prompt_cache_key is not None and "prompt_cache_key" not in body:
         body["prompt_cache_key"] = prompt_cache_key
     try:
-        text = _ENCODER.encode(body)
-    except (TypeError, ValueError) as exc:
+        return _ENCODER.encode(body).encode()
+    except UnicodeEncodeError as exc:
+        raise BadRequestError(
+            f"request is not valid UTF-8 text: a lone surrogate {exc.object[exc.start]!r} "
+            "(a str built from broken UTF-16 or surrogateescape'd bytes)"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
         raise BadRequestError(f"request is not JSON-serializable: {exc}") from None
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: escape it and let the server judge
-        return _ASCII_ENCODER.encode(body).encode()
 
 
 # --------------------------------------------------------------------------------------------
