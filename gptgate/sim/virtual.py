@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple
 
 import anyio
 
 __all__ = ["LoopClock", "VirtualTimeLoop", "run_virtual"]
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class _JumpingSelector(selectors.DefaultSelector):
@@ -33,6 +35,11 @@ class _JumpingSelector(selectors.DefaultSelector):
         self._vloop = loop
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if self._vloop.threads_busy:
+            # work in a thread (``asyncio.to_thread``: the openai SDK's first request reads the
+            # platform there) finishes in real time: wait for it instead of jumping the clock
+            # past timers that would otherwise fire before it returns
+            return super().select(0.05 if timeout is None else min(timeout, 0.05))
         events: list[tuple[selectors.SelectorKey, int]] = super().select(0)
         if events or timeout is None or timeout <= 0:
             if not events and timeout is None:  # nothing scheduled at all: really wait
@@ -47,10 +54,23 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
+        #: executor jobs not finished yet: time stands still while a thread works
+        self.threads_busy = 0
         super().__init__(selector=_JumpingSelector(self))
 
     def time(self) -> float:
         return self._virtual_now
+
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts
+    ) -> asyncio.Future[T]:
+        future = super().run_in_executor(executor, func, *args)
+        self.threads_busy += 1
+        future.add_done_callback(self._thread_done)
+        return future
+
+    def _thread_done(self, _: object) -> None:
+        self.threads_busy -= 1
 
     def advance(self, seconds: float) -> None:
         self._virtual_now += seconds
