@@ -233,9 +233,9 @@ class CallRunner:
             return False
         if not (error.unsent or not failed.breaker.allows(self.clock.now())):
             return False
-        return self.router.has_alternative(
-            spec.route, frozenset(state.failed_backends) | {failed.name}
-        )
+        # any healthy backend will do, one that failed this call before included (the router
+        # prefers it to a dead one too)
+        return self.router.has_alternative(spec.route, frozenset({failed.name}))
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         # the retry is counted on the backend it is sent to (see _attempt), not this one
