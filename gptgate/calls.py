@@ -245,13 +245,19 @@ class CallRunner:
     # -- one attempt ----------------------------------------------------------------------
 
     async def _route(self, spec: CallSpec, exclude: frozenset[str]) -> BackendState:
-        """The backend for the next try; waits for an open circuit only within bounds."""
+        return await self.route(spec.route, exclude, spec.deadline)
+
+    async def route(
+        self, request: RouteRequest, exclude: frozenset[str], deadline: float | None
+    ) -> BackendState:
+        """The backend for the next try (of a call or a guarded call); waits for an open
+        circuit only within ``max_breaker_wait_s`` and the deadline."""
         clock = self.clock
-        backend, wait = self.router.choose(spec.route, exclude)
+        backend, wait = self.router.choose(request, exclude)
         if wait > 0:
             allowed = self.max_breaker_wait_s
-            if spec.deadline is not None:
-                allowed = min(allowed, spec.deadline - clock.now())
+            if deadline is not None:
+                allowed = min(allowed, deadline - clock.now())
             if wait > allowed:
                 # fail fast rather than pile calls up behind a dead backend
                 raise BackendError(

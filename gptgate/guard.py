@@ -119,9 +119,8 @@ def make_guard(
             failed: set[str] = set()
 
             async def attempt(number: int) -> R:
-                state, wait = runner.router.choose(route, frozenset(failed))
-                if wait > 0:
-                    await clock.sleep(wait)
+                # an open circuit is waited for within bounds, as gate.chat does
+                state = await runner.route(route, frozenset(failed), deadline)
                 permit = await state.limiter.acquire(
                     priority=resolved.priority, deadline=deadline, stall_s=stall_s
                 )

@@ -98,3 +98,37 @@ def test_an_sdk_request_outside_any_guard_still_takes_its_own_permit() -> None:
 
     peak, calls = run_virtual(main)
     assert peak == 1 and calls == 4
+
+
+def test_a_guarded_call_waits_for_an_open_circuit_only_within_bounds() -> None:
+    """Found by the chaos suite: a guarded call on a dead backend slept out the whole circuit
+    cool-down (10, 20, 40 s ...) past its deadline; gate.chat fails fast beyond
+    ``max_breaker_wait_s``. Both do now."""
+
+    async def main() -> tuple[float, BaseException | None, bool]:
+        clock = LoopClock()
+        backend, _ = sim_backend("gpu", name="l", clock=clock)
+        gate = gg.Gateway([backend], clock=clock, breaker_cooldown_s=60.0)
+        ran = False
+
+        @gate.guard(backend="l")
+        async def body() -> str:
+            nonlocal ran
+            ran = True
+            return "x"
+
+        async with gate:
+            breaker = gate.backend_state("l").breaker
+            for _ in range(breaker.threshold):
+                breaker.on_failure(clock.now())
+            start = clock.now()
+            try:
+                await body()
+                error: BaseException | None = None
+            except gg.GateError as exc:
+                error = exc
+            return clock.now() - start, error, ran
+
+    took, error, ran = run_virtual(main)
+    assert isinstance(error, gg.BackendError) and "circuit" in str(error)
+    assert took < 1.0 and not ran
