@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
+import anyio
 import httpx2
 
+from .clock import Clock
 from .errors import (
     BackendError,
     BadRequestError,
@@ -130,8 +132,11 @@ def make_guard(
                     state.retries += 1  # on the backend the retry goes to
                 token = _GUARD_PERMIT.set((state.limiter, permit))
                 try:
-                    result = await fn(*args, **kwargs)
+                    result = await _within(deadline, clock, state.name, fn(*args, **kwargs))
                 except Exception as exc:
+                    if isinstance(exc, RequestTimeout) and exc.deadline:
+                        permit.ignore()  # the caller's deadline says nothing of the backend
+                        raise
                     view = classify_exception(exc, state.name)
                     report_failure(permit, view, clock.now() - start)
                     state.failures += 1
@@ -165,6 +170,22 @@ def make_guard(
         return guarded
 
     return decorator
+
+
+async def _within(
+    deadline: float | None, clock: Clock, backend: str, body: Awaitable[R]
+) -> R:
+    """The guarded body, cut at the call's deadline (when it has one) with
+    ``RequestTimeout(deadline=True)``: a retry started late would otherwise run its whole SDK
+    timeout past it."""
+    if deadline is None:
+        return await body
+    with anyio.move_on_after(clock.to_real(max(0.0, deadline - clock.now()))) as scope:
+        return await body
+    assert scope.cancelled_caught
+    raise RequestTimeout(
+        "call deadline passed in the guarded function", backend=backend, deadline=True
+    )
 
 
 def _succeed(permit: Permit, state: BackendState, latency: float, tap: ResponseTap) -> None:

@@ -132,3 +132,33 @@ def test_a_guarded_call_waits_for_an_open_circuit_only_within_bounds() -> None:
     took, error, ran = run_virtual(main)
     assert isinstance(error, gg.BackendError) and "circuit" in str(error)
     assert took < 1.0 and not ran
+
+
+def test_a_guarded_call_ends_at_its_deadline() -> None:
+    """Found by the chaos suite: a guarded call's retry started just before the deadline ran
+    its whole SDK timeout past it (47.8 s on a 40 s deadline). The body is now cut at the
+    deadline with RequestTimeout(deadline=True), and the backend is not blamed."""
+
+    async def main() -> tuple[float, BaseException | None, gg.BackendStats]:
+        clock = LoopClock()
+        backend, _ = sim_backend("gpu", name="l", clock=clock)
+        gate = gg.Gateway([backend], clock=clock, deadline_s=3.0)
+
+        @gate.guard(backend="l")
+        async def slow() -> str:
+            await clock.sleep(100.0)
+            return "late"
+
+        async with gate:
+            start = clock.now()
+            try:
+                await slow()
+                error: BaseException | None = None
+            except gg.GateError as exc:
+                error = exc
+            return clock.now() - start, error, gate.stats()["l"]
+
+    took, error, stats = run_virtual(main)
+    assert isinstance(error, gg.RequestTimeout) and error.deadline
+    assert took == pytest.approx(3.0, abs=0.01)
+    assert stats.failures == 0 and stats.circuit == "closed" and stats.in_flight == 0
