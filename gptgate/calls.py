@@ -120,6 +120,13 @@ def _deadline_cut_stream(backend: str) -> RequestTimeout:
     )
 
 
+def _answered_nothing(error: GateError) -> bool:
+    """A timed-out attempt of which not a byte of answer arrived: whether the server billed it
+    (queued, generating, or hung) cannot be known — the ledger's estimate is marked
+    uncertain."""
+    return isinstance(error, RequestTimeout) and error.billed and not error.output_tokens
+
+
 def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
     return OverloadedError(
         "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
@@ -824,6 +831,7 @@ class CallRunner:
                 streamed=spec.stream,
                 wasted=True,
                 interrupted=isinstance(error, StreamInterruptedError),
+                uncertain=_answered_nothing(error),
             )
             state.billed = state.billed + wasted
 
@@ -849,7 +857,9 @@ class CallRunner:
         """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
         what had been generated — a stream's text received, or else the elapsed time through
         the backend's latency per token — is possibly billed."""
-        if reader is not None and reader.has_content:
+        seen = reader is not None and reader.has_content
+        if seen:
+            assert reader is not None
             received = reader.accumulator
             output = (
                 received.usage.output_tokens
@@ -864,7 +874,8 @@ class CallRunner:
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
         streamed = reader is not None
         state.cost_usd += self.ledger.record_attempt(
-            backend.name, usage, streamed=streamed, wasted=True, interrupted=streamed
+            backend.name, usage, streamed=streamed, wasted=True, interrupted=streamed,
+            uncertain=not seen,
         )
         state.billed = state.billed + usage
 
@@ -895,7 +906,7 @@ class CallRunner:
             )
         if not error.billed:
             return None
-        if isinstance(error, RequestTimeout) and not error.output_tokens:
+        if _answered_nothing(error):
             prompt, output = self._generated_by(backend, spec, elapsed_s)
             if not prompt and not output:
                 return None

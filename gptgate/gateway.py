@@ -149,6 +149,9 @@ class BackendStats:
     #: where the limit is: ``"fixed"``, or for ``concurrency="auto"`` ``"slow start"`` (still
     #: doubling) or ``"probing"`` (around the knee it found); ``"adaptive"`` for another Limit
     limit_phase: str = "fixed"
+    #: estimated tokens of attempts that answered nothing before they ended (a timeout or a
+    #: cancellation with no byte of answer): counted in the tokens above, possibly not billed
+    uncertain_tokens: int = 0
     #: why the adaptive limit moved, counts per cause (``LLMLimit``: ``slow_start_exit``,
     #: ``loss``, ``queue``, ``delay``; empty for a fixed limit) — "why is the limit 12?"
     limit_events: Mapping[str, int] = field(default_factory=dict)
@@ -1085,6 +1088,7 @@ class Gateway:
                 cached_input_tokens=entry.cached_input_tokens,
                 output_tokens=entry.output_tokens,
                 wasted_tokens=entry.wasted_tokens,
+                uncertain_tokens=entry.uncertain_tokens,
                 streamed_attempts=entry.streamed_attempts,
                 plain_attempts=entry.plain_attempts,
                 cost_usd=entry.cost_usd,

@@ -31,6 +31,11 @@ class LedgerEntry:
     output_tokens: int = 0
     #: tokens of attempts that produced no result (timeouts after send, cut streams)
     wasted_tokens: int = 0
+    #: of those, the estimated tokens of attempts that answered nothing before the client left
+    #: (a timeout or a cancellation with no byte of answer): queued, generating or hung, the
+    #: server may have billed them or not — the bill is between ``total - uncertain`` and
+    #: ``total``
+    uncertain_tokens: int = 0
     estimated_attempts: int = 0
     cost_usd: float = 0.0
     wasted_cost_usd: float = 0.0
@@ -68,6 +73,7 @@ class Ledger:
         streamed: bool,
         wasted: bool,
         interrupted: bool = False,
+        uncertain: bool = False,
     ) -> float:
         """Count one attempt's billed usage; returns its cost in dollars."""
         entry = self.entries[backend]
@@ -88,6 +94,8 @@ class Ledger:
         if wasted:
             entry.wasted_tokens += usage.total_tokens
             entry.wasted_cost_usd += cost
+        if uncertain:
+            entry.uncertain_tokens += usage.total_tokens
         return cost
 
     def record_call(self, backend: str, ok: bool) -> None:
