@@ -59,4 +59,5 @@ def test_chaos_ledger_is_near_the_bill(report) -> None:  # type: ignore[no-untyp
         if bill is None:
             continue
         ours, theirs = input_tokens + output_tokens, bill.input_tokens + bill.output_tokens
-        assert ours == pytest.approx(theirs, rel=0.05), (name, ours, theirs)
+        unknown = report.uncertain_tokens[name]
+        assert ours - unknown <= theirs * 1.05 and theirs <= ours * 1.05, (name, ours, theirs)
