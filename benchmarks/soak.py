@@ -15,9 +15,11 @@ live blocks (``sys.getallocatedblocks`` after a full GC — exact where RSS is c
 CPU ms/call of the block just run. Verdicts per phase (issue 12): RSS at the end ≤ 1.1× the
 first sample's; CPU/call of the last block within 1.25× of the first block's.
 
-The time scale is 500, not scale.py's 2000: at 2000 a stream's 60-second read timeout is 30 ms
-of wall time, and a full garbage collection of this process's heap can pause the loop that long
-(one stream in 10,000 was cut by it: gone with ``gc.disable()``) — a benchmark artefact.
+Time-scaled clocks turn any wall-clock pause into simulated seconds: at scale 2000 a stream's
+60-second read timeout is 30 ms of wall time, which a full garbage collection (one stream in
+10,000 was cut: gone with ``gc.disable()``) or a busy neighbour on a shared machine exceeds.
+Backends here get ``timeout=`` ``TIMEOUT_S`` (10 minutes: 1.2 s of wall time at scale 500) so
+that the soak measures memory and CPU, not the machine's scheduling.
 
     python benchmarks/soak.py [--map 100000] [--map-block 20000] [--streams 10000]
                               [--sdk 10000] [--block 2000] [--concurrency 64]
@@ -52,6 +54,8 @@ PROFILE: dict[str, Any] = dict(
     output_tokens_mean=20, output_tokens_sigma=0.0,
 )
 SYSTEM = {"role": "system", "content": "You summarise support tickets in one line."}
+#: the backends' timeout, in simulated seconds (see the module docstring)
+TIMEOUT_S = 600.0
 RSS_RATIO = 1.1
 CPU_RATIO = 1.25
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -234,7 +238,8 @@ async def run(args: argparse.Namespace) -> bool:
     profile = get_profile("gpu").model_copy(update=PROFILE)
     engine = SimEngine(profile, clock=clock, seed=3)
     backend = gg.Backend(name="sim", base_url="http://127.0.0.1:8000/v1", model="m",
-                         concurrency=args.concurrency, transport=SimTransport(engine))
+                         concurrency=args.concurrency, timeout=TIMEOUT_S,
+                         transport=SimTransport(engine))
     ok = True
     async with gg.Gateway([backend], clock=clock) as gate:
         phases: list[tuple[str, Block, int, int]] = [
@@ -266,7 +271,7 @@ async def loopback(args: argparse.Namespace) -> bool:
     overrides = {**BENCH_PROFILE, "output_tokens_mean": 20}
     with SimProcess("gpu", time_scale=args.time_scale, seed=3, **overrides) as server:
         backend = gg.Backend(name="loop", base_url=server.base_url, model="m",
-                             concurrency=args.concurrency)
+                             concurrency=args.concurrency, timeout=TIMEOUT_S / args.time_scale)
         async with gg.Gateway([backend]) as gate, \
                 sdk_client(gate, "loop", server.base_url) as client:
             samples = await soak(sdk_block(client, args.concurrency), args.sdk, args.block,
