@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Literal, ParamSpec, Protocol, TypeVar
 
 import httpx2
 
@@ -31,12 +31,33 @@ from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .calls import CallRunner
+    from .clock import Clock
+    from .config import GatewayConfig
 
-__all__ = ["GuardTransport", "classify_exception", "make_guard"]
+__all__ = ["GuardTransport", "GuardedGateway", "classify_exception", "make_guard"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class GuardedGateway(Protocol):
+    """What the guard needs of the gateway (``Gateway`` is one). Named here, not imported,
+    so that gateway.py imports this module and this module does not import gateway.py."""
+
+    @property
+    def runner(self) -> CallRunner: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    def default_deadline_s(self, route: RouteRequest, max_attempts: int | None = None) -> float:
+        ...
+
+    def backend_state(self, name: str) -> BackendState: ...
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -83,7 +104,7 @@ class _ForeignFailure(GateError):
 
 
 def make_guard(
-    gate: Gateway,
+    gate: GuardedGateway,
     *,
     scenario: str | Scenario | None,
     backend: str | None,
@@ -206,7 +227,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
     Given a backend's name, it looks up the live state at each request: the client may be
     built before the gateway opens, and outlive a re-open (which builds the state afresh)."""
 
-    def __init__(self, gate: Gateway, state: BackendState | str, priority: int = 5) -> None:
+    def __init__(self, gate: GuardedGateway, state: BackendState | str, priority: int = 5) -> None:
         self._gate = gate
         self._state = state
         self._priority = priority
