@@ -9,7 +9,7 @@ the tpu process SIGKILLed mid-run and restarted; ``chat``, ``stream``, ``map``, 
 cancelled at a random point; ``async with gate`` left while the last burst is in flight.
 See gptgate/sim/chaos.py for the invariants.
 
-    python benchmarks/chaos.py [--calls 10000] [--seeds 1,2,3] [--scale 5] [--duration 300]
+    python benchmarks/chaos.py [--calls 10000] [--seeds 1,2,3] [--scale 5] [--duration 400]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=1_000)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--scale", type=float, default=5.0, help="simulated seconds per second")
-    parser.add_argument("--duration", type=float, default=300.0, help="simulated seconds")
+    parser.add_argument("--duration", type=float, default=400.0, help="simulated seconds")
     args = parser.parse_args()
     command = " ".join(["python benchmarks/chaos.py", *sys.argv[1:]])
     print(f"$ {command}")

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import anyio
 import httpx2
+from opentelemetry.trace import Span
 
 from .billed import BilledWork
 from .clock import Clock
@@ -136,6 +137,267 @@ def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
 
 #: what a call without max_tokens reserves against a TPM budget (the server counts it too)
 _DEFAULT_MAX_TOKENS = 1024
+
+
+class _Attempt:
+    """One attempt's state, with one method per stage of DESIGN.md's "One call, end to end".
+
+    Read it as a ledger of what is held: ``admit`` takes the cache ticket and the permit,
+    ``pace`` a reservation of the backend's token budget, ``dispatch`` the span, and
+    ``open_stream`` / ``read_body`` the response. ``release`` (run on every path) hands back
+    the ticket, the permit, the span and the response; the reservation is settled by the
+    outcome, ``succeed`` or ``fail`` (a cancelled one stays counted: its tokens may be billed).
+    """
+
+    __slots__ = (
+        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "number",
+        "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span", "spec",
+        "state", "streamed", "ticket", "ttft",
+    )
+
+    def __init__(
+        self, runner: CallRunner, spec: CallSpec, state: CallState, number: int,
+        backend: BackendState,
+    ) -> None:
+        self.runner = runner
+        self.clock = runner.clock
+        self.spec = spec
+        self.state = state
+        self.number = number
+        #: the routed backend; admission may move the call to another one
+        self.backend = backend
+        self.config = backend.backend
+        self.enqueued = self.sent_at = self.clock.now()
+        self.attempt_timeout = self.config.timeout
+        self.ticket: CacheTicketLike | None = None
+        self.permit: Permit | None = None
+        self.reserved = 0
+        #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
+        self.streamed = spec.stream
+        #: the call's deadline, not the backend's timeout, bounds this attempt
+        self.cut_by_deadline = False
+        #: the request went to the transport: the server may bill from here on
+        self.sent = False
+        self.span: Span | None = None
+        self.response: httpx2.Response | None = None
+        self.reader: ChatStreamReader | None = None
+        self.ttft: float | None = None
+
+    # -- CacheGate, Limiter ----------------------------------------------------------------
+
+    async def admit(self) -> None:
+        """Through the prompt-cache gate and the limiter: takes the ticket and the permit."""
+        self.backend, self.ticket, self.permit = await self.runner._admit(
+            self.spec, self.state, self.backend
+        )
+        self.config = self.backend.backend
+        self.attempt_timeout = self.config.timeout
+
+    async def pace(self) -> None:
+        """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
+        when they come before the deadline."""
+        spec, clock, backend = self.spec, self.clock, self.backend
+        self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+        pace = backend.pacer.reserve(clock.now(), self.reserved)
+        if pace > 0:
+            if spec.deadline is not None and clock.now() + pace > spec.deadline:
+                raise OverloadedError(
+                    "rate-limit budget exhausted until past the deadline",
+                    backend=backend.name,
+                    retry_after=pace,
+                )
+            await clock.sleep(pace)
+
+    # -- Wire ------------------------------------------------------------------------------
+
+    def prepare(self) -> httpx2.Request:
+        """The request, and the attempt's time bounds; nothing is sent yet."""
+        spec, backend, config, ticket = self.spec, self.backend, self.config, self.ticket
+        sent_at = self.sent_at = self.clock.now()
+        prompt_cache_key = (
+            spec.prefix.key
+            if spec.prefix is not None and config.supports_prompt_cache_key
+            else None
+        )
+        # a prefix's warm-up streams on the wire: its group is released at the first token
+        # (the prefix is cached once prefilled) instead of after the whole answer
+        streamed = self.streamed = spec.stream or bool(ticket is not None and ticket.warmer)
+        body = build_chat_body(
+            config.model,
+            spec.messages,
+            spec.params,
+            stream=streamed,
+            prompt_cache_key=prompt_cache_key,
+        )
+        timeout = self.attempt_timeout = self.runner._attempt_timeout(backend, spec, streamed)
+        if spec.deadline is not None:
+            self.cut_by_deadline = spec.deadline - sent_at < timeout
+            timeout = self.attempt_timeout = min(timeout, spec.deadline - sent_at)
+            if timeout <= 0:
+                # nothing was sent: the caller's deadline says nothing about the backend
+                raise RequestTimeout(
+                    "call deadline passed before the send", backend=backend.name, deadline=True
+                )
+        return backend.pool.client.build_request(
+            "POST", "chat/completions", content=body, headers=spec.headers
+        )
+
+    def dispatch(self) -> None:
+        """From here on the request counts as sent: it funds retries, is counted on its
+        backend, and has a span (ended by the outcome, or by ``release``)."""
+        runner, spec, state, backend = self.runner, self.spec, self.state, self.backend
+        config, sent_at = self.config, self.sent_at
+        if runner.budget is not None and not state.funded_retries:
+            # a request funds retries when it reaches the backend, not when it starts
+            # waiting: a job queued behind the gate or the limiter for longer than the
+            # budget's window would otherwise find nothing left to retry with
+            state.funded_retries = True
+            runner.budget.record_request(sent_at)
+        queue_s = sent_at - self.enqueued
+        state.queue_s += queue_s
+        self.sent = True
+        backend.calls += 1
+        if self.number > 1:
+            backend.retries += 1  # counted where the retry goes, not where it came from
+        backend.breaker.on_attempt(sent_at)
+        runner.telemetry.record_queue(queue_s, backend.name)
+        self.span = runner.telemetry.start_attempt(
+            provider=config.provider,
+            model=config.model,
+            host=backend.pool.client.base_url.host,
+            port=backend.pool.client.base_url.port,
+            stream=spec.stream,
+            params=spec.params,
+            backend=backend.name,
+            hardware=config.hardware,
+            attempt=self.number,
+            messages=spec.messages,
+        )
+
+    async def open_stream(self, request: httpx2.Request) -> ChatStreamReader:
+        """Send for an SSE answer: the headers within the first-byte timeout, then a reader
+        of deltas, each within the idle timeout and all within the attempt's bound."""
+        runner, backend, config = self.runner, self.backend, self.config
+        own_first_byte = config.first_byte_timeout or config.timeout
+        first_byte = min(own_first_byte, self.attempt_timeout)
+        response = self.response = await runner._send(
+            backend, request, first_byte, stream=True,
+            deadline=self.cut_by_deadline and self.attempt_timeout <= own_first_byte,
+        )
+        runner._observe_limits(backend, response)
+        if response.status_code >= 400:
+            await response.aread()
+            raise error_for_status(
+                response.status_code, response.headers, response.content, backend=backend.name
+            )
+        self.reader = ChatStreamReader(
+            runner._timed_chunks(
+                response, self.sent_at + self.attempt_timeout, config.idle_timeout,
+                backend.name, caller_deadline=self.cut_by_deadline,
+            ),
+            backend=backend.name,
+            request_id=request_id(response.headers),
+        )
+        return self.reader
+
+    def first_token(self) -> None:
+        """The first delta: time to first token; the prefix is cached, its group may go."""
+        self.ttft = self.clock.now() - self.sent_at
+        if self.ticket is not None:
+            self.ticket.prefilled()
+
+    async def read_body(self, request: httpx2.Request) -> ParsedChat:
+        """Send for a JSON answer and read it whole, within the attempt's bound."""
+        runner, spec, backend = self.runner, self.spec, self.backend
+        response = self.response = await runner._send(
+            backend, request, self.attempt_timeout, stream=False,
+            deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
+        )
+        runner._observe_limits(backend, response)
+        if response.status_code >= 400:
+            raise error_for_status(
+                response.status_code, response.headers, response.content, backend=backend.name
+            )
+        parsed = runner._parse_body(backend, response, response.content, spec.route.output_tokens)
+        if self.ticket is not None:
+            self.ticket.prefilled()
+        return parsed
+
+    # -- Outcome: exactly one of these, then release ---------------------------------------
+
+    def succeed(self, parsed: ParsedChat) -> None:
+        """Feed the answer back: cache gate, pacer, timeouts, limit, stats, ledger, span."""
+        runner, spec, backend, ticket = self.runner, self.spec, self.backend, self.ticket
+        permit, span, ttft, config = self.permit, self.span, self.ttft, self.config
+        assert permit is not None and span is not None
+        latency = self.clock.now() - self.sent_at
+        usage = parsed.usage or runner._estimated_usage(spec, parsed.text)
+        if ticket is not None and parsed.usage is not None:
+            # only real usage: an estimate knows no cached tokens and would read as a miss
+            ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
+        backend.pacer.reconcile(self.reserved, usage.total_tokens)
+        backend.attempt_timeouts.observe(latency, usage.output_tokens)
+        if parsed.usage is not None and self.response is not None:
+            body_bytes = None if self.streamed else self.response.num_bytes_downloaded
+            runner._billed(backend).observe(latency, usage.output_tokens, body_bytes)
+        permit.success(
+            latency, ttft_s=ttft, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        )
+        runner._record_ok(backend, spec, self.state, parsed, usage, latency, ttft, self.streamed)
+        runner.telemetry.end_attempt(
+            span,
+            provider=config.provider,
+            model=config.model,
+            duration_s=latency,
+            usage=usage,
+            ttft_s=ttft,
+            response_model=parsed.model,
+            response_id=parsed.response_id,
+            finish_reason=parsed.finish_reason,
+            text=parsed.text,
+        )
+        self.span = None
+
+    def fail(self, error: GateError) -> None:
+        """A typed failure at any stage: give back the unbilled reservation, tell the limit,
+        stats and ledger what it was (``_record_failure``), end the span with the error."""
+        runner, backend, spec = self.runner, self.backend, self.spec
+        if self.permit is not None and self.reserved:
+            runner._pace_after_failure(backend, error, self.reserved, spec, self.attempt_timeout)
+        runner._record_failure(
+            backend, spec, self.state, error, self.permit, self.sent_at, self.sent
+        )
+        if self.span is not None:
+            runner.telemetry.end_attempt(
+                self.span,
+                provider=self.config.provider,
+                model=self.config.model,
+                duration_s=self.clock.now() - self.sent_at,
+                usage=None,
+                ttft_s=self.ttft,
+                error=error,
+            )
+            self.span = None
+
+    def abandon(self) -> None:
+        """The caller left a visible stream mid-answer, or cancelled the call: what the
+        server did for a request it received is still billed."""
+        if self.sent:
+            self.runner._record_abandoned(
+                self.backend, self.spec, self.state, self.reader, self.clock.now() - self.sent_at
+            )
+
+    async def release(self) -> None:
+        """Hand back what the stages took, on every path; each is a no-op once settled."""
+        if self.response is not None:  # open_stream / read_body
+            with anyio.CancelScope(shield=True):
+                await self.response.aclose()
+        if self.permit is not None:  # admit: no-op unless cancelled or failed unclassified
+            self.permit.ignore()
+        if self.ticket is not None:  # admit
+            self.ticket.release()
+        if self.span is not None:  # dispatch: ended here only when cancelled
+            self.span.end()
 
 
 class CallRunner:
@@ -322,204 +584,37 @@ class CallRunner:
     async def _attempt(
         self, spec: CallSpec, state: CallState, number: int
     ) -> AsyncGenerator[str, None]:
-        clock = self.clock
+        """One try, stage by stage as DESIGN.md draws it (see :class:`_Attempt`): route, cache
+        gate and limiter, pacing, the wire, the outcome. It ends in exactly one of ``succeed``,
+        ``fail`` or ``abandon``; then ``release`` hands back whatever a stage still holds."""
         backend = await self._route(spec, frozenset(state.failed_backends))
         state.attempts = number
-        enqueued = clock.now()
-        ticket: CacheTicketLike | None = None
-        permit: Permit | None = None
-        response: httpx2.Response | None = None
-        span = None
-        ttft: float | None = None
-        sent_at = enqueued
-        reader: ChatStreamReader | None = None
-        reserved = 0
-        config = backend.backend
-        attempt_timeout = config.timeout
-        sent = False  # the request went to the transport: the server may bill from here on
+        attempt = _Attempt(self, spec, state, number, backend)
         try:
-            backend, ticket, permit = await self._admit(spec, state, backend)
-            config = backend.backend
-            attempt_timeout = config.timeout
-            reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
-            pace = backend.pacer.reserve(clock.now(), reserved)
-            if pace > 0:
-                if spec.deadline is not None and clock.now() + pace > spec.deadline:
-                    raise OverloadedError(
-                        "rate-limit budget exhausted until past the deadline",
-                        backend=backend.name,
-                        retry_after=pace,
-                    )
-                await clock.sleep(pace)
-            sent_at = clock.now()
-            prompt_cache_key = (
-                spec.prefix.key
-                if spec.prefix is not None and config.supports_prompt_cache_key
-                else None
-            )
-            # a prefix's warm-up streams on the wire: its group is released at the first token
-            # (the prefix is cached once prefilled) instead of after the whole answer
-            streamed = spec.stream or bool(ticket is not None and ticket.warmer)
-            body = build_chat_body(
-                config.model,
-                spec.messages,
-                spec.params,
-                stream=streamed,
-                prompt_cache_key=prompt_cache_key,
-            )
-            attempt_timeout = self._attempt_timeout(backend, spec, streamed)
-            # the call's deadline, not the backend's timeout, bounds this attempt
-            cut_by_deadline = (
-                spec.deadline is not None and spec.deadline - sent_at < attempt_timeout
-            )
-            if spec.deadline is not None:
-                attempt_timeout = min(attempt_timeout, spec.deadline - sent_at)
-                if attempt_timeout <= 0:
-                    # nothing was sent: the caller's deadline says nothing about the backend
-                    raise RequestTimeout(
-                        "call deadline passed before the send", backend=backend.name, deadline=True
-                    )
-            request = backend.pool.client.build_request(
-                "POST", "chat/completions", content=body, headers=spec.headers
-            )
-            if self.budget is not None and not state.funded_retries:
-                # a request funds retries when it reaches the backend, not when it starts
-                # waiting: a job queued behind the gate or the limiter for longer than the
-                # budget's window would otherwise find nothing left to retry with
-                state.funded_retries = True
-                self.budget.record_request(sent_at)
-            queue_s = sent_at - enqueued
-            state.queue_s += queue_s
-            sent = True
-            backend.calls += 1
-            if number > 1:
-                backend.retries += 1  # counted where the retry goes, not where it came from
-            backend.breaker.on_attempt(sent_at)
-            self.telemetry.record_queue(queue_s, backend.name)
-            span = self.telemetry.start_attempt(
-                provider=config.provider,
-                model=config.model,
-                host=backend.pool.client.base_url.host,
-                port=backend.pool.client.base_url.port,
-                stream=spec.stream,
-                params=spec.params,
-                backend=backend.name,
-                hardware=config.hardware,
-                attempt=number,
-                messages=spec.messages,
-            )
-            if streamed:
-                parsed = None
-                own_first_byte = config.first_byte_timeout or config.timeout
-                first_byte = min(own_first_byte, attempt_timeout)
-                response = await self._send(
-                    backend, request, first_byte, stream=True,
-                    deadline=cut_by_deadline and attempt_timeout <= own_first_byte,
-                )
-                self._observe_limits(backend, response)
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise error_for_status(
-                        response.status_code, response.headers, response.content,
-                        backend=backend.name,
-                    )
-                reader = ChatStreamReader(
-                    self._timed_chunks(
-                        response, sent_at + attempt_timeout, config.idle_timeout, backend.name,
-                        caller_deadline=cut_by_deadline,
-                    ),
-                    backend=backend.name,
-                    request_id=request_id(response.headers),
-                )
+            await attempt.admit()
+            await attempt.pace()
+            request = attempt.prepare()
+            attempt.dispatch()
+            if attempt.streamed:
+                reader = await attempt.open_stream(request)
                 async for delta in reader:
-                    if ttft is None:
-                        ttft = clock.now() - sent_at
-                        if ticket is not None:
-                            ticket.prefilled()
+                    if attempt.ttft is None:
+                        attempt.first_token()
                     if spec.visible:
                         state.committed = True
                         yield delta
                 parsed = reader.result()
             else:
-                response = await self._send(
-                    backend, request, attempt_timeout, stream=False, deadline=cut_by_deadline,
-                    max_tokens=spec.route.output_tokens,
-                )
-                self._observe_limits(backend, response)
-                if response.status_code >= 400:
-                    raise error_for_status(
-                        response.status_code, response.headers, response.content,
-                        backend=backend.name,
-                    )
-                parsed = self._parse_body(
-                    backend, response, response.content, spec.route.output_tokens
-                )
-                if ticket is not None:
-                    ticket.prefilled()
-            latency = clock.now() - sent_at
-            usage = parsed.usage or self._estimated_usage(spec, parsed.text)
-            if ticket is not None and parsed.usage is not None:
-                # only real usage: an estimate knows no cached tokens and would read as a miss
-                ticket.observe(
-                    cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens
-                )
-            backend.pacer.reconcile(reserved, usage.total_tokens)
-            backend.attempt_timeouts.observe(latency, usage.output_tokens)
-            if parsed.usage is not None and response is not None:
-                body_bytes = None if streamed else response.num_bytes_downloaded
-                self._billed(backend).observe(latency, usage.output_tokens, body_bytes)
-            permit.success(
-                latency,
-                ttft_s=ttft,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-            )
-            self._record_ok(backend, spec, state, parsed, usage, latency, ttft, streamed)
-            self.telemetry.end_attempt(
-                span,
-                provider=config.provider,
-                model=config.model,
-                duration_s=latency,
-                usage=usage,
-                ttft_s=ttft,
-                response_model=parsed.model,
-                response_id=parsed.response_id,
-                finish_reason=parsed.finish_reason,
-                text=parsed.text,
-            )
-            span = None
+                parsed = await attempt.read_body(request)
+            attempt.succeed(parsed)
         except (GeneratorExit, anyio.get_cancelled_exc_class()):
-            # the caller left a visible stream mid-answer, or cancelled the call: what the
-            # server did for a request it received is still billed
-            if sent:
-                self._record_abandoned(backend, spec, state, reader, clock.now() - sent_at)
+            attempt.abandon()
             raise
         except GateError as error:
-            if permit is not None and reserved:
-                self._pace_after_failure(backend, error, reserved, spec, attempt_timeout)
-            self._record_failure(backend, spec, state, error, permit, sent_at, sent)
-            if span is not None:
-                self.telemetry.end_attempt(
-                    span,
-                    provider=config.provider,
-                    model=config.model,
-                    duration_s=clock.now() - sent_at,
-                    usage=None,
-                    ttft_s=ttft,
-                    error=error,
-                )
-                span = None
+            attempt.fail(error)
             raise
         finally:
-            if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            if permit is not None:
-                permit.ignore()  # no-op unless cancelled or failed before classification
-            if ticket is not None:
-                ticket.release()
-            if span is not None:
-                span.end()
+            await attempt.release()
 
     async def _pass_cache_gate(
         self, chosen: BackendState, spec: CallSpec, exclude: frozenset[str], ramp: RampPolicy

@@ -47,6 +47,7 @@ from .errors import (
     OverloadedError,
     RequestTooLargeError,
 )
+from .guard import GuardTransport, make_guard
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -1132,8 +1133,6 @@ class Gateway:
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
         """Decorate an existing async call site (any SDK inside) with admission control,
         priority, retries under the gateway's policy, stats and tracing."""
-        from .guard import make_guard
-
         return make_guard(
             self, scenario=scenario, backend=backend, private=private, tier=tier, retry=retry
         )
@@ -1146,8 +1145,6 @@ class Gateway:
         It may be built before the gateway opens (SDK clients are often made at import time):
         the backend's live state is looked up at each request, which fails with a clear
         ``GateError`` while the gateway is not open. An unknown name fails here."""
-        from .guard import GuardTransport
-
         config = self._configured(backend)
         transport = GuardTransport(self, backend)
         timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Literal, ParamSpec, Protocol, TypeVar
 
 import anyio
 import httpx2
@@ -34,7 +34,9 @@ from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from .calls import CallRunner
+    from .clock import Clock
+    from .config import GatewayConfig
 
 #: the permit a guarded call holds while its body runs: a request the body makes on the same
 #: backend through ``gate.http_client`` runs under it (one call, one permit). Without it, 4
@@ -43,10 +45,29 @@ _GUARD_PERMIT: ContextVar[tuple[Limiter, Permit] | None] = ContextVar(
     "gptgate_guard_permit", default=None
 )
 
-__all__ = ["GuardTransport", "classify_exception", "make_guard"]
+__all__ = ["GuardTransport", "GuardedGateway", "classify_exception", "make_guard"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class GuardedGateway(Protocol):
+    """What the guard needs of the gateway (``Gateway`` is one). Named here, not imported,
+    so that gateway.py imports this module and this module does not import gateway.py."""
+
+    @property
+    def runner(self) -> CallRunner: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    def default_deadline_s(self, route: RouteRequest, max_attempts: int | None = None) -> float:
+        ...
+
+    def backend_state(self, name: str) -> BackendState: ...
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -93,7 +114,7 @@ class _ForeignFailure(GateError):
 
 
 def make_guard(
-    gate: Gateway,
+    gate: GuardedGateway,
     *,
     scenario: str | Scenario | None,
     backend: str | None,
@@ -237,7 +258,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
     Given a backend's name, it looks up the live state at each request: the client may be
     built before the gateway opens, and outlive a re-open (which builds the state afresh)."""
 
-    def __init__(self, gate: Gateway, state: BackendState | str, priority: int = 5) -> None:
+    def __init__(self, gate: GuardedGateway, state: BackendState | str, priority: int = 5) -> None:
         self._gate = gate
         self._state = state
         self._priority = priority
