@@ -32,6 +32,9 @@ def show(report: ChaosReport) -> None:
     ) + f"; requests {sum(report.server_requests.values()):,} "
         f"({', '.join(f'{k} {v:,}' for k, v in report.server_requests.items())})")
     print(f"attempts sent {report.attempts:,} ({report.attempts_in_storms:,} met a 429)")
+    lags = sorted(lag for _, lag in report.loop_lag_s) or [0.0]
+    print(f"event loop lateness (a 50 ms timer, real s): p50 {lags[len(lags) // 2]:.3f}, "
+          f"p99 {lags[int(len(lags) * 0.99)]:.3f}, max {lags[-1]:.3f}")
     print()
     print("| invariant | verdict | figure |")
     print("|---|---|---|")

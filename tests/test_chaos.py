@@ -67,3 +67,43 @@ def test_chaos_ledger_is_near_the_bill(report) -> None:  # type: ignore[no-untyp
         ours, theirs = input_tokens + output_tokens, bill.input_tokens + bill.output_tokens
         unknown = report.uncertain_tokens[name]
         assert ours - unknown <= theirs * 1.05 and theirs <= ours * 1.05, (name, ours, theirs)
+
+
+def test_chaos_read_every_place_for_the_key(report) -> None:  # type: ignore[no-untyped-def]
+    """The key check read spans, logs, errors and reprs (a check that reads nothing passes)."""
+    for where in ("spans", "logs", "errors", "reprs"):
+        assert report.key_checked.get(where, 0) > 0, (where, report.key_checked)
+
+
+def test_the_key_watch_finds_a_key_in_a_span_and_a_log() -> None:
+    import logging
+
+    from gptgate.sim.chaos import _captured_logs, _KeyWatch, _telemetry
+
+    watch = _KeyWatch("sk-test-" + "x" * 20)
+    tracer, _ = _telemetry(watch)
+    with tracer.get_tracer("t").start_as_current_span("call") as span:
+        span.set_attribute("header", f"Bearer {watch.secret}")
+    with _captured_logs(watch):
+        logging.getLogger("gptgate.test").debug("sent with %s", watch.secret)
+    assert watch.hits == {"spans": 1, "logs": 1}
+
+
+def test_only_the_loops_measured_lateness_excuses_a_late_call() -> None:
+    """A call past its deadline + 1 s is excused only by the event loop having been late
+    just then — by as much: a deadline nobody enforced is still a failure."""
+    from gptgate.sim.chaos import ChaosReport
+
+    report = ChaosReport(ChaosConfig(time_scale=5.0, slack_wall_s=0.2))
+    report.loop_lag_s = [(10.0, 0.001), (10.3, 0.4), (10.4, 0.001), (20.0, 0.001)]
+    report.past_deadline = [
+        (0.9, 5.0, "within the second"),
+        (2.5, 10.35, "late while the loop was 0.4 s late"),  # 1 + (0.2 + 0.4) × 5 = 4
+        (4.5, 10.4, "later than the loop explains"),
+        (2.5, 20.0, "late while the loop was on time"),
+    ]
+    late, excused = report.overdue()
+    assert excused == 1
+    assert [entry.split(":")[0] for entry in late] == [
+        "later than the loop explains", "late while the loop was on time",
+    ]
