@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, ParamSpec, Protocol, TypeVar
 
 import anyio
@@ -41,9 +42,18 @@ if TYPE_CHECKING:
 #: the permit a guarded call holds while its body runs: a request the body makes on the same
 #: backend through ``gate.http_client`` runs under it (one call, one permit). Without it, 4
 #: guarded calls holding the 4 permits would each wait for a fifth — forever.
-_GUARD_PERMIT: ContextVar[tuple[Limiter, Permit] | None] = ContextVar(
-    "gptgate_guard_permit", default=None
-)
+_GUARD_PERMIT: ContextVar[GuardedCall | None] = ContextVar("gptgate_guard_permit", default=None)
+
+
+@dataclass(slots=True)
+class GuardedCall:
+    """A guarded call in progress, as the requests its body makes see it."""
+
+    limiter: Limiter
+    permit: Permit
+    #: requests its body sent through ``gate.http_client`` on the guard's backend (they were
+    #: seen on the wire: the guard must not count their tokens again)
+    wire_attempts: int = 0
 
 __all__ = ["GuardTransport", "GuardedGateway", "classify_exception", "make_guard"]
 
@@ -151,7 +161,7 @@ def make_guard(
                 state.calls += 1
                 if number > 1:
                     state.retries += 1  # on the backend the retry goes to
-                token = _GUARD_PERMIT.set((state.limiter, permit))
+                token = _GUARD_PERMIT.set(GuardedCall(state.limiter, permit))
                 try:
                     result = await _within(deadline, clock, state.name, fn(*args, **kwargs))
                 except Exception as exc:
@@ -272,9 +282,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         state = self._backend()
         held = _GUARD_PERMIT.get()
-        if held is not None and held[0] is state.limiter:
+        if held is not None and held.limiter is state.limiter:
             # inside a guarded call on this backend: its permit covers this request, and the
             # guard reports the outcome (one call, one permit — never a wait on itself)
+            held.wire_attempts += 1
             return await state.pool.transport.handle_async_request(request)
         clock = self._gate.clock
         permit = await state.limiter.acquire(priority=self._priority)
