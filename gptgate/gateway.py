@@ -932,9 +932,18 @@ class Gateway:
         if deadline_s is not None:
             kwargs = {**kwargs, _DEADLINE_KEY: self.clock.now() + deadline_s}
         try:
-            return await batcher.submit(kwargs)
+            # a full batcher (``max_pending``) makes ``submit`` wait for room: within the
+            # deadline only, as a full limiter queue would
+            with anyio.move_on_after(
+                math.inf if deadline_s is None else self.clock.to_real(deadline_s)
+            ):
+                return await batcher.submit(kwargs)
         except anyio.ClosedResourceError:  # the gateway began closing while we waited
             raise GatewayClosedError("the gateway is closing: no new calls are accepted") from None
+        raise OverloadedError(
+            f"deadline passed waiting for room in the micro-batcher (max_pending "
+            f"{batcher.policy.max_pending})"
+        )
 
     def _resolve(self, scenario: str | Scenario | None) -> Scenario:
         try:

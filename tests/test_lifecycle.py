@@ -516,3 +516,32 @@ def test_a_batched_items_deadline_counts_the_time_it_waited_to_be_flushed() -> N
     assert took == pytest.approx(3.0, abs=0.01)
     assert isinstance(mapped_error, gg.OverloadedError)  # its deadline passed in the batcher
     assert mapped <= 2.0 + 0.01
+
+
+async def _submit_behind_a_full_batcher() -> tuple[str, float, int]:
+    clock = LoopClock()
+    long_answers = get_profile("gpu").model_copy(update={"output_tokens_mean": 4000})
+    spec, engine = sim_backend(long_answers, name="gpu", clock=clock, seed=3, concurrency=1)
+    full = gg.Scenario(
+        name="full", batch=gg.BatchPolicy(max_size=1, max_wait_s=0.0, max_pending=1),
+        deadline_s=2.0,
+    )
+    async with gg.Gateway([spec], clock=clock, seed=1) as gate:
+        # ~20 s of answer, with time for it
+        first = await gate.submit(USER, max_tokens=2000, scenario=full, timeout=60.0)
+        began = clock.now()
+        with pytest.raises(gg.GateError) as caught:
+            await (await gate.submit(USER, max_tokens=5, scenario=full))
+        waited = clock.now() - began
+        first.cancel()
+    return type(caught.value).__name__, waited, engine.ledger.snapshot().requests
+
+
+def test_a_submit_waiting_for_room_gives_up_at_its_deadline() -> None:
+    """``submit`` behind a full batcher (``max_pending``) waited for room with no bound: a
+    2 s call waited 12.9 s for the long answer ahead of it, then failed at once. It now waits
+    for room only until its deadline, and the item is never sent."""
+    error, waited, requests = run_virtual(_submit_behind_a_full_batcher)
+    assert error == "OverloadedError"
+    assert 1.9 <= waited <= 2.1
+    assert requests == 1
