@@ -160,6 +160,14 @@ class RouteRequest:
     output_tokens: int = 0
 
 
+def _fits(request: RouteRequest, state: BackendState) -> bool:
+    """Does the call fit the backend's context window (unknown: it takes anything)? The
+    prompt is an estimate (~4 characters a token), so only half of it counts, as in the
+    gateway's own refusal: a borderline call is sent and the server decides."""
+    window = state.backend.context_tokens
+    return window is None or request.output_tokens + request.input_tokens // 2 <= window
+
+
 class Router:
     """Chooses a backend per call; remembers which backend holds which prompt prefix."""
 
@@ -200,6 +208,12 @@ class Router:
             raise NoBackendError(
                 f"no backend is eligible (private={request.private}, tier={request.tier})"
             )
+        if len(candidates) > 1:
+            # a call too long for a backend's context window would be a 400 there: send it
+            # where it fits (the gateway refuses it beforehand when it fits nowhere)
+            fitting = [s for s in candidates if _fits(request, s)]
+            if fitting and len(fitting) < len(candidates):
+                candidates = fitting
         return candidates
 
     def choose(
@@ -227,7 +241,9 @@ class Router:
             return False
         if request.private and not state.backend.private:
             return False
-        return request.tier == "auto" or state.backend.tier == request.tier
+        if request.tier != "auto" and state.backend.tier != request.tier:
+            return False
+        return _fits(request, state) or not any(_fits(request, s) for s in self.states)
 
     def has_alternative(self, request: RouteRequest, exclude: frozenset[str]) -> bool:
         """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?"""

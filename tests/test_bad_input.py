@@ -475,3 +475,20 @@ def test_every_config_model_refuses_unknown_fields() -> None:
         assert issubclass(model, BaseModel)
         assert model.model_config.get("extra") == "forbid", model
         assert model.model_config.get("allow_inf_nan") is False, model
+
+
+@pytest.mark.parametrize("order", ["small first", "big first"])
+async def test_a_long_call_is_routed_to_a_backend_whose_window_it_fits(order: str) -> None:
+    """Two backends, one with a window too small for the call: the router sent it to either
+    (a 400 from a real server when it chose the small one); it now picks the one it fits,
+    and short calls still use both."""
+    script = Script(ok())
+    small = backend(script, name="small", context_tokens=CONTEXT)
+    big = backend(script, name="big", context_tokens=100 * CONTEXT)
+    long = [{"role": "user", "content": "word " * 2_500}]
+    pair = (small, big) if order == "small first" else (big, small)
+    async with gateway(*pair) as gate:
+        for _ in range(5):
+            await gate.chat(long)
+        stats = gate.stats()
+    assert (stats["small"].calls, stats["big"].calls) == (0, 5)
