@@ -2,7 +2,7 @@
 ``@gate.guard``, ``gate.http_client``).
 
 * **congestion** (429, 408, overload 503/529, a timeout): a *dropped* sample, the limit's
-  loss signal;
+  loss signal; a 429 is marked ``rate_limited`` (it says "wait" more than "fewer at once");
 * **a server failure** (another 5xx, a stream cut mid-answer): dropped, but marked as no sign
   of congestion by itself (``congestion=False``) — it lowers goodput, so a failure rate that
   grows with the load moves the knee, without one failure cutting the limit;
@@ -28,10 +28,12 @@ __all__ = ["CONGESTION_STATUSES", "is_caller_deadline", "report_failure", "repor
 #: HTTP statuses that say the backend is overloaded (or timed the request out)
 CONGESTION_STATUSES = frozenset({408, 429, 503, 529})
 
-_Kind = Literal["congestion", "server failure"] | None
+_Kind = Literal["rate limited", "congestion", "server failure"] | None
 
 
 def _status_kind(status: int | None) -> _Kind:
+    if status == 429:
+        return "rate limited"
     if status in CONGESTION_STATUSES:
         return "congestion"
     if status is not None and status >= 500:
@@ -50,7 +52,9 @@ def is_caller_deadline(error: BaseException) -> bool:
 def _error_kind(error: GateError) -> _Kind:
     if is_caller_deadline(error):
         return None
-    if isinstance(error, (RateLimitedError, RequestTimeout)):
+    if isinstance(error, RateLimitedError):
+        return "rate limited"
+    if isinstance(error, RequestTimeout):
         return "congestion"
     if isinstance(error, StreamInterruptedError):
         return "server failure"
@@ -61,7 +65,9 @@ def _end(permit: Permit, kind: _Kind, latency_s: float) -> None:
     if kind is None:
         permit.ignore()
     else:
-        permit.dropped(latency_s, congestion=kind == "congestion")
+        permit.dropped(
+            latency_s, congestion=kind != "server failure", rate_limited=kind == "rate limited"
+        )
 
 
 def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:

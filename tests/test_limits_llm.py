@@ -46,15 +46,23 @@ class Script:
         self.t = start + wait + latency + 1_000.0
         return lim.limit
 
-    def drop(self, *, start: float | None = None, congestion: bool = True) -> int:
+    def drop(
+        self,
+        *,
+        start: float | None = None,
+        congestion: bool = True,
+        rate_limited: bool = False,
+        inflight: int | None = None,
+    ) -> int:
         s = self.t if start is None else start
         self.limit.update(
             Sample(
                 start=s,
                 latency_s=0.1,
-                inflight=self.limit.limit,
+                inflight=self.limit.limit if inflight is None else inflight,
                 kind="dropped",
                 congestion=congestion,
+                rate_limited=rate_limited,
             ),
             self.t,
         )
@@ -294,6 +302,31 @@ def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> Non
     assert not s.limit.in_slow_start
     assert s.limit.center == 8.0
     assert s.limit.limit == round(8 * 0.92)
+
+
+def test_429s_from_calls_that_did_not_fill_the_limit_do_not_cut() -> None:
+    """Sequential calls retrying into 429s (one in flight at a limit of 16): the rate budget
+    is spent, nothing is known of the concurrency the backend serves."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    for _ in range(6):
+        assert s.drop(rate_limited=True, inflight=1) == 16
+    assert s.limit.events["loss"] == 0 and s.limit.in_slow_start
+
+
+def test_a_429_storm_at_full_load_still_cuts_once() -> None:
+    """With the limit full, dense 429s are overload as before (a hosted API also answers 429
+    when its engines are busy): one cut per event."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 16
+    admitted = s.t - 0.5
+    for _ in range(10):
+        s.drop(rate_limited=True, start=admitted)
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == 8.0
 
 
 def test_timeout_counts_as_a_drop() -> None:

@@ -30,6 +30,10 @@ class Sample:
     #: or is a server failure (500, 502, 504, a stream cut mid-answer) that lowers goodput but
     #: alone is no reason to back off — a backend may fail some calls at any load
     congestion: bool = True
+    #: for a dropped attempt: a rate-limit rejection (429). It says "wait" — the pause and the
+    #: pacer handle that — more than "fewer at once": a limit may cut for it only when the
+    #: calls filled it
+    rate_limited: bool = False
 
 
 @runtime_checkable

@@ -106,10 +106,13 @@ class Permit:
     ) -> None:
         self._finish("ok", latency_s, ttft_s, input_tokens, output_tokens)
 
-    def dropped(self, latency_s: float, *, congestion: bool = True) -> None:
+    def dropped(
+        self, latency_s: float, *, congestion: bool = True, rate_limited: bool = False
+    ) -> None:
         """The attempt failed; ``congestion=False`` for a server failure that is not a sign of
-        overload by itself (see :attr:`Sample.congestion`)."""
-        self._finish("dropped", latency_s, None, 0, 0, congestion)
+        overload by itself (see :attr:`Sample.congestion`), ``rate_limited`` for a 429 (see
+        :attr:`Sample.rate_limited`)."""
+        self._finish("dropped", latency_s, None, 0, 0, congestion, rate_limited)
 
     def ignore(self) -> None:
         self._finish("ignored", 0.0, None, 0, 0)
@@ -122,6 +125,7 @@ class Permit:
         input_tokens: int,
         output_tokens: int,
         congestion: bool = True,
+        rate_limited: bool = False,
     ) -> None:
         if self._done:
             return
@@ -135,6 +139,7 @@ class Permit:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             congestion=congestion,
+            rate_limited=rate_limited,
         )
         self._limiter._release(sample)
 

@@ -78,8 +78,11 @@ How is it found? (every update is O(1))
       (in slow start the level before the last doubling is restored: it was good), at most
       once per overload event: only calls admitted after the last cut can cut again (TCP's
       once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
-      does not cut at all. Server failures (500, 502, 504, a stream cut mid-answer; the
-      sample's ``congestion`` is False) lower the measured goodput too, but never cut by
+      does not cut at all. A 429 from calls that kept less than half the limit in flight
+      (one call retrying) does not count: the rate budget is spent, which the pause and the
+      pacer handle, and nothing is known of the concurrency the backend serves. Server
+      failures (500, 502, 504, a stream cut mid-answer; the sample's ``congestion`` is
+      False) lower the measured goodput too, but never cut by
       themselves: a failure rate that grows with the load moves the knee down through the
       elasticity, while one that does not (a backend failing some calls at any load) leaves
       the limit alone.
@@ -401,6 +404,12 @@ class LLMLimit:
             # a server failure: it lowers goodput (so a failure rate that grows with the load
             # moves the knee down) but alone is no reason to cut — some backends fail a share
             # of calls at any load
+            return
+        if sample.rate_limited and 2 * sample.inflight < self._limit:
+            # a 429 while the calls did not fill the limit (one call at a time, retrying):
+            # the rate budget is spent, which the pause and the pacer handle; it says nothing
+            # of how many calls at once the backend serves. Two sequential calls meeting 429s
+            # used to cut 4 → 1, and probing took minutes to climb back
             return
         # the density check sees every call admitted since the cut, settling or not: a
         # rejection storm is fastest exactly while the window is still settling
