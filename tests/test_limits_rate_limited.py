@@ -4,6 +4,7 @@ it) — not "this backend's capacity is 1" (issue 14, item 6)."""
 from __future__ import annotations
 
 import anyio
+import pytest
 
 import gptgate as gg
 from gptgate.sim import LoopClock, run_virtual
@@ -18,10 +19,8 @@ async def _healthy_job_after_429s(rejections: int) -> tuple[float, int]:
     spec, _ = sim_backend("gpu", name="gpu", clock=clock, seed=5, concurrency="auto")
     async with gg.Gateway([spec], clock=clock, seed=1) as gate:
         for _ in range(rejections):  # sequential calls, each meeting 429 on every attempt
-            try:
+            with pytest.raises(gg.RateLimitedError):
                 await gate.chat(USER, max_tokens=20, extra_headers={FAULT_HEADER: "429"})
-            except gg.RateLimitedError:
-                pass
         began = clock.now()
         async with anyio.create_task_group() as tg:
             for _ in range(200):
