@@ -229,7 +229,10 @@ class _Attempt:
             stream=streamed,
             prompt_cache_key=prompt_cache_key,
         )
-        timeout = self.attempt_timeout = self.runner._attempt_timeout(backend, spec, streamed)
+        inflight = self.permit.inflight if self.permit is not None else None
+        timeout = self.attempt_timeout = self.runner._attempt_timeout(
+            backend, spec, streamed, inflight
+        )
         if spec.deadline is not None:
             self.cut_by_deadline = spec.deadline - sent_at < timeout
             timeout = self.attempt_timeout = min(timeout, spec.deadline - sent_at)
@@ -336,7 +339,7 @@ class _Attempt:
             # only real usage: an estimate knows no cached tokens and would read as a miss
             ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
         backend.pacer.reconcile(self.reserved, usage.total_tokens)
-        backend.attempt_timeouts.observe(latency, usage.output_tokens)
+        backend.attempt_timeouts.observe(latency, usage.output_tokens, permit.inflight)
         if parsed.usage is not None and self.response is not None:
             body_bytes = None if self.streamed else self.response.num_bytes_downloaded
             runner._billed(backend).observe(latency, usage.output_tokens, body_bytes)
@@ -363,7 +366,9 @@ class _Attempt:
         stats and ledger what it was (``_record_failure``), end the span with the error."""
         runner, backend, spec = self.runner, self.backend, self.spec
         if self.permit is not None and self.reserved:
-            runner._pace_after_failure(backend, error, self.reserved, spec, self.attempt_timeout)
+            runner._pace_after_failure(
+                backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight
+            )
         runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent
         )
@@ -685,14 +690,16 @@ class CallRunner:
                 requested=requested,
             )
 
-    def _attempt_timeout(self, backend: BackendState, spec: CallSpec, streamed: bool) -> float:
+    def _attempt_timeout(
+        self, backend: BackendState, spec: CallSpec, streamed: bool, inflight: int | None
+    ) -> float:
         """The backend's timeout, tightened from the observed latency only when the answer's
         length is bounded (max_tokens) and nothing else watches progress: a stream has its
         idle timeout, and an unbounded answer can legitimately run long — cutting it would
         bill it twice (SEEDS §7: jitter must not trigger false retries)."""
         if streamed or not spec.route.output_tokens:
             return backend.backend.timeout
-        return backend.attempt_timeouts.timeout_for(spec.route.output_tokens)
+        return backend.attempt_timeouts.timeout_for(spec.route.output_tokens, inflight)
 
     def _observe_limits(self, backend: BackendState, response: httpx2.Response) -> None:
         info = parse_rate_limits(response.headers)
@@ -718,6 +725,7 @@ class CallRunner:
         reserved: int,
         spec: CallSpec,
         attempt_timeout: float,
+        inflight: int,
     ) -> None:
         """A 429 pauses the whole backend once until its retry-after (not every call on its
         own); what the server did not count is given back to the token budget."""
@@ -730,7 +738,7 @@ class CallRunner:
             backend.pacer.reconcile(reserved, billed)
         if isinstance(error, RequestTimeout) and error.billed and not error.deadline:
             expected = spec.route.output_tokens or None
-            backend.attempt_timeouts.observe_timeout(attempt_timeout, expected)
+            backend.attempt_timeouts.observe_timeout(attempt_timeout, expected, inflight)
 
     async def _send(
         self,

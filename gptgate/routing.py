@@ -125,7 +125,7 @@ class BackendState:
         self.pacer = RateLimitPacer()
         #: per-attempt timeouts learned from the latency distribution (bounded by the config)
         self.attempt_timeouts = AdaptiveTimeout(
-            min_s=min(5.0, backend.timeout), max_s=backend.timeout, multiplier=2.0
+            min_s=min(5.0, backend.timeout), max_s=backend.timeout
         )
         self.calls = 0
         self.failures = 0

@@ -100,3 +100,45 @@ def test_rejects_bad_configuration() -> None:
         AdaptiveTimeout(multiplier=0.5)
     with pytest.raises(ValueError):
         P2Quantile(1.0)
+
+
+def test_the_timeout_grows_with_the_load_over_what_it_was_learned_at() -> None:
+    """A quantile learned at 4 in flight is stretched for a call admitted with 32 (a
+    continuous-batching server decodes slower with a bigger batch), never shrunk below."""
+    from gptgate.limits.timeouts import AdaptiveTimeout
+
+    learned = AdaptiveTimeout(min_s=0.1, max_s=600.0, min_samples=10)
+    for _ in range(200):
+        learned.observe(1.0, 100, inflight=4)
+    base = learned.timeout_for(100)
+    assert learned.timeout_for(100, inflight=4) == pytest.approx(base)
+    assert learned.timeout_for(100, inflight=2) == pytest.approx(base)
+    assert learned.timeout_for(100, inflight=32) == pytest.approx(8 * base)
+
+
+async def _burst_on_gpu(max_tokens: int, seed: int) -> tuple[int, int]:
+    import anyio
+
+    import gptgate as gg
+    from gptgate.sim import LoopClock
+    from gptgate.testing import sim_backend
+
+    clock = LoopClock()
+    spec, engine = sim_backend("gpu", name="gpu", clock=clock, seed=seed)
+    async with gg.Gateway([spec], clock=clock, seed=seed) as gate:
+        async with anyio.create_task_group() as tg:
+            for i in range(400):
+                messages = [{"role": "user", "content": f"question {i}"}]
+                tg.start_soon(lambda m=messages: gate.chat(m, max_tokens=max_tokens))
+        timeouts = gate.stats()["gpu"].timeouts
+    return timeouts, engine.ledger.snapshot().abandoned
+
+
+@pytest.mark.parametrize("max_tokens", [100, 200])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_burst_on_a_healthy_gpu_backend_has_no_false_timeout(max_tokens: int, seed: int) -> None:
+    """400 calls at once on the gpu profile, no faults: adaptive attempt timeouts learned while
+    the limit was small cut 7–19 healthy calls as it grew (each retried and billed twice)."""
+    from gptgate.sim import run_virtual
+
+    assert run_virtual(_burst_on_gpu, max_tokens, seed) == (0, 0)

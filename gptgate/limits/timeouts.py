@@ -6,9 +6,15 @@ timeouts and retries so latency jitter does not trigger false retries"); too lon
 call holds its permit for minutes. An attempt is late when it is slower than nearly all recent
 calls *of its size*:
 
-    timeout = multiplier × p99(latency per token) × (expected output tokens + n0)
+    timeout = multiplier × p99(latency per token) × (expected output tokens + n0) × load
 
-bounded to ``[min_s, max_s]``. Latency per token is ``latency / (n + n0)``, ``n0`` being the
+bounded to ``[min_s, max_s]``. ``load`` is the calls in flight now over those the quantile was
+learned at (an EWMA), when more: a continuous-batching server decodes slower with a bigger
+batch, and a limit in slow start doubles its calls per latency — a quantile learned at 4 in
+flight cut healthy calls at 30 (issue 14: 7–19 false timeouts in 400 calls on the gpu
+profile). Never less than 1: at a lighter load the learned bound is kept. The multiplier is
+3: the tail of a busy GPU is heavy (lognormal σ ≈ 0.9: p99 × 3 is about p99.98), and a false
+timeout is billed twice — the tail is hedging's job, a timeout is for hung calls. Latency per token is ``latency / (n + n0)``, ``n0`` being the
 fixed part of a call (first token, prefill) in decode-token equivalents, so that short answers
 do not inflate the quantile. Without an expected size the p99 of whole latencies is used.
 Until ``min_samples`` calls have been seen the answer is ``max_s``: no data, no tightening.
@@ -33,7 +39,7 @@ class AdaptiveTimeout:
         self,
         min_s: float = 5.0,
         max_s: float = 600.0,
-        multiplier: float = 2.0,
+        multiplier: float = 3.0,
         *,
         quantile: float = 0.99,
         min_samples: int = 50,
@@ -54,6 +60,7 @@ class AdaptiveTimeout:
         self._per_token = WindowedQuantile(quantile, window)
         self._latency = WindowedQuantile(quantile, window)
         self._seen = 0
+        self._inflight = 0.0  # EWMA of the calls in flight when the samples were admitted
 
     @property
     def samples(self) -> int:
@@ -70,22 +77,36 @@ class AdaptiveTimeout:
         """The high quantile of whole-call latency; NaN before data."""
         return self._latency.value
 
-    def observe(self, latency_s: float, output_tokens: int | None = None) -> None:
-        """Record a finished attempt (``output_tokens`` None when unknown)."""
+    def observe(
+        self, latency_s: float, output_tokens: int | None = None, inflight: int | None = None
+    ) -> None:
+        """Record a finished attempt (``output_tokens`` None when unknown; ``inflight``: the
+        calls in flight at its admission, itself included)."""
         if latency_s < 0.0:
             return
         self._seen += 1
+        if inflight is not None and inflight > 0:
+            alpha = max(0.02, 1.0 / self._seen)
+            self._inflight += (inflight - self._inflight) * alpha
         self._latency.add(latency_s)
         if output_tokens is not None:
             size = max(1.0, max(0, output_tokens) + self.overhead_tokens)
             self._per_token.add(latency_s / size)
 
-    def observe_timeout(self, timeout_s: float, expected_output_tokens: int | None = None) -> None:
+    def observe_timeout(
+        self,
+        timeout_s: float,
+        expected_output_tokens: int | None = None,
+        inflight: int | None = None,
+    ) -> None:
         """Record an attempt that timed out: its latency was at least ``timeout_s``."""
-        self.observe(timeout_s, expected_output_tokens)
+        self.observe(timeout_s, expected_output_tokens, inflight)
 
-    def timeout_for(self, expected_output_tokens: int | None = None) -> float:
-        """The timeout for an attempt expected to produce this many tokens (e.g. max_tokens)."""
+    def timeout_for(
+        self, expected_output_tokens: int | None = None, inflight: int | None = None
+    ) -> float:
+        """The timeout for an attempt expected to produce this many tokens (e.g. max_tokens),
+        admitted with ``inflight`` calls in flight (itself included)."""
         if self._seen < self.min_samples:
             return self.max_s
         if expected_output_tokens is not None and self._per_token.count >= self.min_samples:
@@ -95,6 +116,8 @@ class AdaptiveTimeout:
             value = self.multiplier * self._latency.value
         else:
             return self.max_s
+        if inflight is not None and self._inflight > 0.0:
+            value *= max(1.0, inflight / self._inflight)
         return min(self.max_s, max(self.min_s, value))
 
     def __repr__(self) -> str:
