@@ -14,7 +14,9 @@ batch, and a limit in slow start doubles its calls per latency — a quantile le
 flight cut healthy calls at 30 (issue 14: 7–19 false timeouts in 400 calls on the gpu
 profile). Never less than 1: at a lighter load the learned bound is kept. The multiplier is
 3: the tail of a busy GPU is heavy (lognormal σ ≈ 0.9: p99 × 3 is about p99.98), and a false
-timeout is billed twice — the tail is hedging's job, a timeout is for hung calls. Latency per token is ``latency / (n + n0)``, ``n0`` being the
+timeout is billed twice — the tail is hedging's job, a timeout is for hung calls.
+
+Latency per token is ``latency / (n + n0)``, ``n0`` being the
 fixed part of a call (first token, prefill) in decode-token equivalents, so that short answers
 do not inflate the quantile. Without an expected size the p99 of whole latencies is used.
 Until ``min_samples`` calls have been seen the answer is ``max_s``: no data, no tightening.
