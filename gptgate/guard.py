@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -87,9 +88,38 @@ def _status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def _sdk_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """The timeout and connection exception classes of the HTTP stacks SDKs are built on
+    (httpx2, and httpx and openai when installed) — by type, never by name: a user's own
+    ``CacheConnectionError`` is no LLM failure."""
+    timeouts: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
+    transport: list[type[BaseException]] = [httpx2.TransportError]
+    try:
+        import httpx  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:  # pragma: no cover - the openai SDK brings it
+        pass
+    else:
+        timeouts.append(httpx.TimeoutException)
+        transport.append(httpx.TransportError)
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - optional
+        pass
+    else:
+        timeouts.append(openai.APITimeoutError)
+        transport.append(openai.APIConnectionError)
+    return tuple(timeouts), tuple(transport)
+
+
+_CLASSES: tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]] | None = None
+
+
 def classify_exception(exc: BaseException, backend: str) -> GateError:
     """A gptgate view of a foreign exception (an SDK's, httpx's), to decide on retries and
-    on the limit's signal; the original is what the caller sees."""
+    on the limit's signal; the original is what the caller sees. Anything that is neither an
+    HTTP status nor a timeout or transport error of a known HTTP stack is the application's
+    own: a bare ``GateError`` (never retried, not the backend's fault)."""
+    global _CLASSES
     if isinstance(exc, GateError):
         return exc
     status = _status_of(exc)
@@ -102,11 +132,19 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
         if status == 409 or status >= 500:
             return BackendError(name, backend=backend, status=status)
         return BadRequestError(name, backend=backend, status=status)
-    if isinstance(exc, (httpx2.TimeoutException, TimeoutError)) or "Timeout" in name:
+    if _CLASSES is None:
+        _CLASSES = _sdk_classes()
+    timeouts, transport = _CLASSES
+    if isinstance(exc, timeouts):  # before transport: openai's timeout is a connection error
         return RequestTimeout(name, backend=backend)
-    if isinstance(exc, httpx2.TransportError) or "Connection" in name:
+    if isinstance(exc, transport):
         return BackendError(name, backend=backend)
     return GateError(name, backend=backend)  # an application error: never retried
+
+
+def _is_the_applications(view: GateError) -> bool:
+    """The classified error says nothing about the backend (see ``classify_exception``)."""
+    return type(view) is GateError
 
 
 class _ForeignFailure(GateError):
@@ -141,6 +179,15 @@ def make_guard(
     )
 
     def decorator(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        if not inspect.iscoroutinefunction(fn):
+            # a sync function would run (and a sync SDK call be sent and billed) before the
+            # guard could see anything; an async generator is no call
+            kind = "an async generator" if inspect.isasyncgenfunction(fn) else "not async"
+            raise TypeError(
+                f"@gate.guard wraps async functions (async def ... return); "
+                f"{getattr(fn, '__qualname__', fn)!r} is {kind}"
+            )
+
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             runner = gate.runner
@@ -169,6 +216,9 @@ def make_guard(
                         permit.ignore()  # the caller's deadline says nothing of the backend
                         raise
                     view = classify_exception(exc, state.name)
+                    if _is_the_applications(view):
+                        permit.ignore()  # the application's own error: none of the backend's
+                        raise
                     report_failure(permit, view, clock.now() - start)
                     state.failures += 1
                     failed.add(state.name)
@@ -196,7 +246,9 @@ def make_guard(
                     return await attempt(1)
                 return await runner.retry.run(attempt, deadline=deadline)
             except _ForeignFailure as failure:
-                raise failure.original from None
+                original = failure.original
+            # raised outside the handler, the SDK's exception keeps its own chain
+            raise original
 
         return guarded
 
