@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import anyio
 import httpx2
+from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from .billed import BilledWork
@@ -43,7 +44,7 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
-from .telemetry import Telemetry
+from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
 from .wire import (
     ChatStreamReader,
@@ -62,6 +63,9 @@ __all__ = ["CallRunner", "CallSpec", "CallState"]
 class CacheTicketLike(Protocol):
     #: this call warms its prefix group (the others wait for its first token)
     warmer: bool
+
+    @property
+    def bypassed(self) -> bool: ...
 
     def prefilled(self) -> None: ...
 
@@ -113,6 +117,12 @@ class CallState:
     result: ChatResult | None = None
     #: its first sent attempt was counted as a request by the retry budget
     funded_retries: bool = False
+    #: the call's INTERNAL span, parent of every attempt's CLIENT span
+    span: Span | None = None
+    #: the span is named after a model (the caller's, or the first routed backend's)
+    named: bool = False
+    #: the error type of the attempt before the one about to be sent
+    retry_reason: str | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -150,9 +160,9 @@ class _Attempt:
     """
 
     __slots__ = (
-        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "number",
-        "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span", "spec",
-        "state", "streamed", "ticket", "ttft",
+        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "limit",
+        "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span",
+        "spec", "state", "streamed", "ticket", "ttft",
     )
 
     def __init__(
@@ -171,6 +181,8 @@ class _Attempt:
         self.attempt_timeout = self.config.timeout
         self.ticket: CacheTicketLike | None = None
         self.permit: Permit | None = None
+        #: the backend's limit when the permit was granted
+        self.limit = 0
         self.reserved = 0
         #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
         self.streamed = spec.stream
@@ -192,6 +204,7 @@ class _Attempt:
         )
         self.config = self.backend.backend
         self.attempt_timeout = self.config.timeout
+        self.limit = self.backend.limiter.current_limit
 
     async def pace(self) -> None:
         """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
@@ -272,7 +285,27 @@ class _Attempt:
             hardware=config.hardware,
             attempt=self.number,
             messages=spec.messages,
+            parent=state.span,
         )
+        if state.span is not None and not state.named:
+            state.named = True
+            runner.telemetry.name_call(state.span, config.model)
+        if self.span.is_recording():
+            self._describe(queue_s)
+
+    def _describe(self, queue_s: float) -> None:
+        """What an SRE asks of an attempt first: how long it queued, at what limit, in which
+        prompt-cache group (and whether its prefix was warm), and why it is a retry."""
+        span, spec, ticket = self.span, self.spec, self.ticket
+        assert span is not None
+        span.set_attribute(NAMES["queue_s"], queue_s)
+        span.set_attribute(NAMES["limit"], self.limit)
+        if spec.prefix is not None:
+            span.set_attribute(NAMES["cache_group"], spec.prefix.key)
+            if ticket is not None and not ticket.bypassed:
+                span.set_attribute(NAMES["cache_warm"], not ticket.warmer)
+        if self.number > 1 and self.state.retry_reason is not None:
+            span.set_attribute(NAMES["retry_reason"], self.state.retry_reason)
 
     async def open_stream(self, request: httpx2.Request) -> ChatStreamReader:
         """Send for an SSE answer: the headers within the first-byte timeout, then a reader
@@ -331,6 +364,7 @@ class _Attempt:
         permit, span, ttft, config = self.permit, self.span, self.ttft, self.config
         assert permit is not None and span is not None
         latency = self.clock.now() - self.sent_at
+        cost_before = self.state.cost_usd
         usage = parsed.usage or runner._estimated_usage(spec, parsed.text)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
@@ -344,6 +378,8 @@ class _Attempt:
             latency, ttft_s=ttft, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
         )
         runner._record_ok(backend, spec, self.state, parsed, usage, latency, ttft, self.streamed)
+        if span.is_recording():
+            span.set_attribute(NAMES["cost_usd"], self.state.cost_usd - cost_before)
         runner.telemetry.end_attempt(
             span,
             provider=config.provider,
@@ -364,10 +400,13 @@ class _Attempt:
         runner, backend, spec = self.runner, self.backend, self.spec
         if self.permit is not None and self.reserved:
             runner._pace_after_failure(backend, error, self.reserved, spec, self.attempt_timeout)
+        cost_before = self.state.cost_usd
         runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent
         )
         if self.span is not None:
+            if self.span.is_recording():
+                self.span.set_attribute(NAMES["cost_usd"], self.state.cost_usd - cost_before)
             runner.telemetry.end_attempt(
                 self.span,
                 provider=self.config.provider,
@@ -438,8 +477,10 @@ class CallRunner:
             assert state.result is not None
             return state.result
 
-        with self.telemetry.call_span(spec.scenario.name, str(spec.params.get("model", ""))):
-            try:
+        span = self._start_call(spec, state)
+        failure: GateError | None = None
+        try:
+            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
                 return await self.retry.run(
                     attempt,
                     deadline=spec.deadline,
@@ -448,9 +489,21 @@ class CallRunner:
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
                     failover=lambda error: self._is_failover(spec, state, error),
                 )
-            except GateError as error:
-                self.record_failed_call(error)
-                raise
+        except GateError as error:
+            failure = error
+            self.record_failed_call(error)
+            raise
+        finally:
+            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+
+    def _start_call(self, spec: CallSpec, state: CallState) -> Span:
+        """The call's INTERNAL span, named after the model the caller asked for (or, at the
+        first send, the routed backend's)."""
+        model = spec.params.get("model")
+        requested = model if isinstance(model, str) and model else None
+        state.named = requested is not None
+        span = state.span = self.telemetry.start_call(spec.scenario.name, requested)
+        return span
 
     def record_failed_call(self, error: GateError) -> None:
         if isinstance(error, GatewayClosedError):
@@ -459,7 +512,26 @@ class CallRunner:
             self.ledger.record_call(error.backend, ok=False)
 
     async def stream(self, spec: CallSpec, state: CallState) -> AsyncGenerator[str, None]:
-        """A visible stream: retries only while nothing has been shown to the caller."""
+        """A visible stream: retries only while nothing has been shown to the caller.
+
+        Its call span covers the whole stream, the caller's reads included, and ends on every
+        path (completion, error, cancellation, the caller leaving). It is never made current:
+        this generator's context would leak to the caller between yields."""
+        span = self._start_call(spec, state)
+        failure: GateError | None = None
+        try:
+            async with aclosing(self._stream_attempts(spec, state)) as deltas:
+                async for delta in deltas:
+                    yield delta
+        except GateError as error:
+            failure = error
+            raise
+        finally:
+            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+
+    async def _stream_attempts(
+        self, spec: CallSpec, state: CallState
+    ) -> AsyncGenerator[str, None]:
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
@@ -508,6 +580,7 @@ class CallRunner:
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         # the retry is counted on the backend it is sent to (see _attempt), not this one
+        state.retry_reason = type(error).__name__
         if isinstance(error, GateError) and error.backend:
             state.failed_backends.add(error.backend)
 

@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from .errors import GateError
 from .results import Usage
 
 __all__ = ["NAMES", "Telemetry"]
@@ -49,6 +51,10 @@ NAMES: dict[str, str] = {
     "attempt": "gptgate.attempt",
     "queue_s": "gptgate.queue_s",
     "cost_usd": "gptgate.cost_usd",
+    "limit": "gptgate.limit",
+    "cache_group": "gptgate.cache.group",
+    "cache_warm": "gptgate.cache.warm",
+    "retry_reason": "gptgate.retry_reason",
     "stream_decision": "gptgate.stream_decision",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
@@ -100,16 +106,56 @@ class Telemetry:
             "metric_queue", "s", "Time a call waited for admission", _DURATION_BUCKETS
         )
 
+    def start_call(self, scenario: str, model: str | None) -> Span:
+        """The call's INTERNAL span, ``"chat {request model}"`` (just ``"chat"`` until the
+        model is known: see :meth:`name_call`). Not made current: a stream's span lives in an
+        async generator, whose context would leak to the caller between yields — its
+        attempts are parented to it explicitly (:meth:`parent_of`)."""
+        attributes: dict[str, Any] = {NAMES["scenario"]: scenario, NAMES["operation"]: "chat"}
+        if model:
+            attributes[NAMES["request_model"]] = model
+        return self.tracer.start_span(
+            f"chat {model}" if model else "chat", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+
+    @staticmethod
+    def name_call(span: Span, model: str) -> None:
+        """Name a call the caller gave no model after the model of its first routed backend."""
+        if span.is_recording():
+            span.update_name(f"chat {model}")
+
+    @staticmethod
+    def end_call(
+        span: Span, *, error: BaseException | None = None, cost_usd: float | None = None
+    ) -> None:
+        """End the call's span; a failed call says so (``error.type``, ERROR status)."""
+        if span.is_recording():
+            if cost_usd is not None:
+                span.set_attribute(NAMES["cost_usd"], cost_usd)
+            if error is not None:
+                span.set_attribute(NAMES["error_type"], type(error).__name__)
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+
+    @staticmethod
+    def parent_of(span: Span | None) -> Context | None:
+        """The context that makes ``span`` the parent of an attempt's span."""
+        return None if span is None else trace.set_span_in_context(span)
+
     @contextmanager
-    def call_span(self, scenario: str, model: str) -> Iterator[Span]:
-        with self.tracer.start_as_current_span(
-            f"gptgate chat {model}",
-            kind=SpanKind.INTERNAL,
-            attributes={NAMES["scenario"]: scenario, NAMES["operation"]: "chat"},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+    def call_span(self, scenario: str, model: str | None) -> Iterator[Span]:
+        """The call's span, current while the block runs; a ``GateError`` out of it marks
+        the span failed (a cancellation does not: the caller chose it)."""
+        span = self.start_call(scenario, model)
+        error: BaseException | None = None
+        try:
+            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                yield span
+        except GateError as exc:
+            error = exc
+            raise
+        finally:
+            self.end_call(span, error=error)
 
     def start_attempt(
         self,
@@ -124,6 +170,7 @@ class Telemetry:
         hardware: str,
         attempt: int,
         messages: Sequence[Mapping[str, Any]],
+        parent: Span | None = None,
     ) -> Span:
         attributes: dict[str, Any] = {
             NAMES["operation"]: "chat",
@@ -137,7 +184,9 @@ class Telemetry:
         }
         if port is not None:
             attributes[NAMES["server_port"]] = port
-        span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        span = self.tracer.start_span(
+            f"chat {model}", self.parent_of(parent), kind=SpanKind.CLIENT, attributes=attributes
+        )
         if span.is_recording():
             for param, key in _SAMPLING_PARAMS.items():
                 value = params.get(param)
