@@ -189,3 +189,24 @@ async def test_a_failed_stream_marks_its_call_span() -> None:
     assert _attrs(calls[0])[NAMES["error_type"]] == "BadRequestError"
     assert attempts[0].parent is not None
     assert attempts[0].parent.span_id == calls[0].context.span_id
+
+
+async def test_no_sdk_makes_no_span_current_and_a_later_global_sdk_still_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The no-SDK fast path builds nothing and leaves the caller's context alone; a tracer
+    provider set globally after the gateway was made is used from the next call on."""
+    script = Script(ok())
+    async with gateway(backend(script)) as gate:
+        seen: list[trace.Span] = []
+        script.responses = [lambda request: (seen.append(trace.get_current_span()), ok())[1]]
+        await gate.chat(USER)
+        assert seen == [trace.INVALID_SPAN]
+        provider, exporter, still_open = _tracing()
+        monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+        await gate.chat(USER, max_tokens=5)
+    calls, attempts = _split(exporter)
+    assert [s.name for s in calls] == ["chat m"] and len(attempts) == 1 and not still_open.open
+    assert attempts[0].parent is not None
+    assert attempts[0].parent.span_id == calls[0].context.span_id
+    assert _attrs(attempts[0])[NAMES["limit"]] == 4
