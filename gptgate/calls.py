@@ -43,7 +43,7 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
-from .telemetry import Telemetry
+from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
 from .wire import (
     ChatStreamReader,
@@ -62,6 +62,9 @@ __all__ = ["CallRunner", "CallSpec", "CallState"]
 class CacheTicketLike(Protocol):
     #: this call warms its prefix group (the others wait for its first token)
     warmer: bool
+
+    @property
+    def bypassed(self) -> bool: ...
 
     def prefilled(self) -> None: ...
 
@@ -113,6 +116,12 @@ class CallState:
     result: ChatResult | None = None
     #: its first sent attempt was counted as a request by the retry budget
     funded_retries: bool = False
+    #: the call's INTERNAL span, parent of every attempt's CLIENT span
+    span: Span | None = None
+    #: the span is named after a model (the caller's, or the first routed backend's)
+    named: bool = False
+    #: the error type of the attempt before the one about to be sent
+    retry_reason: str | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -150,9 +159,9 @@ class _Attempt:
     """
 
     __slots__ = (
-        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "number",
-        "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span", "spec",
-        "state", "streamed", "ticket", "ttft",
+        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "limit",
+        "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span",
+        "spec", "state", "streamed", "ticket", "ttft",
     )
 
     def __init__(
@@ -171,6 +180,8 @@ class _Attempt:
         self.attempt_timeout = self.config.timeout
         self.ticket: CacheTicketLike | None = None
         self.permit: Permit | None = None
+        #: the backend's limit when the permit was granted
+        self.limit = 0
         self.reserved = 0
         #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
         self.streamed = spec.stream
@@ -192,6 +203,7 @@ class _Attempt:
         )
         self.config = self.backend.backend
         self.attempt_timeout = self.config.timeout
+        self.limit = self.backend.limiter.current_limit
 
     async def pace(self) -> None:
         """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
@@ -242,7 +254,7 @@ class _Attempt:
                     "call deadline passed before the send", backend=backend.name, deadline=True
                 )
         return backend.pool.client.build_request(
-            "POST", "chat/completions", content=body, headers=spec.headers
+            "POST", self.runner._chat_url(backend), content=body, headers=spec.headers
         )
 
     def dispatch(self) -> None:
@@ -275,7 +287,25 @@ class _Attempt:
             hardware=config.hardware,
             attempt=self.number,
             messages=spec.messages,
+            parent=state.span,
+            extra=self._described(queue_s) if runner.telemetry.tracing else None,
         )
+        if state.span is not None and not state.named:
+            state.named = True
+            runner.telemetry.name_call(state.span, config.model)
+
+    def _described(self, queue_s: float) -> dict[str, Any]:
+        """What an SRE asks of an attempt first: how long it queued, at what limit, in which
+        prompt-cache group (and whether its prefix was warm), and why it is a retry."""
+        spec, ticket = self.spec, self.ticket
+        attributes: dict[str, Any] = {NAMES["queue_s"]: queue_s, NAMES["limit"]: self.limit}
+        if spec.prefix is not None:
+            attributes[NAMES["cache_group"]] = spec.prefix.key
+            if ticket is not None and not ticket.bypassed:
+                attributes[NAMES["cache_warm"]] = not ticket.warmer
+        if self.number > 1 and self.state.retry_reason is not None:
+            attributes[NAMES["retry_reason"]] = self.state.retry_reason
+        return attributes
 
     async def open_stream(self, request: httpx2.Request) -> ChatStreamReader:
         """Send for an SSE answer: the headers within the first-byte timeout, then a reader
@@ -334,6 +364,7 @@ class _Attempt:
         permit, span, ttft, config = self.permit, self.span, self.ttft, self.config
         assert permit is not None and span is not None
         latency = self.clock.now() - self.sent_at
+        cost_before = self.state.cost_usd
         usage = parsed.usage or runner._estimated_usage(spec, parsed.text)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
@@ -358,6 +389,7 @@ class _Attempt:
             response_id=parsed.response_id,
             finish_reason=parsed.finish_reason,
             text=parsed.text,
+            extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
         )
         self.span = None
 
@@ -369,6 +401,7 @@ class _Attempt:
             runner._pace_after_failure(
                 backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight
             )
+        cost_before = self.state.cost_usd
         runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent
         )
@@ -381,6 +414,7 @@ class _Attempt:
                 usage=None,
                 ttft_s=self.ttft,
                 error=error,
+                extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
             )
             self.span = None
 
@@ -429,6 +463,20 @@ class CallRunner:
         self.max_breaker_wait_s = max_breaker_wait_s
         #: per backend: what its recent answers looked like, to estimate the unanswered ones
         self.billed_work: dict[str, BilledWork] = {}
+        #: per backend: its client and the absolute chat URL (joined once, not per request)
+        self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
+
+    def _chat_url(self, backend: BackendState) -> httpx2.URL:
+        """``{base_url}chat/completions``, joined as httpx2 joins a relative URL to the base
+        (the base's path, ending in ``/``, then the path) — once per client: the join parses
+        the URL again and was a tenth of a call's own CPU."""
+        client = backend.pool.client
+        cached = self._chat_urls.get(backend.name)
+        if cached is None or cached[0] is not client:
+            base = client.base_url
+            url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+            cached = self._chat_urls[backend.name] = (client, url)
+        return cached[1]
 
     # -- the whole call -------------------------------------------------------------------
 
@@ -443,8 +491,10 @@ class CallRunner:
             assert state.result is not None
             return state.result
 
-        with self.telemetry.call_span(spec.scenario.name, str(spec.params.get("model", ""))):
-            try:
+        span = self._start_call(spec, state)
+        failure: GateError | None = None
+        try:
+            with self.telemetry.use_call(span):
                 return await self.retry.run(
                     attempt,
                     deadline=spec.deadline,
@@ -453,9 +503,21 @@ class CallRunner:
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
                     failover=lambda error: self._is_failover(spec, state, error),
                 )
-            except GateError as error:
-                self.record_failed_call(error)
-                raise
+        except GateError as error:
+            failure = error
+            self.record_failed_call(error)
+            raise
+        finally:
+            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+
+    def _start_call(self, spec: CallSpec, state: CallState) -> Span:
+        """The call's INTERNAL span, named after the model the caller asked for (or, at the
+        first send, the routed backend's)."""
+        model = spec.params.get("model")
+        requested = model if isinstance(model, str) and model else None
+        state.named = requested is not None
+        span = state.span = self.telemetry.start_call(spec.scenario.name, requested)
+        return span
 
     def record_failed_call(self, error: GateError) -> None:
         if isinstance(error, GatewayClosedError):
@@ -464,7 +526,26 @@ class CallRunner:
             self.ledger.record_call(error.backend, ok=False)
 
     async def stream(self, spec: CallSpec, state: CallState) -> AsyncGenerator[str, None]:
-        """A visible stream: retries only while nothing has been shown to the caller."""
+        """A visible stream: retries only while nothing has been shown to the caller.
+
+        Its call span covers the whole stream, the caller's reads included, and ends on every
+        path (completion, error, cancellation, the caller leaving). It is never made current:
+        this generator's context would leak to the caller between yields."""
+        span = self._start_call(spec, state)
+        failure: GateError | None = None
+        try:
+            async with aclosing(self._stream_attempts(spec, state)) as deltas:
+                async for delta in deltas:
+                    yield delta
+        except GateError as error:
+            failure = error
+            raise
+        finally:
+            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+
+    async def _stream_attempts(
+        self, spec: CallSpec, state: CallState
+    ) -> AsyncGenerator[str, None]:
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
@@ -513,6 +594,7 @@ class CallRunner:
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         # the retry is counted on the backend it is sent to (see _attempt), not this one
+        state.retry_reason = type(error).__name__
         if isinstance(error, GateError) and error.backend:
             state.failed_backends.add(error.backend)
 

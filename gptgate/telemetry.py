@@ -9,12 +9,19 @@ switch to the renamed conventions is one edit. Prompt and completion text go on 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from .errors import GateError
+
+try:  # the global meter provider before one is set (the OpenTelemetry API's own placeholder)
+    from opentelemetry.metrics._internal import _ProxyMeterProvider as _UnsetMeterProvider
+except ImportError:  # pragma: no cover - another API version: always record
+    _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
 __all__ = ["NAMES", "Telemetry"]
@@ -49,6 +56,10 @@ NAMES: dict[str, str] = {
     "attempt": "gptgate.attempt",
     "queue_s": "gptgate.queue_s",
     "cost_usd": "gptgate.cost_usd",
+    "limit": "gptgate.limit",
+    "cache_group": "gptgate.cache.group",
+    "cache_warm": "gptgate.cache.warm",
+    "retry_reason": "gptgate.retry_reason",
     "stream_decision": "gptgate.stream_decision",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
@@ -78,6 +89,10 @@ class Telemetry:
         self.tracer = trace.get_tracer("gptgate", tracer_provider=tracer_provider)
         meter = metrics.get_meter("gptgate", meter_provider=meter_provider)
         self.capture_content = capture_content
+        #: providers passed in are used as given; the globals are looked at on every call
+        #: (an SDK may be configured after the gateway was made)
+        self._own_tracer = tracer_provider is not None
+        self._own_meter = meter_provider is not None
 
         def histogram(key: str, unit: str, description: str, buckets: list[float]) -> Any:
             return meter.create_histogram(
@@ -100,16 +115,84 @@ class Telemetry:
             "metric_queue", "s", "Time a call waited for admission", _DURATION_BUCKETS
         )
 
+    @property
+    def tracing(self) -> bool:
+        """Whether spans can record: with no SDK configured, a call builds no attributes and
+        makes no span current (each would be a no-op, paid for on the hot path)."""
+        return self._own_tracer or not isinstance(
+            trace.get_tracer_provider(), trace.ProxyTracerProvider
+        )
+
+    @property
+    def metering(self) -> bool:
+        """Whether metric points can be recorded (a meter provider given, or one set)."""
+        return (
+            self._own_meter
+            or _UnsetMeterProvider is None
+            or not isinstance(metrics.get_meter_provider(), _UnsetMeterProvider)
+        )
+
+    def start_call(self, scenario: str, model: str | None) -> Span:
+        """The call's INTERNAL span, ``"chat {request model}"`` (just ``"chat"`` until the
+        model is known: see :meth:`name_call`). Not made current: a stream's span lives in an
+        async generator, whose context would leak to the caller between yields — its
+        attempts are parented to it explicitly (:meth:`parent_of`)."""
+        if not self.tracing:
+            return trace.INVALID_SPAN
+        attributes: dict[str, Any] = {NAMES["scenario"]: scenario, NAMES["operation"]: "chat"}
+        if model:
+            attributes[NAMES["request_model"]] = model
+        return self.tracer.start_span(
+            f"chat {model}" if model else "chat", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+
+    @staticmethod
+    def name_call(span: Span, model: str) -> None:
+        """Name a call the caller gave no model after the model of its first routed backend."""
+        if span.is_recording():
+            span.update_name(f"chat {model}")
+
+    @staticmethod
+    def end_call(
+        span: Span, *, error: BaseException | None = None, cost_usd: float | None = None
+    ) -> None:
+        """End the call's span; a failed call says so (``error.type``, ERROR status)."""
+        if span.is_recording():
+            if cost_usd is not None:
+                span.set_attribute(NAMES["cost_usd"], cost_usd)
+            if error is not None:
+                span.set_attribute(NAMES["error_type"], type(error).__name__)
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+
+    @staticmethod
+    def parent_of(span: Span | None) -> Context | None:
+        """The context that makes ``span`` the parent of an attempt's span."""
+        if span is None or span is trace.INVALID_SPAN:
+            return None
+        return trace.set_span_in_context(span)
+
+    @staticmethod
+    def use_call(span: Span) -> AbstractContextManager[Any]:
+        """Make a call's span current while it runs (nothing to do for the no-op span)."""
+        if span is trace.INVALID_SPAN:
+            return nullcontext()
+        return trace.use_span(span, record_exception=False, set_status_on_exception=False)
+
     @contextmanager
-    def call_span(self, scenario: str, model: str) -> Iterator[Span]:
-        with self.tracer.start_as_current_span(
-            f"gptgate chat {model}",
-            kind=SpanKind.INTERNAL,
-            attributes={NAMES["scenario"]: scenario, NAMES["operation"]: "chat"},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+    def call_span(self, scenario: str, model: str | None) -> Iterator[Span]:
+        """The call's span, current while the block runs; a ``GateError`` out of it marks
+        the span failed (a cancellation does not: the caller chose it)."""
+        span = self.start_call(scenario, model)
+        error: BaseException | None = None
+        try:
+            with self.use_call(span):
+                yield span
+        except GateError as exc:
+            error = exc
+            raise
+        finally:
+            self.end_call(span, error=error)
 
     def start_attempt(
         self,
@@ -124,7 +207,11 @@ class Telemetry:
         hardware: str,
         attempt: int,
         messages: Sequence[Mapping[str, Any]],
+        parent: Span | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Span:
+        if not self.tracing:
+            return trace.INVALID_SPAN
         attributes: dict[str, Any] = {
             NAMES["operation"]: "chat",
             NAMES["provider"]: provider,
@@ -137,12 +224,19 @@ class Telemetry:
         }
         if port is not None:
             attributes[NAMES["server_port"]] = port
-        span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        if extra:
+            attributes.update(extra)
+        span = self.tracer.start_span(
+            f"chat {model}", self.parent_of(parent), kind=SpanKind.CLIENT, attributes=attributes
+        )
         if span.is_recording():
-            for param, key in _SAMPLING_PARAMS.items():
-                value = params.get(param)
-                if isinstance(value, (int, float)):
-                    span.set_attribute(NAMES[key], value)
+            sampling = {
+                NAMES[key]: value
+                for param, key in _SAMPLING_PARAMS.items()
+                if isinstance(value := params.get(param), (int, float))
+            }
+            if sampling:  # one lock and one pass, not one per attribute
+                span.set_attributes(sampling)
             if self.capture_content:
                 import json
 
@@ -163,6 +257,39 @@ class Telemetry:
         finish_reason: str | None = None,
         text: str | None = None,
         error: BaseException | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        if self.metering:
+            self._record_attempt(provider, model, duration_s, usage, ttft_s, error)
+        if span.is_recording():
+            # set at once: one lock, not one per attribute
+            attributes: dict[str, Any] = dict(extra) if extra else {}
+            if usage is not None:
+                attributes[NAMES["input_tokens"]] = usage.input_tokens
+                attributes[NAMES["output_tokens"]] = usage.output_tokens
+                attributes[NAMES["cached_tokens"]] = usage.cached_input_tokens
+            if response_model:
+                attributes[NAMES["response_model"]] = response_model
+            if response_id:
+                attributes[NAMES["response_id"]] = response_id
+            if finish_reason:
+                attributes[NAMES["finish_reasons"]] = [finish_reason]
+            if text is not None and self.capture_content:
+                attributes[NAMES["output_text"]] = text
+            if error is not None:
+                attributes[NAMES["error_type"]] = type(error).__name__
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_attributes(attributes)
+        span.end()
+
+    def _record_attempt(
+        self,
+        provider: str,
+        model: str,
+        duration_s: float,
+        usage: Usage | None,
+        ttft_s: float | None,
+        error: BaseException | None,
     ) -> None:
         metric_attributes: dict[str, Any] = {
             NAMES["operation"]: "chat",
@@ -181,23 +308,7 @@ class Telemetry:
             self.tokens.record(
                 usage.output_tokens, {**metric_attributes, NAMES["token_type"]: "output"}
             )
-        if span.is_recording():
-            if usage is not None:
-                span.set_attribute(NAMES["input_tokens"], usage.input_tokens)
-                span.set_attribute(NAMES["output_tokens"], usage.output_tokens)
-                span.set_attribute(NAMES["cached_tokens"], usage.cached_input_tokens)
-            if response_model:
-                span.set_attribute(NAMES["response_model"], response_model)
-            if response_id:
-                span.set_attribute(NAMES["response_id"], response_id)
-            if finish_reason:
-                span.set_attribute(NAMES["finish_reasons"], [finish_reason])
-            if text is not None and self.capture_content:
-                span.set_attribute(NAMES["output_text"], text)
-            if error is not None:
-                span.set_attribute(NAMES["error_type"], type(error).__name__)
-                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
-        span.end()
 
     def record_queue(self, queue_s: float, backend: str) -> None:
-        self.queue.record(queue_s, {NAMES["backend"]: backend})
+        if self.metering:
+            self.queue.record(queue_s, {NAMES["backend"]: backend})
