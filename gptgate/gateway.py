@@ -47,7 +47,7 @@ from .errors import (
     OverloadedError,
     RequestTooLargeError,
 )
-from .guard import GuardTransport, make_guard
+from .guard import make_guard
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -58,6 +58,7 @@ from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .sdk_client import GuardTransport
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
 
