@@ -124,9 +124,10 @@ class Telemetry:
         hardware: str,
         attempt: int,
         messages: Sequence[Mapping[str, Any]],
+        operation: str = "chat",
     ) -> Span:
         attributes: dict[str, Any] = {
-            NAMES["operation"]: "chat",
+            NAMES["operation"]: operation,
             NAMES["provider"]: provider,
             NAMES["request_model"]: model,
             NAMES["server_address"]: host,
@@ -137,7 +138,9 @@ class Telemetry:
         }
         if port is not None:
             attributes[NAMES["server_port"]] = port
-        span = self.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        span = self.tracer.start_span(
+            f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attributes
+        )
         if span.is_recording():
             for param, key in _SAMPLING_PARAMS.items():
                 value = params.get(param)
@@ -163,9 +166,10 @@ class Telemetry:
         finish_reason: str | None = None,
         text: str | None = None,
         error: BaseException | None = None,
+        operation: str = "chat",
     ) -> None:
         metric_attributes: dict[str, Any] = {
-            NAMES["operation"]: "chat",
+            NAMES["operation"]: operation,
             NAMES["provider"]: provider,
             NAMES["request_model"]: model,
         }
