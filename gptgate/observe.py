@@ -36,6 +36,7 @@ class ResponseTap:
         "_size",
         "_sse",
         "_start",
+        "complete",
         "content_chars",
         "finish_reason",
         "input_tokens",
@@ -60,6 +61,9 @@ class ResponseTap:
         #: characters of answer text seen in a stream's deltas (an estimate's base when no
         #: usage comes: the SDK's default is a stream without ``include_usage``)
         self.content_chars = 0
+        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed``) arrived: the
+        #: answer is whole even if the reader leaves before the connection's end
+        self.complete = False
         #: bytes of body seen (a cut body with none answered nothing)
         self.received = 0
         self.response_id: str | None = None
@@ -105,10 +109,13 @@ class ResponseTap:
 
     def _event(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
+            self.complete = True
             return
         chunk = _loads(data)
         if not isinstance(chunk, dict):
             return
+        if chunk.get("type") == "response.completed":
+            self.complete = True
         content = _content_chars(chunk)
         if content:
             self.content_chars += content

@@ -222,8 +222,13 @@ class _Attempt:
 
     def abandoned(self) -> None:
         """The caller cancelled or left the body (a ``break``): ignored by the limit, but what
-        the server generated until then is possibly billed."""
+        the server generated until then is possibly billed. A stream left after its end
+        marker is whole: a success."""
         if self.ended:
+            return
+        if self.tap is not None and self.tap.complete:
+            self.tap.close(self.runner.clock.now())
+            self.succeeded()
             return
         if self.permit is not None:
             self.permit.ignore()
@@ -262,7 +267,11 @@ class _Attempt:
             )
         else:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
-        prompt = self.prompt_tokens()
+        # as gate.chat: an attempt left before the backend's usual first token, with nothing
+        # generated, was still queued at the server, which bills nothing for it
+        first_token = self.state.ttft.percentile(0.5)
+        prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
+        prompt = self.prompt_tokens() if prefilled else 0
         if not prompt and not output:
             return
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)

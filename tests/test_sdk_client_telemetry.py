@@ -446,3 +446,80 @@ async def test_idle_timeout_applies_to_sdk_streams() -> None:
                 pass
         stats = gate.stats()["mock"]
     assert stats.timeouts == 1 and stats.failures == 1
+
+
+async def test_a_timed_out_sdk_attempt_is_counted_as_possibly_billed() -> None:
+    """As ``gate.chat``: a timeout with no byte of answer may have been billed — the ledger
+    counts its prompt, marked uncertain."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.headers.get("x-slow") == "1":
+            raise httpx2.ReadTimeout("no answer", request=request)
+        return ok("fine")
+
+    async with gg.Gateway([_mock_backend(handler)], seed=1) as gate:
+        client = _sdk(gate)
+        await client.chat.completions.create(model="m", messages=USER)
+        before = gate.ledger.entries["mock"].input_tokens
+        with pytest.raises(openai.APITimeoutError):
+            await client.chat.completions.create(
+                model="m", messages=USER, extra_headers={"x-slow": "1"}
+            )
+        entry = gate.ledger.entries["mock"]
+        stats = gate.stats()["mock"]
+    assert entry.attempts == 2 and entry.input_tokens > before
+    assert entry.uncertain_tokens > 0 and entry.wasted_tokens == entry.uncertain_tokens
+    assert stats.timeouts == 1
+
+
+async def test_a_stream_left_after_its_end_marker_is_a_success() -> None:
+    async with gg.Gateway([_mock_backend(lambda r: stream(["abcd" * 5]))], seed=1) as gate:
+        recorder = RecordingLimit()
+        gate.backend_state("mock").limiter.limit = recorder
+        response = await gate.http_client("mock").send(
+            gate.http_client("mock").build_request(
+                "POST", "http://127.0.0.1:9/v1/chat/completions",
+                json={"model": "m", "messages": USER, "stream": True},
+            ),
+            stream=True,
+        )
+        async for _line in response.aiter_lines():
+            pass
+        await response.aclose()
+        entry = gate.ledger.entries["mock"]
+    (sample,) = recorder.samples
+    assert sample.kind == "ok" and entry.wasted_tokens == 0 and entry.attempts == 1
+
+
+async def _guarded(n: int) -> tuple[int, int, gg.LedgerEntry, Any, gg.BackendStats]:
+    otel = Otel()
+    clock = LoopClock()
+    backend, engine = sim_backend("gpu", name="l", clock=clock, concurrency=4)
+    gate = gg.Gateway(
+        [backend], clock=clock, seed=1, tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+    )
+    async with gate:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test", base_url="http://127.0.0.1:8000/v1",
+            http_client=gate.http_client("l"), max_retries=0,
+        )
+
+        @gate.guard(backend="l")
+        async def ask() -> None:
+            await client.chat.completions.create(model="m", messages=USER, max_tokens=20)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(ask)
+        entry = gate.ledger.entries["l"]
+        stats = gate.stats()["l"]
+    spans = [s for s in otel.clients() if s.name == "chat m"]
+    return len(spans), engine.ledger.snapshot().output_tokens, entry, engine, stats
+
+
+def test_sdk_requests_inside_a_guarded_call_still_get_span_and_ledger() -> None:
+    spans, billed_output, entry, _, stats = run_virtual(_guarded, 8)
+    assert spans == 8
+    assert entry.output_tokens == billed_output and entry.attempts == 8
+    assert stats.calls == 8 and stats.in_flight == 0  # counted once, by the guard
