@@ -232,7 +232,8 @@ async def test_stats_count_sdk_failures_rate_limits_and_timeouts() -> None:
         name="mock", base_url="http://127.0.0.1:9/v1", model="m", concurrency=4,
         transport=httpx2.MockTransport(script),
     )
-    async with gg.Gateway([backend], seed=1) as gate:
+    otel = Otel()
+    async with gg.Gateway([backend], seed=1, tracer_provider=otel.tracer_provider) as gate:
         client = openai.AsyncOpenAI(
             base_url="http://127.0.0.1:9/v1", api_key="sk-test",
             http_client=gate.http_client("mock"), max_retries=0,
@@ -244,6 +245,11 @@ async def test_stats_count_sdk_failures_rate_limits_and_timeouts() -> None:
         stats = gate.stats()["mock"]
     assert stats.calls == 6
     assert stats.failures == 5 and stats.rate_limited == 2 and stats.timeouts == 1
+    spans = otel.clients()
+    assert [s.status.status_code for s in spans].count(StatusCode.ERROR) == 5
+    assert [s.attributes["error.type"] for s in spans[:5] if s.attributes] == [
+        "RateLimitedError", "RateLimitedError", "BackendError", "BackendError", "RequestTimeout"
+    ]
 
 
 async def test_token_less_replies_do_not_teach_the_limit() -> None:
