@@ -47,7 +47,7 @@ from .errors import (
     OverloadedError,
     RequestTooLargeError,
 )
-from .guard import GuardTransport, make_guard
+from .guard import make_guard
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -58,6 +58,7 @@ from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .sdk_client import GuardTransport
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
 
@@ -1146,16 +1147,33 @@ class Gateway:
             self, scenario=scenario, backend=backend, private=private, tier=tier, retry=retry
         )
 
-    def http_client(self, backend: str, **client_options: Any) -> httpx2.AsyncClient:
+    def http_client(
+        self,
+        backend: str,
+        *,
+        priority: int | None = None,
+        scenario: str | Scenario | None = None,
+        **client_options: Any,
+    ) -> httpx2.AsyncClient:
         """An ``httpx2.AsyncClient`` for a third-party SDK (``openai.AsyncOpenAI(
         http_client=gate.http_client("gpu-local"))``): its requests share the backend's pool
-        and pass through its limiter, so SDK traffic counts against the same limit.
+        and pass through its limiter, so SDK traffic counts against the same limit, and each
+        is an attempt with a span, metrics, a ledger entry and ``stats()`` counters.
 
-        It may be built before the gateway opens (SDK clients are often made at import time):
-        the backend's live state is looked up at each request, which fails with a clear
-        ``GateError`` while the gateway is not open. An unknown name fails here."""
+        ``priority`` (else the ``scenario``'s, else 5) orders its requests in the admission
+        queue beside ``gate.chat``'s. It may be built before the gateway opens (SDK clients are
+        often made at import time): the backend's live state is looked up at each request,
+        which raises ``GatewayClosedError`` while the gateway is not open. An unknown name
+        fails here."""
         config = self._configured(backend)
-        transport = GuardTransport(self, backend)
+        resolved = resolve_scenario(scenario) if scenario is not None else None
+        if priority is None:
+            priority = resolved.priority if resolved is not None else 5
+        elif isinstance(priority, bool) or not isinstance(priority, int):
+            raise BadRequestError(f"priority must be an int, got {priority!r}")
+        transport = GuardTransport(
+            self, backend, priority, resolved.name if resolved is not None else None
+        )
         timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
         return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
 

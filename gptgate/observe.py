@@ -34,15 +34,23 @@ class ResponseTap:
         "_buffer",
         "_decoder",
         "_size",
+        "_sse",
         "_start",
+        "complete",
+        "content_chars",
+        "finish_reason",
         "input_tokens",
         "output_tokens",
+        "received",
+        "response_id",
+        "response_model",
         "ttft_s",
     )
 
     def __init__(self, content_type: str, start: float) -> None:
         self._start = start
-        self._decoder = SSEDecoder() if content_type.startswith("text/event-stream") else None
+        self._sse = content_type.startswith("text/event-stream")
+        self._decoder = SSEDecoder() if self._sse else None
         self._buffer: list[bytes] | None = (
             [] if self._decoder is None and "json" in content_type else None
         )
@@ -50,8 +58,25 @@ class ResponseTap:
         self.ttft_s: float | None = None
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        #: characters of answer text seen in a stream's deltas (an estimate's base when no
+        #: usage comes: the SDK's default is a stream without ``include_usage``)
+        self.content_chars = 0
+        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed``) arrived: the
+        #: answer is whole even if the reader leaves before the connection's end
+        self.complete = False
+        #: bytes of body seen (a cut body with none answered nothing)
+        self.received = 0
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.finish_reason: str | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """An event stream (its tokens arrive in deltas), not one JSON body."""
+        return self._decoder is not None or self._sse
 
     def feed(self, chunk: bytes, now: float) -> None:
+        self.received += len(chunk)
         try:
             if self._decoder is not None:
                 for event in self._decoder.feed(chunk):
@@ -80,19 +105,36 @@ class ResponseTap:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self._decoder = self._buffer = None
         self.ttft_s = self.input_tokens = self.output_tokens = None
+        self.content_chars = 0
 
     def _event(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
+            self.complete = True
             return
         chunk = _loads(data)
         if not isinstance(chunk, dict):
             return
-        if self.ttft_s is None and _has_content(chunk):
-            self.ttft_s = max(0.0, now - self._start)
-        self._take_usage(chunk)
+        if chunk.get("type") == "response.completed":
+            self.complete = True
+        content = _content_chars(chunk)
+        if content:
+            self.content_chars += content
+            if self.ttft_s is None:
+                self.ttft_s = max(0.0, now - self._start)
+        response = chunk.get("response")  # the Responses API wraps its object in events
+        self._take_usage(response if isinstance(response, dict) else chunk)
 
     def _take_usage(self, obj: Any) -> None:
-        usage = parse_usage(obj.get("usage")) if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            return
+        if isinstance(obj.get("id"), str):
+            self.response_id = obj["id"]
+        if isinstance(obj.get("model"), str):
+            self.response_model = obj["model"]
+        reason = _finish_reason(obj)
+        if reason is not None:
+            self.finish_reason = reason
+        usage = parse_usage(obj.get("usage"))
         if usage is not None:
             self.input_tokens = usage.input_tokens
             self.output_tokens = usage.output_tokens
@@ -122,9 +164,31 @@ def _loads(body: bytes | str) -> Any:
         return None
 
 
-def _has_content(chunk: dict[str, Any]) -> bool:
+def _content_chars(chunk: dict[str, Any]) -> int:
+    """Characters of answer in one stream event (chat and completions deltas, the Responses
+    API's ``response.output_text.delta``); a tool call's delta counts as content too."""
+    delta_text = chunk.get("delta")
+    if isinstance(delta_text, str) and str(chunk.get("type", "")).endswith(".delta"):
+        return len(delta_text)
     choices = chunk.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return False
-    delta = choices[0].get("delta")
-    return isinstance(delta, dict) and bool(delta.get("content") or delta.get("tool_calls"))
+        return 0
+    choice = choices[0]
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        content = delta.get("content")
+        size = len(content) if isinstance(content, str) else 0
+        if delta.get("tool_calls"):
+            size += len(json.dumps(delta["tool_calls"]))
+        return size
+    text = choice.get("text")  # a text completion's chunk
+    return len(text) if isinstance(text, str) else 0
+
+
+def _finish_reason(obj: dict[str, Any]) -> str | None:
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    status = obj.get("status")  # the Responses API: "completed", "incomplete"
+    return status if isinstance(status, str) and "output" in obj else None

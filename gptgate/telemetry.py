@@ -209,11 +209,12 @@ class Telemetry:
         messages: Sequence[Mapping[str, Any]],
         parent: Span | None = None,
         extra: Mapping[str, Any] | None = None,
+        operation: str = "chat",
     ) -> Span:
         if not self.tracing:
             return trace.INVALID_SPAN
         attributes: dict[str, Any] = {
-            NAMES["operation"]: "chat",
+            NAMES["operation"]: operation,
             NAMES["provider"]: provider,
             NAMES["request_model"]: model,
             NAMES["server_address"]: host,
@@ -227,7 +228,8 @@ class Telemetry:
         if extra:
             attributes.update(extra)
         span = self.tracer.start_span(
-            f"chat {model}", self.parent_of(parent), kind=SpanKind.CLIENT, attributes=attributes
+            f"{operation} {model}", self.parent_of(parent), kind=SpanKind.CLIENT,
+            attributes=attributes,
         )
         if span.is_recording():
             sampling = {
@@ -258,9 +260,10 @@ class Telemetry:
         text: str | None = None,
         error: BaseException | None = None,
         extra: Mapping[str, Any] | None = None,
+        operation: str = "chat",
     ) -> None:
         if self.metering:
-            self._record_attempt(provider, model, duration_s, usage, ttft_s, error)
+            self._record_attempt(provider, model, duration_s, usage, ttft_s, error, operation)
         if span.is_recording():
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
@@ -290,9 +293,10 @@ class Telemetry:
         usage: Usage | None,
         ttft_s: float | None,
         error: BaseException | None,
+        operation: str,
     ) -> None:
         metric_attributes: dict[str, Any] = {
-            NAMES["operation"]: "chat",
+            NAMES["operation"]: operation,
             NAMES["provider"]: provider,
             NAMES["request_model"]: model,
         }

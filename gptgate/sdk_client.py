@@ -1,0 +1,461 @@
+"""``gate.http_client(name)``: an ``httpx2.AsyncClient`` for a third-party SDK whose transport
+takes a permit of the backend's limiter per request and returns it when the response is
+closed, sharing the backend's pooled connections: SDK traffic and gateway traffic obey one
+limit.
+
+Each request is an attempt like ``gate.chat``'s: a CLIENT span ``"{operation} {model}"``, the
+GenAI metrics, a ledger entry priced with the backend's ``Price``, and ``stats()`` counters.
+What the limit learns follows docs/adaptive.md: only chat/completion answers of a known size
+teach it; a cut body is a server failure, the caller's break or cancellation is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx2
+
+from .billed import BilledWork
+from .errors import (
+    BackendError,
+    GateError,
+    OverloadedError,
+    RateLimitedError,
+    RequestTimeout,
+    StreamInterruptedError,
+)
+from .guard import _GUARD_PERMIT, GuardedGateway, classify_exception
+from .limits import Permit
+from .observe import ResponseTap
+from .outcomes import report_failure
+from .results import Usage
+from .routing import BackendState
+from .telemetry import NAMES
+from .tokens import estimate_prompt_tokens, estimate_text_tokens
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from .calls import CallRunner
+
+__all__ = ["GuardTransport", "operation_of"]
+
+#: the GenAI operation of an OpenAI-compatible endpoint, by the path's last segments
+_OPERATIONS = (
+    ("/chat/completions", "chat"),
+    ("/completions", "text_completion"),
+    ("/embeddings", "embeddings"),
+    ("/responses", "chat"),
+)
+#: operations whose answers, with a known size, teach the limit its latency per token
+_GENERATIVE = frozenset({"chat", "text_completion"})
+#: the request model, read without parsing the body (metrics want it on every attempt)
+_MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def operation_of(path: str) -> str | None:
+    """The GenAI operation name of a request path; None for any other endpoint."""
+    path = path.rstrip("/")
+    for suffix, operation in _OPERATIONS:
+        if path.endswith(suffix):
+            return operation
+    return None
+
+
+class _Attempt:
+    """One request the SDK sent: its span, permit and tap, and how it ended (exactly once)."""
+
+    def __init__(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        permit: Permit | None, start: float, queue_s: float, scenario: str | None,
+    ) -> None:
+        self.runner = runner
+        self.state = state
+        self.request = request
+        self.permit = permit
+        self.start = start
+        path = request.url.path
+        known = operation_of(path)
+        self.operation = known or path.rstrip("/").rsplit("/", 1)[-1] or "request"
+        self.generative = known in _GENERATIVE
+        self.model = self._model()
+        self.tap: ResponseTap | None = None
+        self.ended = False
+        self._body: dict[str, Any] | None = None
+        config = state.backend
+        telemetry = runner.telemetry
+        telemetry.record_queue(queue_s, state.name)
+        url = state.pool.client.base_url
+        self.span: Span = telemetry.start_attempt(
+            provider=config.provider, model=self.model, host=url.host, port=url.port,
+            stream=False, params={}, backend=state.name, hardware=config.hardware,
+            attempt=1, messages=(), operation=self.operation,
+        )
+        if self.span.is_recording():  # the body is parsed only for a recording span
+            body = self.body()
+            self.span.set_attribute(NAMES["request_stream"], bool(body.get("stream")))
+            self.span.set_attribute(NAMES["queue_s"], queue_s)
+            if scenario is not None:
+                self.span.set_attribute(NAMES["scenario"], scenario)
+            for param, key in (
+                ("max_tokens", "request_max_tokens"),
+                ("max_completion_tokens", "request_max_tokens"),
+                ("max_output_tokens", "request_max_tokens"),
+                ("temperature", "request_temperature"),
+                ("top_p", "request_top_p"),
+            ):
+                value = body.get(param)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.span.set_attribute(NAMES[key], value)
+
+    def _model(self) -> str:
+        content = self.request.content if self.request.method == "POST" else b""
+        match = _MODEL.search(content[:4096]) if content else None
+        if match is None:
+            return self.state.backend.model
+        try:
+            value = json.loads(b'"' + match.group(1) + b'"')
+        except ValueError:
+            return self.state.backend.model
+        return value if isinstance(value, str) else self.state.backend.model
+
+    def body(self) -> dict[str, Any]:
+        """The JSON request body, parsed once and only when needed."""
+        if self._body is None:
+            try:
+                parsed = json.loads(self.request.content) if self.request.content else {}
+            except ValueError:
+                parsed = {}
+            self._body = parsed if isinstance(parsed, dict) else {}
+        return self._body
+
+    def prompt_tokens(self) -> int:
+        body = self.body()
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            return estimate_prompt_tokens([m for m in messages if isinstance(m, Mapping)])
+        for key in ("prompt", "input"):
+            value = body.get(key)
+            if isinstance(value, str):
+                return estimate_text_tokens(value)
+            if isinstance(value, list):
+                return sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
+        return 0
+
+    def max_tokens(self) -> int | None:
+        body = self.body()
+        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+            value = body.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def status_failed(self, status: int) -> None:
+        """An HTTP error response: the server refused (nothing billed)."""
+        error = _status_error(status, self.state.name)
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        self._end(None, error)
+
+    def succeeded(self) -> None:
+        """The body was read to its end."""
+        if self.ended:
+            return
+        tap = self.tap
+        assert tap is not None
+        latency = self._elapsed()
+        usage: Usage | None = None
+        if tap.input_tokens is not None or tap.output_tokens is not None:
+            usage = Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+            if self.generative:
+                self._billed().observe(latency, usage.output_tokens, None)
+        elif self.generative and tap.content_chars:
+            usage = Usage(
+                input_tokens=self.prompt_tokens(),
+                output_tokens=(tap.content_chars + 3) // 4,
+                estimated=True,
+            )
+        if self.permit is not None:
+            if self.generative and usage is not None:
+                self.permit.success(
+                    latency, ttft_s=tap.ttft_s, input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                )
+                self.state.latency.add(latency)
+                if tap.ttft_s is not None:
+                    self.state.ttft.add(tap.ttft_s)
+            else:
+                self.permit.ignore()  # a token-less reply says nothing of the load per token
+            self.state.breaker.on_success()
+        if usage is not None:
+            ledger = self.runner.ledger
+            ledger.record_attempt(self.state.name, usage, streamed=tap.streamed, wasted=False)
+            ledger.record_call(self.state.name, ok=True)
+        self._end(usage, None)
+
+    def cut(self, exc: BaseException) -> None:
+        """The body ended early by the server's or the network's doing: a server failure."""
+        if self.ended:
+            return
+        tap = self.tap
+        assert tap is not None
+        view = classify_exception(exc, self.state.name)
+        error: GateError
+        if tap.streamed:
+            error = StreamInterruptedError(
+                f"stream cut: {type(exc).__name__}", backend=self.state.name
+            )
+        else:
+            error = view
+        self._count_failure(view)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        self._wasted(interrupted=tap.streamed)
+        self._end(None, error)
+
+    def abandoned(self) -> None:
+        """The caller cancelled or left the body (a ``break``): ignored by the limit, but what
+        the server generated until then is possibly billed. A stream left after its end
+        marker is whole: a success."""
+        if self.ended:
+            return
+        if self.tap is not None and self.tap.complete:
+            self.tap.close(self.runner.clock.now())
+            self.succeeded()
+            return
+        if self.permit is not None:
+            self.permit.ignore()
+        self._wasted(interrupted=self.tap is not None and self.tap.streamed)
+        self._end(None, None)
+
+    def send_failed(self, exc: BaseException) -> None:
+        """No response: a timeout waiting for the headers, a reset, a cancellation."""
+        if isinstance(exc, Exception):
+            view = classify_exception(exc, self.state.name)
+            self._count_failure(view)
+            if self.permit is not None:
+                report_failure(self.permit, view, self._elapsed())
+            if isinstance(view, RequestTimeout):
+                self._wasted(interrupted=False)
+            self._end(None, view)
+            return
+        if self.permit is not None:
+            self.permit.ignore()
+        self._wasted(interrupted=False)
+        self._end(None, None)
+
+    def _wasted(self, *, interrupted: bool) -> None:
+        """The ledger entry of an attempt without a whole answer, as ``gate.chat`` counts it:
+        the content that arrived, else the elapsed time through the backend's recent latency
+        per token (uncertain: nothing arrived, the server may have billed it or not)."""
+        if not self.generative:
+            return
+        tap = self.tap
+        seen = tap is not None and (tap.content_chars > 0 or tap.output_tokens is not None)
+        if seen:
+            assert tap is not None
+            output = (
+                tap.output_tokens if tap.output_tokens is not None
+                else (tap.content_chars + 3) // 4
+            )
+        else:
+            output = self._billed().generated_by(self._elapsed(), self.max_tokens())
+        # as gate.chat: an attempt left before the backend's usual first token, with nothing
+        # generated, was still queued at the server, which bills nothing for it
+        first_token = self.state.ttft.percentile(0.5)
+        prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
+        prompt = self.prompt_tokens() if prefilled else 0
+        if not prompt and not output:
+            return
+        usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
+        self.runner.ledger.record_attempt(
+            self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
+            interrupted=interrupted, uncertain=not seen,
+        )
+
+    def _count_failure(self, error: GateError) -> None:
+        if self.permit is None:
+            return  # inside a guarded call: the guard counts its call
+        state = self.state
+        state.failures += 1
+        if isinstance(error, RateLimitedError):
+            state.rate_limited += 1
+        elif isinstance(error, RequestTimeout):
+            state.timeouts += 1
+        if isinstance(error, (BackendError, RequestTimeout)):
+            state.breaker.on_failure(self.runner.clock.now())
+
+    def _billed(self) -> BilledWork:
+        work = self.runner.billed_work.get(self.state.name)
+        if work is None:
+            work = self.runner.billed_work[self.state.name] = BilledWork()
+        return work
+
+    def _elapsed(self) -> float:
+        return self.runner.clock.now() - self.start
+
+    def _end(self, usage: Usage | None, error: BaseException | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        tap = self.tap
+        config = self.state.backend
+        self.runner.telemetry.end_attempt(
+            self.span, provider=config.provider, model=self.model, duration_s=self._elapsed(),
+            usage=usage, ttft_s=tap.ttft_s if tap is not None and tap.streamed else None,
+            response_model=tap.response_model if tap is not None else None,
+            response_id=tap.response_id if tap is not None else None,
+            finish_reason=tap.finish_reason if tap is not None else None,
+            error=error, operation=self.operation,
+        )
+
+
+def _status_error(status: int, backend: str) -> GateError:
+    if status == 429:
+        return RateLimitedError(f"HTTP {status}", backend=backend, status=status)
+    if status == 408:
+        return RequestTimeout(f"HTTP {status}", backend=backend, status=status)
+    if status == 409 or status >= 500:
+        return BackendError(f"HTTP {status}", backend=backend, status=status)
+    return GateError(f"HTTP {status}", backend=backend, status=status)
+
+
+class _PermitStream(httpx2.AsyncByteStream):
+    """Holds the permit until the SDK closes the response (a stream is still in flight), lets
+    a :class:`ResponseTap` watch the body go by, and ends the attempt by how the body ended.
+    An event stream's chunks each come within the backend's ``idle_timeout``."""
+
+    def __init__(
+        self, inner: httpx2.AsyncByteStream, attempt: _Attempt, idle_s: float | None
+    ) -> None:
+        self._inner = inner
+        self._attempt = attempt
+        self._idle_s = idle_s
+        self._finished = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        attempt = self._attempt
+        tap = attempt.tap
+        assert tap is not None
+        clock = attempt.runner.clock
+        chunks = self._inner.__aiter__()
+        try:
+            while True:
+                try:
+                    if self._idle_s is None:
+                        chunk = await chunks.__anext__()
+                    else:
+                        with anyio.fail_after(clock.to_real(self._idle_s)):
+                            chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise httpx2.ReadTimeout("stream idle between chunks") from None
+                tap.feed(chunk, clock.now())
+                yield chunk
+        except Exception as exc:
+            attempt.cut(exc)
+            raise
+        except BaseException:
+            attempt.abandoned()
+            raise
+        self._finished = True
+        tap.close(clock.now())
+        attempt.succeeded()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if not self._attempt.ended:
+                # closed before the end of its body: the caller left it (a ``break``)
+                self._attempt.abandoned()
+
+
+class GuardTransport(httpx2.AsyncBaseTransport):
+    """The transport behind ``gate.http_client(name)``.
+
+    Given a backend's name, it looks up the live state at each request: the client may be
+    built before the gateway opens, and outlive a re-open (which builds the state afresh);
+    a closed gateway's client raises ``GatewayClosedError`` instead of sending."""
+
+    def __init__(
+        self, gate: GuardedGateway, state: BackendState | str, priority: int = 5,
+        scenario: str | None = None,
+    ) -> None:
+        self._gate = gate
+        self._state = state
+        self._priority = priority
+        self._scenario = scenario
+
+    def _backend(self) -> BackendState:
+        if isinstance(self._state, BackendState):
+            return self._state
+        self._gate.runner  # noqa: B018 - GatewayClosedError before anything else
+        return self._gate.backend_state(self._state)
+
+    async def _acquire(self, state: BackendState, request: httpx2.Request) -> Permit:
+        """A permit, waited for no longer than the request's own pool timeout (httpx's model
+        for "waiting for a connection"): past it, ``httpx2.PoolTimeout`` (the SDK's own
+        timeout error)."""
+        timeouts = request.extensions.get("timeout")
+        pool = timeouts.get("pool") if isinstance(timeouts, Mapping) else None
+        clock = self._gate.clock
+        deadline = clock.now() + pool if isinstance(pool, (int, float)) else None
+        try:
+            return await state.limiter.acquire(priority=self._priority, deadline=deadline)
+        except OverloadedError as exc:
+            if deadline is None:
+                raise
+            raise httpx2.PoolTimeout(
+                f"no permit of backend {state.name!r} within {pool}s: {exc.message}",
+                request=request,
+            ) from exc
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        runner = self._gate.runner  # GatewayClosedError when closed or not open
+        state = self._backend()
+        held = _GUARD_PERMIT.get()
+        clock = self._gate.clock
+        permit: Permit | None
+        enqueued = clock.now()
+        if held is not None and held.limiter is state.limiter:
+            # inside a guarded call on this backend: its permit covers this request, and the
+            # guard reports the outcome (one call, one permit — never a wait on itself);
+            # the span and the ledger are still this attempt's
+            held.wire_attempts += 1
+            permit = None
+        else:
+            permit = await self._acquire(state, request)
+            state.calls += 1
+        start = clock.now()
+        attempt = _Attempt(
+            runner, state, request, permit, start, start - enqueued, self._scenario
+        )
+        try:
+            response = await state.pool.transport.handle_async_request(request)
+        except BaseException as exc:
+            attempt.send_failed(exc)
+            raise
+        status = response.status_code
+        if status >= 400:
+            attempt.status_failed(status)
+            return response
+        attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
+        if response.is_closed:  # a pre-read body: the call is over already
+            now = clock.now()
+            tap.feed(response.content, now)
+            tap.close(now)
+            attempt.succeeded()
+            return response
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        idle_s = state.backend.idle_timeout if tap.streamed else None
+        response.stream = _PermitStream(response.stream, attempt, idle_s)
+        return response
