@@ -397,6 +397,8 @@ class _Attempt:
         """A typed failure at any stage: give back the unbilled reservation, tell the limit,
         stats and ledger what it was (``_record_failure``), end the span with the error."""
         runner, backend, spec = self.runner, self.backend, self.spec
+        if error.unsent and self.sent:
+            backend.unsent += 1
         if self.permit is not None and self.reserved:
             runner._pace_after_failure(
                 backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight

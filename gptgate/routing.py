@@ -132,6 +132,9 @@ class BackendState:
         self.retries = 0
         self.rate_limited = 0
         self.timeouts = 0
+        #: attempts counted in ``calls`` that never reached the server (refused, connect or
+        #: pool timeout): no load on it, and no retry budget spent (a free failover)
+        self.unsent = 0
 
     def service_time(self, latency_sensitive: bool) -> float:
         hardware = self.backend.hardware

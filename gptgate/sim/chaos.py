@@ -605,7 +605,10 @@ def _settle(gate: gg.Gateway, report: ChaosReport) -> None:
     for name, entry in gate.ledger.entries.items():
         report.ledger_tokens[name] = (entry.input_tokens, entry.output_tokens)
         report.uncertain_tokens[name] = entry.uncertain_tokens
-    report.attempts = sum(s.calls for s in stats.values())
+    # attempts that reached a server: one refused by a dead one added no load (a free failover)
+    report.attempts = sum(s.calls for s in stats.values()) - sum(
+        gate.backend_state(name).unsent for name in stats
+    )
     report.attempts_in_storms = sum(s.rate_limited for s in stats.values())
 
 
