@@ -37,7 +37,7 @@ from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
-from .outcomes import is_caller_deadline, report_failure
+from .outcomes import count_failure, is_caller_deadline, report_failure
 from .relocate import QueuedCall
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
@@ -580,6 +580,9 @@ class CallRunner:
         return self.budget.try_spend(self.clock.now())
 
     def _is_failover(self, spec: CallSpec, state: CallState, error: GateError) -> bool:
+        return self.is_failover(spec.route, error)
+
+    def is_failover(self, route: RouteRequest, error: GateError) -> bool:
         """A retry that moves the call off a backend that never got the request, or whose
         circuit is now open, onto another healthy one: it adds no load where load hurts, so
         the retry budget (which exists to stop retry storms) does not pay for it. A dead
@@ -592,7 +595,7 @@ class CallRunner:
             return False
         # any healthy backend will do, one that failed this call before included (the router
         # prefers it to a dead one too)
-        return self.router.has_alternative(spec.route, frozenset({failed.name}))
+        return self.router.has_alternative(route, frozenset({failed.name}))
 
     def _on_retry(self, state: CallState, error: BaseException) -> None:
         # the retry is counted on the backend it is sent to (see _attempt), not this one
@@ -1023,15 +1026,7 @@ class CallRunner:
             state.billed = state.billed + wasted
 
     def _count_backend_failure(self, backend: BackendState, error: GateError, now: float) -> None:
-        if isinstance(error, RateLimitedError):
-            backend.rate_limited += 1
-        elif isinstance(error, RequestTimeout):
-            backend.timeouts += 1
-        if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
-            error, StreamInterruptedError
-        ):
-            backend.breaker.on_failure(now)
-        backend.failures += 1
+        count_failure(backend, error, now)
 
     def _record_abandoned(
         self,

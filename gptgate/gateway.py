@@ -23,7 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import aclosing
+from contextlib import AbstractContextManager, aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -1122,6 +1122,11 @@ class Gateway:
         self._configured(name)
         raise GateError("the gateway is not open: use `async with gate:` (or await start())")
 
+    def register_call(self) -> AbstractContextManager[None]:
+        """The scope a guarded call's body runs in: the shutdown gives it the grace, then
+        cancels it with ``GatewayClosedError``, as it does ``gate.chat``'s."""
+        return self._calls.call(new=not _ACCEPTED.get())
+
     def _configured(self, name: str) -> Backend:
         """The configured backend called ``name``, or a BadRequestError naming the known ones."""
         for backend in self.config.backends:
@@ -1142,7 +1147,9 @@ class Gateway:
         retry: bool = True,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
         """Decorate an existing async call site (any SDK inside) with admission control,
-        priority, retries under the gateway's policy, stats and tracing."""
+        priority, retries under the gateway's policy and budget, ``stats()``, a span per call
+        and a ledger entry from the usage it returns (docs/guide.md: "The two adoption paths
+        together"). Raises ``TypeError`` at decoration for anything but an ``async def``."""
         return make_guard(
             self, scenario=scenario, backend=backend, private=private, tier=tier, retry=retry
         )

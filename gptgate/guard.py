@@ -1,62 +1,100 @@
-"""Bringing existing call sites under the gateway without rewriting them.
+"""``@gate.guard(...)``: an existing async call site (an SDK call inside) under the gateway.
 
-- ``@gate.guard(...)`` wraps any async function (an SDK call inside): the call waits for a
-  permit of the chosen backend's limiter, its latency and failures feed the limit, and
-  retryable failures are retried under the gateway's policy; the caller still sees the SDK's
-  own exception types.
-- ``gate.http_client(name)`` gives a third-party SDK an ``httpx2.AsyncClient`` whose transport
-  takes a permit per request and returns it when the response is closed, sharing the backend's
-  pooled connections: SDK traffic and gateway traffic obey one limit.
+Each guarded call is routed, waits for a permit of its backend's limiter (within its deadline),
+and is retried by the gateway's policy and budget, honouring the server's ``retry-after`` and
+``x-should-retry`` read from the SDK's exception; the caller still sees the SDK's own
+exceptions. What its permit teaches the limit, its span (guard_span.py) and its ledger entry
+come from the requests its body sent through ``gate.http_client`` (sdk_client.py) when there
+were any, else from the usage its return value carries. docs/guide.md, "The two adoption paths
+together", says what users can count on.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, ParamSpec, Protocol, TypeVar
 
 import anyio
 import httpx2
+from cachetools import LRUCache
 
 from .clock import Clock
 from .errors import (
     BackendError,
     BadRequestError,
     GateError,
+    OverloadedError,
     RateLimitedError,
     RequestTimeout,
 )
+from .guard_span import GuardSpan
 from .limits import Limiter, Permit
-from .observe import usage_of
-from .outcomes import report_failure
+from .observe import usage_from
+from .outcomes import count_failure, report_failure
+from .results import Usage
 from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
+from .wire import parse_retry_after, parse_should_retry
 
 if TYPE_CHECKING:
     from .calls import CallRunner
     from .clock import Clock
     from .config import GatewayConfig
 
-#: the permit a guarded call holds while its body runs: a request the body makes on the same
-#: backend through ``gate.http_client`` runs under it (one call, one permit). Without it, 4
+#: the guarded call whose body is running: a request the body makes on the same backend
+#: through ``gate.http_client`` runs under its permit (one call, one permit). Without it, 4
 #: guarded calls holding the 4 permits would each wait for a fifth — forever.
 _GUARD_PERMIT: ContextVar[GuardedCall | None] = ContextVar("gptgate_guard_permit", default=None)
+
+#: how a request the body sent tells the guarded call it ended: (error, usage, cost)
+WireEnd = Callable[[BaseException | None, Usage | None, float], None]
+
+
+class WireRequest(Protocol):
+    """A request the guarded body sent through ``gate.http_client`` (sdk_client's attempt)."""
+
+    @property
+    def ended(self) -> bool: ...
+
+    def adopt(self, permit: Permit, on_end: WireEnd) -> None:
+        """Take over the guarded call's permit: the body returned while this response is still
+        being read (an SDK stream), so the permit follows it to its end."""
 
 
 @dataclass(slots=True)
 class GuardedCall:
-    """A guarded call in progress, as the requests its body makes see it."""
+    """A guarded call's try in progress, as the requests its body makes see it."""
 
     limiter: Limiter
     permit: Permit
-    #: requests its body sent through ``gate.http_client`` on the guard's backend (they were
-    #: seen on the wire: the guard must not count their tokens again)
+    #: requests its body sent through ``gate.http_client`` on the guard's backend: they were
+    #: seen on the wire, so their tokens, cost and failures are counted there, not again
     wire_attempts: int = 0
+    #: those whose body may still be read after the guarded function returns
+    open_requests: list[WireRequest] = field(default_factory=list)
+    #: tokens of the generative answers of known size those requests read (the limit's sample)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    sized: bool = False
+    ttft_s: float | None = None
+    cost_usd: float = 0.0
 
-__all__ = ["GuardedGateway", "classify_exception", "make_guard"]
+    def answered(self, usage: Usage, ttft_s: float | None, *, generative: bool) -> None:
+        """A request of the body read a whole answer."""
+        if generative:
+            self.sized = True
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+            if self.ttft_s is None:
+                self.ttft_s = ttft_s
+
+
+__all__ = ["REFUSED_HEADER", "GuardedGateway", "classify_exception", "make_guard"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,12 +118,27 @@ class GuardedGateway(Protocol):
 
     def backend_state(self, name: str) -> BackendState: ...
 
+    def register_call(self) -> AbstractContextManager[None]:
+        """A scope for a call's body that the gateway's shutdown ends (its grace, then a
+        ``GatewayClosedError``), as it ends ``gate.chat``'s."""
+
 
 def _status_of(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
     if status is None:
         status = getattr(getattr(exc, "response", None), "status_code", None)
     return status if isinstance(status, int) else None
+
+
+#: on a response gptgate made up instead of sending a request (an SDK retry the retry budget
+#: could not pay for): the gateway's refusal, no failure of the backend's
+REFUSED_HEADER = "x-gptgate-refused"
+
+
+def _headers_of(exc: BaseException) -> Mapping[str, str] | None:
+    """The response headers an SDK's status error carries (openai's ``APIStatusError``)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    return headers if isinstance(headers, Mapping) else None
 
 
 def _sdk_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
@@ -125,13 +178,26 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
     status = _status_of(exc)
     name = type(exc).__name__
     if status is not None:
+        headers = _headers_of(exc)
+        if headers is not None and headers.get(REFUSED_HEADER):
+            return OverloadedError(name, backend=backend, should_retry=False)
+        hints: dict[str, float | bool | None] = {}
+        if headers is not None:
+            # the server's own say on when (and whether) to try again, as gate.chat honours it
+            hints = {
+                "retry_after": parse_retry_after(headers),
+                "should_retry": parse_should_retry(headers),
+            }
+        cls: type[GateError]
         if status == 429:
-            return RateLimitedError(name, backend=backend, status=status)
-        if status == 408:
-            return RequestTimeout(name, backend=backend, status=status)
-        if status == 409 or status >= 500:
-            return BackendError(name, backend=backend, status=status)
-        return BadRequestError(name, backend=backend, status=status)
+            cls = RateLimitedError
+        elif status == 408:
+            cls = RequestTimeout
+        elif status == 409 or status >= 500:
+            cls = BackendError
+        else:
+            cls = BadRequestError
+        return cls(name, backend=backend, status=status, **hints)  # type: ignore[arg-type]
     if _CLASSES is None:
         _CLASSES = _sdk_classes()
     timeouts, transport = _CLASSES
@@ -156,6 +222,7 @@ class _ForeignFailure(GateError):
             backend=view.backend,
             status=view.status,
             retry_after=view.retry_after,
+            unsent=view.unsent,
         )
         self.retryable = view.retryable
         self.original = original
@@ -187,72 +254,193 @@ def make_guard(
                 f"@gate.guard wraps async functions (async def ... return); "
                 f"{getattr(fn, '__qualname__', fn)!r} is {kind}"
             )
+        function = getattr(fn, "__qualname__", None) or repr(fn)
+        #: response ids this call site returned lately: the same id again is the
+        #: application's cache answering — no new work for the backend, the limit or the bill
+        seen = _SeenResponses()
 
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-            runner = gate.runner
-            clock = gate.clock
-            # the call's own work is the SDK's to bound; its wait for a permit is not endless
-            deadline_s = resolved.deadline_s or gate.config.deadline_s
-            deadline = clock.now() + deadline_s if deadline_s else None
-            stall_s = None if deadline_s else gate.default_deadline_s(route, None if retry else 1)
-            failed: set[str] = set()
-
-            async def attempt(number: int) -> R:
-                # an open circuit is waited for within bounds, as gate.chat does
-                state = await runner.route(route, frozenset(failed), deadline)
-                permit = await state.limiter.acquire(
-                    priority=resolved.priority, deadline=deadline, stall_s=stall_s
-                )
-                start = clock.now()
-                state.calls += 1
-                if number > 1:
-                    state.retries += 1  # on the backend the retry goes to
-                token = _GUARD_PERMIT.set(GuardedCall(state.limiter, permit))
-                try:
-                    result = await _within(deadline, clock, state.name, fn(*args, **kwargs))
-                except Exception as exc:
-                    if isinstance(exc, RequestTimeout) and exc.deadline:
-                        permit.ignore()  # the caller's deadline says nothing of the backend
-                        raise
-                    view = classify_exception(exc, state.name)
-                    if _is_the_applications(view):
-                        permit.ignore()  # the application's own error: none of the backend's
-                        raise
-                    report_failure(permit, view, clock.now() - start)
-                    state.failures += 1
-                    failed.add(state.name)
-                    if isinstance(view, (BackendError, RequestTimeout)):
-                        state.breaker.on_failure(clock.now())
-                    if retry and view.retryable:
-                        raise _ForeignFailure(view, exc) from exc
-                    raise
-                except BaseException:  # cancelled: no sample either way
-                    permit.ignore()
-                    raise
-                finally:
-                    _GUARD_PERMIT.reset(token)
-                latency = clock.now() - start
-                input_tokens, output_tokens = usage_of(result)
-                permit.success(
-                    latency, input_tokens=input_tokens or 0, output_tokens=output_tokens or 0
-                )
-                state.latency.add(latency)
-                state.breaker.on_success()
-                return result
-
-            try:
-                if not retry:
-                    return await attempt(1)
-                return await runner.retry.run(attempt, deadline=deadline)
-            except _ForeignFailure as failure:
-                original = failure.original
-            # raised outside the handler, the SDK's exception keeps its own chain
-            raise original
+            runner = gate.runner  # GatewayClosedError when not open or closing
+            call = _GuardRun(gate, runner, route, resolved, retry, seen, function)
+            return await call.run(lambda: fn(*args, **kwargs))
 
         return guarded
 
     return decorator
+
+
+class _SeenResponses:
+    """The last few response ids a call site returned (a bounded LRU)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, size: int = 4096) -> None:
+        self._ids: LRUCache[str, bool] = LRUCache(maxsize=size)
+
+    def repeated(self, result: object) -> bool:
+        rid = result.get("id") if isinstance(result, dict) else getattr(result, "id", None)
+        if not isinstance(rid, str) or not rid:
+            return False
+        if rid in self._ids:
+            return True
+        self._ids[rid] = True
+        return False
+
+
+class _GuardRun:
+    """One guarded call: its tries (routed, admitted, retried under the gateway's policy and
+    budget), its span, its ledger entry, and what its permit teaches the limit."""
+
+    def __init__(
+        self, gate: GuardedGateway, runner: CallRunner, route: RouteRequest,
+        scenario: Scenario, retry: bool, seen: _SeenResponses, function: str,
+    ) -> None:
+        self.gate = gate
+        self.runner = runner
+        self.clock = gate.clock
+        self.route = route
+        self.scenario = scenario
+        self.retry = retry
+        self.seen = seen
+        # the call's own work is the SDK's to bound; its wait for a permit is not endless
+        deadline_s = scenario.deadline_s or gate.config.deadline_s
+        self.deadline = self.clock.now() + deadline_s if deadline_s else None
+        self.stall_s = (
+            None if deadline_s else gate.default_deadline_s(route, None if retry else 1)
+        )
+        self.failed: set[str] = set()
+        self.span = GuardSpan(runner.telemetry, function, scenario.name)
+
+    async def run(self, body: Callable[[], Awaitable[R]]) -> R:
+        span = self.span
+        try:
+            with self.gate.register_call(), self.runner.telemetry.use_call(span.span):
+
+                async def attempt(number: int) -> R:
+                    return await self._attempt(number, body)
+
+                if not self.retry:
+                    result = await attempt(1)
+                else:
+                    result = await self.runner.retry.run(
+                        attempt, deadline=self.deadline, budget=self.runner.budget,
+                        failover=self._is_failover,
+                    )
+        except _ForeignFailure as failure:
+            original = failure.original
+            self.runner.record_failed_call(failure)
+            span.end("error", error=original)
+        except Exception as exc:
+            span.end("error", error=exc)
+            raise
+        except BaseException:
+            span.end("cancelled")
+            raise
+        else:
+            return result
+        # raised outside the handler, the SDK's exception keeps its own chain
+        raise original
+
+    def _is_failover(self, error: GateError) -> bool:
+        return self.runner.is_failover(self.route, error)
+
+    async def _attempt(self, number: int, body: Callable[[], Awaitable[R]]) -> R:
+        runner, clock = self.runner, self.clock
+        # an open circuit is waited for within bounds, as gate.chat does
+        state = await runner.route(self.route, frozenset(self.failed), self.deadline)
+        permit = await state.limiter.acquire(
+            priority=self.scenario.priority, deadline=self.deadline, stall_s=self.stall_s
+        )
+        start = clock.now()
+        if number == 1 and runner.budget is not None:
+            runner.budget.record_request(start)  # a first try funds retries, as gate.chat's
+        state.calls += 1
+        if number > 1:
+            state.retries += 1  # on the backend the retry goes to
+        self.span.backend, self.span.tries = state.name, number
+        call = GuardedCall(state.limiter, permit)
+        token = _GUARD_PERMIT.set(call)
+        try:
+            result = await _within(self.deadline, clock, state.name, body())
+        except Exception as exc:
+            self._failed(state, call, exc, clock.now() - start)
+            raise
+        except BaseException:  # cancelled: no sample either way
+            permit.ignore()
+            raise
+        finally:
+            _GUARD_PERMIT.reset(token)
+        self._succeeded(state, call, result, clock.now() - start)
+        return result
+
+    def _failed(
+        self, state: BackendState, call: GuardedCall, exc: Exception, latency: float
+    ) -> None:
+        """Report a failed try. A failure of the backend's is raised as ``_ForeignFailure``
+        (the retry policy reads its view); the caller's deadline and the application's own
+        errors return, to be raised as they are."""
+        permit = call.permit
+        if isinstance(exc, RequestTimeout) and exc.deadline:
+            permit.ignore()  # the caller's deadline says nothing of the backend
+            return
+        view = classify_exception(exc, state.name)
+        if _is_the_applications(view):
+            permit.ignore()  # the application's own error: none of the backend's
+            return
+        report_failure(permit, view, latency)
+        if not call.wire_attempts and not isinstance(view, OverloadedError):
+            count_failure(state, view, self.clock.now())  # the wire counts what it saw
+        self.failed.add(state.name)
+        raise _ForeignFailure(view, exc) from exc  # the retry policy decides on its view
+
+    def _succeeded(
+        self, state: BackendState, call: GuardedCall, result: object, latency: float
+    ) -> None:
+        """What a try that returned teaches the limit, the bill and the span."""
+        permit = call.permit
+        state.breaker.on_success()
+        still_read = [request for request in call.open_requests if not request.ended]
+        if still_read:
+            # a stream returned to the caller: the permit follows it to its end, and so does
+            # the span (the request reports both when it ends)
+            still_read[-1].adopt(permit, self._stream_ended)
+            return
+        usage: Usage | None = None
+        cost: float | None = None
+        repeated = self.seen.repeated(result)
+        if call.wire_attempts:
+            if call.sized:
+                permit.success(
+                    latency, ttft_s=call.ttft_s, input_tokens=call.input_tokens,
+                    output_tokens=call.output_tokens,
+                )
+                state.latency.add(latency)
+            else:
+                permit.ignore()  # no generative answer of known size: no load per token
+            usage = usage_from(result)
+            cost = call.cost_usd
+        elif (usage := usage_from(result)) is not None and not repeated:
+            # the SDK's own client: its return value is all the guard can see
+            permit.success(
+                latency, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+            )
+            state.latency.add(latency)
+            ledger = self.runner.ledger
+            cost = ledger.record_attempt(state.name, usage, streamed=False, wasted=False)
+            ledger.record_call(state.name, ok=True)
+        else:
+            usage = None
+            permit.ignore()  # no usage (or an application cache hit): not the backend's work
+        self.span.end("ok", usage=usage, cost_usd=cost)
+
+    def _stream_ended(
+        self, error: BaseException | None, usage: Usage | None, cost: float
+    ) -> None:
+        if error is None:
+            self.span.end("ok", usage=usage, cost_usd=cost)
+        else:
+            self.span.end("error", usage=usage, cost_usd=cost, error=error)
 
 
 async def _within(

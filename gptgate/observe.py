@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .results import Usage
 from .wire import SSEDecoder, parse_usage
 
-__all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_of"]
+__all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
 #: a chat completion's JSON is a few KB; past this the tap stops buffering (no usage then)
 MAX_JSON_BYTES = 4 * 1024 * 1024
@@ -140,21 +141,23 @@ class ResponseTap:
             self.output_tokens = usage.output_tokens
 
 
-def usage_of(result: object) -> tuple[int | None, int | None]:
-    """``(input_tokens, output_tokens)`` of an SDK's return value that carries a ``usage``
-    (an openai ``ChatCompletion``, or a dict shaped like one); ``(None, None)`` otherwise."""
+def usage_from(result: object) -> Usage | None:
+    """The usage an SDK's return value carries (an openai ``ChatCompletion`` or ``Response``
+    object, or a dict shaped like one: chat's or the Responses API's token names, cached
+    tokens included); None when it carries none."""
     usage = result.get("usage") if isinstance(result, dict) else getattr(result, "usage", None)
     if usage is None:
-        return None, None
+        return None
     if not isinstance(usage, dict):
-        usage = {
-            "prompt_tokens": getattr(usage, "prompt_tokens", None),
-            "completion_tokens": getattr(usage, "completion_tokens", None),
-        }
-    parsed = parse_usage(usage)
-    if parsed is None:
-        return None, None
-    return parsed.input_tokens, parsed.output_tokens
+        dump = getattr(usage, "model_dump", None)  # the SDK's pydantic models
+        if callable(dump):
+            usage = dump()
+        else:
+            usage = {
+                name: getattr(usage, name, None)
+                for name in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+            }
+    return parse_usage(usage)
 
 
 def _loads(body: bytes | str) -> Any:

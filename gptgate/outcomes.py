@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import (
     BackendError,
@@ -23,7 +23,16 @@ from .errors import (
 )
 from .limits import Permit
 
-__all__ = ["CONGESTION_STATUSES", "is_caller_deadline", "report_failure", "report_status"]
+if TYPE_CHECKING:
+    from .routing import BackendState
+
+__all__ = [
+    "CONGESTION_STATUSES",
+    "count_failure",
+    "is_caller_deadline",
+    "report_failure",
+    "report_status",
+]
 
 #: HTTP statuses that say the backend is overloaded (or timed the request out)
 CONGESTION_STATUSES = frozenset({408, 429, 503, 529})
@@ -78,3 +87,20 @@ def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:
 def report_status(permit: Permit, status: int, latency_s: float) -> None:
     """End ``permit`` for an HTTP error response seen only as its status (``http_client``)."""
     _end(permit, _status_kind(status), latency_s)
+
+
+def count_failure(state: BackendState, error: GateError, now: float) -> None:
+    """Count a failed attempt on its backend's ``stats()`` and health — one rule for every
+    path: a 429's retry-after pauses the whole backend once (its pacer), a server failure or a
+    timeout counts towards opening its circuit."""
+    state.failures += 1
+    if isinstance(error, RateLimitedError):
+        state.rate_limited += 1
+        if error.retry_after:
+            state.pacer.pause_until(now + error.retry_after)
+    elif isinstance(error, RequestTimeout):
+        state.timeouts += 1
+    if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
+        error, StreamInterruptedError
+    ):  # a cut stream is no sign the backend is down
+        state.breaker.on_failure(now)

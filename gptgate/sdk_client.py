@@ -12,6 +12,7 @@ teach it; a cut body is a server failure, the caller's break or cancellation is 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,21 +22,29 @@ import httpx2
 
 from .billed import BilledWork
 from .errors import (
-    BackendError,
+    BadRequestError,
     GateError,
+    GatewayClosedError,
     OverloadedError,
-    RateLimitedError,
     RequestTimeout,
     StreamInterruptedError,
 )
-from .guard import _GUARD_PERMIT, GuardedGateway, classify_exception
+from .guard import (
+    _GUARD_PERMIT,
+    REFUSED_HEADER,
+    GuardedCall,
+    GuardedGateway,
+    WireEnd,
+    classify_exception,
+)
 from .limits import Permit
 from .observe import ResponseTap
-from .outcomes import report_failure
+from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
+from .wire import error_for_status
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -43,6 +52,8 @@ if TYPE_CHECKING:
     from .calls import CallRunner
 
 __all__ = ["GuardTransport", "operation_of"]
+
+_log = logging.getLogger("gptgate")
 
 #: the GenAI operation of an OpenAI-compatible endpoint, by the path's last segments
 _OPERATIONS = (
@@ -72,11 +83,16 @@ class _Attempt:
     def __init__(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         permit: Permit | None, start: float, queue_s: float, scenario: str | None,
+        *, number: int = 1, guarded: GuardedCall | None = None,
     ) -> None:
         self.runner = runner
         self.state = state
         self.request = request
+        #: None inside a guarded call (its permit covers this request) until it ``adopt``s it
         self.permit = permit
+        self.guarded = guarded
+        self.on_end: WireEnd | None = None
+        self.cost_usd = 0.0
         self.start = start
         path = request.url.path
         known = operation_of(path)
@@ -93,7 +109,7 @@ class _Attempt:
         self.span: Span = telemetry.start_attempt(
             provider=config.provider, model=self.model, host=url.host, port=url.port,
             stream=False, params={}, backend=state.name, hardware=config.hardware,
-            attempt=1, messages=(), operation=self.operation,
+            attempt=number, messages=(), operation=self.operation,
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()
@@ -154,11 +170,18 @@ class _Attempt:
                 return value
         return None
 
+    def adopt(self, permit: Permit, on_end: WireEnd) -> None:
+        """The guarded function returned this response unread (an SDK stream): its permit
+        follows it to its end, this request reports the outcome, and ``on_end`` hears of it."""
+        self.permit = permit
+        self.guarded = None
+        self.on_end = on_end
+
     # -- outcomes ---------------------------------------------------------------------------
 
-    def status_failed(self, status: int) -> None:
+    def status_failed(self, status: int, headers: Mapping[str, str]) -> None:
         """An HTTP error response: the server refused (nothing billed)."""
-        error = _status_error(status, self.state.name)
+        error = error_for_status(status, headers, b"", backend=self.state.name)
         self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
@@ -196,8 +219,13 @@ class _Attempt:
             self.state.breaker.on_success()
         if usage is not None:
             ledger = self.runner.ledger
-            ledger.record_attempt(self.state.name, usage, streamed=tap.streamed, wasted=False)
+            self.cost_usd += ledger.record_attempt(
+                self.state.name, usage, streamed=tap.streamed, wasted=False
+            )
             ledger.record_call(self.state.name, ok=True)
+            if self.guarded is not None:
+                self.guarded.cost_usd += self.cost_usd
+                self.guarded.answered(usage, tap.ttft_s, generative=self.generative)
         self._end(usage, None)
 
     def cut(self, exc: BaseException) -> None:
@@ -275,22 +303,20 @@ class _Attempt:
         if not prompt and not output:
             return
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
-        self.runner.ledger.record_attempt(
+        cost = self.runner.ledger.record_attempt(
             self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
             interrupted=interrupted, uncertain=not seen,
         )
+        self.cost_usd += cost
+        if self.guarded is not None:
+            self.guarded.cost_usd += cost
 
     def _count_failure(self, error: GateError) -> None:
-        if self.permit is None:
-            return  # inside a guarded call: the guard counts its call
-        state = self.state
-        state.failures += 1
-        if isinstance(error, RateLimitedError):
-            state.rate_limited += 1
-        elif isinstance(error, RequestTimeout):
-            state.timeouts += 1
-        if isinstance(error, (BackendError, RequestTimeout)):
-            state.breaker.on_failure(self.runner.clock.now())
+        """Counted here, inside a guarded call too: the guard leaves a failure it saw on the
+        wire to the wire (``GuardedCall.wire_attempts``)."""
+        if isinstance(error, (BadRequestError, GatewayClosedError)):
+            return  # the request's fault (or ours), none of the backend's
+        count_failure(self.state, error, self.runner.clock.now())
 
     def _billed(self) -> BilledWork:
         work = self.runner.billed_work.get(self.state.name)
@@ -305,6 +331,8 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        if self.on_end is not None:
+            self.on_end(error, usage, self.cost_usd)
         tap = self.tap
         config = self.state.backend
         self.runner.telemetry.end_attempt(
@@ -317,14 +345,28 @@ class _Attempt:
         )
 
 
-def _status_error(status: int, backend: str) -> GateError:
-    if status == 429:
-        return RateLimitedError(f"HTTP {status}", backend=backend, status=status)
-    if status == 408:
-        return RequestTimeout(f"HTTP {status}", backend=backend, status=status)
-    if status == 409 or status >= 500:
-        return BackendError(f"HTTP {status}", backend=backend, status=status)
-    return GateError(f"HTTP {status}", backend=backend, status=status)
+def _sdk_attempt(request: httpx2.Request) -> int:
+    """Which try of one SDK call this request is: Stainless-built SDKs (openai's) say so in
+    ``x-stainless-retry-count``; 1 for any other client."""
+    value = request.headers.get("x-stainless-retry-count")
+    if value is None or not value.isdigit():
+        return 1
+    return int(value) + 1
+
+
+def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
+    """The answer to an SDK retry the budget cannot pay for: a 503 that tells the SDK not to
+    retry (``x-should-retry: false``) and says why, instead of a request sent."""
+    message = (
+        f"gptgate: the retry budget is spent, so the SDK's retry was not sent to backend "
+        f"{backend!r} (set max_retries=0 on the SDK client and let the gateway retry)"
+    )
+    return httpx2.Response(
+        503,
+        headers={"x-should-retry": "false", REFUSED_HEADER: "retry-budget"},
+        json={"error": {"message": message, "type": "gptgate_retry_budget_spent"}},
+        request=request,
+    )
 
 
 class _PermitStream(httpx2.AsyncByteStream):
@@ -394,6 +436,20 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         self._state = state
         self._priority = priority
         self._scenario = scenario
+        self._warned = False
+
+    def _retry_funded(self, runner: CallRunner, state: BackendState) -> bool:
+        """An SDK's own retry (``max_retries``) spends the gateway's retry budget like any
+        other: SDK retries and the gateway's multiply otherwise (one guarded call meeting
+        429s sent 9 requests). Said once per client, with the way out."""
+        if not self._warned:
+            self._warned = True
+            _log.warning(
+                "the SDK on gate.http_client(%r) retries on its own (max_retries, default 2): "
+                "its retries spend the gateway's retry budget; pass max_retries=0 to let "
+                "gptgate alone retry", state.name,
+            )
+        return runner.budget is None or runner.budget.try_spend(runner.clock.now())
 
     def _backend(self) -> BackendState:
         if isinstance(self._state, BackendState):
@@ -424,20 +480,30 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         state = self._backend()
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
+        number = _sdk_attempt(request)
+        if number > 1 and not self._retry_funded(runner, state):
+            return _refused(request, state.name)
         permit: Permit | None
         enqueued = clock.now()
-        if held is not None and held.limiter is state.limiter:
+        guarded = held if held is not None and held.limiter is state.limiter else None
+        if guarded is not None:
             # inside a guarded call on this backend: its permit covers this request, and the
             # guard reports the outcome (one call, one permit — never a wait on itself);
             # the span and the ledger are still this attempt's
-            held.wire_attempts += 1
+            guarded.wire_attempts += 1
             permit = None
         else:
             permit = await self._acquire(state, request)
+        if guarded is None or number > 1:
             state.calls += 1
+        if number > 1:
+            state.retries += 1
+        elif guarded is None and runner.budget is not None:
+            runner.budget.record_request(clock.now())  # a first request funds retries
         start = clock.now()
         attempt = _Attempt(
-            runner, state, request, permit, start, start - enqueued, self._scenario
+            runner, state, request, permit, start, start - enqueued, self._scenario,
+            number=number, guarded=guarded,
         )
         try:
             response = await state.pool.transport.handle_async_request(request)
@@ -446,7 +512,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             raise
         status = response.status_code
         if status >= 400:
-            attempt.status_failed(status)
+            attempt.status_failed(status, response.headers)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
         if response.is_closed:  # a pre-read body: the call is over already
@@ -458,4 +524,6 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         idle_s = state.backend.idle_timeout if tap.streamed else None
         response.stream = _PermitStream(response.stream, attempt, idle_s)
+        if attempt.guarded is not None:
+            attempt.guarded.open_requests.append(attempt)
         return response

@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
-__all__ = ["NAMES", "Telemetry"]
+__all__ = ["NAMES", "Telemetry", "usage_attributes"]
 
 NAMES: dict[str, str] = {
     "operation": "gen_ai.operation.name",
@@ -61,9 +61,20 @@ NAMES: dict[str, str] = {
     "cache_warm": "gptgate.cache.warm",
     "retry_reason": "gptgate.retry_reason",
     "stream_decision": "gptgate.stream_decision",
+    "guard_function": "gptgate.guard.function",
+    "outcome": "gptgate.outcome",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
 }
+
+def usage_attributes(usage: Usage) -> dict[str, int]:
+    """A span's ``gen_ai.usage.*`` attributes."""
+    return {
+        NAMES["input_tokens"]: usage.input_tokens,
+        NAMES["output_tokens"]: usage.output_tokens,
+        NAMES["cached_tokens"]: usage.cached_input_tokens,
+    }
+
 
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 … 81.92 s
 _TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1 … 67,108,864
@@ -268,9 +279,7 @@ class Telemetry:
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
             if usage is not None:
-                attributes[NAMES["input_tokens"]] = usage.input_tokens
-                attributes[NAMES["output_tokens"]] = usage.output_tokens
-                attributes[NAMES["cached_tokens"]] = usage.cached_input_tokens
+                attributes.update(usage_attributes(usage))
             if response_model:
                 attributes[NAMES["response_model"]] = response_model
             if response_id:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gptgate.observe import MAX_JSON_BYTES, ResponseTap, usage_of
+from gptgate.observe import MAX_JSON_BYTES, ResponseTap, usage_from
 from tests.mockbackend import (
     USER,
     RecordingLimit,
@@ -60,7 +60,14 @@ def test_what_cannot_be_read_leaves_the_counts_unknown() -> None:
         assert (tap.input_tokens, tap.output_tokens, tap.ttft_s) == (None, None, None)
 
 
-def test_usage_of_an_sdk_result() -> None:
+def _tokens(result: object) -> tuple[int, int, int] | None:
+    usage = usage_from(result)
+    return None if usage is None else (
+        usage.input_tokens, usage.output_tokens, usage.cached_input_tokens
+    )
+
+
+def test_usage_from_an_sdk_result() -> None:
     class Usage:
         prompt_tokens = 12
         completion_tokens = 34
@@ -68,10 +75,21 @@ def test_usage_of_an_sdk_result() -> None:
     class Completion:
         usage = Usage()
 
-    assert usage_of(Completion()) == (12, 34)
-    assert usage_of(completion("x" * 40, prompt=5)) == (5, 10)
-    assert usage_of("plain text") == (None, None)
-    assert usage_of({"usage": None}) == (None, None)
+    class ResponsesUsage:  # the Responses API's names, as a pydantic model dumps them
+        def model_dump(self) -> dict[str, object]:
+            return {
+                "input_tokens": 30, "output_tokens": 7,
+                "input_tokens_details": {"cached_tokens": 20},
+            }
+
+    class Response:
+        usage = ResponsesUsage()
+
+    assert _tokens(Completion()) == (12, 34, 0)
+    assert _tokens(Response()) == (30, 7, 20)
+    assert _tokens(completion("x" * 40, prompt=5)) == (5, 10, 0)
+    assert _tokens("plain text") is None
+    assert _tokens({"usage": None}) is None
 
 
 async def test_http_client_reports_tokens_and_first_token_to_the_limit() -> None:
