@@ -286,18 +286,19 @@ class Telemetry:
             for param, name in _SAMPLING_PARAMS.items():
                 if isinstance(value := params.get(param), (int, float)):
                     attributes[name] = value
-        if self.capture_content:
-            import json
-
-            attributes[NAMES["input_messages"]] = json.dumps(list(messages))
         # a parent that is already current (gate.chat's call span) needs no context of its own
         context = (
             None if parent is None or parent is trace.get_current_span()
             else self.parent_of(parent)
         )
-        return self.tracer.start_span(
+        span = self.tracer.start_span(
             cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
         )
+        if self.capture_content and span.is_recording():  # opted in, and only if kept
+            import json
+
+            span.set_attribute(NAMES["input_messages"], json.dumps(list(messages)))
+        return span
 
     def end_attempt(
         self,
