@@ -64,6 +64,17 @@ _OPERATIONS = (
 )
 #: operations whose answers, with a known size, teach the limit its latency per token
 _GENERATIVE = frozenset({"chat", "text_completion"})
+#: request parameters that go on the attempt's span, by their attribute name
+_REQUEST_PARAMS = tuple(
+    (param, NAMES[key])
+    for param, key in (
+        ("max_tokens", "request_max_tokens"),
+        ("max_completion_tokens", "request_max_tokens"),
+        ("max_output_tokens", "request_max_tokens"),
+        ("temperature", "request_temperature"),
+        ("top_p", "request_top_p"),
+    )
+)
 #: the request model, read without parsing the body (metrics want it on every attempt)
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
@@ -113,20 +124,16 @@ class _Attempt:
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()
-            self.span.set_attribute(NAMES["request_stream"], bool(body.get("stream")))
-            self.span.set_attribute(NAMES["queue_s"], queue_s)
+            attributes: dict[str, Any] = {
+                NAMES["request_stream"]: bool(body.get("stream")), NAMES["queue_s"]: queue_s
+            }
             if scenario is not None:
-                self.span.set_attribute(NAMES["scenario"], scenario)
-            for param, key in (
-                ("max_tokens", "request_max_tokens"),
-                ("max_completion_tokens", "request_max_tokens"),
-                ("max_output_tokens", "request_max_tokens"),
-                ("temperature", "request_temperature"),
-                ("top_p", "request_top_p"),
-            ):
+                attributes[NAMES["scenario"]] = scenario
+            for param, name in _REQUEST_PARAMS:
                 value = body.get(param)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.span.set_attribute(NAMES[key], value)
+                    attributes[name] = value
+            self.span.set_attributes(attributes)  # one lock and one pass, not one per attribute
 
     def _model(self) -> str:
         content = self.request.content if self.request.method == "POST" else b""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -25,6 +26,8 @@ except ImportError:  # pragma: no cover - another API version: always record
 from .results import Usage
 
 __all__ = ["NAMES", "Telemetry", "usage_attributes"]
+
+_V = TypeVar("_V")
 
 NAMES: dict[str, str] = {
     "operation": "gen_ai.operation.name",
@@ -80,15 +83,44 @@ _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 … 81.92 s
 _TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1 … 67,108,864
 
 _SAMPLING_PARAMS = {
-    "max_tokens": "request_max_tokens",
-    "max_completion_tokens": "request_max_tokens",
-    "temperature": "request_temperature",
-    "top_p": "request_top_p",
+    "max_tokens": NAMES["request_max_tokens"],
+    "max_completion_tokens": NAMES["request_max_tokens"],
+    "temperature": NAMES["request_temperature"],
+    "top_p": NAMES["request_top_p"],
 }
 
 
+#: distinct attribute sets kept per cache; past it a cache starts over (the SDK's own
+#: cardinality limit is 2,000 per metric)
+_CACHE_MAX = 1024
+
+
+class _Current:
+    """Makes a span current for a block: a bare attach/detach of the context, without
+    ``trace.use_span``'s generator-based context manager (it records nothing on an
+    exception here anyway: the call's outcome is marked by :meth:`Telemetry.end_call`)."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+
+
 class Telemetry:
-    """Spans and metrics for the gateway. Pass providers in (tests) or use the globals."""
+    """Spans and metrics for the gateway. Pass providers in (tests) or use the globals.
+
+    With an SDK configured, the attribute sets that repeat from call to call (a backend's
+    attempt attributes, a metric point's ``(operation, provider, model, error)``) are built
+    once and reused: the SDK copies what it is given, so a shared dict is never mutated, and
+    rebuilding them per call was most of what gptgate itself paid for its telemetry."""
 
     def __init__(
         self,
@@ -125,6 +157,18 @@ class Telemetry:
         self.queue = histogram(
             "metric_queue", "s", "Time a call waited for admission", _DURATION_BUCKETS
         )
+        #: (scenario, model) → (span name, attributes) of a call's span
+        self._call_attributes: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+        #: what an attempt's span starts with that depends only on its backend and request
+        self._attempt_attributes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+        #: (operation, provider, model, error type) → a point's (duration, input, output)
+        #: attributes
+        self._metric_attributes: dict[
+            tuple[str, str, str, str | None],
+            tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
+        ] = {}
+        #: backend → a queue point's attributes
+        self._queue_attributes: dict[str, dict[str, Any]] = {}
 
     @property
     def tracing(self) -> bool:
@@ -150,12 +194,18 @@ class Telemetry:
         attempts are parented to it explicitly (:meth:`parent_of`)."""
         if not self.tracing:
             return trace.INVALID_SPAN
-        attributes: dict[str, Any] = {NAMES["scenario"]: scenario, NAMES["operation"]: "chat"}
-        if model:
-            attributes[NAMES["request_model"]] = model
-        return self.tracer.start_span(
-            f"chat {model}" if model else "chat", kind=SpanKind.INTERNAL, attributes=attributes
-        )
+        key = (scenario, model)
+        cached = self._call_attributes.get(key)
+        if cached is None:
+            attributes: dict[str, Any] = {
+                NAMES["scenario"]: scenario, NAMES["operation"]: "chat"
+            }
+            if model:
+                attributes[NAMES["request_model"]] = model
+            cached = _remember(
+                self._call_attributes, key, (f"chat {model}" if model else "chat", attributes)
+            )
+        return self.tracer.start_span(cached[0], kind=SpanKind.INTERNAL, attributes=cached[1])
 
     @staticmethod
     def name_call(span: Span, model: str) -> None:
@@ -188,7 +238,7 @@ class Telemetry:
         """Make a call's span current while it runs (nothing to do for the no-op span)."""
         if span is trace.INVALID_SPAN:
             return nullcontext()
-        return trace.use_span(span, record_exception=False, set_status_on_exception=False)
+        return _Current(span)
 
     @contextmanager
     def call_span(self, scenario: str, model: str | None) -> Iterator[Span]:
@@ -224,36 +274,41 @@ class Telemetry:
     ) -> Span:
         if not self.tracing:
             return trace.INVALID_SPAN
-        attributes: dict[str, Any] = {
-            NAMES["operation"]: operation,
-            NAMES["provider"]: provider,
-            NAMES["request_model"]: model,
-            NAMES["server_address"]: host,
-            NAMES["request_stream"]: stream,
-            NAMES["backend"]: backend,
-            NAMES["hardware"]: hardware,
-            NAMES["attempt"]: attempt,
-        }
-        if port is not None:
-            attributes[NAMES["server_port"]] = port
+        key = (operation, provider, model, host, port, stream, backend, hardware)
+        cached = self._attempt_attributes.get(key)
+        if cached is None:
+            fixed: dict[str, Any] = {
+                NAMES["operation"]: operation,
+                NAMES["provider"]: provider,
+                NAMES["request_model"]: model,
+                NAMES["server_address"]: host,
+                NAMES["request_stream"]: stream,
+                NAMES["backend"]: backend,
+                NAMES["hardware"]: hardware,
+            }
+            if port is not None:
+                fixed[NAMES["server_port"]] = port
+            cached = _remember(self._attempt_attributes, key, (f"{operation} {model}", fixed))
+        # all at the start, in one pass (the SDK cleans and locks once per call it is given)
+        attributes = {**cached[1], NAMES["attempt"]: attempt}
         if extra:
             attributes.update(extra)
-        span = self.tracer.start_span(
-            f"{operation} {model}", self.parent_of(parent), kind=SpanKind.CLIENT,
-            attributes=attributes,
+        if params:
+            for param, name in _SAMPLING_PARAMS.items():
+                if isinstance(value := params.get(param), (int, float)):
+                    attributes[name] = value
+        # a parent that is already current (gate.chat's call span) needs no context of its own
+        context = (
+            None if parent is None or parent is trace.get_current_span()
+            else self.parent_of(parent)
         )
-        if span.is_recording():
-            sampling = {
-                NAMES[key]: value
-                for param, key in _SAMPLING_PARAMS.items()
-                if isinstance(value := params.get(param), (int, float))
-            }
-            if sampling:  # one lock and one pass, not one per attribute
-                span.set_attributes(sampling)
-            if self.capture_content:
-                import json
+        span = self.tracer.start_span(
+            cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        if self.capture_content and span.is_recording():  # opted in, and only if kept
+            import json
 
-                span.set_attribute(NAMES["input_messages"], json.dumps(list(messages)))
+            span.set_attribute(NAMES["input_messages"], json.dumps(list(messages)))
         return span
 
     def end_attempt(
@@ -304,24 +359,43 @@ class Telemetry:
         error: BaseException | None,
         operation: str,
     ) -> None:
-        metric_attributes: dict[str, Any] = {
-            NAMES["operation"]: operation,
-            NAMES["provider"]: provider,
-            NAMES["request_model"]: model,
-        }
-        if error is not None:
-            metric_attributes[NAMES["error_type"]] = type(error).__name__
-        self.duration.record(duration_s, metric_attributes)
+        error_type = type(error).__name__ if error is not None else None
+        key = (operation, provider, model, error_type)
+        points = self._metric_attributes.get(key)
+        if points is None:
+            base: dict[str, Any] = {
+                NAMES["operation"]: operation,
+                NAMES["provider"]: provider,
+                NAMES["request_model"]: model,
+            }
+            if error_type is not None:
+                base[NAMES["error_type"]] = error_type
+            points = _remember(self._metric_attributes, key, (
+                base,
+                {**base, NAMES["token_type"]: "input"},
+                {**base, NAMES["token_type"]: "output"},
+            ))
+        self.duration.record(duration_s, points[0])
         if ttft_s is not None:
-            self.ttfc.record(ttft_s, metric_attributes)
+            self.ttfc.record(ttft_s, points[0])
         if usage is not None and error is None:
-            self.tokens.record(
-                usage.input_tokens, {**metric_attributes, NAMES["token_type"]: "input"}
-            )
-            self.tokens.record(
-                usage.output_tokens, {**metric_attributes, NAMES["token_type"]: "output"}
-            )
+            self.tokens.record(usage.input_tokens, points[1])
+            self.tokens.record(usage.output_tokens, points[2])
 
     def record_queue(self, queue_s: float, backend: str) -> None:
         if self.metering:
-            self.queue.record(queue_s, {NAMES["backend"]: backend})
+            attributes = self._queue_attributes.get(backend)
+            if attributes is None:
+                attributes = _remember(
+                    self._queue_attributes, backend, {NAMES["backend"]: backend}
+                )
+            self.queue.record(queue_s, attributes)
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: _V) -> _V:
+    """Keep ``value`` under ``key``; a cache full of distinct keys (a caller's many models)
+    starts over rather than grow without bound."""
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
