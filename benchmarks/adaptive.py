@@ -121,6 +121,50 @@ async def run_row(profile: str, concurrency: int | None, requests: int, seed: in
     )
 
 
+async def warm_row(profile: str, requests: int, seed: int) -> Row:
+    """``auto`` started from the snapshot of an earlier run of the same profile (another
+    seed, the same length): what a gateway restarted an hour later does with ``state=``."""
+    earlier = LoopClock()
+    backend, _ = backend_for(profile, "auto", earlier, seed + 1000)
+    async with gg.Gateway([backend], clock=earlier, seed=seed + 1000) as gate:
+        await gate.map(workload(requests, seed + 1000), scenario="default")
+        state = gate.snapshot()
+    clock = LoopClock()
+    backend, engine = backend_for(profile, "auto", clock, seed)
+    async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
+        start = clock.now()
+        results = await gate.map(workload(requests, seed), scenario="default")
+        total = clock.now() - start
+        stats = gate.stats()[profile]
+    ok = [r for r in results if isinstance(r, gg.ChatResult)]
+    service = [r.latency_s - r.queue_s for r in ok]
+    ledger = engine.ledger.snapshot()
+    return Row(
+        label="warm",
+        concurrency=None,
+        total_s=total,
+        goodput=len(ok) / total if total else 0.0,
+        mean_s=statistics.fmean(service) if service else float("nan"),
+        p50_s=percentile(service, 0.5),
+        p99_s=percentile(service, 0.99),
+        billed_per_ok=ledger.billed_tokens / len(ok) if ok else float("inf"),
+        retries=stats.retries,
+        rate_limited=ledger.rate_limited,
+        failed=len(results) - len(ok),
+        final_limit=stats.limit,
+    )
+
+
+def warm_verdict(rows: list[Row], warm: Row, requests: int) -> tuple[str, bool, str]:
+    """Warm start (issue 14): goodput ≥ 95% of the best fixed limit's."""
+    best, _ = references([r for r in rows if r.concurrency is not None], requests)
+    return (
+        "warm start goodput ≥ 95% of best fixed",
+        warm.goodput >= 0.95 * best.goodput,
+        f"{warm.goodput / best.goodput:.1%} of limit {best.label}",
+    )
+
+
 async def capacity_change(
     profile: str, requests: int, seed: int, workers: int = 0
 ) -> tuple[list[tuple[int, float, int]], int, int]:
@@ -275,6 +319,11 @@ def main() -> int:
         default=",".join(map(str, LEVELS)),
         help="fixed limits to compare auto against (at most the backend's max, 128)",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="add a row: auto started from the snapshot of an earlier run (Gateway(state=))",
+    )
     args = parser.parse_args()
     try:
         levels = sorted({int(level) for level in args.levels.split(",")})
@@ -285,14 +334,15 @@ def main() -> int:
     grid = "" if tuple(levels) == LEVELS else f" --levels {','.join(map(str, levels))}"
     print(
         f"$ python benchmarks/adaptive.py --profiles {args.profiles} "
-        f"--requests {args.requests} --seed {args.seed}{grid}"
+        f"--requests {args.requests} --seed {args.seed}{grid}" + (" --warm" if args.warm else "")
     )
     print("virtual time (exact); latencies are the backend's, excluding the client-side queue\n")
     all_ok = True
     for profile in args.profiles.split(","):
         rows = [run_virtual(run_row, profile, c, args.requests, args.seed) for c in levels]
         rows.append(run_virtual(run_row, profile, None, args.requests, args.seed))
-        print(table(profile, rows))
+        warm = run_virtual(warm_row, profile, args.requests, args.seed) if args.warm else None
+        print(table(profile, rows + ([warm] if warm else [])))
         trace, change_at, failed = run_virtual(
             capacity_change, profile, int(args.requests * 1.5), args.seed
         )
@@ -304,7 +354,10 @@ def main() -> int:
             f"settled {settle} calls later, {failed} failed"
             + (f" (plot: {png})" if png else "")
         )
-        for name, ok, detail in verdicts(rows, args.requests, settle):
+        checks = verdicts(rows, args.requests, settle)
+        if warm:
+            checks.append(warm_verdict(rows, warm, args.requests))
+        for name, ok, detail in checks:
             all_ok &= ok
             print(f"  [{'ok' if ok else 'MISS'}] {name}: {detail}")
         print()

@@ -254,6 +254,9 @@ class GatewayConfig(BaseModel):
     #: leaving ``async with gate``: how long calls in flight may still finish before they are
     #: cancelled with ``GatewayClosedError`` (``aclose(grace_s=...)`` overrides it)
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+    #: ``Gateway(state=...)``: a saved state older than this starts cold (docs/adaptive.md,
+    #: Warm start)
+    state_max_age_s: float = Field(default=86_400.0, gt=0)
 
     @field_validator("default_scenario")
     @classmethod

@@ -13,7 +13,9 @@ import functools
 import itertools
 import logging
 import math
+import os
 import threading
+import time
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -59,6 +61,16 @@ from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
+from .snapshot import (
+    MAX_HIT_RATES,
+    BackendSnapshot,
+    GatewaySnapshot,
+    LimitState,
+    check_state_arg,
+    limit_state,
+    load_state,
+    save_state,
+)
 from .telemetry import Telemetry
 from .tokens import estimate_prompt_tokens
 
@@ -402,8 +414,11 @@ class Gateway:
         clock: Clock | None = None,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        state: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
+        #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
+        self._state_source = check_state_arg(state)
         if config is None:
             config = GatewayConfig(backends=list(backends or []), **options)
         elif backends is not None or options:
@@ -471,13 +486,14 @@ class Gateway:
         self._loop = _current_loop()
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
+        warm = self._load_state()
         for backend in self.config.backends:
             previous = self._states.get(backend.name)
             if previous is not None:
                 self._earlier[backend.name].add(previous)
             pool = BackendPool(backend, self.clock)
             limiter = Limiter(
-                self._make_limit(backend),
+                self._warm_limit(backend, warm),
                 clock=self.clock,
                 max_inflight=backend.pool_size,
                 name=backend.name,
@@ -552,12 +568,66 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     for state in self._states.values():
                         await state.pool.aclose()
+                self._save_state()
 
     async def _drained(self) -> None:
         """Until every hosted batcher has drained and no call is in flight."""
         for done in list(self._hosts_done):
             await done.wait()
         await self._calls.wait_idle()
+
+    # -- warm start (gptgate/snapshot.py) -------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per backend, what a later gateway needs to start warm: model, base_url, the
+        adaptive limit's state (``None`` for a fixed limit or one still in slow start) and the
+        prefix groups' hit rates; JSON-able. Pass it (or a path) as ``Gateway(state=...)``."""
+        backends: dict[str, BackendSnapshot] = {}
+        for backend in self.config.backends:
+            live = self._states.get(backend.name)
+            export = getattr(live.limiter.limit, "export_state", None) if live else None
+            groups = sorted(self.cache_gate.statistics(backend.name), key=lambda g: -g.samples)
+            backends[backend.name] = BackendSnapshot(
+                model=backend.model,
+                base_url=backend.base_url,
+                limit=limit_state(export()) if callable(export) else None,
+                hit_rates={
+                    g.key: g.hit_rate for g in groups[:MAX_HIT_RATES] if g.hit_rate is not None
+                },
+            )
+        snapshot = GatewaySnapshot(version=1, taken_at=time.time(), backends=backends)
+        return snapshot.model_dump(mode="json")
+
+    def _load_state(self) -> dict[str, LimitState]:
+        """The saved limit state per backend that may start warm (logged and skipped when
+        stale, foreign or not valid state: never a failed start)."""
+        source = self._state_source
+        if source is None:
+            return {}
+        return load_state(source, self.config.backends, max_age_s=self.config.state_max_age_s)
+
+    def _warm_limit(self, backend: Backend, warm: Mapping[str, LimitState]) -> Limit:
+        limit = self._make_limit(backend)
+        saved = warm.get(backend.name)
+        restore = getattr(limit, "restore", None)
+        if saved is not None and callable(restore):
+            try:
+                restore(saved.model_dump())
+            except ValueError as error:
+                log.warning("state for backend %r ignored, starting cold: %s", backend.name, error)
+                limit = self._make_limit(backend)
+        return limit
+
+    def _save_state(self) -> None:
+        """On exit, when ``state=`` is a path: write the snapshot (atomically). A failed write
+        is logged, not raised: it must not hide how the ``async with`` block ended."""
+        source = self._state_source
+        if source is None or isinstance(source, Mapping):
+            return
+        try:
+            save_state(source, self.snapshot())
+        except (OSError, ValueError) as error:
+            log.warning("state %s not saved: %s", os.fspath(source), error)
 
     def _make_limit(self, backend: Backend) -> Limit:
         if isinstance(backend.concurrency, int):

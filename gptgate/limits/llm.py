@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from .base import Sample
@@ -182,8 +183,40 @@ class _Sums:
             self.ttft += ttft
 
 
+class _Warm:
+    """The watch after a warm start (:meth:`LLMLimit.restore`): the first calls' latency
+    against the saved baseline, in chunks of ``window_samples``, for about two latencies."""
+
+    __slots__ = ("a", "b", "cold", "left", "n")
+
+    def __init__(self, cold: float, left: int) -> None:
+        self.cold = cold  # the cold ``initial``, where slow start starts again
+        self.left = left  # successes still watched
+        self.n = 0
+        self.a = 0.0
+        self.b = 0.0
+
+
+#: what :meth:`LLMLimit.export_state` returns and :meth:`LLMLimit.restore` takes
+STATE_KEYS = (
+    "limit",
+    "knee",
+    "baseline_a",
+    "baseline_b",
+    "reference_tokens",
+    "overhead_tokens",
+    "log_var",
+    "rtt_s",
+    "latency_s",
+    "r_mean_s",
+)
+
+
 class LLMLimit:
     """Slow start + goodput elasticity + server queue + delay + dense loss: see the module."""
+
+    #: set by :meth:`restore` until the first calls confirm the saved state (warm start)
+    _warm: _Warm | None = None
 
     def __init__(
         self,
@@ -368,6 +401,8 @@ class LLMLimit:
         # behind it is measured on its own
         wait = max(0.0, (now - sample.start) - sample.latency_s) if self._rate is None else 0.0
         a += wait
+        if self._warm is not None and self._warm_watch(a, b, now):
+            return  # the backend changed since the snapshot: back to slow start
         r = a + self._norm.reference_tokens * b
         if self._r_mean > 0.0 and r > 5.0 * self._r_mean:
             a, b = a * 5.0 * self._r_mean / r, b * 5.0 * self._r_mean / r
@@ -394,6 +429,92 @@ class LLMLimit:
             chunk, self._c = self._c, _Sums()
             self._guards(now, chunk, final=False)
 
+    # ---- warm start (gate.snapshot / Gateway(state=...)) ---------------------------------
+    def export_state(self) -> dict[str, float] | None:
+        """What a warm start needs (see :meth:`restore`); ``None`` while nothing is learned
+        yet (in slow start, or no latency baseline)."""
+        if self._slow_start or self._base is None:
+            return None
+        return {
+            "limit": float(self._limit),
+            "knee": self._center,
+            "baseline_a": self._base[0],
+            "baseline_b": self._base[1],
+            "reference_tokens": self._norm.reference_tokens,
+            "overhead_tokens": self._norm.overhead_tokens,
+            "log_var": self._log_var,
+            "rtt_s": self._rtt,
+            "latency_s": self._latency,
+            "r_mean_s": self._r_mean,
+        }
+
+    def restore(self, state: Mapping[str, float]) -> None:
+        """Start probing around a saved knee instead of slow start from ``initial``.
+
+        The first calls are watched: a congestion drop, or a chunk of ``window_samples``
+        calls whose mean latency is ≥ 2× the saved baseline, means the backend changed — the
+        state is dropped and slow start begins from ``initial`` as on a cold start.
+        """
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise ValueError(f"state lacks {', '.join(missing)}")
+        values = {key: float(state[key]) for key in STATE_KEYS}
+        if not all(math.isfinite(v) for v in values.values()) or values["knee"] < 1.0:
+            raise ValueError("state values must be finite, with knee >= 1")
+        cold = self._center
+        self._slow_start = False
+        self._base = (values["baseline_a"], values["baseline_b"])
+        self._norm._n_ref = max(1.0, values["reference_tokens"])
+        self._norm._count = self._norm._horizon  # an EWMA from here on, not a fresh mean
+        self._norm._overhead = max(0.0, values["overhead_tokens"])
+        self._log_var = max(0.0, values["log_var"])
+        self._rtt = max(0.0, values["rtt_s"])
+        self._latency = max(0.0, values["latency_s"])
+        self._r_mean = max(0.0, values["r_mean_s"])
+        self._center = values["knee"]
+        self._hist.clear()
+        self._probe_high = False
+        self._apply(-math.inf, down=True)  # the low probe first: the cautious side
+        self._window_start = -math.inf
+        self.trace.clear()  # the first sample stamps the restored limit with its time
+        self._warm = _Warm(cold, max(2 * self.window_samples, 2 * self._limit))
+
+    @property
+    def warm(self) -> bool:
+        """Whether the limit is still checking a restored state against the backend."""
+        return self._warm is not None
+
+    def _warm_watch(self, a: float, b: float, now: float) -> bool:
+        """One success after a warm start; True when it fell back to slow start."""
+        warm = self._warm
+        assert warm is not None and self._base is not None
+        warm.n += 1
+        warm.a += a
+        warm.b += b
+        warm.left -= 1
+        if warm.n >= self.window_samples:
+            excess = self._ln_r(warm.a / warm.n, warm.b / warm.n) - self._ln_r(*self._base)
+            if excess >= math.log(2.0):
+                self._warm_fallback(now)
+                return True
+            warm.n, warm.a, warm.b = 0, 0.0, 0.0
+        if warm.left <= 0:
+            self._warm = None  # confirmed: from here on the usual guards watch
+        return False
+
+    def _warm_fallback(self, now: float) -> None:
+        """The saved state does not fit this backend: forget it and slow-start cold."""
+        warm, self._warm = self._warm, None
+        assert warm is not None
+        self.events["warm_fallback"] = self.events.get("warm_fallback", 0) + 1
+        self._slow_start = True
+        self._base = None
+        self._log_var = 0.0
+        self._r_mean = 0.0
+        self._center = warm.cold
+        self._last_cut = now  # calls admitted at the saved level cannot cut again
+        self._restart(now)
+
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
         if sample.start < self._last_cut:
@@ -410,6 +531,9 @@ class LLMLimit:
             # the rate budget is spent, which the pause and the pacer handle; it says nothing
             # of how many calls at once the backend serves. Two sequential calls meeting 429s
             # used to cut 4 → 1, and probing took minutes to climb back
+            return
+        if self._warm is not None:
+            self._warm_fallback(now)  # overload right after a warm start: the backend changed
             return
         # the density check sees every call admitted since the cut, settling or not: a
         # rejection storm is fastest exactly while the window is still settling
