@@ -396,3 +396,24 @@ def test_closing_the_gateway_ends_a_running_guarded_body() -> None:
     assert isinstance(outcome, gg.GatewayClosedError)
     assert took == pytest.approx(2.0, abs=0.1)
     assert in_flight == 0
+
+
+async def test_the_sdks_retries_show_as_attempts_on_their_spans() -> None:
+    script = Script(error(429, retry_after_ms="1"), error(500), ok("fine"))
+    backend = gg.Backend(
+        name="mock", base_url=BASE, model="m", concurrency=4,
+        transport=httpx2.MockTransport(script),
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with gg.Gateway([backend], seed=1, tracer_provider=provider) as gate:
+        client = _sdk(gate, "mock", max_retries=2)
+        await client.chat.completions.create(model="m", messages=USER)
+        stats = gate.stats()["mock"]
+    attempts = [
+        (s.attributes or {})["gptgate.attempt"]
+        for s in exporter.get_finished_spans() if s.kind == SpanKind.CLIENT
+    ]
+    assert attempts == [1, 2, 3]
+    assert stats.calls == 3 and stats.retries == 2 and stats.failures == 2
