@@ -48,6 +48,7 @@ from .errors import (
     RequestTooLargeError,
 )
 from .guard import make_guard
+from .hedge import HedgePolicy, resolve_hedge
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -157,6 +158,8 @@ class BackendStats:
     #: why the adaptive limit moved, counts per cause (``LLMLimit``: ``slow_start_exit``,
     #: ``loss``, ``queue``, ``delay``; empty for a fixed limit) — "why is the limit 12?"
     limit_events: Mapping[str, int] = field(default_factory=dict)
+    #: tail-hedge duplicates sent to this backend (docs/guide.md "Hedging")
+    hedges: int = 0
 
 
 def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
@@ -611,6 +614,7 @@ class Gateway:
         visible: bool,
         params: dict[str, Any],
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
     ) -> CallSpec:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
@@ -662,6 +666,7 @@ class Gateway:
             max_attempts=max_attempts,
             prefix=prefix,
             headers=headers,
+            hedge=resolve_hedge(hedge, resolved.hedge),
         )
 
     def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
@@ -739,13 +744,16 @@ class Gateway:
         timeout: float | None = None,
         max_attempts: int | None = None,
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
         through. ``stream`` forces the wire mode; by default the scenario's stream rule picks
         it (the whole answer is returned either way). ``timeout`` is the call's total deadline.
         ``cache_key`` names the prompt-prefix group explicitly (default: every message but the
-        last); it is sent as ``prompt_cache_key`` to backends that support it.
+        last); it is sent as ``prompt_cache_key`` to backends that support it. ``hedge``
+        (True or a HedgePolicy; default: the scenario's) sends one duplicate once the call
+        has waited past its backend's p95 (docs/guide.md "Hedging").
         """
         runner = self.runner
         spec = self._spec(
@@ -761,6 +769,7 @@ class Gateway:
             visible=False,
             params=params,
             cache_key=cache_key,
+            hedge=hedge,
         )
         result: ChatResult | None = None
         with self._calls.call(new=not _ACCEPTED.get()):
@@ -780,6 +789,7 @@ class Gateway:
         timeout: float | None = None,
         max_attempts: int | None = None,
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
         **params: Any,
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``."""
@@ -797,6 +807,7 @@ class Gateway:
             visible=True,
             params=params,
             cache_key=cache_key,
+            hedge=hedge,
         )
         return ChatStream(runner, spec, self.clock, self._calls)
 
@@ -1107,6 +1118,7 @@ class Gateway:
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
                 limit_events=earlier.events(events),
+                hedges=state.hedges,
             )
         return snapshot
 

@@ -60,6 +60,7 @@ NAMES: dict[str, str] = {
     "cache_group": "gptgate.cache.group",
     "cache_warm": "gptgate.cache.warm",
     "retry_reason": "gptgate.retry_reason",
+    "hedge": "gptgate.hedge",
     "stream_decision": "gptgate.stream_decision",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
