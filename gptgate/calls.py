@@ -145,6 +145,14 @@ def _answered_nothing(error: GateError) -> bool:
     return isinstance(error, RequestTimeout) and error.billed and not error.output_tokens
 
 
+#: a hedge's duplicate has waited its turn already: it goes ahead of the limiter's queue
+_HEDGE_PRIORITY = 1_000_000
+
+
+def _ahead_of_the_queue(spec: CallSpec) -> CallSpec:
+    return replace(spec, priority=spec.priority + _HEDGE_PRIORITY)
+
+
 def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
     return OverloadedError(
         "deadline passed waiting for the prompt-cache gate (warm-up, ramp or turn)",
@@ -1148,12 +1156,16 @@ class CallRunner:
         first = state.sent_to
         if done.is_set() or first is None:
             return None
+        # counted when sent, not when queued: a job's calls queued at once would otherwise
+        # have left the window by the time its tail (the calls worth hedging) runs
+        budget = self._hedge_budget(policy)
+        budget.record_call(self.clock.now())
         window = first.ttft if spec.stream else first.latency
         delay = hedge_delay(window, policy)
         if delay is None or (uses_tools(spec.params) and not policy.tools):
             return None
         await self.clock.sleep(delay)
-        if done.is_set() or not self._hedge_budget(policy).try_spend(self.clock.now()):
+        if done.is_set() or not budget.try_spend(self.clock.now()):
             return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
@@ -1173,7 +1185,6 @@ class CallRunner:
         it has waited past its backend's p95: the first success wins and the other is
         cancelled (its sent request is billed as a cancelled attempt is). With every racer
         failed, the first attempt's error goes to the retry policy."""
-        self._hedge_budget(policy).record_call(self.clock.now())
         state.on_sent = anyio.Event()
         done = anyio.Event()
         winner: list[CallState] = []
@@ -1183,7 +1194,7 @@ class CallRunner:
 
         async with anyio.create_task_group() as group:
 
-            async def race(racer: CallState) -> None:
+            async def race(racer: CallState, spec: CallSpec = spec) -> None:
                 nonlocal running
                 running += 1
                 try:
@@ -1207,7 +1218,7 @@ class CallRunner:
                 racer = await self._hedge_after_p95(spec, state, policy, done)
                 if racer is not None and running:
                     duplicate = racer
-                    group.start_soon(race, racer)
+                    group.start_soon(race, racer, _ahead_of_the_queue(spec))
 
             group.start_soon(race, state)
             group.start_soon(hedger)
@@ -1229,6 +1240,7 @@ class CallRunner:
         result = winner[0].result
         assert result is not None
         state.result = replace(
-            result, billed_usage=state.billed, cost_usd=state.cost_usd, attempts=state.attempts
+            result, billed_usage=state.billed, cost_usd=state.cost_usd, attempts=state.attempts,
+            queue_s=state.queue_s,  # the call's own wait: latency_s - queue_s is since its send
         )
         return state.result
