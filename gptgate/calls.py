@@ -1149,8 +1149,8 @@ class CallRunner:
     async def _hedge_after_p95(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
-        """Wait for the first attempt's send, then past its backend's p95; a duplicate's
-        state when one may go (no tools unless allowed, within the budget), else None."""
+        """Wait for the first attempt's send, then past its backend's p95 (of whole answers):
+        a duplicate's state when one may go (no tools unless allowed, within the budget)."""
         assert state.on_sent is not None
         await state.on_sent.wait()
         first = state.sent_to
@@ -1160,8 +1160,8 @@ class CallRunner:
         # have left the window by the time its tail (the calls worth hedging) runs
         budget = self._hedge_budget(policy)
         budget.record_call(self.clock.now())
-        window = first.ttft if spec.stream else first.latency
-        delay = hedge_delay(window, policy)
+        # the caller of gate.chat waits for the whole answer, on the wire as SSE or not
+        delay = hedge_delay(first.latency, policy)
         if delay is None or (uses_tools(spec.params) and not policy.tools):
             return None
         await self.clock.sleep(delay)

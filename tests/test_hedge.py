@@ -9,9 +9,15 @@ from typing import Any
 
 import httpx2
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from pydantic import ValidationError
 
 import gptgate as gg
 from gptgate.hedge import HedgeBudget
+from gptgate.telemetry import NAMES
 from gptgate.testing import LoopClock, run_virtual
 from tests.mockbackend import completion, sse
 
@@ -212,9 +218,9 @@ def test_a_scenario_hedges_its_calls_and_a_call_may_opt_out() -> None:
     run_virtual(main)
 
 
-def test_a_stream_that_has_shown_text_is_never_hedged() -> None:
-    """The stall comes after the first delta (here: the whole reply is slow to finish but
-    the first text was shown): no duplicate — it would show the text twice."""
+def test_a_visible_stream_is_never_hedged() -> None:
+    """A stream shows text to the caller: a duplicate could show it twice. A scenario's
+    policy does not apply to it; an explicit ``hedge=`` is refused, naming the argument."""
 
     async def main() -> None:
         clock = LoopClock()
@@ -222,10 +228,14 @@ def test_a_stream_that_has_shown_text_is_never_hedged() -> None:
         gate = _gate(clock, server, "a", "b")
         async with gate:
             await _warm(gate)
-            async with gate.stream(_msg("s"), hedge=EAGER) as stream:
+            server.stall = {"s"}
+            job = gg.Scenario(name="job", hedge=EAGER)
+            async with gate.stream(_msg("s"), scenario=job) as stream:
                 async for _ in stream:
-                    await clock.sleep(STALL)  # the caller reads slowly; nothing is resent
+                    pass
             assert len([1 for _, p in server.log if p == "s"]) == 1
+            with pytest.raises(gg.BadRequestError, match="hedge"):
+                gate.stream(_msg("t"), hedge=True)
             assert _hedges(gate) == {"a": 0, "b": 0}
 
     run_virtual(main)
@@ -240,5 +250,31 @@ def test_bad_hedge_arguments_are_refused_naming_the_argument() -> None:
                 await gate.chat(_msg("x"), hedge="yes")
 
     run_virtual(main)
-    with pytest.raises(gg.ConfigError if hasattr(gg, "ConfigError") else Exception):
+    with pytest.raises(ValidationError, match="budget_ratio"):
         gg.HedgePolicy(budget_ratio=0)
+    with pytest.raises(ValidationError, match="hedge"):
+        gg.Scenario(hedge="often")
+
+
+def test_the_duplicate_attempt_span_says_hedge_and_shares_the_call_span() -> None:
+    async def main() -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "a", tracer_provider=provider)
+        async with gate:
+            await _warm(gate)
+            exporter.clear()
+            await gate.chat(_msg("slow"), hedge=EAGER)
+        spans = exporter.get_finished_spans()
+        attempts = [s for s in spans if s.kind == SpanKind.CLIENT]
+        calls = [s for s in spans if s.kind == SpanKind.INTERNAL]
+        assert len(attempts) == 2 and len(calls) == 1
+        flags = [dict(s.attributes or {}).get(NAMES["hedge"]) for s in attempts]
+        assert sorted(flags, key=str) == [None, True]
+        assert all(s.parent is not None and s.parent.span_id == calls[0].context.span_id
+                   for s in attempts)
+
+    run_virtual(main)
