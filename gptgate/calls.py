@@ -1186,6 +1186,7 @@ class CallRunner:
         cancelled (its sent request is billed as a cancelled attempt is). With every racer
         failed, the first attempt's error goes to the retry policy."""
         state.on_sent = anyio.Event()
+        state.sent_to = None  # a retry's: not the backend of the attempt before
         done = anyio.Event()
         winner: list[CallState] = []
         errors: list[GateError] = []
