@@ -20,6 +20,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .gateway import BackendStats, ChatStream, Gateway
+from .hedge import HedgePolicy
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 
@@ -39,6 +40,7 @@ __all__ = [
     "Gateway",
     "GatewayClosedError",
     "GatewayConfig",
+    "HedgePolicy",
     "NoBackendError",
     "Outcome",
     "OverloadedError",

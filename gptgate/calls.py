@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
@@ -33,6 +33,7 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
+from .hedge import HedgeBudget, HedgePolicy, hedge_delay, uses_tools
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
@@ -100,6 +101,8 @@ class CallSpec:
     max_attempts: int | None = None
     #: per-call HTTP headers (the OpenAI SDK's ``extra_headers``)
     headers: Mapping[str, str] | None = None
+    #: tail hedging (gptgate/hedge.py): None = never
+    hedge: HedgePolicy | None = None
 
 
 @dataclass(slots=True)
@@ -122,6 +125,11 @@ class CallState:
     named: bool = False
     #: the error type of the attempt before the one about to be sent
     retry_reason: str | None = None
+    #: the backend of the latest sent attempt, and an event set at each send (hedging)
+    sent_to: BackendState | None = None
+    on_sent: anyio.Event | None = None
+    #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true)
+    hedge: bool = False
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -135,6 +143,14 @@ def _answered_nothing(error: GateError) -> bool:
     (queued, generating, or hung) cannot be known — the ledger's estimate is marked
     uncertain."""
     return isinstance(error, RequestTimeout) and error.billed and not error.output_tokens
+
+
+#: a hedge's duplicate has waited its turn already: it goes ahead of the limiter's queue
+_HEDGE_PRIORITY = 1_000_000
+
+
+def _ahead_of_the_queue(spec: CallSpec) -> CallSpec:
+    return replace(spec, priority=spec.priority + _HEDGE_PRIORITY)
 
 
 def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
@@ -271,6 +287,9 @@ class _Attempt:
         queue_s = sent_at - self.enqueued
         state.queue_s += queue_s
         self.sent = True
+        state.sent_to = backend
+        if state.on_sent is not None:
+            state.on_sent.set()
         backend.calls += 1
         if self.number > 1:
             backend.retries += 1  # counted where the retry goes, not where it came from
@@ -305,6 +324,8 @@ class _Attempt:
                 attributes[NAMES["cache_warm"]] = not ticket.warmer
         if self.number > 1 and self.state.retry_reason is not None:
             attributes[NAMES["retry_reason"]] = self.state.retry_reason
+        if self.state.hedge:
+            attributes[NAMES["hedge"]] = True
         return attributes
 
     async def open_stream(self, request: httpx2.Request) -> ChatStreamReader:
@@ -467,6 +488,8 @@ class CallRunner:
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend: its client and the absolute chat URL (joined once, not per request)
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
+        #: per (ratio, window): the gateway's hedge budgets (gptgate/hedge.py)
+        self.hedge_budgets: dict[tuple[float, float], HedgeBudget] = {}
 
     def _chat_url(self, backend: BackendState) -> httpx2.URL:
         """``{base_url}chat/completions``, joined as httpx2 joins a relative URL to the base
@@ -487,6 +510,8 @@ class CallRunner:
         state = CallState(start=self.clock.now())
 
         async def attempt(number: int) -> ChatResult:
+            if spec.hedge is not None:
+                return await self._hedged(spec, state, number, spec.hedge)
             async with aclosing(self._attempt(spec, state, number)) as deltas:
                 async for _ in deltas:
                     pass
@@ -1096,3 +1121,122 @@ class CallRunner:
         return Usage(
             input_tokens=spec.prompt_tokens, output_tokens=error.output_tokens, estimated=True
         )
+
+    # -- tail hedging (gptgate/hedge.py) ---------------------------------------------------
+
+    def _hedge_budget(self, policy: HedgePolicy) -> HedgeBudget:
+        key = (policy.budget_ratio, policy.window_s)
+        budget = self.hedge_budgets.get(key)
+        if budget is None:
+            budget = self.hedge_budgets[key] = HedgeBudget(*key)
+        return budget
+
+    def _hedge_target(self, spec: CallSpec, state: CallState) -> frozenset[str]:
+        """What the duplicate avoids: the first attempt's backend when another eligible
+        healthy one exists (the router keeps a private call on private backends), else
+        nothing more — a stall is usually one replica's queue, not the whole service."""
+        avoid = frozenset(state.failed_backends)
+        first = state.sent_to
+        if first is not None and self.router.has_alternative(spec.route, avoid | {first.name}):
+            return avoid | {first.name}
+        return avoid
+
+    async def _hedge_after_p95(
+        self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
+    ) -> CallState | None:
+        """Wait for the first attempt's send, then past its backend's p95 (of whole answers):
+        a duplicate's state when one may go (no tools unless allowed, within the budget)."""
+        assert state.on_sent is not None
+        await state.on_sent.wait()
+        first = state.sent_to
+        if done.is_set() or first is None:
+            return None
+        # counted when sent, not when queued: a job's calls queued at once would otherwise
+        # have left the window by the time its tail (the calls worth hedging) runs
+        budget = self._hedge_budget(policy)
+        budget.record_call(self.clock.now())
+        # the caller of gate.chat waits for the whole answer, on the wire as SSE or not
+        delay = hedge_delay(first.latency, policy)
+        if delay is None or (uses_tools(spec.params) and not policy.tools):
+            return None
+        await self.clock.sleep(delay)
+        if done.is_set() or not budget.try_spend(self.clock.now()):
+            return None
+        return CallState(
+            start=state.start, span=state.span, named=True, funded_retries=True,
+            failed_backends=set(self._hedge_target(spec, state)), hedge=True,
+            on_sent=anyio.Event(),
+        )
+
+    async def _race_one(self, spec: CallSpec, state: CallState, number: int) -> None:
+        async with aclosing(self._attempt(spec, state, number)) as deltas:
+            async for _ in deltas:
+                pass
+
+    async def _hedged(
+        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
+    ) -> ChatResult:
+        """One attempt of a non-visible call, raced against at most one duplicate sent once
+        it has waited past its backend's p95: the first success wins and the other is
+        cancelled (its sent request is billed as a cancelled attempt is). With every racer
+        failed, the first attempt's error goes to the retry policy."""
+        state.on_sent = anyio.Event()
+        state.sent_to = None  # a retry's: not the backend of the attempt before
+        done = anyio.Event()
+        winner: list[CallState] = []
+        errors: list[GateError] = []
+        duplicate: CallState | None = None
+        running = 0
+
+        async with anyio.create_task_group() as group:
+
+            async def race(racer: CallState, spec: CallSpec = spec) -> None:
+                nonlocal running
+                running += 1
+                try:
+                    await self._race_one(spec, racer, number)
+                except GateError as error:
+                    errors.append(error)
+                    running -= 1
+                    if running == 0:  # nothing left in the race: the retry policy decides
+                        group.cancel_scope.cancel()
+                    return
+                finally:
+                    if racer is state and racer.on_sent is not None:
+                        racer.on_sent.set()  # wakes the hedger when the first ended unsent
+                running -= 1
+                winner.append(racer)
+                done.set()
+                group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
+
+            async def hedger() -> None:
+                nonlocal duplicate
+                racer = await self._hedge_after_p95(spec, state, policy, done)
+                if racer is not None and running:
+                    duplicate = racer
+                    group.start_soon(race, racer, _ahead_of_the_queue(spec))
+
+            group.start_soon(race, state)
+            group.start_soon(hedger)
+        return self._hedge_result(state, duplicate, winner, errors)
+
+    def _hedge_result(
+        self, state: CallState, duplicate: CallState | None, winner: list[CallState],
+        errors: list[GateError],
+    ) -> ChatResult:
+        if duplicate is not None:
+            if duplicate.sent_to is not None:
+                duplicate.sent_to.hedges += 1
+            state.billed = state.billed + duplicate.billed
+            state.cost_usd += duplicate.cost_usd
+        if not winner:
+            # a retry avoids every backend that failed this call, the duplicate's too
+            state.failed_backends |= {e.backend for e in errors[1:] if e.backend}
+            raise errors[0]
+        result = winner[0].result
+        assert result is not None
+        state.result = replace(
+            result, billed_usage=state.billed, cost_usd=state.cost_usd, attempts=state.attempts,
+            queue_s=state.queue_s,  # the call's own wait: latency_s - queue_s is since its send
+        )
+        return state.result

@@ -50,6 +50,7 @@ from .errors import (
     RequestTooLargeError,
 )
 from .guard import make_guard
+from .hedge import HedgePolicy, resolve_hedge
 from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
@@ -169,6 +170,8 @@ class BackendStats:
     #: why the adaptive limit moved, counts per cause (``LLMLimit``: ``slow_start_exit``,
     #: ``loss``, ``queue``, ``delay``; empty for a fixed limit) — "why is the limit 12?"
     limit_events: Mapping[str, int] = field(default_factory=dict)
+    #: tail-hedge duplicates sent to this backend (docs/guide.md "Hedging")
+    hedges: int = 0
 
 
 def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
@@ -681,6 +684,7 @@ class Gateway:
         visible: bool,
         params: dict[str, Any],
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
     ) -> CallSpec:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
@@ -732,6 +736,7 @@ class Gateway:
             max_attempts=max_attempts,
             prefix=prefix,
             headers=headers,
+            hedge=resolve_hedge(hedge, resolved.hedge),
         )
 
     def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
@@ -809,13 +814,16 @@ class Gateway:
         timeout: float | None = None,
         max_attempts: int | None = None,
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
         through. ``stream`` forces the wire mode; by default the scenario's stream rule picks
         it (the whole answer is returned either way). ``timeout`` is the call's total deadline.
         ``cache_key`` names the prompt-prefix group explicitly (default: every message but the
-        last); it is sent as ``prompt_cache_key`` to backends that support it.
+        last); it is sent as ``prompt_cache_key`` to backends that support it. ``hedge``
+        (True or a HedgePolicy; default: the scenario's) sends one duplicate once the call
+        has waited past its backend's p95 (docs/guide.md "Hedging").
         """
         runner = self.runner
         spec = self._spec(
@@ -831,6 +839,7 @@ class Gateway:
             visible=False,
             params=params,
             cache_key=cache_key,
+            hedge=hedge,
         )
         result: ChatResult | None = None
         with self._calls.call(new=not _ACCEPTED.get()):
@@ -850,9 +859,18 @@ class Gateway:
         timeout: float | None = None,
         max_attempts: int | None = None,
         cache_key: str | None = None,
+        hedge: bool | HedgePolicy | None = None,
         **params: Any,
     ) -> ChatStream:
-        """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``."""
+        """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
+
+        ``hedge`` is refused for now (a visible stream is not hedged yet, see docs/guide.md
+        "Hedging"); a scenario's hedge policy does not apply to streams."""
+        if hedge is not None and hedge is not False:
+            raise BadRequestError(
+                "hedge is not supported on gate.stream yet: a visible stream is never hedged"
+                " (use gate.chat or gate.map)"
+            )
         runner = self.runner
         spec = self._spec(
             messages,
@@ -867,6 +885,7 @@ class Gateway:
             visible=True,
             params=params,
             cache_key=cache_key,
+            hedge=False,
         )
         return ChatStream(runner, spec, self.clock, self._calls)
 
@@ -1177,6 +1196,7 @@ class Gateway:
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
                 limit_events=earlier.events(events),
+                hedges=state.hedges,
             )
         return snapshot
 

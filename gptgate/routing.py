@@ -130,6 +130,8 @@ class BackendState:
         self.calls = 0
         self.failures = 0
         self.retries = 0
+        #: hedge duplicates sent here (gptgate/hedge.py)
+        self.hedges = 0
         self.rate_limited = 0
         self.timeouts = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from .hedge import HedgePolicy
+
 __all__ = [
     "PRESETS",
     "BatchPolicy",
@@ -107,6 +109,18 @@ class Scenario(BaseModel):
     #: total deadline per call in seconds (None → the backend's timeout)
     deadline_s: float | None = Field(default=None, gt=0)
     offline: bool = False
+    #: tail hedging for this scenario's calls: True (the default policy), or a HedgePolicy
+    #: with its knobs; a call's own ``hedge=`` overrides it (docs/guide.md "Hedging")
+    hedge: HedgePolicy | None = None
+
+    @field_validator("hedge", mode="before")
+    @classmethod
+    def _check_hedge(cls, value: object) -> object:
+        if value is True:
+            return HedgePolicy()
+        if value is False:
+            return None
+        return value
 
     @field_validator("concurrency_window")
     @classmethod

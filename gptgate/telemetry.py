@@ -63,6 +63,7 @@ NAMES: dict[str, str] = {
     "cache_group": "gptgate.cache.group",
     "cache_warm": "gptgate.cache.warm",
     "retry_reason": "gptgate.retry_reason",
+    "hedge": "gptgate.hedge",
     "stream_decision": "gptgate.stream_decision",
     "guard_function": "gptgate.guard.function",
     "outcome": "gptgate.outcome",

@@ -1,0 +1,95 @@
+"""Tail hedging: after a call has waited past its backend's p95, send one duplicate and keep
+whichever answers first (Dean & Barroso, "The Tail at Scale": a job ends with its slowest call).
+
+:class:`HedgePolicy` is the opt-in (``gate.chat(..., hedge=True)`` or
+``Scenario(hedge=HedgePolicy(...))``); :class:`HedgeBudget` caps duplicates at a fraction of
+the hedge-enabled calls over a sliding window, so hedging can never become a load multiplier.
+The race itself is in ``CallRunner._hedged`` (gptgate/calls.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+if TYPE_CHECKING:
+    from .routing import LatencyWindow
+
+__all__ = ["HedgeBudget", "HedgePolicy", "hedge_delay", "resolve_hedge", "uses_tools"]
+
+
+class HedgePolicy(BaseModel):
+    """When to send a duplicate of a slow call, and how many of them at most."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    #: hedge once the call has waited past this quantile of its backend's latency (whole
+    #: answer) or time to first token (stream), measured from the send
+    quantile: float = Field(default=0.95, gt=0, lt=1)
+    #: duplicates ≤ this fraction of the hedge-enabled calls over ``window_s``
+    budget_ratio: float = Field(default=0.05, gt=0, le=1)
+    window_s: float = Field(default=60.0, gt=0)
+    #: no hedge before the backend has this many latencies (its p95 is not known yet)
+    min_samples: int = Field(default=20, ge=1)
+    #: a call with ``tools`` is hedged only when its tools are idempotent: the user says so
+    tools: StrictBool = False
+
+
+def resolve_hedge(hedge: object, scenario_hedge: HedgePolicy | None) -> HedgePolicy | None:
+    """The call's ``hedge=`` (True, False, a policy, or None for the scenario's)."""
+    from .errors import BadRequestError
+
+    if hedge is None:
+        return scenario_hedge
+    if hedge is True:
+        return scenario_hedge or HedgePolicy()
+    if hedge is False:
+        return None
+    if isinstance(hedge, HedgePolicy):
+        return hedge
+    raise BadRequestError(f"hedge must be True, False, None or a HedgePolicy, not {hedge!r}")
+
+
+def uses_tools(params: Mapping[str, Any]) -> bool:
+    return bool(params.get("tools") or params.get("functions"))
+
+
+def hedge_delay(window: LatencyWindow, policy: HedgePolicy) -> float | None:
+    """The policy's quantile of a backend's recent latencies, or None before enough data."""
+    if window.count < policy.min_samples:
+        return None
+    return window.percentile(policy.quantile)
+
+
+class HedgeBudget:
+    """Hedges ≤ ``ratio`` × calls over the last ``window_s`` seconds — never exceeded: a hedge
+    is spent only when one more still fits under the cap."""
+
+    def __init__(self, ratio: float, window_s: float) -> None:
+        self.ratio = ratio
+        self.window_s = window_s
+        self._calls: deque[float] = deque()
+        self._hedges: deque[float] = deque()
+
+    def _trim(self, now: float) -> None:
+        edge = now - self.window_s
+        for times in (self._calls, self._hedges):
+            while times and times[0] <= edge:
+                times.popleft()
+
+    def record_call(self, now: float) -> None:
+        self._calls.append(now)
+
+    def try_spend(self, now: float) -> bool:
+        self._trim(now)
+        if len(self._hedges) + 1 > self.ratio * len(self._calls):
+            return False
+        self._hedges.append(now)
+        return True
+
+    @property
+    def spent(self) -> int:
+        return len(self._hedges)

@@ -1,0 +1,280 @@
+"""Tail hedging (gptgate/hedge.py, CallRunner._hedged): one duplicate past the backend's p95,
+the loser cancelled and billed, within a budget; never for shown text, tools (unless allowed)
+or a private call onto a public backend. All on the virtual clock."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from pydantic import ValidationError
+
+import gptgate as gg
+from gptgate.hedge import HedgeBudget
+from gptgate.telemetry import NAMES
+from gptgate.testing import LoopClock, run_virtual
+from tests.mockbackend import completion, sse
+
+FAST = 1.0
+STALL = 30.0
+#: a policy that hedges from the first few samples and is not budget-bound (its median is
+#: not moved by the one stalled latency a test adds)
+EAGER = gg.HedgePolicy(min_samples=5, budget_ratio=1.0, quantile=0.5)
+
+
+class Server:
+    """Serves each request in FAST s, except the first request of each prompt named in
+    ``stall`` (STALL s): a call stuck in one replica's queue."""
+
+    def __init__(self, clock: LoopClock, stall: set[str] | None = None, everyone: bool = False):
+        self.clock = clock
+        self.stall = stall or set()
+        self.everyone = everyone
+        self.seen: set[str] = set()
+        self.log: list[tuple[str, str]] = []
+
+    def transport(self, name: str) -> httpx2.MockTransport:
+        async def handler(request: httpx2.Request) -> httpx2.Response:
+            body = json.loads(request.content)
+            prompt = body["messages"][-1]["content"]
+            self.log.append((name, prompt))
+            first = prompt not in self.seen
+            self.seen.add(prompt)
+            slow = first and (self.everyone or prompt in self.stall)
+            await self.clock.sleep(STALL if slow else FAST)
+            if body.get("stream"):
+                return httpx2.Response(
+                    200, content=sse(["a", "b"]), headers={"content-type": "text/event-stream"}
+                )
+            return httpx2.Response(200, json=completion("answer " * 10))
+
+        return httpx2.MockTransport(handler)
+
+
+def _gate(clock: LoopClock, server: Server, *names: str, **options: Any) -> gg.Gateway:
+    backends = [
+        gg.Backend(
+            name=name, base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
+            concurrency=8, transport=server.transport(name),
+            private=name.startswith("priv"),
+        )
+        for name in names
+    ]
+    return gg.Gateway(backends, clock=clock, seed=1, **options)
+
+
+def _msg(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+async def _warm(gate: gg.Gateway, n: int = 10, **kwargs: Any) -> None:
+    for i in range(n):
+        await gate.chat(_msg(f"warm{i}"), **kwargs)
+
+
+def _hedges(gate: gg.Gateway) -> dict[str, int]:
+    return {name: s.hedges for name, s in gate.stats().items()}
+
+
+def test_a_stalled_call_is_duplicated_to_another_backend_and_the_loser_cancelled_and_billed() -> (
+    None
+):
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "a", "b")
+        async with gate:
+            await _warm(gate, 20)
+            wasted_before = gate.ledger.total().wasted_tokens
+            start = clock.now()
+            result = await gate.chat(_msg("slow"), hedge=EAGER)
+            took = clock.now() - start
+            sent = [name for name, prompt in server.log if prompt == "slow"]
+            assert len(sent) == 2 and sent[0] != sent[1]  # the duplicate went elsewhere
+            assert result.backend == sent[1]
+            assert took == pytest.approx(2 * FAST, abs=0.05)  # p95 (1 s), then 1 s
+            assert _hedges(gate)[sent[1]] == 1 and _hedges(gate)[sent[0]] == 0
+            # the cancelled loser's possibly-billed prompt and output are in the ledger
+            assert gate.ledger.total().wasted_tokens > wasted_before
+            assert result.billed_usage.total_tokens > result.usage.total_tokens
+            await clock.sleep(STALL)  # the loser was cancelled: nothing arrives later
+            assert len([1 for _, p in server.log if p == "slow"]) == 2
+
+    run_virtual(main)
+
+
+def test_with_one_backend_the_duplicate_goes_to_the_same_backend() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "a")
+        async with gate:
+            await _warm(gate)
+            result = await gate.chat(_msg("slow"), hedge=EAGER)
+            assert [n for n, p in server.log if p == "slow"] == ["a", "a"]
+            assert result.backend == "a" and _hedges(gate) == {"a": 1}
+
+    run_virtual(main)
+
+
+def test_a_call_faster_than_p95_and_a_call_without_hedge_are_never_duplicated() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "a", "b")
+        async with gate:
+            await _warm(gate)
+            await gate.chat(_msg("quick"), hedge=EAGER)  # p95 is 1 s; the answer comes at 1 s
+            await gate.chat(_msg("slow"))  # not opted in: waits the stall out
+            assert len(server.log) == 12 and _hedges(gate) == {"a": 0, "b": 0}
+
+    run_virtual(main)
+
+
+def test_the_budget_is_never_exceeded() -> None:
+    """200 fast hedge-enabled calls, then 100 whose first request stalls: hedges stay at 5%
+    of the calls so far after every call (15 of 300 at the end), the rest wait it out."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock)
+        gate = _gate(clock, server, "a", "b")
+        async with gate:
+            policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.05, window_s=1e6, quantile=0.5)
+            await _warm(gate, 200, hedge=policy)
+            assert sum(_hedges(gate).values()) == 0
+            server.everyone = True
+            for i in range(100):
+                await gate.chat(_msg(f"q{i}"), hedge=policy)
+                assert sum(_hedges(gate).values()) <= 0.05 * (201 + i)
+            assert sum(_hedges(gate).values()) == 15
+
+    run_virtual(main)
+
+
+def test_budget_counts_hedges_against_calls_in_the_window() -> None:
+    budget = HedgeBudget(0.1, window_s=10.0)
+    for t in range(10):
+        budget.record_call(float(t))
+    assert budget.try_spend(9.0) and not budget.try_spend(9.0)
+    for t in range(10, 20):
+        budget.record_call(float(t))
+    # at t=19.5 the window holds calls 10..19 and no hedge (the one at 9 s aged out)
+    assert budget.try_spend(19.5) and not budget.try_spend(19.5)
+
+
+def test_a_private_call_is_hedged_only_onto_a_private_backend() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "priv", "pub")
+        async with gate:
+            await _warm(gate, 10, private=True)
+            result = await gate.chat(_msg("slow"), private=True, hedge=EAGER)
+            assert [n for n, p in server.log if p == "slow"] == ["priv", "priv"]
+            assert result.backend == "priv" and _hedges(gate) == {"priv": 1, "pub": 0}
+
+    run_virtual(main)
+
+
+TOOLS = [{"type": "function", "function": {"name": "pay", "parameters": {"type": "object"}}}]
+
+
+def test_a_call_with_tools_is_hedged_only_when_the_policy_allows_it() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow", "slow2"})
+        gate = _gate(clock, server, "a")
+        async with gate:
+            await _warm(gate)
+            await gate.chat(_msg("slow"), hedge=EAGER, tools=TOOLS)
+            assert len([1 for _, p in server.log if p == "slow"]) == 1
+            allowed = EAGER.model_copy(update={"tools": True})
+            await gate.chat(_msg("slow2"), hedge=allowed, tools=TOOLS)
+            assert len([1 for _, p in server.log if p == "slow2"]) == 2
+
+    run_virtual(main)
+
+
+def test_a_scenario_hedges_its_calls_and_a_call_may_opt_out() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow", "slow2"})
+        gate = _gate(clock, server, "a")
+        scenario = gg.Scenario(name="job", hedge=EAGER)
+        async with gate:
+            await _warm(gate)
+            await gate.chat(_msg("slow"), scenario=scenario, hedge=False)
+            assert _hedges(gate) == {"a": 0}
+            await gate.chat(_msg("slow2"), scenario=scenario)
+            assert _hedges(gate) == {"a": 1}
+
+    run_virtual(main)
+
+
+def test_a_visible_stream_is_never_hedged() -> None:
+    """A stream shows text to the caller: a duplicate could show it twice. A scenario's
+    policy does not apply to it; an explicit ``hedge=`` is refused, naming the argument."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock)
+        gate = _gate(clock, server, "a", "b")
+        async with gate:
+            await _warm(gate)
+            server.stall = {"s"}
+            job = gg.Scenario(name="job", hedge=EAGER)
+            async with gate.stream(_msg("s"), scenario=job) as stream:
+                async for _ in stream:
+                    pass
+            assert len([1 for _, p in server.log if p == "s"]) == 1
+            with pytest.raises(gg.BadRequestError, match="hedge"):
+                gate.stream(_msg("t"), hedge=True)
+            assert _hedges(gate) == {"a": 0, "b": 0}
+
+    run_virtual(main)
+
+
+def test_bad_hedge_arguments_are_refused_naming_the_argument() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        gate = _gate(clock, Server(clock), "a")
+        async with gate:
+            with pytest.raises(gg.BadRequestError, match="hedge"):
+                await gate.chat(_msg("x"), hedge="yes")
+
+    run_virtual(main)
+    with pytest.raises(ValidationError, match="budget_ratio"):
+        gg.HedgePolicy(budget_ratio=0)
+    with pytest.raises(ValidationError, match="hedge"):
+        gg.Scenario(hedge="often")
+
+
+def test_the_duplicate_attempt_span_says_hedge_and_shares_the_call_span() -> None:
+    async def main() -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        gate = _gate(clock, server, "a", tracer_provider=provider)
+        async with gate:
+            await _warm(gate)
+            exporter.clear()
+            await gate.chat(_msg("slow"), hedge=EAGER)
+        spans = exporter.get_finished_spans()
+        attempts = [s for s in spans if s.kind == SpanKind.CLIENT]
+        calls = [s for s in spans if s.kind == SpanKind.INTERNAL]
+        assert len(attempts) == 2 and len(calls) == 1
+        flags = [dict(s.attributes or {}).get(NAMES["hedge"]) for s in attempts]
+        assert sorted(flags, key=str) == [None, True]
+        assert all(s.parent is not None and s.parent.span_id == calls[0].context.span_id
+                   for s in attempts)
+
+    run_virtual(main)
