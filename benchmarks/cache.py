@@ -112,6 +112,7 @@ PROFILES: dict[str, SimProfile] = {
     "overflow": get_profile("hosted").model_copy(
         update={"name": "overflow", "max_queue": 64, "overload_error_rate": 0.0}
     ),
+    "spread": get_profile("spread"),
 }
 
 # --------------------------------------------------------------------------- the workload
@@ -255,6 +256,42 @@ async def run_naive(profile: SimProfile, jobs: list[list[Messages]], c: int, see
     return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
 
 
+async def run_hand(profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int) -> Run:
+    """The simplest warm-up by hand (issue 14's floor): per prefix, its first call alone, the
+    rest of its calls released together when it returns, all under one ``Semaphore(c)``."""
+    clock = LoopClock()
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    semaphore = anyio.Semaphore(c)
+    failed = 0
+
+    async def call(client: httpx2.AsyncClient, messages: Messages) -> None:
+        nonlocal failed
+        body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
+        async with semaphore:
+            response = await client.post("chat/completions", json=body)
+            failed += response.status_code != 200
+
+    async def prefix(client: httpx2.AsyncClient, calls: list[Messages]) -> None:
+        await call(client, calls[0])
+        async with anyio.create_task_group() as tg:
+            for messages in calls[1:]:
+                tg.start_soon(call, client, messages)
+
+    async with httpx2.AsyncClient(
+        transport=SimTransport(engine), base_url="http://sim/v1", timeout=600.0
+    ) as client:
+        start = clock.now()
+        for items in jobs:
+            groups: dict[str, list[Messages]] = {}
+            for messages in items:
+                groups.setdefault(repr(messages[:-1]), []).append(messages)
+            async with anyio.create_task_group() as tg:
+                for calls in groups.values():
+                    tg.start_soon(prefix, client, calls)
+        total = clock.now() - start
+    return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
+
+
 async def run_gptgate(
     profile: SimProfile,
     jobs: list[list[Messages]],
@@ -375,6 +412,10 @@ class Task:
     seed: int
 
 
+#: the clients without gptgate: a plain semaphore, and the warm-up by hand (the floor)
+PLAIN = {"naive": run_naive, "hand": run_hand}
+
+
 def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
     profile = PROFILES[task.profile]
     if task.kind == "policy":
@@ -392,8 +433,8 @@ def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
         return run_virtual(row, profile, label, policy)
     if task.kind == "many":
         items = shuffled_job(args.many_prompts, args.calls, task.seed)
-        if task.client == "naive":
-            return run_virtual(run_naive, profile, [items], task.c, task.seed)
+        if task.client in PLAIN:
+            return run_virtual(PLAIN[task.client], profile, [items], task.c, task.seed)
         return run_virtual(run_gptgate, profile, [items], task.c, task.seed)
     calls = job(args.prompts, args.calls, task.seed)
     per = args.calls // args.prompts
@@ -402,8 +443,8 @@ def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
         if task.kind == "bursts"
         else [calls]
     )
-    if task.client == "naive":
-        return run_virtual(run_naive, profile, jobs, task.c, task.seed)
+    if task.client in PLAIN:
+        return run_virtual(PLAIN[task.client], profile, jobs, task.c, task.seed)
     gate = functools.partial(run_gptgate, whole_job_lookahead=task.client != "short")
     return run_virtual(gate, profile, jobs, task.c, task.seed)
 
@@ -444,6 +485,9 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     return [args.seed + r for r in range(args.repeats)]
 
 
+CLIENTS = ("naive", "hand", "gptgate")
+
+
 def tasks2(args: argparse.Namespace) -> list[Task]:
     hi = max(args.levels)
     tasks = []
@@ -451,11 +495,11 @@ def tasks2(args: argparse.Namespace) -> list[Task]:
         for seed in _seeds(args):
             for c in args.levels:
                 for kind in ("job", "bursts"):
-                    tasks += [Task(kind, name, client, c, seed) for client in ("naive", "gptgate")]
+                    tasks += [Task(kind, name, client, c, seed) for client in CLIENTS]
             tasks += [Task("job", name, "short", hi, seed)]
         for seed in _seeds(args)[: args.many_repeats]:
             for c in args.levels:
-                tasks += [Task("many", name, client, c, seed) for client in ("naive", "gptgate")]
+                tasks += [Task("many", name, client, c, seed) for client in CLIENTS]
     return tasks
 
 
