@@ -251,6 +251,7 @@ class RampController:
         "_probing",
         "_rejudging",
         "_window",
+        "forgiving",
         "last_hit_rate",
         "policy",
         "samples",
@@ -289,6 +290,9 @@ class RampController:
         self.samples = 0
         #: bad windows held as spills (re-judged by fresh calls instead of narrowing)
         self.spills = 0
+        #: the backend spreads prefixes over replicas: a window with hits among its misses is a
+        #: spill, always — narrowing cannot take the prefix back, and only lets copies expire
+        self.forgiving = False
 
     @property
     def window(self) -> int:
@@ -306,6 +310,13 @@ class RampController:
     @property
     def epoch(self) -> int:
         return self._epoch
+
+    def forgive(self) -> None:
+        """The backend spreads prefixes over replicas: hold through spills and forget the
+        ceiling — a width that lost hits there met the router, not its own burst."""
+        self.forgiving = True
+        self._ceiling = None
+        self._probing = False
 
     @property
     def ceiling(self) -> int | None:
@@ -373,7 +384,11 @@ class RampController:
             new = self._widen(current, may_widen)
             if not may_widen and current < self._limit:
                 self._deferred = min(self._deferred + 1, _MAX_DEFERRED)
-        elif lone or (mixed and not self._rejudging and self._ceiling is None):
+        elif (
+            lone
+            or (mixed and not self._rejudging and self._ceiling is None)
+            or (self.forgiving and misses < self.policy.window)
+        ):
             self._lone = misses == 1
             self._rejudging = self._rejudging or not lone
             self.spills += 1
@@ -422,10 +437,10 @@ class RampController:
             # the last widening went too far: back to the width that held
             if self._probing:
                 self._backoff = min(self._backoff * 2, _MAX_PROBE_BACKOFF)
-            self._ceiling = current
+            self._ceiling = None if self.forgiving else current
             new = max(floor_, self._grew_from)
         else:
-            self._ceiling = current if current > floor_ else None
+            self._ceiling = current if current > floor_ and not self.forgiving else None
             new = max(floor_, math.floor(current * self.policy.shrink))
         self._grew_from = None
         self._probing = False
@@ -494,6 +509,8 @@ class _Group:
         "rate",
         "rate_at",
         "samples",
+        "share",
+        "spills_seen",
         "turn",
         "waiters",
         "waiting",
@@ -537,6 +554,10 @@ class _Group:
         self.misses = 0
         self.rate = 0.0
         self.rate_at = now
+        #: the controller's spills already reported to the gate
+        self.spills_seen = 0
+        #: the backend's fair share per running group (a cell shared by its groups)
+        self.share: list[int] = []
 
     @property
     def window(self) -> int:
@@ -544,6 +565,8 @@ class _Group:
             return 1
         if self.cacheable == 0:
             return self.controller.limit
+        if self.share:
+            return min(self.controller.limit, max(self.controller.window, self.share[0]))
         return self.controller.window
 
     def state(self) -> GroupState:
@@ -692,6 +715,8 @@ class CacheGate:
         # and until when it goes without turns (it spilled a running prefix to cold replicas)
         self._learned: dict[str, int] = {}
         self._spilling_until: dict[str, float] = {}
+        self._spreading_until: dict[str, float] = {}
+        self._shares: dict[str, list[int]] = {}
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -736,6 +761,7 @@ class CacheGate:
         if self._limits.get(backend) == limit:
             return
         self._limits[backend] = limit
+        self._reshare(backend)
         for state in [g for g in self._active.values() if g.backend == backend]:
             self._sync_limit(state, limit)
         self._next_turns(backend)
@@ -830,11 +856,28 @@ class CacheGate:
         limit = self._limits.get(backend, 1)
         return sum(g.demand() for g in running.values()) < limit
 
+    def _reshare(self, backend: str) -> None:
+        """Recompute the backend's share per running group: while two or more groups run,
+        each may have its share of the limit in flight whatever its ramp window, so that the
+        ramp never leaves the backend idle while calls wait (the hand warm-up's speed). A lone
+        group ramps alone: its width is what keeps a cold burst on few replicas."""
+        cell = self._shares.setdefault(backend, [0])
+        running = len(self._running.get(backend, ()))
+        share = 0 if running < 2 else max(1, self._limits.get(backend, 1) // running)
+        grew = share > cell[0]
+        cell[0] = share
+        if grew:
+            for g in list(self._active.values()):
+                if g.backend == backend:
+                    self._wake(g)
+
     def _activate(self, state: _Group) -> None:
         if state.active:
             return
         state.active = True
         self._running.setdefault(state.backend, {})[state.key] = state
+        state.share = self._shares.setdefault(state.backend, [0])
+        self._reshare(state.backend)
         if state.turn is not None:
             state.turn.set()
             state.turn = None
@@ -881,6 +924,7 @@ class CacheGate:
         running = self._running.get(state.backend)
         if running is not None and running.get(state.key) is state:
             del running[state.key]
+        self._reshare(state.backend)
 
     def _learn(self, state: _Group, width: int) -> None:
         """A ramp window of ``state`` completed at ``width``: what it says about the backend.
@@ -909,7 +953,20 @@ class CacheGate:
             # few prefixes at a time, raise each one's rate and make that worse — interleave
             self._spilling_until[backend] = self._clock.now() + _SPILL_MEMORY_S
             self._next_turns(backend)
+        if ctl.spills > state.spills_seen:
+            state.spills_seen = ctl.spills
+            self._mark_spreading(backend)
         state.peak = state.in_flight
+
+    def _mark_spreading(self, backend: str) -> None:
+        """``backend`` spread a warm prefix to replicas with a cold cache (a spill)."""
+        self._spreading_until[backend] = self._clock.now() + _SPILL_MEMORY_S
+        for g in self._active.values():
+            if g.backend == backend:
+                g.controller.forgive()
+
+    def _spreading(self, backend: str) -> bool:
+        return self._spreading_until.get(backend, -math.inf) > self._clock.now()
 
     def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:
         k = (backend, group.key)
@@ -920,6 +977,9 @@ class CacheGate:
                 state = _Group(
                     backend, group, policy, limit, self._clock.now(), self._learned.get(backend)
                 )
+                if self._spreading(backend):
+                    state.controller.forgive()
+
             self._active[k] = state
         return state
 

@@ -250,7 +250,7 @@ _SPREAD = _HOSTED.model_copy(
         "replicas": 8,
         "max_queue": 128,
         "overload_error_rate": 0.0,
-        "cache_ttl_s": 10.0,
+        "cache_ttl_s": 5.0,
         "kv_blocks": None,
     }
 )
