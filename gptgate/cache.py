@@ -1,49 +1,10 @@
 """Prompt-cache warm-up and the ramp window: cache-aware concurrency per prefix group.
 
-A burst of calls sharing a prompt prefix all miss the provider's cache: an entry exists only
-after a first call with that prefix has been *processed* (SEEDS §2: 87% hits at 5 parallel
-calls, 58% at 50). So, per (backend, prefix group):
-
-1. **cold** → exactly one call goes out (single-flight warm-up); the others wait until it has
-   been prefilled (its first token when streaming, its response otherwise). If it fails, the
-   next waiter warms instead.
-2. **ramping** → at most ``policy.start`` calls of the group are in flight until the observed
-   hit rate (cached input over the cacheable part of the prefix) holds at or above
-   ``policy.target_hit_rate`` over ``policy.window`` samples; each good window widens the ramp
-   by ``policy.growth``, each bad one shrinks it by ``policy.shrink`` (never below ``start``).
-   A bad window that is a *spill* — one call missed among calls that hit (a replica the prefix
-   just spread to, cold for it, and warm once that call was prefilled), or, once, a few missed
-   among at least as many hits (a burst that met it before that) — holds the width instead
-   and has it judged again by the calls admitted from then on; misses that go on narrow it.
-   A good window widens only while the backend has room — fewer calls in flight through the
-   gate than its limit. When the gated calls of all groups already fill the limit, a wider
-   window would only change which group's calls queue at the limiter, and it makes the prefix
-   burstier: more calls land on a cold replica before the first one there has been prefilled.
-   The widening is owed, not lost: it happens as soon as a call of the group finds room.
-3. **open** → the ramp reached the backend's current concurrency limit.
-
-Two things are learned per *backend* rather than per group:
-
-* **Where a new group's ramp starts.** A good window on a group that never lost its hits by
-  widening shows how wide a warm prefix runs on this server without spilling to cold replicas
-  (as far as the group used the width). New groups start their ramp there — after their
-  single-flight warm-up — instead of at ``start``; their first bad window sends them back to
-  ``start``. Any sign of spilling (a bad window, a ceiling, a call after the warm-up that lost
-  its hits) forgets it, and a group that showed one does not teach its width.
-* **Turns** (``RampPolicy.turn_wait_s``, on in the job presets). A new group starts only while
-  the groups already running cannot fill the backend's limit (each counted at what it will use
-  soon: its calls, up to its window), and otherwise waits its turn, at most ``turn_wait_s``.
-  On a server whose prefix cache shares KV memory with the running calls, a job spread over
-  many prompts then keeps few prefixes live at once, so they do not evict each other.
-
-On a server that spreads a hot prefix over replicas with cold caches, this finds the widest
-window that still keeps the target.
-
-The decision logic is the pure :class:`RampController` (no I/O, no clock); :class:`CacheGate`
-is the async part: who waits, who goes, FIFO per group, every path releasing. Group state lives
-in a bounded ``cachetools.TTLCache`` while idle, so a million distinct prefixes cannot grow
-memory without bound; an evicted group simply starts cold again. Groups with calls in flight or
-waiting are never evicted (their number is bounded by the calls themselves).
+Per (backend, prefix group) a cold prefix is warmed by one call, then a ramp window widens
+while the hit rate holds. :class:`RampController` is the pure decision logic, :class:`CacheGate`
+the async part (who waits, who goes); :func:`prefix_key` and :func:`cacheable_tokens` define the
+groups. The derivation — spills, ceilings, what is learned per backend, turns, shares — is in
+docs/caching.md.
 """
 
 from __future__ import annotations
