@@ -575,7 +575,7 @@ def comparison(
         floor_hit = all(gate[c].hit >= hand[c].hit for c in levels)
         floor_time = max(gate[c].total_s / hand[c].total_s for c in levels)
         print(f"  floor — gptgate never worse than the hand warm-up: hit at every level "
-              f"{verdict(floor_hit)}; time at most {floor_time:.2f}× the hand client's "
+              f"{verdict(floor_hit)}; time at most {floor_time:.3f}× the hand client's "
               f"(≤ 1×): {verdict(floor_time <= 1.0)}")
         if kind == "many":
             print(f"  gptgate hit {g.hit:.1%} ≥ naive {n.hit:.1%}: {verdict(g.hit >= n.hit)}; "

@@ -46,7 +46,7 @@ _RATE_TAU_S = 60.0
 _EPS = 1e-9
 #: good windows held just under a known ceiling before probing it again, at most
 _MAX_PROBE_BACKOFF = 8
-#: how long a backend seen spilling a running prefix to cold replicas goes without turns
+#: how long a backend seen spilling a warm prefix to cold replicas counts as spreading
 _SPILL_MEMORY_S = 600.0
 #: widenings a group may owe for good windows held while its backend was full, at most (so a
 #: width never jumps more than growth³ beyond the last one a window confirmed)
@@ -673,9 +673,9 @@ class CacheGate:
         self._turn_queue: dict[str, deque[_Group]] = {}
         self._limits: dict[str, int] = {}
         # per backend: the widest ramp a group has confirmed lately (new groups start there),
-        # and until when it goes without turns (it spilled a running prefix to cold replicas)
+        # until when it counts as spreading prefixes over replicas (its ramps forgive spills),
+        # and the share of its limit each running group may use (a cell its groups hold)
         self._learned: dict[str, int] = {}
-        self._spilling_until: dict[str, float] = {}
         self._spreading_until: dict[str, float] = {}
         self._shares: dict[str, list[int]] = {}
 
@@ -812,7 +812,7 @@ class CacheGate:
     def _has_room(self, backend: str) -> bool:
         """Whether the groups having a turn leave part of the backend's limit unused."""
         running = self._running.get(backend)
-        if not running or self._spilling_until.get(backend, -math.inf) > self._clock.now():
+        if not running:
             return True
         limit = self._limits.get(backend, 1)
         return sum(g.demand() for g in running.values()) < limit
@@ -909,11 +909,6 @@ class CacheGate:
             self._learned[backend] = learned
         else:
             self._learned.pop(backend, None)
-        if not good and state.active and ctl.policy.turn_wait_s is not None:
-            # a prefix losing hits *while it runs* spills to cold replicas: turns, which run
-            # few prefixes at a time, raise each one's rate and make that worse — interleave
-            self._spilling_until[backend] = self._clock.now() + _SPILL_MEMORY_S
-            self._next_turns(backend)
         if ctl.spills > state.spills_seen:
             state.spills_seen = ctl.spills
             self._mark_spreading(backend)

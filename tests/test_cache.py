@@ -1231,9 +1231,12 @@ async def test_calls_arriving_together_are_counted_before_turns_are_given() -> N
         tg.cancel_scope.cancel()
 
 
-async def test_a_running_prefix_losing_its_hits_ends_turns_on_the_backend() -> None:
-    """Spilling to cold replicas gets worse when few prefixes run at a time, each at a higher
-    rate: after a bad window on a running group, waiting groups start at once."""
+async def test_a_running_prefix_losing_its_hits_keeps_its_turn() -> None:
+    """A spill does not end turns (issue 14). Interleaving every waiting prefix used to start
+    after a running group's first bad window; on a server whose replicas' copies live seconds
+    ('spread'), prefixes interleaved at a low rate each lose their copies between uses: the
+    10-prompt job at c=5 met 476 expired copies in 1,000 calls (46% hits, the hand warm-up
+    83%). Few prefixes at a time keep each one's copies in use."""
     gate = CacheGate(clock=PatientClock())
     policy = turn_policy()
     spill = Burst(gate, "spill", policy, limit=5)
@@ -1246,16 +1249,16 @@ async def test_a_running_prefix_losing_its_hits_ends_turns_on_the_backend() -> N
         tg.start_soon(spill.run, 30, False)
         await settle(3)
         tg.start_soon(other)
-        await settle(3)
-        assert started == []  # "spill" fills the backend: "other" waits its turn
         for _ in range(30):
             await settle(5)
-            if started:
+            (busy,) = [s for s in gate.statistics("b") if s.key == "spill"]
+            if busy.window_hit_rate is not None and busy.window_hit_rate < 0.85:
                 break
-        assert len(started) == 1 and started[0].warmer  # ... until spill's first bad window
+        await settle(10)
         (busy,) = [s for s in gate.statistics("b") if s.key == "spill"]
-        assert busy.in_flight + busy.waiting >= 5  # not because spill ran out of calls
-        started[0].release()
+        assert busy.window_hit_rate == 0.0  # the running prefix lost its hits
+        assert busy.in_flight + busy.waiting >= 5  # and still fills the backend
+        assert started == []  # so "other" still waits for its turn
         tg.cancel_scope.cancel()
 
 
