@@ -18,6 +18,9 @@ moves by ±5% with which long answers happen to start last.
 
 * **naive** — a plain ``httpx2.AsyncClient`` on the same ``SimTransport`` and an
   ``anyio.Semaphore(c)``: no warm-up, no ramp, no retries;
+* **hand** — the simplest warm-up by hand (issue 14's floor): the same plain client, but each
+  prefix's first call is sent alone and the rest of that prefix's calls are released together
+  when it returns, under the same ``Semaphore(c)``;
 * **gptgate** — ``Gateway([Backend(concurrency=c, transport=SimTransport(engine))])`` and
   ``gate.map(items, scenario="batch_content")``: single-flight warm-up, then the ramp window
   (target 0.85) per prefix group, through the scenario's micro-batcher. ``max_pending`` is the
@@ -43,6 +46,17 @@ above 15 requests/minute, OpenAI's documented figure, each replica with its own 
 Its random overload failures are switched off and its queue made deep enough for 50 calls, so
 that neither client fails: the table is about caching, not error handling.
 
+**Three servers**: also ``spread`` (the simulator profile: 8 replicas × 16 slots, a prefix
+spreads above 15 requests/minute, each replica keeps a copy 5 s), a hosted API with
+short-lived caches; it also runs the issue's job there: 600 calls over 4 prefixes at c=64.
+
+**The rules printed as holds / DOES NOT HOLD** (issue 14): on every server and setting, the
+floor — gptgate's hit rate ≥ the hand client's at every level and its time ≤ the hand
+client's (ratio ≤ 1); on a single-replica server ≥ 95% of the ceiling at ≤ 1.25× the naive
+client's time; cold bursts on a spreading server ≤ 1.7× the naive time and ≥ 95% of the
+ceiling net of one miss per replica the burst spreads to; many prefixes: hit ≥ naive at
+≤ 1.05× its time and ≥ 85% of the ceiling. Judged at the highest level, pooled over seeds.
+
 **Cold bursts**: the same calls as 10 separate jobs, one prompt at a time, each job's 100 calls
 fired together (``gate.map`` per job), at every level. This is the seed's literal setting — a
 burst of simultaneous calls on a cold prefix — where the naive client collapses as in the seed.
@@ -67,6 +81,8 @@ the cache gate off (``ramp=None``).
 
     python benchmarks/cache.py [--calls 1000] [--prompts 10] [--levels 5,10,20,30,50]
                                [--repeats 5] [--many-prompts 50] [--many-repeats 2]
+                               [--spread-calls 600] [--spread-prompts 4]
+                               [--spread-c 64] [--spread-repeats 3]
                                [--batch-items 1000] [--batch-rate 3]
                                [--batch-prompts 8] [--batch-concurrency 50] [--seed 7]
                                [--workers 2]
