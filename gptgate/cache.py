@@ -1,49 +1,10 @@
 """Prompt-cache warm-up and the ramp window: cache-aware concurrency per prefix group.
 
-A burst of calls sharing a prompt prefix all miss the provider's cache: an entry exists only
-after a first call with that prefix has been *processed* (SEEDS §2: 87% hits at 5 parallel
-calls, 58% at 50). So, per (backend, prefix group):
-
-1. **cold** → exactly one call goes out (single-flight warm-up); the others wait until it has
-   been prefilled (its first token when streaming, its response otherwise). If it fails, the
-   next waiter warms instead.
-2. **ramping** → at most ``policy.start`` calls of the group are in flight until the observed
-   hit rate (cached input over the cacheable part of the prefix) holds at or above
-   ``policy.target_hit_rate`` over ``policy.window`` samples; each good window widens the ramp
-   by ``policy.growth``, each bad one shrinks it by ``policy.shrink`` (never below ``start``).
-   A bad window that is a *spill* — one call missed among calls that hit (a replica the prefix
-   just spread to, cold for it, and warm once that call was prefilled), or, once, a few missed
-   among at least as many hits (a burst that met it before that) — holds the width instead
-   and has it judged again by the calls admitted from then on; misses that go on narrow it.
-   A good window widens only while the backend has room — fewer calls in flight through the
-   gate than its limit. When the gated calls of all groups already fill the limit, a wider
-   window would only change which group's calls queue at the limiter, and it makes the prefix
-   burstier: more calls land on a cold replica before the first one there has been prefilled.
-   The widening is owed, not lost: it happens as soon as a call of the group finds room.
-3. **open** → the ramp reached the backend's current concurrency limit.
-
-Two things are learned per *backend* rather than per group:
-
-* **Where a new group's ramp starts.** A good window on a group that never lost its hits by
-  widening shows how wide a warm prefix runs on this server without spilling to cold replicas
-  (as far as the group used the width). New groups start their ramp there — after their
-  single-flight warm-up — instead of at ``start``; their first bad window sends them back to
-  ``start``. Any sign of spilling (a bad window, a ceiling, a call after the warm-up that lost
-  its hits) forgets it, and a group that showed one does not teach its width.
-* **Turns** (``RampPolicy.turn_wait_s``, on in the job presets). A new group starts only while
-  the groups already running cannot fill the backend's limit (each counted at what it will use
-  soon: its calls, up to its window), and otherwise waits its turn, at most ``turn_wait_s``.
-  On a server whose prefix cache shares KV memory with the running calls, a job spread over
-  many prompts then keeps few prefixes live at once, so they do not evict each other.
-
-On a server that spreads a hot prefix over replicas with cold caches, this finds the widest
-window that still keeps the target.
-
-The decision logic is the pure :class:`RampController` (no I/O, no clock); :class:`CacheGate`
-is the async part: who waits, who goes, FIFO per group, every path releasing. Group state lives
-in a bounded ``cachetools.TTLCache`` while idle, so a million distinct prefixes cannot grow
-memory without bound; an evicted group simply starts cold again. Groups with calls in flight or
-waiting are never evicted (their number is bounded by the calls themselves).
+Per (backend, prefix group) a cold prefix is warmed by one call, then a ramp window widens
+while the hit rate holds. :class:`RampController` is the pure decision logic, :class:`CacheGate`
+the async part (who waits, who goes); :func:`prefix_key` and :func:`cacheable_tokens` define the
+groups. The derivation — spills, ceilings, what is learned per backend, turns, shares — is in
+docs/caching.md.
 """
 
 from __future__ import annotations
@@ -85,7 +46,7 @@ _RATE_TAU_S = 60.0
 _EPS = 1e-9
 #: good windows held just under a known ceiling before probing it again, at most
 _MAX_PROBE_BACKOFF = 8
-#: how long a backend seen spilling a running prefix to cold replicas goes without turns
+#: how long a backend seen spilling a warm prefix to cold replicas counts as spreading
 _SPILL_MEMORY_S = 600.0
 #: widenings a group may owe for good windows held while its backend was full, at most (so a
 #: width never jumps more than growth³ beyond the last one a window confirmed)
@@ -251,6 +212,7 @@ class RampController:
         "_probing",
         "_rejudging",
         "_window",
+        "forgiving",
         "last_hit_rate",
         "policy",
         "samples",
@@ -289,6 +251,9 @@ class RampController:
         self.samples = 0
         #: bad windows held as spills (re-judged by fresh calls instead of narrowing)
         self.spills = 0
+        #: the backend spreads prefixes over replicas: a window with hits among its misses is a
+        #: spill, always — narrowing cannot take the prefix back, and only lets copies expire
+        self.forgiving = False
 
     @property
     def window(self) -> int:
@@ -306,6 +271,13 @@ class RampController:
     @property
     def epoch(self) -> int:
         return self._epoch
+
+    def forgive(self) -> None:
+        """The backend spreads prefixes over replicas: hold through spills and forget the
+        ceiling — a width that lost hits there met the router, not its own burst."""
+        self.forgiving = True
+        self._ceiling = None
+        self._probing = False
 
     @property
     def ceiling(self) -> int | None:
@@ -373,7 +345,11 @@ class RampController:
             new = self._widen(current, may_widen)
             if not may_widen and current < self._limit:
                 self._deferred = min(self._deferred + 1, _MAX_DEFERRED)
-        elif lone or (mixed and not self._rejudging and self._ceiling is None):
+        elif (
+            lone
+            or (mixed and not self._rejudging and self._ceiling is None)
+            or (self.forgiving and misses < self.policy.window)
+        ):
             self._lone = misses == 1
             self._rejudging = self._rejudging or not lone
             self.spills += 1
@@ -422,10 +398,10 @@ class RampController:
             # the last widening went too far: back to the width that held
             if self._probing:
                 self._backoff = min(self._backoff * 2, _MAX_PROBE_BACKOFF)
-            self._ceiling = current
+            self._ceiling = None if self.forgiving else current
             new = max(floor_, self._grew_from)
         else:
-            self._ceiling = current if current > floor_ else None
+            self._ceiling = current if current > floor_ and not self.forgiving else None
             new = max(floor_, math.floor(current * self.policy.shrink))
         self._grew_from = None
         self._probing = False
@@ -494,6 +470,8 @@ class _Group:
         "rate",
         "rate_at",
         "samples",
+        "share",
+        "spills_seen",
         "turn",
         "waiters",
         "waiting",
@@ -537,6 +515,10 @@ class _Group:
         self.misses = 0
         self.rate = 0.0
         self.rate_at = now
+        #: the controller's spills already reported to the gate
+        self.spills_seen = 0
+        #: the backend's fair share per running group (a cell shared by its groups)
+        self.share: list[int] = []
 
     @property
     def window(self) -> int:
@@ -544,6 +526,8 @@ class _Group:
             return 1
         if self.cacheable == 0:
             return self.controller.limit
+        if self.share:
+            return min(self.controller.limit, max(self.controller.window, self.share[0]))
         return self.controller.window
 
     def state(self) -> GroupState:
@@ -689,9 +673,11 @@ class CacheGate:
         self._turn_queue: dict[str, deque[_Group]] = {}
         self._limits: dict[str, int] = {}
         # per backend: the widest ramp a group has confirmed lately (new groups start there),
-        # and until when it goes without turns (it spilled a running prefix to cold replicas)
+        # until when it counts as spreading prefixes over replicas (its ramps forgive spills),
+        # and the share of its limit each running group may use (a cell its groups hold)
         self._learned: dict[str, int] = {}
-        self._spilling_until: dict[str, float] = {}
+        self._spreading_until: dict[str, float] = {}
+        self._shares: dict[str, list[int]] = {}
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -736,6 +722,7 @@ class CacheGate:
         if self._limits.get(backend) == limit:
             return
         self._limits[backend] = limit
+        self._reshare(backend)
         for state in [g for g in self._active.values() if g.backend == backend]:
             self._sync_limit(state, limit)
         self._next_turns(backend)
@@ -825,16 +812,33 @@ class CacheGate:
     def _has_room(self, backend: str) -> bool:
         """Whether the groups having a turn leave part of the backend's limit unused."""
         running = self._running.get(backend)
-        if not running or self._spilling_until.get(backend, -math.inf) > self._clock.now():
+        if not running:
             return True
         limit = self._limits.get(backend, 1)
         return sum(g.demand() for g in running.values()) < limit
+
+    def _reshare(self, backend: str) -> None:
+        """Recompute the backend's share per running group: while two or more groups run,
+        each may have its share of the limit in flight whatever its ramp window, so that the
+        ramp never leaves the backend idle while calls wait (the hand warm-up's speed). A lone
+        group ramps alone: its width is what keeps a cold burst on few replicas."""
+        cell = self._shares.setdefault(backend, [0])
+        running = len(self._running.get(backend, ()))
+        share = 0 if running < 2 else max(1, self._limits.get(backend, 1) // running)
+        grew = share > cell[0]
+        cell[0] = share
+        if grew:
+            for g in list(self._active.values()):
+                if g.backend == backend:
+                    self._wake(g)
 
     def _activate(self, state: _Group) -> None:
         if state.active:
             return
         state.active = True
         self._running.setdefault(state.backend, {})[state.key] = state
+        state.share = self._shares.setdefault(state.backend, [0])
+        self._reshare(state.backend)
         if state.turn is not None:
             state.turn.set()
             state.turn = None
@@ -881,6 +885,7 @@ class CacheGate:
         running = self._running.get(state.backend)
         if running is not None and running.get(state.key) is state:
             del running[state.key]
+        self._reshare(state.backend)
 
     def _learn(self, state: _Group, width: int) -> None:
         """A ramp window of ``state`` completed at ``width``: what it says about the backend.
@@ -904,12 +909,20 @@ class CacheGate:
             self._learned[backend] = learned
         else:
             self._learned.pop(backend, None)
-        if not good and state.active and ctl.policy.turn_wait_s is not None:
-            # a prefix losing hits *while it runs* spills to cold replicas: turns, which run
-            # few prefixes at a time, raise each one's rate and make that worse — interleave
-            self._spilling_until[backend] = self._clock.now() + _SPILL_MEMORY_S
-            self._next_turns(backend)
+        if ctl.spills > state.spills_seen:
+            state.spills_seen = ctl.spills
+            self._mark_spreading(backend)
         state.peak = state.in_flight
+
+    def _mark_spreading(self, backend: str) -> None:
+        """``backend`` spread a warm prefix to replicas with a cold cache (a spill)."""
+        self._spreading_until[backend] = self._clock.now() + _SPILL_MEMORY_S
+        for g in self._active.values():
+            if g.backend == backend:
+                g.controller.forgive()
+
+    def _spreading(self, backend: str) -> bool:
+        return self._spreading_until.get(backend, -math.inf) > self._clock.now()
 
     def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:
         k = (backend, group.key)
@@ -920,6 +933,9 @@ class CacheGate:
                 state = _Group(
                     backend, group, policy, limit, self._clock.now(), self._learned.get(backend)
                 )
+                if self._spreading(backend):
+                    state.controller.forgive()
+
             self._active[k] = state
         return state
 

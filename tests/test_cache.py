@@ -1231,9 +1231,12 @@ async def test_calls_arriving_together_are_counted_before_turns_are_given() -> N
         tg.cancel_scope.cancel()
 
 
-async def test_a_running_prefix_losing_its_hits_ends_turns_on_the_backend() -> None:
-    """Spilling to cold replicas gets worse when few prefixes run at a time, each at a higher
-    rate: after a bad window on a running group, waiting groups start at once."""
+async def test_a_running_prefix_losing_its_hits_keeps_its_turn() -> None:
+    """A spill does not end turns (issue 14). Interleaving every waiting prefix used to start
+    after a running group's first bad window; on a server whose replicas' copies live seconds
+    ('spread'), prefixes interleaved at a low rate each lose their copies between uses: the
+    10-prompt job at c=5 met 476 expired copies in 1,000 calls (46% hits, the hand warm-up
+    83%). Few prefixes at a time keep each one's copies in use."""
     gate = CacheGate(clock=PatientClock())
     policy = turn_policy()
     spill = Burst(gate, "spill", policy, limit=5)
@@ -1246,16 +1249,16 @@ async def test_a_running_prefix_losing_its_hits_ends_turns_on_the_backend() -> N
         tg.start_soon(spill.run, 30, False)
         await settle(3)
         tg.start_soon(other)
-        await settle(3)
-        assert started == []  # "spill" fills the backend: "other" waits its turn
         for _ in range(30):
             await settle(5)
-            if started:
+            (busy,) = [s for s in gate.statistics("b") if s.key == "spill"]
+            if busy.window_hit_rate is not None and busy.window_hit_rate < 0.85:
                 break
-        assert len(started) == 1 and started[0].warmer  # ... until spill's first bad window
+        await settle(10)
         (busy,) = [s for s in gate.statistics("b") if s.key == "spill"]
-        assert busy.in_flight + busy.waiting >= 5  # not because spill ran out of calls
-        started[0].release()
+        assert busy.window_hit_rate == 0.0  # the running prefix lost its hits
+        assert busy.in_flight + busy.waiting >= 5  # and still fills the backend
+        assert started == []  # so "other" still waits for its turn
         tg.cancel_scope.cancel()
 
 
@@ -1351,3 +1354,88 @@ def test_ramp_controller_invariants_under_any_outcomes(
             assert ctl.window >= before
         held_in_a_row = held_in_a_row + 1 if ctl.spills > spills else 0
         assert held_in_a_row <= 2
+
+
+# --------------------------------------------------------------------------- spreading servers
+
+
+def test_a_forgiving_ramp_holds_its_width_through_repeated_spills() -> None:
+    """On a backend that spreads prefixes over replicas (issue 14) a window with hits among its
+    misses is a spill, every time: narrowing cannot take the prefix back from the replicas it
+    spread to, it only makes their copies expire while calls are held back."""
+    ctl = RampController(RampPolicy(start=5, window=5), limit=100)
+    feed(ctl, 1.0, 5)
+    assert ctl.window == 10
+    ctl.forgive()
+    for _ in range(3):  # three windows in a row with 3 of 5 calls missed
+        feed(ctl, 1.0, 2)
+        for _ in range(3):
+            ctl.on_sample(0, 1000)
+    assert (ctl.window, ctl.ceiling, ctl.spills) == (10, None, 3)
+    for _ in range(5):  # a window that hits nothing at all still narrows
+        ctl.on_sample(0, 1000)
+    assert ctl.window == 5 and ctl.ceiling is None
+
+
+async def test_a_spill_teaches_the_backend_to_forgive_later_groups() -> None:
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5, window=5)
+    tickets = [await gate.enter("b", group("a"), policy, limit=50)]
+    tickets[0].prefilled()
+    tickets[0].observe(cached_tokens=0, input_tokens=5000)
+    tickets[0].release()
+    tickets = [await gate.enter("b", group("a"), policy, limit=50) for _ in range(5)]
+    for i, t in enumerate(tickets):  # a lone miss among hits: a spill
+        t.observe(cached_tokens=0 if i == 0 else 4096, input_tokens=5000)
+        t.release()
+    assert gate.statistics("b")[0].spills == 1
+    later = await gate.enter("b", group("c"), policy, limit=50)
+    # white-box: the new group's controller treats spills as such from its first window
+    assert gate._active[("b", "c")].controller.forgiving
+    later.release()
+    other = await gate.enter("other", group("d"), policy, limit=50)
+    assert not gate._active[("other", "d")].controller.forgiving  # learned per backend
+    other.release()
+
+
+async def test_running_groups_each_get_their_share_of_the_backend() -> None:
+    """Four prefixes at limit 64 (the 'spread' job): each warm group may have 16 calls in
+    flight at once, not its ramp's 5, so the ramp never idles the backend while calls wait —
+    before, 20 of 64 slots were used for the first call time and 40-50 until the ninth
+    second. A lone group still ramps from ``start``."""
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5, window=5)
+    tickets: dict[str, list[CacheTicket]] = {name: [] for name in "wxyz"}
+
+    async def call(name: str) -> None:
+        tickets[name].append(await gate.enter("b", group(name), policy, limit=64))
+
+    async with anyio.create_task_group() as tg:
+        for name in "wxyz":
+            for _ in range(30):
+                tg.start_soon(call, name)
+        await settle(10)
+        for name in "wxyz":
+            tickets[name][0].prefilled()
+        await settle(10)
+        assert [len(tickets[n]) for n in "wxyz"] == [16, 16, 16, 16]
+        tg.cancel_scope.cancel()
+    for ts in tickets.values():
+        for t in ts:
+            t.release()
+    assert gate.in_flight("b") == 0
+
+    lone = CacheGate(clock=FakeClock())
+    got: list[CacheTicket] = []
+
+    async def one() -> None:
+        got.append(await lone.enter("b", group("w"), policy, limit=64))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(30):
+            tg.start_soon(one)
+        await settle(10)
+        got[0].prefilled()
+        await settle(10)
+        assert len(got) == 5  # the ramp's start, the warm-up still in flight among them
+        tg.cancel_scope.cancel()

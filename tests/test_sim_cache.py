@@ -97,12 +97,12 @@ def test_idle_ttl_expires_and_use_refreshes() -> None:
 
     async def main() -> tuple[int, int]:
         engine = SimEngine(_gpu(cache_ttl_s=ttl), clock=LoopClock())
-        await _usage(engine, "warm")
+        await _usage(engine, "warm", max_tokens=1)
         for i in range(4):  # 4 × 0.6 ttl > ttl in total, but never idle for ttl
             await anyio.sleep(0.6 * ttl)
             assert _cached(await _usage(engine, f"keep {i}")) >= 1024
         await anyio.sleep(ttl + 1)
-        expired = _cached(await _usage(engine, "late"))
+        expired = _cached(await _usage(engine, "late", max_tokens=1))
         refilled = _cached(await _usage(engine, "again"))
         return expired, refilled
 
@@ -168,3 +168,24 @@ def test_prompt_cache_key_changes_routing() -> None:
     same_key, misses = run_virtual(main)
     assert same_key >= 1024
     assert misses >= 1
+
+
+def test_the_spread_profile_forgets_a_prefix_its_replicas_stop_seeing() -> None:
+    """'spread' (issue 14): a hot prefix spreads over eight replicas whose copies live seconds,
+    so a prefix used rarely misses again where one used often keeps hitting."""
+    profile = get_profile("spread")
+    assert (profile.replicas, profile.prefix_overflow_rpm, profile.kv_blocks) == (8, 15.0, None)
+    assert profile.cache_ttl_s <= 10 and profile.overload_error_rate == 0
+
+    async def main() -> tuple[int, int]:
+        clock = LoopClock()
+        engine = SimEngine(profile.model_copy(update={"replicas": 1}), clock=clock)
+        await _usage(engine, "warm", max_tokens=1)
+        await clock.sleep(profile.cache_ttl_s / 2)
+        soon = _cached(await _usage(engine, "soon", max_tokens=1))
+        await clock.sleep(profile.cache_ttl_s * 2)
+        late = _cached(await _usage(engine, "late", max_tokens=1))
+        return soon, late
+
+    soon, late = run_virtual(main)
+    assert soon >= 1024 and late == 0

@@ -240,8 +240,33 @@ _TIER1 = _TPU.model_copy(
     }
 )
 
+# A hosted API that spreads a hot prefix over many replicas, each with a short-lived cache
+# (issue 14): above 15 requests/minute for one prefix, traffic spreads over up to eight
+# replicas, and a copy not hit for ``cache_ttl_s`` is gone. A prefix run slowly lands on a
+# few replicas rarely enough that their copies expire between uses.
+_SPREAD = _HOSTED.model_copy(
+    update={
+        "name": "spread",
+        "replicas": 8,
+        "max_queue": 128,
+        "overload_error_rate": 0.0,
+        "cache_ttl_s": 5.0,
+        "kv_blocks": None,
+    }
+)
+
 PROFILES: dict[str, SimProfile] = {
-    p.name: p for p in (_HOSTED, _TPU, _GPU, _CPU, _LLAMACPP, _GPU_SMALL, _TIER1)
+    p.name: p
+    for p in (
+        _HOSTED,
+        _TPU,
+        _GPU,
+        _CPU,
+        _LLAMACPP,
+        _GPU_SMALL,
+        _TIER1,
+        _SPREAD,
+    )
 }
 
 
