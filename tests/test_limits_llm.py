@@ -252,7 +252,7 @@ def test_server_failures_lower_goodput_but_never_cut_by_themselves() -> None:
     assert not lim.in_slow_start
     assert lim.elasticity == pytest.approx(0.0, abs=1e-12)
     assert lim.center == pytest.approx(8.0)
-    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
+    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0, "rebase": 0}
 
 
 def test_dense_server_failures_end_slow_start_though_the_doubling_paid() -> None:
@@ -270,7 +270,7 @@ def test_dense_server_failures_end_slow_start_though_the_doubling_paid() -> None
     assert not lim.in_slow_start
     assert lim.elasticity == pytest.approx(math.log2(2 * 0.8))
     assert lim.center == pytest.approx(8 * 2 * 0.8)
-    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0}
+    assert lim.events == {"slow_start_exit": 1, "loss": 0, "queue": 0, "delay": 0, "rebase": 0}
 
 
 def test_a_backend_failing_as_often_at_any_load_stays_in_slow_start() -> None:
@@ -627,7 +627,7 @@ def _latency_jump_at_rate(rate: float | None) -> LLMLimit:
     for i in range(4):
         start = t0 + 0.5 * i
         lim.update(Sample(start=start, latency_s=6.0, inflight=7, kind="ok"), start + 6.0)
-    assert lim.events["delay"] == 1
+    assert lim.events["delay"] + lim.events["rebase"] == 1  # a cut, or a rebase only
     return lim
 
 
@@ -695,3 +695,37 @@ def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:
     assert lim._w.n == 0
     assert lim.events["delay"] == 1
     assert lim.center == pytest.approx(9 * 0.5)
+
+
+def test_a_baseline_only_delay_event_does_not_restart_probing() -> None:
+    # issue 14, settling: at the rate limit a latency jump only rebases the baseline (the
+    # pacer bounds the server's load). It used to restart probing too — windows forgotten,
+    # the step reset, a step down to the low probe and a latency's wait — so on tier1 each
+    # such event set back the climb to the rate ceiling (settle 388 calls, pooled, at 3,000)
+    s = _into_avoidance()
+    lim = s.limit
+    lim.rate_headroom = 4.0  # a ceiling (4 × 1.5/s × ~2 s) above the probes
+    lim.set_rate_ceiling(1.5)
+    t0 = s.t
+    for i in range(4):  # the low probe (7), completing 2 calls/s: at the rate limit
+        lim.update(
+            Sample(start=t0, latency_s=3.0, inflight=7, kind="ok", output_tokens=100),
+            t0 + 3.0 + 0.5 * i,
+        )
+    s.t = t0 + 1_000.0
+    assert lim.throughput == pytest.approx(2.0)
+    assert lim.limit == 9 and len(lim._hist) == 1  # one window measured, on the high probe
+    window_start = lim._window_start
+    t0 = s.t
+    for i in range(4):
+        start = t0 + 0.5 * i
+        lim.update(
+            Sample(start=start, latency_s=6.0, inflight=9, kind="ok", output_tokens=100),
+            start + 6.0,
+        )
+    assert lim.events["rebase"] == 1 and lim.events["delay"] == 0
+    assert lim._base is not None and lim._ln_r(*lim._base) > math.log(3.0)
+    assert lim.center == pytest.approx(8.0)
+    assert lim.limit == 9  # still on the high probe, the measured window kept
+    assert len(lim._hist) == 1
+    assert lim._window_start == window_start

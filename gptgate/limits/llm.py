@@ -146,7 +146,7 @@ class LLMLimit:
         #: ``(now, limit)`` at every change
         self.trace: deque[tuple[float, int]] = deque(maxlen=trace_size)
         #: why the limit moved: counts per cause
-        self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0}
+        self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0, "rebase": 0}
         self._norm = LatencyNormaliser(overhead_tokens)
         self._low = min_limit
         self._high = max_limit
@@ -384,7 +384,6 @@ class LLMLimit:
             # latency jumped above its baseline: goodput × baseline latency (Vegas, BBR), at
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
-            self.events["delay"] += 1
             cut = n_mean * max(0.5, math.exp(-excess))
             if self._rate is not None and self._throughput >= 0.9 * self._rate:
                 # goodput is at the rate limit: the pacer, not this limit, bounds the load on
@@ -392,10 +391,21 @@ class LLMLimit:
                 # than a queue we cause. A cut would only leave the budget unused: rebase the
                 # baseline and keep the centre (the rate ceiling follows the new latency)
                 cut = max(cut, self._center)
-            pinned = self._pinned and cut >= self._center
-            self._center = min(self._center, cut)
             self._base = self._blend(self._base, (a, b), 0.5)
-            self._restart(now, pinned=pinned)
+            if cut >= self._center:
+                # a baseline-only event: nothing is cut, so probing goes on where it was (its
+                # windows, step and side kept). Restarting here set back tier1's climb to its
+                # rate ceiling at every such event (settle 388 calls, pooled, at 3,000)
+                self.events["rebase"] += 1
+                if final:
+                    # this window spans the jump: measure the same probe again, not it
+                    self._reset_window()
+                    self._window_start = now
+                    return True
+                return False
+            self.events["delay"] += 1
+            self._center = cut
+            self._restart(now)
             return True
         return False
 
