@@ -715,6 +715,7 @@ def test_a_baseline_only_delay_event_does_not_restart_probing() -> None:
     s.t = t0 + 1_000.0
     assert lim.throughput == pytest.approx(2.0)
     assert lim.limit == 9 and len(lim._hist) == 1  # one window measured, on the high probe
+    step = lim._step
     window_start = lim._window_start
     t0 = s.t
     for i in range(4):
@@ -726,6 +727,32 @@ def test_a_baseline_only_delay_event_does_not_restart_probing() -> None:
     assert lim.events["rebase"] == 1 and lim.events["delay"] == 0
     assert lim._base is not None and lim._ln_r(*lim._base) > math.log(3.0)
     assert lim.center == pytest.approx(8.0)
-    assert lim.limit == 9  # still on the high probe, the measured window kept
-    assert len(lim._hist) == 1
+    # still on the high probe, no wait for a drain; only the window measured on the old
+    # server is forgotten (beside the next it would read the slowdown as e < 0, and cut)
+    assert lim.limit == 9
     assert lim._window_start == window_start
+    assert len(lim._hist) == 0
+    assert lim._step == step
+
+
+def test_a_latency_jump_with_the_centre_held_at_the_rate_ceiling_does_not_cut() -> None:
+    # the centre follows the rate ceiling (pinned); the server halves its speed, so the calls
+    # take twice as long and the goodput last measured falls below the rate — but the pacer
+    # still bounds the load. Cutting there (as when goodput is below the rate) left tier1's
+    # limit at 14 while the ceiling rose to ~37 with the latency: ~400 calls to climb back
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)
+    s.window(2.0)
+    s.window(2.0)  # slow start ends at the ceiling (2 × 2/s × 2 s = 8), probing below it
+    assert lim.center == pytest.approx(8.0) and lim._pinned
+    t0 = s.t
+    for i in range(4):  # completing 1 call/s, half the rate: the calls take twice as long
+        start = t0 + 1.0 * i
+        lim.update(
+            Sample(start=start, latency_s=4.0, inflight=7, kind="ok", output_tokens=100),
+            start + 4.0,
+        )
+    assert lim.throughput == pytest.approx(1.0)
+    assert lim.events["delay"] == 0 and lim.events["rebase"] == 1
+    assert lim.center >= 8.0 and lim._pinned

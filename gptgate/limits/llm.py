@@ -385,11 +385,15 @@ class LLMLimit:
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
             cut = n_mean * max(0.5, math.exp(-excess))
-            if self._rate is not None and self._throughput >= 0.9 * self._rate:
-                # goodput is at the rate limit: the pacer, not this limit, bounds the load on
-                # the server, so the jump is the server slowing at a load it sustains rather
-                # than a queue we cause. A cut would only leave the budget unused: rebase the
-                # baseline and keep the centre (the rate ceiling follows the new latency)
+            if self._rate is not None and (
+                self._throughput >= 0.9 * self._rate or (self._pinned and self._rate_bound)
+            ):
+                # goodput is at the rate limit, or the centre is held at the rate ceiling (the
+                # slowdown itself lowers the goodput last measured): the pacer, not this limit,
+                # bounds the load on the server, so the jump is the server slowing at a load it
+                # sustains rather than a queue we cause. A cut would only leave the budget
+                # unused: rebase the baseline and keep the centre (the rate ceiling follows
+                # the new latency). Cutting there cost tier1 ~400 calls to climb back
                 cut = max(cut, self._center)
             self._base = self._blend(self._base, (a, b), 0.5)
             if cut >= self._center:
@@ -397,6 +401,9 @@ class LLMLimit:
                 # windows, step and side kept). Restarting here set back tier1's climb to its
                 # rate ceiling at every such event (settle 388 calls, pooled, at 3,000)
                 self.events["rebase"] += 1
+                # but the windows measured before the jump priced the old server: set beside
+                # the next they read the slowdown as a negative elasticity and cut anyway
+                self._hist.clear()
                 if final:
                     # this window spans the jump: measure the same probe again, not it
                     self._reset_window()
