@@ -756,3 +756,31 @@ def test_a_latency_jump_with_the_centre_held_at_the_rate_ceiling_does_not_cut() 
     assert lim.throughput == pytest.approx(1.0)
     assert lim.events["delay"] == 0 and lim.events["rebase"] == 1
     assert lim.center >= 8.0 and lim._pinned
+
+
+def _plateau(n: float) -> float:
+    """Latency on a server whose throughput is flat from 8 calls on: the rest queue (e = 0)."""
+    return 3.0 * max(1.0, n / 8)
+
+
+def test_on_a_flat_plateau_the_centre_leaves_the_middle_for_its_edge() -> None:
+    # issue 14: a server with throughput flat from 8 to 32 calls; slow start from 16 ends at
+    # 16 (a doubling to 32 bought nothing). Probing 15/17 measures e = 0, only 0.15 below the
+    # knee, and with per-call noise δ = 0.03 one estimate's dead band (0.30) swallows that:
+    # the centre used to stay at 16 for ever, twice the queueing of 8 for no goodput. The
+    # mean of the last estimates has a narrower band: the centre walks down to the edge
+    lim = LLMLimit(initial=16, window_samples=4, window_fraction=0.1, window_error=0.0)
+    s = Script(lim)
+    s.window(_plateau(16))
+    s.window(_plateau(32))
+    assert lim.center == pytest.approx(16.0) and not lim.in_slow_start
+    centres = []
+    for _ in range(80):
+        latency = _plateau(lim.limit)
+        for sign in (1, -1, 1, -1):  # one window of four calls, its mean the same each time
+            s.window(latency * math.exp(sign * 0.03), n=1)
+        centres.append(lim.center)
+    span = math.log(17 / 15)
+    assert 1.75 * math.sqrt(1.5 * lim._log_var / 4) / span > 0.15  # one estimate: no move
+    assert centres[9] == pytest.approx(16.0)  # the first ten estimates: inside the band
+    assert 7.5 <= min(centres[40:]) and max(centres[40:]) <= 9.0  # at the plateau's edge

@@ -102,6 +102,7 @@ class LLMLimit:
         probe: float = 0.08,
         gain: float = 0.3,
         deadband: float = 1.75,
+        evidence_horizon: int = 32,
         guard_z: float = 3.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
@@ -135,6 +136,7 @@ class LLMLimit:
         self.probe = probe
         self.gain = gain
         self.deadband = deadband
+        self.evidence_horizon = max(1, evidence_horizon)
         self.guard_z = guard_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
@@ -172,6 +174,8 @@ class LLMLimit:
         self._elasticity = math.nan
         self._step = gain  # Rprop-style step: smaller while oscillating around the knee
         self._last_err = 0.0
+        self._evidence = 0.0  # mean error of the last estimates (up to ``evidence_horizon``)
+        self._evidence_n = 0
         self._w: _Sums
         self._c: _Sums
         self._reset_window()
@@ -475,7 +479,18 @@ class LLMLimit:
                 # at ``deadband`` standard errors of the centred difference): at the knee the
                 # estimate's noise alone would make the centre random-walk
                 se = math.sqrt(1.5 * self._log_var / self._w.n) / abs(d_ln_n)
+                self._evidence_n = min(self._evidence_n + 1, self.evidence_horizon)
+                self._evidence += (max(-1.0, min(1.0, err)) - self._evidence) / self._evidence_n
                 err = math.copysign(max(0.0, abs(err) - self.deadband * se), err)
+                if err == 0.0 and self._evidence_n >= 3:
+                    # inside one estimate's dead band, the mean of the last ones may not be:
+                    # on a flat plateau (e = 0, only 0.15 below the knee) a noisy backend kept
+                    # the centre wherever slow start left it, mid-plateau, paying queueing for
+                    # no goodput. k estimates over alternating probes average like ~3k/8
+                    # independent ones (each window is in three, with weights 1, -1/2, -1/2)
+                    band = self.deadband * se * math.sqrt(8.0 / (3.0 * self._evidence_n))
+                    mean = self._evidence
+                    err = math.copysign(max(0.0, abs(mean) - band), mean)
                 err = max(-1.0, min(0.5, err))
                 if err < 0.0 or (err > 0.0 and not app_limited):
                     # Rprop: successive errors of opposite sign mean we straddle the knee,
@@ -569,6 +584,8 @@ class LLMLimit:
         self._probe_high = False
         self._step = self.gain
         self._last_err = 0.0
+        self._evidence = 0.0
+        self._evidence_n = 0
         self._apply(now, down=True)
         self._guard_from = self._window_start
 
