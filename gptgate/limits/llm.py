@@ -4,8 +4,8 @@ Slow start, then extremum seeking on the goodput elasticity ``e = dlnX/dlnN`` ar
 (the knee is where ``e`` falls to ``knee_elasticity``), with server-queue, delay and dense-loss
 guards and a rate-limit ceiling. Names that matter: :class:`LLMLimit` (its constructor's knobs,
 ``limit``, ``center``, ``update``, ``set_window``, ``set_rate_ceiling``), ``trace`` (``(now,
-limit)`` at every change, for benchmarks to plot) and ``events`` (counts per cause). The
-derivation of every rule is in docs/adaptive.md, "How LLMLimit finds the knee".
+limit)`` at every change, for benchmarks to plot), ``events`` (counts per cause) and
+``rebases``. The derivation of every rule is in docs/adaptive.md, "How LLMLimit finds the knee".
 """
 
 from __future__ import annotations
@@ -148,7 +148,9 @@ class LLMLimit:
         #: ``(now, limit)`` at every change
         self.trace: deque[tuple[float, int]] = deque(maxlen=trace_size)
         #: why the limit moved: counts per cause
-        self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0, "rebase": 0}
+        self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0}
+        #: latency jumps that only rebased the baseline (at the rate limit): no move, no cause
+        self.rebases = 0
         self._norm = LatencyNormaliser(overhead_tokens)
         self._low = min_limit
         self._high = max_limit
@@ -404,7 +406,7 @@ class LLMLimit:
                 # a baseline-only event: nothing is cut, so probing goes on where it was (its
                 # windows, step and side kept). Restarting here set back tier1's climb to its
                 # rate ceiling at every such event (settle 388 calls, pooled, at 3,000)
-                self.events["rebase"] += 1
+                self.rebases += 1
                 # but the windows measured before the jump priced the old server: set beside
                 # the next they read the slowdown as a negative elasticity and cut anyway
                 self._hist.clear()
