@@ -378,7 +378,10 @@ def main() -> int:
         parser.error(f"--levels must be limits between 1 and {MAX_CONCURRENCY}")
     profiles = args.profiles.split(",")
     for profile in profiles:
-        get_profile(profile)  # a KeyError naming the known profiles, before any run
+        try:
+            get_profile(profile)  # before any run
+        except KeyError as exc:
+            parser.error(str(exc.args[0]))
     grid = f" --levels {','.join(map(str, levels))}" if levels else ""
     print(
         f"$ python benchmarks/adaptive.py --profiles {args.profiles} "
