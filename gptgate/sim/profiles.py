@@ -252,7 +252,8 @@ _PLATEAU = _GPU.model_copy(
         "ttft_overhead_s": 0.03,
         "base_step_s": 0.0022,
         "usl_sigma": 0.01,
-        "usl_kappa": 0.0,
+        # a knee (~100) far above its 8 slots: the plateau is the queue's, not the batch's
+        "usl_kappa": 0.0001,
         "jitter_sigma": 0.1,
         "load_jitter_sigma": 0.0,
     }
