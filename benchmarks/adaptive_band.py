@@ -1,9 +1,10 @@
 """Which fixed limits would meet issue #3's goodput and p99 targets? (the feasible band)
 
-``benchmarks/adaptive.py`` judges ``auto`` against the issue's grid of fixed limits: goodput ≥
-95% of the best limit's, p99 ≤ 1.25× the p99 of the smallest limit within 10% of the best. This
-script asks the question the other way round: scanning fixed limits finely around each
-profile's knee, which of them would pass both targets against that same grid? An adaptive limit
+``benchmarks/adaptive.py`` judges ``auto`` against each profile's grid of fixed limits (reaching
+the backend's bound: ``levels_for``): goodput ≥ 95% of the best limit's, p99 ≤ 1.25× the p99 of
+the smallest limit within 10% of the best. This script asks the question the other way round:
+scanning fixed limits finely around each profile's knee, which of them would pass both targets
+against that same grid (per run; adaptive.py pools the seeds for its verdict)? An adaptive limit
 can only pass by spending its time inside this band, so its width says how hard the targets
 are on a profile: a band one integer wide cannot be held by any limit that probes around its
 operating point, and bands that do not overlap between seeds cannot be hit by one rule.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from adaptive import LEVELS, Row, references, run_row
+from adaptive import Row, levels_for, references, run_row
 
 from gptgate.sim import run_virtual
 
@@ -35,6 +36,7 @@ SCANS: dict[str, range] = {
     "cpu": range(1, 9),
     "gpu-small": range(6, 17),
     "tier1": range(10, 31, 2),
+    "plateau": range(4, 17),
 }
 
 Key = tuple[str, int, int, int]  # profile, requests, seed, limit
@@ -46,7 +48,7 @@ def run(key: Key) -> Row:
 
 
 def band(profile: str, requests: int, seed: int, rows: dict[Key, Row]) -> tuple[list[int], str]:
-    grid = [rows[(profile, requests, seed, c)] for c in LEVELS]
+    grid = [rows[(profile, requests, seed, c)] for c in levels_for(profile)]
     best, near = references(grid, requests)
     inside: list[int] = []
     cells: list[str] = []
@@ -83,7 +85,7 @@ def main() -> int:
             for p in profiles
             for r in sizes
             for s in seeds
-            for c in (*LEVELS, *SCANS[p])
+            for c in (*levels_for(p), *SCANS[p])
         },
         key=lambda k: -k[1] * k[3],  # longest first: the pool finishes together
     )

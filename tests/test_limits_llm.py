@@ -627,7 +627,7 @@ def _latency_jump_at_rate(rate: float | None) -> LLMLimit:
     for i in range(4):
         start = t0 + 0.5 * i
         lim.update(Sample(start=start, latency_s=6.0, inflight=7, kind="ok"), start + 6.0)
-    assert lim.events["delay"] == 1
+    assert lim.events["delay"] + lim.rebases == 1  # a cut, or a rebase only
     return lim
 
 
@@ -695,3 +695,92 @@ def test_after_a_step_down_the_guards_watch_the_calls_still_draining() -> None:
     assert lim._w.n == 0
     assert lim.events["delay"] == 1
     assert lim.center == pytest.approx(9 * 0.5)
+
+
+def test_a_baseline_only_delay_event_does_not_restart_probing() -> None:
+    # issue 14, settling: at the rate limit a latency jump only rebases the baseline (the
+    # pacer bounds the server's load). It used to restart probing too — windows forgotten,
+    # the step reset, a step down to the low probe and a latency's wait — so on tier1 each
+    # such event set back the climb to the rate ceiling (settle 388 calls, pooled, at 3,000)
+    s = _into_avoidance()
+    lim = s.limit
+    lim.rate_headroom = 4.0  # a ceiling (4 × 1.5/s × ~2 s) above the probes
+    lim.set_rate_ceiling(1.5)
+    t0 = s.t
+    for i in range(4):  # the low probe (7), completing 2 calls/s: at the rate limit
+        lim.update(
+            Sample(start=t0, latency_s=3.0, inflight=7, kind="ok", output_tokens=100),
+            t0 + 3.0 + 0.5 * i,
+        )
+    s.t = t0 + 1_000.0
+    assert lim.throughput == pytest.approx(2.0)
+    assert lim.limit == 9 and len(lim._hist) == 1  # one window measured, on the high probe
+    step = lim._step
+    window_start = lim._window_start
+    t0 = s.t
+    for i in range(4):
+        start = t0 + 0.5 * i
+        lim.update(
+            Sample(start=start, latency_s=6.0, inflight=9, kind="ok", output_tokens=100),
+            start + 6.0,
+        )
+    assert lim.rebases == 1 and lim.events["delay"] == 0
+    assert lim._base is not None and lim._ln_r(*lim._base) > math.log(3.0)
+    assert lim.center == pytest.approx(8.0)
+    # still on the high probe, no wait for a drain; only the window measured on the old
+    # server is forgotten (beside the next it would read the slowdown as e < 0, and cut)
+    assert lim.limit == 9
+    assert lim._window_start == window_start
+    assert len(lim._hist) == 0
+    assert lim._step == step
+
+
+def test_a_latency_jump_with_the_centre_held_at_the_rate_ceiling_does_not_cut() -> None:
+    # the centre follows the rate ceiling (pinned); the server halves its speed, so the calls
+    # take twice as long and the goodput last measured falls below the rate — but the pacer
+    # still bounds the load. Cutting there (as when goodput is below the rate) left tier1's
+    # limit at 14 while the ceiling rose to ~37 with the latency: ~400 calls to climb back
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)
+    s.window(2.0)
+    s.window(2.0)  # slow start ends at the ceiling (2 × 2/s × 2 s = 8), probing below it
+    assert lim.center == pytest.approx(8.0) and lim._pinned
+    t0 = s.t
+    for i in range(4):  # completing 1 call/s, half the rate: the calls take twice as long
+        start = t0 + 1.0 * i
+        lim.update(
+            Sample(start=start, latency_s=4.0, inflight=7, kind="ok", output_tokens=100),
+            start + 4.0,
+        )
+    assert lim.throughput == pytest.approx(1.0)
+    assert lim.events["delay"] == 0 and lim.rebases == 1
+    assert lim.center >= 8.0 and lim._pinned
+
+
+def _plateau(n: float) -> float:
+    """Latency on a server whose throughput is flat from 8 calls on: the rest queue (e = 0)."""
+    return 3.0 * max(1.0, n / 8)
+
+
+def test_on_a_flat_plateau_the_centre_leaves_the_middle_for_its_edge() -> None:
+    # issue 14: a server with throughput flat from 8 to 32 calls; slow start from 16 ends at
+    # 16 (a doubling to 32 bought nothing). Probing 15/17 measures e = 0, only 0.15 below the
+    # knee, and with per-call noise δ = 0.03 one estimate's dead band (0.30) swallows that:
+    # the centre used to stay at 16 for ever, twice the queueing of 8 for no goodput. The
+    # mean of the last estimates has a narrower band: the centre walks down to the edge
+    lim = LLMLimit(initial=16, window_samples=4, window_fraction=0.1, window_error=0.0)
+    s = Script(lim)
+    s.window(_plateau(16))
+    s.window(_plateau(32))
+    assert lim.center == pytest.approx(16.0) and not lim.in_slow_start
+    centres = []
+    for _ in range(80):
+        latency = _plateau(lim.limit)
+        for sign in (1, -1, 1, -1):  # one window of four calls, its mean the same each time
+            s.window(latency * math.exp(sign * 0.03), n=1)
+        centres.append(lim.center)
+    span = math.log(17 / 15)
+    assert 1.75 * math.sqrt(1.5 * lim._log_var / 4) / span > 0.15  # one estimate: no move
+    assert centres[9] == pytest.approx(16.0)  # the first ten estimates: inside the band
+    assert min(centres[40:]) >= 7.5 and max(centres[40:]) <= 9.0  # at the plateau's edge

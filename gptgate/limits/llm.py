@@ -1,110 +1,11 @@
 """``LLMLimit``: the default adaptive limit for LLM backends (``concurrency="auto"``).
 
-Where is the knee?
-    Goodput ``X(N)`` (successful calls per second) rises with concurrency ``N`` and then
-    flattens or falls (SEEDS §1, the Universal Scalability Law); latency ``R`` rises all along.
-    By Little's law ``N = X·R``, so the *elasticity* ``e = dlnX/dlnN = 1 − dlnR/dlnN`` says how
-    much of one more percent of concurrency turns into goodput (``e = 1``) rather than into
-    latency (``e = 0``) or failures. Power (``X/R``) peaks at ``e = 1/2`` — where latency
-    starts climbing faster than throughput — but that leaves 20–25% of the goodput on the
-    table on a batching server. We sit lower on the curve, where ``e`` has fallen to
-    ``knee_elasticity`` (0.15): about 95% of the best goodput for a p99 close to that of the
-    smallest limit reaching it. No fixed latency target ("≤ 1.5× its floor") finds this point:
-    a continuous-batching server's decode slows with its batch long before it saturates.
-
-How is it found? (every update is O(1))
-    * **Latency per token.** Each success is normalised to a reference-size call
-      (:class:`~gptgate.limits.normalise.LatencyNormaliser`), so a long answer at unchanged
-      per-token speed is not read as congestion.
-    * **Windows by sample count** (LLM latencies are seconds: a 1-second window starves):
-      ``max(window_samples, window_fraction·L)`` successes; more when the backend is noisy,
-      enough for the standard error of the window's mean ``lnR`` to be ``window_error``
-      (but at most ``max_window_latencies·L`` calls, about as many latencies, and
-      ``max_window_samples``). Only calls *admitted* since the window opened count — after
-      a step down, one mean latency later, once the extra calls have drained — so a window
-      measures one limit. ``R`` is the mean
-      normalised latency (each call winsorised at 5× the running mean), priced at the
-      *current* reference size when windows are compared. ``N`` is the limit when the
-      limiter was full during the window (calls admitted while it filled after a step up
-      report fewer in flight than they then run with), else the mean in-flight count at
-      admission. ``p`` is the window's fraction of dropped calls; goodput ``X = N·(1−p)/R``.
-    * **Slow start** doubles the limit per good window from a small ``initial`` (TCP, per
-      RTT: its windows hold ``min(window_samples, L)`` calls, about one latency, more on a
-      noisy backend, for a standard error of ``3·window_error``). Each doubling measures
-      ``e`` over a large step; when a doubling buys less than ``2**slow_start_exit`` more
-      goodput, the limit drops to the linear-scaling equivalent
-      of what it bought, ``N·X/(2·X_prev)`` (the knee exactly, for a server with a hard
-      capacity). So does a doubling after which server failures turn dense (at least two, and
-      ``loss_tolerance`` of the window's calls, half of that more than at the level before):
-      it bought failures, and the next would buy more. At the ceiling (``max_limit`` or a
-      window's high bound) there is nothing left to double into: slow start ends there and
-      probing starts, so a knee just below the ceiling, or one that moves below it later, is
-      still found.
-    * **Extremum seeking.** Then the limit alternates ``c·(1 ± probe)`` around a centre ``c``.
-      A centred difference over three consecutive windows (it cancels a linear drift; a step
-      change is caught by its two halves disagreeing, and the cautious half is used)
-      estimates ``e``, and ``c ← c·exp(step·(e − knee_elasticity))``, the error clipped to
-      [−1, 0.5]. Only the part of the error beyond ``deadband`` standard errors of the
-      estimate counts (a soft threshold; the standard error follows from the per-call
-      variance of ``ln R``, the window's size and the probe's span): ``e`` measured over ±8%
-      is noisy, and without the dead band the centre random-walks around the knee. The step
-      starts at ``gain`` and is adapted as in Rprop: halved (down to ``min_gain``) when
-      successive errors change sign — the centre straddles the knee, so it should sit still —
-      and grown back when they agree; any cut resets it. Successive estimates share two of
-      their three windows, so one noisy window moves the centre several times over, the
-      estimates agreeing by construction. Where that matters — a dead band wider than
-      ``1 − knee_elasticity``: one estimate cannot tell the knee from linear scaling — a move
-      keeps only the latest window, so the next estimate shares one window with it, not two
-      (the centre moves at most every other window; on a clean backend, every window).
-    * **Queues.** Calls that hold a permit but wait add latency and no throughput. Two waits
-      are visible: before the send (the time a permit was held beyond the call's latency —
-      the rate-limit pacer, when no rate ceiling is known) and at the server (the time to
-      first token above its floor; streamed calls only). By Little's law ``N·wait/hold``
-      calls are waiting; above ``queue_tolerance·N`` the centre drops to the calls actually
-      being served (this also ends slow start).
-    * **Delay guard** (Gradient2/Vegas). A window whose latency exceeds ``tolerance ×`` its
-      baseline (an EWMA over windows) sets ``c = N·R_base/R`` — goodput × baseline latency —
-      at most halving per event (part of a jump may be a slower backend, not a queue). This
-      is what re-settles quickly when capacity drops and nothing is streamed. The queue and
-      delay checks also run on every ``window_samples`` calls on their own (not on the
-      window's mean so far, which a drop moves only slowly), firing there only beyond
-      ``guard_z`` (3) standard errors, so noisy (long) windows still answer in time. These
-      calls include those admitted before a probing step — the window leaves them out, but
-      ±8% cannot make a 1.5× jump, and a guard blind for one latency after every step down
-      would answer a drop late — though not those admitted before the last cut.
-    * **Loss.** Dropped calls (429, overload 503, a timeout or a latency above ``timeout_s``)
-      lower the measured goodput; when they are *dense* — at least two, and at least
-      ``loss_tolerance`` of the window's calls — the limit is multiplied by ``backoff_ratio``
-      (in slow start the level before the last doubling is restored: it was good), at most
-      once per overload event: only calls admitted after the last cut can cut again (TCP's
-      once-per-RTT rule), so a burst of 429s from one overload cuts once, and a stray 5xx
-      does not cut at all. A 429 from calls that kept less than half the limit in flight
-      (one call retrying) does not count: the rate budget is spent, which the pause and the
-      pacer handle, and nothing is known of the concurrency the backend serves. Server
-      failures (500, 502, 504, a stream cut mid-answer; the sample's ``congestion`` is
-      False) lower the measured goodput too, but never cut by
-      themselves: a failure rate that grows with the load moves the knee down through the
-      elasticity, while one that does not (a backend failing some calls at any load) leaves
-      the limit alone.
-    * **Rate limits.** When the backend reports an RPM/TPM budget, the gateway passes the
-      calls per second it sustains to :meth:`set_rate_ceiling`; more than
-      ``rate_headroom × rate × latency`` calls in flight (2×: enough to spend a burst
-      allowance while it lasts; the latency is a slow EWMA, so the ceiling holds still) can
-      only wait for the pacer (Little's law), so the limit stays below that ceiling and slow
-      start ends there. The time calls then wait for the pacer is not read as a queue or as
-      latency — the ceiling handles the rate limit — so the server behind it is measured on
-      its own. While goodput is at the rate limit, a latency jump is the server slowing at a
-      load it sustains (the pacer bounds that load): the delay guard then only rebases the
-      baseline, without a cut. A centre that probing pushed against the rate ceiling follows
-      it up as the latency or the rate rises (not a fixed bound: a window lifted later must
-      not carry the centre up with it).
-    * **App-limited.** No growth while the application keeps less than half the limit in
-      flight: an idle limit proves nothing.
-    * **Bounds** ``[min_limit, max_limit]``, narrowed by ``set_window(low, high)`` and by
-      the rate ceiling.
-
-``trace`` keeps ``(now, limit)`` at every change, for benchmarks to plot; ``events`` counts
-the causes.
+Slow start, then extremum seeking on the goodput elasticity ``e = dlnX/dlnN`` around a centre
+(the knee is where ``e`` falls to ``knee_elasticity``), with server-queue, delay and dense-loss
+guards and a rate-limit ceiling. Names that matter: :class:`LLMLimit` (its constructor's knobs,
+``limit``, ``center``, ``update``, ``set_window``, ``set_rate_ceiling``), ``trace`` (``(now,
+limit)`` at every change, for benchmarks to plot), ``events`` (counts per cause) and
+``rebases``. The derivation of every rule is in docs/adaptive.md, "How LLMLimit finds the knee".
 """
 
 from __future__ import annotations
@@ -234,6 +135,7 @@ class LLMLimit:
         probe: float = 0.08,
         gain: float = 0.3,
         deadband: float = 1.75,
+        evidence_horizon: int = 32,
         guard_z: float = 3.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
@@ -267,6 +169,7 @@ class LLMLimit:
         self.probe = probe
         self.gain = gain
         self.deadband = deadband
+        self.evidence_horizon = max(1, evidence_horizon)
         self.guard_z = guard_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
@@ -279,6 +182,8 @@ class LLMLimit:
         self.trace: deque[tuple[float, int]] = deque(maxlen=trace_size)
         #: why the limit moved: counts per cause
         self.events = {"slow_start_exit": 0, "loss": 0, "queue": 0, "delay": 0}
+        #: latency jumps that only rebased the baseline (at the rate limit): no move, no cause
+        self.rebases = 0
         self._norm = LatencyNormaliser(overhead_tokens)
         self._low = min_limit
         self._high = max_limit
@@ -304,6 +209,8 @@ class LLMLimit:
         self._elasticity = math.nan
         self._step = gain  # Rprop-style step: smaller while oscillating around the knee
         self._last_err = 0.0
+        self._evidence = 0.0  # mean error of the last estimates (up to ``evidence_horizon``)
+        self._evidence_n = 0
         self._w: _Sums
         self._c: _Sums
         self._reset_window()
@@ -607,18 +514,35 @@ class LLMLimit:
             # latency jumped above its baseline: goodput × baseline latency (Vegas, BBR), at
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
-            self.events["delay"] += 1
             cut = n_mean * max(0.5, math.exp(-excess))
-            if self._rate is not None and self._throughput >= 0.9 * self._rate:
-                # goodput is at the rate limit: the pacer, not this limit, bounds the load on
-                # the server, so the jump is the server slowing at a load it sustains rather
-                # than a queue we cause. A cut would only leave the budget unused: rebase the
-                # baseline and keep the centre (the rate ceiling follows the new latency)
+            if self._rate is not None and (
+                self._throughput >= 0.9 * self._rate or (self._pinned and self._rate_bound)
+            ):
+                # goodput is at the rate limit, or the centre is held at the rate ceiling (the
+                # slowdown itself lowers the goodput last measured): the pacer, not this limit,
+                # bounds the load on the server, so the jump is the server slowing at a load it
+                # sustains rather than a queue we cause. A cut would only leave the budget
+                # unused: rebase the baseline and keep the centre (the rate ceiling follows
+                # the new latency). Cutting there cost tier1 ~400 calls to climb back
                 cut = max(cut, self._center)
-            pinned = self._pinned and cut >= self._center
-            self._center = min(self._center, cut)
             self._base = self._blend(self._base, (a, b), 0.5)
-            self._restart(now, pinned=pinned)
+            if cut >= self._center:
+                # a baseline-only event: nothing is cut, so probing goes on where it was (its
+                # windows, step and side kept). Restarting here set back tier1's climb to its
+                # rate ceiling at every such event (settle 388 calls, pooled, at 3,000)
+                self.rebases += 1
+                # but the windows measured before the jump priced the old server: set beside
+                # the next they read the slowdown as a negative elasticity and cut anyway
+                self._hist.clear()
+                if final:
+                    # this window spans the jump: measure the same probe again, not it
+                    self._reset_window()
+                    self._window_start = now
+                    return True
+                return False
+            self.events["delay"] += 1
+            self._center = cut
+            self._restart(now)
             return True
         return False
 
@@ -681,7 +605,18 @@ class LLMLimit:
                 # at ``deadband`` standard errors of the centred difference): at the knee the
                 # estimate's noise alone would make the centre random-walk
                 se = math.sqrt(1.5 * self._log_var / self._w.n) / abs(d_ln_n)
+                self._evidence_n = min(self._evidence_n + 1, self.evidence_horizon)
+                self._evidence += (max(-1.0, min(1.0, err)) - self._evidence) / self._evidence_n
                 err = math.copysign(max(0.0, abs(err) - self.deadband * se), err)
+                if err == 0.0 and self._evidence_n >= 3:
+                    # inside one estimate's dead band, the mean of the last ones may not be:
+                    # on a flat plateau (e = 0, only 0.15 below the knee) a noisy backend kept
+                    # the centre wherever slow start left it, mid-plateau, paying queueing for
+                    # no goodput. k estimates over alternating probes average like ~3k/8
+                    # independent ones (each window is in three, with weights 1, -1/2, -1/2)
+                    band = self.deadband * se * math.sqrt(8.0 / (3.0 * self._evidence_n))
+                    mean = self._evidence
+                    err = math.copysign(max(0.0, abs(mean) - band), mean)
                 err = max(-1.0, min(0.5, err))
                 if err < 0.0 or (err > 0.0 and not app_limited):
                     # Rprop: successive errors of opposite sign mean we straddle the knee,
@@ -775,6 +710,8 @@ class LLMLimit:
         self._probe_high = False
         self._step = self.gain
         self._last_err = 0.0
+        self._evidence = 0.0
+        self._evidence_n = 0
         self._apply(now, down=True)
         self._guard_from = self._window_start
 

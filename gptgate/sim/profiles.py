@@ -255,6 +255,25 @@ _SPREAD = _HOSTED.model_copy(
     }
 )
 
+# A server of hidden capacity whose throughput is flat from 8 to 32 calls at once (issue 14,
+# tried on a server no one on the team wrote): 8 sequences decode at a time and the rest wait
+# in its queue, so past 8 extra concurrency buys no goodput, only queueing latency. The knee
+# rule must settle on the smallest limit that holds the plateau's goodput, not inside it.
+_PLATEAU = _GPU.model_copy(
+    update={
+        "name": "plateau",
+        "slots": 8,
+        "max_queue": 256,
+        "ttft_overhead_s": 0.03,
+        "base_step_s": 0.0022,
+        "usl_sigma": 0.01,
+        # a knee (~100) far above its 8 slots: the plateau is the queue's, not the batch's
+        "usl_kappa": 0.0001,
+        "jitter_sigma": 0.1,
+        "load_jitter_sigma": 0.0,
+    }
+)
+
 PROFILES: dict[str, SimProfile] = {
     p.name: p
     for p in (
@@ -266,6 +285,7 @@ PROFILES: dict[str, SimProfile] = {
         _GPU_SMALL,
         _TIER1,
         _SPREAD,
+        _PLATEAU,
     )
 }
 
