@@ -109,10 +109,18 @@ def backend_for(
     )
 
 
-async def run_row(profile: str, concurrency: int | None, requests: int, seed: int) -> Row:
+async def run_row(
+    profile: str,
+    concurrency: int | None,
+    requests: int,
+    seed: int,
+    state: dict[str, Any] | None = None,
+    label: str | None = None,
+) -> Row:
+    """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given)."""
     clock = LoopClock()
     backend, engine = backend_for(profile, concurrency or "auto", clock, seed)
-    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+    async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")
         total = clock.now() - start
@@ -121,7 +129,7 @@ async def run_row(profile: str, concurrency: int | None, requests: int, seed: in
     service = [r.latency_s - r.queue_s for r in ok]
     ledger = engine.ledger.snapshot()
     return Row(
-        label=str(concurrency) if concurrency else "auto",
+        label=label or (str(concurrency) if concurrency else "auto"),
         concurrency=concurrency,
         total_s=total,
         goodput=len(ok) / total if total else 0.0,
@@ -144,30 +152,7 @@ async def warm_row(profile: str, requests: int, seed: int) -> Row:
     async with gg.Gateway([backend], clock=earlier, seed=seed + 1000) as gate:
         await gate.map(workload(requests, seed + 1000), scenario="default")
         state = gate.snapshot()
-    clock = LoopClock()
-    backend, engine = backend_for(profile, "auto", clock, seed)
-    async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
-        start = clock.now()
-        results = await gate.map(workload(requests, seed), scenario="default")
-        total = clock.now() - start
-        stats = gate.stats()[profile]
-    ok = [r for r in results if isinstance(r, gg.ChatResult)]
-    service = [r.latency_s - r.queue_s for r in ok]
-    ledger = engine.ledger.snapshot()
-    return Row(
-        label="warm",
-        concurrency=None,
-        total_s=total,
-        goodput=len(ok) / total if total else 0.0,
-        mean_s=statistics.fmean(service) if service else float("nan"),
-        p50_s=percentile(service, 0.5),
-        p99_s=percentile(service, 0.99),
-        billed_per_ok=ledger.billed_tokens / len(ok) if ok else float("inf"),
-        retries=stats.retries,
-        rate_limited=ledger.rate_limited,
-        failed=len(results) - len(ok),
-        final_limit=stats.limit,
-    )
+    return await run_row(profile, None, requests, seed, state=state, label="warm")
 
 
 def warm_verdict(rows: list[Row], warm: Row, requests: int) -> tuple[str, bool, str]:

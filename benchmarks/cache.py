@@ -96,7 +96,7 @@ import operator
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -247,65 +247,68 @@ def _run(ledger: LedgerSnapshot, calls: int, total_s: float, failed: int) -> Run
 
 
 
-async def run_naive(profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int) -> Run:
+Call = Callable[[Messages], Awaitable[None]]
+
+
+async def _plain_client(
+    profile: SimProfile,
+    jobs: list[list[Messages]],
+    c: int,
+    seed: int,
+    send_job: Callable[[Call, list[Messages]], Awaitable[None]],
+) -> Run:
+    """A client without gptgate: plain calls under one ``Semaphore(c)``; ``send_job`` decides
+    how one job's calls are released."""
     clock = LoopClock()
     engine = SimEngine(profile, clock=clock, seed=seed)
     semaphore = anyio.Semaphore(c)
     failed = 0
 
-    async def call(client: httpx2.AsyncClient, messages: Messages) -> None:
-        nonlocal failed
-        body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
-        async with semaphore:
-            response = await client.post("chat/completions", json=body)
-            failed += response.status_code != 200
-
     async with httpx2.AsyncClient(
         transport=SimTransport(engine), base_url="http://sim/v1", timeout=600.0
     ) as client:
+
+        async def call(messages: Messages) -> None:
+            nonlocal failed
+            body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
+            async with semaphore:
+                response = await client.post("chat/completions", json=body)
+                failed += response.status_code != 200
+
         start = clock.now()
         for items in jobs:
-            async with anyio.create_task_group() as tg:
-                for messages in items:
-                    tg.start_soon(call, client, messages)
+            await send_job(call, items)
         total = clock.now() - start
     return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
+
+
+async def _all_at_once(call: Call, items: list[Messages]) -> None:
+    async with anyio.create_task_group() as tg:
+        for messages in items:
+            tg.start_soon(call, messages)
+
+
+async def _first_of_each_prefix_alone(call: Call, items: list[Messages]) -> None:
+    async def prefix(calls: list[Messages]) -> None:
+        await call(calls[0])
+        await _all_at_once(call, calls[1:])
+
+    groups: dict[str, list[Messages]] = {}
+    for messages in items:
+        groups.setdefault(repr(messages[:-1]), []).append(messages)
+    async with anyio.create_task_group() as tg:
+        for calls in groups.values():
+            tg.start_soon(prefix, calls)
+
+
+async def run_naive(profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int) -> Run:
+    return await _plain_client(profile, jobs, c, seed, _all_at_once)
 
 
 async def run_hand(profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int) -> Run:
     """The simplest warm-up by hand (issue 14's floor): per prefix, its first call alone, the
     rest of its calls released together when it returns, all under one ``Semaphore(c)``."""
-    clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    semaphore = anyio.Semaphore(c)
-    failed = 0
-
-    async def call(client: httpx2.AsyncClient, messages: Messages) -> None:
-        nonlocal failed
-        body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
-        async with semaphore:
-            response = await client.post("chat/completions", json=body)
-            failed += response.status_code != 200
-
-    async def prefix(client: httpx2.AsyncClient, calls: list[Messages]) -> None:
-        await call(client, calls[0])
-        async with anyio.create_task_group() as tg:
-            for messages in calls[1:]:
-                tg.start_soon(call, client, messages)
-
-    async with httpx2.AsyncClient(
-        transport=SimTransport(engine), base_url="http://sim/v1", timeout=600.0
-    ) as client:
-        start = clock.now()
-        for items in jobs:
-            groups: dict[str, list[Messages]] = {}
-            for messages in items:
-                groups.setdefault(repr(messages[:-1]), []).append(messages)
-            async with anyio.create_task_group() as tg:
-                for calls in groups.values():
-                    tg.start_soon(prefix, client, calls)
-        total = clock.now() - start
-    return _run(engine.ledger.snapshot(), sum(map(len, jobs)), total, failed)
+    return await _plain_client(profile, jobs, c, seed, _first_of_each_prefix_alone)
 
 
 async def run_gptgate(

@@ -22,7 +22,8 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +137,30 @@ def otel_sdk() -> tuple[Any, Any]:
     return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
 
 
-async def run_gptgate_otel(base_url: str, calls: int, concurrency: int) -> float:
-    """``gate.chat`` with an OpenTelemetry SDK recording every span and metric point."""
+@asynccontextmanager
+async def traced_gateway(base_url: str, concurrency: int) -> AsyncIterator[gg.Gateway]:
+    """A gateway whose OpenTelemetry SDK records every span and metric point in memory."""
     tracer_provider, meter_provider = otel_sdk()
     backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency)
-    async with gg.Gateway(
-        [backend], tracer_provider=tracer_provider, meter_provider=meter_provider
-    ) as gate:
+    try:
+        async with gg.Gateway(
+            [backend], tracer_provider=tracer_provider, meter_provider=meter_provider
+        ) as gate:
+            yield gate
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+async def run_gptgate_otel(base_url: str, calls: int, concurrency: int) -> float:
+    """``gate.chat`` with an OpenTelemetry SDK recording every span and metric point."""
+    async with traced_gateway(base_url, concurrency) as gate:
 
         async def call() -> str:
             result = await gate.chat(MESSAGES, max_tokens=50)
             return result.text
 
-        used = await drive(call, calls, concurrency)
-    tracer_provider.shutdown()
-    meter_provider.shutdown()
-    return used
+        return await drive(call, calls, concurrency)
 
 
 async def run_openai_gated(base_url: str, calls: int, concurrency: int) -> float:
@@ -163,15 +172,8 @@ async def run_openai_gated(base_url: str, calls: int, concurrency: int) -> float
 
 async def run_openai_gated_otel(base_url: str, calls: int, concurrency: int) -> float:
     """The openai SDK on ``gate.http_client`` with an OpenTelemetry SDK recording everything."""
-    tracer_provider, meter_provider = otel_sdk()
-    backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency)
-    async with gg.Gateway(
-        [backend], tracer_provider=tracer_provider, meter_provider=meter_provider
-    ) as gate:
-        used = await run_openai(base_url, calls, concurrency, gate.http_client("sim"))
-    tracer_provider.shutdown()
-    meter_provider.shutdown()
-    return used
+    async with traced_gateway(base_url, concurrency) as gate:
+        return await run_openai(base_url, calls, concurrency, gate.http_client("sim"))
 
 
 class Captured:

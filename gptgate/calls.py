@@ -528,7 +528,7 @@ class CallRunner:
                     budget=self.budget,
                     max_attempts=spec.max_attempts,
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
-                    failover=lambda error: self._is_failover(spec, state, error),
+                    failover=lambda error: self.is_failover(spec.route, error),
                 )
         except GateError as error:
             failure = error
@@ -586,7 +586,7 @@ class CallRunner:
                 if state.committed or not self._may_retry(spec, state, error, number, max_attempts):
                     self.record_failed_call(error)
                     raise
-                failover = self._is_failover(spec, state, error)
+                failover = self.is_failover(spec.route, error)
                 self._on_retry(state, error)
                 if not failover:
                     await self.clock.sleep(
@@ -600,12 +600,9 @@ class CallRunner:
             return False
         if spec.deadline is not None and self.clock.now() >= spec.deadline:
             return False
-        if self.budget is None or self._is_failover(spec, state, error):
+        if self.budget is None or self.is_failover(spec.route, error):
             return True
         return self.budget.try_spend(self.clock.now())
-
-    def _is_failover(self, spec: CallSpec, state: CallState, error: GateError) -> bool:
-        return self.is_failover(spec.route, error)
 
     def is_failover(self, route: RouteRequest, error: GateError) -> bool:
         """A retry that moves the call off a backend that never got the request, or whose

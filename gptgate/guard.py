@@ -181,13 +181,6 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
         headers = _headers_of(exc)
         if headers is not None and headers.get(REFUSED_HEADER):
             return OverloadedError(name, backend=backend, should_retry=False)
-        hints: dict[str, float | bool | None] = {}
-        if headers is not None:
-            # the server's own say on when (and whether) to try again, as gate.chat honours it
-            hints = {
-                "retry_after": parse_retry_after(headers),
-                "should_retry": parse_should_retry(headers),
-            }
         cls: type[GateError]
         if status == 429:
             cls = RateLimitedError
@@ -197,7 +190,12 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
             cls = BackendError
         else:
             cls = BadRequestError
-        return cls(name, backend=backend, status=status, **hints)  # type: ignore[arg-type]
+        # the server's own say on when (and whether) to try again, as gate.chat honours it
+        return cls(
+            name, backend=backend, status=status,
+            retry_after=parse_retry_after(headers) if headers is not None else None,
+            should_retry=parse_should_retry(headers) if headers is not None else None,
+        )
     if _CLASSES is None:
         _CLASSES = _sdk_classes()
     timeouts, transport = _CLASSES
@@ -325,7 +323,7 @@ class _GuardRun:
                 else:
                     result = await self.runner.retry.run(
                         attempt, deadline=self.deadline, budget=self.runner.budget,
-                        failover=self._is_failover,
+                        failover=lambda error: self.runner.is_failover(self.route, error),
                     )
         except _ForeignFailure as failure:
             original = failure.original
@@ -341,9 +339,6 @@ class _GuardRun:
             return result
         # raised outside the handler, the SDK's exception keeps its own chain
         raise original
-
-    def _is_failover(self, error: GateError) -> bool:
-        return self.runner.is_failover(self.route, error)
 
     async def _attempt(self, number: int, body: Callable[[], Awaitable[R]]) -> R:
         runner, clock = self.runner, self.clock

@@ -22,7 +22,6 @@ import httpx2
 
 from .billed import BilledWork
 from .errors import (
-    BadRequestError,
     GateError,
     GatewayClosedError,
     OverloadedError,
@@ -321,8 +320,8 @@ class _Attempt:
     def _count_failure(self, error: GateError) -> None:
         """Counted here, inside a guarded call too: the guard leaves a failure it saw on the
         wire to the wire (``GuardedCall.wire_attempts``)."""
-        if isinstance(error, (BadRequestError, GatewayClosedError)):
-            return  # the request's fault (or ours), none of the backend's
+        if isinstance(error, GatewayClosedError):
+            return  # our shutdown, none of the backend's (as gate.chat counts)
         count_failure(self.state, error, self.runner.clock.now())
 
     def _billed(self) -> BilledWork:
@@ -338,8 +337,6 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
-        if self.on_end is not None:
-            self.on_end(error, usage, self.cost_usd)
         tap = self.tap
         config = self.state.backend
         self.runner.telemetry.end_attempt(
@@ -350,6 +347,8 @@ class _Attempt:
             finish_reason=tap.finish_reason if tap is not None else None,
             error=error, operation=self.operation,
         )
+        if self.on_end is not None:  # the guarded call's span, after its child's
+            self.on_end(error, usage, self.cost_usd)
 
 
 def _sdk_attempt(request: httpx2.Request) -> int:
