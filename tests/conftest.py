@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -67,7 +68,18 @@ class RedisServer:
             self._process.wait()
             self._process = None
 
+    def freeze(self) -> None:
+        """SIGSTOP: the server still accepts connections but answers nothing (a slow Redis)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
     def close(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)  # a frozen process cannot be reaped
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 
