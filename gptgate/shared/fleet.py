@@ -367,6 +367,10 @@ class FleetAdmission:
             try:
                 granted, counted, pause_s = await client.acquire(self, lease)
             except _RedisDown:
+                # a slow Redis may still run this acquire after we gave up on it: take that
+                # grant back at the rejoin, and admit locally under a fresh id
+                client._pending.append((self.permits_key, lease.id))
+                lease.id = client.new_lease().id
                 return self._try_local(lease)
             self._fleet_in_flight = counted
             if pause_s > 0 and self.on_pause is not None:
