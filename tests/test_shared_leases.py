@@ -200,3 +200,26 @@ async def test_permits_of_a_process_killed_with_sigkill_come_back(redis_url: str
         wall.now = killed_at + lease_s + 0.01  # within lease_s of its death, they are back
         assert await at._try(alive.new_lease())
         assert await at._try(alive.new_lease())
+
+
+async def test_different_limits_for_one_backend_warn_naming_both_and_the_fleet_uses_the_lower(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = namespace()
+    caplog.set_level("WARNING", logger="gptgate")
+    async with fleet_client(redis_url, ns) as high:
+        at_high = admission(high, 32)
+        await high._publish_limit(at_high)
+        async with fleet_client(redis_url, ns) as low:
+            at_low = admission(low, 12)
+            await low._publish_limit(at_low)
+            assert at_low.fleet_limit == 12
+            leases = [await at_high.enter(None) for _ in range(12)]  # high learns 12 here
+            assert at_high.fleet_limit == 12 and at_high.statistics().limit == 12
+            assert not await at_high._try(high.new_lease())  # 12 across the fleet, not 32
+            assert not await at_low._try(low.new_lease())
+            for lease in leases:
+                at_high.leave(lease)
+    warnings = [r.getMessage() for r in caplog.records if "by another process" in r.getMessage()]
+    assert len(warnings) == 2  # one in each process, each naming both values
+    assert all("12" in w and "32" in w for w in warnings)

@@ -65,7 +65,7 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class FleetStatistics:
-    #: the fleet-wide limit (the backend's fixed concurrency)
+    #: the fleet-wide limit (the lowest fixed concurrency any process configured)
     limit: int
     #: leases counted fleet-wide at this process's last acquire (None before one)
     fleet_in_flight: int | None
@@ -136,9 +136,11 @@ class FleetClient:
             retry_on_timeout=False,
             health_check_interval=0,
         )
-        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE"):
+        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT"):
             self._scripts[name] = self._redis.register_script(getattr(scripts, name))
         await self._renew()
+        for admission in self._admissions:
+            await self._publish_limit(admission)
         task_group.start_soon(self._run)
 
     async def aclose(self) -> None:
@@ -169,6 +171,7 @@ class FleetClient:
             name=name,
             permits_key=f"{key}:permits",
             pause_key=f"{key}:pause",
+            limit_key=f"{key}:limit",
             limit=limit,
             on_pause=on_pause,
         )
@@ -190,18 +193,38 @@ class FleetClient:
             self._down(error)
             raise _RedisDown() from error
 
-    async def acquire(self, admission: FleetAdmission, lease: Lease) -> tuple[bool, int, float]:
-        """One atomic try: (granted, leases counted, pause seconds left)."""
+    async def _publish_limit(self, admission: FleetAdmission) -> None:
+        """Tell the fleet this process's limit; another process configuring the same backend
+        differently gets a warning naming both values, and the fleet uses the lower."""
+        if self.state != "up":
+            return
+        try:
+            before = int(
+                await self._op(
+                    "LIMIT",
+                    [admission.limit_key],
+                    [admission.limit, 2 * int(self.shared.lease_s * 1000)],
+                )
+            )
+        except _RedisDown:
+            return
+        if before > 0:
+            admission._saw_fleet_limit(before)
+
+    async def acquire(
+        self, admission: FleetAdmission, lease: Lease
+    ) -> tuple[bool, int, float, int]:
+        """One atomic try: (granted, leases counted, pause seconds left, fleet limit)."""
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
-        granted, held, pause_ms = await self._op(
+        granted, held, pause_ms, cap = await self._op(
             "ACQUIRE",
-            [admission.permits_key, admission.pause_key],
+            [admission.permits_key, admission.pause_key, admission.limit_key],
             [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms],
         )
         # Redis keeps pauses in real milliseconds; the gateway's clock may be scaled
         pause_s = max(0, int(pause_ms)) / 1000.0 / self.clock.to_real(1.0)
-        return bool(granted), int(held), pause_s
+        return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease) -> None:
         """Queue the release; the background task sends it (no await on the caller's path)."""
@@ -312,6 +335,7 @@ class FleetAdmission:
         name: str,
         permits_key: str,
         pause_key: str,
+        limit_key: str,
         limit: int,
         on_pause: Callable[[float], None] | None,
     ) -> None:
@@ -319,7 +343,11 @@ class FleetAdmission:
         self.name = name
         self.permits_key = permits_key
         self.pause_key = pause_key
+        self.limit_key = limit_key
         self.limit = limit
+        #: the fleet's limit: the lowest any of its processes configured for this backend
+        self.fleet_limit = limit
+        self._warned_limits: set[int] = set()
         self.on_pause = on_pause
         self.held: set[Lease] = set()
         self._turn = anyio.Lock()
@@ -331,7 +359,7 @@ class FleetAdmission:
     @property
     def local_share(self) -> int:
         """This process's part of the limit while Redis is away."""
-        return max(1, self.limit // max(1, self.client.live_workers))
+        return max(1, self.fleet_limit // max(1, self.client.live_workers))
 
     async def enter(self, deadline: float | None) -> Lease:
         """A fleet permit, or :class:`OverloadedError` at ``deadline`` (a gateway clock
@@ -365,7 +393,7 @@ class FleetAdmission:
         client = self.client
         if client.state == "up":
             try:
-                granted, counted, pause_s = await client.acquire(self, lease)
+                granted, counted, pause_s, cap = await client.acquire(self, lease)
             except _RedisDown:
                 # a slow Redis may still run this acquire after we gave up on it: take that
                 # grant back at the rejoin, and admit locally under a fresh id
@@ -373,6 +401,7 @@ class FleetAdmission:
                 lease.id = client.new_lease().id
                 return self._try_local(lease)
             self._fleet_in_flight = counted
+            self._saw_fleet_limit(cap)
             if pause_s > 0 and self.on_pause is not None:
                 self.on_pause(pause_s)
             if granted:
@@ -386,6 +415,21 @@ class FleetAdmission:
             self.held.add(lease)
             return True
         return False
+
+    def _saw_fleet_limit(self, other: int) -> None:
+        """Another process configured this backend's limit as ``other``: warn once per value,
+        naming both, and keep to the lower."""
+        self.fleet_limit = min(self.limit, other)
+        if other != self.limit and other not in self._warned_limits:
+            self._warned_limits.add(other)
+            log.warning(
+                "gptgate: backend %r is configured with concurrency=%d here but %d by another "
+                "process of the fleet: the fleet uses %d",
+                self.name,
+                self.limit,
+                other,
+                self.fleet_limit,
+            )
 
     def leave(self, lease: object, /) -> None:
         """Hand the permit back (synchronous: the release is sent in the background)."""
@@ -401,7 +445,7 @@ class FleetAdmission:
 
     def statistics(self) -> FleetStatistics:
         return FleetStatistics(
-            limit=self.limit,
+            limit=self.fleet_limit,
             fleet_in_flight=self._fleet_in_flight,
             held=len(self.held),
             waiting=self._waiting,

@@ -7,20 +7,41 @@ its permits back once they expire. Expired leases are swept by whoever acquires 
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "PAUSE", "RELEASE", "RENEW"]
+__all__ = ["ACQUIRE", "LIMIT", "PAUSE", "RELEASE", "RENEW"]
 
-#: KEYS: permits zset, pause key. ARGV: now ms, expiry ms, limit, lease id, key ttl ms.
-#: → {granted 0/1, leases counted after it, pause ms left (<= 0: none)}
+#: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
+#: limit, lease id, key ttl ms. The fleet admits up to the lowest limit any process configured
+#: (the limit key, see LIMIT). → {granted 0/1, leases counted after it, pause ms left (<= 0:
+#: none), the limit applied}
 ACQUIRE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
-if held < tonumber(ARGV[3]) then
+local cap = tonumber(ARGV[3])
+local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
+if fleet > 0 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  if fleet < cap then cap = fleet end
+end
+if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {1, held + 1, pause}
+  return {1, held + 1, pause, cap}
 end
-return {0, held, pause}
+return {0, held, pause, cap}
+"""
+
+#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
+#: → the fleet's limit before (-1: none)
+LIMIT = """
+local prev = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local want = tonumber(ARGV[1])
+if prev < 0 or want < prev then
+  redis.call('SET', KEYS[1], want, 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return prev
 """
 
 #: KEYS: permits zset. ARGV: lease id. → 1 if the lease was still counted
