@@ -287,18 +287,40 @@ class FleetClient:
         for admission, _ in pauses:
             admission._pause_to_send = 0.0
         assert self._redis is not None
+        commands: list[tuple[str, list[Any]]] = [
+            ("RELEASE", [key, lease_id]) for key, lease_id in pending
+        ]
+        for admission, seconds in pauses:
+            ms = max(1, int(self.clock.to_real(seconds) * 1000))
+            commands.append(("PAUSE", [admission.pause_key, ms]))
         try:
             with anyio.fail_after(self.shared.op_budget_s):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for key, lease_id in pending:
-                        await self._scripts["RELEASE"]([key], [lease_id], client=pipe)
-                    for admission, seconds in pauses:
-                        ms = max(1, int(self.clock.to_real(seconds) * 1000))
-                        await self._scripts["PAUSE"]([admission.pause_key], [ms], client=pipe)
-                    await pipe.execute()
+                if not await self._send(commands):  # Redis restarted: scripts gone
+                    for name in {name for name, _ in commands}:
+                        await self._redis.script_load(self._scripts[name].script)
+                    await self._send(commands)
         except self._errors as error:
             self._pending = pending + self._pending  # sent again after the rejoin
             self._down(error)
+
+    async def _send(self, commands: list[tuple[str, list[Any]]]) -> bool:
+        """One pipelined round trip of one-key scripts by their SHA. redis-py's own script
+        pipelining asks ``SCRIPT EXISTS`` first — a second round trip on every flush — so a
+        missing script is reported instead (False: load it and send again; every script
+        here may run twice)."""
+        from redis.exceptions import NoScriptError
+
+        assert self._redis is not None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name, (key, *args) in commands:
+                pipe.execute_command("EVALSHA", self._scripts[name].sha, 1, key, *args)
+            results = await pipe.execute(raise_on_error=False)
+        for result in results:
+            if isinstance(result, NoScriptError):
+                return False
+            if isinstance(result, BaseException):
+                raise result
+        return True
 
     # -- outage ---------------------------------------------------------------------------
 
