@@ -223,3 +223,14 @@ async def test_different_limits_for_one_backend_warn_naming_both_and_the_fleet_u
     warnings = [r.getMessage() for r in caplog.records if "by another process" in r.getMessage()]
     assert len(warnings) == 2  # one in each process, each naming both values
     assert all("12" in w and "32" in w for w in warnings)
+
+
+async def test_a_closed_worker_no_longer_counts_as_live(redis_url: str) -> None:
+    """Else the local share in an outage (limit ÷ live workers) shrinks with every restart."""
+    ns = namespace()
+    async with fleet_client(redis_url, ns) as a:
+        async with fleet_client(redis_url, ns):
+            await a._renew()
+            assert a.live_workers == 2
+        await a._renew()
+        assert a.live_workers == 1

@@ -149,6 +149,9 @@ class FleetClient:
             return
         if self.state == "up":
             await self._flush()
+            # a closed worker is no longer live: the others' outage shares stay right
+            with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
+                await self._redis.zrem(f"{self._prefix}:workers", self.worker_id)
         redis, self._redis = self._redis, None
         with contextlib.suppress(*self._errors):
             await redis.aclose()
