@@ -23,6 +23,7 @@ from .gateway import BackendStats, ChatStream, Gateway
 from .hedge import HedgePolicy
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
+from .shared import Shared
 
 __version__ = "0.1.0"
 
@@ -51,6 +52,7 @@ __all__ = [
     "RequestTooLargeError",
     "ScaledClock",
     "Scenario",
+    "Shared",
     "StreamInterruptedError",
     "SystemClock",
     "Usage",

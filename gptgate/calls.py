@@ -841,6 +841,9 @@ class CallRunner:
         if isinstance(error, RateLimitedError):
             if error.retry_after:
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
+                shared_pause = getattr(backend.limiter.admission, "pause", None)
+                if shared_pause is not None:  # shared=: every process of the fleet pauses
+                    shared_pause(error.retry_after)
             backend.pacer.reconcile(reserved, 0)
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from .results import Usage
+from .shared.config import Shared
 
 __all__ = ["Backend", "GatewayConfig", "Hardware", "Price", "Tier", "pool_size_for"]
 
@@ -257,6 +258,26 @@ class GatewayConfig(BaseModel):
     #: ``Gateway(state=...)``: a saved state older than this starts cold (docs/adaptive.md,
     #: Warm start)
     state_max_age_s: float = Field(default=86_400.0, gt=0)
+    #: fleet-wide state through Redis (a URL or a ``gg.Shared``); None → ``GPTGATE_SHARED``
+    #: if set, else each process alone (docs/guide.md, Many processes)
+    shared: Shared | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shared_from_env(cls, data: Any) -> Any:
+        """``GPTGATE_SHARED`` configures a fleet without touching code (an explicit
+        ``shared=`` wins; ``GPTGATE_SHARED=`` empty means none)."""
+        if isinstance(data, dict) and "shared" not in data:
+            url = os.environ.get("GPTGATE_SHARED", "").strip()
+            if url:
+                data = {**data, "shared": url}
+        return data
+
+    @field_validator("shared", mode="before")
+    @classmethod
+    def _shared_url(cls, value: Any) -> Any:
+        """A bare URL is ``Shared(url)`` with the defaults."""
+        return Shared(url=value) if isinstance(value, str) else value
 
     @field_validator("default_scenario")
     @classmethod

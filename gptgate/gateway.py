@@ -62,6 +62,7 @@ from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
+from .shared.fleet import FleetClient, FleetStatistics
 from .snapshot import (
     MAX_HIT_RATES,
     BackendSnapshot,
@@ -172,6 +173,13 @@ class BackendStats:
     limit_events: Mapping[str, int] = field(default_factory=dict)
     #: tail-hedge duplicates sent to this backend (docs/guide.md "Hedging")
     hedges: int = 0
+    #: the fleet's view with ``shared=`` (fleet-wide permits, outage state); None without
+    fleet: FleetStatistics | None = None
+
+
+def _fleet_statistics(admission: object) -> FleetStatistics | None:
+    statistics = getattr(admission, "statistics", None)
+    return statistics() if callable(statistics) else None
 
 
 def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
@@ -463,6 +471,10 @@ class Gateway:
         self._hosts_done: list[anyio.Event] = []
         #: the event loop that opened the gateway: its queues and events live there
         self._loop: int | None = None
+        #: ``shared=``: the fleet's Redis while open (gptgate/shared/)
+        self._fleet: FleetClient | None = None
+        #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
+        self._fleet_options: dict[str, Any] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -535,6 +547,7 @@ class Gateway:
             budget=self.retry_budget,
             max_breaker_wait_s=self.config.max_breaker_wait_s,
         )
+        await self._start_fleet(self._task_group)
         self._open = True
         if self.config.keep_warm:
             self._task_group.start_soon(self._keep_warm_loop)
@@ -571,7 +584,35 @@ class Gateway:
                 with anyio.CancelScope(shield=True):
                     for state in self._states.values():
                         await state.pool.aclose()
+                    if self._fleet is not None:
+                        fleet, self._fleet = self._fleet, None
+                        await fleet.aclose()
                 self._save_state()
+
+    async def _start_fleet(self, task_group: anyio.abc.TaskGroup) -> None:
+        """``shared=``: every backend with a fixed limit takes fleet-wide permits too (and
+        honours the fleet's 429 pauses); ``concurrency="auto"`` stays per process for now.
+        Never fails: an unreachable Redis is an outage (local limits, a warning)."""
+        shared = self.config.shared
+        if shared is None:
+            return
+        fleet = FleetClient(shared, clock=self.clock, **self._fleet_options)
+        for state in self._states.values():
+            backend = state.backend
+            if isinstance(backend.concurrency, int):
+                state.limiter.admission = fleet.admission(
+                    name=backend.name,
+                    base_url=backend.base_url,
+                    model=backend.model,
+                    limit=backend.concurrency,
+                    on_pause=functools.partial(self._fleet_pause, state),
+                )
+        self._fleet = fleet
+        await fleet.start(task_group)
+
+    def _fleet_pause(self, state: BackendState, seconds: float) -> None:
+        """Another process saw a 429: pause this backend here too, until its retry-after."""
+        state.pacer.pause_until(self.clock.now() + seconds)
 
     async def _drained(self) -> None:
         """Until every hosted batcher has drained and no call is in flight."""
@@ -1196,6 +1237,7 @@ class Gateway:
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
                 limit_events=earlier.events(events),
+                fleet=_fleet_statistics(state.limiter.admission),
                 hedges=state.hedges,
             )
         return snapshot

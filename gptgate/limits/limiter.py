@@ -26,6 +26,11 @@ again — their backend died), and :meth:`Limiter.hand_over` moves waiters from 
 queue to *another* limiter (their backend fell behind its peers): admitted there at once when
 it has room, else sent to queue there. ``on_release`` tells the owner after each release, so
 that it can rebalance.
+
+A limiter may have a shared ``admission`` layer (``Gateway(shared=...)``, gptgate/shared/):
+a call admitted here then also takes a fleet-wide permit there before it is handed its
+:class:`Permit`, and gives it back when the permit ends. The local limit still bounds this
+process; the shared layer bounds the fleet.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -42,7 +48,19 @@ from ..clock import Clock, SystemClock
 from ..errors import OverloadedError
 from .base import Limit, Sample, SampleKind
 
-__all__ = ["Limiter", "LimiterStatistics", "Permit", "Rerouted"]
+__all__ = ["Admission", "Limiter", "LimiterStatistics", "Permit", "Rerouted"]
+
+
+class Admission(Protocol):
+    """A second, shared gate behind the local one (e.g. fleet-wide leases in Redis)."""
+
+    async def enter(self, deadline: float | None) -> object:
+        """A token once admitted; ``OverloadedError`` past ``deadline`` (a clock reading)."""
+        ...
+
+    def leave(self, token: object, /) -> None:
+        """Hand the token back; synchronous, called exactly once per token."""
+        ...
 
 
 class Rerouted(Exception):
@@ -78,11 +96,13 @@ class Permit:
     """The right to have one attempt in flight. Ends exactly once: ``success``, ``dropped``
     or ``ignore``; later calls are no-ops, so ``finally: permit.ignore()`` is always safe."""
 
-    __slots__ = ("_done", "_limiter", "inflight", "start")
+    __slots__ = ("_done", "_limiter", "inflight", "lease", "start")
 
     def __init__(self, limiter: Limiter, start: float, inflight: int) -> None:
         self._limiter = limiter
         self._done = False
+        #: the shared admission layer's token, given back when the permit ends
+        self.lease: object | None = None
         self.start = start
         #: calls in flight at admission, this one included (the limit's ``inflight`` input)
         self.inflight = inflight
@@ -130,6 +150,9 @@ class Permit:
         if self._done:
             return
         self._done = True
+        if self.lease is not None and self._limiter.admission is not None:
+            lease, self.lease = self.lease, None
+            self._limiter.admission.leave(lease)
         sample = Sample(
             start=self.start,
             latency_s=latency_s,
@@ -183,6 +206,7 @@ class Limiter:
         shed_factor: float = 1.0,
         on_limit_change: Callable[[int], None] | None = None,
         on_release: Callable[[Limiter], None] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         if max_inflight is not None and max_inflight < 1:
             raise ValueError("max_inflight must be >= 1")
@@ -213,6 +237,8 @@ class Limiter:
         #: told after each release (and its admissions): the owner may move calls queued
         #: here or at peers (see ``hand_over``)
         self.on_release = on_release
+        #: the shared (fleet-wide) layer a permit must also pass, if any
+        self.admission = admission
 
     # ---- observation --------------------------------------------------------------------
     @property
@@ -286,6 +312,31 @@ class Limiter:
 
     # ---- admission ----------------------------------------------------------------------
     async def acquire(
+        self,
+        *,
+        priority: int = 0,
+        deadline: float | None = None,
+        tag: object = None,
+        stall_s: float | None = None,
+    ) -> Permit:
+        """A permit of this limiter (or the one it was handed over to) and, when that limiter
+        has a shared ``admission`` layer, a token of it too (see :meth:`_acquire_local`)."""
+        permit = await self._acquire_local(
+            priority=priority, deadline=deadline, tag=tag, stall_s=stall_s
+        )
+        admission = permit.limiter.admission
+        if admission is None:
+            return permit
+        try:
+            permit.lease = await admission.enter(deadline)
+        except BaseException as error:
+            permit.ignore()
+            if isinstance(error, OverloadedError):
+                permit.limiter._shed += 1
+            raise
+        return permit
+
+    async def _acquire_local(
         self,
         *,
         priority: int = 0,

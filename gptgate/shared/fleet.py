@@ -1,0 +1,481 @@
+"""Fleet-wide admission through Redis: leased permits, the shared 429 pause, and the fallback
+to local limits when Redis misbehaves.
+
+One :class:`FleetClient` per gateway holds the connection, renews this process's leases and
+sends its releases from one background task; one :class:`FleetAdmission` per backend with a
+fixed limit is the shared layer of that backend's :class:`~gptgate.limits.Limiter` (the
+limiter admits locally first, then asks here). The hot path costs one Redis round trip to
+acquire (one Lua script) and one to release (sent by the background task, pipelined with other
+releases), never more.
+
+Leases expire on the fleet's wall clock (``wall``: ``time.time`` by default, injectable for
+tests): a process that dies has its permits back within ``lease_s``, while a live one renews
+its leases every ``lease_s / 3``. Redis down or slower than ``op_budget_s`` is an *outage*:
+one warning, and admission goes on locally — this process's share of the limit, ``limit ÷``
+the live workers last seen (at least 1) — until a probe finds Redis again, when the permits
+held meanwhile are registered (re-added, so none is counted twice or not at all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+
+from ..clock import Clock
+from ..errors import OverloadedError
+from . import scripts
+from .config import Shared
+
+__all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
+
+log = logging.getLogger("gptgate")
+
+State = Literal["unknown", "up", "down"]
+
+
+class _RedisDown(Exception):
+    """An operation failed or outlived its budget; the client is now in an outage."""
+
+
+class Lease:
+    """One fleet permit held by this process. ``registered``: it may be counted in Redis, so
+    its release must be sent there (a permit granted locally during an outage is not, until
+    a renewal after the rejoin registers it)."""
+
+    __slots__ = ("id", "registered")
+
+    def __init__(self, lease_id: str) -> None:
+        self.id = lease_id
+        self.registered = False
+
+    def __repr__(self) -> str:
+        return f"Lease({self.id!r}, registered={self.registered})"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStatistics:
+    #: the fleet-wide limit (the lowest fixed concurrency any process configured)
+    limit: int
+    #: leases counted fleet-wide at this process's last acquire (None before one)
+    fleet_in_flight: int | None
+    #: leases this process holds
+    held: int
+    #: calls of this process waiting for a fleet permit
+    waiting: int
+    #: "up", "down" (local limits) or "unknown" (not started)
+    state: State
+    #: this process's share of the limit during an outage
+    local_share: int
+    live_workers: int
+    outages: int
+
+
+class FleetClient:
+    """The connection to the fleet's Redis, the outage state, and the background task that
+    renews leases, sends releases and probes Redis during an outage."""
+
+    def __init__(
+        self,
+        shared: Shared,
+        *,
+        clock: Clock,
+        wall: Callable[[], float] = time.time,
+        poll_s: float = 0.005,
+        probe_s: float | None = None,
+    ) -> None:
+        self.shared = shared
+        self.clock = clock
+        self.wall = wall
+        #: how often the one waiting call of a backend asks Redis again (real seconds)
+        self.poll_s = poll_s
+        #: how often Redis is probed during an outage (real seconds)
+        self.probe_s = probe_s if probe_s is not None else min(1.0, shared.lease_s / 3)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._ids = itertools.count()
+        self.state: State = "unknown"
+        #: live workers of the fleet at the last renewal (1 before one: alone until told)
+        self.live_workers = 1
+        self.outages = 0
+        self._redis: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+        self._admissions: list[FleetAdmission] = []
+        #: (permits key, lease id) releases not yet sent
+        self._pending: list[tuple[str, str]] = []
+        self._kick = anyio.Event()
+        self._prefix = f"gptgate:{shared.namespace}"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Connect and register this worker; a Redis that cannot be reached is an outage
+        (local limits, a warning), never a failed start."""
+        from redis.asyncio import Redis  # only with shared=: Redis is an optional extra
+        from redis.backoff import NoBackoff
+        from redis.exceptions import RedisError
+        from redis.retry import Retry
+
+        budget = self.shared.op_budget_s
+        self._errors = (RedisError, OSError, TimeoutError)
+        self._redis = Redis.from_url(
+            self.shared.url,
+            socket_timeout=budget,
+            socket_connect_timeout=budget,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT"):
+            self._scripts[name] = self._redis.register_script(getattr(scripts, name))
+        await self._renew()
+        for admission in self._admissions:
+            await self._publish_limit(admission)
+        task_group.start_soon(self._run)
+
+    async def aclose(self) -> None:
+        """Send what is still pending (within the budget) and close the connection."""
+        if self._redis is None:
+            return
+        if self.state == "up":
+            await self._flush()
+            # a closed worker is no longer live: the others' outage shares stay right
+            with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
+                await self._redis.zrem(f"{self._prefix}:workers", self.worker_id)
+        redis, self._redis = self._redis, None
+        with contextlib.suppress(*self._errors):
+            await redis.aclose()
+        self.state = "unknown"
+
+    def admission(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        model: str,
+        limit: int,
+        on_pause: Callable[[float], None] | None = None,
+    ) -> FleetAdmission:
+        """The shared layer of one backend: keyed by namespace + name + base_url + model, so
+        two fleets (or two models behind one URL) never share permits by accident."""
+        key = f"{self._prefix}:{{{name}|{base_url}|{model}}}"
+        admission = FleetAdmission(
+            self,
+            name=name,
+            permits_key=f"{key}:permits",
+            pause_key=f"{key}:pause",
+            limit_key=f"{key}:limit",
+            limit=limit,
+            on_pause=on_pause,
+        )
+        self._admissions.append(admission)
+        return admission
+
+    def new_lease(self) -> Lease:
+        return Lease(f"{self.worker_id}:{next(self._ids)}")
+
+    # -- operations -----------------------------------------------------------------------
+
+    async def _op(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if self._redis is None:
+            raise _RedisDown()
+        try:
+            with anyio.fail_after(self.shared.op_budget_s):
+                return await self._scripts[name](keys, args)
+        except self._errors as error:
+            self._down(error)
+            raise _RedisDown() from error
+
+    async def _publish_limit(self, admission: FleetAdmission) -> None:
+        """Tell the fleet this process's limit; another process configuring the same backend
+        differently gets a warning naming both values, and the fleet uses the lower."""
+        if self.state != "up":
+            return
+        try:
+            before = int(
+                await self._op(
+                    "LIMIT",
+                    [admission.limit_key],
+                    [admission.limit, 2 * int(self.shared.lease_s * 1000)],
+                )
+            )
+        except _RedisDown:
+            return
+        if before > 0:
+            admission._saw_fleet_limit(before)
+
+    async def acquire(
+        self, admission: FleetAdmission, lease: Lease
+    ) -> tuple[bool, int, float, int]:
+        """One atomic try: (granted, leases counted, pause seconds left, fleet limit)."""
+        now_ms = int(self.wall() * 1000)
+        lease_ms = int(self.shared.lease_s * 1000)
+        granted, held, pause_ms, cap = await self._op(
+            "ACQUIRE",
+            [admission.permits_key, admission.pause_key, admission.limit_key],
+            [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms],
+        )
+        # Redis keeps pauses in real milliseconds; the gateway's clock may be scaled
+        pause_s = max(0, int(pause_ms)) / 1000.0 / self.clock.to_real(1.0)
+        return bool(granted), int(held), pause_s, int(cap)
+
+    def release(self, admission: FleetAdmission, lease: Lease) -> None:
+        """Queue the release; the background task sends it (no await on the caller's path)."""
+        if lease.registered:
+            self._pending.append((admission.permits_key, lease.id))
+            self._kick.set()
+
+    def pause(self, admission: FleetAdmission, seconds: float) -> None:
+        """Publish a retry-after pause (``seconds`` of the gateway's clock) for every process
+        (sent by the background task)."""
+        if seconds > 0 and self.state == "up":
+            admission._pause_to_send = max(admission._pause_to_send, seconds)
+            self._kick.set()
+
+    # -- the background task ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        every = self.shared.lease_s / 3
+        next_renewal = time.monotonic() + every
+        while True:
+            wait = next_renewal - time.monotonic() if self.state == "up" else self.probe_s
+            with anyio.move_on_after(max(0.0, wait)):
+                await self._kick.wait()
+            self._kick = anyio.Event()
+            if self.state != "up" or time.monotonic() >= next_renewal:
+                await self._renew()
+                next_renewal = time.monotonic() + every
+            if self.state == "up":
+                await self._flush()
+
+    async def _renew(self) -> None:
+        """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
+        restart this registers them: they are in flight, so they must count)."""
+        keys = [f"{self._prefix}:workers"]
+        args: list[Any] = []
+        now_ms = int(self.wall() * 1000)
+        lease_ms = int(self.shared.lease_s * 1000)
+        args += [now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms]
+        for admission in self._admissions:
+            if not admission.held:
+                continue
+            keys.append(admission.permits_key)
+            index = len(keys)
+            for lease in admission.held:
+                lease.registered = True  # from here on it may be in Redis: release it there
+                args += [index, lease.id]
+        try:
+            workers = await self._op("RENEW", keys, args)
+        except _RedisDown:
+            return
+        self.live_workers = max(1, int(workers))
+        self._up()
+
+    async def _flush(self) -> None:
+        """Send the pending releases and pauses, pipelined in one round trip."""
+        pending, self._pending = self._pending, []
+        pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
+        if not pending and not pauses:
+            return
+        for admission, _ in pauses:
+            admission._pause_to_send = 0.0
+        assert self._redis is not None
+        commands: list[tuple[str, list[Any]]] = [
+            ("RELEASE", [key, lease_id]) for key, lease_id in pending
+        ]
+        for admission, seconds in pauses:
+            ms = max(1, int(self.clock.to_real(seconds) * 1000))
+            commands.append(("PAUSE", [admission.pause_key, ms]))
+        try:
+            with anyio.fail_after(self.shared.op_budget_s):
+                if not await self._send(commands):  # Redis restarted: scripts gone
+                    for name in {name for name, _ in commands}:
+                        await self._redis.script_load(self._scripts[name].script)
+                    await self._send(commands)
+        except self._errors as error:
+            self._pending = pending + self._pending  # sent again after the rejoin
+            self._down(error)
+
+    async def _send(self, commands: list[tuple[str, list[Any]]]) -> bool:
+        """One pipelined round trip of one-key scripts by their SHA. redis-py's own script
+        pipelining asks ``SCRIPT EXISTS`` first — a second round trip on every flush — so a
+        missing script is reported instead (False: load it and send again; every script
+        here may run twice)."""
+        from redis.exceptions import NoScriptError
+
+        assert self._redis is not None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name, (key, *args) in commands:
+                pipe.execute_command("EVALSHA", self._scripts[name].sha, 1, key, *args)
+            results = await pipe.execute(raise_on_error=False)
+        for result in results:
+            if isinstance(result, NoScriptError):
+                return False
+            if isinstance(result, BaseException):
+                raise result
+        return True
+
+    # -- outage ---------------------------------------------------------------------------
+
+    def _down(self, error: BaseException) -> None:
+        if self.state == "down":
+            return
+        self.state = "down"
+        self.outages += 1
+        shares = ", ".join(f"{a.name}={a.local_share}" for a in self._admissions)
+        log.warning(
+            "gptgate: shared state (%s) unreachable (%s): local limits until it answers "
+            "(%s of %d live workers)",
+            self.shared,
+            type(error).__name__,
+            shares or "no shared backends",
+            self.live_workers,
+        )
+
+    def _up(self) -> None:
+        if self.state == "down":
+            log.warning("gptgate: shared state (%s) answers again: fleet limits", self.shared)
+        self.state = "up"
+
+
+class FleetAdmission:
+    """One backend's fleet permits. A call that finds the fleet full waits in a local FIFO;
+    only its head asks Redis again (every ``poll_s``, or at once when this process releases
+    one), so the waiting costs Redis one operation per backend, not one per call."""
+
+    def __init__(
+        self,
+        client: FleetClient,
+        *,
+        name: str,
+        permits_key: str,
+        pause_key: str,
+        limit_key: str,
+        limit: int,
+        on_pause: Callable[[float], None] | None,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.permits_key = permits_key
+        self.pause_key = pause_key
+        self.limit_key = limit_key
+        self.limit = limit
+        #: the fleet's limit: the lowest any of its processes configured for this backend
+        self.fleet_limit = limit
+        self._warned_limits: set[int] = set()
+        self.on_pause = on_pause
+        self.held: set[Lease] = set()
+        self._turn = anyio.Lock()
+        self._freed = anyio.Event()
+        self._waiting = 0
+        self._fleet_in_flight: int | None = None
+        self._pause_to_send = 0.0
+
+    @property
+    def local_share(self) -> int:
+        """This process's part of the limit while Redis is away."""
+        return max(1, self.fleet_limit // max(1, self.client.live_workers))
+
+    async def enter(self, deadline: float | None) -> Lease:
+        """A fleet permit, or :class:`OverloadedError` at ``deadline`` (a gateway clock
+        reading). Never fails because Redis did: an outage admits on the local share."""
+        lease = self.client.new_lease()
+        if not self._turn.locked() and await self._try(lease):
+            return lease
+        clock = self.client.clock
+        self._waiting += 1
+        try:
+            left = None if deadline is None else deadline - clock.now()
+            with anyio.move_on_after(
+                None if left is None else clock.to_real(max(0.0, left))
+            ) as scope:
+                async with self._turn:
+                    while not await self._try(lease):
+                        with anyio.move_on_after(self._poll_interval()):
+                            await self._freed.wait()
+                        if self._freed.is_set():
+                            self._freed = anyio.Event()
+                    return lease
+            assert scope.cancelled_caught
+            raise OverloadedError("no fleet permit before the deadline", backend=self.name)
+        finally:
+            self._waiting -= 1
+
+    def _poll_interval(self) -> float:
+        return self.client.poll_s if self.client.state == "up" else self.client.probe_s
+
+    async def _try(self, lease: Lease) -> bool:
+        client = self.client
+        if client.state == "up":
+            try:
+                granted, counted, pause_s, cap = await client.acquire(self, lease)
+            except _RedisDown:
+                # a slow Redis may still run this acquire after we gave up on it: take that
+                # grant back at the rejoin, and admit locally under a fresh id
+                client._pending.append((self.permits_key, lease.id))
+                lease.id = client.new_lease().id
+                return self._try_local(lease)
+            self._fleet_in_flight = counted
+            self._saw_fleet_limit(cap)
+            if pause_s > 0 and self.on_pause is not None:
+                self.on_pause(pause_s)
+            if granted:
+                lease.registered = True
+                self.held.add(lease)
+            return granted
+        return self._try_local(lease)
+
+    def _try_local(self, lease: Lease) -> bool:
+        if len(self.held) < self.local_share:
+            self.held.add(lease)
+            return True
+        return False
+
+    def _saw_fleet_limit(self, other: int) -> None:
+        """Another process configured this backend's limit as ``other``: warn once per value,
+        naming both, and keep to the lower."""
+        self.fleet_limit = min(self.limit, other)
+        if other != self.limit and other not in self._warned_limits:
+            self._warned_limits.add(other)
+            log.warning(
+                "gptgate: backend %r is configured with concurrency=%d here but %d by another "
+                "process of the fleet: the fleet uses %d",
+                self.name,
+                self.limit,
+                other,
+                self.fleet_limit,
+            )
+
+    def leave(self, lease: object, /) -> None:
+        """Hand the permit back (synchronous: the release is sent in the background)."""
+        if not isinstance(lease, Lease) or lease not in self.held:
+            return
+        self.held.discard(lease)
+        self.client.release(self, lease)
+        self._freed.set()
+
+    def pause(self, seconds: float) -> None:
+        """A 429's retry-after: every process of the fleet honours it."""
+        self.client.pause(self, seconds)
+
+    def statistics(self) -> FleetStatistics:
+        return FleetStatistics(
+            limit=self.fleet_limit,
+            fleet_in_flight=self._fleet_in_flight,
+            held=len(self.held),
+            waiting=self._waiting,
+            state=self.client.state,
+            local_share=self.local_share,
+            live_workers=self.client.live_workers,
+            outages=self.client.outages,
+        )

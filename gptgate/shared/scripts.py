@@ -1,0 +1,76 @@
+"""The Lua scripts: each one fleet operation, atomic on the Redis server.
+
+A backend's permits are a sorted set of lease id → expiry (ms, the fleets' wall clock): a
+lease counts while its expiry is in the future, so a process that dies without releasing has
+its permits back once they expire. Expired leases are swept by whoever acquires next.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACQUIRE", "LIMIT", "PAUSE", "RELEASE", "RENEW"]
+
+#: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
+#: limit, lease id, key ttl ms. The fleet admits up to the lowest limit any process configured
+#: (the limit key, see LIMIT). → {granted 0/1, leases counted after it, pause ms left (<= 0:
+#: none), the limit applied}
+ACQUIRE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local held = redis.call('ZCARD', KEYS[1])
+local pause = redis.call('PTTL', KEYS[2])
+local cap = tonumber(ARGV[3])
+local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
+if fleet > 0 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  if fleet < cap then cap = fleet end
+end
+if held < cap then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  return {1, held + 1, pause, cap}
+end
+return {0, held, pause, cap}
+"""
+
+#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
+#: → the fleet's limit before (-1: none)
+LIMIT = """
+local prev = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local want = tonumber(ARGV[1])
+if prev < 0 or want < prev then
+  redis.call('SET', KEYS[1], want, 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return prev
+"""
+
+#: KEYS: permits zset. ARGV: lease id. → 1 if the lease was still counted
+RELEASE = """
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+#: KEYS: workers zset, then every permits zset named below. ARGV: now ms, expiry ms, worker
+#: id, key ttl ms, then pairs (index into KEYS, lease id). Re-adds a lease Redis lost (a restart
+#: empties it: the call is still in flight, so it must count). → live workers
+RENEW = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+for i = 5, #ARGV, 2 do
+  local key = KEYS[tonumber(ARGV[i])]
+  redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
+  redis.call('PEXPIRE', key, ARGV[4])
+end
+return redis.call('ZCARD', KEYS[1])
+"""
+
+#: KEYS: pause key. ARGV: pause ms. Lengthens a pause, never shortens it. → pause ms left
+PAUSE = """
+local left = redis.call('PTTL', KEYS[1])
+local want = tonumber(ARGV[1])
+if left < want then
+  redis.call('SET', KEYS[1], '1', 'PX', want)
+  return want
+end
+return left
+"""

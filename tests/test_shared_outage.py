@@ -1,0 +1,211 @@
+"""Redis misbehaving (down, slow, restarted empty): calls flow on local limits, one warning per
+outage, and the fleet is rejoined without counting a permit twice. Against a real
+redis-server that the tests stop, freeze (SIGSTOP: a slow Redis) and restart empty."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import redis.asyncio
+
+import gptgate as gg
+from gptgate.clock import SystemClock
+from gptgate.shared.fleet import FleetAdmission, FleetClient
+from tests.conftest import RedisServer
+from tests.mockbackend import USER, Script, backend, gateway, ok, wait_until
+
+BASE_URL = "http://127.0.0.1:9/v1"
+
+
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@asynccontextmanager
+async def fleet_client(url: str, ns: str, *, budget: float = 0.05) -> AsyncIterator[FleetClient]:
+    shared = gg.Shared(url, namespace=ns, lease_s=5.0, op_budget_s=budget)
+    client = FleetClient(shared, clock=SystemClock(), poll_s=0.002, probe_s=0.01)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+            tg.cancel_scope.cancel()
+
+
+def admission(client: FleetClient, limit: int) -> FleetAdmission:
+    return client.admission(name="b", base_url=BASE_URL, model="m", limit=limit)
+
+
+async def counted(url: str, at: FleetAdmission) -> int:
+    """Leases Redis counts for this backend (read with a connection of the test's own)."""
+    async with redis.asyncio.Redis.from_url(url) as r:
+        return int(await r.zcard(at.permits_key))
+
+
+def outage_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+
+
+async def test_down_then_restarted_empty_local_share_then_rejoin_counting_each_permit_once(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = namespace()
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    async with fleet_client(own_redis.url, ns) as a:
+        async with fleet_client(own_redis.url, ns):
+            await a._renew()  # a learns that another worker is alive: 2 live workers
+        at_a = admission(a, 5)
+        before = await at_a.enter(None)  # granted by Redis
+        assert a.live_workers == 2 and at_a.local_share == 2
+
+        own_redis.stop()
+        during = await at_a.enter(None)  # Redis fails: the local share (5 // 2) admits
+        assert a.state == "down" and not during.registered
+        with pytest.raises(gg.OverloadedError):  # the share is full (2): no third here
+            await at_a.enter(SystemClock().now() + 0.05)
+        stats = at_a.statistics()
+        assert (stats.state, stats.outages, stats.held, stats.local_share) == ("down", 1, 2, 2)
+        assert len(outage_warnings(caplog)) == 1  # once per outage, not once per call
+
+        own_redis.start()  # empty, as after a crash
+        with anyio.fail_after(5):
+            while a.state != "up":
+                await anyio.sleep(0.005)
+        # both leases in flight are counted again, each exactly once
+        assert await counted(own_redis.url, at_a) == 2
+        at_a.leave(during)
+        at_a.leave(before)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at_a) == 0
+        assert at_a.statistics().outages == 1
+        assert len(outage_warnings(caplog)) == 1
+
+
+async def test_unreachable_at_start_is_an_outage_not_a_failed_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    script = Script(ok())
+    gate = gateway(backend(script, concurrency=3), shared=f"redis://127.0.0.1:{port}/0")
+    async with gate:
+        results = [await gate.chat(USER) for _ in range(3)]
+        fleet = gate.stats()["mock"].fleet
+    assert len(results) == 3
+    assert fleet is not None and fleet.state == "down" and fleet.outages == 1
+    assert fleet.local_share == 3  # alone as far as it knows: the whole limit
+    assert len(outage_warnings(caplog)) == 1
+
+
+async def test_a_slow_redis_is_an_outage_and_its_late_grant_is_taken_back(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis slower than ``op_budget_s`` counts as down; the acquire it ran late (after the
+    caller gave up on it) must not leave a ghost permit counted in the fleet."""
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    async with fleet_client(own_redis.url, namespace(), budget=0.05) as a:
+        at = admission(a, 2)
+        own_redis.freeze()
+        try:
+            with anyio.fail_after(1.0):  # the op budget, not the frozen server, bounds it
+                lease = await at.enter(None)
+            assert a.state == "down" and len(outage_warnings(caplog)) == 1
+        finally:
+            own_redis.thaw()
+        with anyio.fail_after(5):
+            while a.state != "up":
+                await anyio.sleep(0.005)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 1  # the lease in flight, once
+        at.leave(lease)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 0
+
+
+BUSY = """
+local t0 = redis.call('TIME')
+local start = t0[1] * 1000000 + t0[2]
+while true do
+  local t = redis.call('TIME')
+  if t[1] * 1000000 + t[2] - start > tonumber(ARGV[1]) then return 1 end
+end
+"""
+
+
+async def test_an_acquire_that_ran_after_its_budget_leaves_no_ghost_permit(
+    own_redis: RedisServer,
+) -> None:
+    """A busy Redis (a long script ahead of ours) runs our acquire after we gave up on it:
+    the lease it added must be taken back, else the fleet counts a call that is not there."""
+    async with fleet_client(own_redis.url, namespace(), budget=0.05) as a:
+        at = admission(a, 2)
+        other = redis.asyncio.Redis.from_url(own_redis.url)
+        async with other, anyio.create_task_group() as tg:
+            tg.start_soon(other.eval, BUSY, 0, 400_000)  # Redis busy for 0.4 s
+            await anyio.sleep(0.1)  # generous: the busy script is running
+            lease = await at.enter(None)  # our acquire waits behind it past the budget
+            assert a.state == "down"
+        with anyio.fail_after(5):
+            while a.state != "up":
+                await anyio.sleep(0.005)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 1  # the lease in flight, not a ghost too
+        at.leave(lease)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 0
+
+
+def held_until(release: anyio.Event) -> Callable[[httpx2.Request], Any]:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        await release.wait()
+        return ok()
+
+    return handler
+
+
+async def test_no_call_fails_because_redis_stopped_and_restarted(own_redis: RedisServer) -> None:
+    release = anyio.Event()
+    script = Script(held_until(release))
+    shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=5.0)
+    gates = [gateway(backend(script, concurrency=4), shared=shared) for _ in range(2)]
+    for gate in gates:
+        gate._fleet_options = {"poll_s": 0.002, "probe_s": 0.01}
+    results: list[gg.ChatResult] = []
+
+    async def one(gate: gg.Gateway) -> None:
+        results.append(await gate.chat(USER))
+
+    async with gates[0], gates[1]:
+        for gate in gates:
+            assert gate._fleet is not None
+            await gate._fleet._renew()  # both know of 2 live workers
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, gates[i % 2])
+            await wait_until(lambda: script.in_flight == 4)
+            own_redis.stop()
+            for i in range(8):
+                tg.start_soon(one, gates[i % 2])
+            release.set()
+            await wait_until(lambda: len(results) >= 12)
+            own_redis.start()
+        for gate in gates:
+            with anyio.fail_after(5):
+                while gate.stats()["mock"].fleet.state != "up":  # type: ignore[union-attr]
+                    await anyio.sleep(0.005)
+        more = [await gates[0].chat(USER), await gates[1].chat(USER)]
+    assert len(results) == 16 and len(more) == 2  # none failed
+    assert script.max_in_flight <= 4
+    assert all(g.stats()["mock"].fleet.outages == 1 for g in gates)  # type: ignore[union-attr]
