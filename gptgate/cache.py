@@ -832,9 +832,10 @@ class CacheGate:
         running = len(groups)
         limit = self._limits.get(backend, 1)
         share = 0 if running < 2 else max(1, limit // running)
-        grew = share > cell[0] or (cell[1] and not self._crowded(backend, groups))
+        crowded = self._crowded(backend, groups)
+        grew = share > cell[0] or (cell[1] and not crowded)
         cell[0] = share
-        cell[1] = share if self._crowded(backend, groups) else 0
+        cell[1] = share if crowded else 0
         if grew:
             for g in list(self._active.values()):
                 if g.backend == backend:
@@ -947,23 +948,20 @@ class CacheGate:
         """
         if not self._spreading(backend) or not running:
             return False
-        now = self._clock.now()
-        if self._crowded_until.get(backend, -math.inf) > now:
-            limit = self._limits.get(backend, 1)
-            start = min(g.controller.policy.start for g in running.values())
-            # few running groups: a turn's hand-over, not a crowd
-            return len(running) >= max(3, limit // start + 1)
-        groups = [g for g in self._active.values() if g.backend == backend]
         limit = self._limits.get(backend, 1)
-        pending = sum(g.in_flight + g.waiting + g.queued for g in groups)
-        # many small prefixes: each has fewer calls than half the limit, so a ramp would not
-        # reach its width before the prefix is done; a few large ones keep their ramps (one
-        # prompt-ordered job of 10 prefixes at limit 10: the cap cost it 1.12× time and, on
-        # a 5 s cache lifetime, 16 points of hits)
-        if len(groups) < limit or 2 * pending > limit * len(groups):
-            return False
-        self._crowded_until[backend] = self._spreading_until[backend]
-        return self._crowded(backend, running)
+        if self._crowded_until.get(backend, -math.inf) <= self._clock.now():
+            groups = [g for g in self._active.values() if g.backend == backend]
+            pending = sum(g.in_flight + g.waiting + g.queued for g in groups)
+            # many small prefixes: each has fewer calls than half the limit, so a ramp would
+            # not reach its width before the prefix is done; a few large ones keep their ramps
+            # (one prompt-ordered job of 10 prefixes at limit 10: the cap cost it 1.12× time
+            # and, on a 5 s cache lifetime, 16 points of hits)
+            if len(groups) < limit or 2 * pending > limit * len(groups):
+                return False
+            self._crowded_until[backend] = self._spreading_until[backend]
+        start = min(g.controller.policy.start for g in running.values())
+        # few running groups: a turn's hand-over, not a crowd
+        return len(running) >= max(3, limit // start + 1)
 
     def _lookup(self, backend: str, group: PrefixGroup, policy: RampPolicy, limit: int) -> _Group:
         k = (backend, group.key)

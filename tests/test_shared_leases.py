@@ -7,9 +7,7 @@ import signal
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,13 +15,8 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from gptgate.clock import SystemClock
-from gptgate.shared.fleet import FleetAdmission, FleetClient
+from tests.fleettools import admission, fleet_client, namespace
 from tests.mockbackend import USER, Script, backend, gateway, ok
-
-
-def namespace() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
 
 
 class Wall:
@@ -34,25 +27,6 @@ class Wall:
 
     def __call__(self) -> float:
         return self.now
-
-
-@asynccontextmanager
-async def fleet_client(
-    url: str, ns: str, *, wall: Callable[[], float] = time.time, lease_s: float = 5.0
-) -> AsyncIterator[FleetClient]:
-    shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=1.0)
-    client = FleetClient(shared, clock=SystemClock(), wall=wall, poll_s=0.002)
-    async with anyio.create_task_group() as tg:
-        await client.start(tg)
-        try:
-            yield client
-        finally:
-            await client.aclose()
-            tg.cancel_scope.cancel()
-
-
-def admission(client: FleetClient, limit: int) -> FleetAdmission:
-    return client.admission(name="b", base_url="http://127.0.0.1:9/v1", model="m", limit=limit)
 
 
 async def test_acquire_up_to_the_limit_then_wait_for_a_release(redis_url: str) -> None:

@@ -4,11 +4,10 @@ redis-server that the tests stop, freeze (SIGSTOP: a slow Redis) and restart emp
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,32 +17,14 @@ import redis.asyncio
 
 import gptgate as gg
 from gptgate.clock import SystemClock
-from gptgate.shared.fleet import FleetAdmission, FleetClient
+from gptgate.shared.fleet import FleetAdmission
 from tests.conftest import RedisServer
+from tests.fleettools import admission, namespace
+from tests.fleettools import fleet_client as shared_fleet_client
 from tests.mockbackend import USER, Script, backend, gateway, ok, wait_until
 
-BASE_URL = "http://127.0.0.1:9/v1"
-
-
-def namespace() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
-
-
-@asynccontextmanager
-async def fleet_client(url: str, ns: str, *, budget: float = 0.05) -> AsyncIterator[FleetClient]:
-    shared = gg.Shared(url, namespace=ns, lease_s=5.0, op_budget_s=budget)
-    client = FleetClient(shared, clock=SystemClock(), poll_s=0.002, probe_s=0.01)
-    async with anyio.create_task_group() as tg:
-        await client.start(tg)
-        try:
-            yield client
-        finally:
-            await client.aclose()
-            tg.cancel_scope.cancel()
-
-
-def admission(client: FleetClient, limit: int) -> FleetAdmission:
-    return client.admission(name="b", base_url=BASE_URL, model="m", limit=limit)
+#: what these tests run on: a short op budget, a fast outage probe
+fleet_client = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=0.01)
 
 
 async def counted(url: str, at: FleetAdmission) -> int:
@@ -115,7 +96,7 @@ async def test_a_slow_redis_is_an_outage_and_its_late_grant_is_taken_back(
     """A Redis slower than ``op_budget_s`` counts as down; the acquire it ran late (after the
     caller gave up on it) must not leave a ghost permit counted in the fleet."""
     caplog.set_level(logging.WARNING, logger="gptgate")
-    async with fleet_client(own_redis.url, namespace(), budget=0.05) as a:
+    async with fleet_client(own_redis.url, namespace()) as a:
         at = admission(a, 2)
         own_redis.freeze()
         try:
@@ -149,7 +130,7 @@ async def test_an_acquire_that_ran_after_its_budget_leaves_no_ghost_permit(
 ) -> None:
     """A busy Redis (a long script ahead of ours) runs our acquire after we gave up on it:
     the lease it added must be taken back, else the fleet counts a call that is not there."""
-    async with fleet_client(own_redis.url, namespace(), budget=0.05) as a:
+    async with fleet_client(own_redis.url, namespace()) as a:
         at = admission(a, 2)
         other = redis.asyncio.Redis.from_url(own_redis.url)
         async with other, anyio.create_task_group() as tg:

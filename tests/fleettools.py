@@ -1,0 +1,47 @@
+"""What the shared= (Redis) tests build alike: a fresh namespace, a started FleetClient, one
+backend's admission."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+import gptgate as gg
+from gptgate.clock import SystemClock
+from gptgate.shared.fleet import FleetAdmission, FleetClient
+
+BASE_URL = "http://127.0.0.1:9/v1"
+
+
+def namespace() -> str:
+    """A namespace of its own per test, so tests sharing one redis-server do not meet."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@asynccontextmanager
+async def fleet_client(
+    url: str,
+    ns: str,
+    *,
+    wall: Callable[[], float] = time.time,
+    lease_s: float = 5.0,
+    op_budget_s: float = 1.0,
+    probe_s: float | None = None,
+) -> AsyncIterator[FleetClient]:
+    shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=op_budget_s)
+    client = FleetClient(shared, clock=SystemClock(), wall=wall, poll_s=0.002, probe_s=probe_s)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+            tg.cancel_scope.cancel()
+
+
+def admission(client: FleetClient, limit: int) -> FleetAdmission:
+    return client.admission(name="b", base_url=BASE_URL, model="m", limit=limit)
