@@ -5,8 +5,9 @@ One :class:`FleetClient` per gateway holds the connection, renews this process's
 sends its releases from one background task; one :class:`FleetAdmission` per backend with a
 fixed limit is the shared layer of that backend's :class:`~gptgate.limits.Limiter` (the
 limiter admits locally first, then asks here). The hot path costs one Redis round trip to
-acquire (one Lua script) and one to release (sent by the background task, pipelined with other
-releases), never more.
+acquire (one Lua script, which also carries this process's releases queued for the backend)
+and at most one to release (sent by the background task, pipelined with other releases, when
+no acquire carried it first), never more.
 
 Leases expire on the fleet's wall clock (``wall``: ``time.time`` by default, injectable for
 tests): a process that dies has its permits back within ``lease_s``, while a live one renews
@@ -42,6 +43,11 @@ __all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
 log = logging.getLogger("gptgate")
 
 State = Literal["unknown", "up", "down"]
+
+#: how long a release waits for an acquire on the same backend to carry it (real seconds):
+#: under load most releases then cost no round trip of their own; a permit reaches the other
+#: processes at most this much later, nothing next to a model call's latency
+RELEASE_LINGER_S = 0.002
 
 
 class _RedisDown(Exception):
@@ -122,9 +128,9 @@ class FleetClient:
         """Connect and register this worker; a Redis that cannot be reached is an outage
         (local limits, a warning), never a failed start."""
         from redis.asyncio import Redis  # only with shared=: Redis is an optional extra
+        from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
         from redis.exceptions import RedisError
-        from redis.retry import Retry
 
         budget = self.shared.op_budget_s
         self._errors = (RedisError, OSError, TimeoutError)
@@ -220,20 +226,36 @@ class FleetClient:
         """One atomic try: (granted, leases counted, pause seconds left, fleet limit)."""
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
-        granted, held, pause_ms, cap = await self._op(
-            "ACQUIRE",
-            [admission.permits_key, admission.pause_key, admission.limit_key],
-            [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms],
-        )
+        carried = self._take_releases(admission.permits_key)
+        try:
+            granted, held, pause_ms, cap = await self._op(
+                "ACQUIRE",
+                [admission.permits_key, admission.pause_key, admission.limit_key],
+                [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms, *carried],
+            )
+        except _RedisDown:
+            # sent again after the rejoin (a release may run twice: ZREM is idempotent)
+            self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
+            raise
         # Redis keeps pauses in real milliseconds; the gateway's clock may be scaled
         pause_s = max(0, int(pause_ms)) / 1000.0 / self.clock.to_real(1.0)
         return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease) -> None:
-        """Queue the release; the background task sends it (no await on the caller's path)."""
+        """Queue the release (no await on the caller's path): the next acquire on the same
+        backend carries it, or the background task sends it ``RELEASE_LINGER_S`` later."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
             self._kick.set()
+
+    def _take_releases(self, permits_key: str) -> list[str]:
+        """The queued releases of one backend's permits, taken off the queue."""
+        if not self._pending:
+            return []
+        carried = [lease_id for key, lease_id in self._pending if key == permits_key]
+        if carried:
+            self._pending = [item for item in self._pending if item[0] != permits_key]
+        return carried
 
     def pause(self, admission: FleetAdmission, seconds: float) -> None:
         """Publish a retry-after pause (``seconds`` of the gateway's clock) for every process
@@ -252,6 +274,8 @@ class FleetClient:
             with anyio.move_on_after(max(0.0, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
+            if self.state == "up" and self._pending:
+                await anyio.sleep(RELEASE_LINGER_S)  # time for an acquire to carry them
             if self.state != "up" or time.monotonic() >= next_renewal:
                 await self._renew()
                 next_renewal = time.monotonic() + every

@@ -10,10 +10,15 @@ from __future__ import annotations
 __all__ = ["ACQUIRE", "LIMIT", "PAUSE", "RELEASE", "RENEW"]
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
-#: limit, lease id, key ttl ms. The fleet admits up to the lowest limit any process configured
-#: (the limit key, see LIMIT). → {granted 0/1, leases counted after it, pause ms left (<= 0:
-#: none), the limit applied}
+#: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
+#: released (released first: the acquire carries them, so a busy process's releases cost no
+#: round trip of their own and never make it wait for its own stale permits). The fleet
+#: admits up to the lowest limit any process configured (the limit key, see LIMIT).
+#: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied}
 ACQUIRE = """
+for i = 6, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
