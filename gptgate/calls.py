@@ -693,7 +693,30 @@ class CallRunner:
                 raise
             if permit.limiter is not backend.limiter:  # handed over to an idle backend
                 backend = self.router.by_limiter[permit.limiter]
+            if not await self._fleet_lets_probe(backend, permit, ticket):
+                # the fleet holds its circuit open, or another process probes it: this
+                # breaker is open now, and the call is routed as around any open circuit
+                backend = await self._route(spec, avoid)
+                continue
             return backend, ticket, permit
+
+    async def _fleet_lets_probe(
+        self, backend: BackendState, permit: Permit, ticket: CacheTicketLike | None
+    ) -> bool:
+        """With ``shared=``, a half-open backend is probed by one process of the fleet: a
+        call that would be this process's probe asks first (nothing else asks anything)."""
+        health = backend.fleet_health
+        if health is None or backend.breaker.state(self.clock.now()) != "half_open":
+            return True
+        allowed = False
+        try:
+            allowed = await health.may_probe()
+        finally:
+            if not allowed:  # refused or cancelled: hand back what the call holds
+                permit.ignore()
+                if ticket is not None:
+                    ticket.release()
+        return allowed
 
     async def _attempt(
         self, spec: CallSpec, state: CallState, number: int

@@ -590,8 +590,9 @@ class Gateway:
                 self._save_state()
 
     async def _start_fleet(self, task_group: anyio.abc.TaskGroup) -> None:
-        """``shared=``: every backend with a fixed limit takes fleet-wide permits too (and
-        honours the fleet's 429 pauses); ``concurrency="auto"`` stays per process for now.
+        """``shared=``: every backend's circuit breaker is the fleet's (gptgate/shared/
+        health.py); every backend with a fixed limit takes fleet-wide permits too (and honours
+        the fleet's 429 pauses); ``concurrency="auto"`` stays per process for now.
         Never fails: an unreachable Redis is an outage (local limits, a warning)."""
         shared = self.config.shared
         if shared is None:
@@ -599,6 +600,10 @@ class Gateway:
         fleet = FleetClient(shared, clock=self.clock, **self._fleet_options)
         for state in self._states.values():
             backend = state.backend
+            state.fleet_health = fleet.health(
+                name=backend.name, base_url=backend.base_url, model=backend.model,
+                breaker=state.breaker, probe_s=self.clock.to_real(backend.timeout),
+            )
             if isinstance(backend.concurrency, int):
                 state.limiter.admission = fleet.admission(
                     name=backend.name,

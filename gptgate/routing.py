@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cachetools import TTLCache
 
@@ -22,6 +22,9 @@ from .limits import Limiter
 from .limits.pacing import RateLimitPacer
 from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
+
+if TYPE_CHECKING:
+    from .shared.health import FleetHealth
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
 
@@ -57,7 +60,12 @@ class LatencyWindow:
 class CircuitBreaker:
     """Consecutive backend failures open the circuit for a cool-down that doubles each time it
     re-opens (capped); after it, one probe is let through (half-open). ``on_open`` is told each
-    time it opens (the gateway moves the calls queued there to healthy backends)."""
+    time it opens (the gateway moves the calls queued there to healthy backends).
+
+    With ``shared=`` the fleet's view reaches it too: ``on_transition`` is told of what this
+    process saw itself (opened for a cool-down, closed by a successful call), to publish;
+    :meth:`force_open` and :meth:`force_close` apply what another process saw, and are not
+    told back (gptgate/shared/health.py)."""
 
     def __init__(
         self,
@@ -74,6 +82,10 @@ class CircuitBreaker:
         self._cooldown_s = cooldown_s
         self._probing = False
         self.on_open = on_open
+        #: (opened?, cool-down seconds): a transition this process caused
+        self.on_transition: Callable[[bool, float], object] | None = None
+        #: open because the fleet said so, not because of failures seen here
+        self.forced = False
 
     def state(self, now: float) -> Literal["closed", "open", "half_open"]:
         if self.failures < self.threshold:
@@ -88,9 +100,13 @@ class CircuitBreaker:
             self._probing = True
 
     def on_success(self) -> None:
+        was_open = self.failures >= self.threshold
         self.failures = 0
         self._probing = False
+        self.forced = False
         self._cooldown_s = self.base_cooldown_s
+        if was_open and self.on_transition is not None:
+            self.on_transition(False, 0.0)
 
     def on_failure(self, now: float) -> None:
         self.failures += 1
@@ -99,9 +115,32 @@ class CircuitBreaker:
             if self._probing:
                 self._cooldown_s = min(self.max_cooldown_s, self._cooldown_s * 2)
             self._probing = False
+            self.forced = False
             self.opened_until = now + self._cooldown_s
-            if not was_open and self.on_open is not None:
-                self.on_open()
+            if not was_open:
+                if self.on_open is not None:
+                    self.on_open()
+                if self.on_transition is not None:
+                    self.on_transition(True, self._cooldown_s)
+
+    def force_open(self, now: float, until: float) -> None:
+        """Another process of the fleet found the backend down (or is probing it): stay open
+        until ``until`` (then half-open, as after a cool-down of our own)."""
+        if until <= now:
+            return
+        was_open = self.state(now) == "open"
+        self.failures = max(self.failures, self.threshold)
+        self.forced = True  # this open period is the fleet's: its probe's success ends it
+        self.opened_until = max(self.opened_until, until)
+        if not was_open and self.on_open is not None:
+            self.on_open()
+
+    def force_close(self) -> None:
+        """Another process's probe succeeded: close a circuit the fleet opened here."""
+        if self.forced and not self._probing:
+            self.failures = 0
+            self.forced = False
+            self._cooldown_s = self.base_cooldown_s
 
 
 class BackendState:
@@ -132,6 +171,8 @@ class BackendState:
         self.retries = 0
         #: hedge duplicates sent here (gptgate/hedge.py)
         self.hedges = 0
+        #: ``shared=``: this backend's circuit as the fleet sees it (gptgate/shared/health.py)
+        self.fleet_health: FleetHealth | None = None
         self.rate_limited = 0
         self.timeouts = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or

@@ -31,6 +31,24 @@ def test_breaker_opens_cools_down_and_probes() -> None:
     assert breaker.state(16.1) == "closed"
 
 
+def test_breaker_tells_its_own_transitions_and_takes_the_fleets_quietly() -> None:
+    told: list[tuple[bool, float]] = []
+    breaker = CircuitBreaker(threshold=2, cooldown_s=5.0)
+    breaker.on_transition = lambda opened, cooldown: told.append((opened, cooldown))
+    breaker.force_open(now=0.0, until=3.0)  # another process found it down
+    assert breaker.state(1.0) == "open" and breaker.state(3.0) == "half_open" and told == []
+    breaker.force_close()  # another process's probe succeeded
+    assert breaker.state(1.0) == "closed" and told == []
+    breaker.on_failure(10.0)
+    breaker.on_failure(10.0)  # opened here: published
+    assert told == [(True, 5.0)]
+    breaker.force_close()  # a fleet close does not end an open this process saw itself...
+    assert breaker.state(11.0) == "open"
+    breaker.on_attempt(15.0)
+    breaker.on_success()  # ...its own probe does, and says so
+    assert breaker.state(15.0) == "closed" and told == [(True, 5.0), (False, 0.0)]
+
+
 async def test_private_calls_only_reach_private_backends() -> None:
     cloud, local = Script(ok("cloud")), Script(ok("local"))
     async with gateway(

@@ -26,9 +26,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
@@ -37,6 +37,10 @@ from ..clock import Clock
 from ..errors import OverloadedError
 from . import scripts
 from .config import Shared
+from .health import HEALTH_POLL_S, FleetHealth
+
+if TYPE_CHECKING:
+    from ..routing import CircuitBreaker
 
 __all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
 
@@ -117,6 +121,7 @@ class FleetClient:
         self._scripts: dict[str, Any] = {}
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         self._admissions: list[FleetAdmission] = []
+        self._healths: list[FleetHealth] = []
         #: (permits key, lease id) releases not yet sent
         self._pending: list[tuple[str, str]] = []
         self._kick = anyio.Event()
@@ -142,7 +147,7 @@ class FleetClient:
             retry_on_timeout=False,
             health_check_interval=0,
         )
-        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT"):
+        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT", "BREAKER", "HEALTH", "PROBE"):
             self._scripts[name] = self._redis.register_script(getattr(scripts, name))
         await self._renew()
         for admission in self._admissions:
@@ -174,7 +179,7 @@ class FleetClient:
     ) -> FleetAdmission:
         """The shared layer of one backend: keyed by namespace + name + base_url + model, so
         two fleets (or two models behind one URL) never share permits by accident."""
-        key = f"{self._prefix}:{{{name}|{base_url}|{model}}}"
+        key = self._backend_key(name, base_url, model)
         admission = FleetAdmission(
             self,
             name=name,
@@ -186,6 +191,29 @@ class FleetClient:
         )
         self._admissions.append(admission)
         return admission
+
+    def health(
+        self, *, name: str, base_url: str, model: str, breaker: CircuitBreaker, probe_s: float
+    ) -> FleetHealth:
+        """The fleet's circuit of one backend, kept in step with its local ``breaker``."""
+        health = FleetHealth(
+            self, name=name, key=self._backend_key(name, base_url, model), breaker=breaker,
+            probe_s=probe_s,
+        )
+        self._healths.append(health)
+        return health
+
+    def _backend_key(self, name: str, base_url: str, model: str) -> str:
+        # one hash slot per backend (the braces), so each script's keys sit together
+        return f"{self._prefix}:{{{name}|{base_url}|{model}}}"
+
+    def kick(self) -> None:
+        """Wake the background task: something is queued to send."""
+        self._kick.set()
+
+    def clock_s(self, ms: float) -> float:
+        """Redis's real milliseconds as seconds of the gateway's clock (which may be scaled)."""
+        return max(0.0, ms) / 1000.0 / self.clock.to_real(1.0)
 
     def new_lease(self) -> Lease:
         return Lease(f"{self.worker_id}:{next(self._ids)}")
@@ -237,8 +265,7 @@ class FleetClient:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
-        # Redis keeps pauses in real milliseconds; the gateway's clock may be scaled
-        pause_s = max(0, int(pause_ms)) / 1000.0 / self.clock.to_real(1.0)
+        pause_s = self.clock_s(int(pause_ms))
         return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease) -> None:
@@ -269,8 +296,13 @@ class FleetClient:
     async def _run(self) -> None:
         every = self.shared.lease_s / 3
         next_renewal = time.monotonic() + every
+        next_health = time.monotonic() + HEALTH_POLL_S
         while True:
-            wait = next_renewal - time.monotonic() if self.state == "up" else self.probe_s
+            if self.state == "up":
+                due = min(next_renewal, next_health) if self._healths else next_renewal
+                wait = due - time.monotonic()
+            else:
+                wait = self.probe_s
             with anyio.move_on_after(max(0.0, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
@@ -281,6 +313,35 @@ class FleetClient:
                 next_renewal = time.monotonic() + every
             if self.state == "up":
                 await self._flush()
+            if self.state == "up" and self._healths and time.monotonic() >= next_health:
+                await self._poll_health()
+                next_health = time.monotonic() + HEALTH_POLL_S
+
+    async def _poll_health(self) -> None:
+        """Read every backend's fleet circuit in one pipelined round trip and apply it."""
+        assert self._redis is not None
+        try:
+            with anyio.fail_after(self.shared.op_budget_s):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for health in self._healths:
+                        pipe.execute_command(
+                            "EVALSHA", self._scripts["HEALTH"].sha, 1, health.circuit_key
+                        )
+                    results = await pipe.execute(raise_on_error=False)
+        except self._errors as error:
+            self._down(error)
+            return
+        for health, result in zip(self._healths, results, strict=True):
+            if isinstance(result, BaseException):  # a restarted Redis: scripts gone
+                await self._load_scripts(["HEALTH"])
+                return
+            health.apply(int(result[0]), int(result[1]))
+
+    async def _load_scripts(self, names: Iterable[str]) -> None:
+        assert self._redis is not None
+        with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
+            for name in set(names):
+                await self._redis.script_load(self._scripts[name].script)
 
     async def _renew(self) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
@@ -309,29 +370,42 @@ class FleetClient:
         """Send the pending releases and pauses, pipelined in one round trip."""
         pending, self._pending = self._pending, []
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
-        if not pending and not pauses:
+        breakers = [(h, h.to_send) for h in self._healths if h.to_send is not None]
+        if not pending and not pauses and not breakers:
             return
         for admission, _ in pauses:
             admission._pause_to_send = 0.0
+        for health, _ in breakers:
+            health.to_send = None
         assert self._redis is not None
-        commands: list[tuple[str, list[Any]]] = [
-            ("RELEASE", [key, lease_id]) for key, lease_id in pending
+        commands: list[tuple[str, list[str], list[Any]]] = [
+            ("RELEASE", [key], [lease_id]) for key, lease_id in pending
         ]
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
-            commands.append(("PAUSE", [admission.pause_key, ms]))
+            commands.append(("PAUSE", [admission.pause_key], [ms]))
+        for health, (circuit, seconds) in breakers:
+            # "closed" is remembered long enough for every process's poll to read it
+            real_s = (
+                self.clock.to_real(seconds) if circuit == "open"
+                else 2 * max(self.shared.lease_s, HEALTH_POLL_S)
+            )
+            commands.append(
+                ("BREAKER", [health.circuit_key, health.probe_key],
+                 [circuit, max(1, int(real_s * 1000))])
+            )
         try:
             with anyio.fail_after(self.shared.op_budget_s):
                 if not await self._send(commands):  # Redis restarted: scripts gone
-                    for name in {name for name, _ in commands}:
+                    for name in {name for name, _, _ in commands}:
                         await self._redis.script_load(self._scripts[name].script)
                     await self._send(commands)
         except self._errors as error:
             self._pending = pending + self._pending  # sent again after the rejoin
             self._down(error)
 
-    async def _send(self, commands: list[tuple[str, list[Any]]]) -> bool:
-        """One pipelined round trip of one-key scripts by their SHA. redis-py's own script
+    async def _send(self, commands: list[tuple[str, list[str], list[Any]]]) -> bool:
+        """One pipelined round trip of scripts by their SHA. redis-py's own script
         pipelining asks ``SCRIPT EXISTS`` first — a second round trip on every flush — so a
         missing script is reported instead (False: load it and send again; every script
         here may run twice)."""
@@ -339,8 +413,10 @@ class FleetClient:
 
         assert self._redis is not None
         async with self._redis.pipeline(transaction=False) as pipe:
-            for name, (key, *args) in commands:
-                pipe.execute_command("EVALSHA", self._scripts[name].sha, 1, key, *args)
+            for name, keys, args in commands:
+                pipe.execute_command(
+                    "EVALSHA", self._scripts[name].sha, len(keys), *keys, *args
+                )
             results = await pipe.execute(raise_on_error=False)
         for result in results:
             if isinstance(result, NoScriptError):

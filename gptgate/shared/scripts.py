@@ -7,7 +7,7 @@ its permits back once they expire. Expired leases are swept by whoever acquires 
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "LIMIT", "PAUSE", "RELEASE", "RENEW"]
+__all__ = ["ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PAUSE", "PROBE", "RELEASE", "RENEW"]
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
 #: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
@@ -78,4 +78,45 @@ if left < want then
   return want
 end
 return left
+"""
+
+# A backend's fleet circuit is a string key: "open" with a TTL of the cool-down, or "closed"
+# (a probe succeeded) with a TTL of its own; gone = the cool-down passed and nobody has probed
+# yet (half-open). The probe key holds the one process allowed to probe, for a probe's time.
+
+#: KEYS: circuit key, probe key. ARGV: "open" or "closed", ms (the cool-down, or how long
+#: "closed" is remembered). An open circuit is only lengthened by another open, never
+#: shortened. Ends any probe. → 1
+BREAKER = """
+redis.call('DEL', KEYS[2])
+if ARGV[1] == 'open' then
+  local left = redis.call('PTTL', KEYS[1])
+  if redis.call('GET', KEYS[1]) == 'open' and left >= tonumber(ARGV[2]) then return 1 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+#: KEYS: a backend's circuit key (one script per backend, pipelined: a key per hash slot).
+#: → {0 none / 1 open / 2 closed, ms left}
+HEALTH = """
+local value = redis.call('GET', KEYS[1])
+local state = 0
+if value == 'open' then state = 1 elseif value == 'closed' then state = 2 end
+return {state, redis.call('PTTL', KEYS[1])}
+"""
+
+#: KEYS: circuit key, probe key. ARGV: this prober's id, probe ms. A half-open backend is
+#: probed by one process of the fleet at a time. → 0: probe it; else the ms to stay open
+#: (the circuit is open, or another process is probing)
+PROBE = """
+if redis.call('GET', KEYS[1]) == 'open' then
+  return math.max(1, redis.call('PTTL', KEYS[1]))
+end
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then
+  return math.max(1, redis.call('PTTL', KEYS[2]))
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 0
 """
