@@ -159,3 +159,29 @@ def test_a_queued_stream_gets_its_headers_only_when_it_starts_running() -> None:
     first_done, headers_at = run_virtual(main)
     assert first_done > 0.5
     assert headers_at >= first_done
+
+
+def test_the_ledger_keeps_the_most_requests_held_at_once() -> None:
+    """``peak_in_flight``: running plus queued, never a request the full queue refused — what
+    a fleet of clients really put on the server."""
+
+    async def main() -> tuple[int, int, int]:
+        engine = SimEngine(
+            _profile("gpu", slots=4, max_queue=3, rpm=None, tpm=None), clock=LoopClock()
+        )
+        async with _client(engine) as client:
+            statuses: list[int] = []
+
+            async def one() -> None:
+                body = {"model": "m", "messages": MESSAGES}
+                r = await client.post("/chat/completions", json=body)
+                statuses.append(r.status_code)
+
+            async with anyio.create_task_group() as group:
+                for _ in range(10):
+                    group.start_soon(one)
+        snap = engine.ledger.snapshot()
+        return snap.peak_in_flight, statuses.count(200), len(statuses) - statuses.count(200)
+
+    peak, ok, refused = run_virtual(main)
+    assert (peak, ok, refused) == (7, 7, 3)

@@ -352,6 +352,8 @@ class SimEngine:
         if p.replicas > 1 and canonical is not None:
             key = route_key(canonical, p.prefix_route_tokens, chat.cache_key)
             replica = self._balance(self._replicas[self._router.pick(key)])
+        if not replica.refuses:
+            self.ledger.note_in_flight(1 + sum(r.active + r.queued for r in self._replicas))
         try:
             await replica.acquire()
         except QueueFull:

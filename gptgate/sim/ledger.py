@@ -37,6 +37,9 @@ class LedgerSnapshot:
     output_tokens: int = 0
     wasted_input_tokens: int = 0
     wasted_output_tokens: int = 0
+    #: the most chat requests the server held at once, running or queued (a fleet's real
+    #: concurrency at the backend, whatever its clients believe)
+    peak_in_flight: int = 0
 
     @property
     def billed_tokens(self) -> int:
@@ -90,6 +93,11 @@ class SimLedger:
         if outcome != "ok":
             c["wasted_input_tokens"] += input_tokens
             c["wasted_output_tokens"] += output_tokens
+
+    def note_in_flight(self, held: int) -> None:
+        """The server holds ``held`` chat requests now (running or queued)."""
+        if held > self._counts["peak_in_flight"]:
+            self._counts["peak_in_flight"] = held
 
     def snapshot(self) -> LedgerSnapshot:
         return LedgerSnapshot(**self._counts)

@@ -53,12 +53,19 @@ class Replica:
         self.queued = 0
         self._waiting: deque[_Waiter] = deque()
 
+    @property
+    def refuses(self) -> bool:
+        """Would :meth:`acquire` raise :class:`QueueFull` now?"""
+        if self.active < self.slots and not self.queued:
+            return False
+        return self.max_queue is not None and self.queued >= self.max_queue
+
     async def acquire(self) -> None:
         """Take a slot, waiting in FIFO order; raises :class:`QueueFull` when refused."""
         if self.active < self.slots and not self.queued:
             self.active += 1
             return
-        if self.max_queue is not None and self.queued >= self.max_queue:
+        if self.refuses:
             raise QueueFull
         waiter = _Waiter()
         self._waiting.append(waiter)
