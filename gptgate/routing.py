@@ -157,6 +157,9 @@ class BackendState:
 class RouteRequest:
     private: bool = False
     tier: Literal["small", "large", "auto"] = "auto"
+    #: ``tier="auto"``, classified (gptgate/tiers.py): this tier while one of its eligible
+    #: backends is up, else the other
+    prefer: Literal["small", "large"] | None = None
     backend: str | None = None
     latency_sensitive: bool = False
     prefix_key: str | None = None
@@ -209,6 +212,10 @@ class Router:
             candidates = [s for s in candidates if s.backend.private]
         if request.tier != "auto":
             candidates = [s for s in candidates if s.backend.tier == request.tier]
+        elif request.prefer is not None:
+            preferred = [s for s in candidates if s.backend.tier == request.prefer]
+            if self._any_up(preferred):
+                candidates = preferred
         if not candidates:
             raise NoBackendError(
                 f"no backend is eligible (private={request.private}, tier={request.tier})"
@@ -248,7 +255,21 @@ class Router:
             return False
         if request.tier != "auto" and state.backend.tier != request.tier:
             return False
+        if request.prefer is not None and state.backend.tier != request.prefer:
+            # the other tier only while the preferred one has no eligible backend up
+            preferred = [
+                s for s in self.states
+                if s.backend.tier == request.prefer
+                and (not request.private or s.backend.private)
+                and (request.backend is None or request.backend == s.name)
+            ]
+            if self._any_up(preferred):
+                return False
         return _fits(request, state) or not any(_fits(request, s) for s in self.states)
+
+    def _any_up(self, states: Sequence[BackendState]) -> bool:
+        now = self.clock.now()
+        return any(s.breaker.allows(now) for s in states)
 
     def has_alternative(self, request: RouteRequest, exclude: frozenset[str]) -> bool:
         """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?"""
