@@ -521,7 +521,10 @@ class SimEngine:
         """The answer's text: ``4·tokens`` characters (an empty answer: none)."""
         if job.failure == "empty":
             return ""
-        return answer_text(job.text_key, job.tokens, job.json_mode, job.failure)
+        failure = job.failure
+        if failure is None and job.json_mode and job.finish_reason == "length":
+            failure = "invalid_json"  # JSON cut at max_tokens does not parse, on any model
+        return answer_text(job.text_key, job.tokens, job.json_mode, failure)
 
     # -- finishing and billing -----------------------------------------------------------
 
