@@ -1,6 +1,8 @@
 """Routing: per-backend live state (latency, health) and the choice of a backend per call.
 
-Eligibility first (privacy/compliance, model tier, an explicit backend, health), then the best
+Eligibility first (privacy/compliance, model tier — or, for a classified ``tier="auto"`` call,
+the preferred tier while one of its backends is up and fits the call (gptgate/tiers.py) — an
+explicit backend, health), then the best
 by predicted completion time — queue ahead of us over the backend's limit, times its observed
 service time (time to first token when a person is waiting) — plus a cost term for work where
 nobody waits, minus a bonus for the backend that already holds the call's prompt prefix.
@@ -213,7 +215,7 @@ class Router:
         if request.tier != "auto":
             candidates = [s for s in candidates if s.backend.tier == request.tier]
         elif request.prefer is not None:
-            preferred = [s for s in candidates if s.backend.tier == request.prefer]
+            preferred = self._preferred(request, candidates)
             if self._any_up(preferred):
                 candidates = preferred
         if not candidates:
@@ -257,15 +259,21 @@ class Router:
             return False
         if request.prefer is not None and state.backend.tier != request.prefer:
             # the other tier only while the preferred one has no eligible backend up
-            preferred = [
+            eligible = [
                 s for s in self.states
-                if s.backend.tier == request.prefer
-                and (not request.private or s.backend.private)
+                if (not request.private or s.backend.private)
                 and (request.backend is None or request.backend == s.name)
             ]
-            if self._any_up(preferred):
+            if self._any_up(self._preferred(request, eligible)):
                 return False
         return _fits(request, state) or not any(_fits(request, s) for s in self.states)
+
+    @staticmethod
+    def _preferred(
+        request: RouteRequest, candidates: Sequence[BackendState]
+    ) -> list[BackendState]:
+        """The candidates of the preferred tier that fit the call's context window."""
+        return [s for s in candidates if s.backend.tier == request.prefer and _fits(request, s)]
 
     def _any_up(self, states: Sequence[BackendState]) -> bool:
         now = self.clock.now()

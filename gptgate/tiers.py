@@ -355,8 +355,7 @@ class Tiering:
         """The call routed by its tier decision (a stream's too), with the span attributes."""
         route = spec.route
         if route.tier != "auto":
-            attributes = {NAMES["tier"]: route.tier, NAMES["tier_reason"]: "explicit"}
-            return dataclasses.replace(spec, tier_attributes=attributes), None
+            return dataclasses.replace(spec, tier_attributes=_EXPLICIT[route.tier]), None
         if not self.applies(spec):
             return spec, None
         decision = await self.decide(spec.messages, spec.params)
@@ -502,6 +501,13 @@ def _as_decision(answer: object) -> TierDecision | None:
     ):
         return TierDecision(answer[0], answer[1])
     return None
+
+
+#: a span's attributes for an explicit tier (never changed: the SDK copies what it is given)
+_EXPLICIT: dict[str, Mapping[str, Any]] = {
+    tier: MappingProxyType({NAMES["tier"]: tier, NAMES["tier_reason"]: "explicit"})
+    for tier in ("small", "large")
+}
 
 
 def _attributes(decision: TierDecision, *, escalated: bool) -> dict[str, Any]:

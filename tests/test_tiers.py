@@ -545,3 +545,14 @@ def test_the_small_simulated_model_fails_hard_requests_deterministically() -> No
     assert visible >= 15  # most hard failures show (length, empty, bad JSON); silent ones do not
     large = run_virtual(run, "tpu", 5)
     assert not any(failed for _, _, failed in large)  # the large model answers them all
+
+
+async def test_a_call_too_long_for_the_small_tier_goes_large_whatever_the_classifier() -> None:
+    small, large = Script(answer()), Script(answer())
+    gate = gg.Gateway([
+        backend(small, name="small", tier="small", context_tokens=1000),
+        backend(large, name="large", tier="large"),
+    ], tier_classifier=lambda m, p: "small")
+    async with gate:
+        result = await gate.chat(_user("lorem ipsum " * 1000), max_tokens=100)  # ~3,000 tokens
+    assert (result.backend, result.tier) == ("large", "small") and small.requests == []
