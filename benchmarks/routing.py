@@ -13,6 +13,13 @@ hit rate, no failed call. Virtual time: exact and repeatable.
 
     python benchmarks/routing.py [--calls 1500] [--prompts 3] [--levels 10,30,auto]
                                  [--seeds 1,2,3]
+
+``--tiers`` runs the tiered-serving section instead (issue 17, benchmarks/_tiers.py):
+``tier="auto"`` against everything-large and everything-small over a cpu/small and a
+tpu/large backend — cost per successful call, p50 latency, hard requests answered small.
+
+    python benchmarks/routing.py --tiers [--calls 600] [--seeds 1,2,3] [--rate 2]
+                                 [--hard-share 0.3]
 """
 
 from __future__ import annotations
@@ -79,12 +86,20 @@ async def job(scenario: str, level: str, calls: int, prompts: int, seed: int) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calls", type=int, default=1500)
+    parser.add_argument("--calls", type=int, default=None, help="1500 (600 with --tiers)")
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--levels", default="10,30,auto")
     parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--tiers", action="store_true", help="the tiered-serving section")
+    parser.add_argument("--rate", type=float, default=2.0, help="--tiers: calls per second")
+    parser.add_argument("--hard-share", type=float, default=0.3, help="--tiers: hard requests")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.tiers:
+        from _tiers import main as tiers_main
+
+        return tiers_main(args.calls or 600, seeds, args.rate, args.hard_share)
+    args.calls = args.calls or 1500
     print(
         f"$ python benchmarks/routing.py --calls {args.calls} --prompts {args.prompts} "
         f"--levels {args.levels} --seeds {args.seeds}"

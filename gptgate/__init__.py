@@ -24,6 +24,7 @@ from .hedge import HedgePolicy
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
+from .tiers import TierHeuristic, TierStats
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,8 @@ __all__ = [
     "Shared",
     "StreamInterruptedError",
     "SystemClock",
+    "TierHeuristic",
+    "TierStats",
     "Usage",
     "__version__",
 ]

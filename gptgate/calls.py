@@ -103,6 +103,8 @@ class CallSpec:
     headers: Mapping[str, str] | None = None
     #: tail hedging (gptgate/hedge.py): None = never
     hedge: HedgePolicy | None = None
+    #: tiered serving (gptgate/tiers.py): gptgate.tier, tier_reason, escalated for its spans
+    tier_attributes: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -326,6 +328,8 @@ class _Attempt:
             attributes[NAMES["retry_reason"]] = self.state.retry_reason
         if self.state.hedge:
             attributes[NAMES["hedge"]] = True
+        if spec.tier_attributes:
+            attributes.update(spec.tier_attributes)
         return attributes
 
     async def open_stream(self, request: httpx2.Request) -> ChatStreamReader:
@@ -544,6 +548,8 @@ class CallRunner:
         requested = model if isinstance(model, str) and model else None
         state.named = requested is not None
         span = state.span = self.telemetry.start_call(spec.scenario.name, requested)
+        if spec.tier_attributes and span.is_recording():
+            span.set_attributes(spec.tier_attributes)
         return span
 
     def record_failed_call(self, error: GateError) -> None:

@@ -74,6 +74,7 @@ from .snapshot import (
     save_state,
 )
 from .telemetry import Telemetry
+from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
 from .tokens import estimate_prompt_tokens
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -173,6 +174,8 @@ class BackendStats:
     limit_events: Mapping[str, int] = field(default_factory=dict)
     #: tail-hedge duplicates sent to this backend (docs/guide.md "Hedging")
     hedges: int = 0
+    #: answers of this backend asked again of the large tier (tiered serving, docs/tiers.md)
+    escalated: int = 0
     #: the fleet's view with ``shared=`` (fleet-wide permits, outage state); None without
     fleet: FleetStatistics | None = None
 
@@ -360,11 +363,19 @@ class ChatStream:
     """
 
     def __init__(
-        self, runner: CallRunner, spec: CallSpec, clock: Clock, calls: CallRegistry | None = None
+        self,
+        runner: CallRunner,
+        spec: CallSpec,
+        clock: Clock,
+        calls: CallRegistry | None = None,
+        tiering: Tiering | None = None,
     ) -> None:
         self._runner = runner
         self._calls = calls
         self._spec = spec
+        #: classifies a tier="auto" stream when it starts (never escalated: see docs/tiers.md)
+        self._tiering = tiering
+        self._tier: tuple[str, str] | None = None
         self._state = CallState(start=clock.now())
         self._iterator: AsyncGenerator[str, None] | None = None
         self._parts: list[str] = []
@@ -387,6 +398,12 @@ class ChatStream:
         return self._iterator
 
     async def _collect(self) -> AsyncGenerator[str, None]:
+        if self._tiering is not None:
+            self._spec, decision = await self._tiering.prepare(self._spec)
+            if decision is not None:
+                self._tier = (decision.tier, decision.reason)
+            elif self._spec.tier_attributes is not None:
+                self._tier = (self._spec.route.tier, "explicit")
         source = self._runner.stream(self._spec, self._state)
         if self._calls is not None:  # the gateway's shutdown may end it (GatewayClosedError)
             source = self._calls.stream(source)
@@ -409,9 +426,14 @@ class ChatStream:
 
     @property
     def result(self) -> ChatResult:
-        if self._state.result is None:
+        result = self._state.result
+        if result is None:
             raise RuntimeError("the stream has not completed")
-        return self._state.result
+        if self._tier is not None and result.tier is None:
+            result = self._state.result = dataclasses.replace(
+                result, tier=self._tier[0], tier_reason=self._tier[1]
+            )
+        return result
 
 
 class Gateway:
@@ -426,10 +448,14 @@ class Gateway:
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
         state: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        tier_classifier: TierClassifier | None = None,
+        tier_accept: Accept | None = None,
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
         self._state_source = check_state_arg(state)
+        classifier = check_classifier(tier_classifier) if tier_classifier is not None else None
+        accept = check_accept(tier_accept, "tier_accept")
         if config is None:
             config = GatewayConfig(backends=list(backends or []), **options)
         elif backends is not None or options:
@@ -442,6 +468,13 @@ class Gateway:
             capture_content=config.capture_content,
         )
         self._default_scenario = resolve_scenario(config.default_scenario)
+        #: tier="auto": small vs large, and escalation (gptgate/tiers.py, docs/tiers.md)
+        self._tiering = Tiering(
+            tiers=frozenset(b.tier for b in config.backends),
+            classifier=classifier,
+            accept=accept,
+            meter_provider=meter_provider,
+        )
         self._states: dict[str, BackendState] = {}
         self._runner: CallRunner | None = None
         self._ledger = Ledger({b.name: b.price for b in config.backends})
@@ -861,6 +894,7 @@ class Gateway:
         max_attempts: int | None = None,
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
+        accept: Accept | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
@@ -869,9 +903,17 @@ class Gateway:
         ``cache_key`` names the prompt-prefix group explicitly (default: every message but the
         last); it is sent as ``prompt_cache_key`` to backends that support it. ``hedge``
         (True or a HedgePolicy; default: the scenario's) sends one duplicate once the call
-        has waited past its backend's p95 (docs/guide.md "Hedging").
+        has waited past its backend's p95 (docs/guide.md "Hedging"). ``accept(result) -> bool``
+        judges a ``tier="auto"`` call's small-tier answer: False asks the large tier once
+        (docs/tiers.md; default: the gateway's ``tier_accept``).
         """
         runner = self.runner
+        judge = check_accept(accept)
+        if judge is not None and (tier != "auto" or backend is not None):
+            raise BadRequestError(
+                "accept applies to tier='auto' calls only: an explicit tier or backend is "
+                "never escalated"
+            )
         spec = self._spec(
             messages,
             scenario=scenario,
@@ -889,7 +931,7 @@ class Gateway:
         )
         result: ChatResult | None = None
         with self._calls.call(new=not _ACCEPTED.get()):
-            result = await runner.run(spec)
+            result = await self._tiering.run(runner, spec, judge)
         assert result is not None
         return result
 
@@ -906,6 +948,7 @@ class Gateway:
         max_attempts: int | None = None,
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
+        accept: object = None,
         **params: Any,
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
@@ -916,6 +959,11 @@ class Gateway:
             raise BadRequestError(
                 "hedge is not supported on gate.stream yet: a visible stream is never hedged"
                 " (use gate.chat or gate.map)"
+            )
+        if accept is not None:
+            raise BadRequestError(
+                "accept is not supported on gate.stream: a visible stream is never escalated"
+                " (its text is shown as it arrives; use gate.chat)"
             )
         runner = self.runner
         spec = self._spec(
@@ -933,7 +981,7 @@ class Gateway:
             cache_key=cache_key,
             hedge=False,
         )
-        return ChatStream(runner, spec, self.clock, self._calls)
+        return ChatStream(runner, spec, self.clock, self._calls, self._tiering)
 
     async def map(
         self,
@@ -1244,8 +1292,14 @@ class Gateway:
                 limit_events=earlier.events(events),
                 fleet=_fleet_statistics(state.limiter.admission),
                 hedges=state.hedges,
+                escalated=entry.escalated,
             )
         return snapshot
+
+    def tier_stats(self) -> TierStats:
+        """``tier="auto"`` calls per classifier rule: how many went small, how many small
+        answers were escalated to the large tier (docs/tiers.md)."""
+        return self._tiering.stats()
 
     @property
     def ledger(self) -> Ledger:

@@ -39,6 +39,9 @@ class LedgerEntry:
     estimated_attempts: int = 0
     cost_usd: float = 0.0
     wasted_cost_usd: float = 0.0
+    #: answers of this (small-tier) backend asked again of the large tier (docs/tiers.md):
+    #: their tokens are in ``wasted_tokens``, and they are not in ``calls_ok``
+    escalated: int = 0
 
     @property
     def hit_rate(self) -> float | None:
@@ -97,6 +100,17 @@ class Ledger:
         if uncertain:
             entry.uncertain_tokens += usage.total_tokens
         return cost
+
+    def record_escalated(self, backend: str, usage: Usage) -> None:
+        """A successful answer turned out unusable and was asked again of the large tier:
+        its tokens (billed: the server answered) become waste, and the call's success is
+        the large tier's, not this backend's."""
+        entry = self.entries[backend]
+        cost = self.cost(backend, usage)
+        entry.escalated += 1
+        entry.calls_ok -= 1
+        entry.wasted_tokens += usage.total_tokens
+        entry.wasted_cost_usd += cost
 
     def record_call(self, backend: str, ok: bool) -> None:
         entry = self.entries[backend]

@@ -1,6 +1,8 @@
 """Routing: per-backend live state (latency, health) and the choice of a backend per call.
 
-Eligibility first (privacy/compliance, model tier, an explicit backend, health), then the best
+Eligibility first (privacy/compliance, model tier — or, for a classified ``tier="auto"`` call,
+the preferred tier while one of its backends is up and fits the call (gptgate/tiers.py) — an
+explicit backend, health), then the best
 by predicted completion time — queue ahead of us over the backend's limit, times its observed
 service time (time to first token when a person is waiting) — plus a cost term for work where
 nobody waits, minus a bonus for the backend that already holds the call's prompt prefix.
@@ -198,6 +200,9 @@ class BackendState:
 class RouteRequest:
     private: bool = False
     tier: Literal["small", "large", "auto"] = "auto"
+    #: ``tier="auto"``, classified (gptgate/tiers.py): this tier while one of its eligible
+    #: backends is up, else the other
+    prefer: Literal["small", "large"] | None = None
     backend: str | None = None
     latency_sensitive: bool = False
     prefix_key: str | None = None
@@ -250,6 +255,10 @@ class Router:
             candidates = [s for s in candidates if s.backend.private]
         if request.tier != "auto":
             candidates = [s for s in candidates if s.backend.tier == request.tier]
+        elif request.prefer is not None:
+            preferred = self._preferred(request, candidates)
+            if self._any_up(preferred):
+                candidates = preferred
         if not candidates:
             raise NoBackendError(
                 f"no backend is eligible (private={request.private}, tier={request.tier})"
@@ -289,7 +298,27 @@ class Router:
             return False
         if request.tier != "auto" and state.backend.tier != request.tier:
             return False
+        if request.prefer is not None and state.backend.tier != request.prefer:
+            # the other tier only while the preferred one has no eligible backend up
+            eligible = [
+                s for s in self.states
+                if (not request.private or s.backend.private)
+                and (request.backend is None or request.backend == s.name)
+            ]
+            if self._any_up(self._preferred(request, eligible)):
+                return False
         return _fits(request, state) or not any(_fits(request, s) for s in self.states)
+
+    @staticmethod
+    def _preferred(
+        request: RouteRequest, candidates: Sequence[BackendState]
+    ) -> list[BackendState]:
+        """The candidates of the preferred tier that fit the call's context window."""
+        return [s for s in candidates if s.backend.tier == request.prefer and _fits(request, s)]
+
+    def _any_up(self, states: Sequence[BackendState]) -> bool:
+        now = self.clock.now()
+        return any(s.breaker.allows(now) for s in states)
 
     def has_alternative(self, request: RouteRequest, exclude: frozenset[str]) -> bool:
         """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?"""

@@ -69,6 +69,12 @@ NAMES: dict[str, str] = {
     "outcome": "gptgate.outcome",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
+    # tiered serving (docs/tiers.md)
+    "tier": "gptgate.tier",
+    "tier_reason": "gptgate.tier_reason",
+    "escalated": "gptgate.escalated",
+    "escalation_reason": "gptgate.escalation_reason",
+    "metric_tier": "gptgate.client.tier.calls",
 }
 
 def usage_attributes(usage: Usage) -> dict[str, int]:

@@ -35,6 +35,7 @@ from gptgate.sim.cache import (
     canonical_text,
     route_key,
 )
+from gptgate.sim.difficulty import answer_text, failure_mode, is_hard
 from gptgate.sim.faults import Fault, FaultPlan, FaultSpecError
 from gptgate.sim.job import Job, group_ends
 from gptgate.sim.ledger import Outcome, SimLedger
@@ -42,7 +43,7 @@ from gptgate.sim.profiles import SimProfile, get_profile
 from gptgate.sim.ratelimit import RateLimiter
 from gptgate.sim.request import BadRequest, ChatRequest, parse_chat
 from gptgate.sim.scheduler import QueueFull, Replica
-from gptgate.sim.text import draw_for, output_text
+from gptgate.sim.text import draw_for
 from gptgate.tokens import CHARS_PER_TOKEN
 
 __all__ = [
@@ -362,7 +363,7 @@ class SimEngine:
             self.ledger.record("abandoned")
             raise
 
-        job = self._start(chat, body, replica, canonical, fault)
+        job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers))
         meta = wire.ResponseMeta(
             id=f"chatcmpl-{request_id[4:]}",
             created=int(time.time()),
@@ -447,6 +448,8 @@ class SimEngine:
         replica: Replica,
         canonical: str | None,
         fault: Fault | None,
+        *,
+        hard: bool = False,
     ) -> Job:
         """Compute the admitted request's timeline from the load it meets now."""
         p = self.profile
@@ -456,8 +459,15 @@ class SimEngine:
         limit = p.context_tokens - chat.prompt_tokens
         if chat.max_tokens is not None:
             limit = min(limit, chat.max_tokens)
-        tokens = min(draw.output_tokens, limit)
-        finish_reason = "length" if tokens < draw.output_tokens else "stop"
+        failure = failure_mode(hard, p.hard_failure_rate, chat.json_mode, draw.unit)
+        wanted = draw.output_tokens
+        if failure == "ramble":  # a small model that cannot stop: to max_tokens, or 3× as long
+            wanted = limit if chat.max_tokens is not None else 3 * wanted
+        elif failure == "empty":
+            wanted = 1  # the end-of-sequence token alone
+        tokens = min(wanted, limit)
+        cut = tokens < wanted or (failure == "ramble" and chat.max_tokens is not None)
+        finish_reason = "length" if cut else "stop"
 
         digests: list[bytes] = []
         cached = 0
@@ -504,7 +514,19 @@ class SimEngine:
             fail_at,
         )
         job.lease = lease
+        job.json_mode = chat.json_mode
+        job.failure = failure
         return job
+
+    @staticmethod
+    def _text(job: Job) -> str:
+        """The answer's text: ``4·tokens`` characters (an empty answer: none)."""
+        if job.failure == "empty":
+            return ""
+        failure = job.failure
+        if failure is None and job.json_mode and job.finish_reason == "length":
+            failure = "invalid_json"  # JSON cut at max_tokens does not parse, on any model
+        return answer_text(job.text_key, job.tokens, job.json_mode, failure)
 
     # -- finishing and billing -----------------------------------------------------------
 
@@ -587,7 +609,7 @@ class SimEngine:
                     "server_error",
                 )
             await self._sleep_until(job.token_time(job.tokens))
-            text = output_text(job.text_key, job.tokens)
+            text = self._text(job)
             body = wire.completion_body(
                 meta, text, job.finish_reason, self._usage(job, job.tokens), self._timings(job)
             )
@@ -619,7 +641,7 @@ class SimEngine:
     ) -> AsyncGenerator[bytes, None]:
         try:
             ends = group_ends(job.tokens, self.profile.stream_chunks)
-            text = output_text(job.text_key, job.tokens)
+            text = self._text(job)
             kind = fault.kind if fault is not None else None
             reset_after = len(ends) // 2 if kind == "reset" else -1
             last = len(ends) - 1

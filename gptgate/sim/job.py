@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gptgate.sim.cache import KVLease
+from gptgate.sim.difficulty import FailureMode
 from gptgate.sim.scheduler import Replica
 
 __all__ = ["Job", "group_ends"]
@@ -19,8 +20,10 @@ class Job:
         "digests",
         "emitted",
         "fail_at",
+        "failure",
         "finish_reason",
         "finished",
+        "json_mode",
         "lease",
         "prefill_done",
         "prefill_s",
@@ -65,6 +68,10 @@ class Job:
         self.finished = False
         #: the KV blocks it holds, when the replica models KV pressure
         self.lease: KVLease | None = None
+        #: the answer is a JSON object (``response_format``), and how a small model failed
+        #: this hard request, if it did (gptgate/sim/difficulty.py)
+        self.json_mode = False
+        self.failure: FailureMode | None = None
 
     def token_time(self, k: int) -> float:
         """When output token ``k`` (1-based) is generated; a stall delays tokens after the first."""

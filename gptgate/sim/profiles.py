@@ -69,6 +69,9 @@ class SimProfile(BaseModel):
     output_tokens_max: int = Field(4096, ge=1)
     #: SSE writes per streamed response (each carries several tokens' text)
     stream_chunks: int = Field(16, ge=1)
+    #: share of the requests marked ``x-sim-difficulty: hard`` this model gets wrong (a small
+    #: model; see gptgate/sim/difficulty.py). 0 = it answers everything well
+    hard_failure_rate: float = Field(0.0, ge=0, le=1)
 
     # -- rate limits (None = no limit and no x-ratelimit-* headers) ------------------------
     rpm: int | None = Field(None, ge=1)
@@ -196,6 +199,8 @@ _CPU = SimProfile(
     usl_sigma=0.08,
     usl_kappa=0.03,
     jitter_sigma=0.15,
+    # a 1.5B model: it gets the hard requests wrong (tiered serving, docs/tiers.md)
+    hard_failure_rate=1.0,
 )
 
 _LLAMACPP = SimProfile(

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gptgate.sim.difficulty import wants_json
 from gptgate.sim.profiles import SimProfile
 from gptgate.tokens import estimate_prompt_tokens
 
@@ -46,6 +47,8 @@ class ChatRequest:
     max_tokens: int | None
     prompt_tokens: int
     cache_key: str | None
+    #: ``response_format`` asks for a JSON object
+    json_mode: bool = False
 
 
 def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
@@ -119,4 +122,5 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
         max_tokens=max_tokens,
         prompt_tokens=prompt_tokens,
         cache_key=cache_key if isinstance(cache_key, str) else None,
+        json_mode=wants_json(data),
     )

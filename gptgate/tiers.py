@@ -1,0 +1,526 @@
+"""Tiered serving: ``tier="auto"`` sends simple requests to the small model, hard ones to the
+large one, and escalates a small answer that looks failed (SEEDS §8; docs/tiers.md).
+
+Three parts, each replaceable:
+
+* a **classifier** — ``(messages, params) -> "small" | "large"`` (or ``(tier, reason)``),
+  sync or async. The default, :class:`TierHeuristic`, is a transparent list of rules; a
+  classifier that raises or answers something else falls back to it, with one warning per
+  distinct error: the user's bug never fails their traffic;
+* the **router's preference** — the chosen tier while one of its eligible backends is up, the
+  other tier when it has none or all are down (``RouteRequest.prefer``). ``tier="small"`` /
+  ``"large"`` are never classified, moved or escalated;
+* **escalation** — a small-tier answer that looks failed (:func:`failure_reason`) is asked
+  again, once, of the large tier. The first answer's tokens stay in the ledger as waste and
+  in the call's ``billed_usage`` and ``cost_usd``.
+
+A visible stream (``gate.stream``) is classified but never escalated: its text is shown as it
+arrives, and a second answer cannot take back the first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from opentelemetry import metrics
+
+from .errors import BadRequestError, GateError
+from .results import ChatResult
+from .telemetry import NAMES
+from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
+
+if TYPE_CHECKING:
+    from .calls import CallRunner, CallSpec
+
+__all__ = [
+    "RULES",
+    "Accept",
+    "RuleStats",
+    "TierClassifier",
+    "TierDecision",
+    "TierHeuristic",
+    "TierStats",
+    "Tiering",
+    "check_accept",
+    "check_classifier",
+    "failure_reason",
+]
+
+log = logging.getLogger("gptgate")
+
+TierName = Literal["small", "large"]
+#: ``(messages, params) -> "small" | "large"`` or ``(tier, reason)``; may be async
+TierClassifier: TypeAlias = Callable[
+    [Sequence[Mapping[str, Any]], Mapping[str, Any]], Any
+]
+#: ``accept(result) -> bool`` (may be async): False escalates a small-tier answer
+Accept: TypeAlias = Callable[[ChatResult], "bool | Awaitable[bool]"]
+
+#: the heuristic's rules, in the order they are tried (the first that matches decides)
+RULES = (
+    "images",
+    "tools",
+    "response_format",
+    "no_max_tokens",
+    "long_output",
+    "long_prompt",
+    "long_conversation",
+    "code",
+    "reasoning",
+    "short_ask",
+)
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+#: signals of code: symbols and phrases (substrings of the lower-cased text) and words
+_CODE_MARKS = ("```", "=>", "#include", "def ", "();", "){", "c++", "stack trace")
+_CODE_WORDS = _words(
+    "python javascript typescript java rust golang sql bash html css code coding script "
+    "scripts compile compiler compiled debug debugging refactor implement implementation "
+    "algorithm algorithms api bug function functions traceback regex stacktrace"
+)
+#: signals of multi-step reasoning
+_REASONING_MARKS = ("step by step", "step-by-step", "multi-step", "trade-off")
+_REASONING_WORDS = _words(
+    "why prove proof derive derivation analyse analyze analysis compare contrast tradeoff "
+    "tradeoffs plan planning strategy strategies calculate compute solve optimise optimize "
+    "evaluate justify critique reason reasoning design architecture debate"
+)
+#: words, for a set lookup: one pass of a simple pattern (a regex of many alternations, run
+#: at every position, cost ~2 ms on a 5 KB prompt — ten times a whole call's own CPU)
+_WORD = re.compile(r"[a-z]+")
+_TEXT_PARTS = frozenset({"text", "input_text"})
+
+
+@dataclass(frozen=True, slots=True)
+class TierDecision:
+    """Which tier a call was routed to first, and the rule (or classifier) that said so."""
+
+    tier: TierName
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TierHeuristic:
+    """The default classifier: the first matching rule of :data:`RULES` decides.
+
+    Large: a non-text part (``images``); ``tools``/``functions`` or a tool turn (``tools``);
+    a ``response_format`` other than text (``response_format``); no ``max_tokens``
+    (``no_max_tokens``, when ``unbounded_output_large``: nothing bounds the answer); more
+    than ``max_output_tokens`` asked for (``long_output``); a prompt over
+    ``max_prompt_tokens`` (``long_prompt``); more than ``max_turns`` non-system messages
+    (``long_conversation``); code in the text (``code``); multi-step reasoning words
+    (``reasoning``). Otherwise small (``short_ask``): a short, single-purpose ask with a
+    small answer. Pass one with other thresholds as ``tier_classifier=``."""
+
+    max_prompt_tokens: int = 1500
+    max_output_tokens: int = 512
+    max_turns: int = 6
+    unbounded_output_large: bool = True
+
+    def __call__(
+        self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
+    ) -> tuple[TierName, str]:
+        turns = 0
+        prompt_tokens = 0
+        texts: list[str] = []
+        for message in messages:
+            if message.get("tool_calls") or message.get("function_call"):
+                return "large", "tools"
+            role = message.get("role")
+            if role in ("tool", "function"):
+                return "large", "tools"
+            content = message.get("content")
+            if isinstance(content, list) and any(
+                isinstance(p, Mapping) and p.get("type") not in _TEXT_PARTS for p in content
+            ):
+                return "large", "images"
+            if role not in ("system", "developer"):
+                turns += 1
+            text = message_text(message)
+            prompt_tokens += MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens(text)
+            texts.append(text)
+        if params.get("tools") or params.get("functions"):
+            return "large", "tools"
+        fmt = params.get("response_format")
+        if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+            return "large", "response_format"
+        max_out = params.get("max_completion_tokens") or params.get("max_tokens")
+        if max_out is None:
+            if self.unbounded_output_large:
+                return "large", "no_max_tokens"
+        elif max_out > self.max_output_tokens:
+            return "large", "long_output"
+        if prompt_tokens > self.max_prompt_tokens:
+            return "large", "long_prompt"
+        if turns > self.max_turns:
+            return "large", "long_conversation"
+        text = "\n".join(texts).lower()
+        words = set(_WORD.findall(text))
+        if not _CODE_WORDS.isdisjoint(words) or any(m in text for m in _CODE_MARKS):
+            return "large", "code"
+        if not _REASONING_WORDS.isdisjoint(words) or any(m in text for m in _REASONING_MARKS):
+            return "large", "reasoning"
+        return "small", "short_ask"
+
+
+def check_classifier(classifier: object) -> TierClassifier:
+    """``tier_classifier=`` must be callable (a function, a :class:`TierHeuristic`)."""
+    if not callable(classifier):
+        raise BadRequestError(
+            "tier_classifier must be a callable (messages, params) -> 'small' | 'large', "
+            f"got {type(classifier).__name__}"
+        )
+    return classifier
+
+
+def check_accept(accept: object, name: str = "accept") -> Accept | None:
+    """``accept=`` is None or a callable ``(ChatResult) -> bool``."""
+    if accept is None:
+        return None
+    if not callable(accept):
+        raise BadRequestError(
+            f"{name} must be a callable (result) -> bool (or None), got {type(accept).__name__}"
+        )
+    return accept
+
+
+def _token_bound(params: Mapping[str, Any]) -> int | None:
+    bound = params.get("max_completion_tokens") or params.get("max_tokens")
+    return bound if isinstance(bound, int) else None
+
+
+def _wants_json(params: Mapping[str, Any]) -> bool:
+    fmt = params.get("response_format")
+    return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
+
+
+def failure_reason(
+    result: ChatResult, params: Mapping[str, Any], small_output_tokens: int = 512
+) -> str | None:
+    """Why a small-tier answer looks failed, or None: ``length`` (cut at a small or unset
+    ``max_tokens`` — a small bound the large model answers within, or the small model's
+    context), ``empty`` (no text and no tool call), ``invalid_json`` (``response_format``
+    asked for JSON)."""
+    if result.finish_reason == "length":
+        bound = _token_bound(params)
+        if bound is None or bound <= small_output_tokens:
+            return "length"
+    if result.finish_reason in ("tool_calls", "function_call"):
+        return None
+    if not result.text.strip():
+        return "empty"
+    if _wants_json(params):
+        try:
+            json.loads(result.text)
+        except ValueError:
+            return "invalid_json"
+    return None
+
+
+@dataclass(slots=True)
+class _RuleCounts:
+    calls: int = 0
+    small: int = 0
+    escalated: int = 0
+    escalation_failed: int = 0
+    #: escalation wanted but no large-tier backend could take the call (none up, or private)
+    unescalated: int = 0
+    why: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleStats:
+    """One rule's (or classifier's) calls under ``tier="auto"``."""
+
+    calls: int
+    #: of which routed to the small tier first
+    small: int
+    #: small answers asked again of the large tier
+    escalated: int
+    #: escalations whose large-tier call failed (the small answer was returned)
+    escalation_failed: int
+    #: small answers that looked failed with no large-tier backend up to take them
+    unescalated: int
+    #: why answers were escalated: ``length``, ``empty``, ``invalid_json``, ``rejected``
+    escalation_reasons: Mapping[str, int]
+
+    @property
+    def escalation_rate(self) -> float | None:
+        """Escalated over small-tier answers (None before any)."""
+        return self.escalated / self.small if self.small else None
+
+
+@dataclass(frozen=True, slots=True)
+class TierStats:
+    """``gate.tier_stats()``: calls, small-tier share and escalations per classifier rule."""
+
+    rules: Mapping[str, RuleStats]
+    #: calls whose classifier raised or answered junk (the heuristic decided instead)
+    classifier_errors: int
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.rules.values())
+
+    @property
+    def escalated(self) -> int:
+        return sum(r.escalated for r in self.rules.values())
+
+    @property
+    def escalation_rate(self) -> float | None:
+        small = sum(r.small for r in self.rules.values())
+        return self.escalated / small if small else None
+
+
+#: distinct classifier / accept errors remembered (each warned once); past it, no more warnings
+_MAX_WARNED = 256
+
+
+class Tiering:
+    """The gateway's tiering: classifies ``tier="auto"`` calls, runs them, escalates."""
+
+    def __init__(
+        self,
+        *,
+        tiers: frozenset[str],
+        classifier: TierClassifier | None = None,
+        accept: Accept | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        heuristic: TierHeuristic | None = None,
+    ) -> None:
+        #: classification runs only where there is a choice: backends of both tiers
+        self.active = {"small", "large"} <= tiers
+        self.heuristic = heuristic or (
+            classifier if isinstance(classifier, TierHeuristic) else TierHeuristic()
+        )
+        self.classifier: TierClassifier = classifier or self.heuristic
+        self.accept = accept
+        self._counts: dict[str, _RuleCounts] = {}
+        self.classifier_errors = 0
+        self._warned: set[tuple[str, str]] = set()
+        meter = metrics.get_meter("gptgate", meter_provider=meter_provider)
+        self._metric = meter.create_counter(
+            NAMES["metric_tier"], unit="{call}",
+            description="tier='auto' calls by classifier rule, tier chosen and escalation",
+        )
+        self._points: dict[tuple[str, str, bool], dict[str, Any]] = {}
+
+    # -- classification --------------------------------------------------------------------
+
+    async def decide(
+        self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
+    ) -> TierDecision:
+        """The classifier's choice; the heuristic's when it raises or answers junk."""
+        view = MappingProxyType(params)
+        if self.classifier is self.heuristic:
+            return TierDecision(*self.heuristic(messages, view))
+        try:
+            answer = self.classifier(messages, view)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as error:  # the user's bug: never their traffic's failure
+            self._warn("tier_classifier raised", type(error).__name__, str(error)[:200])
+            return self._fallback(messages, view)
+        decision = _as_decision(answer)
+        if decision is None:
+            self._warn(
+                "tier_classifier answered neither 'small' nor 'large'",
+                type(answer).__name__, repr(answer)[:100],
+            )
+            return self._fallback(messages, view)
+        return decision
+
+    def _fallback(
+        self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
+    ) -> TierDecision:
+        self.classifier_errors += 1
+        tier, rule = self.heuristic(messages, params)
+        return TierDecision(tier, f"fallback.{rule}")
+
+    def _warn(self, what: str, kind: str, detail: str) -> None:
+        key = (kind, detail)
+        if key in self._warned or len(self._warned) >= _MAX_WARNED:
+            return
+        self._warned.add(key)
+        log.warning("%s (%s: %s): the call uses the default heuristic", what, kind, detail)
+
+    def applies(self, spec: CallSpec) -> bool:
+        """A ``tier="auto"`` call with no explicit backend, on a gateway with both tiers."""
+        return self.active and spec.route.tier == "auto" and spec.route.backend is None
+
+    async def prepare(self, spec: CallSpec) -> tuple[CallSpec, TierDecision | None]:
+        """The call routed by its tier decision (a stream's too), with the span attributes."""
+        route = spec.route
+        if route.tier != "auto":
+            return dataclasses.replace(spec, tier_attributes=_EXPLICIT[route.tier]), None
+        if not self.applies(spec):
+            return spec, None
+        decision = await self.decide(spec.messages, spec.params)
+        return dataclasses.replace(
+            spec,
+            route=dataclasses.replace(route, prefer=decision.tier),
+            tier_attributes=_attributes(decision, escalated=False),
+        ), decision
+
+    # -- the call, and its escalation ------------------------------------------------------
+
+    async def run(
+        self, runner: CallRunner, spec: CallSpec, accept: Accept | None = None
+    ) -> ChatResult:
+        """Run a non-visible call: classified, then escalated once if its small-tier answer
+        looks failed. ``accept`` (the call's, else the gateway's) judges what the built-in
+        checks pass."""
+        spec, decision = await self.prepare(spec)
+        if decision is None:
+            result = await runner.run(spec)
+            if spec.tier_attributes is None:
+                return result
+            return dataclasses.replace(result, tier=spec.route.tier, tier_reason="explicit")
+        counts = self._counts.get(decision.reason)
+        if counts is None:
+            counts = self._counts[decision.reason] = _RuleCounts()
+        counts.calls += 1
+        if decision.tier == "small":
+            counts.small += 1
+        start = runner.clock.now()
+        first = dataclasses.replace(
+            await runner.run(spec), tier=decision.tier, tier_reason=decision.reason
+        )
+        served = runner.router.by_name.get(first.backend)
+        if served is None or served.backend.tier != "small":
+            self._count(decision, escalated=False)
+            return first
+        why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
+        judge = accept or self.accept
+        if why is None and judge is not None and not await self._accepts(judge, first):
+            why = "rejected"
+        if why is None:
+            self._count(decision, escalated=False)
+            return first
+        return await self._escalate(runner, spec, decision, counts, first, why, start)
+
+    async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
+        """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
+        try:
+            verdict = judge(result)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as error:
+            self._warn("accept raised", type(error).__name__, str(error)[:200])
+            return True
+        if not isinstance(verdict, bool):
+            self._warn("accept answered no bool", type(verdict).__name__, repr(verdict)[:100])
+            return True
+        return verdict
+
+    async def _escalate(
+        self,
+        runner: CallRunner,
+        spec: CallSpec,
+        decision: TierDecision,
+        counts: _RuleCounts,
+        first: ChatResult,
+        why: str,
+        start: float,
+    ) -> ChatResult:
+        """Ask the large tier once. The first answer's tokens are waste in the ledger; with
+        no large-tier backend up (or none private, for a private call), or when the large
+        call fails, the first answer is returned as it is."""
+        large = dataclasses.replace(spec.route, tier="large", prefer=None)
+        if not runner.router.has_alternative(large, frozenset()):
+            counts.unescalated += 1
+            self._count(decision, escalated=False)
+            return first
+        counts.escalated += 1
+        counts.why[why] = counts.why.get(why, 0) + 1
+        self._count(decision, escalated=True)
+        attributes = _attributes(decision, escalated=True)
+        attributes[NAMES["tier"]] = "large"
+        attributes[NAMES["escalation_reason"]] = why
+        try:
+            second = await runner.run(
+                dataclasses.replace(spec, route=large, tier_attributes=attributes)
+            )
+        except GateError as error:
+            counts.escalation_failed += 1
+            log.info("escalation to the large tier failed (%s): small answer kept", error)
+            return first
+        runner.ledger.record_escalated(first.backend, first.usage)
+        return dataclasses.replace(
+            second,
+            attempts=first.attempts + second.attempts,
+            billed_usage=first.billed_usage + second.billed_usage,
+            cost_usd=first.cost_usd + second.cost_usd,
+            latency_s=runner.clock.now() - start,
+            queue_s=first.queue_s + second.queue_s,
+            tier="large",
+            tier_reason=decision.reason,
+            escalated=True,
+        )
+
+    def _count(self, decision: TierDecision, *, escalated: bool) -> None:
+        key = (decision.tier, decision.reason, escalated)
+        point = self._points.get(key)
+        if point is None:
+            if len(self._points) >= _MAX_WARNED:
+                self._points.clear()
+            point = self._points[key] = _attributes(decision, escalated=escalated)
+        self._metric.add(1, point)
+
+    def stats(self) -> TierStats:
+        return TierStats(
+            rules={
+                rule: RuleStats(
+                    calls=c.calls,
+                    small=c.small,
+                    escalated=c.escalated,
+                    escalation_failed=c.escalation_failed,
+                    unescalated=c.unescalated,
+                    escalation_reasons=dict(c.why),
+                )
+                for rule, c in self._counts.items()
+            },
+            classifier_errors=self.classifier_errors,
+        )
+
+
+def _as_decision(answer: object) -> TierDecision | None:
+    """A classifier's answer: ``"small"``/``"large"``, or ``(tier, reason)`` with a short
+    reason; anything else is junk (None)."""
+    if answer == "small" or answer == "large":
+        return TierDecision(answer, "classifier")
+    if (
+        isinstance(answer, tuple)
+        and len(answer) == 2
+        and answer[0] in ("small", "large")
+        and isinstance(answer[1], str)
+        and 0 < len(answer[1]) <= 64
+    ):
+        return TierDecision(answer[0], answer[1])
+    return None
+
+
+#: a span's attributes for an explicit tier (never changed: the SDK copies what it is given)
+_EXPLICIT: dict[str, Mapping[str, Any]] = {
+    tier: MappingProxyType({NAMES["tier"]: tier, NAMES["tier_reason"]: "explicit"})
+    for tier in ("small", "large")
+}
+
+
+def _attributes(decision: TierDecision, *, escalated: bool) -> dict[str, Any]:
+    return {
+        NAMES["tier"]: decision.tier,
+        NAMES["tier_reason"]: decision.reason,
+        NAMES["escalated"]: escalated,
+    }
