@@ -905,13 +905,10 @@ class Gateway:
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
 
-        ``hedge`` is refused for now (a visible stream is not hedged yet, see docs/guide.md
-        "Hedging"); a scenario's hedge policy does not apply to streams."""
-        if hedge is not None and hedge is not False:
-            raise BadRequestError(
-                "hedge is not supported on gate.stream yet: a visible stream is never hedged"
-                " (use gate.chat or gate.map)"
-            )
+        ``hedge`` (True or a HedgePolicy; default: the scenario's) sends one duplicate once
+        the call has waited past its backend's p95 time to first token, and only until a token
+        has been shown: the first racer to produce one is the stream (docs/guide.md
+        "Hedging")."""
         runner = self.runner
         spec = self._spec(
             messages,
@@ -926,7 +923,7 @@ class Gateway:
             visible=True,
             params=params,
             cache_key=cache_key,
-            hedge=False,
+            hedge=hedge,
         )
         return ChatStream(runner, spec, self.clock, self._calls)
 
