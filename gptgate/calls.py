@@ -125,8 +125,10 @@ class CallState:
     named: bool = False
     #: the error type of the attempt before the one about to be sent
     retry_reason: str | None = None
-    #: the backend of the latest sent attempt, and an event set at each send (hedging)
+    #: the backend of the latest sent attempt, when it was sent (a hedge waiting for budget
+    #: queues by it), and an event set at each send (hedging)
     sent_to: BackendState | None = None
+    sent_at: float = 0.0
     on_sent: anyio.Event | None = None
     #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true)
     hedge: bool = False
@@ -287,7 +289,7 @@ class _Attempt:
         queue_s = sent_at - self.enqueued
         state.queue_s += queue_s
         self.sent = True
-        state.sent_to = backend
+        state.sent_to, state.sent_at = backend, sent_at
         if state.on_sent is not None:
             state.on_sent.set()
         backend.calls += 1
@@ -510,6 +512,17 @@ class CallRunner:
         state = CallState(start=self.clock.now())
 
         async def attempt(number: int) -> ChatResult:
+            if spec.hedge is not None and spec.stream:
+                # on the wire as SSE: raced to the first token, as a visible stream is (a slow
+                # first token says a bad replica or batch, whatever the answer's length; the
+                # loser, cancelled before it, is rarely billed); the deltas are not shown
+                watched = replace(spec, visible=True)
+                async with aclosing(self._hedged_stream(watched, state, number, spec.hedge)) as d:
+                    async for _ in d:
+                        pass
+                state.committed = False
+                assert state.result is not None
+                return state.result
             if spec.hedge is not None:
                 return await self._hedged(spec, state, number, spec.hedge)
             async with aclosing(self._attempt(spec, state, number)) as deltas:
@@ -1148,9 +1161,10 @@ class CallRunner:
     async def _hedge_after_p95(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
-        """Wait for the first attempt's send, then past its backend's p95 — of whole answers,
-        or of first tokens for a visible stream (the caller waits for that): a duplicate's
-        state when one may go (no tools unless allowed, within the budget)."""
+        """Wait for the first attempt's send, then past its backend's p95 — of first tokens
+        for a call on the wire as SSE (raced to its first token; the whole answers' p95 while
+        the backend has no first-token times yet), else of whole answers: a duplicate's state
+        when one may go (no tools unless allowed, within the budget)."""
         assert state.on_sent is not None
         await state.on_sent.wait()
         first = state.sent_to
@@ -1160,14 +1174,18 @@ class CallRunner:
         # have left the window by the time its tail (the calls worth hedging) runs
         budget = self._hedge_budget(policy)
         budget.record_call(self.clock.now())
-        # the caller of gate.chat waits for the whole answer, on the wire as SSE or not; the
-        # caller of gate.stream for the first token
-        delay = hedge_delay(first.ttft if spec.visible else first.latency, policy)
+        delay = hedge_delay(first.ttft, policy) if spec.stream else None
+        if delay is None:
+            delay = hedge_delay(first.latency, policy)
         if delay is None or (uses_tools(spec.params) and not policy.tools):
             return None
         await self.clock.sleep(delay)
-        if done.is_set() or not budget.try_spend(self.clock.now()):
+        if done.is_set():
             return None
+        if not budget.try_spend(self.clock.now()):
+            await budget.wait_turn(state.sent_at)  # cancelled with the race when it ends
+            if done.is_set():
+                return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,

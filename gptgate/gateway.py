@@ -745,6 +745,11 @@ class Gateway:
             do_stream, decision = True, "explicit"
         else:
             do_stream, decision = decide_stream(resolved, checked, params, stream)
+        policy = resolve_hedge(hedge, resolved.hedge)
+        if policy is not None and decision in ("short_output", "default"):
+            # hedged on its first token: a slow one says a bad replica or batch early, whatever
+            # the answer's length, and a loser cancelled before it is rarely billed
+            do_stream, decision = True, "hedge"
         prompt_tokens = estimate_prompt_tokens(checked)
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
@@ -777,7 +782,7 @@ class Gateway:
             max_attempts=max_attempts,
             prefix=prefix,
             headers=headers,
-            hedge=resolve_hedge(hedge, resolved.hedge),
+            hedge=policy,
         )
 
     def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:

@@ -59,6 +59,9 @@ class Server:
 
         return httpx2.MockTransport(handler)
 
+    def sent(self, prompt: str) -> list[str]:
+        return [name for name, p in self.log if p == prompt]
+
 
 def _gate(
     clock: LoopClock, server: Server | StreamServer, *names: str, **options: Any
@@ -159,6 +162,42 @@ def test_the_budget_is_never_exceeded() -> None:
                 await gate.chat(_msg(f"q{i}"), hedge=policy)
                 assert sum(_hedges(gate).values()) <= 0.05 * (201 + i)
             assert sum(_hedges(gate).values()) == 15
+
+    run_virtual(main)
+
+
+def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_waiter_first(
+) -> None:
+    """Two stalled calls pass their threshold with no room left: they wait in line (not give
+    up, as they used to). When new calls make room for one hedge, it goes to the call that
+    has waited longest since its send; the other waits its stall out."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"x", "y"})
+        gate = _gate(clock, server, "a")
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
+        async with gate:
+            await _warm(gate, 5, hedge=policy)  # 5 calls: no room for a hedge yet
+            took: dict[str, float] = {}
+
+            async def call(text: str) -> None:
+                start = clock.now()
+                await gate.chat(_msg(text), hedge=policy)
+                took[text] = clock.now() - start
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "x")  # the 6th call
+                await clock.sleep(0.25)
+                tg.start_soon(call, "y")  # the 7th
+                await clock.sleep(2.0)  # both past p50 (1 s), waiting for room
+                assert _hedges(gate) == {"a": 0}
+                for i in range(3):  # the 10th call makes room for one hedge
+                    tg.start_soon(call, f"z{i}")
+            assert server.sent("x") == ["a", "a"] and server.sent("y") == ["a"]
+            assert _hedges(gate) == {"a": 1}
+            assert took["x"] == pytest.approx(2.25 + FAST, abs=0.05)
+            assert took["y"] == pytest.approx(STALL, abs=0.05)
 
     run_virtual(main)
 
