@@ -117,16 +117,20 @@ def test_a_stalled_call_is_duplicated_to_another_backend_and_the_loser_cancelled
     run_virtual(main)
 
 
-def test_with_one_backend_the_duplicate_goes_to_the_same_backend() -> None:
+@pytest.mark.parametrize("stream", [None, False])
+def test_with_one_backend_the_duplicate_goes_to_the_same_backend(stream: bool | None) -> None:
+    """On the wire as SSE (a hedged call's default) or as JSON (the caller's choice)."""
+
     async def main() -> None:
         clock = LoopClock()
         server = Server(clock, stall={"slow"})
         gate = _gate(clock, server, "a")
         async with gate:
             await _warm(gate)
-            result = await gate.chat(_msg("slow"), hedge=EAGER)
+            result = await gate.chat(_msg("slow"), hedge=EAGER, stream=stream)
             assert [n for n, p in server.log if p == "slow"] == ["a", "a"]
             assert result.backend == "a" and _hedges(gate) == {"a": 1}
+            assert result.streamed is (stream is None)
 
     run_virtual(main)
 
@@ -541,5 +545,30 @@ def test_a_stream_left_mid_race_cancels_both_racers_and_holds_nothing(how: str) 
         assert sum(_hedges(gate).values()) == 1
         await clock.sleep(STALL)
         assert len(server.sent("slow")) == 2
+
+    run_virtual(main)
+
+
+def test_a_hedged_chat_streams_on_the_wire_and_is_raced_to_its_first_token() -> None:
+    """A hidden call is hedged like a stream: past its backend's p95 time to first token (1 s
+    here, its whole answer takes 2 s), and the loser is cancelled at the duplicate's first
+    token — before its own: what it cost is an estimate, counted as uncertain."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = StreamServer(clock, stall={"slow"})
+        gate = _gate(clock, server, "a", "b")
+        async with gate:
+            await _warm_streams(gate)
+            uncertain_before = gate.ledger.total().uncertain_tokens
+            start = clock.now()
+            result = await gate.chat(_msg("slow"), hedge=EAGER, max_tokens=50)
+            assert clock.now() - start == pytest.approx(2 * FAST + 2 * GAP, abs=0.05)
+            sent = server.sent("slow")
+            assert len(sent) == 2 and result.backend == sent[1]
+            assert (result.streamed, result.stream_decision) == (True, "hedge")
+            assert server.bodies[-2].closed  # the loser, cut before its first token
+            assert gate.ledger.total().uncertain_tokens > uncertain_before
+            assert result.billed_usage.total_tokens > result.usage.total_tokens
 
     run_virtual(main)
