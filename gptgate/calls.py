@@ -1283,8 +1283,9 @@ class CallRunner:
     async def _hedged_stream(
         self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
     ) -> AsyncGenerator[str, None]:
-        """One attempt of a visible stream, raced — while nothing has been shown — against at
-        most one duplicate sent once it has waited past its backend's p95 time to first token.
+        """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
+        way — raced, while nothing has been shown, against at most one duplicate sent once it
+        has waited past its backend's p95 time to first token.
         The first racer to produce a token wins and is the stream the caller reads; the other
         is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
         first token, so a stream that has shown text is never hedged. With every racer failed
