@@ -1183,8 +1183,9 @@ class CallRunner:
         if done.is_set():
             return None
         if not budget.try_spend(self.clock.now()):
-            await budget.wait_turn(state.sent_at)  # cancelled with the race when it ends
+            spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
             if done.is_set():
+                budget.give_back(spent_at)
                 return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,

@@ -82,6 +82,8 @@ class HedgeBudget:
         #: calls past their threshold waiting for room: (sent at, arrival, granted)
         self._waiting: list[tuple[float, int, anyio.Event]] = []
         self._arrivals = 0
+        #: arrival → when its room was granted (a grant cancelled before use is given back)
+        self._granted_at: dict[int, float] = {}
 
     def _trim(self, now: float) -> None:
         edge = now - self.window_s
@@ -93,7 +95,9 @@ class HedgeBudget:
         self._calls.append(now)
         waiting = self._waiting
         while waiting and self.try_spend(now):
-            heapq.heappop(waiting)[2].set()  # the longest waiter gets the room
+            _, arrival, granted = heapq.heappop(waiting)  # the longest waiter gets the room
+            self._granted_at[arrival] = now
+            granted.set()
 
     def try_spend(self, now: float) -> bool:
         self._trim(now)
@@ -102,9 +106,15 @@ class HedgeBudget:
         self._hedges.append(now)
         return True
 
-    async def wait_turn(self, sent_at: float) -> None:
-        """Wait for room, ahead of every call sent after ``sent_at``. A waiter cancelled (its
-        call answered) leaves the line; one cancelled just as it was granted gives it back."""
+    def give_back(self, spent_at: float) -> None:
+        """A hedge spent at ``spent_at`` that was not sent after all (its call answered)."""
+        if spent_at in self._hedges:
+            self._hedges.remove(spent_at)
+
+    async def wait_turn(self, sent_at: float) -> float:
+        """Wait for room, ahead of every call sent after ``sent_at``; the time it was granted.
+        A waiter cancelled (its call answered) leaves the line; one cancelled just as it was
+        granted gives it back."""
         granted = anyio.Event()
         self._arrivals += 1
         entry = (sent_at, self._arrivals, granted)
@@ -112,12 +122,16 @@ class HedgeBudget:
         try:
             await granted.wait()
         except BaseException:
-            if granted.is_set():
-                self._hedges.pop()  # not sent: the budget gets it back
+            if granted.is_set():  # not sent: the budget gets it back
+                self.give_back(self._granted_at[entry[1]])
             else:
                 self._waiting.remove(entry)
                 heapq.heapify(self._waiting)
             raise
+        finally:
+            spent_at = self._granted_at.pop(entry[1], None)
+        assert spent_at is not None
+        return spent_at
 
     @property
     def spent(self) -> int:

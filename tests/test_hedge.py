@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx2
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -202,6 +203,39 @@ def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_wa
             assert _hedges(gate) == {"a": 1}
             assert took["x"] == pytest.approx(2.25 + FAST, abs=0.05)
             assert took["y"] == pytest.approx(STALL, abs=0.05)
+
+    run_virtual(main)
+
+
+def test_the_budget_line_serves_the_longest_waiter_and_forgets_a_cancelled_one() -> None:
+    async def main() -> None:
+        budget = HedgeBudget(0.5, window_s=100.0)
+        budget.record_call(0.0)  # room for none
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(budget.wait_turn, 0.0)
+            await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()  # answered while waiting: leaves the line
+        budget.record_call(1.0)  # room for one, nobody waiting: nothing spent
+        assert budget.spent == 0
+        served: list[float] = []
+
+        async def wait(sent_at: float) -> None:
+            await budget.wait_turn(sent_at)
+            served.append(sent_at)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait, 0.5)  # in line first, but sent later
+            tg.start_soon(wait, 0.2)
+            await anyio.lowlevel.checkpoint()
+            assert budget.try_spend(2.0) and budget.spent == 1  # the only room is gone
+            budget.record_call(3.0)
+            budget.record_call(4.0)  # room for one more: the longest waiter's
+            await anyio.lowlevel.checkpoint()
+            assert served == [0.2] and budget.spent == 2
+            tg.cancel_scope.cancel()
+        budget.record_call(5.0)
+        budget.record_call(6.0)  # the cancelled waiter is gone: the room stays unspent
+        assert budget.spent == 2
 
     run_virtual(main)
 
