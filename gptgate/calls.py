@@ -127,8 +127,10 @@ class CallState:
     named: bool = False
     #: the error type of the attempt before the one about to be sent
     retry_reason: str | None = None
-    #: the backend of the latest sent attempt, and an event set at each send (hedging)
+    #: the backend of the latest sent attempt, when it was sent (a hedge waiting for budget
+    #: queues by it), and an event set at each send (hedging)
     sent_to: BackendState | None = None
+    sent_at: float = 0.0
     on_sent: anyio.Event | None = None
     #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true)
     hedge: bool = False
@@ -289,7 +291,7 @@ class _Attempt:
         queue_s = sent_at - self.enqueued
         state.queue_s += queue_s
         self.sent = True
-        state.sent_to = backend
+        state.sent_to, state.sent_at = backend, sent_at
         if state.on_sent is not None:
             state.on_sent.set()
         backend.calls += 1
@@ -514,6 +516,17 @@ class CallRunner:
         state = CallState(start=self.clock.now())
 
         async def attempt(number: int) -> ChatResult:
+            if spec.hedge is not None and spec.stream:
+                # on the wire as SSE: raced to the first token, as a visible stream is (a slow
+                # first token says a bad replica or batch, whatever the answer's length; the
+                # loser, cancelled before it, is rarely billed); the deltas are not shown
+                watched = replace(spec, visible=True)
+                async with aclosing(self._hedged_stream(watched, state, number, spec.hedge)) as d:
+                    async for _ in d:
+                        pass
+                state.committed = False
+                assert state.result is not None
+                return state.result
             if spec.hedge is not None:
                 return await self._hedged(spec, state, number, spec.hedge)
             async with aclosing(self._attempt(spec, state, number)) as deltas:
@@ -583,8 +596,12 @@ class CallRunner:
         max_attempts = spec.max_attempts or self.retry.max_attempts
         while True:
             number += 1
+            if spec.hedge is not None:
+                source = self._hedged_stream(spec, state, number, spec.hedge)
+            else:
+                source = self._attempt(spec, state, number)
             try:
-                async with aclosing(self._attempt(spec, state, number)) as deltas:
+                async with aclosing(source) as deltas:
                     async for delta in deltas:
                         yield delta
                 return
@@ -1173,8 +1190,10 @@ class CallRunner:
     async def _hedge_after_p95(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
-        """Wait for the first attempt's send, then past its backend's p95 (of whole answers):
-        a duplicate's state when one may go (no tools unless allowed, within the budget)."""
+        """Wait for the first attempt's send, then past its backend's p95 — of first tokens
+        for a call on the wire as SSE (raced to its first token; the whole answers' p95 while
+        the backend has no first-token times yet), else of whole answers: a duplicate's state
+        when one may go (no tools unless allowed, within the budget)."""
         assert state.on_sent is not None
         await state.on_sent.wait()
         first = state.sent_to
@@ -1184,13 +1203,19 @@ class CallRunner:
         # have left the window by the time its tail (the calls worth hedging) runs
         budget = self._hedge_budget(policy)
         budget.record_call(self.clock.now())
-        # the caller of gate.chat waits for the whole answer, on the wire as SSE or not
-        delay = hedge_delay(first.latency, policy)
+        delay = hedge_delay(first.ttft, policy) if spec.stream else None
+        if delay is None:
+            delay = hedge_delay(first.latency, policy)
         if delay is None or (uses_tools(spec.params) and not policy.tools):
             return None
         await self.clock.sleep(delay)
-        if done.is_set() or not budget.try_spend(self.clock.now()):
+        if done.is_set():
             return None
+        if not budget.try_spend(self.clock.now()):
+            spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
+            if done.is_set():
+                budget.give_back(spent_at)
+                return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
@@ -1253,19 +1278,110 @@ class CallRunner:
         self, state: CallState, duplicate: CallState | None, winner: list[CallState],
         errors: list[GateError],
     ) -> ChatResult:
+        self._merge_duplicate(state, duplicate, winner[0] if winner else None)
+        if not winner:
+            raise self._race_lost(state, errors)
+        assert state.result is not None
+        return state.result
+
+    @staticmethod
+    def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
+        """Every racer failed: a retry avoids every backend that failed this call, the
+        duplicate's too; the first error goes to the retry policy."""
+        state.failed_backends |= {e.backend for e in errors[1:] if e.backend}
+        return errors[0]
+
+    @staticmethod
+    def _merge_duplicate(
+        state: CallState, duplicate: CallState | None, winner: CallState | None
+    ) -> None:
+        """The call's accounting after a race: the duplicate counted on its backend, its
+        billed tokens and cost added to the call's, and the winner's answer as the result."""
         if duplicate is not None:
             if duplicate.sent_to is not None:
                 duplicate.sent_to.hedges += 1
             state.billed = state.billed + duplicate.billed
             state.cost_usd += duplicate.cost_usd
-        if not winner:
-            # a retry avoids every backend that failed this call, the duplicate's too
-            state.failed_backends |= {e.backend for e in errors[1:] if e.backend}
-            raise errors[0]
-        result = winner[0].result
-        assert result is not None
+        if winner is None or winner.result is None:
+            return
         state.result = replace(
-            result, billed_usage=state.billed, cost_usd=state.cost_usd, attempts=state.attempts,
+            winner.result, billed_usage=state.billed, cost_usd=state.cost_usd,
+            attempts=state.attempts,
             queue_s=state.queue_s,  # the call's own wait: latency_s - queue_s is since its send
         )
-        return state.result
+
+    async def _hedged_stream(
+        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
+    ) -> AsyncGenerator[str, None]:
+        """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
+        way — raced, while nothing has been shown, against at most one duplicate sent once it
+        has waited past its backend's p95 time to first token.
+        The first racer to produce a token wins and is the stream the caller reads; the other
+        is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
+        first token, so a stream that has shown text is never hedged. With every racer failed
+        before a token, the first error goes to the retry policy.
+
+        The race runs inside one step of this generator (its task group never spans a
+        ``yield``); the winner's generator, paused at its first token, is read from here."""
+        state.on_sent = anyio.Event()
+        state.sent_to = None  # a retry's: not the backend of the attempt before
+        done = anyio.Event()
+        racers: list[AsyncGenerator[str, None]] = []
+        #: racers that reached their first token (or completed without text), in order
+        first: list[tuple[CallState, AsyncGenerator[str, None], str | None]] = []
+        errors: list[GateError] = []
+        duplicate: CallState | None = None
+        winner: CallState | None = None
+        running = 0
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def race(racer: CallState, spec: CallSpec = spec) -> None:
+                    nonlocal running
+                    deltas = self._attempt(spec, racer, number)
+                    racers.append(deltas)
+                    running += 1
+                    delta: str | None
+                    try:
+                        delta = await deltas.__anext__()
+                    except StopAsyncIteration:
+                        delta = None  # complete without a text delta (tool calls only)
+                    except GateError as error:
+                        errors.append(error)
+                        running -= 1
+                        if running == 0:  # nothing left in the race: the retry policy decides
+                            group.cancel_scope.cancel()
+                        return
+                    finally:
+                        if racer is state and racer.on_sent is not None:
+                            racer.on_sent.set()  # wakes the hedger when the first ended unsent
+                    running -= 1
+                    first.append((racer, deltas, delta))
+                    done.set()
+                    group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
+
+                async def hedger() -> None:
+                    nonlocal duplicate
+                    racer = await self._hedge_after_p95(spec, state, policy, done)
+                    if racer is not None and running:
+                        duplicate = racer
+                        group.start_soon(race, racer, _ahead_of_the_queue(spec))
+
+                group.start_soon(race, state)
+                group.start_soon(hedger)
+            if not first:
+                raise self._race_lost(state, errors)
+            winner, deltas, delta = first[0]
+            for _, tied, _ in first[1:]:  # a token in the same instant: still the loser
+                with anyio.CancelScope(shield=True):
+                    await tied.aclose()
+            if delta is not None:
+                state.committed = True
+                yield delta
+                async for delta in deltas:
+                    yield delta
+        finally:
+            with anyio.CancelScope(shield=True):  # the caller left, or the winner ended
+                for deltas in racers:
+                    await deltas.aclose()
+            self._merge_duplicate(state, duplicate, winner)

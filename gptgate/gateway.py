@@ -783,6 +783,11 @@ class Gateway:
             do_stream, decision = True, "explicit"
         else:
             do_stream, decision = decide_stream(resolved, checked, params, stream)
+        policy = resolve_hedge(hedge, resolved.hedge)
+        if policy is not None and decision in ("short_output", "default"):
+            # hedged on its first token: a slow one says a bad replica or batch early, whatever
+            # the answer's length, and a loser cancelled before it is rarely billed
+            do_stream, decision = True, "hedge"
         prompt_tokens = estimate_prompt_tokens(checked)
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
@@ -815,7 +820,7 @@ class Gateway:
             max_attempts=max_attempts,
             prefix=prefix,
             headers=headers,
-            hedge=resolve_hedge(hedge, resolved.hedge),
+            hedge=policy,
         )
 
     def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
@@ -953,13 +958,10 @@ class Gateway:
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
 
-        ``hedge`` is refused for now (a visible stream is not hedged yet, see docs/guide.md
-        "Hedging"); a scenario's hedge policy does not apply to streams."""
-        if hedge is not None and hedge is not False:
-            raise BadRequestError(
-                "hedge is not supported on gate.stream yet: a visible stream is never hedged"
-                " (use gate.chat or gate.map)"
-            )
+        ``hedge`` (True or a HedgePolicy; default: the scenario's) sends one duplicate once
+        the call has waited past its backend's p95 time to first token, and only until a token
+        has been shown: the first racer to produce one is the stream (docs/guide.md
+        "Hedging")."""
         if accept is not None:
             raise BadRequestError(
                 "accept is not supported on gate.stream: a visible stream is never escalated"
@@ -979,7 +981,7 @@ class Gateway:
             visible=True,
             params=params,
             cache_key=cache_key,
-            hedge=False,
+            hedge=hedge,
         )
         return ChatStream(runner, spec, self.clock, self._calls, self._tiering)
 

@@ -9,10 +9,12 @@ The race itself is in ``CallRunner._hedged`` (gptgate/calls.py).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 if TYPE_CHECKING:
@@ -66,13 +68,22 @@ def hedge_delay(window: LatencyWindow, policy: HedgePolicy) -> float | None:
 
 class HedgeBudget:
     """Hedges ≤ ``ratio`` × calls over the last ``window_s`` seconds — never exceeded: a hedge
-    is spent only when one more still fits under the cap."""
+    is spent only when one more still fits under the cap.
+
+    A call past its threshold that finds the budget spent waits in line (:meth:`wait_turn`);
+    each new call that makes room gives it to the call that has waited longest since its send
+    — the one most likely to be the job's tail — not to whichever crossed its threshold next."""
 
     def __init__(self, ratio: float, window_s: float) -> None:
         self.ratio = ratio
         self.window_s = window_s
         self._calls: deque[float] = deque()
         self._hedges: deque[float] = deque()
+        #: calls past their threshold waiting for room: (sent at, arrival, granted)
+        self._waiting: list[tuple[float, int, anyio.Event]] = []
+        self._arrivals = 0
+        #: arrival → when its room was granted (a grant cancelled before use is given back)
+        self._granted_at: dict[int, float] = {}
 
     def _trim(self, now: float) -> None:
         edge = now - self.window_s
@@ -82,6 +93,11 @@ class HedgeBudget:
 
     def record_call(self, now: float) -> None:
         self._calls.append(now)
+        waiting = self._waiting
+        while waiting and self.try_spend(now):
+            _, arrival, granted = heapq.heappop(waiting)  # the longest waiter gets the room
+            self._granted_at[arrival] = now
+            granted.set()
 
     def try_spend(self, now: float) -> bool:
         self._trim(now)
@@ -89,6 +105,33 @@ class HedgeBudget:
             return False
         self._hedges.append(now)
         return True
+
+    def give_back(self, spent_at: float) -> None:
+        """A hedge spent at ``spent_at`` that was not sent after all (its call answered)."""
+        if spent_at in self._hedges:
+            self._hedges.remove(spent_at)
+
+    async def wait_turn(self, sent_at: float) -> float:
+        """Wait for room, ahead of every call sent after ``sent_at``; the time it was granted.
+        A waiter cancelled (its call answered) leaves the line; one cancelled just as it was
+        granted gives it back."""
+        granted = anyio.Event()
+        self._arrivals += 1
+        entry = (sent_at, self._arrivals, granted)
+        heapq.heappush(self._waiting, entry)
+        try:
+            await granted.wait()
+        except BaseException:
+            if granted.is_set():  # not sent: the budget gets it back
+                self.give_back(self._granted_at[entry[1]])
+            else:
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+            raise
+        finally:
+            spent_at = self._granted_at.pop(entry[1], None)
+        assert spent_at is not None
+        return spent_at
 
     @property
     def spent(self) -> int:

@@ -195,6 +195,8 @@ StreamDecision = Literal[
     "short_output",
     "long_output",
     "default",
+    #: a hedged call streams on the wire so it can be raced to its first token
+    "hedge",
 ]
 
 SHORT_OUTPUT_TOKENS = 200
