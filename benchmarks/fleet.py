@@ -7,7 +7,8 @@ worker *processes*, each running its share of one batch job through ``gate.map``
 ``shared= fixed N`` for each fleet-wide limit N of the grid (one redis-server on loopback).
 ``shared=`` with ``concurrency="auto"`` is not built yet (auto stays per process), so it has
 no row. Columns: goodput (successes per real second), p99 latency, 429s and billed tokens per
-success from the server's own ledger, failed calls, and the fleet's real concurrency at the
+success from the server's own ledger (p99 from each call's send: the job's queue at the
+gateway left out), failed calls, and the fleet's real concurrency at the
 server (``peak_in_flight``) against the fleet limit.
 
 Then ``--kill``: the best fixed row again with one worker SIGKILLed a third of the way in —
@@ -88,9 +89,11 @@ async def _work(
         stats = gate.stats()["sim"].fleet
         outages = stats.outages if stats is not None else 0
     ok = [r for r in results if isinstance(r, gg.ChatResult)]
-    out.put(
-        ("done", index, [r.latency_s for r in ok], len(results) - len(ok), time.time(), outages)
-    )
+    # latency from the send: the job's own queue at the gateway is not the backend's doing
+    out.put((
+        "done", index, [r.latency_s - r.queue_s for r in ok], len(results) - len(ok),
+        time.time(), outages,
+    ))
 
 
 def _run(
