@@ -1534,28 +1534,30 @@ async def _spreading_gate_with_a_measured_warm_up(
 def test_a_spreading_backend_gets_a_group_s_calls_spaced_not_in_a_burst() -> None:
     """A widened window released at once sent a burst that met each newly reached replica
     several times before its first call was prefilled (cold bursts on ``spread``: 6 duplicate
-    misses on one replica in one instant). On a spreading backend a group's calls go out at
-    most ``start`` per warm-up prefill time."""
+    misses on one replica in one instant). On a spreading backend a group's calls beyond its
+    first ``start`` in flight go out at most ``start`` per warm-up prefill time."""
 
     async def main() -> list[float]:
         clock = LoopClock()
         policy = RampPolicy(start=5, window=5)
         gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.5)
+        first = [await gate.enter("b", group("g"), policy, limit=50) for _ in range(5)]
+        assert clock.now() == 0.5  # no wider than a ramp's start: not paced
+        for t in first:  # a good window: the ramp widens to 10
+            t.observe(cached_tokens=4096, input_tokens=5000)
         sent: list[float] = []
 
         async def call() -> None:
-            ticket = await gate.enter("b", group("g"), policy, limit=50)
+            await gate.enter("b", group("g"), policy, limit=50)
             sent.append(clock.now())
-            ticket.release()
 
         start = clock.now()
         async with anyio.create_task_group() as tg:
-            for _ in range(10):
+            for _ in range(5):
                 tg.start_soon(call)
         return [round(t - start, 6) for t in sent]
 
-    sent = run_virtual(main)
-    assert sent == [round(0.1 * k, 6) for k in range(10)]
+    assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]
 
 
 def test_on_a_spreading_backend_a_prefilled_warm_up_holds_no_ramp_slot() -> None:
