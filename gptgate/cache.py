@@ -340,10 +340,8 @@ class RampController:
         # judge it again by the calls admitted from now on
         mixed = misses > 0 and 2 * misses <= self.policy.window
         lone = mixed and misses == 1 and not self._lone
-        first_use = self.forgiving and misses == 1
-        if self.meets_target(rate) or first_use:
+        if self.meets_target(rate):
             self._lone = self._rejudging = False
-            self.spills += first_use
             new = self._widen(current, may_widen)
             if not may_widen and current < self._limit:
                 self._deferred = min(self._deferred + 1, _MAX_DEFERRED)
