@@ -557,8 +557,7 @@ class _Group:
             return False
         # on a server that spreads prefixes, a prefilled warm-up still decoding holds no place
         # in a lone group's ramp: its work for the cache is done, and the ramp's first window
-        # would otherwise wait a whole call time for its last sample (cold bursts on the
-        # ``spread`` profile: 1.76x -> 1.72x the naive client's time); among several groups
+        # would otherwise wait a whole call time for its last sample; among several groups
         # the share counts every call
         sharing = bool(self.share) and self.share[0] > 0
         spent = self.spent if self.controller.forgiving and not sharing else 0
