@@ -464,13 +464,16 @@ class _Group:
         "in_flight",
         "key",
         "misses",
+        "next_send",
         "peak",
+        "prefill_s",
         "prefix_tokens",
         "queued",
         "rate",
         "rate_at",
         "samples",
         "share",
+        "spent",
         "spills_seen",
         "turn",
         "waiters",
@@ -498,6 +501,13 @@ class _Group:
         self.warm = not policy.warmup
         self.warming = False
         self.in_flight = 0
+        #: the warm-up call still in flight after its prefill (0 or 1): its work for the cache
+        #: is done, so it holds no place in the ramp window
+        self.spent = 0
+        #: the warm-up's time from admission to its prefill (None: not measured yet)
+        self.prefill_s: float | None = None
+        #: the earliest clock time the group's next paced call may go out
+        self.next_send = -math.inf
         #: most calls in flight at once since the ramp's last complete window
         self.peak = 0
         self.waiters: deque[_Waiter] = deque()
@@ -543,7 +553,15 @@ class _Group:
     def can_admit(self) -> bool:
         if not self.warm:
             return not self.warming and self.in_flight == 0
-        return self.in_flight < self.window
+        if self.in_flight >= self.controller.limit:
+            return False
+        # on a server that spreads prefixes, a prefilled warm-up still decoding holds no place
+        # in a lone group's ramp: its work for the cache is done, and the ramp's first window
+        # would otherwise wait a whole call time for its last sample; among several groups
+        # the share counts every call
+        sharing = bool(self.share) and self.share[0] > 0
+        spent = self.spent if self.controller.forgiving and not sharing else 0
+        return self.in_flight - spent < self.window
 
     def demand(self) -> int:
         """Backend slots this group will use soon: its calls, up to its window (a cold group's
@@ -568,7 +586,7 @@ class CacheTicket:
     when the first token (stream) or the response (non-stream) arrived; ``observe`` when the
     usage is known. A ticket of a bypassed group does nothing."""
 
-    __slots__ = ("_epoch", "_gate", "_group", "_prefilled", "_released", "warmer")
+    __slots__ = ("_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "warmer")
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
         self._gate = gate
@@ -578,6 +596,7 @@ class CacheTicket:
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
         self._epoch = group.controller.epoch if group is not None else 0
+        self._admitted_at = gate._clock.now() if gate is not None else 0.0
 
     @property
     def bypassed(self) -> bool:
@@ -596,7 +615,9 @@ class CacheTicket:
         if self.warmer and not group.warm:
             group.warm = True
             group.warming = False
+            group.spent = 1
             assert self._gate is not None
+            group.prefill_s = self._gate._clock.now() - self._admitted_at
             self._gate._wake(group)
 
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
@@ -634,6 +655,8 @@ class CacheTicket:
         group = self._group
         assert group is not None and self._gate is not None
         group.in_flight -= 1
+        if self.warmer and self._prefilled:
+            group.spent = 0
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
@@ -704,7 +727,7 @@ class CacheGate:
             else:
                 await self._await_turn(state, policy.turn_wait_s)
         if state.waiting == 0 and state.can_admit():
-            return self._admit(state)
+            return await self._pace(state, self._admit(state))
         waiter = _Waiter()
         state.waiters.append(waiter)
         state.waiting += 1
@@ -714,7 +737,36 @@ class CacheGate:
             self._abandon(state, waiter)
             raise
         assert waiter.ticket is not None
-        return waiter.ticket
+        return await self._pace(state, waiter.ticket)
+
+    async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
+        """On a backend that spreads prefixes, send a group's calls beyond its first ``start``
+        in flight at most ``start`` per prefill time (the warm-up's, admission to first
+        token), not in bursts.
+
+        A call that lands on a replica still cold for the prefix misses, and so does every
+        call that lands there before that first one has been prefilled. A widened window
+        released at once sends a burst of calls that meets each newly reached replica several
+        times over (cold bursts on the ``spread`` profile: 6 duplicate misses on one replica
+        in one instant); spaced out, the replica is warm by the next one. The pause holds the
+        call's ticket: cancelled meanwhile, the slot is handed back."""
+        if (
+            ticket.warmer
+            or state.prefill_s is None
+            or state.in_flight <= state.controller.policy.start  # no wider than a ramp's start
+            or not self._spreading(state.backend)
+        ):
+            return ticket
+        now = self._clock.now()
+        at = max(now, state.next_send)
+        state.next_send = at + state.prefill_s / state.controller.policy.start
+        if at > now:
+            try:
+                await self._clock.sleep(at - now)
+            except BaseException:
+                ticket.release()
+                raise
+        return ticket
 
     def update_limit(self, backend: str, limit: int) -> None:
         """``backend``'s concurrency limit moved (``concurrency="auto"``).

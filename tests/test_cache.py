@@ -22,6 +22,7 @@ from gptgate.cache import (
     prefix_key,
 )
 from gptgate.scenarios import RampPolicy
+from gptgate.sim import LoopClock, run_virtual
 from gptgate.tokens import estimate_prompt_tokens
 
 
@@ -1491,3 +1492,83 @@ async def test_a_crowd_of_prefixes_on_a_spreading_backend_holds_each_to_its_shar
     assert max(await _in_flight_per_group_of_a_crowd(spill_first=True)) == 1
     assert min(await _in_flight_per_group_of_a_crowd(spill_first=False)) == 5
     assert min(await _in_flight_per_group_of_a_crowd(spill_first=True, calls=20)) == 5
+
+
+async def _spreading_gate_with_a_measured_warm_up(
+    clock: LoopClock, policy: RampPolicy, prefill_s: float
+) -> CacheGate:
+    """A gate whose backend ``b`` spread a prefix (a spill marks it) and whose group ``g``
+    warmed up in ``prefill_s`` seconds (admission to first token)."""
+    gate = CacheGate(clock=clock)
+    spill = [await gate.enter("b", group("s"), policy, limit=50) for _ in range(1)]
+    spill[0].prefilled()
+    spill[0].release()
+    tickets = [await gate.enter("b", group("s"), policy, limit=50) for _ in range(5)]
+    for i, t in enumerate(tickets):
+        t.observe(cached_tokens=0 if i == 0 else 4096, input_tokens=5000)
+        t.release()
+    assert gate._spreading("b")
+    warm = await gate.enter("b", group("g"), policy, limit=50)
+    await clock.sleep(prefill_s)
+    warm.prefilled()
+    warm.release()
+    return gate
+
+
+def test_a_spreading_backend_gets_a_group_s_calls_spaced_not_in_a_burst() -> None:
+    """A widened window released at once sent a burst that met each newly reached replica
+    several times before its first call was prefilled (cold bursts on ``spread``: 6 duplicate
+    misses on one replica in one instant). On a spreading backend a group's calls beyond its
+    first ``start`` in flight go out at most ``start`` per warm-up prefill time."""
+
+    async def main() -> list[float]:
+        clock = LoopClock()
+        policy = RampPolicy(start=5, window=5)
+        gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.5)
+        first = [await gate.enter("b", group("g"), policy, limit=50) for _ in range(5)]
+        assert clock.now() == 0.5  # no wider than a ramp's start: not paced
+        for t in first:  # a good window: the ramp widens to 10
+            t.observe(cached_tokens=4096, input_tokens=5000)
+        sent: list[float] = []
+
+        async def call() -> None:
+            await gate.enter("b", group("g"), policy, limit=50)
+            sent.append(clock.now())
+
+        start = clock.now()
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(call)
+        return [round(t - start, 6) for t in sent]
+
+    assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]
+
+
+def test_on_a_spreading_backend_a_prefilled_warm_up_holds_no_ramp_slot() -> None:
+    """Once prefilled, the warm-up's work for the cache is done: a lone group on a spreading
+    backend admits ``start`` calls beside it, so the ramp's first window fills with the first
+    wave (before: ``start`` - 1 calls, and the window waited a whole call time for a fifth)."""
+
+    async def main() -> int:
+        clock = LoopClock()
+        policy = RampPolicy(start=5, window=5)
+        gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.0)
+        warm = await gate.enter("b", group("h"), policy, limit=50)
+        warm.prefilled()
+        got: list[CacheTicket] = []
+
+        async def call() -> None:
+            got.append(await gate.enter("b", group("h"), policy, limit=50))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(call)
+            await clock.sleep(10.0)
+            tg.cancel_scope.cancel()
+        admitted = len(got)
+        warm.release()
+        for t in got:
+            t.release()
+        return admitted
+
+    assert run_virtual(main) == 5
