@@ -4,10 +4,11 @@
 the backend's bound: ``levels_for``): goodput ≥ 95% of the best limit's, p99 ≤ 1.25× the p99 of
 the smallest limit within 10% of the best. This script asks the question the other way round:
 scanning fixed limits finely around each profile's knee, which of them would pass both targets
-against that same grid (per run; adaptive.py pools the seeds for its verdict)? An adaptive limit
-can only pass by spending its time inside this band, so its width says how hard the targets
-are on a profile: a band one integer wide cannot be held by any limit that probes around its
-operating point, and bands that do not overlap between seeds cannot be hit by one rule.
+against that same grid — per run, and pooled (the median over the seeds, as adaptive.py judges
+``auto``)? An adaptive limit can only pass by spending its time inside this band, so its width
+says how hard the targets are on a profile: a band one integer wide cannot be held by any limit
+that probes around its operating point, bands that do not overlap between seeds cannot be hit
+by one rule, and an empty pooled band cannot be met even by the best fixed limit.
 
 Virtual time (exact). Each cell is ``limit: goodput vs best / p99 vs reference``; ``*`` marks a
 limit inside the band.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from adaptive import Row, levels_for, references, run_row
+from adaptive import Row, levels_for, pooled, references, run_row
 
 from gptgate.sim import run_virtual
 
@@ -58,6 +59,28 @@ def band(profile: str, requests: int, seed: int, rows: dict[Key, Row]) -> tuple[
         ok = goodput >= 0.95 and p99 <= 1.25
         inside += [c] if ok else []
         cells.append(f"{c}:{goodput:.0%}/{p99:.2f}{'*' if ok else ''}")
+    head = f"best fixed {best.label}, p99 reference {near.label}"
+    return inside, head + "\n    " + " ".join(cells)
+
+
+def pooled_band(
+    profile: str, requests: int, seeds: list[int], rows: dict[Key, Row]
+) -> tuple[list[int], str]:
+    """The band as adaptive.py judges ``auto`` (issue 14): each limit's median over the seeds
+    against the references of the medians."""
+    limits = sorted({*levels_for(profile), *SCANS[profile]})
+    medians = {
+        row.concurrency: row
+        for row in pooled([[rows[(profile, requests, s, c)] for c in limits] for s in seeds])
+    }
+    best, near = references([medians[c] for c in levels_for(profile)], requests)
+    inside: list[int] = []
+    cells: list[str] = []
+    for c in SCANS[profile]:
+        goodput, p99 = medians[c].goodput / best.goodput, medians[c].p99_s / near.p99_s
+        ok = goodput >= 0.95 and p99 <= 1.25
+        inside += [c] if ok else []
+        cells.append(f"{c}:{goodput:.1%}/{p99:.2f}{'*' if ok else ''}")
     head = f"best fixed {best.label}, p99 reference {near.label}"
     return inside, head + "\n    " + " ".join(cells)
 
@@ -99,7 +122,9 @@ def main() -> int:
                 bands.append(set(inside))
                 print(f"{p} {r} calls seed {s}: band {inside or 'empty'} ({detail})")
             common = sorted(set.intersection(*bands))
-            print(f"{p} {r} calls, every seed: {common or 'no common limit'}\n")
+            print(f"{p} {r} calls, every seed: {common or 'no common limit'}")
+            inside, detail = pooled_band(p, r, seeds, rows)
+            print(f"{p} {r} calls, pooled: band {inside or 'empty'} ({detail})\n")
     return 0
 
 
