@@ -1241,8 +1241,12 @@ class CallRunner:
 
         sent: list[CallState] = []
         finished, errors = await self._race(spec, state, policy, run, sent)
-        duplicate = sent[0] if sent else None
-        return self._hedge_result(state, duplicate, [racer for racer, _ in finished], errors)
+        winner = finished[0][0] if finished else None
+        self._merge_duplicate(state, sent[0] if sent else None, winner)
+        if winner is None:
+            raise self._race_lost(state, errors)
+        assert state.result is not None
+        return state.result
 
     async def _race(
         self,
@@ -1296,15 +1300,6 @@ class CallRunner:
             group.start_soon(hedger)
         return finished, errors
 
-    def _hedge_result(
-        self, state: CallState, duplicate: CallState | None, winner: list[CallState],
-        errors: list[GateError],
-    ) -> ChatResult:
-        self._merge_duplicate(state, duplicate, winner[0] if winner else None)
-        if not winner:
-            raise self._race_lost(state, errors)
-        assert state.result is not None
-        return state.result
 
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:

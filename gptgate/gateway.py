@@ -73,7 +73,7 @@ from .snapshot import (
     load_state,
     save_state,
 )
-from .telemetry import Telemetry
+from .telemetry import NAMES, Telemetry
 from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
 from .tokens import estimate_prompt_tokens
 
@@ -375,7 +375,6 @@ class ChatStream:
         self._spec = spec
         #: classifies a tier="auto" stream when it starts (never escalated: see docs/tiers.md)
         self._tiering = tiering
-        self._tier: tuple[str, str] | None = None
         self._state = CallState(start=clock.now())
         self._iterator: AsyncGenerator[str, None] | None = None
         self._parts: list[str] = []
@@ -399,11 +398,7 @@ class ChatStream:
 
     async def _collect(self) -> AsyncGenerator[str, None]:
         if self._tiering is not None:
-            self._spec, decision = await self._tiering.prepare(self._spec)
-            if decision is not None:
-                self._tier = (decision.tier, decision.reason)
-            elif self._spec.tier_attributes is not None:
-                self._tier = (self._spec.route.tier, "explicit")
+            self._spec, _ = await self._tiering.prepare(self._spec)
         source = self._runner.stream(self._spec, self._state)
         if self._calls is not None:  # the gateway's shutdown may end it (GatewayClosedError)
             source = self._calls.stream(source)
@@ -429,9 +424,10 @@ class ChatStream:
         result = self._state.result
         if result is None:
             raise RuntimeError("the stream has not completed")
-        if self._tier is not None and result.tier is None:
+        tier = self._spec.tier_attributes  # the decision prepare() recorded for the spans
+        if tier is not None and result.tier is None:
             result = self._state.result = dataclasses.replace(
-                result, tier=self._tier[0], tier_reason=self._tier[1]
+                result, tier=tier[NAMES["tier"]], tier_reason=tier[NAMES["tier_reason"]]
             )
         return result
 

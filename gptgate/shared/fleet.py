@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -322,26 +322,33 @@ class FleetClient:
         assert self._redis is not None
         try:
             with anyio.fail_after(self.shared.op_budget_s):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for health in self._healths:
-                        pipe.execute_command(
-                            "EVALSHA", self._scripts["HEALTH"].sha, 1, health.circuit_key
-                        )
-                    results = await pipe.execute(raise_on_error=False)
+                circuits = await self._read_circuits()
+                if circuits is None:  # Redis restarted: scripts gone
+                    await self._redis.script_load(self._scripts["HEALTH"].script)
+                    circuits = await self._read_circuits()
         except self._errors as error:
             self._down(error)
             return
-        for health, result in zip(self._healths, results, strict=True):
-            if isinstance(result, BaseException):  # a restarted Redis: scripts gone
-                await self._load_scripts(["HEALTH"])
-                return
-            health.apply(int(result[0]), int(result[1]))
+        for health, (state, left_ms) in zip(self._healths, circuits or (), strict=False):
+            health.apply(int(state), int(left_ms))
 
-    async def _load_scripts(self, names: Iterable[str]) -> None:
+    async def _read_circuits(self) -> list[Any] | None:
+        """Each backend's ``HEALTH`` answer, or None when Redis has lost the script."""
+        from redis.exceptions import NoScriptError
+
         assert self._redis is not None
-        with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
-            for name in set(names):
-                await self._redis.script_load(self._scripts[name].script)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for health in self._healths:
+                pipe.execute_command(
+                    "EVALSHA", self._scripts["HEALTH"].sha, 1, health.circuit_key
+                )
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in results):
+            return None
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
 
     async def _renew(self) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
