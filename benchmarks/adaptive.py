@@ -19,10 +19,14 @@ printed beside the pooled verdict.
     python benchmarks/adaptive.py [--profiles tpu,gpu,cpu,gpu-small,tier1,plateau]
                                   [--requests 1000] [--seeds 11,12,13,14,15,16,17]
                                   [--levels 1,5,10,20,30,50,80] [--workers 2]
+                                  [--png PATH]
 
 The fixed grid reaches each backend's own bound (``LEVELS_BY_PROFILE``: tpu up to 128, its
 slots and the benchmark's ``max_concurrency``), so the p99 reference is never just the top of
 a grid that stops below the knee. ``--levels`` replaces it for every profile.
+
+``--png PATH`` writes one figure (needs matplotlib): per profile, the median goodput and p99
+against the fixed limit with ``auto``'s marked, and the first seed's limit through the halving.
 """
 
 from __future__ import annotations
@@ -249,6 +253,53 @@ def plot(profile: str, trace: list[tuple[int, float, int]], change_at: int) -> s
     return str(path)
 
 
+def plot_png(
+    path: str,
+    curves: dict[str, list[Row]],
+    traces: dict[str, tuple[list[tuple[int, float, int]], int]],
+    seeds: Sequence[int],
+) -> None:
+    """Per profile (one row of panels): goodput and p99 against the fixed limit, ``auto``'s as
+    horizontal lines — the U-curve and where auto lands on it — and the limit's trace through
+    the capacity halving."""
+    import matplotlib  # lazily: the tables need no plotting library
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(curves), 2, figsize=(10, 3 * len(curves)), squeeze=False)
+    for (profile, rows), (left, right) in zip(curves.items(), axes, strict=True):
+        fixed = [r for r in rows if r.concurrency is not None]
+        auto = next(r for r in rows if r.concurrency is None)
+        x = [r.concurrency or 0 for r in fixed]
+        left.plot(x, [r.goodput for r in fixed], "o-", color="tab:blue", label="goodput, fixed")
+        left.axhline(auto.goodput, color="tab:blue", ls="--", label="goodput, auto")
+        left.set_xscale("log")
+        left.set_xticks(x, [str(c) for c in x])
+        left.minorticks_off()
+        left.set_xlabel("fixed concurrency limit")
+        left.set_ylabel("goodput (calls/s)", color="tab:blue")
+        p99 = left.twinx()
+        p99.plot(x, [r.p99_s for r in fixed], "s-", color="tab:red", label="p99, fixed")
+        p99.axhline(auto.p99_s, color="tab:red", ls=":", label="p99, auto")
+        p99.set_ylabel("p99 latency (s)", color="tab:red")
+        over = f"median over seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+        left.set_title(f"{profile}: {over}", fontsize=9)
+        handles = left.get_legend_handles_labels()
+        extra = p99.get_legend_handles_labels()
+        left.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=7, loc="center left")
+        trace, change_at = traces[profile]
+        right.plot([t for _, t, _ in trace], [limit for _, _, limit in trace], lw=1.2)
+        right.axvline(trace[change_at][1], color="red", ls="--", label="capacity halved")
+        right.set_xlabel("simulated seconds")
+        right.set_ylabel("auto limit (centre)")
+        right.set_title(f"{profile}: capacity halved mid-run, seed {seeds[0]}", fontsize=9)
+        right.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def table(profile: str, rows: list[Row]) -> str:
     p = get_profile(profile)
     head = (
@@ -407,6 +458,9 @@ def main() -> int:
         help="add a row: auto started from the snapshot of an earlier run (Gateway(state=))",
     )
     parser.add_argument("--workers", type=int, default=2, help="processes")
+    parser.add_argument(
+        "--png", default=None, metavar="PATH", help="also write the figure to PATH (matplotlib)"
+    )
     args = parser.parse_args()
     try:
         levels = sorted({int(level) for level in args.levels.split(",")}) if args.levels else []
@@ -426,6 +480,7 @@ def main() -> int:
         f"$ python benchmarks/adaptive.py --profiles {args.profiles} "
         f"--requests {args.requests} --seeds {','.join(map(str, seeds))}{grid}"
         + (" --warm" if args.warm else "")
+        + (f" --png {args.png}" if args.png else "")
     )
     print("virtual time (exact); latencies are the backend's, excluding the client-side queue")
     print(f"goodput and p99 judged on the median over seeds {seeds}\n")
@@ -442,12 +497,14 @@ def main() -> int:
             if args.warm else {}
         )
     all_ok = True
+    curves: dict[str, list[Row]] = {}
     for profile in profiles:
         runs = [
             [rows[(profile, args.requests, seed, c)] for c in (*grids[profile], None)]
             for seed in seeds
         ]
         median_rows = pooled(runs)
+        curves[profile] = median_rows
         warm = (
             pooled([[warms[(profile, args.requests, seed)]] for seed in seeds])[0]
             if warms else None
@@ -478,6 +535,10 @@ def main() -> int:
             all_ok &= ok
             print(f"  [{'holds' if ok else 'MISS'}] {name}: {detail}")
         print()
+    if args.png:
+        first = {p: changes[(p, args.requests, seeds[0])][:2] for p in profiles}
+        plot_png(args.png, curves, first, seeds)
+        print(f"(figure written to {args.png})")
     print("all targets hold" if all_ok else "some targets missed (see MISS above)")
     return 0
 

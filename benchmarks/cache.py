@@ -85,7 +85,11 @@ the cache gate off (``ramp=None``).
                                [--spread-c 64] [--spread-repeats 3]
                                [--batch-items 1000] [--batch-rate 3]
                                [--batch-prompts 8] [--batch-concurrency 50] [--seed 7]
-                               [--workers 2]
+                               [--workers 2] [--png PATH]
+
+``--png PATH`` also draws the prompt-cache hit rate against concurrency (naive, hand warm-up,
+gptgate; the prompt-order job and the cold bursts, one panel per server, the ceiling dashed)
+to ``PATH`` (needs matplotlib).
 """
 
 from __future__ import annotations
@@ -684,6 +688,56 @@ def section4(args: argparse.Namespace, done: dict[Task, Any]) -> None:
                   f"{r.hit:>9.1%} {r.cost_per_call / base:>10.3f} {r.retries:>7} {r.failed:>6}")
 
 
+#: the field report's hit rate against concurrency (a hosted API, a burst on a cold prefix):
+#: the shape the cold-burst panels compare to
+FIELD_HIT = {5: 0.87, 10: 0.84, 20: 0.78, 30: 0.71, 50: 0.58}
+
+
+def plot_png(args: argparse.Namespace, done: dict[Task, Any], path: str) -> None:
+    """Hit rate against concurrency, one column per server, rows: the prompt-order job and the
+    cold bursts (the §2 sections above, pooled over the same seeds)."""
+    import matplotlib  # lazily: the tables need no plotting library
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = _seeds(args)
+    top = ceiling([m for seed in seeds for m in job(args.prompts, args.calls, seed)])
+    kinds = {"job": "one job, prompt order", "bursts": "cold bursts (one prompt at a time)"}
+    fig, axes = plt.subplots(
+        len(kinds), len(PROFILES), figsize=(4 * len(PROFILES), 3.2 * len(kinds)),
+        sharex=True, sharey=True, squeeze=False,
+    )
+    for row, (kind, title) in enumerate(kinds.items()):
+        for col, name in enumerate(PROFILES):
+            ax = axes[row][col]
+            for client, style in (("naive", "o-"), ("hand", "s--"), ("gptgate", "^-")):
+                hits = [
+                    functools.reduce(
+                        operator.add, [done[Task(kind, name, client, c, s)] for s in seeds]
+                    ).hit
+                    for c in args.levels
+                ]
+                ax.plot(args.levels, [100 * h for h in hits], style, label=client, lw=1.3)
+            ax.axhline(100 * top, color="grey", ls=":", label="ceiling")
+            if kind == "bursts":
+                ax.plot(list(FIELD_HIT), [100 * h for h in FIELD_HIT.values()], "x",
+                        color="black", label="field report")
+            ax.set_title(f"{name}: {title}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if row == len(kinds) - 1:
+                ax.set_xlabel("concurrency")
+            if col == 0:
+                ax.set_ylabel("prompt-cache hit rate (%)")
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    axes[-1][0].legend(fontsize=8, loc="lower left")
+    fig.suptitle(f"{args.calls} calls over {args.prompts} system prompts, "
+                 f"{len(seeds)} seed(s) pooled (simulated)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000, help="calls per §2 job")
@@ -706,6 +760,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (results do not depend on it)")
+    parser.add_argument("--png", default=None, metavar="PATH",
+                        help="also write the hit-rate plot of the §2 sections (matplotlib)")
     args = parser.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",")]
     wall = time.perf_counter()
@@ -717,11 +773,15 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"--spread-c {args.spread_c} --spread-repeats {args.spread_repeats} "
           f"--batch-items {args.batch_items} --batch-rate {args.batch_rate:g} "
           f"--batch-prompts {args.batch_prompts} --batch-concurrency "
-          f"{args.batch_concurrency} --seed {args.seed}\n")
+          f"{args.batch_concurrency} --seed {args.seed}"
+          + (f" --png {args.png}" if args.png else "") + "\n")
     section2(args, done)
     section_many(args, done)
     section_spread(args, done)
     section4(args, done)
+    if args.png:
+        plot_png(args, done, args.png)
+        print(f"\n(plot written to {args.png})")
     print(f"\n(wall time {time.perf_counter() - wall:.0f}s on {args.workers} process(es))")
 
 

@@ -210,7 +210,7 @@ class Backend(BaseModel):
 
 class GatewayConfig(BaseModel):
     """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one.
-    Numbers are finite, as in :class:`Backend` (``None`` is "no deadline", "no budget")."""
+    Numbers are finite, as in ``Backend`` (``None`` is "no deadline", "no budget")."""
 
     model_config = ConfigDict(
         frozen=True, arbitrary_types_allowed=True, extra="forbid", allow_inf_nan=False

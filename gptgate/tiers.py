@@ -112,7 +112,7 @@ class TierDecision:
 
 @dataclass(frozen=True, slots=True)
 class TierHeuristic:
-    """The default classifier: the first matching rule of :data:`RULES` decides.
+    """The default classifier: the first matching rule of ``RULES`` decides.
 
     Large: a non-text part (``images``); ``tools``/``functions`` or a tool turn (``tools``);
     a ``response_format`` other than text (``response_format``); no ``max_tokens``
