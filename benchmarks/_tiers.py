@@ -34,7 +34,7 @@ _ANSWERS = {"output_tokens_mean": 90.0, "output_tokens_sigma": 0.5}
 #: a small model on CPUs: the ``cpu`` profile (1.5B, 4 slots a box), six boxes
 SMALL = PROFILES["cpu"].model_copy(update={"replicas": 6, **_ANSWERS})
 LARGE = PROFILES["tpu"].model_copy(update=_ANSWERS)
-#: the large model at the hosted price of DESIGN.md's example; the small one at a CPU fleet's
+#: the large model at a hosted price ($1.25 / $10 per M tokens); the small one at a CPU fleet's
 #: amortised cost (about 1/25 of it)
 LARGE_PRICE = gg.Price(input_per_mtok=1.25, cached_input_per_mtok=0.125, output_per_mtok=10.0)
 SMALL_PRICE = gg.Price(input_per_mtok=0.05, output_per_mtok=0.4)

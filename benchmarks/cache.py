@@ -633,9 +633,9 @@ def section2(args: argparse.Namespace, done: dict[Task, Any]) -> None:
     runs = len(seeds)
     top = ceiling([m for seed in seeds for m in job(args.prompts, args.calls, seed)])
     per = args.calls // args.prompts
-    print(f"## §2 hit rate against concurrency — {args.calls} calls = {args.prompts} system prompts × {per} user "
-          f"messages, in prompt order, as one job; each row = {runs} such jobs (seeds "
-          f"{seeds[0]}–{seeds[-1]}) pooled, time per job")
+    print(f"## §2 hit rate against concurrency — {args.calls} calls = {args.prompts} system "
+          f"prompts × {per} user messages, in prompt order, as one job; each row = {runs} "
+          f"such jobs (seeds {seeds[0]}–{seeds[-1]}) pooled, time per job")
     print(f"ceiling (block-aligned prefix / input): {top:.1%}; input/call = billed input "
           f"tokens per call, cached at {CACHED_FACTOR:.0%}; times in simulated seconds\n")
     for profile in PROFILES.values():

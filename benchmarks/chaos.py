@@ -1,5 +1,5 @@
 """The chaos suite: every public verb at once, over real HTTP, against simulator processes that
-fail in every way a backend does; then DESIGN.md's promises checked one by one.
+fail in every way a backend does; then the gateway's promises checked one by one.
 
 Three ``gptgate sim`` server processes (tpu, gpu, cpu): 5% 5xx, 2% connections reset before the
 response, 2% bodies and streams cut mid-way, 1% malformed JSON bodies and SSE frames, 0.3% first

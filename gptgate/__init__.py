@@ -2,7 +2,7 @@
 
 Adaptive concurrency per backend, pooled HTTP clients, prompt-cache warm-up and ramp windows,
 micro-batching, scenario presets with the stream rule, routing across heterogeneous backends,
-retries under a budget, a cost ledger and OpenTelemetry traces — see DESIGN.md.
+retries under a budget, a cost ledger and OpenTelemetry traces.
 """
 
 from .clock import Clock, ScaledClock, SystemClock

@@ -1,4 +1,4 @@
-"""The micro-batcher: collect a few, then send them as one cache-friendly burst (SEEDS §4).
+"""The micro-batcher: collect a few, then send them as one cache-friendly burst.
 
 Items are collected until ``policy.max_size`` are pending, or ``policy.max_wait_s`` (clock
 seconds) after the first pending item — a timer, so nothing waits forever for a next arrival —

@@ -171,7 +171,7 @@ _DEFAULT_MAX_TOKENS = 1024
 
 
 class _Attempt:
-    """One attempt's state, with one method per stage of DESIGN.md's "One call, end to end".
+    """One attempt's state, with one method per stage of a call (docs/architecture.md).
 
     Read it as a ledger of what is held: ``admit`` takes the cache ticket and the permit,
     ``pace`` a reservation of the backend's token budget, ``dispatch`` the span, and
@@ -746,7 +746,7 @@ class CallRunner:
     async def _attempt(
         self, spec: CallSpec, state: CallState, number: int
     ) -> AsyncGenerator[str, None]:
-        """One try, stage by stage as DESIGN.md draws it (see :class:`_Attempt`): route, cache
+        """One try, stage by stage (docs/architecture.md; see ``_Attempt``): route, cache
         gate and limiter, pacing, the wire, the outcome. It ends in exactly one of ``succeed``,
         ``fail`` or ``abandon``; then ``release`` hands back whatever a stage still holds."""
         backend = await self._route(spec, frozenset(state.failed_backends))
@@ -853,7 +853,7 @@ class CallRunner:
         """The backend's timeout, tightened from the observed latency only when the answer's
         length is bounded (max_tokens) and nothing else watches progress: a stream has its
         idle timeout, and an unbounded answer can legitimately run long — cutting it would
-        bill it twice (SEEDS §7: jitter must not trigger false retries)."""
+        bill it twice (jitter must not trigger false retries)."""
         if streamed or not spec.route.output_tokens:
             return backend.backend.timeout
         return backend.attempt_timeouts.timeout_for(spec.route.output_tokens, inflight)

@@ -38,7 +38,7 @@ _HOST = re.compile(r"^[\w.:-]+$")
 
 
 def pool_size_for(max_concurrency: int) -> int:
-    """Connections for a backend: target concurrency + 20% (SEEDS §5)."""
+    """Connections for a backend: target concurrency + 20% (fewer make pseudo-concurrency)."""
     return math.ceil(1.2 * max_concurrency)
 
 
@@ -199,7 +199,7 @@ class Backend(BaseModel):
 
     @property
     def pseudo_concurrency(self) -> bool:
-        """More concurrent calls allowed than connections: the extra ones only wait (SEEDS §5)."""
+        """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
 
     def resolve_api_key(self) -> str | None:

@@ -1,4 +1,4 @@
-"""The Gateway: lifecycle and the public verbs; it wires the stages of DESIGN.md together.
+"""The Gateway: lifecycle and the public verbs; it wires the stages of a call together.
 
 ``async with Gateway(...) as gate`` opens one pooled client per backend and a task group for
 background work (micro-batch timers); leaving it drains what was accepted and closes every
@@ -433,7 +433,7 @@ class ChatStream:
 
 
 class Gateway:
-    """The client-side LLM gateway. See DESIGN.md for the public surface."""
+    """The client-side LLM gateway (docs/architecture.md: one call, end to end)."""
 
     def __init__(
         self,
@@ -1095,7 +1095,7 @@ class Gateway:
     ) -> ItemHandle[ChatResult]:
         """Hand one call to the scenario's micro-batcher and return at once with a handle
         (``await handle`` → ``ChatResult`` or the error). For producers that trickle: items
-        are collected per SEEDS §4 (size or time, whichever first) and flushed by prefix
+        are collected by the batch policy (size or time, whichever first) and flushed by prefix
         group; ``submit`` waits only when the batcher's pending bound is reached."""
         self.runner  # noqa: B018 - fail fast when closed
         resolved = self._resolve(scenario)

@@ -1,9 +1,9 @@
 """The token and cost ledger: what every attempt billed, including the ones that failed.
 
-Cost is a first-class signal (DESIGN): a retry after a timeout, an interrupted stream, a cache
+Cost is a first-class signal: a retry after a timeout, an interrupted stream, a cache
 miss — each is counted here in tokens and dollars, so ``stats()`` shows the real bill and
-``plan()`` sizes a budget with the price actually paid at the current concurrency (SEEDS §5:
-planning with the low-concurrency price overruns the budget).
+``plan()`` sizes a budget with the price actually paid at the current concurrency (planning
+with the low-concurrency price overruns the budget: $0.0215 a call at 10, $0.0225 at 50).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One pooled ``httpx2.AsyncClient`` per backend, and the pool's wait queue made visible.
 
-SEEDS §5: a pool smaller than the concurrency turns the extra calls into pseudo-concurrency —
+A pool smaller than the concurrency turns the extra calls into pseudo-concurrency —
 they wait for a connection, time out and retry. The pool is sized ``ceil(1.2 × ceiling)`` and
 every request's wait for a connection is measured through httpcore2's trace hook: the first
 trace event of a request fires once it holds a connection, so the time before it is pool wait.

@@ -1,7 +1,7 @@
 """What a call returns (``ChatResult``) and what it feeds back to the controllers (``Outcome``).
 
 Results are frozen, slotted dataclasses rather than pydantic models: ``gate.map`` over 100,000
-prompts holds 100,000 of them, and a slotted result is ~5× smaller (SEEDS-scale jobs must fit
+prompts holds 100,000 of them, and a slotted result is ~5× smaller (jobs that size must fit
 in a few hundred MB). ``to_dict()`` gives a JSON-ready view for logs.
 """
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
 
-# First-token and whole-call priors (seconds) before a backend has any samples (SEEDS §7).
+# First-token and whole-call priors (seconds) before a backend has any samples: a GPU answers
+# first at low load, a TPU holds up at high load, a CPU is slow (docs/background.md).
 _TTFT_PRIOR = {"gpu": 0.3, "tpu": 0.5, "cpu": 1.2}
 _LATENCY_PRIOR = {"gpu": 2.0, "tpu": 2.0, "cpu": 6.0}
 

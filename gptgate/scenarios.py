@@ -1,4 +1,4 @@
-"""Scenarios: how a kind of work should be called, and the stream rule (SEEDS §3, §4, §6).
+"""Scenarios: how a kind of work should be called, and the stream rule (docs/background.md).
 
 A scenario bundles the decisions a user should not have to re-derive per call: is a person
 waiting (priority, streaming), which concurrency window suits it, whether to micro-batch, and
@@ -36,7 +36,7 @@ _STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class BatchPolicy(BaseModel):
-    """Collect up to ``max_size`` items or for ``max_wait_s``, whichever comes first (SEEDS §4)."""
+    """Collect up to ``max_size`` items or for ``max_wait_s``, whichever comes first."""
 
     model_config = _STRICT
 
@@ -58,7 +58,7 @@ BatchPolicy.LARGE = BatchPolicy(max_size=50, max_wait_s=10.0)
 
 
 class RampPolicy(BaseModel):
-    """Cache warm-up then a ramp window per (backend, prefix group) (SEEDS §2).
+    """Cache warm-up then a ramp window per (backend, prefix group).
 
     One call warms a cold prefix alone; then at most ``start`` calls of the group are in flight
     until the hit rate (cached input over the cacheable part) holds ``>= target_hit_rate`` over
@@ -228,7 +228,7 @@ def decide_stream(
     params: Mapping[str, Any],
     explicit: bool | None = None,
 ) -> tuple[bool, StreamDecision]:
-    """The stream rule of SEEDS §3, first match wins:
+    """The stream rule (docs/concepts/stream-rule.md), first match wins:
 
     explicit choice → it; multimodal → no; a scenario that forces a mode → it; live chat
     (latency-sensitive) → yes; batch/offline → no; expected output < 200 tokens → no;

@@ -1,5 +1,5 @@
 """Tiered serving: ``tier="auto"`` sends simple requests to the small model, hard ones to the
-large one, and escalates a small answer that looks failed (SEEDS §8; docs/tiers.md).
+large one, and escalates a small answer that looks failed (docs/tiers.md).
 
 Three parts, each replaceable:
 

@@ -1,8 +1,8 @@
 """``AdaptiveTimeout``: attempt timeouts from the observed latency distribution.
 
 A fixed timeout is wrong both ways: too short and P99 jitter on a loaded GPU fires false
-timeouts whose retries add load and are billed twice (SEEDS §7: "GPU + high load needs sane
-timeouts and retries so latency jitter does not trigger false retries"); too long and a hung
+timeouts whose retries add load and are billed twice (field experience: "GPU + high load needs
+sane timeouts and retries so latency jitter does not trigger false retries"); too long and a hung
 call holds its permit for minutes. An attempt is late when it is slower than nearly all recent
 calls *of its size*:
 

@@ -1,4 +1,4 @@
-"""Calibrate a profile against SEEDS §1: the concurrency U-curve seen by a *naive* client.
+"""Calibrate a profile against the field U-curve (docs/background.md) seen by a *naive* client.
 
     python -m gptgate.sim.calibrate --profile hosted            # ScaledClock, per-row scale
     python -m gptgate.sim.calibrate --profile hosted --virtual  # exact, virtual time

@@ -1,5 +1,6 @@
 """A chaos run: every public verb at once, over real HTTP, against simulator processes that
-fail in every way a backend does — then the promises of DESIGN.md checked one by one.
+fail in every way a backend does — then the gateway's promises (nothing lost, deadlines
+kept, nothing leaked, keys never shown) checked one by one.
 
 Three :class:`~gptgate.sim.SimProcess` servers (tpu, gpu, cpu) with random faults (5xx,
 connections reset before the response, bodies and streams cut mid-way, malformed JSON and SSE,

@@ -2,8 +2,8 @@
 
 A profile is data, not code, so that a test or a benchmark can derive a variant with
 ``PROFILES["gpu"].model_copy(update={"slots": 4})`` instead of subclassing the engine. The
-numbers are *shapes* (SEEDS §1 and §7), never constants to assert on: tests compare profiles
-with each other, not with these values.
+numbers are *shapes* (the field data in docs/background.md), never constants to assert on:
+tests compare profiles with each other, not with these values.
 
 Timing model (all in simulated seconds):
 
