@@ -33,7 +33,7 @@ moves by ±5% with which long answers happen to start last.
   fill the backend. A lookahead of 2 × concurrency items (one prompt's calls) leaves the
   backend idle meanwhile; the line under each table gives that variant too.
 
-Why the naive client loses less than in the seed here: the simulator (like a real server)
+Why the naive client loses less than in the field report here: the simulator (like a real server)
 caches a prefix as soon as its first call has been *prefilled*, and a semaphore-fed stream
 starts a new prompt's calls one by one as slots free up, so only the calls started during that
 first prefill (~c × prefill time / call time) miss — plus the whole first burst of the job.
@@ -41,7 +41,7 @@ first prefill (~c × prefill time / call time) miss — plus the whole first bur
 The ceiling is the cacheable share of input: block-aligned prefix tokens (OpenAI: from 1,024
 in steps of 128) over input tokens — no client can do better. "Input/call" is the input bill
 per call in uncached-token units, cached tokens counted at 25% (a 75% cache discount): this is
-what the seed's "mean input tokens billed" measures (its figures imply a factor of ~0.27).
+what the field report's "mean input tokens billed" measures (its figures imply a factor of ~0.27).
 
 **Two servers**, derived from the stock profiles and printed with their knobs: ``single`` (the
 ``tpu`` profile: one replica, 128 slots, one prefix cache) and ``overflow`` (the ``hosted``
@@ -62,8 +62,9 @@ ceiling net of one miss per replica the burst spreads to; many prefixes: hit ≥
 ≤ 1.05× its time and ≥ 85% of the ceiling. Judged at the highest level, pooled over seeds.
 
 **Cold bursts**: the same calls as 10 separate jobs, one prompt at a time, each job's 100 calls
-fired together (``gate.map`` per job), at every level. This is the seed's literal setting — a
-burst of simultaneous calls on a cold prefix — where the naive client collapses as in the seed.
+fired together (``gate.map`` per job), at every level. This is the field report's literal
+setting — a burst of simultaneous calls on a cold prefix — where the naive client collapses as
+in the field report.
 A lone prefix has nothing to overlap its warm-up and ramp with; after the first one, gptgate
 starts later prefixes' ramps at the width the backend confirmed (unless it spills prefixes to
 cold replicas, where each new prefix must ramp).
@@ -641,8 +642,8 @@ def section2(args: argparse.Namespace, done: dict[Task, Any]) -> None:
     for profile in PROFILES.values():
         print(knobs(profile))
     comparison(args, done, "job", seeds, top)
-    print(f"\n## cold bursts (the seed's own setting) — the same calls as {args.prompts} jobs of "
-          f"{per}, one prompt at a time, each job's calls fired at once; time for all "
+    print(f"\n## cold bursts (the field report's setting) — the same calls as {args.prompts} "
+          f"jobs of {per}, one prompt at a time, each job's calls fired at once; time for all "
           f"{args.prompts} jobs")
     comparison(args, done, "bursts", seeds, top, per_prefix=per)
 
