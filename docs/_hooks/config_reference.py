@@ -44,6 +44,20 @@ NOTES: dict[str, str] = {
     "Backend.price": "dollars per million tokens; None → costs are reported as 0",
     "Backend.provider": "`gen_ai.provider.name` on spans and metrics",
     "Backend.headers": "extra HTTP headers on every request (values are never logged)",
+    "GatewayConfig.backends": "the backends, at least one, names unique",
+    "GatewayConfig.backoff_base_s": "retry back-off: full jitter, `U(0, min(cap, base·2ⁿ))` "
+    "seconds before retry n",
+    "GatewayConfig.backoff_cap_s": "the back-off's cap (≥ `backoff_base_s`)",
+    "GatewayConfig.retry_budget_min_per_s": "the retry budget's floor: this many retries a "
+    "second are always allowed",
+    "GatewayConfig.breaker_cooldown_s": "how long an open circuit stays open before one probe "
+    "(doubled after each failed probe)",
+    "GatewayConfig.keep_warm_interval_s": "`keep_warm`: seconds between two refreshes of a hot "
+    "prefix",
+    "Scenario.batch": "micro-batching for `map`/`submit` (a `BatchPolicy`); None → each call "
+    "goes out alone",
+    "Scenario.ramp": "cache warm-up and ramp window per prefix group (a `RampPolicy`); None → "
+    "no prompt-cache gate",
     "Scenario.name": "the scenario's name, on spans (`gptgate.scenario`) and results",
     "Scenario.offline": "nobody waits for these calls: batch, never stream, lowest urgency",
     "BatchPolicy.max_size": "flush a micro-batch at this many items …",
