@@ -55,7 +55,7 @@ LEVELS_BY_PROFILE: dict[str, tuple[int, ...]] = {
     "tpu": (*LEVELS, 96, 112, 128),
     "plateau": (1, 4, 6, 8, 12, 16, 24, 32, 64, 128),
 }
-DEFAULT_SEEDS: tuple[int, ...] = (11, 12, 13, 14, 15, 16, 17)
+SEED_LIST: tuple[int, ...] = (11, 12, 13, 14, 15, 16, 17)
 PROFILES = "tpu,gpu,cpu,gpu-small,tier1,plateau"
 OUT = Path(__file__).resolve().parent / "out"
 #: the backend's bound for every run, auto included (a fixed limit needs room too)
@@ -444,7 +444,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument(
         "--seeds",
-        default=",".join(map(str, DEFAULT_SEEDS)),
+        default=",".join(map(str, SEED_LIST)),
         help="seeds pooled for the verdict (the median over them)",
     )
     parser.add_argument("--seed", type=int, default=None, help="one seed only (no pooling)")
