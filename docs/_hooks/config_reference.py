@@ -12,6 +12,8 @@ import ast
 import importlib
 import inspect
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -150,6 +152,14 @@ def table(path: str) -> str:
             f"{_bounds(field.metadata)} | {_cell(meaning)} |"
         )
     return "\n".join(rows)
+
+
+def on_config(config: Any, **_: Any) -> Any:
+    """Document the tree being built: its ``gptgate`` before any installed one."""
+    root = str(Path(config.config_file_path).resolve().parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return config
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
