@@ -23,10 +23,8 @@ No API key, no network: three in-process simulators on a virtual clock (``run_vi
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
-
-import anyio
 
 import gptgate as gg
 from gptgate.sim import LoopClock, SimEngine, SimTransport, run_virtual
@@ -52,18 +50,6 @@ def backends(clock: LoopClock) -> list[gg.Backend]:
     ]
 
 
-async def all_at_once(calls: list[Callable[[], Awaitable[gg.ChatResult]]]) -> list[gg.ChatResult]:
-    results: list[gg.ChatResult] = []
-
-    async def one(call: Callable[[], Awaitable[gg.ChatResult]]) -> None:
-        results.append(await call())
-
-    async with anyio.create_task_group() as tg:
-        for call in calls:
-            tg.start_soon(one, call)
-    return results
-
-
 def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
@@ -72,19 +58,17 @@ async def main() -> None:
     clock = LoopClock()
     async with gg.Gateway(backends(clock), clock=clock, seed=4) as gate:
         # 1. a burst of large-model calls: spread over the two large backends
-        burst = await all_at_once([
-            lambda i=i: gate.chat(user(f"Draft reply #{i} to a customer."), tier="large",
-                                  max_tokens=80)
+        burst = await asyncio.gather(*(
+            gate.chat(user(f"Draft reply #{i} to a customer."), tier="large", max_tokens=80)
             for i in range(80)
-        ])
+        ))
         print(f"tier='large' burst of {len(burst)}: {dict(Counter(r.backend for r in burst))}")
 
         # 2. private calls: only a private backend may see them
-        private = await all_at_once([
-            lambda i=i: gate.chat(user(f"Summarise patient record {i}."), private=True,
-                                  max_tokens=60)
+        private = await asyncio.gather(*(
+            gate.chat(user(f"Summarise patient record {i}."), private=True, max_tokens=60)
             for i in range(20)
-        ])
+        ))
         where = Counter(r.backend for r in private)
         print(f"private=True x{len(private)}: {dict(where)}")
         assert set(where) == {"gpu-onprem"}, where

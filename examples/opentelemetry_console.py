@@ -45,7 +45,7 @@ SHOWN = ("gptgate.backend", "gptgate.attempt", "gptgate.scenario", "gen_ai.reque
 def span_line(span: ReadableSpan) -> str:
     """A one-line view of a span (the default formatter prints it as indented JSON)."""
     attributes = span.attributes or {}
-    shown = " ".join(f"{k}={attributes[k]}" for k in SHOWN if k in attributes)
+    shown = " ".join(f"{k}={attributes[k]!r}" for k in SHOWN if k in attributes)
     duration_ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
     return (f"span {span.name!r} [{span.kind.name}, {span.status.status_code.name}] "
             f"{duration_ms:.0f} ms {shown}\n")
