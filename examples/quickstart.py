@@ -11,7 +11,8 @@ How to run
 
 No API key, no network: the backend is gptgate's built-in simulator of an OpenAI-compatible
 GPU server, in this process, running 20x faster than real time (``ScaledClock(20)``; every
-time gptgate reports is in the simulated server's seconds). To call a real endpoint, drop
+time gptgate reports is in the simulated server's seconds; its answers are filler words: it
+models timing, tokens and cost, not language). To call a real endpoint, drop
 ``transport=`` and ``clock=``, give your own ``base_url`` and ``model``, and export
 ``OPENAI_API_KEY``.
 """
