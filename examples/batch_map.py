@@ -93,4 +93,7 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="A 10,000-item gate.map job on the simulator.")
     parser.add_argument("--items", type=int, default=10_000)
-    run_virtual(main, parser.parse_args().items)
+    items = parser.parse_args().items
+    if items < 1:
+        parser.error("--items must be >= 1")
+    run_virtual(main, items)

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,33 @@ def _run(path: Path) -> tuple[int, str, str]:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
         pytest.fail(f"{path.name} ran past {TIME_CAP_S:.0f} s\n{out[-2000:]}\n{err[-2000:]}")
+    leftovers = _left_running(process.pid)
+    if leftovers:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"{path.name} exited but left processes running: {leftovers}")
     return process.returncode, out, err
+
+
+def _left_running(group: int, grace_s: float = 3.0) -> list[int]:
+    """The processes of the example's group still alive ``grace_s`` after it exited (its
+    simulator, redis-server or workers must be stopped, not orphaned)."""
+    if not Path("/proc").is_dir():  # not Linux: nothing to look at
+        return []
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] != "Z":  # pgrp; zombies are gone
+                alive.append(int(entry.name))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def test_the_examples_are_there() -> None:
