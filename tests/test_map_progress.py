@@ -48,7 +48,7 @@ def test_each_item_is_reported_once_as_it_ends_with_its_outcome(scenario: str) -
     assert times[-1] == pytest.approx(total)
 
 
-async def _failing_callback() -> tuple[BaseException | None, int, int]:
+async def _failing_callback(scenario: str) -> tuple[BaseException | None, int, int]:
     clock = LoopClock()
     backend, engine = sim_backend("gpu", name="gpu", clock=clock, seed=2, concurrency=4)
     seen = 0
@@ -62,7 +62,7 @@ async def _failing_callback() -> tuple[BaseException | None, int, int]:
     raised: BaseException | None = None
     async with gg.Gateway([backend], clock=clock, seed=1) as gate:
         try:
-            await gate.map(_items(200), on_result=on_result)
+            await gate.map(_items(200), scenario=scenario, on_result=on_result)
         except KeyError as error:
             raised = error
         stats = gate.stats()["gpu"]
@@ -70,8 +70,9 @@ async def _failing_callback() -> tuple[BaseException | None, int, int]:
     return raised, seen, engine.ledger.snapshot().requests
 
 
-def test_a_raising_callback_stops_the_job_with_its_exception() -> None:
-    raised, seen, sent = run_virtual(_failing_callback)
+@pytest.mark.parametrize("scenario", ["default", "batch_content"])
+def test_a_raising_callback_stops_the_job_with_its_exception(scenario: str) -> None:
+    raised, seen, sent = run_virtual(_failing_callback, scenario)
     assert isinstance(raised, KeyError)
     assert seen == 5  # not called again once it raised
     assert sent < 50  # the rest of the 200 items were never sent
