@@ -1009,7 +1009,9 @@ class Gateway:
         self.runner  # noqa: B018 - fail fast when closed
         pending = _check_max_pending(max_pending)
         if on_result is not None and not callable(on_result):
-            raise BadRequestError(f"on_result must be callable (or None), got {on_result!r}")
+            raise BadRequestError(
+                f"on_result must be callable (or None), not {type(on_result).__name__}"
+            )
         try:
             source = iter(items)
         except TypeError:
