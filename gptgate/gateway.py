@@ -987,6 +987,7 @@ class Gateway:
         *,
         scenario: str | Scenario | None = None,
         max_pending: int | None = None,
+        on_result: Callable[[int, ChatResult | GateError], None] | None = None,
         **common: Any,
     ) -> list[ChatResult | GateError]:
         """Run many calls; results in input order, a failed item holds its ``GateError``.
@@ -999,9 +1000,18 @@ class Gateway:
 
         Cancelling the ``map`` cancels its items: unsent ones are never sent. If ``items``
         itself raises, the items already started are cancelled and that exception is raised.
+
+        ``on_result(index, outcome)`` is called as each item ends (in completion order, with
+        what its slot of the returned list will hold), so a job can show progress or stream
+        results out before the last one; keep it quick, it runs on the event loop. If it
+        raises, the job stops as when ``items`` raises, and that exception is raised.
         """
         self.runner  # noqa: B018 - fail fast when closed
         pending = _check_max_pending(max_pending)
+        if on_result is not None and not callable(on_result):
+            raise BadRequestError(
+                f"on_result must be callable (or None), not {type(on_result).__name__}"
+            )
         try:
             source = iter(items)
         except TypeError:
@@ -1018,6 +1028,17 @@ class Gateway:
         results: list[ChatResult | GateError | None] = []
         failed: list[Exception] = []
 
+        def report(index: int, scope: anyio.CancelScope) -> None:
+            """Hand an ended item to ``on_result``; if that raises, the job fails with it."""
+            outcome = results[index]
+            if on_result is None or outcome is None or failed:
+                return
+            try:
+                on_result(index, outcome)
+            except Exception as error:
+                failed.append(error)
+                scope.cancel()
+
         async def one(index: int, kwargs: dict[str, Any]) -> None:
             try:
                 results[index] = await self._map_item(batcher, kwargs)
@@ -1027,6 +1048,7 @@ class Gateway:
                 results[index] = error
             finally:
                 slots.release()
+            report(index, tg.cancel_scope)
 
         async with anyio.create_task_group() as tg:
             for index in itertools.count():
@@ -1045,6 +1067,9 @@ class Gateway:
                 except GateError as error:
                     results[index] = error
                     slots.release()
+                    report(index, tg.cancel_scope)
+                    if failed:
+                        break
                     continue
                 tg.start_soon(one, index, kwargs)
         if failed:
