@@ -201,6 +201,11 @@ class DriftMonitor:
             return
         if step.start is None:
             step.start = now
+        elif now - step.start >= self._step_s and step.count >= self.policy.min_samples:
+            # the step [start, now) is over: judge it, and this call opens the next one
+            self._judge_step(band, step, now)
+            step = self._steps[band]
+            step.start = now
         step.count += 1
         step.latency.add(latency_s)
         step.latency_sum += latency_s
@@ -210,8 +215,6 @@ class DriftMonitor:
         if not usage.estimated:  # an estimate knows no cached tokens: it would read as a miss
             step.input_tokens += usage.input_tokens
             step.cached_tokens += usage.cached_input_tokens
-        if step.count >= self.policy.min_samples and now - step.start >= self._step_s:
-            self._judge_step(band, step, now)
 
     def _judge_step(self, band: str, step: _Step, now: float) -> None:
         start = step.start if step.start is not None else now
