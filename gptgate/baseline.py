@@ -200,7 +200,8 @@ class Baseline(BaseModel):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the baseline as JSON, atomically (a crash mid-write leaves the old file)."""
-        save_state(path, self.model_dump(mode="json"))
+        # keys in their own order: backends as configured, bands from light to heavy load
+        save_state(path, self.model_dump(mode="json"), sort_keys=False)
 
     def age_s(self, now: datetime | None = None) -> float:
         """Seconds since it was made."""

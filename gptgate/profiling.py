@@ -136,8 +136,7 @@ async def profile(
             first_error = first_error or error
         if not bands:
             why = f": {first_error}" if first_error is not None else ""
-            raise ProfileError(f"every call to backend {backend.name!r} failed{why}",
-                               backend=backend.name)
+            raise ProfileError(f"every call to backend {backend.name!r} failed{why}")
         backends.append(BackendBaseline(
             name=backend.name, base_url=backend.base_url, model=backend.model,
             hardware=backend.hardware, bands=bands,
@@ -386,6 +385,9 @@ class _Bar:
 
 
 def _progress(total: int) -> _Bar | None:
+    """A bar on a terminal only: piped, stderr keeps to the one-line errors."""
+    if not sys.stderr.isatty():
+        return None
     try:
         return _Bar(total)
     except ImportError:
