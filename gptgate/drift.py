@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from .baseline import BackendBaseline, BandFigures, Baseline, BaselineError, band_of
 from .config import Backend
 from .limits.quantile import P2Quantile
-from .results import Usage
 from .telemetry import NAMES
 
 __all__ = ["DriftMonitor", "DriftPolicy", "DriftStatus", "check_baseline_arg", "drift_monitors"]
@@ -193,8 +192,18 @@ class DriftMonitor:
         return self._status
 
     def observe(
-        self, now: float, inflight: int, latency_s: float, ttft_s: float | None, usage: Usage
+        self,
+        now: float,
+        inflight: int,
+        latency_s: float,
+        ttft_s: float | None,
+        output_tokens: int,
+        input_tokens: int | None = None,
+        cached_tokens: int = 0,
     ) -> None:
+        """One successful attempt: ``inflight`` calls were in flight at its admission (itself
+        included); ``input_tokens`` None when the cached part is unknown (an estimate, an SDK
+        response read by the tap), so that it does not read as a cache miss."""
         band = band_of(inflight)
         step = self._steps.get(band)
         if step is None:  # a band the baseline did not measure: nothing to compare with
@@ -209,12 +218,12 @@ class DriftMonitor:
         step.count += 1
         step.latency.add(latency_s)
         step.latency_sum += latency_s
-        step.output_tokens += usage.output_tokens
+        step.output_tokens += output_tokens
         if ttft_s is not None:
             step.ttft.add(ttft_s)
-        if not usage.estimated:  # an estimate knows no cached tokens: it would read as a miss
-            step.input_tokens += usage.input_tokens
-            step.cached_tokens += usage.cached_input_tokens
+        if input_tokens is not None:
+            step.input_tokens += input_tokens
+            step.cached_tokens += cached_tokens
 
     def _judge_step(self, band: str, step: _Step, now: float) -> None:
         start = step.start if step.start is not None else now

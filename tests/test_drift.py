@@ -26,7 +26,6 @@ from gptgate.drift import (
     DriftPolicy,
 )
 from gptgate.profiling import default_prompts, profile
-from gptgate.results import Usage
 from gptgate.sim import SimEngine, SimTransport
 from gptgate.sim.profiles import get_profile
 from gptgate.telemetry import NAMES
@@ -68,10 +67,7 @@ def feed(
     """One call ending each ``every`` seconds in [start, end); returns end."""
     now = start
     while now < end:
-        usage = Usage(
-            input_tokens=1000, cached_input_tokens=cached, output_tokens=int(100 * latency)
-        )
-        monitor.observe(now, inflight, latency, 0.1, usage)
+        monitor.observe(now, inflight, latency, 0.1, int(100 * latency), 1000, cached)
         now += every
     return end
 
@@ -398,3 +394,32 @@ def test_baseline_argument_is_checked_at_construction() -> None:
         gg.Gateway([backend()], baseline=42)  # type: ignore[arg-type]
     with pytest.raises(gg.BadRequestError, match="drift_policy"):
         gg.Gateway([backend()], drift_policy={"window_s": 5})  # type: ignore[arg-type]
+
+
+def test_calls_through_gate_http_client_are_watched_too() -> None:
+    """An SDK sending through ``gate.http_client`` is judged on latency and tokens/s (the
+    tap reads no cached tokens, so the hit rate is left alone, not read as misses)."""
+    clock = LoopClock()
+    fast = entry(**{"1-4": figures(latency_p95_s=0.5, output_tokens_per_s=50.0)})
+    baseline = Baseline(backends=[fast])
+
+    async def main() -> Any:
+        sim = gg.Backend(
+            name="a", base_url="http://127.0.0.1:9/v1", model="m", concurrency=2,
+            transport=SimTransport(SimEngine("gpu", clock=clock, seed=5)),
+        )
+        async with gg.Gateway([sim], clock=clock, baseline=baseline, drift_policy=POLICY) as gate:
+            client = gate.http_client("a")
+            while clock.now() < 120:
+                response = await client.post(
+                    "/chat/completions",
+                    json={"model": "m", "max_tokens": 100,
+                          "messages": [{"role": "user", "content": "hi"}]},
+                )
+                assert response.status_code == 200
+            await client.aclose()
+            return gate.stats()["a"].drift
+
+    status = run_virtual(main)
+    assert status is not None and status.drifting and status.metrics == (LATENCY_P95,)
+    assert HIT_RATE not in status.live
