@@ -320,6 +320,8 @@ def _describe(metric: str, result: _Judgement) -> str:
 
 
 BaselineSource = str | os.PathLike[str] | Baseline
+#: a baseline dated this far in the future is as unusable as a stale one (a wrong clock)
+_CLOCK_SKEW_S = 86_400.0
 
 
 def check_baseline_arg(baseline: object) -> BaselineSource | None:
@@ -354,7 +356,7 @@ def drift_monitors(
             log.warning("drift not checked: %s", error)
             return {}
     age = baseline.age_s()
-    if not math.isfinite(age) or age > policy.max_age_s:
+    if not math.isfinite(age) or age > policy.max_age_s or age < -_CLOCK_SKEW_S:
         log.warning(
             "drift not checked: %s is stale (made %.1f days ago; max_age_s=%g)",
             where, age / 86_400, policy.max_age_s,
