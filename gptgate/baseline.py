@@ -138,6 +138,12 @@ class BackendBaseline(BaseModel):
         if unknown:
             known = ", ".join(b.name for b in BANDS)
             raise ValueError(f"unknown band {unknown[0]!r}; the bands are {known}")
+        for name, figures in bands.items():
+            if band_of(figures.concurrency) != name:
+                raise ValueError(
+                    f"band {name!r} holds figures measured at concurrency "
+                    f"{figures.concurrency}, which is in band {band_of(figures.concurrency)!r}"
+                )
         return bands
 
 

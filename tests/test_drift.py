@@ -137,9 +137,8 @@ def test_load_in_a_band_the_baseline_lacks_is_not_compared() -> None:
     feed(monitor, 0, 300, latency=9.0, inflight=30)  # band 16-40: not profiled
     assert monitor.status.last_checked is None and not monitor.status.drifting
     # and each band is judged against its own figures
-    monitor = DriftMonitor(
-        backend(), entry(**{"1-4": figures(), "16-40": figures(latency_p95_s=8.0)}), POLICY
-    )
+    busy = figures(concurrency=24, latency_p95_s=8.0)
+    monitor = DriftMonitor(backend(), entry(**{"1-4": figures(), "16-40": busy}), POLICY)
     feed(monitor, 0, 300, latency=9.0, inflight=30)  # 9 <= 1.5 × 8
     assert monitor.status.band == "16-40" and not monitor.status.drifting
 
@@ -320,6 +319,10 @@ def test_bad_figures_name_the_field(tmp_path: Path) -> None:
     good["backends"][0]["bands"] = {"2-9": good["backends"][0]["bands"]["1-4"]}
     (tmp_path / "b.json").write_text(json.dumps(good))
     with pytest.raises(BaselineError, match="unknown band '2-9'"):
+        Baseline.load(tmp_path / "b.json")
+    good["backends"][0]["bands"] = {"41+": good["backends"][0]["bands"]["2-9"]}
+    (tmp_path / "b.json").write_text(json.dumps(good))
+    with pytest.raises(BaselineError, match="measured at concurrency 2, which is in band '1-4'"):
         Baseline.load(tmp_path / "b.json")
 
 
