@@ -240,8 +240,8 @@ Then: Gateway(..., baseline="baseline.json") warns when a backend drifts from it
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``gptgate profile`` (the caller wires the parser in as a subcommand)."""
     parser.description = (
-        "Measure each configured backend at one concurrency per band (latency and TTFT "
-        "p50/p95/p99, output tokens/s, cache hit rate) and write the baseline that "
+        "Measure each configured backend at one concurrency per band (latency and TTFT\n"
+        "p50/p95/p99, output tokens/s, cache hit rate) and write the baseline that\n"
         "Gateway(baseline=...) watches for drift."
     )
     parser.epilog = _EXAMPLES
