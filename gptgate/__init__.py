@@ -5,8 +5,11 @@ micro-batching, scenario presets with the stream rule, routing across heterogene
 retries under a budget, a cost ledger and OpenTelemetry traces.
 """
 
+from .baseline import Baseline, BaselineError
 from .clock import Clock, ScaledClock, SystemClock
 from .config import Backend, GatewayConfig, Price
+from .config_file import ConfigFileError, load_config
+from .drift import DriftPolicy, DriftStatus
 from .errors import (
     BackendError,
     BadRequestError,
@@ -21,6 +24,7 @@ from .errors import (
 )
 from .gateway import BackendStats, ChatStream, Gateway
 from .hedge import HedgePolicy
+from .profiling import ProfileError, profile
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
@@ -34,10 +38,15 @@ __all__ = [
     "BackendError",
     "BackendStats",
     "BadRequestError",
+    "Baseline",
+    "BaselineError",
     "BatchPolicy",
     "ChatResult",
     "ChatStream",
     "Clock",
+    "ConfigFileError",
+    "DriftPolicy",
+    "DriftStatus",
     "GateError",
     "Gateway",
     "GatewayClosedError",
@@ -47,6 +56,7 @@ __all__ = [
     "Outcome",
     "OverloadedError",
     "Price",
+    "ProfileError",
     "RampPolicy",
     "RateLimitedError",
     "RequestTimeout",
@@ -60,4 +70,6 @@ __all__ = [
     "TierStats",
     "Usage",
     "__version__",
+    "load_config",
+    "profile",
 ]

@@ -407,6 +407,11 @@ class _Attempt:
             latency, ttft_s=ttft, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
         )
         runner._record_ok(backend, spec, self.state, parsed, usage, latency, ttft, self.streamed)
+        if backend.drift is not None:
+            backend.drift.observe(
+                self.clock.now(), permit.inflight, latency, ttft, usage.output_tokens,
+                None if usage.estimated else usage.input_tokens, usage.cached_input_tokens,
+            )
         runner.telemetry.end_attempt(
             span,
             provider=config.provider,

@@ -37,11 +37,13 @@ import httpx2
 from cachetools import TTLCache
 from opentelemetry import metrics, trace
 
+from .baseline import Baseline
 from .batching import ItemHandle, MicroBatcher
 from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
+from .drift import DriftMonitor, DriftPolicy, DriftStatus, check_baseline_arg, drift_monitors
 from .errors import (
     BadRequestError,
     GateError,
@@ -178,6 +180,9 @@ class BackendStats:
     escalated: int = 0
     #: the fleet's view with ``shared=`` (fleet-wide permits, outage state); None without
     fleet: FleetStatistics | None = None
+    #: against its baseline with ``Gateway(baseline=...)`` (docs/drift.md); None when not
+    #: checked (no baseline, or none that fits this backend)
+    drift: DriftStatus | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -446,10 +451,22 @@ class Gateway:
         state: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         tier_classifier: TierClassifier | None = None,
         tier_accept: Accept | None = None,
+        baseline: str | os.PathLike[str] | Baseline | None = None,
+        drift_policy: DriftPolicy | None = None,
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
         self._state_source = check_state_arg(state)
+        #: drift watch: a baseline file (read on the first start) or a Baseline (docs/drift.md)
+        self._baseline = check_baseline_arg(baseline)
+        if drift_policy is not None and not isinstance(drift_policy, DriftPolicy):
+            raise BadRequestError(
+                f"drift_policy must be a gptgate.DriftPolicy, got {type(drift_policy).__name__}"
+            )
+        self._drift_policy = drift_policy or DriftPolicy()
+        #: per backend, built on the first start and kept across re-opening
+        self._drift: dict[str, DriftMonitor] | None = None
+        self._meter_provider = meter_provider
         classifier = check_classifier(tier_classifier) if tier_classifier is not None else None
         accept = check_accept(tier_accept, "tier_accept")
         if config is None:
@@ -548,6 +565,15 @@ class Gateway:
                 cooldown_s=self.config.breaker_cooldown_s,
             )
             self._states[backend.name] = BackendState(backend, pool, limiter, breaker)
+        if self._drift is None:
+            self._drift = (
+                {} if self._baseline is None else drift_monitors(
+                    self._baseline, self.config.backends, self._drift_policy,
+                    meter_provider=self._meter_provider,
+                )
+            )
+        for name, state in self._states.items():
+            state.drift = self._drift.get(name)
         router = Router(list(self._states.values()), self.clock)
         #: moves queued calls off a backend whose circuit opens, and onto idle backends
         self.relocator = Relocator(router, self.clock)
@@ -1316,6 +1342,7 @@ class Gateway:
                 fleet=_fleet_statistics(state.limiter.admission),
                 hedges=state.hedges,
                 escalated=entry.escalated,
+                drift=state.drift.status if state.drift is not None else None,
             )
         return snapshot
 

@@ -26,6 +26,7 @@ from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
 
 if TYPE_CHECKING:
+    from .drift import DriftMonitor
     from .shared.health import FleetHealth
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
@@ -176,6 +177,8 @@ class BackendState:
         self.hedges = 0
         #: ``shared=``: this backend's circuit as the fleet sees it (gptgate/shared/health.py)
         self.fleet_health: FleetHealth | None = None
+        #: ``Gateway(baseline=...)``: this backend against its baseline (gptgate/drift.py)
+        self.drift: DriftMonitor | None = None
         self.rate_limited = 0
         self.timeouts = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or

@@ -220,6 +220,11 @@ class _Attempt:
                 self.state.latency.add(latency)
                 if tap.ttft_s is not None:
                     self.state.ttft.add(tap.ttft_s)
+                if self.state.drift is not None:  # the tap knows no cached tokens
+                    self.state.drift.observe(
+                        self.runner.clock.now(), self.permit.inflight, latency, tap.ttft_s,
+                        usage.output_tokens,
+                    )
             else:
                 self.permit.ignore()  # a token-less reply says nothing of the load per token
             self.state.breaker.on_success()

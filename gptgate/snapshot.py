@@ -191,11 +191,13 @@ def load_state(
     return warm
 
 
-def save_state(path: str | os.PathLike[str], snapshot: Mapping[str, Any]) -> None:
+def save_state(
+    path: str | os.PathLike[str], snapshot: Mapping[str, Any], *, sort_keys: bool = True
+) -> None:
     """Write ``snapshot`` as JSON, atomically: a temporary file in the same directory, then
     ``os.replace`` — a crash mid-write leaves the old file whole, never a truncated one."""
     target = Path(path)
-    text = json.dumps(snapshot, indent=1, sort_keys=True, allow_nan=False)
+    text = json.dumps(snapshot, indent=1, sort_keys=sort_keys, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
