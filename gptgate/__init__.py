@@ -5,11 +5,13 @@ micro-batching, scenario presets with the stream rule, routing across heterogene
 retries under a budget, a cost ledger and OpenTelemetry traces — see DESIGN.md.
 """
 
+from .budget import Budget, BudgetStatus
 from .clock import Clock, ScaledClock, SystemClock
 from .config import Backend, GatewayConfig, Price
 from .errors import (
     BackendError,
     BadRequestError,
+    BudgetExceededError,
     GateError,
     GatewayClosedError,
     NoBackendError,
@@ -35,6 +37,9 @@ __all__ = [
     "BackendStats",
     "BadRequestError",
     "BatchPolicy",
+    "Budget",
+    "BudgetExceededError",
+    "BudgetStatus",
     "ChatResult",
     "ChatStream",
     "Clock",

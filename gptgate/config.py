@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from .budget import Budget
 from .results import Usage
 from .shared.config import Shared
 
@@ -261,6 +262,8 @@ class GatewayConfig(BaseModel):
     #: fleet-wide state through Redis (a URL or a ``gg.Shared``); None → ``GPTGATE_SHARED``
     #: if set, else each process alone (docs/guide.md, Many processes)
     shared: Shared | None = None
+    #: a dollar budget per sliding hour, counted from the cost ledger (docs/budget.md)
+    budget: Budget | None = None
 
     @model_validator(mode="before")
     @classmethod
