@@ -187,7 +187,8 @@ class BudgetStatus:
     #: calls that had to wait (throttle), and calls refused (raise, or a deadline in throttle)
     throttled: int
     raised: int
-    #: a throttling episode is under way (calls waiting or just admitted after a wait)
+    #: a throttling episode is under way: from the first wait until a call finds room
+    #: without waiting
     throttling: bool
 
 
@@ -203,7 +204,7 @@ class BudgetGate:
 
     Waiters queue by priority, then arrival; only the head watches the clock, so a thousand
     queued calls cost one timer. One warning is logged per throttling episode (from the
-    first wait until a call is admitted with nobody waiting), not per call."""
+    first wait until a call finds room without waiting), not per call."""
 
     def __init__(
         self, budget: Budget, clock: Clock, meter_provider: metrics.MeterProvider | None = None
@@ -267,6 +268,7 @@ class BudgetGate:
         if not self._queue:
             at = self.windows.room_at(now, usd)
             if at is not None and at <= now:
+                self._episode = False  # room without a wait: any throttling is over
                 return self._grant(usd, hold)
             if self.budget.on_exceed == "raise":
                 self._refused("raised")
@@ -274,8 +276,6 @@ class BudgetGate:
         return await self._wait(usd, priority, deadline, hold)
 
     def _grant(self, usd: float, hold: bool) -> BudgetHold | None:
-        if self._episode and not self._queue:
-            self._episode = False
         if not hold or usd <= 0:
             return None
         return BudgetHold(self.windows.reserve(usd), usd)

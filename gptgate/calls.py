@@ -183,9 +183,9 @@ class _Attempt:
     """
 
     __slots__ = (
-        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold", "limit",
-        "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span",
-        "spec", "state", "streamed", "ticket", "ttft",
+        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
+        "limit", "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at",
+        "span", "spec", "state", "streamed", "ticket", "ttft",
     )
 
     def __init__(
@@ -707,11 +707,24 @@ class CallRunner:
         """Reserve the attempt's most expensive outcome under the dollar budget, waiting
         (throttle) or failing (raise) when there is no room; a backend without a price is
         free and passes."""
+        return await self.admit_cost(
+            backend, self.budget_estimate(spec, backend), spec.priority, spec.deadline
+        )
+
+    async def admit_cost(
+        self, backend: BackendState, usd: float, priority: int, deadline: float | None
+    ) -> BudgetHold | None:
+        """``admit_budget`` for a try whose cost is estimated elsewhere (a guarded call,
+        an SDK request)."""
         if self.spending is None or backend.backend.price is None:
             return None
-        return await self.spending.admit(
-            self.budget_estimate(spec, backend), priority=spec.priority, deadline=spec.deadline
-        )
+        return await self.spending.admit(usd, priority=priority, deadline=deadline)
+
+    def mean_attempt_cost(self, backend: BackendState) -> float:
+        """The backend's mean cost per attempt so far: a guarded call's reservation (its
+        tokens are unknown until its function returns); 0 before any."""
+        entry = self.ledger.entries.get(backend.name)
+        return entry.cost_usd / entry.attempts if entry is not None and entry.attempts else 0.0
 
     async def _admit(
         self, spec: CallSpec, state: CallState, backend: BackendState
