@@ -42,6 +42,8 @@ log = logging.getLogger("gptgate")
 
 #: the budget's promise holds over any window of this length
 HOUR_S = 3600.0
+#: a throttling episode (one warning) ends when no call has waited for this long
+EPISODE_QUIET_S = 300.0
 
 
 class Budget(BaseModel):
@@ -187,8 +189,8 @@ class BudgetStatus:
     #: calls that had to wait (throttle), and calls refused (raise, or a deadline in throttle)
     throttled: int
     raised: int
-    #: a throttling episode is under way: from the first wait until a call finds room
-    #: without waiting
+    #: a throttling episode is under way: from the first wait until no call has waited for
+    #: five minutes
     throttling: bool
 
 
@@ -204,7 +206,7 @@ class BudgetGate:
 
     Waiters queue by priority, then arrival; only the head watches the clock, so a thousand
     queued calls cost one timer. One warning is logged per throttling episode (from the
-    first wait until a call finds room without waiting), not per call."""
+    first wait until no call has waited for ``EPISODE_QUIET_S``), not per call."""
 
     def __init__(
         self, budget: Budget, clock: Clock, meter_provider: metrics.MeterProvider | None = None
@@ -217,7 +219,9 @@ class BudgetGate:
         self._changed: anyio.Event | None = None
         self.throttled = 0
         self.raised = 0
-        self._episode = False
+        #: when a call last waited or was admitted after waiting (a throttling episode lasts
+        #: until none has for EPISODE_QUIET_S)
+        self._last_wait = -math.inf
         meter = metrics.get_meter("gptgate", meter_provider=meter_provider)
         meter.create_observable_gauge(
             "gptgate.client.budget.spend", callbacks=[self._observe], unit="USD",
@@ -268,7 +272,6 @@ class BudgetGate:
         if not self._queue:
             at = self.windows.room_at(now, usd)
             if at is not None and at <= now:
-                self._episode = False  # room without a wait: any throttling is over
                 return self._grant(usd, hold)
             if self.budget.on_exceed == "raise":
                 self._refused("raised")
@@ -284,12 +287,12 @@ class BudgetGate:
         self, usd: float, priority: int, deadline: float | None, hold: bool
     ) -> BudgetHold | None:
         clock = self.clock
+        now = clock.now()
+        episode, self._last_wait = self._throttling(now), now
         waiter = _Waiter((-priority, next(self._order)), usd)
         heapq.heappush(self._queue, waiter)
         self._refused("throttled")
-        if not self._episode:
-            self._episode = True
-            now = clock.now()
+        if not episode:
             log.warning(
                 "budget: throttling — $%.2f spent and $%.2f reserved in the last hour of "
                 "$%.2f/h; calls wait for room (gate.budget_status())",
@@ -308,6 +311,7 @@ class BudgetGate:
                 if at is not None and at <= now:
                     heapq.heappop(self._queue)
                     self._wake_head()
+                    self._last_wait = now
                     return self._grant(usd, hold)
                 if deadline is not None and at is not None and at > deadline:
                     raise self._late(now, usd, deadline, at)
@@ -334,6 +338,9 @@ class BudgetGate:
             await event.wait()
             return True
         return False
+
+    def _throttling(self, now: float) -> bool:
+        return bool(self._queue) or now - self._last_wait < EPISODE_QUIET_S
 
     def _wake_head(self) -> None:
         if self._queue:
@@ -384,5 +391,5 @@ class BudgetGate:
             waiting=len(self._queue),
             throttled=self.throttled,
             raised=self.raised,
-            throttling=self._episode,
+            throttling=self._throttling(now),
         )
