@@ -378,7 +378,7 @@ class BudgetGate:
             f"hour of ${cap.usd_per_hour:.2f}/h; this call may cost ${usd:.4f}; {when}",
             spent_usd=spent,
             budget_usd=cap.usd_per_hour,
-            retry_after=None if at is None else max(0.0, at - now),
+            retry_after=None if at is None else round(max(0.0, at - now), 1),
         )
 
     def status(self) -> BudgetStatus:

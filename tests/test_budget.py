@@ -131,7 +131,7 @@ def test_the_burst_window_paces_a_throttled_budget() -> None:
 
 
 async def _job(
-    budget: gg.Budget | None, seconds: float, workers: int = 4, timeout: float | None = None
+    budget: gg.Budget | None, seconds: float, workers: int = 2, timeout: float | None = None
 ) -> dict[str, Any]:
     """``workers`` loops calling as fast as they can for ``seconds`` of virtual time."""
     clock = LoopClock()
@@ -175,7 +175,7 @@ async def _job(
 def test_unbudgeted_the_job_spends_three_times_the_budget() -> None:
     """The baseline the throttle test is judged against: the same job without a budget."""
     out = run_virtual(_job, None, 3600.0)
-    assert _max_hourly(out["samples"]) > 3 * 2.8
+    assert _max_hourly(out["samples"]) > 2.9 * 2.8
 
 
 def test_throttle_holds_the_hourly_spend_of_a_job_three_times_over_budget(
@@ -199,17 +199,18 @@ def test_throttle_holds_the_hourly_spend_of_a_job_three_times_over_budget(
 
 
 def test_pacing_spreads_the_hour_instead_of_spending_it_at_once() -> None:
-    out = run_virtual(_job, gg.Budget(usd_per_hour=2.8, burst_s=300), 3600.0)
+    # four workers: this job would spend six times the budget
+    out = run_virtual(_job, gg.Budget(usd_per_hour=2.8, burst_s=300), 3600.0, 4)
     ten_minutes = [c for t, c in out["samples"] if t <= 600.0][-1]
     assert ten_minutes <= 2.8 * 900 / 3600  # two bursts' worth of 5 minutes, plus one
-    unpaced = run_virtual(_job, gg.Budget(usd_per_hour=2.8, burst_s=3600), 3600.0)
+    unpaced = run_virtual(_job, gg.Budget(usd_per_hour=2.8, burst_s=3600), 3600.0, 4)
     early = [c for t, c in unpaced["samples"] if t <= 600.0][-1]
     assert early >= 0.9 * 2.8  # without pacing the hour goes in its first minutes
     assert _max_hourly(unpaced["samples"]) <= 1.02 * 2.8
 
 
 def test_a_throttled_call_whose_deadline_would_pass_fails_typed_before_it() -> None:
-    out = run_virtual(_job, gg.Budget(usd_per_hour=2.8), 1800.0, 4, 60.0)
+    out = run_virtual(_job, gg.Budget(usd_per_hour=2.8), 1800.0, 2, 60.0)
     refused = [e for e in out["errors"] if isinstance(e, gg.BudgetExceededError)]
     # the others were admitted just before their deadline, which then cut them
     late = [e for e in out["errors"] if isinstance(e, gg.RequestTimeout) and e.deadline]
