@@ -85,7 +85,15 @@ class _Window:
         self.total = 0.0
 
     def add(self, now: float, usd: float) -> None:
-        self.entries.append((now, usd))
+        """Count ``usd`` as spent at the end of the current second: one entry a second
+        however many calls end in it (an hour at 100 calls/s is 3,600 entries, not 360,000),
+        and it leaves the window at most a second late, never early."""
+        stamp = math.floor(now) + 1.0
+        entries = self.entries
+        if entries and entries[-1][0] == stamp:
+            entries[-1] = (stamp, entries[-1][1] + usd)
+        else:
+            entries.append((stamp, usd))
         self.total += usd
 
     def prune(self, now: float) -> None:
@@ -315,8 +323,7 @@ class BudgetGate:
                     return self._grant(usd, hold)
                 if deadline is not None and at is not None and at > deadline:
                     raise self._late(now, usd, deadline, at)
-                if self._changed is None or self._changed.is_set():
-                    self._changed = anyio.Event()
+                self._changed = anyio.Event()  # the head's alone (and this loop's)
                 until = deadline if at is None else at if deadline is None else min(at, deadline)
                 await self._until(self._changed, now, until)
                 if deadline is not None and clock.now() >= deadline:

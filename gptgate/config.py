@@ -303,6 +303,13 @@ class GatewayConfig(BaseModel):
         return backends
 
     @model_validator(mode="after")
+    def _check_budget(self) -> GatewayConfig:
+        if self.budget is not None and all(b.price is None for b in self.backends):
+            # nothing would ever be counted: a budget that cannot hold is a silent bill
+            raise ValueError("budget needs a backend with a price (Backend(price=gg.Price(...)))")
+        return self
+
+    @model_validator(mode="after")
     def _check_backoff(self) -> GatewayConfig:
         if self.backoff_cap_s < self.backoff_base_s:
             raise ValueError("backoff_cap_s must be >= backoff_base_s")

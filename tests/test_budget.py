@@ -88,6 +88,9 @@ def test_a_budget_given_as_a_mapping_is_validated_by_the_gateway_config() -> Non
     gate = gg.Gateway([backend], budget={"usd_per_hour": 10, "on_exceed": "raise"})
     assert gate.config.budget == gg.Budget(usd_per_hour=10, on_exceed="raise")
     assert gg.Gateway([backend]).budget_status() is None
+    free = backend.model_copy(update={"price": None})
+    with pytest.raises(ValidationError, match="budget needs a backend with a price"):
+        gg.Gateway([free], budget=gg.Budget(usd_per_hour=10))
 
 
 # -- the pure windows -------------------------------------------------------------------------
@@ -95,16 +98,25 @@ def test_a_budget_given_as_a_mapping_is_validated_by_the_gateway_config() -> Non
 
 def test_room_frees_up_when_the_oldest_spend_leaves_the_hour() -> None:
     windows = SpendWindows(gg.Budget(usd_per_hour=10, on_exceed="raise"))
-    windows.record(0.0, 4.0)
-    windows.record(100.0, 5.0)
+    windows.record(0.0, 4.0)  # counted at the end of its second: leaves at 3601
+    windows.record(100.5, 5.0)
     assert windows.room_at(200.0, 1.0) == 200.0  # 9 + 1 fits 10
-    assert windows.room_at(200.0, 2.0) == 3600.0  # the $4 of t=0 must leave first
-    assert windows.room_at(200.0, 6.0) == 3700.0  # and the $5 of t=100
+    assert windows.room_at(200.0, 2.0) == 3601.0  # the $4 of t=0 must leave first
+    assert windows.room_at(200.0, 6.0) == 3701.0  # and the $5 of t=100.5
     key = windows.reserve(1.0)
-    assert windows.room_at(200.0, 1.0) == 3600.0  # a reservation counts as spent
+    assert windows.room_at(200.0, 1.0) == 3601.0  # a reservation counts as spent
     windows.release(key)
     assert windows.room_at(200.0, 1.0) == 200.0
-    assert windows.spent(3600.0) == 5.0 and windows.spent(3700.0) == 0.0
+    assert windows.spent(3600.5) == 9.0 and windows.spent(3601.0) == 5.0
+    assert windows.spent(3701.0) == 0.0
+
+
+def test_costs_ending_in_the_same_second_are_one_entry() -> None:
+    windows = SpendWindows(gg.Budget(usd_per_hour=10))
+    for i in range(1000):
+        windows.record(i / 100, 0.001)  # 100 calls a second for 10 s
+    hour = windows.windows[0]
+    assert len(hour.entries) == 10 and windows.spent(10.0) == pytest.approx(1.0)
 
 
 def test_reservations_alone_leave_no_time_to_wait_for() -> None:
@@ -119,10 +131,10 @@ def test_the_burst_window_paces_a_throttled_budget() -> None:
     budget = gg.Budget(usd_per_hour=12, burst_s=300)  # $1 per 5 minutes
     windows = SpendWindows(budget)
     windows.record(0.0, 0.9)
-    assert windows.room_at(10.0, 0.2) == 300.0  # the hour has room; the pace does not
+    assert windows.room_at(10.0, 0.2) == 301.0  # the hour has room; the pace does not
     assert windows.room_at(10.0, 0.1) == 10.0
     # a call larger than the burst allowance goes once the burst window is empty
-    assert windows.room_at(10.0, 1.5) == 300.0
+    assert windows.room_at(10.0, 1.5) == 301.0
     # "raise" is not paced: only the hour counts
     assert SpendWindows(budget.model_copy(update={"on_exceed": "raise"})).room_at(0.0, 5.0) == 0.0
 
