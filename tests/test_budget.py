@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import ValidationError
 
 import gptgate as gg
-from gptgate.budget import SpendWindows
+from gptgate.budget import BudgetGate, SpendWindows
 from gptgate.sim import SimEngine
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 
@@ -444,3 +444,52 @@ def test_the_spend_metric_reports_settled_and_reserved_dollars() -> None:
     assert 0 < spend["settled"] <= 0.05 and spend["reserved"] == 0.0
     refused = {a["gptgate.budget.outcome"]: v for n, a, v in seen if n.endswith(".refused")}
     assert refused == {"raised": 1}
+
+
+# -- the queue --------------------------------------------------------------------------------
+
+
+async def _queue_order() -> dict[str, Any]:
+    clock = LoopClock()
+    gate = BudgetGate(gg.Budget(usd_per_hour=1.0, burst_s=3600), clock)
+    gate.record(1.0)  # the hour is spent at t=0: room from t=1 + 3600
+    admitted: list[tuple[str, float]] = []
+    failed: list[tuple[str, float, float | None]] = []
+
+    async def call(name: str, priority: int, deadline: float | None = None) -> None:
+        try:
+            hold = await gate.admit(0.6, priority=priority, deadline=deadline)
+        except gg.BudgetExceededError as error:
+            failed.append((name, clock.now(), error.retry_after))
+            return
+        admitted.append((name, clock.now()))
+        await clock.sleep(10.0)
+        gate.record(0.5)  # its real cost, below the reservation
+        assert hold is not None
+        gate.release(hold)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, "low", 0)
+        await clock.sleep(1.0)
+        group.start_soon(call, "high", 10)  # later, but first
+        group.start_soon(call, "late", 10, 500.0)  # behind "high": fails at its deadline
+        await clock.sleep(1.0)
+        # at the head it would be, but its deadline comes before any room: fails at once
+        solo = BudgetGate(gg.Budget(usd_per_hour=1.0), clock)
+        solo.record(1.0)
+        with pytest.raises(gg.BudgetExceededError) as info:
+            await solo.admit(0.1, deadline=clock.now() + 100.0)
+        failed.append(("solo", clock.now(), info.value.retry_after))
+    return {"admitted": admitted, "failed": failed, "status": gate.status()}
+
+
+def test_the_queue_goes_by_priority_and_fails_a_hopeless_deadline_early() -> None:
+    out = run_virtual(_queue_order)
+    # "high" spent $0.50 in the second ending at 3612: "low" fits once that leaves the hour
+    assert out["admitted"] == [("high", 3601.0), ("low", 3612.0 + 3600.0)]
+    late = next(f for f in out["failed"] if f[0] == "late")
+    assert late[1] == pytest.approx(500.0)  # behind another: at its deadline
+    solo = next(f for f in out["failed"] if f[0] == "solo")
+    assert solo[1] == 2.0 and solo[2] == pytest.approx(3601.0)  # at once, saying when
+    status = out["status"]
+    assert status.throttled == 3 and status.raised == 1 and status.waiting == 0
