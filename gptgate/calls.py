@@ -175,11 +175,13 @@ _DEFAULT_MAX_TOKENS = 1024
 class _Attempt:
     """One attempt's state, with one method per stage of DESIGN.md's "One call, end to end".
 
-    Read it as a ledger of what is held: ``admit`` takes the cache ticket and the permit,
-    ``pace`` a reservation of the backend's token budget, ``dispatch`` the span, and
-    ``open_stream`` / ``read_body`` the response. ``release`` (run on every path) hands back
-    the ticket, the permit, the span and the response; the reservation is settled by the
-    outcome, ``succeed`` or ``fail`` (a cancelled one stays counted: its tokens may be billed).
+    Read it as a ledger of what is held: ``admit`` takes the dollar budget's reservation,
+    the cache ticket and the permit, ``pace`` a reservation of the backend's token budget,
+    ``dispatch`` the span, and ``open_stream`` / ``read_body`` the response. ``release`` (run
+    on every path) hands back the dollar reservation (the outcome has put the real cost in
+    the ledger), the ticket, the permit, the span and the response; the token reservation is
+    settled by the outcome, ``succeed`` or ``fail`` (a cancelled one stays counted: its
+    tokens may be billed).
     """
 
     __slots__ = (

@@ -523,15 +523,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request
     ) -> BudgetHold | None:
-        """The dollar budget's reservation for the request: its prompt and ``max_tokens``
-        (1024 without) at the backend's price; waited for (throttle) no longer than the
-        request's pool timeout, as a permit is."""
+        """The dollar budget's reservation for the request: its prompt and, for a chat or
+        completion, ``max_tokens`` (1024 without) at the backend's price; waited for
+        (throttle) no longer than the request's pool timeout, as a permit is."""
         if runner.spending is None or state.backend.price is None:
             return None
         body = _json_body(request)
+        generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
         usage = Usage(
             input_tokens=_prompt_tokens(body),
-            output_tokens=_max_tokens(body) or _BUDGET_OUTPUT_TOKENS,
+            output_tokens=(_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0,
         )
         timeouts = request.extensions.get("timeout")
         pool = timeouts.get("pool") if isinstance(timeouts, Mapping) else None
