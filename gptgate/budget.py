@@ -212,9 +212,10 @@ class _Waiter:
 class BudgetGate:
     """Admission against a :class:`Budget`: reserve, wait (throttle) or refuse (raise).
 
-    Waiters queue by priority, then arrival; only the head watches the clock, so a thousand
-    queued calls cost one timer. One warning is logged per throttling episode (from the
-    first wait until no call has waited for ``EPISODE_QUIET_S``), not per call."""
+    Waiters queue by priority, then arrival; only the head watches the clock (and hears of
+    released reservations), so a thousand queued calls cost one timer. One warning is logged
+    per throttling episode (from the first wait until no call has waited for
+    ``EPISODE_QUIET_S``), not per call."""
 
     def __init__(
         self, budget: Budget, clock: Clock, meter_provider: metrics.MeterProvider | None = None
@@ -224,7 +225,6 @@ class BudgetGate:
         self.windows = SpendWindows(budget)
         self._queue: list[_Waiter] = []
         self._order = itertools.count()
-        self._changed: anyio.Event | None = None
         self.throttled = 0
         self.raised = 0
         #: when a call last waited or was admitted after waiting (a throttling episode lasts
@@ -265,10 +265,9 @@ class BudgetGate:
     # -- admission ------------------------------------------------------------------------
 
     async def admit(
-        self, usd: float, *, priority: int = 0, deadline: float | None = None, hold: bool = True
+        self, usd: float, *, priority: int = 0, deadline: float | None = None
     ) -> BudgetHold | None:
-        """Admit a call that may cost up to ``usd``: a reservation (``hold=False``: none,
-        for a call of unknown cost that only needs the window not to be full)."""
+        """Admit a call that may cost up to ``usd``: its reservation (None for $0)."""
         now = self.clock.now()
         if usd > self.budget.usd_per_hour:
             self._refused("raised")
@@ -280,20 +279,18 @@ class BudgetGate:
         if not self._queue:
             at = self.windows.room_at(now, usd)
             if at is not None and at <= now:
-                return self._grant(usd, hold)
+                return self._grant(usd)
             if self.budget.on_exceed == "raise":
                 self._refused("raised")
                 raise self._exceeded(now, usd, at)
-        return await self._wait(usd, priority, deadline, hold)
+        return await self._wait(usd, priority, deadline)
 
-    def _grant(self, usd: float, hold: bool) -> BudgetHold | None:
-        if not hold or usd <= 0:
+    def _grant(self, usd: float) -> BudgetHold | None:
+        if usd <= 0:
             return None
         return BudgetHold(self.windows.reserve(usd), usd)
 
-    async def _wait(
-        self, usd: float, priority: int, deadline: float | None, hold: bool
-    ) -> BudgetHold | None:
+    async def _wait(self, usd: float, priority: int, deadline: float | None) -> BudgetHold | None:
         clock = self.clock
         now = clock.now()
         episode, self._last_wait = self._throttling(now), now
@@ -309,25 +306,25 @@ class BudgetGate:
         try:
             while True:
                 now = clock.now()
-                if self._queue[0] is not waiter:
-                    if waiter.turn.is_set():  # a turn passed to it, then taken by a higher one
-                        waiter.turn = anyio.Event()
-                    if not await self._until(waiter.turn, now, deadline):
-                        raise self._late(now, usd, deadline)
-                    continue
-                at = self.windows.room_at(now, usd)
-                if at is not None and at <= now:
-                    heapq.heappop(self._queue)
-                    self._wake_head()
-                    self._last_wait = now
-                    return self._grant(usd, hold)
-                if deadline is not None and at is not None and at > deadline:
-                    raise self._late(now, usd, deadline, at)
-                self._changed = anyio.Event()  # the head's alone (and this loop's)
-                until = deadline if at is None else at if deadline is None else min(at, deadline)
-                await self._until(self._changed, now, until)
-                if deadline is not None and clock.now() >= deadline:
-                    raise self._late(clock.now(), usd, deadline)
+                if waiter.turn.is_set():  # woken: look again, and wait on a fresh event
+                    waiter.turn = anyio.Event()
+                until = deadline
+                if self._queue[0] is waiter:
+                    at = self.windows.room_at(now, usd)
+                    if at is not None and at <= now:
+                        heapq.heappop(self._queue)
+                        self._wake_head()
+                        self._last_wait = now
+                        return self._grant(usd)
+                    late = at is not None and deadline is not None and at > deadline
+                    if late or (deadline is not None and now >= deadline):
+                        raise self._late(now, usd, at)  # room comes too late: fail now
+                    if at is not None:
+                        until = at if deadline is None else min(at, deadline)
+                elif deadline is not None and now >= deadline:
+                    raise self._late(now, usd)
+                # the head: until room, or a release; behind it: until its turn
+                await self._until(waiter.turn, now, until)
         finally:
             if waiter in self._queue:
                 head = self._queue[0] is waiter
@@ -336,15 +333,13 @@ class BudgetGate:
                 if head:
                     self._wake_head()
 
-    async def _until(self, event: anyio.Event, now: float, until: float | None) -> bool:
-        """Wait for ``event`` until the clock reads ``until``; True if it was set."""
+    async def _until(self, event: anyio.Event, now: float, until: float | None) -> None:
+        """Wait for ``event``, or until the clock reads ``until``."""
         if until is None:
             await event.wait()
-            return True
+            return
         with anyio.move_on_after(self.clock.to_real(max(0.0, until - now))):
             await event.wait()
-            return True
-        return False
 
     def _throttling(self, now: float) -> bool:
         return bool(self._queue) or now - self._last_wait < EPISODE_QUIET_S
@@ -352,8 +347,6 @@ class BudgetGate:
     def _wake_head(self) -> None:
         if self._queue:
             self._queue[0].turn.set()
-        if self._changed is not None:
-            self._changed.set()
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -364,9 +357,7 @@ class BudgetGate:
             self.raised += 1
         self._refusals.add(1, {"gptgate.budget.outcome": how})
 
-    def _late(
-        self, now: float, usd: float, deadline: float | None, at: float | None = None
-    ) -> BudgetExceededError:
+    def _late(self, now: float, usd: float, at: float | None = None) -> BudgetExceededError:
         self._refused("raised")
         error = self._exceeded(now, usd, at if at is not None else self.windows.room_at(now, usd))
         error.message = f"throttled past the call's deadline: {error.message}"

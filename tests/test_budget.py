@@ -493,3 +493,34 @@ def test_the_queue_goes_by_priority_and_fails_a_hopeless_deadline_early() -> Non
     assert solo[1] == 2.0 and solo[2] == pytest.approx(3601.0)  # at once, saying when
     status = out["status"]
     assert status.throttled == 3 and status.raised == 1 and status.waiting == 0
+
+
+async def _overtaken_while_reservations_fill_the_hour() -> list[tuple[str, float]]:
+    """The hour is full of reservations (no time to wait for: only a release frees room);
+    the queue's head is overtaken by a higher priority, which is admitted at the release."""
+    clock = LoopClock()
+    gate = BudgetGate(gg.Budget(usd_per_hour=1.0, burst_s=3600), clock)
+    first = await gate.admit(0.9)
+    assert first is not None
+    admitted: list[tuple[str, float]] = []
+
+    async def call(name: str, priority: int) -> None:
+        hold = await gate.admit(0.6, priority=priority)
+        admitted.append((name, clock.now()))
+        await clock.sleep(10.0)
+        assert hold is not None
+        gate.release(hold)  # cost nothing: a call refused by the server
+
+    with anyio.fail_after(60.0):  # virtual seconds: a waiter nobody wakes fails here
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "low", 0)
+            await clock.sleep(1.0)
+            group.start_soon(call, "high", 10)
+            await clock.sleep(1.0)
+            gate.release(first)
+    return admitted
+
+
+def test_a_head_overtaken_while_only_a_release_can_free_room_is_not_forgotten() -> None:
+    admitted = run_virtual(_overtaken_while_reservations_fill_the_hour)
+    assert admitted == [("high", 2.0), ("low", 12.0)]  # was: "low" waited for good
