@@ -6,6 +6,7 @@ retries under a budget, a cost ledger and OpenTelemetry traces.
 """
 
 from .baseline import Baseline, BaselineError
+from .budget import Budget, BudgetStatus
 from .clock import Clock, ScaledClock, SystemClock
 from .config import Backend, GatewayConfig, Price
 from .config_file import ConfigFileError, load_config
@@ -13,6 +14,7 @@ from .drift import DriftPolicy, DriftStatus
 from .errors import (
     BackendError,
     BadRequestError,
+    BudgetExceededError,
     GateError,
     GatewayClosedError,
     NoBackendError,
@@ -41,6 +43,9 @@ __all__ = [
     "Baseline",
     "BaselineError",
     "BatchPolicy",
+    "Budget",
+    "BudgetExceededError",
+    "BudgetStatus",
     "ChatResult",
     "ChatStream",
     "Clock",

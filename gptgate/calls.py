@@ -22,9 +22,11 @@ import httpx2
 from opentelemetry.trace import Span
 
 from .billed import BilledWork
+from .budget import BudgetGate, BudgetHold
 from .clock import Clock
 from .errors import (
     BackendError,
+    BudgetExceededError,
     GateError,
     GatewayClosedError,
     OverloadedError,
@@ -173,17 +175,19 @@ _DEFAULT_MAX_TOKENS = 1024
 class _Attempt:
     """One attempt's state, with one method per stage of a call (docs/architecture.md).
 
-    Read it as a ledger of what is held: ``admit`` takes the cache ticket and the permit,
-    ``pace`` a reservation of the backend's token budget, ``dispatch`` the span, and
-    ``open_stream`` / ``read_body`` the response. ``release`` (run on every path) hands back
-    the ticket, the permit, the span and the response; the reservation is settled by the
-    outcome, ``succeed`` or ``fail`` (a cancelled one stays counted: its tokens may be billed).
+    Read it as a ledger of what is held: ``admit`` takes the dollar budget's reservation,
+    the cache ticket and the permit, ``pace`` a reservation of the backend's token budget,
+    ``dispatch`` the span, and ``open_stream`` / ``read_body`` the response. ``release`` (run
+    on every path) hands back the dollar reservation (the outcome has put the real cost in
+    the ledger), the ticket, the permit, the span and the response; the token reservation is
+    settled by the outcome, ``succeed`` or ``fail`` (a cancelled one stays counted: its
+    tokens may be billed).
     """
 
     __slots__ = (
-        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "limit",
-        "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span",
-        "spec", "state", "streamed", "ticket", "ttft",
+        "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
+        "limit", "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at",
+        "span", "spec", "state", "streamed", "ticket", "ttft",
     )
 
     def __init__(
@@ -202,6 +206,8 @@ class _Attempt:
         self.attempt_timeout = self.config.timeout
         self.ticket: CacheTicketLike | None = None
         self.permit: Permit | None = None
+        #: the dollar budget's reservation, held until the attempt's cost is in the ledger
+        self.hold: BudgetHold | None = None
         #: the backend's limit when the permit was granted
         self.limit = 0
         self.reserved = 0
@@ -219,10 +225,16 @@ class _Attempt:
     # -- CacheGate, Limiter ----------------------------------------------------------------
 
     async def admit(self) -> None:
-        """Through the prompt-cache gate and the limiter: takes the ticket and the permit."""
-        self.backend, self.ticket, self.permit = await self.runner._admit(
-            self.spec, self.state, self.backend
+        """Through the dollar budget, the prompt-cache gate and the limiter: takes the
+        budget's reservation, the ticket and the permit."""
+        runner, routed = self.runner, self.backend
+        self.hold = await runner.admit_budget(self.spec, routed)
+        self.backend, self.ticket, self.permit = await runner._admit(
+            self.spec, self.state, routed
         )
+        if self.hold is not None and self.backend is not routed:  # moved: its price
+            assert runner.spending is not None
+            runner.spending.resize(self.hold, runner.budget_estimate(self.spec, self.backend))
         self.config = self.backend.backend
         self.attempt_timeout = self.config.timeout
         self.limit = self.backend.limiter.current_limit
@@ -464,6 +476,10 @@ class _Attempt:
 
     async def release(self) -> None:
         """Hand back what the stages took, on every path; each is a no-op once settled."""
+        if self.hold is not None:  # admit: the outcome has put the real cost in the ledger
+            assert self.runner.spending is not None
+            self.runner.spending.release(self.hold)
+            self.hold = None
         if self.response is not None:  # open_stream / read_body
             with anyio.CancelScope(shield=True):
                 await self.response.aclose()
@@ -487,6 +503,7 @@ class CallRunner:
         cache_gate: CacheGateLike | None = None,
         budget: RetryBudget | None = None,
         max_breaker_wait_s: float = 5.0,
+        spending: BudgetGate | None = None,
     ) -> None:
         self.router = router
         self.clock = clock
@@ -497,6 +514,8 @@ class CallRunner:
         #: one budget for the gateway: retries ≤ ratio × calls (SRE: no retry storms)
         self.budget = budget
         self.max_breaker_wait_s = max_breaker_wait_s
+        #: the dollar budget (gptgate/budget.py), None without one
+        self.spending = spending
         #: per backend: what its recent answers looked like, to estimate the unanswered ones
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend: its client and the absolute chat URL (joined once, not per request)
@@ -573,8 +592,8 @@ class CallRunner:
         return span
 
     def record_failed_call(self, error: GateError) -> None:
-        if isinstance(error, GatewayClosedError):
-            return  # the gateway's own shutdown: no failed call of the backend's
+        if isinstance(error, (GatewayClosedError, BudgetExceededError)):
+            return  # the gateway's own shutdown or budget: no failed call of the backend's
         if error.backend in self.ledger.entries:
             self.ledger.record_call(error.backend, ok=False)
 
@@ -681,6 +700,38 @@ class CallRunner:
                 )
             await clock.sleep(wait)
         return backend
+
+    def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
+        """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
+        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves)."""
+        price = backend.backend.price
+        if price is None:
+            return 0.0
+        output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
+        return price.cost(Usage(input_tokens=spec.prompt_tokens, output_tokens=output))
+
+    async def admit_budget(self, spec: CallSpec, backend: BackendState) -> BudgetHold | None:
+        """Reserve the attempt's most expensive outcome under the dollar budget, waiting
+        (throttle) or failing (raise) when there is no room; a backend without a price is
+        free and passes."""
+        return await self.admit_cost(
+            backend, self.budget_estimate(spec, backend), spec.priority, spec.deadline
+        )
+
+    async def admit_cost(
+        self, backend: BackendState, usd: float, priority: int, deadline: float | None
+    ) -> BudgetHold | None:
+        """``admit_budget`` for a try whose cost is estimated elsewhere (a guarded call,
+        an SDK request)."""
+        if self.spending is None or backend.backend.price is None:
+            return None
+        return await self.spending.admit(usd, priority=priority, deadline=deadline)
+
+    def mean_attempt_cost(self, backend: BackendState) -> float:
+        """The backend's mean cost per attempt so far: a guarded call's reservation (its
+        tokens are unknown until its function returns); 0 before any."""
+        entry = self.ledger.entries.get(backend.name)
+        return entry.cost_usd / entry.attempts if entry is not None and entry.attempts else 0.0
 
     async def _admit(
         self, spec: CallSpec, state: CallState, backend: BackendState

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from .budget import Budget
 from .results import Usage
 from .shared.config import Shared
 
@@ -261,6 +262,8 @@ class GatewayConfig(BaseModel):
     #: fleet-wide state through Redis (a URL or a ``gg.Shared``); None → ``GPTGATE_SHARED``
     #: if set, else each process alone (docs/guide.md, Many processes)
     shared: Shared | None = None
+    #: a dollar budget per sliding hour, counted from the cost ledger (docs/budget.md)
+    budget: Budget | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +301,13 @@ class GatewayConfig(BaseModel):
         if duplicates:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(duplicates)}")
         return backends
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> GatewayConfig:
+        if self.budget is not None and all(b.price is None for b in self.backends):
+            # nothing would ever be counted: a budget that cannot hold is a silent bill
+            raise ValueError("budget needs a backend with a price (Backend(price=gg.Price(...)))")
+        return self
 
     @model_validator(mode="after")
     def _check_backoff(self) -> GatewayConfig:

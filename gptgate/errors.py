@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BadRequestError",
+    "BudgetExceededError",
     "GateError",
     "GatewayClosedError",
     "NoBackendError",
@@ -149,6 +150,23 @@ class OverloadedError(GateError):
     """Shed by gptgate: the call could not be admitted before its deadline or the queue is full."""
 
     retryable = False
+
+
+class BudgetExceededError(GateError):
+    """The dollar budget (``Gateway(budget=gg.Budget(...))``) has no room for this call: with
+    ``on_exceed="raise"`` at once, with ``"throttle"`` when its deadline would pass waiting.
+    Nothing was sent. ``spent_usd`` is the spend in the last hour, ``budget_usd`` the hourly
+    budget, ``retry_after`` the seconds until room frees up (None: as calls in flight
+    settle). Says nothing about any backend's health."""
+
+    retryable = False
+
+    def __init__(
+        self, message: str, *, spent_usd: float = 0.0, budget_usd: float = 0.0, **kwargs: object
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.spent_usd = spent_usd
+        self.budget_usd = budget_usd
 
 
 class GatewayClosedError(GateError):

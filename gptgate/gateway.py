@@ -39,6 +39,7 @@ from opentelemetry import metrics, trace
 
 from .baseline import Baseline
 from .batching import ItemHandle, MicroBatcher
+from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
@@ -491,6 +492,14 @@ class Gateway:
         self._states: dict[str, BackendState] = {}
         self._runner: CallRunner | None = None
         self._ledger = Ledger({b.name: b.price for b in config.backends})
+        #: the dollar budget (docs/budget.md): told every cost the ledger counts
+        self._spending = (
+            BudgetGate(config.budget, self.clock, meter_provider)
+            if config.budget is not None
+            else None
+        )
+        if self._spending is not None:
+            self._ledger.on_cost = self._spending.record
         self._task_group: anyio.abc.TaskGroup | None = None
         self._closing = anyio.Event()
         self._batchers: dict[Scenario, MicroBatcher[dict[str, Any], ChatResult]] = {}
@@ -601,6 +610,7 @@ class Gateway:
             cache_gate=self.cache_gate,
             budget=self.retry_budget,
             max_breaker_wait_s=self.config.max_breaker_wait_s,
+            spending=self._spending,
         )
         await self._start_fleet(self._task_group)
         self._open = True
@@ -1345,6 +1355,11 @@ class Gateway:
                 drift=state.drift.status if state.drift is not None else None,
             )
         return snapshot
+
+    def budget_status(self) -> BudgetStatus | None:
+        """The dollar budget (``budget=``): spend and reservations in the sliding hour, the
+        budget, calls waiting, throttled and refused; None without a budget."""
+        return self._spending.status() if self._spending is not None else None
 
     def tier_stats(self) -> TierStats:
         """``tier="auto"`` calls per classifier rule: how many went small, how many small

@@ -341,9 +341,24 @@ class _GuardRun:
         raise original
 
     async def _attempt(self, number: int, body: Callable[[], Awaitable[R]]) -> R:
-        runner, clock = self.runner, self.clock
+        """One try: the dollar budget's admission, then the permit and the body."""
+        runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
         state = await runner.route(self.route, frozenset(self.failed), self.deadline)
+        hold = await runner.admit_cost(
+            state, runner.mean_attempt_cost(state), self.scenario.priority, self.deadline
+        )
+        try:
+            return await self._admitted(number, body, state)
+        finally:
+            if hold is not None:  # the try's cost is in the ledger (a stream's: so far)
+                assert runner.spending is not None
+                runner.spending.release(hold)
+
+    async def _admitted(
+        self, number: int, body: Callable[[], Awaitable[R]], state: BackendState
+    ) -> R:
+        runner, clock = self.runner, self.clock
         permit = await state.limiter.acquire(
             priority=self.scenario.priority, deadline=self.deadline, stall_s=self.stall_s
         )

@@ -8,6 +8,7 @@ with the low-concurrency price overruns the budget: $0.0215 a call at 10, $0.022
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import Price
@@ -63,6 +64,8 @@ class Ledger:
     def __init__(self, prices: dict[str, Price | None]) -> None:
         self._prices = prices
         self.entries: dict[str, LedgerEntry] = {name: LedgerEntry() for name in prices}
+        #: told every attempt's cost as it is counted (the dollar budget's spend)
+        self.on_cost: Callable[[float], None] | None = None
 
     def cost(self, backend: str, usage: Usage) -> float:
         price = self._prices.get(backend)
@@ -99,6 +102,8 @@ class Ledger:
             entry.wasted_cost_usd += cost
         if uncertain:
             entry.uncertain_tokens += usage.total_tokens
+        if self.on_cost is not None and cost > 0:
+            self.on_cost(cost)
         return cost
 
     def record_escalated(self, backend: str, usage: Usage) -> None:

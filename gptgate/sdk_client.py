@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,9 @@ import anyio
 import httpx2
 
 from .billed import BilledWork
+from .budget import BudgetHold
 from .errors import (
+    BudgetExceededError,
     GateError,
     GatewayClosedError,
     OverloadedError,
@@ -111,6 +114,8 @@ class _Attempt:
         self.model = self._model()
         self.tap: ResponseTap | None = None
         self.ended = False
+        #: the dollar budget's reservation, released once the cost is in the ledger
+        self.hold: BudgetHold | None = None
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -148,33 +153,14 @@ class _Attempt:
     def body(self) -> dict[str, Any]:
         """The JSON request body, parsed once and only when needed."""
         if self._body is None:
-            try:
-                parsed = json.loads(self.request.content) if self.request.content else {}
-            except ValueError:
-                parsed = {}
-            self._body = parsed if isinstance(parsed, dict) else {}
+            self._body = _json_body(self.request)
         return self._body
 
     def prompt_tokens(self) -> int:
-        body = self.body()
-        messages = body.get("messages")
-        if isinstance(messages, list):
-            return estimate_prompt_tokens([m for m in messages if isinstance(m, Mapping)])
-        for key in ("prompt", "input"):
-            value = body.get(key)
-            if isinstance(value, str):
-                return estimate_text_tokens(value)
-            if isinstance(value, list):
-                return sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
-        return 0
+        return _prompt_tokens(self.body())
 
     def max_tokens(self) -> int | None:
-        body = self.body()
-        for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-            value = body.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        return None
+        return _max_tokens(self.body())
 
     def adopt(self, permit: Permit, on_end: WireEnd) -> None:
         """The guarded function returned this response unread (an SDK stream): its permit
@@ -342,6 +328,10 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        if self.hold is not None:
+            assert self.runner.spending is not None
+            self.runner.spending.release(self.hold)
+            self.hold = None
         tap = self.tap
         config = self.state.backend
         self.runner.telemetry.end_attempt(
@@ -356,6 +346,39 @@ class _Attempt:
             self.on_end(error, usage, self.cost_usd)
 
 
+def _json_body(request: httpx2.Request) -> dict[str, Any]:
+    try:
+        parsed = json.loads(request.content) if request.content else {}
+    except ValueError:
+        parsed = {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _prompt_tokens(body: Mapping[str, Any]) -> int:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return estimate_prompt_tokens([m for m in messages if isinstance(m, Mapping)])
+    for key in ("prompt", "input"):
+        value = body.get(key)
+        if isinstance(value, str):
+            return estimate_text_tokens(value)
+        if isinstance(value, list):
+            return sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
+    return 0
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+#: what an SDK request without max_tokens reserves under a dollar budget (as gate.chat)
+_BUDGET_OUTPUT_TOKENS = 1024
+
+
 def _sdk_attempt(request: httpx2.Request) -> int:
     """Which try of one SDK call this request is: Stainless-built SDKs (openai's) say so in
     ``x-stainless-retry-count``; 1 for any other client."""
@@ -363,6 +386,22 @@ def _sdk_attempt(request: httpx2.Request) -> int:
     if value is None or not value.isdigit():
         return 1
     return int(value) + 1
+
+
+def _over_budget(
+    request: httpx2.Request, backend: str, error: BudgetExceededError
+) -> httpx2.Response:
+    """The answer to an SDK request the dollar budget has no room for: a 429 that tells the
+    SDK not to retry and says why (spend, budget, when room frees up), nothing sent."""
+    headers = {"x-should-retry": "false", REFUSED_HEADER: "dollar-budget"}
+    if error.retry_after is not None:
+        headers["retry-after"] = str(math.ceil(error.retry_after))
+    return httpx2.Response(
+        429,
+        headers=headers,
+        json={"error": {"message": f"gptgate: {error.message}", "type": "gptgate_budget_exceeded"}},
+        request=request,
+    )
 
 
 def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
@@ -486,6 +525,28 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 request=request,
             ) from exc
 
+    async def _admit_cost(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request
+    ) -> BudgetHold | None:
+        """The dollar budget's reservation for the request: its prompt and, for a chat or
+        completion, ``max_tokens`` (1024 without) at the backend's price; waited for
+        (throttle) no longer than the request's pool timeout, as a permit is."""
+        if runner.spending is None or state.backend.price is None:
+            return None
+        body = _json_body(request)
+        generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
+        usage = Usage(
+            input_tokens=_prompt_tokens(body),
+            output_tokens=(_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0,
+        )
+        timeouts = request.extensions.get("timeout")
+        pool = timeouts.get("pool") if isinstance(timeouts, Mapping) else None
+        now = self._gate.clock.now()
+        deadline = now + pool if isinstance(pool, (int, float)) else None
+        return await runner.admit_cost(
+            state, state.backend.price.cost(usage), self._priority, deadline
+        )
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         runner = self._gate.runner  # GatewayClosedError when closed or not open
         state = self._backend()
@@ -495,6 +556,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         if number > 1 and not self._retry_funded(runner, state):
             return _refused(request, state.name)
         permit: Permit | None
+        hold: BudgetHold | None = None
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
         if guarded is not None:
@@ -504,7 +566,17 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             guarded.wire_attempts += 1
             permit = None
         else:
-            permit = await self._acquire(state, request)
+            try:
+                hold = await self._admit_cost(runner, state, request)
+            except BudgetExceededError as exc:
+                return _over_budget(request, state.name, exc)
+            try:
+                permit = await self._acquire(state, request)
+            except BaseException:
+                if hold is not None:
+                    assert runner.spending is not None
+                    runner.spending.release(hold)
+                raise
         if guarded is None or number > 1:
             state.calls += 1
         if number > 1:
@@ -516,6 +588,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             runner, state, request, permit, start, start - enqueued, self._scenario,
             number=number, guarded=guarded,
         )
+        attempt.hold = hold
         try:
             response = await state.pool.transport.handle_async_request(request)
         except BaseException as exc:
