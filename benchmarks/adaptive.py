@@ -519,7 +519,8 @@ def main() -> int:
         for seed, run in zip(seeds, runs, strict=True):
             trace, change_at, failed = changes[(profile, args.requests, seed)]
             settle, final = settle_calls(trace, change_at, drain=WORKERS)
-            before = statistics.median(limit for _, _, limit in trace[change_at - 100 : change_at])
+            window = trace[max(0, change_at - 100) : change_at] or trace[:1]  # short runs
+            before = statistics.median(limit for _, _, limit in window)
             settles.append(settle)
             print(
                 f"  seed {seed}: {per_run(run, args.requests, settle)} "

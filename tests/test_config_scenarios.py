@@ -1,4 +1,4 @@
-"""Configuration validation, pool sizing and the stream rule (SEEDS §3, §5)."""
+"""Configuration validation, pool sizing and the stream rule."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ IMAGE = [
 @pytest.mark.parametrize(
     ("scenario", "messages", "params", "explicit", "expected"),
     [
-        # SEEDS §3, row by row
+        # the field stream rule, row by row
         ("realtime_chat", TEXT, {"max_tokens": 100}, None, (True, "latency_sensitive")),
         ("default", TEXT, {"max_tokens": 150}, None, (False, "short_output")),
         ("default", TEXT, {"max_tokens": 1200}, None, (True, "long_output")),

@@ -1,4 +1,4 @@
-"""Profiles: presets exist and have the *relative* shapes of SEEDS §1 and §7.
+"""Profiles: presets exist and have the *relative* shapes of the field U-curve and hardware data.
 
 Only comparisons between profiles or between load levels are asserted, never the knob values,
 so the presets can be re-tuned without touching these tests. Timing runs in virtual time, so
