@@ -21,6 +21,7 @@ from .errors import (
 )
 from .gateway import BackendStats, ChatStream, Gateway
 from .hedge import HedgePolicy
+from .planning import Band, Plan, plan
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
@@ -34,6 +35,7 @@ __all__ = [
     "BackendError",
     "BackendStats",
     "BadRequestError",
+    "Band",
     "BatchPolicy",
     "ChatResult",
     "ChatStream",
@@ -46,6 +48,7 @@ __all__ = [
     "NoBackendError",
     "Outcome",
     "OverloadedError",
+    "Plan",
     "Price",
     "RampPolicy",
     "RateLimitedError",
@@ -60,4 +63,5 @@ __all__ = [
     "TierStats",
     "Usage",
     "__version__",
+    "plan",
 ]

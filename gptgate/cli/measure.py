@@ -11,6 +11,7 @@ they run on the wall clock.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -371,8 +372,10 @@ def preflight(target: Target, item: dict[str, Any], seed: int) -> None:
         return
     probe = {**item, "max_tokens": 1}
     probe.pop("stream", None)
+    # the default scenario sends it at once (a batching scenario would hold it for company)
+    alone = dataclasses.replace(target, scenario="default")
     result = anyio.run(
-        functools.partial(measure_level, target, 1, [probe], seed=seed, max_attempts=2)
+        functools.partial(measure_level, alone, 1, [probe], seed=seed, max_attempts=2)
     )
     if result.ok == 0:
         raise RunFailed(f"{target.base_url} did not answer a test call: {result.first_error}")
