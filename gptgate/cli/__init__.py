@@ -22,6 +22,7 @@ from .common import (
     Command,
     Parser,
     one_line,
+    wrapped,
 )
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -66,7 +67,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
         sub = subparsers.add_parser(
             command.name,
             help=command.summary,
-            description=command.description or command.summary,
+            description=wrapped(command.description or command.summary),
             epilog=command.examples or None,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )

@@ -33,6 +33,7 @@ __all__ = [
     "print_json",
     "rate",
     "require_extra",
+    "wrapped",
 ]
 
 EXIT_OK = 0
@@ -152,12 +153,19 @@ def _finite(text: str) -> float:
     return value
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object on stdout instead of the table (errors stay on stderr)",
-    )
+def add_json_flag(
+    parser: argparse.ArgumentParser,
+    what: str = "print one JSON object on stdout instead of the table (errors stay on stderr)",
+) -> None:
+    parser.add_argument("--json", action="store_true", help=what)
+
+
+def wrapped(text: str, width: int = 88) -> str:
+    """A description for ``--help``: its paragraphs wrapped (the raw formatter keeps the
+    examples' layout, so it does not wrap anything itself)."""
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(" ".join(p.split()), width) for p in text.split("\n\n"))
 
 
 def print_json(payload: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from .common import (
     port_number,
     positive_float,
     rate,
+    wrapped,
 )
 
 __all__ = ["COMMAND"]
@@ -49,6 +50,15 @@ _FAULT_RATES = {
 }
 
 
+#: FaultPlan field → the option that sets it, longest first (for its error messages)
+_OPTIONS = {
+    "storm_every_s": "--storm-every",
+    "storm_s": "--storm-s",
+    "stall_s": "--stall-s",
+    **{name: f"--{name.replace('_', '-')}" for name in _FAULT_RATES},
+}
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="gpu",
                         help="hosted, tpu, gpu, cpu or llamacpp (default: gpu)")
@@ -71,7 +81,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--storm-s", type=non_negative_float, default=0.0, metavar="S",
                         help="a storm lasts S seconds: every request gets 429 with a "
                         "retry-after to its end")
-    add_json_flag(parser)
+    add_json_flag(parser, "print the address and settings as one JSON line before serving")
 
 
 def fault_plan(args: argparse.Namespace) -> FaultPlan:
@@ -80,7 +90,10 @@ def fault_plan(args: argparse.Namespace) -> FaultPlan:
         return FaultPlan(seed=args.seed, stall_s=args.stall_s, storm_every_s=args.storm_every,
                          storm_s=args.storm_s, **rates)
     except ValueError as exc:
-        raise UsageError(str(exc).replace("_rate", "-rate").replace("storm_", "--storm-")) from None
+        message = str(exc)
+        for field, option in _OPTIONS.items():
+            message = message.replace(field, option)
+        raise UsageError(message) from None
 
 
 def _check_listen(host: str, port: int) -> None:
@@ -121,8 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve_parser = commands.add_parser(
         "serve",
         help="serve the simulator over HTTP",
-        description="Serve a simulated OpenAI-compatible backend over HTTP, with random "
-        "faults and 429 storms to rehearse against.",
+        description=wrapped("Serve a simulated OpenAI-compatible backend over HTTP, with "
+                            "random faults and 429 storms to rehearse against."),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
