@@ -211,3 +211,20 @@ def test_a_prompt_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     # short prompts, not the 1,900-token default job; answers within their caps
     assert float(rows[0]["input_tokens_per_call"]) < 100
     assert 0 < float(rows[0]["output_tokens_per_call"]) <= 50
+
+
+def test_the_progress_bar_appears_only_after_its_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    from gptgate.cli.progress import SweepProgress
+
+    quick = SweepProgress(2, show_after_s=60.0)
+    quick(5, 10, 0, 1)
+    assert quick._bar is None  # a sweep that ends within the delay draws nothing
+    quick.close()
+    slow = SweepProgress(2, show_after_s=0.0)
+    slow(5, 10, 0, 1)
+    slow(10, 10, 1, "auto")
+    assert slow._bar is not None
+    assert slow._bar.tasks[0].completed == 10
+    assert slow._bar.tasks[0].description == "concurrency auto (level 2/2)"
+    slow.close()
+    assert capsys.readouterr().out == ""  # the bar is on stderr: stdout stays the table/JSON
