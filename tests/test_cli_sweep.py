@@ -228,3 +228,21 @@ def test_the_progress_bar_appears_only_after_its_delay(capsys: pytest.CaptureFix
     assert slow._bar.tasks[0].description == "concurrency auto (level 2/2)"
     slow.close()
     assert capsys.readouterr().out == ""  # the bar is on stderr: stdout stays the table/JSON
+
+
+def test_without_rich_progress_is_a_note_and_a_line_per_level(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gptgate.cli.progress import SweepProgress
+
+    monkeypatch.setitem(sys.modules, "rich.progress", None)
+    progress = SweepProgress(2, show_after_s=0.0)
+    progress(3, 10, 0, 1)
+    progress(10, 10, 0, 1)
+    progress(0, 10, 1, "auto")
+    progress.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "gptgate: no progress bar without rich (pip install 'gptgate[cli]'); one line per level",
+        "  level 1/2 done",
+    ]

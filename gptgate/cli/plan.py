@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from ..planning import Band, Plan, bands_from_csv, parse_budget, plan
 from .common import (
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         measured = _measured_bands(args)
         if measured is None:
+            print("gptgate: interrupted before every band was measured; no plan",
+                  file=sys.stderr)
             return EXIT_INTERRUPTED
         bands = measured
     result = plan(budget, bands)

@@ -2,8 +2,8 @@
 
 Nothing is drawn for the first ~2 s: a sweep on the simulator often ends sooner, and a bar
 that flashes for a moment is noise. After that, a ``rich`` bar shows the calls done in the
-current level and the levels done. Without ``rich`` (the ``cli`` extra), one plain line per
-level finished.
+current level and the levels done. Without ``rich`` (the ``cli`` extra), a one-line note
+saying how to get it, then one plain line per level finished.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class SweepProgress:
         self._bar: Any = None
         self._task: Any = None
         self._last_level = -1
+        self._noted = False
         try:
             import rich.progress  # noqa: F401
         except ImportError:
@@ -38,11 +39,17 @@ class SweepProgress:
             self._rich = True
 
     def __call__(self, done: int, total: int, index: int, level: Level) -> None:
-        if index != self._last_level:
-            if self._last_level >= 0 and not self._rich:
-                print(f"  level {self._last_level + 1}/{self.levels} done", file=sys.stderr)
-            self._last_level = index
-        if not self._rich or time.perf_counter() - self._started < self.show_after_s:
+        finished_level = self._last_level if index != self._last_level else None
+        self._last_level = index
+        if time.perf_counter() - self._started < self.show_after_s:
+            return
+        if not self._rich:
+            if not self._noted:
+                self._noted = True
+                print("gptgate: no progress bar without rich (pip install 'gptgate[cli]'); "
+                      "one line per level", file=sys.stderr)
+            if finished_level is not None and finished_level >= 0:
+                print(f"  level {finished_level + 1}/{self.levels} done", file=sys.stderr)
             return
         if self._bar is None:
             from rich.console import Console
