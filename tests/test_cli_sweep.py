@@ -246,3 +246,41 @@ def test_without_rich_progress_is_a_note_and_a_line_per_level(
         "gptgate: no progress bar without rich (pip install 'gptgate[cli]'); one line per level",
         "  level 1/2 done",
     ]
+
+
+def test_a_run_where_every_call_failed_is_one_line_and_no_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a 0.5 s attempt timeout against ~1.8 s calls: nothing ever completes
+    argv = ["sweep", "--sim", "hosted", "--timeout", "0.5", "--requests", "5",
+            "--concurrency", "1,2", "--out", str(tmp_path / "run"), "--quiet"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith("gptgate: every call failed: no response")
+    assert "nan" not in captured.out and "knee" not in captured.out
+    assert "goodput" not in captured.out  # no table of empty rows
+    assert not (tmp_path / "run").exists()
+
+
+def _level(concurrency: int | str, ok: int, duration_s: float, cost: float) -> Any:
+    return measure.LevelResult(
+        concurrency=concurrency, requests=10, ok=ok, errors=10 - ok, duration_s=duration_s,
+        latencies_s=(1.0,) * ok, ttfts_s=(), input_tokens=1000 * ok, cached_input_tokens=0,
+        output_tokens=100 * ok, cost_usd=cost, rate_limited=0, retries=0, timeouts=10 - ok,
+        final_limit=concurrency if isinstance(concurrency, int) else 7,
+        first_error=None if ok else "no response before the attempt deadline",
+    )
+
+
+def test_a_level_where_every_call_failed_is_a_measured_fall() -> None:
+    from gptgate.cli.report import SWEEP_COLUMNS, find_knee, format_table, summary
+
+    rows = [_level(10, 10, 5.0, 0.2), _level(80, 0, 9.0, 0.3)]
+    knee = find_knee(rows)
+    assert knee is not None and knee.confirmed and knee.row.concurrency == 10
+    text = summary(rows)
+    assert "Throughput peaks at concurrency 10 (2.00 req/s); at 80 every call failed." in text
+    table = format_table(rows, SWEEP_COLUMNS)
+    eighty = next(line for line in table.splitlines() if line.strip().startswith("80 "))
+    assert "nan" not in eighty and " - " in eighty and eighty.split()[-1] == "10"

@@ -276,14 +276,16 @@ def percentile(values: Sequence[float], q: float) -> float:
 @dataclass(slots=True)
 class Sweep:
     """The levels measured, in order. ``interrupted``: Ctrl-C stopped it (the level in
-    progress is not in ``rows``); ``failure``: why it stopped early (every call of a level
-    failed)."""
+    progress is not in ``rows``); ``warnings``: the levels where every call failed (kept: a
+    fall to nothing is part of the curve); ``failure``: why the run failed (no call of any
+    level completed)."""
 
     target: Target
     levels: list[Level]
     requests: int
     rows: list[LevelResult] = field(default_factory=list)
     interrupted: bool = False
+    warnings: list[str] = field(default_factory=list)
     failure: str | None = None
     wall_s: float = 0.0
 
@@ -390,7 +392,8 @@ def run_sweep(
     on_progress: ProgressHook | None = None,
 ) -> Sweep:
     """Measure every level in turn. Ctrl-C stops at once and keeps the levels done (the sweep
-    says ``interrupted``); a level where every call failed stops the sweep (``failure``)."""
+    says ``interrupted``); a URL that fails its test call raises :class:`RunFailed` before
+    any level runs."""
     sweep = Sweep(target, list(levels), len(items))
     wall = time.perf_counter()
     try:
@@ -409,16 +412,16 @@ def run_sweep(
                 row = run_virtual(run)
             else:
                 row = anyio.run(run)
-            if row.ok == 0:
-                sweep.failure = (
-                    f"every call at concurrency {level} failed: {row.first_error}"
-                )
-                break
             sweep.rows.append(row)
+            if row.ok == 0:
+                sweep.warnings.append(f"every call at concurrency {level} failed: "
+                                      f"{row.first_error}")
     except KeyboardInterrupt:
         sweep.interrupted = True
     finally:
         sweep.wall_s = time.perf_counter() - wall
+    if sweep.rows and not any(row.ok for row in sweep.rows):
+        sweep.failure = f"every call failed: {sweep.rows[0].first_error}"
     return sweep
 
 

@@ -44,12 +44,13 @@ class Knee:
 
 def find_knee(rows: Sequence[LevelResult]) -> Knee | None:
     fixed = sorted(
-        (r for r in rows if isinstance(r.concurrency, int) and r.ok > 0),
-        key=lambda r: int(r.concurrency),
+        (r for r in rows if isinstance(r.concurrency, int)), key=lambda r: int(r.concurrency)
     )
-    if not fixed:
+    completed = [r for r in fixed if r.ok > 0]
+    if not completed:
         return None
-    best = max(fixed, key=lambda r: r.goodput_rps)
+    best = max(completed, key=lambda r: r.goodput_rps)
+    # a higher level where every call failed delivered nothing: a fall, measured
     higher = [r for r in fixed if int(r.concurrency) > int(best.concurrency)]
     return Knee(best, bool(higher), higher[0] if higher else None)
 
@@ -121,9 +122,14 @@ def summary(rows: Sequence[LevelResult]) -> str:
     if knee is not None and knee.confirmed and knee.after is not None:
         best, after = knee.row, knee.after
         fall = after.goodput_rps / best.goodput_rps - 1.0 if best.goodput_rps else 0.0
+        there = (
+            "every call failed"
+            if after.ok == 0
+            else f"it is {after.goodput_rps:.2f} req/s ({fall:+.0%})"
+        )
         lines.append(
             f"Throughput peaks at concurrency {best.concurrency} ({best.goodput_rps:.2f} req/s); "
-            f"at {after.concurrency} it is {after.goodput_rps:.2f} req/s ({fall:+.0%})."
+            f"at {after.concurrency} {there}."
         )
         dearer = after.cost_per_call_usd / best.cost_per_call_usd - 1.0
         if dearer > 0.005:
@@ -249,6 +255,7 @@ def sweep_dict(sweep: Sweep) -> dict[str, Any]:
         if knee is None
         else {"concurrency": knee.row.concurrency, "confirmed": knee.confirmed},
         "interrupted": sweep.interrupted,
+        "warnings": sweep.warnings,
         "failure": sweep.failure,
         "wall_s": sweep.wall_s,
     }

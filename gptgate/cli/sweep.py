@@ -150,7 +150,10 @@ def measure(
 
 
 def print_outcome(sweep: Sweep, columns: Sequence[Column], extra: dict[str, Any]) -> int:
-    """Print the table (or JSON) of what was measured and say how the run ended."""
+    """Print the table (or JSON) of what was measured and say how the run ended. A run
+    where no call completed is one line saying why (exit 1), no table of empty rows."""
+    if sweep.failure is not None:
+        raise RunFailed(sweep.failure)
     if extra.get("json"):
         print_json({**sweep_dict(sweep), **{k: v for k, v in extra.items() if k != "json"}})
     elif sweep.rows:
@@ -161,12 +164,12 @@ def print_outcome(sweep: Sweep, columns: Sequence[Column], extra: dict[str, Any]
             if name in ("csv", "png") and path:
                 print(f"wrote {path}")
         print(f"(wall time {sweep.wall_s:.1f}s)")
+    for warning in sweep.warnings:
+        print(f"gptgate: {warning}", file=sys.stderr)
     if sweep.interrupted:
         print(f"gptgate: interrupted; {len(sweep.rows)} of {len(sweep.levels)} levels measured",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    if sweep.failure is not None:
-        raise RunFailed(sweep.failure)
     return EXIT_OK
 
 
@@ -202,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         check_matplotlib()
     sweep = measure("sweep", target, levels, items, args)
     files: dict[str, Any] = {"csv": None, "png": None}
-    if sweep.rows:
+    if sweep.rows and sweep.failure is None:
         write_csv(sweep.rows, out / "sweep.csv")
         files["csv"] = str(out / "sweep.csv")
         if not args.no_plot:
