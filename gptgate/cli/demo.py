@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     levels = parse_levels(args.levels)
     items = workload(args.requests, args.seed)
     sweep = measure("demo", target, levels, items, args)
-    return print_outcome(sweep, DEMO_COLUMNS, {"json": args.json})
+    return print_outcome(sweep, DEMO_COLUMNS, as_json=args.json)
 
 
 COMMAND = Command(

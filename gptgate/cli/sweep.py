@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,19 +149,27 @@ def measure(
             progress.close()
 
 
-def print_outcome(sweep: Sweep, columns: Sequence[Column], extra: dict[str, Any]) -> int:
-    """Print the table (or JSON) of what was measured and say how the run ended. A run
-    where no call completed is one line saying why (exit 1), no table of empty rows."""
+def print_outcome(
+    sweep: Sweep,
+    columns: Sequence[Column],
+    *,
+    as_json: bool,
+    files: Mapping[str, str | None] | None = None,
+) -> int:
+    """Print the table (or JSON) of what was measured and the files written, and say how the
+    run ended. A run where no call completed is one line saying why (exit 1), no table of
+    empty rows."""
     if sweep.failure is not None:
         raise RunFailed(sweep.failure)
-    if extra.get("json"):
-        print_json({**sweep_dict(sweep), **{k: v for k, v in extra.items() if k != "json"}})
+    written = dict(files or {})
+    if as_json:
+        print_json({**sweep_dict(sweep), **written})
     elif sweep.rows:
         print(format_table(sweep.rows, columns))
         text = "\n".join(textwrap.fill(line, 100) for line in summary(sweep.rows).splitlines())
         print(f"\n{text}" if text else "")
-        for name, path in extra.items():
-            if name in ("csv", "png") and path:
+        for path in written.values():
+            if path:
                 print(f"wrote {path}")
         print(f"(wall time {sweep.wall_s:.1f}s)")
     for warning in sweep.warnings:
@@ -204,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_matplotlib()
     sweep = measure("sweep", target, levels, items, args)
-    files: dict[str, Any] = {"csv": None, "png": None}
+    files: dict[str, str | None] = {"csv": None, "png": None}
     if sweep.rows and sweep.failure is None:
         write_csv(sweep.rows, out / "sweep.csv")
         files["csv"] = str(out / "sweep.csv")
@@ -213,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
 
             write_png(sweep.rows, out / "sweep.png", f"gptgate sweep: {target.describe()}")
             files["png"] = str(out / "sweep.png")
-    return print_outcome(sweep, SWEEP_COLUMNS, {**files, "json": args.json})
+    return print_outcome(sweep, SWEEP_COLUMNS, as_json=args.json, files=files)
 
 
 COMMAND = Command(
