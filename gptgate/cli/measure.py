@@ -325,6 +325,8 @@ async def measure_level(
                 watchers.start_soon(_watch, gate, backend.name, on_progress)
             results = await gate.map(items, scenario=target.scenario)
             watchers.cancel_scope.cancel()
+        if on_progress is not None:
+            on_progress(len(results))
         duration = clock.now() - start
         stats = gate.stats()[backend.name]
     ok = [r for r in results if isinstance(r, ChatResult)]
