@@ -26,6 +26,7 @@ from .errors import (
 )
 from .gateway import BackendStats, ChatStream, Gateway
 from .hedge import HedgePolicy
+from .planning import Band, Plan, plan
 from .profiling import ProfileError, profile
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
@@ -40,6 +41,7 @@ __all__ = [
     "BackendError",
     "BackendStats",
     "BadRequestError",
+    "Band",
     "Baseline",
     "BaselineError",
     "BatchPolicy",
@@ -60,6 +62,7 @@ __all__ = [
     "NoBackendError",
     "Outcome",
     "OverloadedError",
+    "Plan",
     "Price",
     "ProfileError",
     "RampPolicy",
@@ -76,5 +79,6 @@ __all__ = [
     "Usage",
     "__version__",
     "load_config",
+    "plan",
     "profile",
 ]

@@ -1,4 +1,5 @@
-"""The command line: the demo prints the SEEDS §1 table; bad input is one clear line."""
+"""The command line: the demo prints the field table (concurrency, total time, mean latency,
+throughput, total tokens, cost); bad input is one clear line."""
 
 from __future__ import annotations
 
@@ -34,7 +35,20 @@ def test_demo_runs_auto_after_the_fixed_rows(capsys: pytest.CaptureFixture[str])
     # the summary compares auto with the best fixed row and names the limit it ended at
     assert f"concurrency='auto' (the default) found its limit online, {limit} at the end" in out
     auto_line = next(line for line in out.splitlines() if line.strip().startswith("auto→"))
-    assert "<- knee" in out and "knee" not in auto_line  # marked among the fixed rows only
+    ten_line = next(line for line in out.splitlines() if line.strip().startswith("10 "))
+    # 10 is the best fixed level but also the highest measured: not a knee, only the best so far
+    assert "<- best so far" in ten_line and "<- knee" not in out
+    assert "knee" not in auto_line  # marked among the fixed rows only
+
+
+def test_demo_marks_the_knee_only_where_a_fall_was_measured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--requests", "150", "--levels", "20,50,80", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    knee = [line for line in out.splitlines() if "<- knee" in line]
+    assert len(knee) == 1 and knee[0].split()[0] == "50"
+    assert "Throughput peaks at concurrency 50" in out and "at 80 it is" in out
 
 
 def test_bad_levels_are_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:

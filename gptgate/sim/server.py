@@ -15,6 +15,7 @@ from typing import Any
 from gptgate.clock import Clock, ScaledClock, SystemClock
 from gptgate.sim.app import create_app
 from gptgate.sim.engine import SimEngine, SimReset
+from gptgate.sim.faults import FaultPlan
 from gptgate.sim.profiles import SimProfile
 
 __all__ = ["SimServer", "serve"]
@@ -61,10 +62,12 @@ def serve(
     port: int = 8000,
     time_scale: float = 1.0,
     seed: int = 0,
+    faults: FaultPlan | None = None,
 ) -> None:
-    """Serve a simulated backend until interrupted (``gptgate sim serve``)."""
+    """Serve a simulated backend until interrupted (``gptgate sim serve``); ``faults``: the
+    random failures and 429 storms to rehearse against."""
     uvicorn = _uvicorn()
-    engine = SimEngine(profile, clock=_clock(time_scale), seed=seed)
+    engine = SimEngine(profile, clock=_clock(time_scale), seed=seed, faults=faults)
     _quiet_resets()
     uvicorn.run(create_app(engine), host=host, port=port, lifespan="off", log_level="info")
 

@@ -1,0 +1,77 @@
+"""``gptgate sim serve``: a real loopback server started from the command line, with the
+fault options of the in-process simulator; bad options are one line and exit 2."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx2
+import pytest
+
+from gptgate.cli import main
+from gptgate.sim.process import free_port
+
+from .clitools import cli_server
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_port_out_of_range_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "serve", "--port", "70000"]) == 2
+    assert "a port is 1-65535, got 70000" in _one_line(capsys.readouterr().err)
+
+
+def test_a_taken_port_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["sim", "serve", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--error-rate", "1.5"], "must be within 0 and 1"),
+        (["--error-rate", "0.7", "--reset-rate", "0.7"], "must not add up to more than 1"),
+        (["--storm-every", "5", "--storm-s", "6"], "storm"),
+        (["--profile", "nope"], "unknown simulator profile 'nope'"),
+        (["--time-scale", "0"], "must be > 0"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    options: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "serve", "--port", str(free_port()), *options]) == 2
+    assert says in _one_line(capsys.readouterr().err)
+
+
+def test_fault_options_reach_the_served_engine() -> None:
+    options = ["--time-scale", "100", "--error-rate", "1", "--stall-s", "2",
+               "--storm-every", "60", "--storm-s", "5"]
+    with cli_server(*options) as (base_url, info):
+        faults = info["faults"]
+        assert isinstance(faults, dict)
+        assert (faults["error_rate"], faults["stall_s"]) == (1.0, 2.0)
+        assert (faults["storm_every_s"], faults["storm_s"]) == (60.0, 5.0)
+        statuses = {
+            httpx2.post(f"{base_url}/chat/completions", json={"messages": MESSAGES},
+                        timeout=10).status_code
+            for _ in range(8)
+        }
+    assert statuses <= {500, 503} and statuses  # every request drew a 5xx
+
+
+def test_resets_reach_the_client() -> None:
+    with (
+        cli_server("--time-scale", "100", "--reset-rate", "1") as (base_url, _),
+        pytest.raises(httpx2.TransportError),
+    ):
+        httpx2.post(f"{base_url}/chat/completions", json={"messages": MESSAGES}, timeout=10)

@@ -1,0 +1,94 @@
+"""Capacity planning: the field table (a $10/h budget buys 465 / 456 / 444 requests an hour at
+$0.0215 / $0.0219 / $0.0225 a request, concurrency 10 / 30 / 50) and its edge cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gptgate as gg
+from gptgate.planning import Band, bands_from_csv, parse_budget, plan
+
+FIELD = {10: 0.0215, 30: 0.0219, 50: 0.0225}
+
+
+def test_the_field_table() -> None:
+    result = gg.plan("10/h", FIELD)
+    assert [b.concurrency for b in result.bands] == [10, 30, 50]
+    assert [b.requests_per_hour for b in result.bands] == [465, 456, 444]
+    assert result.best.concurrency == 10
+    assert all(b.limited_by == "budget" for b in result.bands)
+    assert all(b.spend_per_hour_usd <= 10.0 for b in result.bands)
+    # 50 buys 4.5% fewer requests than 10
+    assert round(result.bands[2].vs_best, 3) == -0.045
+    # planned with 10's price, run at 50: 465 x $0.0225 = $10.46 an hour, 4.6% over
+    overrun = result.worst_overrun
+    assert overrun is not None and overrun[0].concurrency == 50
+    assert round(465 * 0.0225, 2) == 10.46 and round(overrun[1], 3) == 0.046
+
+
+def test_a_quotient_a_hair_under_a_whole_number_keeps_its_request() -> None:
+    # 10 / 0.02 is 500, but 10 // 0.02 is 499.0 in floating point
+    assert plan(10, {5: 0.02}).best.requests_per_hour == 500
+
+
+def test_a_band_delivers_no_more_than_its_goodput() -> None:
+    # 0.05 req/s = 180 an hour, whatever the budget would buy
+    result = plan("100/h", [Band(1, 0.01, goodput_rps=0.05), Band(10, 0.02, goodput_rps=2.0)])
+    slow, fast = result.bands
+    assert (slow.requests_per_hour, slow.limited_by) == (180, "throughput")
+    assert (fast.requests_per_hour, fast.limited_by) == (5000, "budget")
+    assert result.best is fast
+
+
+def test_a_tie_goes_to_the_lower_concurrency() -> None:
+    assert plan(1, {30: 0.01, 10: 0.01}).best.concurrency == 10
+
+
+@pytest.mark.parametrize(
+    ("text", "per_hour"),
+    [("10/h", 10.0), ("$10/hour", 10.0), ("240/day", 10.0), ("0.5/min", 30.0), ("10", 10.0),
+     (2.5, 2.5)],
+)
+def test_budgets(text: str | float, per_hour: float) -> None:
+    assert parse_budget(text) == pytest.approx(per_hour)
+
+
+@pytest.mark.parametrize("text", ["", "ten", "10/week", "-5/h", "0", "10/h/h"])
+def test_bad_budgets_are_a_clear_value_error(text: str) -> None:
+    with pytest.raises(ValueError, match="budget"):
+        parse_budget(text)
+
+
+def test_bad_bands_are_refused() -> None:
+    with pytest.raises(ValueError, match="cost per request must be > 0"):
+        plan(10, {10: 0.0})
+    with pytest.raises(ValueError, match="at least one band"):
+        plan(10, {})
+
+
+def test_bands_from_a_sweep_csv(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.csv"
+    path.write_text(
+        "concurrency,final_limit,goodput_rps,cost_per_call_usd\n"
+        "10,10,4.76,0.0215\n"
+        "30,30,11.24,0.0219\n"
+        "50,50,13.89,0.0225\n"
+        "80,80,0,\n"  # no call completed: no cost, left out
+        "auto,42,12.1,0.0220\n"
+    )
+    bands = bands_from_csv(path)
+    assert [b.concurrency for b in bands] == [10, 30, 50, "auto→42"]
+    result = plan("10/h", path)
+    assert [b.requests_per_hour for b in result.bands] == [465, 456, 444, 454]
+    assert result.best.concurrency == 10
+
+
+def test_a_file_that_is_not_a_sweep_csv(tmp_path: Path) -> None:
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"not a sweep\.csv"):
+        bands_from_csv(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        bands_from_csv(tmp_path / "missing.csv")
