@@ -3,7 +3,6 @@ round-trips and that a Gateway accepts; the config file loader; the command's ex
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,10 @@ import httpx2
 import pytest
 
 import gptgate as gg
+import gptgate.cli
 from gptgate.baseline import BANDS, Baseline
 from gptgate.config_file import ConfigFileError, load_config
-from gptgate.profiling import ProfileError, add_profile_arguments, profile, run_profile
+from gptgate.profiling import ProfileError, profile
 from gptgate.sim import SimEngine, SimTransport
 from gptgate.sim.process import SimProcess, free_port
 from gptgate.testing import LoopClock, run_virtual
@@ -192,9 +192,8 @@ def test_a_key_in_the_config_file_never_shows_in_an_error(tmp_path: Path) -> Non
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="gptgate profile")
-    add_profile_arguments(parser)
-    return run_profile(parser.parse_args(list(argv)))
+    """``gptgate profile ...`` through the real entry point (its wiring included)."""
+    return gptgate.cli.main(["profile", *argv])
 
 
 def write_config(path: Path, base_url: str) -> Path:

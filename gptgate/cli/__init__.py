@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pydantic
 
 from ..errors import GateError
+from ..profiling import add_profile_arguments, run_profile
 from . import demo, plan, sim, sweep
 from .common import (
     EXIT_FAILED,
@@ -32,6 +33,9 @@ COMMANDS: tuple[Command, ...] = (
     demo.COMMAND,
     sweep.COMMAND,
     plan.COMMAND,
+    Command(
+        "profile", "baseline each backend by concurrency band", add_profile_arguments, run_profile
+    ),
     sim.COMMAND,
 )
 
@@ -39,7 +43,8 @@ DESCRIPTION = """\
 gptgate: a client-side gateway for OpenAI-compatible chat APIs.
 
 Measure where throughput peaks for your workload (demo, sweep), plan capacity from what a
-call really costs at each concurrency (plan), and rehearse against a simulated backend that
+call really costs at each concurrency (plan), keep a per-backend baseline that a gateway
+watches for drift (profile), and rehearse against a simulated backend that
 fails the way real ones do (sim serve). No key is needed on the built-in simulator.
 """
 
@@ -48,6 +53,7 @@ examples:
   gptgate demo
   gptgate sweep --sim hosted --requests 300 --out runs/hosted
   gptgate plan --budget 10/h --from runs/hosted/sweep.csv
+  gptgate profile --config gptgate.toml --out baseline.json
   gptgate sim serve --profile gpu --port 8000 --error-rate 0.02
 
 'gptgate COMMAND --help' shows each command's options and examples.
