@@ -55,3 +55,10 @@ def test_bad_levels_are_one_clear_line(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["demo", "--levels", "10,fast", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "'fast' is neither a concurrency >= 1 nor 'auto'" in err and "Traceback" not in err
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from gptgate import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"gptgate {__version__}"

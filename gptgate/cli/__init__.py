@@ -68,6 +68,9 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"gptgate {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         sub = subparsers.add_parser(
