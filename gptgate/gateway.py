@@ -218,6 +218,7 @@ class _EarlierSessions:
     pool_waits: int = 0
     pool_wait_total_s: float = 0.0
     pool_wait_max_s: float = 0.0
+    pool_stale_retries: int = 0
     limit_events: dict[str, int] = field(default_factory=dict)
 
     def add(self, state: BackendState) -> None:
@@ -233,6 +234,7 @@ class _EarlierSessions:
         self.pool_waits += pool.waits
         self.pool_wait_total_s += pool.wait_total_s
         self.pool_wait_max_s = max(self.pool_wait_max_s, pool.wait_max_s)
+        self.pool_stale_retries += pool.stale_retries
         self.limit_events = self.events(_limit_phase(state.limiter.limit)[1])
 
     def events(self, live: Mapping[str, int]) -> dict[str, int]:
@@ -245,6 +247,7 @@ class _EarlierSessions:
             waits=live.waits + self.pool_waits,
             wait_total_s=live.wait_total_s + self.pool_wait_total_s,
             wait_max_s=max(live.wait_max_s, self.pool_wait_max_s),
+            stale_retries=live.stale_retries + self.pool_stale_retries,
         )
 
 

@@ -4,6 +4,12 @@ A pool smaller than the concurrency turns the extra calls into pseudo-concurrenc
 they wait for a connection, time out and retry. The pool is sized ``ceil(1.2 × ceiling)`` and
 every request's wait for a connection is measured through httpcore2's trace hook: the first
 trace event of a request fires once it holds a connection, so the time before it is pool wait.
+
+The same first event says whether the connection is new (``connection.connect_tcp``) or kept
+alive. A kept-alive connection that the server drops as the next request arrives — no byte of
+response — is stale, not a failing backend (llama.cpp's server does it to a few percent of
+requests): the request goes again, once, on a fresh connection. Counting it as a failed
+attempt would spend the retry budget, feed the breaker and cut the adaptive limit.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class PoolStatistics:
     wait_max_s: float
     #: the configuration allows more concurrent calls than connections
     pseudo_concurrency: bool
+    #: requests sent again on a fresh connection because their kept-alive one was dropped
+    stale_retries: int = 0
 
     @property
     def wait_mean_s(self) -> float:
@@ -64,23 +72,39 @@ class _ClosingStream(httpx2.AsyncByteStream):
 
 
 class _WaitProbe:
-    """Per-request trace callback: the first event means a connection was assigned."""
+    """Per-request trace callback: the first event means a connection was assigned, and
+    whether it was opened for this request or kept alive from an earlier one."""
 
-    __slots__ = ("_owner", "_start", "waiting")
+    __slots__ = ("_owner", "_start", "reused", "waiting")
 
     def __init__(self, owner: _InstrumentedTransport, start: float) -> None:
         self._owner = owner
         self._start = start
         self.waiting = True
+        self.reused = False
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if self.waiting:
+            self.reused = not name.startswith("connection.")
             self._owner._connected(self, self._start)
 
     def abandon(self) -> None:
         if self.waiting:
             self.waiting = False
             self._owner.waiting -= 1
+
+
+#: what a dropped kept-alive connection raises before any response byte
+_STALE_ERRORS = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+
+
+def _replayable(request: httpx2.Request) -> bool:
+    """A body already in memory can be sent again (a streamed upload cannot)."""
+    try:
+        request.content  # noqa: B018 - raises when the body is a stream not read
+    except httpx2.RequestNotRead:
+        return False
+    return True
 
 
 class _InstrumentedTransport(httpx2.AsyncBaseTransport):
@@ -93,6 +117,7 @@ class _InstrumentedTransport(httpx2.AsyncBaseTransport):
         self.waits = 0
         self.wait_total_s = 0.0
         self.wait_max_s = 0.0
+        self.stale_retries = 0
 
     def _connected(self, probe: _WaitProbe, start: float) -> None:
         probe.waiting = False
@@ -104,6 +129,17 @@ class _InstrumentedTransport(httpx2.AsyncBaseTransport):
             self.wait_max_s = wait
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await self._send(request)
+        except _STALE_ERRORS as error:
+            probe = request.extensions.get("trace")
+            if not (isinstance(probe, _WaitProbe) and probe.reused and _replayable(request)):
+                raise
+            self.stale_retries += 1
+            log.debug("%s on a kept-alive connection: sent again on a fresh one", error)
+        return await self._send(request)
+
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
         probe: _WaitProbe | None = None
         if self._traced:
             probe = _WaitProbe(self, self._clock.now())
@@ -192,6 +228,7 @@ class BackendPool:
             wait_total_s=t.wait_total_s,
             wait_max_s=t.wait_max_s,
             pseudo_concurrency=self.backend.pseudo_concurrency,
+            stale_retries=t.stale_retries,
         )
 
     @property
