@@ -15,7 +15,7 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import httpx2
@@ -56,6 +56,9 @@ from .wire import (
     parse_rate_limits,
     request_id,
 )
+
+if TYPE_CHECKING:
+    from .shared.pacing import PaceSeq
 
 _T = TypeVar("_T")
 
@@ -182,8 +185,8 @@ class _Attempt:
 
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "limit",
-        "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at", "span",
-        "spec", "state", "streamed", "ticket", "ttft",
+        "number", "pace_seq", "permit", "reader", "reserved", "response", "runner", "sent",
+        "sent_at", "span", "spec", "state", "streamed", "ticket", "ttft",
     )
 
     def __init__(
@@ -205,6 +208,8 @@ class _Attempt:
         #: the backend's limit when the permit was granted
         self.limit = 0
         self.reserved = 0
+        #: the take's place in the fleet's rate budget (``shared=``), None when paced locally
+        self.pace_seq: PaceSeq | None = None
         #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
         self.streamed = spec.stream
         #: the call's deadline, not the backend's timeout, bounds this attempt
@@ -232,7 +237,12 @@ class _Attempt:
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
         self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
-        pace = backend.pacer.reserve(clock.now(), self.reserved)
+        if backend.fleet_pacer is not None:  # shared=: the fleet's budget
+            pace, self.pace_seq = await backend.fleet_pacer.reserve(
+                clock.now(), self.reserved, spec.deadline
+            )
+        else:
+            pace = backend.pacer.reserve(clock.now(), self.reserved)
         if pace > 0:
             if spec.deadline is not None and clock.now() + pace > spec.deadline:
                 raise OverloadedError(
@@ -346,7 +356,7 @@ class _Attempt:
             backend, request, first_byte, stream=True,
             deadline=self.cut_by_deadline and self.attempt_timeout <= own_first_byte,
         )
-        runner._observe_limits(backend, response)
+        runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             await response.aread()
             raise error_for_status(
@@ -375,7 +385,7 @@ class _Attempt:
             backend, request, self.attempt_timeout, stream=False,
             deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
         )
-        runner._observe_limits(backend, response)
+        runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             raise error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
@@ -399,6 +409,8 @@ class _Attempt:
             # only real usage: an estimate knows no cached tokens and would read as a miss
             ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
         backend.pacer.reconcile(self.reserved, usage.total_tokens)
+        if backend.fleet_pacer is not None:
+            backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
         backend.attempt_timeouts.observe(latency, usage.output_tokens, permit.inflight)
         if parsed.usage is not None and self.response is not None:
             body_bytes = None if self.streamed else self.response.num_bytes_downloaded
@@ -430,7 +442,8 @@ class _Attempt:
             backend.unsent += 1
         if self.permit is not None and self.reserved:
             runner._pace_after_failure(
-                backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight
+                backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight,
+                self.pace_seq,
             )
         cost_before = self.state.cost_usd
         runner._record_failure(
@@ -858,9 +871,13 @@ class CallRunner:
             return backend.backend.timeout
         return backend.attempt_timeouts.timeout_for(spec.route.output_tokens, inflight)
 
-    def _observe_limits(self, backend: BackendState, response: httpx2.Response) -> None:
+    def _observe_limits(
+        self, backend: BackendState, response: httpx2.Response, seq: PaceSeq | None = None
+    ) -> None:
         info = parse_rate_limits(response.headers)
         if info is not None:
+            if backend.fleet_pacer is not None:  # shared=: corrects the fleet's budget too
+                backend.fleet_pacer.observe(self.clock.now(), info, seq)
             backend.pacer.observe(
                 self.clock.now(),
                 limit_requests=info.limit_requests,
@@ -873,7 +890,8 @@ class CallRunner:
             # concurrency beyond rate × latency only waits for the pacer: tell the limit
             set_rate = getattr(backend.limiter.limit, "set_rate_ceiling", None)
             if set_rate is not None:
-                set_rate(backend.pacer.sustained_rate())
+                fleet = backend.fleet_pacer
+                set_rate(fleet.sustained_rate() if fleet else backend.pacer.sustained_rate())
 
     def _pace_after_failure(
         self,
@@ -883,9 +901,15 @@ class CallRunner:
         spec: CallSpec,
         attempt_timeout: float,
         inflight: int,
+        seq: PaceSeq | None = None,
     ) -> None:
         """A 429 pauses the whole backend once until its retry-after (not every call on its
         own); what the server did not count is given back to the token budget."""
+        counted = 0 if isinstance(error, RateLimitedError) else (
+            spec.prompt_tokens + error.output_tokens if error.billed else 0
+        )
+        if backend.fleet_pacer is not None:  # shared=: to the budget it was taken from
+            backend.fleet_pacer.reconcile(seq, reserved, counted)
         if isinstance(error, RateLimitedError):
             if error.retry_after:
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)

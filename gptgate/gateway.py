@@ -63,6 +63,7 @@ from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetClient, FleetStatistics
+from .shared.pacing import FleetPacer
 from .snapshot import (
     MAX_HIT_RATES,
     BackendSnapshot,
@@ -633,6 +634,7 @@ class Gateway:
                 name=backend.name, base_url=backend.base_url, model=backend.model,
                 breaker=state.breaker, probe_s=self.clock.to_real(backend.timeout),
             )
+            state.fleet_pacer = FleetPacer.for_backend(fleet, backend, state.pacer)
             if isinstance(backend.concurrency, int):
                 state.limiter.admission = fleet.admission(
                     name=backend.name,

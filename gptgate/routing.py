@@ -27,6 +27,7 @@ from .pool import BackendPool
 
 if TYPE_CHECKING:
     from .shared.health import FleetHealth
+    from .shared.pacing import FleetPacer
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
 
@@ -175,6 +176,8 @@ class BackendState:
         self.hedges = 0
         #: ``shared=``: this backend's circuit as the fleet sees it (gptgate/shared/health.py)
         self.fleet_health: FleetHealth | None = None
+        #: ``shared=``: this backend's RPM/TPM budget as the fleet's (gptgate/shared/pacing.py)
+        self.fleet_pacer: FleetPacer | None = None
         self.rate_limited = 0
         self.timeouts = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or
