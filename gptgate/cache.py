@@ -14,7 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -23,6 +23,9 @@ from cachetools import TTLCache
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
+
+if TYPE_CHECKING:
+    from .shared.warmup import FleetWarmup
 
 __all__ = [
     "CACHE_BLOCK_TOKENS",
@@ -586,7 +589,10 @@ class CacheTicket:
     when the first token (stream) or the response (non-stream) arrived; ``observe`` when the
     usage is known. A ticket of a bypassed group does nothing."""
 
-    __slots__ = ("_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "warmer")
+    __slots__ = (
+        "_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "fleet_claim",
+        "warmer",
+    )
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
         self._gate = gate
@@ -595,6 +601,8 @@ class CacheTicket:
         self._prefilled = False
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
+        #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
+        self.fleet_claim = ""
         self._epoch = group.controller.epoch if group is not None else 0
         self._admitted_at = gate._clock.now() if gate is not None else 0.0
 
@@ -612,6 +620,9 @@ class CacheTicket:
             return
         self._prefilled = True
         group = self._group
+        fleet = self._gate._fleet_warmup if self._gate is not None else None
+        if self.warmer and fleet is not None:  # shared=: warm for every process now
+            fleet.done(group.backend, group.key, self.fleet_claim, warm=True)
         if self.warmer and not group.warm:
             group.warm = True
             group.warming = False
@@ -660,6 +671,9 @@ class CacheTicket:
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
+        fleet = self._gate._fleet_warmup
+        if self.warmer and not self._prefilled and fleet is not None:  # another may warm it
+            fleet.done(group.backend, group.key, self.fleet_claim, warm=False)
         self._gate._wake(group)
         self._gate._settle(group)
 
@@ -706,6 +720,8 @@ class CacheGate:
         self._shares: dict[str, list[int]] = {}
         # per backend: until when it counts as crowded (more prefix groups than its limit)
         self._crowded_until: dict[str, float] = {}
+        #: ``shared=``: one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
+        self._fleet_warmup: FleetWarmup | None = None
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -727,7 +743,10 @@ class CacheGate:
             else:
                 await self._await_turn(state, policy.turn_wait_s)
         if state.waiting == 0 and state.can_admit():
-            return await self._pace(state, self._admit(state))
+            ticket = self._admit(state)
+            if ticket.warmer and self._fleet_warmup is not None:
+                await self._fleet_claim(state, ticket)
+            return await self._pace(state, ticket)
         waiter = _Waiter()
         state.waiters.append(waiter)
         state.waiting += 1
@@ -737,7 +756,28 @@ class CacheGate:
             self._abandon(state, waiter)
             raise
         assert waiter.ticket is not None
+        if waiter.ticket.warmer and self._fleet_warmup is not None:
+            await self._fleet_claim(state, waiter.ticket)
         return await self._pace(state, waiter.ticket)
+
+    async def _fleet_claim(self, state: _Group, ticket: CacheTicket) -> None:
+        """``shared=``: the warmer picked here asks the fleet first. Another process warmed
+        the prefix (or warms it now: this waits for it): the call goes as an ordinary one,
+        and the group here is warm. Cancelled while asking: the ticket is handed back."""
+        assert self._fleet_warmup is not None
+        try:
+            claim = await self._fleet_warmup.claim(state.backend, state.key)
+        except BaseException:
+            ticket.release()
+            raise
+        if claim is not None:
+            ticket.fleet_claim = claim
+            return
+        ticket.warmer = False
+        if not state.warm:
+            state.warm = True
+            state.warming = False
+            self._wake(state)
 
     async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
         """On a backend that spreads prefixes, send a group's calls beyond its first ``start``
@@ -802,6 +842,8 @@ class CacheGate:
             return
         state = self._lookup(backend, group, policy, limit)
         state.touch(self._clock.now())
+        if self._fleet_warmup is not None:  # shared=: warm for every process
+            self._fleet_warmup.done(backend, group.key, "", warm=True)
         if not state.warm:
             state.warm = True
             state.warming = False

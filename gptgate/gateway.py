@@ -64,6 +64,7 @@ from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer
+from .shared.warmup import FleetWarmup, fleet_keys
 from .snapshot import (
     MAX_HIT_RATES,
     BackendSnapshot,
@@ -645,6 +646,10 @@ class Gateway:
                 )
         self._fleet = fleet
         await fleet.start(task_group)
+        # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
+        self.cache_gate._fleet_warmup = FleetWarmup(
+            fleet, keys=fleet_keys(fleet, self._states.values()), task_group=task_group
+        )
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:
         """Another process saw a 429: pause this backend here too, until its retry-after."""

@@ -7,7 +7,10 @@ its permits back once they expire. Expired leases are swept by whoever acquires 
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PACE", "PAUSE", "PROBE", "RELEASE", "RENEW"]
+__all__ = [
+    "ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PACE", "PAUSE", "PROBE", "RELEASE", "RENEW",
+    "WARM_CLAIM", "WARM_DONE",
+]
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
 #: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
@@ -226,4 +229,37 @@ if known == 1 then
 end
 if took == 0 then return {math.ceil(delay), -1, -1, known} end
 return {math.ceil(delay), s['rs'] or 0, s['ks'] or 0, known}
+"""
+
+# -- fleet-wide cache warm-up single-flight (gptgate/shared/warmup.py) -----------------------
+# Per backend and prefix: a "warm" key (the prefix is cached there; its TTL is how long the
+# fleet trusts that) and a "claim" key (the process sending the warm-up, for a lease).
+
+#: KEYS: warm key, claim key. ARGV: claimant id, lease ms, warm ttl ms.
+#: → 0: warm already (its ttl renewed); -1: claimed, this process warms it; else the ms left
+#: on another process's claim (wait: it is warm by then, or the claim lapsed)
+WARM_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then
+  return math.max(1, redis.call('PTTL', KEYS[2]))
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return -1
+"""
+
+#: KEYS: warm key, claim key. ARGV: claimant id, "warm" (the warm-up was prefilled) or
+#: "failed", warm ttl ms. Ends this claimant's claim; a failed one frees the prefix for the
+#: next claimant at once. → 1
+WARM_DONE = """
+if ARGV[2] == 'warm' then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[3])
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+return 1
 """
