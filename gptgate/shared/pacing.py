@@ -14,7 +14,8 @@ it, so ``level = remaining − headroom − taken since`` (plus the refill since
 
 Cost: one Redis round trip per call (the take), which also carries this process's queued
 releases of the backend's permits, its latest report and its reconciled tokens — nothing
-is sent on its own. Nothing is asked of Redis before any process has seen a budget.
+is sent on its own. A process that has seen no budget itself looks for the fleet's once a
+second (``PROBE_S``), so a backend that sends no ``x-ratelimit-*`` headers costs nothing more.
 
 Redis away: the call is paced locally by a :class:`RateLimitPacer` fed the same reports
 scaled to this process's share (``1 ÷`` the live workers last seen), as the concurrency
@@ -23,6 +24,8 @@ fallback admits on its share of the limit.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
     from .fleet import FleetClient
 
 __all__ = ["FleetPacer", "FleetPacerStatistics", "PaceSeq"]
+
+#: how often a process that has seen no budget looks for one the fleet knows (real seconds)
+PROBE_S = 1.0
 
 #: where a call's take stands in the fleet's sequence: (requests, tokens) taken up to it
 PaceSeq = tuple[int, int]
@@ -94,6 +100,7 @@ class FleetPacer:
         self.active = False
         self._report: _Report | None = None
         self._give_back = 0.0
+        self._next_probe = -math.inf
         self._fleet_reserved = 0
         self._fleet_delayed = 0
         self._local_reserved = 0
@@ -122,7 +129,11 @@ class FleetPacer:
         process's share."""
         client = self.client
         if not self.active:
-            return self.local.reserve(now, tokens), None
+            # a budget no process has seen (a self-hosted server sends none) costs Redis
+            # nothing but a look every PROBE_S: another process may have learned one
+            if client.state != "up" or time.monotonic() < self._next_probe:
+                return self.local.reserve(now, tokens), None
+            self._next_probe = time.monotonic() + PROBE_S
         pause = max(0.0, self.local.paused_until - now)
         if client.state != "up":
             return max(pause, self._reserve_locally(now, tokens)), None
@@ -153,8 +164,12 @@ class FleetPacer:
                 self._report = report
             self._give_back += give_back
             return max(pause, self._reserve_locally(now, tokens)), None
-        if not int(known):  # Redis restarted empty: the next report brings the budget back
+        if not int(known):
+            if not self.active:  # no budget anywhere yet: as without shared=
+                return self.local.reserve(now, tokens), None
+            # Redis restarted empty: the next report brings the budget back
             return max(pause, self._reserve_locally(now, tokens)), None
+        self.active = True
         delay = client.clock_s(int(delay_ms))
         if int(taken_requests) < 0:  # past the deadline: nothing taken
             return max(pause, delay), None
