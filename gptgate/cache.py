@@ -444,6 +444,8 @@ class GroupStatistics:
     misses: int = 0
     #: ramp windows whose misses were held as a spill instead of narrowing the window
     spills: int = 0
+    #: ``shared=``: ``hit_rate`` over every process of the fleet (None: not shared, not read)
+    fleet_hit_rate: float | None = None
 
 
 class _Waiter:
@@ -644,6 +646,9 @@ class CacheTicket:
         group.cacheable_total += cacheable
         group.samples += 1
         self._gate._count(group.backend, cached, cacheable)
+        fleet = self._gate._fleet_warmup
+        if fleet is not None:  # shared=: the fleet's hit rate
+            fleet.count(group.backend, group.key, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
         if not group.controller.meets_target(cached, cacheable):
@@ -877,6 +882,7 @@ class CacheGate:
                 turn_waiting=g.queued,
                 misses=g.misses,
                 spills=g.controller.spills,
+                fleet_hit_rate=self.fleet_hit_rate(g.backend, g.key),
             )
             for g in self._groups(backend)
         ]
@@ -888,6 +894,12 @@ class CacheGate:
         if not totals or totals[1] == 0:
             return None
         return totals[0] / totals[1]
+
+    def fleet_hit_rate(self, backend: str, key: str | None = None) -> float | None:
+        """``shared=``: :meth:`hit_rate` over every process of the fleet (of one prefix group
+        with ``key``), as last read from Redis; None without ``shared=`` or before a read."""
+        fleet = self._fleet_warmup
+        return None if fleet is None else fleet.hit_rate(backend, key)
 
     def hot_groups(self, backend: str, min_rate_per_min: float) -> list[str]:
         """Keys of the groups of ``backend`` called at least ``min_rate_per_min`` times a

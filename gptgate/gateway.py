@@ -180,6 +180,8 @@ class BackendStats:
     escalated: int = 0
     #: the fleet's view with ``shared=`` (fleet-wide permits, outage state); None without
     fleet: FleetStatistics | None = None
+    #: ``shared=``: the prompt-cache hit rate over every process of the fleet (None without)
+    fleet_cache_hit_rate: float | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -647,9 +649,11 @@ class Gateway:
         self._fleet = fleet
         await fleet.start(task_group)
         # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
-        self.cache_gate._fleet_warmup = FleetWarmup(
+        warmup = FleetWarmup(
             fleet, keys=fleet_keys(fleet, self._states.values()), task_group=task_group
         )
+        self.cache_gate._fleet_warmup = warmup
+        task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:
         """Another process saw a 429: pause this backend here too, until its retry-after."""
@@ -1296,6 +1300,7 @@ class Gateway:
                 limit_phase=phase,
                 limit_events=earlier.events(events),
                 fleet=_fleet_statistics(state.limiter.admission),
+                fleet_cache_hit_rate=self.cache_gate.fleet_hit_rate(name),
                 hedges=state.hedges,
                 escalated=entry.escalated,
             )

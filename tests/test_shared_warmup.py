@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 import redis.asyncio
 
 import gptgate as gg
@@ -153,3 +154,29 @@ async def test_redis_away_each_process_warms_for_itself(own_redis: RedisServer) 
     assert len(warmups) == 6  # no call failed because Redis did
     assert warmups.count(True) == 2  # each gateway warmed on its own
 
+
+
+async def test_the_hit_rate_estimate_is_the_fleets(redis_url: str) -> None:
+    shared = gg.Shared(redis_url, namespace=namespace(), lease_s=5.0, op_budget_s=1.0)
+    hits = Script(lambda r: _stream_if_asked(r, ok(prompt=3000, cached=2048)))
+    misses = Script(lambda r: _stream_if_asked(r, ok(prompt=3000, cached=0)))
+    a = gateway(backend(hits), shared=shared)  # the same backend seen by two processes:
+    b = gateway(backend(misses), shared=shared)  # all hits in one, all misses in the other
+    long_prefix = [{"role": "system", "content": "Reference text, to be cached. " * 300}]
+    async with a, b:
+        for gate in (a, b):
+            for i in range(3):
+                messages = [*long_prefix, {"role": "user", "content": f"q{i}"}]
+                await gate.chat(messages, scenario=SCENARIO)
+        assert a.cache_gate.fleet_hit_rate("mock") is None  # nothing read yet
+        for gate in (b, a):  # a reads after b sent: the fleet's sums
+            warmup = gate.cache_gate._fleet_warmup
+            assert warmup is not None
+            await warmup.sync()
+        own = a.cache_gate.hit_rate("mock")
+        assert own is not None and own > 0.5
+        assert a.cache_gate.fleet_hit_rate("mock") == pytest.approx(own / 2)
+        assert a.stats()["mock"].fleet_cache_hit_rate == pytest.approx(own / 2)
+        (group,) = a.cache_gate.statistics("mock")
+        assert group.fleet_hit_rate == pytest.approx(own / 2)
+        assert b.cache_gate.hit_rate("mock") == 0.0

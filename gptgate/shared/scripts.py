@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PACE", "PAUSE", "PROBE", "RELEASE", "RENEW",
-    "WARM_CLAIM", "WARM_DONE",
+    "WARM_CLAIM", "WARM_COUNTS", "WARM_DONE",
 ]
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
@@ -262,4 +262,28 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 return 1
+"""
+
+#: KEYS: the backend's hit counts, then one per prefix (each a hash of "c" cached and "n"
+#: cacheable input tokens, expiring on its own when no process uses the prefix any more).
+#: ARGV: ttl ms, then a pair (cached, cacheable) per prefix key: what this process observed
+#: since it last sent them. → {cached, cacheable} of the backend, then of each prefix: the
+#: fleet's sums
+WARM_COUNTS = """
+local out = {}
+local function add(key, cached, cacheable)
+  out[#out + 1] = redis.call('HINCRBY', key, 'c', cached)
+  out[#out + 1] = redis.call('HINCRBY', key, 'n', cacheable)
+  redis.call('PEXPIRE', key, ARGV[1])
+end
+local cached, cacheable = 0, 0
+for i = 2, #ARGV, 2 do
+  cached = cached + tonumber(ARGV[i])
+  cacheable = cacheable + tonumber(ARGV[i + 1])
+end
+add(KEYS[1], cached, cacheable)
+for i = 2, #KEYS do
+  add(KEYS[i], tonumber(ARGV[2 * i - 2]), tonumber(ARGV[2 * i - 1]))
+end
+return out
 """

@@ -19,6 +19,12 @@ prefills. With ``shared=``, the call a gate picks to warm a prefix first *claims
 The waiting costs one small script per waiting group per ``poll_s`` per process (the other
 calls of the group wait locally behind it), and a warm prefix one script for the first call
 of its group in each process. Redis away: the gate warms locally, as without ``shared=``.
+
+The hit-rate estimate is the fleet's too: each process adds the cached and cacheable input
+tokens its calls observed, per prefix and per backend, to a hash in Redis every ``SYNC_S``
+(:data:`~gptgate.shared.scripts.WARM_COUNTS`, off the calls' path; a prefix's counts expire
+with it) and reads the sums back;
+``CacheGate.fleet_hit_rate`` and each group's ``fleet_hit_rate`` show them.
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ __all__ = ["WARM_TTL_S", "FleetWarmup", "FleetWarmupStatistics", "fleet_keys"]
 #: providers keep a cached prefix minutes after its last use (OpenAI: 5 to 10), and every
 #: process that finds it warm renews it
 WARM_TTL_S = 300.0
+#: how often a process sends its hit counts and reads the fleet's (real seconds)
+SYNC_S = 0.5
+#: prefix groups whose fleet hit rate a process remembers, at most
+MAX_GROUPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,11 @@ class FleetWarmup:
         #: how often a call waiting for another process's warm-up asks again (real seconds)
         self.poll_s = poll_s
         self._ids = itertools.count()
+        #: (backend, prefix) → [cached, cacheable] observed here and not sent yet
+        self._counts: dict[tuple[str, str], list[int]] = {}
+        #: the fleet's sums as last read: per backend, and per (backend, prefix)
+        self.fleet_totals: dict[str, tuple[int, int]] = {}
+        self.fleet_groups: dict[tuple[str, str], tuple[int, int]] = {}
         self._claimed = 0
         self._joined = 0
         self._waited = 0
@@ -136,6 +151,51 @@ class FleetWarmup:
                 "WARM_DONE", keys, [claim_id, "warm" if warm else "failed", self._ms(WARM_TTL_S)]
             )
 
+    def count(self, backend: str, prefix: str, cached: int, cacheable: int) -> None:
+        """A call's cached and cacheable input tokens, for the fleet's hit rate."""
+        if backend in self.keys:
+            counts = self._counts.setdefault((backend, prefix), [0, 0])
+            counts[0] += cached
+            counts[1] += cacheable
+
+    async def run(self) -> None:
+        """Every ``SYNC_S``: send the counts observed here, read the fleet's sums back."""
+        while True:
+            await anyio.sleep(SYNC_S)
+            await self.sync()
+
+    async def sync(self) -> None:
+        if not self._counts or self.client.state != "up":
+            return
+        register(self.client)
+        counts, self._counts = self._counts, {}
+        by_backend: dict[str, list[tuple[str, list[int]]]] = {}
+        for (backend, prefix), observed in counts.items():
+            by_backend.setdefault(backend, []).append((prefix, observed))
+        ttl_ms = self._ms(WARM_TTL_S)
+        for backend, groups in by_backend.items():
+            key = self.keys[backend]
+            keys = [f"{key}:hits", *(f"{key}:hits:{prefix}" for prefix, _ in groups)]
+            args = [ttl_ms, *(n for _, pair in groups for n in pair)]
+            try:
+                sums = await self.client._op("WARM_COUNTS", keys, args)
+            except _RedisDown:  # not counted twice: what Redis may have added is dropped
+                return
+            pairs = [(int(sums[i]), int(sums[i + 1])) for i in range(0, len(sums), 2)]
+            self.fleet_totals[backend] = pairs[0]
+            if len(self.fleet_groups) > MAX_GROUPS:  # the live ones come back at their sync
+                self.fleet_groups.clear()
+            for (prefix, _), sum_ in zip(groups, pairs[1:], strict=True):
+                self.fleet_groups[(backend, prefix)] = sum_
+
+    def hit_rate(self, backend: str, prefix: str | None = None) -> float | None:
+        """The fleet's cached over cacheable input tokens (None before any was read)."""
+        pair = (
+            self.fleet_totals.get(backend) if prefix is None
+            else self.fleet_groups.get((backend, prefix))
+        )
+        return pair[0] / pair[1] if pair and pair[1] else None
+
     def statistics(self) -> FleetWarmupStatistics:
         return FleetWarmupStatistics(
             claimed=self._claimed, joined=self._joined, waited=self._waited
@@ -154,6 +214,6 @@ def fleet_keys(client: FleetClient, states: Iterable[BackendState]) -> dict[str,
 def register(client: FleetClient) -> None:
     """Load the warm-up scripts into ``client`` (with ``shared=`` only)."""
     if client._redis is not None:
-        for name in ("WARM_CLAIM", "WARM_DONE"):
+        for name in ("WARM_CLAIM", "WARM_COUNTS", "WARM_DONE"):
             if name not in client._scripts:
                 client._scripts[name] = client._redis.register_script(getattr(scripts, name))
