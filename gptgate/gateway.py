@@ -63,7 +63,7 @@ from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetClient, FleetStatistics
-from .shared.pacing import FleetPacer
+from .shared.pacing import FleetPacer, FleetPacerStatistics
 from .shared.warmup import FleetWarmup, fleet_keys
 from .snapshot import (
     MAX_HIT_RATES,
@@ -182,6 +182,8 @@ class BackendStats:
     fleet: FleetStatistics | None = None
     #: ``shared=``: the prompt-cache hit rate over every process of the fleet (None without)
     fleet_cache_hit_rate: float | None = None
+    #: ``shared=``: this process's calls paced by the fleet's RPM/TPM budget (None without)
+    fleet_pacing: FleetPacerStatistics | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -1301,6 +1303,7 @@ class Gateway:
                 limit_events=earlier.events(events),
                 fleet=_fleet_statistics(state.limiter.admission),
                 fleet_cache_hit_rate=self.cache_gate.fleet_hit_rate(name),
+                fleet_pacing=state.fleet_pacer.statistics() if state.fleet_pacer else None,
                 hedges=state.hedges,
                 escalated=entry.escalated,
             )
