@@ -260,3 +260,23 @@ async def test_four_gateways_stay_under_the_servers_rpm(redis_url: str) -> None:
     rejected, sent = await _four_gateways_on_one_rate_limit(redis_url)
     assert rejected <= 0.01 * sent, (rejected, sent, alone, sent_alone)
     assert sent >= 200  # the budget was used: 120 at once, then 2 a second
+
+
+async def test_a_redis_restarted_empty_gets_the_budget_back_from_the_kept_report(
+    own_redis: RedisServer,
+) -> None:
+    wall = Wall()
+    async with fleet_client(own_redis.url, namespace(), wall=wall, op_budget_s=0.2,
+                            probe_s=0.02) as client:
+        p = pacer(client)
+        p.observe(0.0, BUDGET, None)
+        own_redis.stop()
+        delay, seq = await p.reserve(0.0, 10)  # the report could not go: kept
+        assert (delay, seq) == (0.0, None) and client.state == "down"
+        own_redis.start()  # empty, as after a crash
+        with anyio.fail_after(5):
+            while client.state != "up":
+                await anyio.sleep(0.01)
+        # the first take after the rejoin carries the kept report: the budget is back
+        assert await free_takes([p]) == 54
+        assert p.statistics().fleet_reserved == 55
