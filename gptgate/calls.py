@@ -58,7 +58,7 @@ from .wire import (
 )
 
 if TYPE_CHECKING:
-    from .shared.pacing import PaceSeq
+    from .shared.pacing import PaceSeq, PendingTake
 
 _T = TypeVar("_T")
 
@@ -186,7 +186,7 @@ class _Attempt:
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "limit",
         "number", "pace_seq", "permit", "reader", "reserved", "response", "runner", "sent",
-        "sent_at", "span", "spec", "state", "streamed", "ticket", "ttft",
+        "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
     )
 
     def __init__(
@@ -210,6 +210,8 @@ class _Attempt:
         self.reserved = 0
         #: the take's place in the fleet's rate budget (``shared=``), None when paced locally
         self.pace_seq: PaceSeq | None = None
+        #: ``shared=``: the take that rode with the permit's acquire (one round trip)
+        self.take: PendingTake | None = None
         #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
         self.streamed = spec.stream
         #: the call's deadline, not the backend's timeout, bounds this attempt
@@ -224,10 +226,21 @@ class _Attempt:
     # -- CacheGate, Limiter ----------------------------------------------------------------
 
     async def admit(self) -> None:
-        """Through the prompt-cache gate and the limiter: takes the ticket and the permit."""
-        self.backend, self.ticket, self.permit = await self.runner._admit(
-            self.spec, self.state, self.backend
-        )
+        """Through the prompt-cache gate and the limiter: takes the ticket and the permit
+        (with ``shared=``, the RPM/TPM take too, in the permit's round trip)."""
+        spec, fleet = self.spec, self.backend.fleet_pacer
+        if fleet is not None:
+            tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+            self.take = fleet.ride_along(tokens, spec.deadline)
+        try:
+            self.backend, self.ticket, self.permit = await self.runner._admit(
+                spec, self.state, self.backend
+            )
+        finally:
+            if self.take is not None:
+                self.take.detach()
+        if self.take is not None and self.take.result is not None:
+            self.pace_seq = self.take.result[1]  # taken: given back if the call ends here
         self.config = self.backend.backend
         self.attempt_timeout = self.config.timeout
         self.limit = self.backend.limiter.current_limit
@@ -237,7 +250,13 @@ class _Attempt:
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
         self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
-        if backend.fleet_pacer is not None:  # shared=: the fleet's budget
+        take = self.take
+        if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
+            # taken with the permit: its delay counts from then, and a 429 pause still holds
+            delay, self.pace_seq = take.result
+            now = clock.now()
+            pace = max(take.at + delay - now, backend.pacer.paused_until - now, 0.0)
+        elif backend.fleet_pacer is not None:  # shared=: the fleet's budget
             pace, self.pace_seq = await backend.fleet_pacer.reserve(
                 clock.now(), self.reserved, spec.deadline
             )

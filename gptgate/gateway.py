@@ -62,7 +62,7 @@ from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
-from .shared.fleet import FleetClient, FleetStatistics
+from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
 from .shared.warmup import FleetWarmup, fleet_keys
 from .snapshot import (
@@ -648,6 +648,9 @@ class Gateway:
                     limit=backend.concurrency,
                     on_pause=functools.partial(self._fleet_pause, state),
                 )
+            if isinstance(state.limiter.admission, FleetAdmission):
+                # a call's RPM/TPM take rides with its permit's acquire: one round trip
+                state.limiter.admission.rider = state.fleet_pacer.rider
         self._fleet = fleet
         await fleet.start(task_group)
         # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)

@@ -14,7 +14,9 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 import redis.asyncio
+from redis.asyncio.connection import AbstractConnection
 
 import gptgate as gg
 from gptgate.clock import ScaledClock
@@ -188,15 +190,28 @@ async def _scripts_run(url: str) -> int:
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-async def test_pacing_costs_one_round_trip_per_call(redis_url: str) -> None:
-    # the take carries the releases queued for the backend and the latest report: with a
-    # rate-limited backend a call still costs at most two fleet operations (the acquire and
-    # the take), the release riding along
+async def test_pacing_rides_in_the_permits_round_trip(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a call's take is pipelined with its permit's acquire (and runs only if the permit was
+    # granted), and carries the releases queued for the backend and the latest report: with a
+    # rate-limited backend a call costs two fleet operations (acquire, take) but about one
+    # round trip. Round trips are counted where redis-py writes to the socket.
+    writes = 0
+    send = AbstractConnection.send_packed_command
+
+    async def counted(self: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+        nonlocal writes
+        writes += 1
+        await send(self, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
     for callers, calls in ((1, 20), (8, 200)):
         shared = gg.Shared(redis_url, namespace=namespace(), lease_s=60.0, op_budget_s=5.0)
         gate = gateway(backend(Script(_rate_limited_ok), concurrency=4), shared=shared)
-        before = await _scripts_run(redis_url)
+        scripts_before = await _scripts_run(redis_url)
         async with gate:
+            writes_before = writes
             todo = iter(range(calls))
 
             async def caller(gate: gg.Gateway, todo: Any) -> None:
@@ -206,14 +221,17 @@ async def test_pacing_costs_one_round_trip_per_call(redis_url: str) -> None:
             async with anyio.create_task_group() as group:
                 for _ in range(callers):
                     group.start_soon(caller, gate, todo)
+            round_trips = (writes - writes_before) / calls
             pacing = gate.stats()["mock"].fleet_pacing
             assert pacing is not None and pacing.active
             assert pacing.fleet_reserved >= calls - 1  # all but the first (no budget yet)
-        per_call = (await _scripts_run(redis_url) - before - 2) / calls
-        print(f"{callers} callers: {per_call:.2f} fleet operations per call")
-        # two on the hot path (acquire, take); a release sent on its own now and then; each
-        # report on its own would make it three
+        per_call = (await _scripts_run(redis_url) - scripts_before - 2) / calls
+        print(f"{callers} callers: {per_call:.2f} fleet operations, {round_trips:.2f} round "
+              "trips per call")
+        # an operation per report or per release on its own would make it three
         assert per_call <= (2.5 if callers == 1 else 2.3), (callers, per_call)
+        # without the ride-along: two (acquire, then take), plus releases on their own
+        assert round_trips <= (1.5 if callers == 1 else 1.3), (callers, round_trips)
 
 
 async def _four_gateways_on_one_rate_limit(url: str | None, seed: int = 1) -> tuple[int, int]:

@@ -24,10 +24,14 @@ fallback admits on its share of the limit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from ..limits.pacing import RateLimitPacer
 from . import scripts
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
     from ..wire.ratelimits import RateLimitInfo
     from .fleet import FleetClient
 
-__all__ = ["FleetPacer", "FleetPacerStatistics", "PaceSeq"]
+__all__ = ["FleetPacer", "FleetPacerStatistics", "PaceSeq", "PendingTake"]
 
 #: how often a process that has seen no budget looks for one the fleet knows (real seconds)
 PROBE_S = 1.0
@@ -69,6 +73,97 @@ class _Report:
 
 
 _NO_REPORT: list[float | int] = [-1, -1, -1, -1, -1, -1, -1]
+#: the PACE answer's "taken" when the lease it rode with was not granted
+_NOT_GRANTED = -2
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    keys: list[str]
+    args: list[Any]
+    #: what the script carries, put back on the queues if it cannot be sent
+    carried: list[str]
+    report: _Report | None
+    give_back: float
+
+
+class PendingTake:
+    """A call's take riding with its permit's acquire: both scripts go in one pipelined
+    round trip, and the take runs only if the permit was granted (the script checks the
+    lease). ``result`` once taken: (delay in gateway seconds, the take's place)."""
+
+    __slots__ = ("_token", "at", "deadline", "lease_id", "pacer", "result", "tokens")
+
+    def __init__(self, pacer: FleetPacer, tokens: int, deadline: float | None) -> None:
+        self.pacer = pacer
+        #: when it was taken (a gateway clock reading): its delay counts from then
+        self.at = 0.0
+        self.tokens = tokens
+        self.deadline = deadline
+        self.lease_id = ""
+        self.result: tuple[float, PaceSeq | None] | None = None
+        self._token: contextvars.Token[PendingTake | None] | None = None
+
+    def detach(self) -> None:
+        """The admission is over: later acquires of this task carry nothing."""
+        if self._token is not None:
+            with contextlib.suppress(ValueError):  # reset from another context: a no-op
+                _RIDER.reset(self._token)
+            self._token = None
+
+    async def send_with(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Send the ``name`` script (the acquire) and this take in one round trip; the
+        acquire's answer. Redis failing is an outage, as for any operation."""
+        pacer = self.pacer
+        client = pacer.client
+        register(client)
+        now = self.at = client.clock.now()  # the take is now, not when the call began waiting
+        command = pacer._command(now, self.tokens, self.deadline, self.lease_id)
+        try:
+            with anyio.fail_after(client.shared.op_budget_s):
+                answers = await _pipelined(
+                    client, [(name, keys, args), ("PACE", command.keys, command.args)]
+                )
+        except client._errors as error:
+            pacer._unsent(command)
+            client._down(error)
+            raise _RedisDown() from error
+        self.result = pacer._answer(answers[1], now, self.tokens)
+        return answers[0]
+
+
+#: the take of the call this task is admitting (``FleetPacer.ride_along``)
+_RIDER: contextvars.ContextVar[PendingTake | None] = contextvars.ContextVar(
+    "gptgate_fleet_take", default=None
+)
+
+
+async def _pipelined(
+    client: FleetClient, commands: list[tuple[str, list[str], list[Any]]]
+) -> list[Any]:
+    """The scripts' answers, in one pipelined round trip by their SHA (a Redis that lost
+    them, restarted: loaded and sent again; both scripts may run twice)."""
+    from redis.exceptions import NoScriptError
+
+    redis = client._redis
+    if redis is None:
+        raise ConnectionError("not connected")
+    for attempt in range(2):
+        async with redis.pipeline(transaction=False) as pipe:
+            for name, keys, args in commands:
+                pipe.execute_command(
+                    "EVALSHA", client._scripts[name].sha, len(keys), *keys, *args
+                )
+            answers: list[Any] = await pipe.execute(raise_on_error=False)
+        if attempt == 0 and any(isinstance(a, NoScriptError) for a in answers):
+            for name, _, _ in commands:
+                await redis.script_load(client._scripts[name].script)
+            continue
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return answers
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +232,25 @@ class FleetPacer:
         pause = max(0.0, self.local.paused_until - now)
         if client.state != "up":
             return max(pause, self._reserve_locally(now, tokens)), None
-        if "PACE" not in client._scripts:
-            register(client)
+        register(client)
+        command = self._command(now, tokens, deadline, lease_id="")
+        try:
+            answer = await client._op("PACE", command.keys, command.args)
+        except _RedisDown:
+            self._unsent(command)
+            if not self.active:  # a look for the fleet's budget: as without shared=
+                return self.local.reserve(now, tokens), None
+            return max(pause, self._reserve_locally(now, tokens)), None
+        taken = self._answer(answer, now, tokens)
+        assert taken is not None  # no lease to check: never "not granted"
+        return taken
+
+    def _command(
+        self, now: float, tokens: int, deadline: float | None, lease_id: str
+    ) -> _Command:
+        """One PACE script's keys and arguments; what it carries is taken off the queues
+        (:meth:`_unsent` puts it back when it could not be sent)."""
+        client = self.client
         carried = client._take_releases(self.permits_key)
         report, self._report = self._report, None
         give_back, self._give_back = self._give_back, 0.0
@@ -148,35 +260,63 @@ class FleetPacer:
         most_ms = -1
         if deadline is not None:
             most_ms = int(client.clock.to_real(max(0.0, deadline - now)) * 1000)
-        try:
-            delay_ms, taken_requests, taken_tokens, known = await client._op(
-                "PACE",
-                [self.pace_key, self.permits_key],
-                [
-                    now_ms, max(0, tokens), self.local.margin, minute_ms, ttl_ms, give_back,
-                    *(report.args() if report is not None else _NO_REPORT), most_ms, *carried,
-                ],
-            )
-        except _RedisDown:
-            # sent again after the rejoin (a release may run twice: ZREM is idempotent)
-            client._pending[:0] = [(self.permits_key, lease_id) for lease_id in carried]
-            if self._report is None:
-                self._report = report
-            self._give_back += give_back
-            return max(pause, self._reserve_locally(now, tokens)), None
-        if not int(known):
+        args: list[Any] = [
+            now_ms, max(0, tokens), self.local.margin, minute_ms, ttl_ms, give_back,
+            *(report.args() if report is not None else _NO_REPORT), most_ms, lease_id, *carried,
+        ]
+        return _Command([self.pace_key, self.permits_key], args, carried, report, give_back)
+
+    def _unsent(self, command: _Command) -> None:
+        """Redis went away with ``command``: what it carried is sent after the rejoin (a
+        release may run twice: ZREM is idempotent)."""
+        client = self.client
+        client._pending[:0] = [(self.permits_key, lease_id) for lease_id in command.carried]
+        if self._report is None:
+            self._report = command.report
+        self._give_back += command.give_back
+
+    def _answer(
+        self, answer: list[Any], now: float, tokens: int
+    ) -> tuple[float, PaceSeq | None] | None:
+        """(delay, the take's place) from a PACE answer; None: its lease was not granted."""
+        delay_ms, taken_requests, taken_tokens, known = (int(x) for x in answer)
+        if taken_requests == _NOT_GRANTED:
+            return None
+        pause = max(0.0, self.local.paused_until - now)
+        if not known:
             if not self.active:  # no budget anywhere yet: as without shared=
                 return self.local.reserve(now, tokens), None
             # Redis restarted empty: the next report brings the budget back
             return max(pause, self._reserve_locally(now, tokens)), None
         self.active = True
-        delay = client.clock_s(int(delay_ms))
-        if int(taken_requests) < 0:  # past the deadline: nothing taken
+        delay = self.client.clock_s(delay_ms)
+        if taken_requests < 0:  # past the deadline: nothing taken
             return max(pause, delay), None
         self._fleet_reserved += 1
         if delay > 0:
             self._fleet_delayed += 1
-        return max(pause, delay), (int(taken_requests), int(taken_tokens))
+        return max(pause, delay), (taken_requests, taken_tokens)
+
+    # -- riding along with the permit's acquire --------------------------------------------
+
+    def ride_along(self, tokens: int, deadline: float | None) -> PendingTake | None:
+        """Before a call waits for its permit: its take, to be sent in the same round trip as
+        the permit's acquire (see :meth:`rider`); None when the fleet's budget is not in
+        use. ``PendingTake.detach`` when the admission is over."""
+        if not self.active or self.client.state != "up":
+            return None
+        take = PendingTake(self, tokens, deadline)
+        take._token = _RIDER.set(take)
+        return take
+
+    def rider(self, lease_id: str) -> PendingTake | None:
+        """The calling task's take still to send with the acquire of ``lease_id`` on this
+        backend, if any (``FleetAdmission.rider``)."""
+        take = _RIDER.get()
+        if take is None or take.pacer is not self or take.result is not None:
+            return None
+        take.lease_id = lease_id
+        return take
 
     def _reserve_locally(self, now: float, tokens: int) -> float:
         self._local_reserved += 1
@@ -243,6 +383,6 @@ class FleetPacer:
 
 def register(client: FleetClient) -> None:
     """Load the ``PACE`` script into ``client`` (with ``shared=`` only: after it connected)."""
-    if client._redis is not None and "PACE" not in client._scripts:
+    if "PACE" not in client._scripts and client._redis is not None:
         client._scripts["PACE"] = client._redis.register_script(scripts.PACE)
 

@@ -135,14 +135,16 @@ return 0
 #: -1s: its time ms, the requests and tokens the fleet had taken at its call's take (-1:
 #: unknown), limit and remaining requests, limit and remaining tokens; 14 the longest delay
 #: the caller can wait (ms, -1: any; a longer one takes nothing: a call that will not be sent
-#: must not spend the budget); 15.. released leases.
+#: must not spend the budget); 15 the lease this take rides with ("" none: a take sent on its
+#: own) — pipelined after that lease's ACQUIRE, the take runs only if the lease was granted;
+#: 16.. released leases.
 #: A report with its call's sequence sets the level exactly (the server counted up to that
 #: take, not what the fleet took after it), one without it may only lower the level. The
 #: level may go negative: later takers queue behind (GCRA-style) instead of racing.
 #: → {delay ms, requests taken up to this take, tokens taken up to it (-1s: none taken, the
-#: delay is too long), 1 if a budget is known}
+#: delay is too long; -2s: none taken, the lease was not granted), 1 if a budget is known}
 PACE = """
-for i = 15, #ARGV do
+for i = 16, #ARGV do
   redis.call('ZREM', KEYS[2], ARGV[i])
 end
 local now = tonumber(ARGV[1])
@@ -194,7 +196,10 @@ if back ~= 0 and s['kc'] ~= nil then
 end
 local delay = 0
 local took = 1
-if want >= 0 and known == 1 then
+if ARGV[15] ~= '' and not redis.call('ZSCORE', KEYS[2], ARGV[15]) then
+  took = -1
+end
+if took == 1 and want >= 0 and known == 1 then
   local function wait(p, amount)
     local cap = s[p .. 'c']
     if cap == nil then return 0 end
@@ -227,6 +232,7 @@ if known == 1 then
   redis.call('HSET', KEYS[1], unpack(out))
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
+if took == -1 then return {0, -2, -2, known} end
 if took == 0 then return {math.ceil(delay), -1, -1, known} end
 return {math.ceil(delay), s['rs'] or 0, s['ks'] or 0, known}
 """
