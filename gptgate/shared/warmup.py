@@ -141,7 +141,9 @@ class FleetWarmup:
         keys = self._keys(backend, prefix)
         if keys is None or self.client.state != "up" or (not warm and not claim_id):
             return
-        self._task_group.start_soon(self._done, keys, claim_id or "", warm)
+        # the gateway closed meanwhile: the claim lapses with its lease
+        with contextlib.suppress(RuntimeError):
+            self._task_group.start_soon(self._done, keys, claim_id or "", warm)
 
     async def _done(self, keys: list[str], claim_id: str, warm: bool) -> None:
         register(self.client)
