@@ -106,7 +106,8 @@ def _run(args: argparse.Namespace, shared_url: str | None, seed: int) -> Row:
         "concurrency": args.concurrency, "time_scale": args.time_scale,
         "prefixes": args.prefixes, "calls_per_prefix": args.calls_per_prefix,
     }
-    with SimProcess("tier1", time_scale=args.time_scale, seed=seed, rpm=args.rpm) as server:
+    overrides = {"rpm": args.rpm} if args.profile == "tier1" else {}
+    with SimProcess(args.profile, time_scale=args.time_scale, seed=seed, **overrides) as server:
         start_at = time.time() + 3.0 + 0.5 * args.workers
         processes = [
             context.Process(target=_worker, args=(server.base_url, shared_url, namespace,
@@ -135,13 +136,16 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--prefixes", type=int, default=8)
     parser.add_argument("--calls-per-prefix", type=int, default=10)
-    parser.add_argument("--rpm", type=int, default=300)
+    parser.add_argument("--rpm", type=int, default=300, help="tier1's RPM limit")
+    parser.add_argument("--profile", default="tier1",
+                        help="the server (e.g. spread: a hosted API spreading hot prefixes)")
     parser.add_argument("--time-scale", type=float, default=10.0)
     parser.add_argument("--concurrency", default="auto")
     parser.add_argument("--seeds", default="1")
     args = parser.parse_args()
     print(f"{args.workers} worker processes, {args.prefixes} prefixes × "
-          f"{args.calls_per_prefix} calls each per worker, tier1 at {args.rpm} RPM, "
+          f"{args.calls_per_prefix} calls each per worker, {args.profile}"
+          f"{f' at {args.rpm} RPM' if args.profile == 'tier1' else ''}, "
           f"concurrency={args.concurrency}, time ×{args.time_scale:g}")
     print(f"{'seed':>4} {'row':<12} {'requests':>8} {'429s':>10} {'hit rate':>8} {'ok':>5} "
           f"{'failed':>6} {'ok/s':>6} {'warm-ups claimed/joined':>24}")
