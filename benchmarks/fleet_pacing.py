@@ -79,6 +79,8 @@ async def _work(
     )
     clock = ScaledClock(args["time_scale"])  # the server's minute is the gateway's minute
     async with gg.Gateway([backend], shared=shared, seed=index, clock=clock) as gate:
+        if args["no_fleet_ramp"] and gate.cache_gate._fleet_warmup is not None:
+            gate.cache_gate._fleet_warmup.on_members = None  # each process ramps alone
         out.put(("hello", index))
         await asyncio.sleep(max(0.0, start_at - time.time()))
         items = [
@@ -105,6 +107,7 @@ def _run(args: argparse.Namespace, shared_url: str | None, seed: int) -> Row:
     options = {
         "concurrency": args.concurrency, "time_scale": args.time_scale,
         "prefixes": args.prefixes, "calls_per_prefix": args.calls_per_prefix,
+        "no_fleet_ramp": args.no_fleet_ramp,
     }
     overrides = {"rpm": args.rpm} if args.profile == "tier1" else {}
     with SimProcess(args.profile, time_scale=args.time_scale, seed=seed, **overrides) as server:
@@ -142,6 +145,8 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=10.0)
     parser.add_argument("--concurrency", default="auto")
     parser.add_argument("--seeds", default="1")
+    parser.add_argument("--no-fleet-ramp", action="store_true",
+                        help="shared= rows: each process ramps its prefixes alone")
     args = parser.parse_args()
     print(f"{args.workers} worker processes, {args.prefixes} prefixes × "
           f"{args.calls_per_prefix} calls each per worker, {args.profile}"

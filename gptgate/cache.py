@@ -466,6 +466,7 @@ class _Group:
         "cacheable_total",
         "cached_total",
         "controller",
+        "fleet_members",
         "in_flight",
         "key",
         "misses",
@@ -535,6 +536,9 @@ class _Group:
         #: the backend's fair share per running group and, when crowded, the cap on each
         #: group's width (0: none) — a cell shared by its groups
         self.share: list[int] = []
+        #: ``shared=``: processes of the fleet with calls on this prefix (this one included):
+        #: a lone group's ramp window is shared among them
+        self.fleet_members = 1
 
     @property
     def window(self) -> int:
@@ -542,11 +546,16 @@ class _Group:
             return 1
         if self.cacheable == 0:
             return self.controller.limit
+        ramp = self.controller.window
+        if self.fleet_members > 1 and not self.controller.is_open:
+            # shared=: the ramp is the fleet's, its window for the prefix's calls from every
+            # process that has some (each ramps on its own samples, so they widen together)
+            ramp = max(1, -(-ramp // self.fleet_members))
         if self.share:
             share, cap = self.share
-            width = min(self.controller.limit, max(self.controller.window, share))
+            width = min(self.controller.limit, max(ramp, share))
             return min(width, cap) if cap else width
-        return self.controller.window
+        return ramp
 
     def state(self) -> GroupState:
         if not self.warm:
@@ -900,6 +909,18 @@ class CacheGate:
         with ``key``), as last read from Redis; None without ``shared=`` or before a read."""
         fleet = self._fleet_warmup
         return None if fleet is None else fleet.hit_rate(backend, key)
+
+    def live_groups(self) -> list[tuple[str, str]]:
+        """``(backend, key)`` of every group with calls here (in flight or waiting)."""
+        return list(self._active)
+
+    def set_fleet_members(self, backend: str, key: str, members: int) -> None:
+        """``shared=``: ``members`` processes have calls on this group now: its ramp window
+        is shared among them (a lone group's; one that widens admits its waiters)."""
+        state = self._active.get((backend, key))
+        if state is not None and state.fleet_members != max(1, members):
+            state.fleet_members = max(1, members)
+            self._wake(state)
 
     def hot_groups(self, backend: str, min_rate_per_min: float) -> list[str]:
         """Keys of the groups of ``backend`` called at least ``min_rate_per_min`` times a

@@ -658,6 +658,8 @@ class Gateway:
             fleet, keys=fleet_keys(fleet, self._states.values()), task_group=task_group
         )
         self.cache_gate._fleet_warmup = warmup
+        warmup.live_groups = self.cache_gate.live_groups  # the fleet's ramp windows
+        warmup.on_members = self.cache_gate.set_fleet_members
         task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:

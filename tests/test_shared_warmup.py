@@ -21,6 +21,8 @@ from tests.fleettools import BASE_URL, fleet_client, namespace
 from tests.mockbackend import Script, _stream_if_asked, backend, gateway, ok
 
 PREFIX = [{"role": "system", "content": "You are a careful assistant. " * 20}]
+#: long enough to be cached (a provider caches from 1,024 tokens): its calls ramp
+LONG_PREFIX = [{"role": "system", "content": "Reference text, to be cached. " * 300}]
 SCENARIO = gg.Scenario(name="warm", stream=False, ramp=gg.RampPolicy(min_prefix_tokens=0))
 
 
@@ -162,11 +164,10 @@ async def test_the_hit_rate_estimate_is_the_fleets(redis_url: str) -> None:
     misses = Script(lambda r: _stream_if_asked(r, ok(prompt=3000, cached=0)))
     a = gateway(backend(hits), shared=shared)  # the same backend seen by two processes:
     b = gateway(backend(misses), shared=shared)  # all hits in one, all misses in the other
-    long_prefix = [{"role": "system", "content": "Reference text, to be cached. " * 300}]
     async with a, b:
         for gate in (a, b):
             for i in range(3):
-                messages = [*long_prefix, {"role": "user", "content": f"q{i}"}]
+                messages = [*LONG_PREFIX, {"role": "user", "content": f"q{i}"}]
                 await gate.chat(messages, scenario=SCENARIO)
         assert a.cache_gate.fleet_hit_rate("mock") is None  # nothing read yet
         for gate in (b, a):  # a reads after b sent: the fleet's sums
@@ -180,3 +181,53 @@ async def test_the_hit_rate_estimate_is_the_fleets(redis_url: str) -> None:
         (group,) = a.cache_gate.statistics("mock")
         assert group.fleet_hit_rate == pytest.approx(own / 2)
         assert b.cache_gate.hit_rate("mock") == 0.0
+
+
+async def test_a_prefixs_ramp_window_is_shared_by_the_processes_calling_it(
+    redis_url: str,
+) -> None:
+    # a ramp that never widens (its window of samples never completes): start=5 per prefix
+    ramp = gg.Scenario(
+        name="ramp", stream=False, ramp=gg.RampPolicy(min_prefix_tokens=0, start=5, window=1000)
+    )
+    held: list[anyio.Event] = []
+    holding = True
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        if json.loads(request.content).get("stream"):  # the warm-up: answered at once
+            return _stream_if_asked(request, ok(prompt=3000, cached=0))
+        if holding:
+            gate_open = anyio.Event()
+            held.append(gate_open)
+            await gate_open.wait()
+        return ok(prompt=3000, cached=2048)
+
+    script = Script(handler)
+    shared = gg.Shared(redis_url, namespace=namespace(), lease_s=5.0, op_budget_s=1.0)
+    a, b = (gateway(backend(script, concurrency=32), shared=shared) for _ in range(2))
+
+    def release_all() -> None:
+        for event in held:
+            event.set()
+
+    async with a, b, anyio.create_task_group() as tg:
+        for gate in (a, b):
+            for i in range(12):
+                messages = [*LONG_PREFIX, {"role": "user", "content": f"q{i}"}]
+                tg.start_soon(lambda g=gate, m=messages: g.chat(m, scenario=ramp))
+        with anyio.fail_after(5):  # a warms it, b joins: five in flight each
+            while script.in_flight < 10:
+                await anyio.sleep(0.005)
+        warmups = [g.cache_gate._fleet_warmup for g in (a, b)]
+        for warmup in (*warmups, warmups[0]):  # each says it calls the prefix, reads both
+            assert warmup is not None
+            await warmup.sync()
+        assert [g.cache_gate.statistics("mock")[0].window for g in (a, b)] == [3, 3]
+        release_all()  # the first wave ends: the next goes at the fleet's window
+        with anyio.fail_after(5):
+            while script.in_flight < 6:
+                await anyio.sleep(0.005)
+        await anyio.sleep(0.05)
+        assert script.in_flight == 6  # 3 + 3, not 5 + 5
+        holding = False
+        release_all()

@@ -270,11 +270,13 @@ end
 return 1
 """
 
-#: KEYS: the backend's hit counts, then one per prefix (each a hash of "c" cached and "n"
-#: cacheable input tokens, expiring on its own when no process uses the prefix any more).
-#: ARGV: ttl ms, then a pair (cached, cacheable) per prefix key: what this process observed
-#: since it last sent them. → {cached, cacheable} of the backend, then of each prefix: the
-#: fleet's sums
+#: KEYS: the backend's hit counts, then per prefix its hit counts and its members (hashes of
+#: "c" cached and "n" cacheable input tokens, expiring on their own when no process uses the
+#: prefix any more; a zset of the processes with calls on it, each until its expiry).
+#: ARGV: ttl ms, this process's id, now ms, member ms, then a pair (cached, cacheable) per
+#: prefix: what this process observed since it last sent them (0s for a prefix it only
+#: calls). → {cached, cacheable} of the backend, then {cached, cacheable, processes} of each
+#: prefix: the fleet's
 WARM_COUNTS = """
 local out = {}
 local function add(key, cached, cacheable)
@@ -282,14 +284,21 @@ local function add(key, cached, cacheable)
   out[#out + 1] = redis.call('HINCRBY', key, 'n', cacheable)
   redis.call('PEXPIRE', key, ARGV[1])
 end
+local groups = (#KEYS - 1) / 2
 local cached, cacheable = 0, 0
-for i = 2, #ARGV, 2 do
-  cached = cached + tonumber(ARGV[i])
-  cacheable = cacheable + tonumber(ARGV[i + 1])
+for g = 1, groups do
+  cached = cached + tonumber(ARGV[3 + 2 * g])
+  cacheable = cacheable + tonumber(ARGV[4 + 2 * g])
 end
 add(KEYS[1], cached, cacheable)
-for i = 2, #KEYS do
-  add(KEYS[i], tonumber(ARGV[2 * i - 2]), tonumber(ARGV[2 * i - 1]))
+local now = tonumber(ARGV[3])
+for g = 1, groups do
+  add(KEYS[2 * g], tonumber(ARGV[3 + 2 * g]), tonumber(ARGV[4 + 2 * g]))
+  local members = KEYS[2 * g + 1]
+  redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
+  redis.call('ZADD', members, now + tonumber(ARGV[4]), ARGV[2])
+  redis.call('PEXPIRE', members, ARGV[4])
+  out[#out + 1] = redis.call('ZCARD', members)
 end
 return out
 """

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,8 @@ WARM_TTL_S = 300.0
 SYNC_S = 0.5
 #: prefix groups whose fleet hit rate a process remembers, at most
 MAX_GROUPS = 10_000
+#: a process counts among a prefix's processes this long after its last sync (real seconds)
+MEMBER_S = 5 * SYNC_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,10 @@ class FleetWarmup:
         #: the fleet's sums as last read: per backend, and per (backend, prefix)
         self.fleet_totals: dict[str, tuple[int, int]] = {}
         self.fleet_groups: dict[tuple[str, str], tuple[int, int]] = {}
+        #: the (backend, prefix) groups with calls in this process now (the gate's)
+        self.live_groups: Callable[[], Iterable[tuple[str, str]]] | None = None
+        #: told how many processes have calls on a live group (the gate's ramp share)
+        self.on_members: Callable[[str, str, int], None] | None = None
         self._claimed = 0
         self._joined = 0
         self._waited = 0
@@ -167,28 +173,42 @@ class FleetWarmup:
             await self.sync()
 
     async def sync(self) -> None:
-        if not self._counts or self.client.state != "up":
+        """One round trip per backend: add the counts observed here, say which prefixes
+        this process has calls on, read back the fleet's sums and each prefix's processes
+        (told to ``on_members``: the gate shares its ramp windows among them)."""
+        live = set(self.live_groups()) if self.live_groups is not None else set()
+        if (not self._counts and not live) or self.client.state != "up":
             return
         register(self.client)
         counts, self._counts = self._counts, {}
         by_backend: dict[str, list[tuple[str, list[int]]]] = {}
-        for (backend, prefix), observed in counts.items():
-            by_backend.setdefault(backend, []).append((prefix, observed))
+        for group in live | set(counts):
+            backend, prefix = group
+            if backend in self.keys:
+                by_backend.setdefault(backend, []).append((prefix, counts.get(group, [0, 0])))
         ttl_ms = self._ms(WARM_TTL_S)
+        now_ms = int(self.client.wall() * 1000)
+        member_ms = int(MEMBER_S * 1000)
         for backend, groups in by_backend.items():
             key = self.keys[backend]
-            keys = [f"{key}:hits", *(f"{key}:hits:{prefix}" for prefix, _ in groups)]
-            args = [ttl_ms, *(n for _, pair in groups for n in pair)]
+            keys = [f"{key}:hits"]
+            for prefix, _ in groups:
+                keys += [f"{key}:hits:{prefix}", f"{key}:members:{prefix}"]
+            args = [ttl_ms, self.client.worker_id, now_ms, member_ms]
+            args += [n for _, pair in groups for n in pair]
             try:
-                sums = await self.client._op("WARM_COUNTS", keys, args)
+                answer = await self.client._op("WARM_COUNTS", keys, args)
             except _RedisDown:  # not counted twice: what Redis may have added is dropped
                 return
-            pairs = [(int(sums[i]), int(sums[i + 1])) for i in range(0, len(sums), 2)]
-            self.fleet_totals[backend] = pairs[0]
+            sums = [int(x) for x in answer]
+            self.fleet_totals[backend] = (sums[0], sums[1])
             if len(self.fleet_groups) > MAX_GROUPS:  # the live ones come back at their sync
                 self.fleet_groups.clear()
-            for (prefix, _), sum_ in zip(groups, pairs[1:], strict=True):
-                self.fleet_groups[(backend, prefix)] = sum_
+            for g, (prefix, _) in enumerate(groups):
+                cached, cacheable, members = sums[2 + 3 * g: 5 + 3 * g]
+                self.fleet_groups[(backend, prefix)] = (cached, cacheable)
+                if self.on_members is not None and (backend, prefix) in live:
+                    self.on_members(backend, prefix, members)
 
     def hit_rate(self, backend: str, prefix: str | None = None) -> float | None:
         """The fleet's cached over cacheable input tokens (None before any was read)."""
