@@ -14,8 +14,13 @@ Columns from the server's own ledger: requests, 429s (and their share of request
 prefix-cache hit rate (cached over billed input tokens); from the workers: successes, failed
 calls, successes per real second, and with ``shared=`` the warm-ups claimed for the fleet.
 
+``--profile spread`` runs the job on a server that spreads hot prefixes over cold replicas
+instead (the ramp's case); ``--no-fleet-ramp`` makes the ``shared=`` rows ramp each process
+alone, for comparison.
+
     nice -n 10 python benchmarks/fleet_pacing.py [--workers 4] [--prefixes 8]
         [--calls-per-prefix 10] [--rpm 300] [--time-scale 10] [--concurrency auto] [--seeds 1]
+        [--profile tier1] [--no-fleet-ramp]
 """
 
 from __future__ import annotations

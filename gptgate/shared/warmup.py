@@ -20,11 +20,13 @@ The waiting costs one small script per waiting group per ``poll_s`` per process 
 calls of the group wait locally behind it), and a warm prefix one script for the first call
 of its group in each process. Redis away: the gate warms locally, as without ``shared=``.
 
-The hit-rate estimate is the fleet's too: each process adds the cached and cacheable input
-tokens its calls observed, per prefix and per backend, to a hash in Redis every ``SYNC_S``
-(:data:`~gptgate.shared.scripts.WARM_COUNTS`, off the calls' path; a prefix's counts expire
-with it) and reads the sums back;
-``CacheGate.fleet_hit_rate`` and each group's ``fleet_hit_rate`` show them.
+The hit-rate estimate and the ramp window are the fleet's too: every ``SYNC_S`` each process
+adds the cached and cacheable input tokens its calls observed, per prefix and per backend,
+to Redis, says which prefixes it has calls on, and reads back the sums and how many
+processes call each prefix (:data:`~gptgate.shared.scripts.WARM_COUNTS`, one script per
+backend, off the calls' path; a prefix's counts expire with it). ``CacheGate.fleet_hit_rate``
+and each group's ``fleet_hit_rate`` show the sums; a lone group's ramp window is shared among
+the processes calling its prefix (``CacheGate.set_fleet_members``).
 """
 
 from __future__ import annotations
