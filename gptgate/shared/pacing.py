@@ -12,10 +12,13 @@ A report is exact when it knows its call's place in the fleet's sequence of take
 server had counted everything up to that call's take, and none of what the fleet took after
 it, so ``level = remaining − headroom − taken since`` (plus the refill since the report).
 
-Cost: one Redis round trip per call (the take), which also carries this process's queued
-releases of the backend's permits, its latest report and its reconciled tokens — nothing
-is sent on its own. A process that has seen no budget itself looks for the fleet's once a
-second (``PROBE_S``), so a backend that sends no ``x-ratelimit-*`` headers costs nothing more.
+Cost: the take is one script per call. On a backend with fleet permits it rides in the
+permit's round trip (:class:`PendingTake`: pipelined after the ACQUIRE, run only if the
+lease was granted), so a call still costs one round trip; with no fleet permit it is the
+call's one round trip. It also carries this process's queued releases of the backend's
+permits, its latest report and its reconciled tokens: nothing is sent on its own. A
+process that has seen no budget itself looks for the fleet's once a second (``PROBE_S``), so
+a backend that sends no ``x-ratelimit-*`` headers costs nothing more.
 
 Redis away: the call is paced locally by a :class:`RateLimitPacer` fed the same reports
 scaled to this process's share (``1 ÷`` the live workers last seen), as the concurrency
