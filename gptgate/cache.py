@@ -14,7 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -23,6 +23,9 @@ from cachetools import TTLCache
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
+
+if TYPE_CHECKING:
+    from .shared.warmup import FleetWarmup
 
 __all__ = [
     "CACHE_BLOCK_TOKENS",
@@ -441,6 +444,8 @@ class GroupStatistics:
     misses: int = 0
     #: ramp windows whose misses were held as a spill instead of narrowing the window
     spills: int = 0
+    #: ``shared=``: ``hit_rate`` over every process of the fleet (None: not shared, not read)
+    fleet_hit_rate: float | None = None
 
 
 class _Waiter:
@@ -461,6 +466,7 @@ class _Group:
         "cacheable_total",
         "cached_total",
         "controller",
+        "fleet_members",
         "in_flight",
         "key",
         "misses",
@@ -530,6 +536,9 @@ class _Group:
         #: the backend's fair share per running group and, when crowded, the cap on each
         #: group's width (0: none) — a cell shared by its groups
         self.share: list[int] = []
+        #: ``shared=``: processes of the fleet with calls on this prefix (this one included):
+        #: a lone group's ramp window is shared among them
+        self.fleet_members = 1
 
     @property
     def window(self) -> int:
@@ -537,11 +546,16 @@ class _Group:
             return 1
         if self.cacheable == 0:
             return self.controller.limit
+        ramp = self.controller.window
+        if self.fleet_members > 1 and not self.controller.is_open:
+            # shared=: the ramp is the fleet's, its window for the prefix's calls from every
+            # process that has some (each ramps on its own samples, so they widen together)
+            ramp = max(1, -(-ramp // self.fleet_members))
         if self.share:
             share, cap = self.share
-            width = min(self.controller.limit, max(self.controller.window, share))
+            width = min(self.controller.limit, max(ramp, share))
             return min(width, cap) if cap else width
-        return self.controller.window
+        return ramp
 
     def state(self) -> GroupState:
         if not self.warm:
@@ -586,7 +600,10 @@ class CacheTicket:
     when the first token (stream) or the response (non-stream) arrived; ``observe`` when the
     usage is known. A ticket of a bypassed group does nothing."""
 
-    __slots__ = ("_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "warmer")
+    __slots__ = (
+        "_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "fleet_claim",
+        "warmer",
+    )
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
         self._gate = gate
@@ -595,6 +612,8 @@ class CacheTicket:
         self._prefilled = False
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
+        #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
+        self.fleet_claim = ""
         self._epoch = group.controller.epoch if group is not None else 0
         self._admitted_at = gate._clock.now() if gate is not None else 0.0
 
@@ -612,6 +631,9 @@ class CacheTicket:
             return
         self._prefilled = True
         group = self._group
+        fleet = self._gate._fleet_warmup if self._gate is not None else None
+        if self.warmer and fleet is not None:  # shared=: warm for every process now
+            fleet.done(group.backend, group.key, self.fleet_claim, warm=True)
         if self.warmer and not group.warm:
             group.warm = True
             group.warming = False
@@ -633,6 +655,9 @@ class CacheTicket:
         group.cacheable_total += cacheable
         group.samples += 1
         self._gate._count(group.backend, cached, cacheable)
+        fleet = self._gate._fleet_warmup
+        if fleet is not None:  # shared=: the fleet's hit rate
+            fleet.count(group.backend, group.key, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
         if not group.controller.meets_target(cached, cacheable):
@@ -660,6 +685,9 @@ class CacheTicket:
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
+        fleet = self._gate._fleet_warmup
+        if self.warmer and not self._prefilled and fleet is not None:  # another may warm it
+            fleet.done(group.backend, group.key, self.fleet_claim, warm=False)
         self._gate._wake(group)
         self._gate._settle(group)
 
@@ -706,6 +734,8 @@ class CacheGate:
         self._shares: dict[str, list[int]] = {}
         # per backend: until when it counts as crowded (more prefix groups than its limit)
         self._crowded_until: dict[str, float] = {}
+        #: ``shared=``: one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
+        self._fleet_warmup: FleetWarmup | None = None
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -727,7 +757,10 @@ class CacheGate:
             else:
                 await self._await_turn(state, policy.turn_wait_s)
         if state.waiting == 0 and state.can_admit():
-            return await self._pace(state, self._admit(state))
+            ticket = self._admit(state)
+            if ticket.warmer and self._fleet_warmup is not None:
+                await self._fleet_claim(state, ticket)
+            return await self._pace(state, ticket)
         waiter = _Waiter()
         state.waiters.append(waiter)
         state.waiting += 1
@@ -737,7 +770,28 @@ class CacheGate:
             self._abandon(state, waiter)
             raise
         assert waiter.ticket is not None
+        if waiter.ticket.warmer and self._fleet_warmup is not None:
+            await self._fleet_claim(state, waiter.ticket)
         return await self._pace(state, waiter.ticket)
+
+    async def _fleet_claim(self, state: _Group, ticket: CacheTicket) -> None:
+        """``shared=``: the warmer picked here asks the fleet first. Another process warmed
+        the prefix (or warms it now: this waits for it): the call goes as an ordinary one,
+        and the group here is warm. Cancelled while asking: the ticket is handed back."""
+        assert self._fleet_warmup is not None
+        try:
+            claim = await self._fleet_warmup.claim(state.backend, state.key)
+        except BaseException:
+            ticket.release()
+            raise
+        if claim is not None:
+            ticket.fleet_claim = claim
+            return
+        ticket.warmer = False
+        if not state.warm:
+            state.warm = True
+            state.warming = False
+            self._wake(state)
 
     async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
         """On a backend that spreads prefixes, send a group's calls beyond its first ``start``
@@ -802,6 +856,8 @@ class CacheGate:
             return
         state = self._lookup(backend, group, policy, limit)
         state.touch(self._clock.now())
+        if self._fleet_warmup is not None:  # shared=: warm for every process
+            self._fleet_warmup.done(backend, group.key, "", warm=True)
         if not state.warm:
             state.warm = True
             state.warming = False
@@ -835,6 +891,7 @@ class CacheGate:
                 turn_waiting=g.queued,
                 misses=g.misses,
                 spills=g.controller.spills,
+                fleet_hit_rate=self.fleet_hit_rate(g.backend, g.key),
             )
             for g in self._groups(backend)
         ]
@@ -846,6 +903,24 @@ class CacheGate:
         if not totals or totals[1] == 0:
             return None
         return totals[0] / totals[1]
+
+    def fleet_hit_rate(self, backend: str, key: str | None = None) -> float | None:
+        """``shared=``: :meth:`hit_rate` over every process of the fleet (of one prefix group
+        with ``key``), as last read from Redis; None without ``shared=`` or before a read."""
+        fleet = self._fleet_warmup
+        return None if fleet is None else fleet.hit_rate(backend, key)
+
+    def live_groups(self) -> list[tuple[str, str]]:
+        """``(backend, key)`` of every group with calls here (in flight or waiting)."""
+        return list(self._active)
+
+    def set_fleet_members(self, backend: str, key: str, members: int) -> None:
+        """``shared=``: ``members`` processes have calls on this group now: its ramp window
+        is shared among them (a lone group's; one that widens admits its waiters)."""
+        state = self._active.get((backend, key))
+        if state is not None and state.fleet_members != max(1, members):
+            state.fleet_members = max(1, members)
+            self._wake(state)
 
     def hot_groups(self, backend: str, min_rate_per_min: float) -> list[str]:
         """Keys of the groups of ``backend`` called at least ``min_rate_per_min`` times a

@@ -15,7 +15,7 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import httpx2
@@ -58,6 +58,9 @@ from .wire import (
     parse_rate_limits,
     request_id,
 )
+
+if TYPE_CHECKING:
+    from .shared.pacing import PaceSeq, PendingTake
 
 _T = TypeVar("_T")
 
@@ -186,8 +189,8 @@ class _Attempt:
 
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
-        "limit", "number", "permit", "reader", "reserved", "response", "runner", "sent", "sent_at",
-        "span", "spec", "state", "streamed", "ticket", "ttft",
+        "limit", "number", "pace_seq", "permit", "reader", "reserved", "response", "runner",
+        "sent", "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
     )
 
     def __init__(
@@ -211,6 +214,10 @@ class _Attempt:
         #: the backend's limit when the permit was granted
         self.limit = 0
         self.reserved = 0
+        #: the take's place in the fleet's rate budget (``shared=``), None when paced locally
+        self.pace_seq: PaceSeq | None = None
+        #: ``shared=``: the take that rode with the permit's acquire (one round trip)
+        self.take: PendingTake | None = None
         #: on the wire as SSE (the caller's choice, or a prefix's warm-up)
         self.streamed = spec.stream
         #: the call's deadline, not the backend's timeout, bounds this attempt
@@ -226,15 +233,26 @@ class _Attempt:
 
     async def admit(self) -> None:
         """Through the dollar budget, the prompt-cache gate and the limiter: takes the
-        budget's reservation, the ticket and the permit."""
-        runner, routed = self.runner, self.backend
-        self.hold = await runner.admit_budget(self.spec, routed)
-        self.backend, self.ticket, self.permit = await runner._admit(
-            self.spec, self.state, routed
-        )
+        budget's reservation, the ticket and the permit (with ``shared=``, the RPM/TPM take
+        too, in the permit's round trip)."""
+        runner, routed, spec = self.runner, self.backend, self.spec
+        self.hold = await runner.admit_budget(spec, routed)
+        fleet = routed.fleet_pacer
+        if fleet is not None:
+            tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+            self.take = fleet.ride_along(tokens, spec.deadline)
+        try:
+            self.backend, self.ticket, self.permit = await runner._admit(
+                spec, self.state, routed
+            )
+        finally:
+            if self.take is not None:
+                self.take.detach()
+        if self.take is not None and self.take.result is not None:
+            self.pace_seq = self.take.result[1]  # taken: given back if the call ends here
         if self.hold is not None and self.backend is not routed:  # moved: its price
             assert runner.spending is not None
-            runner.spending.resize(self.hold, runner.budget_estimate(self.spec, self.backend))
+            runner.spending.resize(self.hold, runner.budget_estimate(spec, self.backend))
         self.config = self.backend.backend
         self.attempt_timeout = self.config.timeout
         self.limit = self.backend.limiter.current_limit
@@ -244,7 +262,18 @@ class _Attempt:
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
         self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
-        pace = backend.pacer.reserve(clock.now(), self.reserved)
+        take = self.take
+        if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
+            # taken with the permit: its delay counts from then, and a 429 pause still holds
+            delay, self.pace_seq = take.result
+            now = clock.now()
+            pace = max(take.at + delay - now, backend.pacer.paused_until - now, 0.0)
+        elif backend.fleet_pacer is not None:  # shared=: the fleet's budget
+            pace, self.pace_seq = await backend.fleet_pacer.reserve(
+                clock.now(), self.reserved, spec.deadline
+            )
+        else:
+            pace = backend.pacer.reserve(clock.now(), self.reserved)
         if pace > 0:
             if spec.deadline is not None and clock.now() + pace > spec.deadline:
                 raise OverloadedError(
@@ -358,7 +387,7 @@ class _Attempt:
             backend, request, first_byte, stream=True,
             deadline=self.cut_by_deadline and self.attempt_timeout <= own_first_byte,
         )
-        runner._observe_limits(backend, response)
+        runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             await response.aread()
             raise error_for_status(
@@ -387,7 +416,7 @@ class _Attempt:
             backend, request, self.attempt_timeout, stream=False,
             deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
         )
-        runner._observe_limits(backend, response)
+        runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             raise error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
@@ -411,6 +440,8 @@ class _Attempt:
             # only real usage: an estimate knows no cached tokens and would read as a miss
             ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
         backend.pacer.reconcile(self.reserved, usage.total_tokens)
+        if backend.fleet_pacer is not None:
+            backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
         backend.attempt_timeouts.observe(latency, usage.output_tokens, permit.inflight)
         if parsed.usage is not None and self.response is not None:
             body_bytes = None if self.streamed else self.response.num_bytes_downloaded
@@ -447,7 +478,8 @@ class _Attempt:
             backend.unsent += 1
         if self.permit is not None and self.reserved:
             runner._pace_after_failure(
-                backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight
+                backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight,
+                self.pace_seq,
             )
         cost_before = self.state.cost_usd
         runner._record_failure(
@@ -914,9 +946,13 @@ class CallRunner:
             return backend.backend.timeout
         return backend.attempt_timeouts.timeout_for(spec.route.output_tokens, inflight)
 
-    def _observe_limits(self, backend: BackendState, response: httpx2.Response) -> None:
+    def _observe_limits(
+        self, backend: BackendState, response: httpx2.Response, seq: PaceSeq | None = None
+    ) -> None:
         info = parse_rate_limits(response.headers)
         if info is not None:
+            if backend.fleet_pacer is not None:  # shared=: corrects the fleet's budget too
+                backend.fleet_pacer.observe(self.clock.now(), info, seq)
             backend.pacer.observe(
                 self.clock.now(),
                 limit_requests=info.limit_requests,
@@ -929,7 +965,8 @@ class CallRunner:
             # concurrency beyond rate × latency only waits for the pacer: tell the limit
             set_rate = getattr(backend.limiter.limit, "set_rate_ceiling", None)
             if set_rate is not None:
-                set_rate(backend.pacer.sustained_rate())
+                fleet = backend.fleet_pacer
+                set_rate(fleet.sustained_rate() if fleet else backend.pacer.sustained_rate())
 
     def _pace_after_failure(
         self,
@@ -939,9 +976,15 @@ class CallRunner:
         spec: CallSpec,
         attempt_timeout: float,
         inflight: int,
+        seq: PaceSeq | None = None,
     ) -> None:
         """A 429 pauses the whole backend once until its retry-after (not every call on its
         own); what the server did not count is given back to the token budget."""
+        counted = 0 if isinstance(error, RateLimitedError) else (
+            spec.prompt_tokens + error.output_tokens if error.billed else 0
+        )
+        if backend.fleet_pacer is not None:  # shared=: to the budget it was taken from
+            backend.fleet_pacer.reconcile(seq, reserved, counted)
         if isinstance(error, RateLimitedError):
             if error.retry_after:
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)

@@ -65,7 +65,9 @@ from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .sdk_client import GuardTransport
-from .shared.fleet import FleetClient, FleetStatistics
+from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
+from .shared.pacing import FleetPacer, FleetPacerStatistics
+from .shared.warmup import FleetWarmup, fleet_keys
 from .snapshot import (
     MAX_HIT_RATES,
     BackendSnapshot,
@@ -184,6 +186,10 @@ class BackendStats:
     #: against its baseline with ``Gateway(baseline=...)`` (docs/drift.md); None when not
     #: checked (no baseline, or none that fits this backend)
     drift: DriftStatus | None = None
+    #: ``shared=``: the prompt-cache hit rate over every process of the fleet (None without)
+    fleet_cache_hit_rate: float | None = None
+    #: ``shared=``: this process's calls paced by the fleet's RPM/TPM budget (None without)
+    fleet_pacing: FleetPacerStatistics | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -672,6 +678,7 @@ class Gateway:
                 name=backend.name, base_url=backend.base_url, model=backend.model,
                 breaker=state.breaker, probe_s=self.clock.to_real(backend.timeout),
             )
+            state.fleet_pacer = FleetPacer.for_backend(fleet, backend, state.pacer)
             if isinstance(backend.concurrency, int):
                 state.limiter.admission = fleet.admission(
                     name=backend.name,
@@ -680,8 +687,19 @@ class Gateway:
                     limit=backend.concurrency,
                     on_pause=functools.partial(self._fleet_pause, state),
                 )
+            if isinstance(state.limiter.admission, FleetAdmission):
+                # a call's RPM/TPM take rides with its permit's acquire: one round trip
+                state.limiter.admission.rider = state.fleet_pacer.rider
         self._fleet = fleet
         await fleet.start(task_group)
+        # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
+        warmup = FleetWarmup(
+            fleet, keys=fleet_keys(fleet, self._states.values()), task_group=task_group
+        )
+        self.cache_gate._fleet_warmup = warmup
+        warmup.live_groups = self.cache_gate.live_groups  # the fleet's ramp windows
+        warmup.on_members = self.cache_gate.set_fleet_members
+        task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:
         """Another process saw a 429: pause this backend here too, until its retry-after."""
@@ -1353,6 +1371,8 @@ class Gateway:
                 limit_phase=phase,
                 limit_events=earlier.events(events),
                 fleet=_fleet_statistics(state.limiter.admission),
+                fleet_cache_hit_rate=self.cache_gate.fleet_hit_rate(name),
+                fleet_pacing=state.fleet_pacer.statistics() if state.fleet_pacer else None,
                 hedges=state.hedges,
                 escalated=entry.escalated,
                 drift=state.drift.status if state.drift is not None else None,

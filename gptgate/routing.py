@@ -28,6 +28,7 @@ from .pool import BackendPool
 if TYPE_CHECKING:
     from .drift import DriftMonitor
     from .shared.health import FleetHealth
+    from .shared.pacing import FleetPacer
 
 __all__ = ["BackendState", "CircuitBreaker", "LatencyWindow", "RouteRequest", "Router"]
 
@@ -179,6 +180,8 @@ class BackendState:
         self.fleet_health: FleetHealth | None = None
         #: ``Gateway(baseline=...)``: this backend against its baseline (gptgate/drift.py)
         self.drift: DriftMonitor | None = None
+        #: ``shared=``: this backend's RPM/TPM budget as the fleet's (gptgate/shared/pacing.py)
+        self.fleet_pacer: FleetPacer | None = None
         self.rate_limited = 0
         self.timeouts = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or

@@ -41,6 +41,7 @@ from .health import HEALTH_POLL_S, FleetHealth
 
 if TYPE_CHECKING:
     from ..routing import CircuitBreaker
+    from .pacing import PendingTake
 
 __all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
 
@@ -255,12 +256,15 @@ class FleetClient:
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
         carried = self._take_releases(admission.permits_key)
+        keys = [admission.permits_key, admission.pause_key, admission.limit_key]
+        args = [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms, *carried]
+        # shared= pacing: the call's RPM/TPM take rides in the same round trip
+        take = admission.rider(lease.id) if admission.rider is not None else None
         try:
-            granted, held, pause_ms, cap = await self._op(
-                "ACQUIRE",
-                [admission.permits_key, admission.pause_key, admission.limit_key],
-                [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms, *carried],
-            )
+            if take is not None:
+                granted, held, pause_ms, cap = await take.send_with("ACQUIRE", keys, args)
+            else:
+                granted, held, pause_ms, cap = await self._op("ACQUIRE", keys, args)
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
@@ -487,6 +491,8 @@ class FleetAdmission:
         self._waiting = 0
         self._fleet_in_flight: int | None = None
         self._pause_to_send = 0.0
+        #: the calling task's RPM/TPM take to send with an acquire (gptgate/shared/pacing.py)
+        self.rider: Callable[[str], PendingTake | None] | None = None
 
     @property
     def local_share(self) -> int:

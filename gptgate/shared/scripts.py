@@ -7,7 +7,10 @@ its permits back once they expire. Expired leases are swept by whoever acquires 
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PAUSE", "PROBE", "RELEASE", "RENEW"]
+__all__ = [
+    "ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PACE", "PAUSE", "PROBE", "RELEASE", "RENEW",
+    "WARM_CLAIM", "WARM_COUNTS", "WARM_DONE",
+]
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
 #: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
@@ -119,4 +122,183 @@ if holder and holder ~= ARGV[1] then
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 0
+"""
+
+# -- fleet-wide RPM/TPM pacing (gptgate/shared/pacing.py) ------------------------------------
+# A backend's rate budgets are one hash: per budget ("r" requests, "k" tokens) its capacity
+# (margin x the reported per-minute limit), level, last update (ms) and how much the fleet has
+# taken in all ("s": a sequence, so a report can say what its server had counted).
+
+#: KEYS: pace hash, permits zset (this process's releases of the backend ride along).
+#: ARGV: 1 now ms, 2 tokens to take (-1: take nothing), 3 margin, 4 ms of one minute of the
+#: gateway's clock, 5 key ttl ms, 6 tokens given back (reconciled calls), 7-13 a report or
+#: -1s: its time ms, the requests and tokens the fleet had taken at its call's take (-1:
+#: unknown), limit and remaining requests, limit and remaining tokens; 14 the longest delay
+#: the caller can wait (ms, -1: any; a longer one takes nothing: a call that will not be sent
+#: must not spend the budget); 15 the lease this take rides with ("" none: a take sent on its
+#: own) — pipelined after that lease's ACQUIRE, the take runs only if the lease was granted;
+#: 16.. released leases.
+#: A report with its call's sequence sets the level exactly (the server counted up to that
+#: take, not what the fleet took after it), one without it may only lower the level. The
+#: level may go negative: later takers queue behind (GCRA-style) instead of racing.
+#: → {delay ms, requests taken up to this take, tokens taken up to it (-1s: none taken, the
+#: delay is too long; -2s: none taken, the lease was not granted), 1 if a budget is known}
+PACE = """
+for i = 16, #ARGV do
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
+local now = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
+local margin = tonumber(ARGV[3])
+local minute = tonumber(ARGV[4])
+local raw = redis.call('HGETALL', KEYS[1])
+local s = {}
+for i = 1, #raw, 2 do s[raw[i]] = tonumber(raw[i + 1]) end
+local function advance(p)
+  local cap = s[p .. 'c']
+  if cap == nil or now <= s[p .. 't'] then return end
+  s[p .. 'l'] = math.min(cap, s[p .. 'l'] + (now - s[p .. 't']) * cap / minute)
+  s[p .. 't'] = now
+end
+local function report(p, at, seq, limit, remaining)
+  if limit > 0 then
+    local cap = margin * limit
+    if s[p .. 'c'] == nil then
+      s[p .. 'l'] = cap
+      s[p .. 't'] = math.min(at, now)
+      s[p .. 's'] = 0
+    end
+    s[p .. 'c'] = cap
+  end
+  local cap = s[p .. 'c']
+  if cap == nil or remaining < 0 then return end
+  local level = remaining - (cap / margin - cap)
+  if seq >= 0 then
+    s[p .. 'l'] = level - math.max(0, s[p .. 's'] - seq)
+    s[p .. 't'] = math.min(at, now)
+    advance(p)
+  else
+    advance(p)
+    s[p .. 'l'] = math.min(s[p .. 'l'], level)
+  end
+end
+if tonumber(ARGV[7]) >= 0 then
+  local at = tonumber(ARGV[7])
+  report('r', at, tonumber(ARGV[8]), tonumber(ARGV[10]), tonumber(ARGV[11]))
+  report('k', at, tonumber(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[13]))
+end
+local known = 0
+if s['rc'] ~= nil or s['kc'] ~= nil then known = 1 end
+local back = tonumber(ARGV[6])
+if back ~= 0 and s['kc'] ~= nil then
+  advance('k')
+  s['kl'] = math.min(s['kc'], s['kl'] + back)
+end
+local delay = 0
+local took = 1
+if ARGV[15] ~= '' and not redis.call('ZSCORE', KEYS[2], ARGV[15]) then
+  took = -1
+end
+if took == 1 and want >= 0 and known == 1 then
+  local function wait(p, amount)
+    local cap = s[p .. 'c']
+    if cap == nil then return 0 end
+    advance(p)
+    amount = math.min(amount, cap)
+    if s[p .. 'l'] >= amount then return 0 end
+    return (amount - s[p .. 'l']) * minute / cap
+  end
+  delay = math.max(wait('r', 1), wait('k', want))
+  local most = tonumber(ARGV[14])
+  if most >= 0 and delay > most then
+    took = 0
+  else
+    if s['rc'] ~= nil then
+      s['rl'] = s['rl'] - 1
+      s['rs'] = s['rs'] + 1
+    end
+    if s['kc'] ~= nil then
+      s['kl'] = s['kl'] - want
+      s['ks'] = s['ks'] + want
+    end
+  end
+end
+if known == 1 then
+  local out = {}
+  for field, value in pairs(s) do
+    out[#out + 1] = field
+    out[#out + 1] = string.format('%.17g', value)
+  end
+  redis.call('HSET', KEYS[1], unpack(out))
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+if took == -1 then return {0, -2, -2, known} end
+if took == 0 then return {math.ceil(delay), -1, -1, known} end
+return {math.ceil(delay), s['rs'] or 0, s['ks'] or 0, known}
+"""
+
+# -- fleet-wide cache warm-up single-flight (gptgate/shared/warmup.py) -----------------------
+# Per backend and prefix: a "warm" key (the prefix is cached there; its TTL is how long the
+# fleet trusts that) and a "claim" key (the process sending the warm-up, for a lease).
+
+#: KEYS: warm key, claim key. ARGV: claimant id, lease ms, warm ttl ms.
+#: → 0: warm already (its ttl renewed); -1: claimed, this process warms it; else the ms left
+#: on another process's claim (wait: it is warm by then, or the claim lapsed)
+WARM_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then
+  return math.max(1, redis.call('PTTL', KEYS[2]))
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return -1
+"""
+
+#: KEYS: warm key, claim key. ARGV: claimant id, "warm" (the warm-up was prefilled) or
+#: "failed", warm ttl ms. Ends this claimant's claim; a failed one frees the prefix for the
+#: next claimant at once. → 1
+WARM_DONE = """
+if ARGV[2] == 'warm' then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[3])
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+return 1
+"""
+
+#: KEYS: the backend's hit counts, then per prefix its hit counts and its members (hashes of
+#: "c" cached and "n" cacheable input tokens, expiring on their own when no process uses the
+#: prefix any more; a zset of the processes with calls on it, each until its expiry).
+#: ARGV: ttl ms, this process's id, now ms, member ms, then a pair (cached, cacheable) per
+#: prefix: what this process observed since it last sent them (0s for a prefix it only
+#: calls). → {cached, cacheable} of the backend, then {cached, cacheable, processes} of each
+#: prefix: the fleet's
+WARM_COUNTS = """
+local out = {}
+local function add(key, cached, cacheable)
+  out[#out + 1] = redis.call('HINCRBY', key, 'c', cached)
+  out[#out + 1] = redis.call('HINCRBY', key, 'n', cacheable)
+  redis.call('PEXPIRE', key, ARGV[1])
+end
+local groups = (#KEYS - 1) / 2
+local cached, cacheable = 0, 0
+for g = 1, groups do
+  cached = cached + tonumber(ARGV[3 + 2 * g])
+  cacheable = cacheable + tonumber(ARGV[4 + 2 * g])
+end
+add(KEYS[1], cached, cacheable)
+local now = tonumber(ARGV[3])
+for g = 1, groups do
+  add(KEYS[2 * g], tonumber(ARGV[3 + 2 * g]), tonumber(ARGV[4 + 2 * g]))
+  local members = KEYS[2 * g + 1]
+  redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
+  redis.call('ZADD', members, now + tonumber(ARGV[4]), ARGV[2])
+  redis.call('PEXPIRE', members, ARGV[4])
+  out[#out + 1] = redis.call('ZCARD', members)
+end
+return out
 """

@@ -1,0 +1,300 @@
+"""Fleet-wide RPM/TPM pacing (``shared=``, gptgate/shared/pacing.py) against a real
+redis-server: the processes of a fleet take from ONE request and token budget per backend,
+learned from the ``x-ratelimit-*`` headers any of them sees, instead of each spending the
+whole ``remaining`` it is told as its own (N processes: N × the provider's limit, a 429
+storm). The budget logic runs on an injected wall clock (exact); one end-to-end run puts four
+gateways on one rate-limited simulated server."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import redis.asyncio
+from redis.asyncio.connection import AbstractConnection
+
+import gptgate as gg
+from gptgate.clock import ScaledClock
+from gptgate.limits.pacing import RateLimitPacer
+from gptgate.shared.fleet import FleetClient
+from gptgate.shared.pacing import FleetPacer
+from gptgate.sim import SimEngine, SimTransport
+from gptgate.sim.profiles import get_profile
+from gptgate.wire.ratelimits import RateLimitInfo
+from tests.conftest import RedisServer
+from tests.fleettools import BASE_URL, fleet_client, namespace
+from tests.mockbackend import USER, Script, backend, gateway, ok
+
+#: 60 requests a minute: with the 0.9 margin a full budget is 54 calls, refilled 0.9 a second
+BUDGET = RateLimitInfo(limit_requests=60, remaining_requests=60)
+
+
+class Wall:
+    """The fleet's wall clock, moved by hand (lease expiries and budget refills)."""
+
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def pacer(client: FleetClient) -> FleetPacer:
+    key = client._backend_key("b", BASE_URL, "m")
+    return FleetPacer(client, name="b", key=key, local=RateLimitPacer())
+
+
+@contextlib.asynccontextmanager
+async def two_processes(
+    url: str, wall: Callable[[], float], **options: Any
+) -> AsyncIterator[tuple[FleetClient, FleetClient]]:
+    ns = namespace()
+    async with (
+        fleet_client(url, ns, wall=wall, **options) as a,
+        fleet_client(url, ns, wall=wall, **options) as b,
+    ):
+        yield a, b
+
+
+async def free_takes(pacers: list[FleetPacer], most: int = 500) -> int:
+    """Calls the pacers (taking turns) may send at once before one is told to wait."""
+    for n in range(most):
+        delay, _ = await pacers[n % len(pacers)].reserve(0.0, 10)
+        if delay > 0:
+            return n
+    return most
+
+
+async def test_two_processes_share_one_budget(redis_url: str) -> None:
+    wall = Wall()
+    async with two_processes(redis_url, wall) as (a, b):
+        pa, pb = pacer(a), pacer(b)
+        assert await pa.reserve(0.0, 10) == (0.0, None)  # no budget known: not paced
+        pa.observe(0.0, BUDGET, None)  # a's first response: the fleet's budget (b sees none)
+        # 60 remaining less the 10% headroom: 54 calls at once for the whole fleet — each
+        # process pacing alone believed the 54 were its own (108 sent, 48 of them 429s)
+        assert await free_takes([pa, pb]) == 54
+        delay, seq = await pb.reserve(0.0, 10)
+        assert seq == (56, 0)  # the fleet's 56th take (no token budget reported)
+        # it queues behind the 55th: two requests short at 0.9 a second
+        assert abs(delay - 2 / 0.9) < 0.01, delay
+        wall.t += 10.0  # nine requests refilled (of 54); two already promised
+        assert await free_takes([pa, pb]) == 7
+
+
+async def test_a_report_sets_the_level_from_its_calls_place_in_the_sequence(
+    redis_url: str,
+) -> None:
+    wall = Wall()
+    async with two_processes(redis_url, wall) as (a, b):
+        pa, pb = pacer(a), pacer(b)
+        pa.observe(0.0, BUDGET, None)
+        for _ in range(10):
+            _, seq = await pa.reserve(0.0, 10)
+        assert seq == (10, 0)
+        for _ in range(5):
+            await pb.reserve(0.0, 10)  # taken after a's 10th: its server had not counted them
+        # a's 10th call comes back: the server had 40 left (someone else used 10 more)
+        pa.observe(0.0, RateLimitInfo(limit_requests=60, remaining_requests=40), seq)
+        # 40 − 6 headroom − the 5 b took since: 29 (a's next take carries the report)
+        assert await free_takes([pa, pb]) == 29
+
+
+async def test_a_report_without_its_place_only_lowers_the_level(redis_url: str) -> None:
+    wall = Wall()
+    async with two_processes(redis_url, wall) as (a, b):
+        pa, pb = pacer(a), pacer(b)
+        pa.observe(0.0, BUDGET, None)
+        await pa.reserve(0.0, 10)  # carries the first report: level 54, then 53
+        pb.observe(0.0, RateLimitInfo(limit_requests=60, remaining_requests=59), None)
+        assert await free_takes([pb, pa]) == 53  # 59 − 6 = 53 is no lower: kept
+        wall.t += 60.0  # full again
+        pb.observe(0.0, RateLimitInfo(limit_requests=60, remaining_requests=16), None)
+        assert await free_takes([pb, pa]) == 10  # 16 − 6: lowered
+
+
+async def test_a_call_past_its_deadline_takes_nothing(redis_url: str) -> None:
+    wall = Wall()
+    async with two_processes(redis_url, wall) as (a, b):
+        pa, pb = pacer(a), pacer(b)
+        pa.observe(0.0, BUDGET, None)
+        assert await free_takes([pa, pb]) == 54  # the 55th took (and waits 1/0.9 s)
+        for _ in range(20):  # calls that would fail at once: they do not queue the budget
+            delay, seq = await pb.reserve(0.0, 10, deadline=0.5)
+            assert seq is None and abs(delay - 2 / 0.9) < 0.01
+        delay, seq = await pa.reserve(0.0, 10)
+        assert seq is not None and abs(delay - 2 / 0.9) < 0.01  # not 22 requests later
+
+
+async def test_tokens_are_paced_and_given_back(redis_url: str) -> None:
+    wall = Wall()
+    budget = RateLimitInfo(limit_tokens=10_000, remaining_tokens=10_000)
+    async with two_processes(redis_url, wall) as (a, b):
+        pa, pb = pacer(a), pacer(b)
+        pa.observe(0.0, budget, None)
+        seqs = []
+        for p in (pa, pb, pa):  # 3 × 3,000 of the 9,000 usable
+            delay, seq = await p.reserve(0.0, 3000)
+            assert delay == 0.0
+            seqs.append(seq)
+        delay, _ = await pb.reserve(0.0, 3000)
+        assert abs(delay - 3000 / 150) < 0.01  # 9,000 a minute: 150 a second
+        # the first three used 1,000 each: 6,000 back, carried by the next take
+        for seq in seqs:
+            pa.reconcile(seq, 3000, 1000)
+        delay, _ = await pa.reserve(0.0, 3000)
+        assert delay == 0.0
+
+
+async def test_redis_away_paces_locally_on_this_process_share(own_redis: RedisServer) -> None:
+    wall = Wall()
+    async with two_processes(own_redis.url, wall, op_budget_s=0.2) as (_, b):
+        assert b.live_workers == 2
+        pb = pacer(b)
+        pb.observe(0.0, BUDGET, None)
+        own_redis.stop()
+        # half of 60 a minute, less its headroom: 27 at once; no call fails because Redis did
+        now = 0.0
+        sent = 0
+        while True:
+            delay, seq = await pb.reserve(now, 10)
+            assert seq is None
+            if delay > 0:
+                break
+            sent += 1
+        assert b.state == "down"
+        assert sent == 27
+        assert abs(delay - 1 / 0.45) < 0.01  # 27 a minute: 0.45 a second
+        assert pb.statistics().local_reserved == 28
+
+
+def _rate_limited_ok(request: httpx2.Request) -> httpx2.Response:
+    response = ok()
+    response.headers.update(
+        {"x-ratelimit-limit-requests": "100000", "x-ratelimit-remaining-requests": "99000"}
+    )
+    return response
+
+
+async def _scripts_run(url: str) -> int:
+    client: Any = redis.asyncio.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_pacing_rides_in_the_permits_round_trip(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a call's take is pipelined with its permit's acquire (and runs only if the permit was
+    # granted), and carries the releases queued for the backend and the latest report: with a
+    # rate-limited backend a call costs two fleet operations (acquire, take) but about one
+    # round trip. Round trips are counted where redis-py writes to the socket.
+    writes = 0
+    send = AbstractConnection.send_packed_command
+
+    async def counted(self: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+        nonlocal writes
+        writes += 1
+        await send(self, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    for callers, calls in ((1, 20), (8, 200)):
+        shared = gg.Shared(redis_url, namespace=namespace(), lease_s=60.0, op_budget_s=5.0)
+        gate = gateway(backend(Script(_rate_limited_ok), concurrency=4), shared=shared)
+        scripts_before = await _scripts_run(redis_url)
+        async with gate:
+            writes_before = writes
+            todo = iter(range(calls))
+
+            async def caller(gate: gg.Gateway, todo: Any) -> None:
+                for _ in todo:
+                    await gate.chat(USER)
+
+            async with anyio.create_task_group() as group:
+                for _ in range(callers):
+                    group.start_soon(caller, gate, todo)
+            round_trips = (writes - writes_before) / calls
+            pacing = gate.stats()["mock"].fleet_pacing
+            assert pacing is not None and pacing.active
+            assert pacing.fleet_reserved >= calls - 1  # all but the first (no budget yet)
+        per_call = (await _scripts_run(redis_url) - scripts_before - 2) / calls
+        print(f"{callers} callers: {per_call:.2f} fleet operations, {round_trips:.2f} round "
+              "trips per call")
+        # an operation per report or per release on its own would make it three
+        assert per_call <= (2.5 if callers == 1 else 2.3), (callers, per_call)
+        # without the ride-along: two (acquire, then take), plus releases on their own
+        assert round_trips <= (1.5 if callers == 1 else 1.3), (callers, round_trips)
+
+
+async def _four_gateways_on_one_rate_limit(url: str | None, seed: int = 1) -> tuple[int, int]:
+    """Four gateways (a fleet's processes, 8 callers each, concurrency 32 — fleet-wide with
+    ``shared=``, so concurrency alone does not hold the rate) calling one server of 120
+    requests a minute as fast as they may for two simulated minutes (60× time): (its 429s,
+    its requests)."""
+    clock = ScaledClock(60.0)
+    profile = get_profile("tier1").model_copy(update={"rpm": 120})
+    engine = SimEngine(profile, clock=clock, seed=seed)
+    transport = SimTransport(engine)
+    shared = None if url is None else gg.Shared(url, namespace=f"t{uuid.uuid4().hex[:12]}")
+    gates = [
+        gg.Gateway(
+            [gg.Backend(name="tier1", base_url="http://sim/v1", model=profile.model,
+                        hardware=profile.hardware, transport=transport, concurrency=32)],
+            clock=clock, seed=seed + i, shared=shared,
+        )
+        for i in range(4)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for gate in gates:
+            await stack.enter_async_context(gate)
+        end = clock.now() + 120.0
+
+        async def worker(gate: gg.Gateway) -> None:
+            while clock.now() < end:
+                try:
+                    await gate.chat(USER, max_tokens=50, timeout=20.0)
+                except gg.GateError:  # e.g. no budget before its deadline: back off
+                    await clock.sleep(1.0)
+
+        async with anyio.create_task_group() as tg:
+            for gate in gates:
+                for _ in range(8):
+                    tg.start_soon(worker, gate)
+    ledger = engine.ledger.snapshot()
+    return ledger.rate_limited, ledger.requests
+
+
+async def test_four_gateways_stay_under_the_servers_rpm(redis_url: str) -> None:
+    alone, sent_alone = await _four_gateways_on_one_rate_limit(None)
+    assert alone > 0.05 * sent_alone  # each process pacing alone: a 429 storm
+    rejected, sent = await _four_gateways_on_one_rate_limit(redis_url)
+    assert rejected <= 0.01 * sent, (rejected, sent, alone, sent_alone)
+    assert sent >= 200  # the budget was used: 120 at once, then 2 a second
+
+
+async def test_a_redis_restarted_empty_gets_the_budget_back_from_the_kept_report(
+    own_redis: RedisServer,
+) -> None:
+    wall = Wall()
+    async with fleet_client(own_redis.url, namespace(), wall=wall, op_budget_s=0.2,
+                            probe_s=0.02) as client:
+        p = pacer(client)
+        p.observe(0.0, BUDGET, None)
+        own_redis.stop()
+        delay, seq = await p.reserve(0.0, 10)  # the report could not go: kept
+        assert (delay, seq) == (0.0, None) and client.state == "down"
+        own_redis.start()  # empty, as after a crash
+        with anyio.fail_after(5):
+            while client.state != "up":
+                await anyio.sleep(0.01)
+        # the first take after the rejoin carries the kept report: the budget is back
+        assert await free_takes([p]) == 54
+        assert p.statistics().fleet_reserved == 55
