@@ -38,6 +38,7 @@ from ..errors import OverloadedError
 from . import scripts
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
+from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 
 if TYPE_CHECKING:
     from ..routing import CircuitBreaker
@@ -56,7 +57,9 @@ RELEASE_LINGER_S = 0.002
 
 
 class _RedisDown(Exception):
-    """An operation failed or outlived its budget; the client is now in an outage."""
+    """An operation failed or outlived its budget: the client is now in an outage — or,
+    when the event loop was too busy to hear the answer (``state`` still "up"), the
+    operation's outcome is unknown and it is asked again."""
 
 
 class Lease:
@@ -90,6 +93,9 @@ class FleetStatistics:
     local_share: int
     live_workers: int
     outages: int
+    #: operations that outlived their budget while this process's event loop was busy
+    #: (asked again, not an outage: docs/guide/many-processes.md)
+    loop_busy: int = 0
 
 
 class FleetClient:
@@ -118,6 +124,10 @@ class FleetClient:
         #: live workers of the fleet at the last renewal (1 before one: alone until told)
         self.live_workers = 1
         self.outages = 0
+        #: operations that outlived their budget while the event loop was busy (not outages)
+        self.loop_busy = 0
+        #: when the operations began to lag with none answered since (``loop_budget``)
+        self.busy_since: float | None = None
         self._redis: Any = None
         self._scripts: dict[str, Any] = {}
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
@@ -138,12 +148,14 @@ class FleetClient:
         from redis.backoff import NoBackoff
         from redis.exceptions import RedisError
 
-        budget = self.shared.op_budget_s
+        # a backstop only: each operation's budget is op_budget's, which tells a slow Redis
+        # from a busy event loop (redis-py's own timeout on the socket cannot)
+        backstop = max(1.0, 10 * self.shared.op_budget_s)
         self._errors = (RedisError, OSError, TimeoutError)
         self._redis = Redis.from_url(
             self.shared.url,
-            socket_timeout=budget,
-            socket_connect_timeout=budget,
+            socket_timeout=backstop,
+            socket_connect_timeout=backstop,
             retry=Retry(NoBackoff(), 0),
             retry_on_timeout=False,
             health_check_interval=0,
@@ -225,11 +237,13 @@ class FleetClient:
         if self._redis is None:
             raise _RedisDown()
         try:
-            with anyio.fail_after(self.shared.op_budget_s):
-                return await self._scripts[name](keys, args)
+            with op_budget(self.shared.op_budget_s):
+                answer = await self._scripts[name](keys, args)
         except self._errors as error:
             self._down(error)
             raise _RedisDown() from error
+        self.busy_since = None
+        return answer
 
     async def _publish_limit(self, admission: FleetAdmission) -> None:
         """Tell the fleet this process's limit; another process configuring the same backend
@@ -325,7 +339,7 @@ class FleetClient:
         """Read every backend's fleet circuit in one pipelined round trip and apply it."""
         assert self._redis is not None
         try:
-            with anyio.fail_after(self.shared.op_budget_s):
+            with op_budget(self.shared.op_budget_s):
                 circuits = await self._read_circuits()
                 if circuits is None:  # Redis restarted: scripts gone
                     await self._redis.script_load(self._scripts["HEALTH"].script)
@@ -406,7 +420,7 @@ class FleetClient:
                  [circuit, max(1, int(real_s * 1000))])
             )
         try:
-            with anyio.fail_after(self.shared.op_budget_s):
+            with op_budget(self.shared.op_budget_s):
                 if not await self._send(commands):  # Redis restarted: scripts gone
                     for name in {name for name, _, _ in commands}:
                         await self._redis.script_load(self._scripts[name].script)
@@ -441,6 +455,15 @@ class FleetClient:
     def _down(self, error: BaseException) -> None:
         if self.state == "down":
             return
+        if isinstance(error, LoopBusy) and self.state == "up":
+            # the loop, not Redis: an outage only if it stays too busy to hear the fleet
+            now = time.monotonic()
+            self.loop_busy += 1
+            if self.busy_since is None:
+                self.busy_since = now
+            if now - self.busy_since < BUSY_OUTAGE_S:
+                return
+        self.busy_since = None
         self.state = "down"
         self.outages += 1
         shares = ", ".join(f"{a.name}={a.local_share}" for a in self._admissions)
@@ -457,6 +480,7 @@ class FleetClient:
         if self.state == "down":
             log.warning("gptgate: shared state (%s) answers again: fleet limits", self.shared)
         self.state = "up"
+        self.busy_since = None
 
 
 class FleetAdmission:
@@ -534,10 +558,11 @@ class FleetAdmission:
                 granted, counted, pause_s, cap = await client.acquire(self, lease)
             except _RedisDown:
                 # a slow Redis may still run this acquire after we gave up on it: take that
-                # grant back at the rejoin, and admit locally under a fresh id
+                # grant back (at the rejoin), and go on under a fresh id — asking again when
+                # only the loop was busy, else admitting locally
                 client._pending.append((self.permits_key, lease.id))
                 lease.id = client.new_lease().id
-                return self._try_local(lease)
+                return False if client.state == "up" else self._try_local(lease)
             self._fleet_in_flight = counted
             self._saw_fleet_limit(cap)
             if pause_s > 0 and self.on_pause is not None:
@@ -591,4 +616,5 @@ class FleetAdmission:
             local_share=self.local_share,
             live_workers=self.client.live_workers,
             outages=self.client.outages,
+            loop_busy=self.client.loop_busy,
         )

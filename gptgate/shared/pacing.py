@@ -34,11 +34,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from ..limits.pacing import RateLimitPacer
 from . import scripts
 from .fleet import _RedisDown
+from .loop_budget import op_budget
 
 if TYPE_CHECKING:
     from ..config import Backend
@@ -123,7 +122,7 @@ class PendingTake:
         now = self.at = client.clock.now()  # the take is now, not when the call began waiting
         command = pacer._command(now, self.tokens, self.deadline, self.lease_id)
         try:
-            with anyio.fail_after(client.shared.op_budget_s):
+            with op_budget(client.shared.op_budget_s):
                 answers = await _pipelined(
                     client, [(name, keys, args), ("PACE", command.keys, command.args)]
                 )
