@@ -124,7 +124,8 @@ async def test_without_shared_each_gateway_has_its_own_limit() -> None:
 async def test_auto_concurrency_takes_fleet_permits_too(redis_url: str) -> None:
     """(It stayed per process before fleet-wide auto: tests/test_shared_auto.py.)"""
     script = Script(ok())
-    gate = gateway(backend(script, concurrency="auto"), shared=gg.Shared(redis_url, namespace=namespace()))
+    shared = gg.Shared(redis_url, namespace=namespace())
+    gate = gateway(backend(script, concurrency="auto"), shared=shared)
     async with gate:
         await gate.chat(USER)
         fleet = gate.stats()["mock"].fleet

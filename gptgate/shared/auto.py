@@ -75,6 +75,8 @@ class FleetAutoAdmission(FleetAdmission):
         #: the highest fleet limit this process has seen (benchmarks: peak vs limit)
         self.highest = self.fleet_limit
         self._outbox: list[FleetSample] = []
+        #: (limit, wall) this round publishes, confirmed by its reply
+        self._publishing: tuple[int, float] | None = None
         self._last_left: Lease | None = None
         #: the local Limit that follows the fleet's (the backend's Limiter enforces it)
         self.local = FleetAutoLimit(self)
@@ -82,6 +84,11 @@ class FleetAutoAdmission(FleetAdmission):
     @property
     def leading(self) -> bool:
         return self.leader is not None
+
+    @property
+    def unpublished(self) -> bool:
+        """Whether this process leads and has a limit the fleet has not been told yet."""
+        return self.leader is not None and self.leader.unpublished
 
     # -- the hot path ---------------------------------------------------------------------
 
@@ -165,8 +172,11 @@ class FleetAutoAdmission(FleetAdmission):
         """The LEAD script's keys and arguments: as the leader, publish the limit and keep
         its state for a successor; without a limit of its own, ask for the kept state."""
         publish, state = 0, ""
+        if self.leader is None and self._own is not None:
+            publish = self._own.limit  # where none is published: the fleet's first leader
         if self.leader is not None:
             publish = self.leader.limit
+            self._publishing = (publish, now_ms / 1000.0)
             export = getattr(self.leader.algorithm, "export_state", None)
             saved = export() if callable(export) else None
             if saved is not None:
@@ -184,11 +194,16 @@ class FleetAutoAdmission(FleetAdmission):
         from .leader import decode
 
         leading, published, batches, kept = reply
+        publishing, self._publishing = self._publishing, None
         if not int(leading):
             self.leader = None
             self.follow(int(published))
             return
         client = self.client
+        if self.leader is not None and publishing is not None:
+            limit, wall = publishing
+            if limit == self.leader.limit:
+                self.leader.published(wall)
         if self.leader is None:
             self.leader = FleetLeader(self._take_over(kept), to_real=client.clock.to_real(1.0))
             if self.local.rate is not None:

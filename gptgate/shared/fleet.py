@@ -513,7 +513,7 @@ class FleetClient:
                 raise result
         return results
 
-    async def _lead(self) -> None:
+    async def _lead(self, *, again: bool = True) -> None:
         """One leadership round for every ``concurrency="auto"`` backend, pipelined: take or
         renew the lead, and as the leader publish the limit and drain the samples; as a
         follower read the published limit (gptgate/shared/auto.py)."""
@@ -528,6 +528,10 @@ class FleetClient:
             return
         for auto, reply in zip(self._autos, replies, strict=True):
             auto.led(reply)
+        if again and any(auto.unpublished for auto in self._autos):
+            # a new limit: publish it now rather than a round later (the leader leaves out
+            # calls granted before it reached the fleet: the sooner, the fewer)
+            await self._lead(again=False)
 
     # -- outage ---------------------------------------------------------------------------
 

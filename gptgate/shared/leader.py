@@ -87,7 +87,7 @@ def decode(blob: str | bytes) -> list[FleetSample]:
                 ttft_s=ttft,
                 input_tokens=max(0, int(fields[6])),
                 output_tokens=max(0, int(fields[7])),
-                congestion="c" in kind,
+                congestion=kind == "o" or "c" in kind,
                 rate_limited="r" in kind,
             )
         except ValueError:
@@ -100,19 +100,44 @@ def decode(blob: str | bytes) -> list[FleetSample]:
 
 class FleetLeader:
     """The leader's limit: one :class:`~gptgate.limits.Limit` fed with the whole fleet's
-    samples. ``to_real`` is real seconds per second of the leader's clock."""
+    samples. ``to_real`` is real seconds per second of the leader's clock.
+
+    In one process a new limit applies at once; in a fleet only once it is published, a round
+    later. A call the fleet granted in between ran under the old limit, so its sample is not
+    evidence about the new one: it is left out (``stale``). Without that, a step up was
+    measured with the old level's latency at the new level's in-flight count — an elasticity
+    biased upwards, and a limit that climbed past the knee round after round (a fleet of two
+    on a knee of 8 ended at 24-42, where one process ends at ~18)."""
 
     def __init__(self, limit: Limit, *, to_real: float = 1.0) -> None:
         if not to_real > 0.0:
             raise ValueError("to_real must be > 0")
         self.algorithm = limit
         self.to_real = to_real
-        #: samples fed so far (the whole fleet's)
+        #: samples fed so far (the whole fleet's), and left out as granted before the limit
+        #: then in force was published
         self.fed = 0
+        self.stale = 0
+        #: calls granted before this wall time ran under a limit already replaced
+        self._stale_before = -math.inf
+        #: the limit the fleet was last told (None: not yet)
+        self._published: int | None = None
 
     @property
     def limit(self) -> int:
         return self.algorithm.limit
+
+    @property
+    def unpublished(self) -> bool:
+        """Whether the limit moved since it was last published."""
+        return self._published != self.algorithm.limit
+
+    def published(self, wall: float) -> None:
+        """The current limit reached the fleet at ``wall``: calls granted from then on ran
+        under it."""
+        if self.unpublished:
+            self._published = self.algorithm.limit
+            self._stale_before = wall
 
     def feed(self, samples: Iterable[FleetSample], *, now: float, wall: float) -> None:
         """Feed a drained batch: ``now`` is the leader's clock and ``wall`` the fleet's wall
@@ -128,6 +153,9 @@ class FleetLeader:
             dated.append((finish, start, s))
         dated.sort(key=lambda item: item[0])
         for finish, start, s in dated:
+            if s.granted_wall < self._stale_before or self.unpublished:
+                self.stale += 1
+                continue
             self.algorithm.update(
                 Sample(
                     start=start,
@@ -145,4 +173,4 @@ class FleetLeader:
             self.fed += 1
 
     def __repr__(self) -> str:
-        return f"FleetLeader({self.algorithm!r}, fed={self.fed})"
+        return f"FleetLeader({self.algorithm!r}, fed={self.fed}, stale={self.stale})"

@@ -114,9 +114,11 @@ return {0, held, pause, cap, fleet}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES))
 
 #: KEYS: leader key, samples list, auto key, state key. ARGV: worker id, now ms, lease ms,
-#: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 to be handed the
-#: kept state. Takes the lead when nobody holds it or its holder's lease ran out; the leader
-#: renews it, publishes, and drains the samples.
+#: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
+#: not leading yet (it is handed the kept state, and its limit is published only where none
+#: is: the last leader's stands until the new one has computed its own). Takes the lead when
+#: nobody holds it or its holder's lease ran out; the leader renews it, publishes, and drains
+#: the samples.
 #: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state}
 LEAD = """
 local now = tonumber(ARGV[2])
@@ -133,7 +135,11 @@ if holder and holder ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], (now + tonumber(ARGV[3])) .. '|' .. ARGV[1], 'PX', ARGV[6])
 if tonumber(ARGV[4]) > 0 then
-  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+  if ARGV[7] == '1' then
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6], 'NX')
+  else
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+  end
 end
 if ARGV[5] ~= '' then
   redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
