@@ -648,7 +648,7 @@ class Gateway:
                     base_url=backend.base_url,
                     model=backend.model,
                     own=state.limiter.limit,
-                    factory=functools.partial(self._make_limit, backend),
+                    factory=functools.partial(self._limit_from, backend),
                     on_pause=functools.partial(self._fleet_pause, state),
                 )
                 auto.local.on_grow = state.limiter.poke
@@ -719,6 +719,10 @@ class Gateway:
             save_state(source, self.snapshot())
         except (OSError, ValueError) as error:
             log.warning("state %s not saved: %s", os.fspath(source), error)
+
+    def _limit_from(self, backend: Backend, initial: int) -> Limit:
+        """A fresh limit for ``backend`` starting at ``initial`` (``shared=`` auto)."""
+        return self._make_limit(backend.model_copy(update={"initial_concurrency": initial}))
 
     def _make_limit(self, backend: Backend) -> Limit:
         if isinstance(backend.concurrency, int):

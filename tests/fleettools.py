@@ -45,7 +45,7 @@ async def fleet_client(
     if autos:
         limits = iter(autos[1:])
         client.auto_admission(
-            name="b", base_url=BASE_URL, model="m", own=autos[0], factory=lambda: next(limits)
+            name="b", base_url=BASE_URL, model="m", own=autos[0], factory=lambda _: next(limits)
         )
     async with anyio.create_task_group() as tg:
         await client.start(tg)

@@ -16,6 +16,7 @@ import redis.asyncio
 import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.limits import FixedLimit, LLMLimit, Sample
+from gptgate.limits.base import SampleKind
 from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.leader import FleetLeader, FleetSample, decode, encode
 from tests.conftest import RedisServer
@@ -241,7 +242,7 @@ async def test_outage_local_share_of_the_fleet_limit_then_rejoin_each_permit_onc
     )
     async with (
         lead(autos=[FixedLimit(6), FixedLimit(6)]) as a,
-        lead(autos=[FixedLimit(2), FixedLimit(2)]) as b,
+        lead(autos=[FixedLimit(2), FixedLimit(6)]) as b,
     ):
         await b._renew()  # two live workers
         await b._lead()  # a leads (it started first): b follows its 6
@@ -280,5 +281,34 @@ async def test_outage_local_share_of_the_fleet_limit_then_rejoin_each_permit_onc
         assert (stats.outages, stats.leader, stats.limit) == (1, False, 6)
 
 
-def _sample() -> Sample:
-    return Sample(start=0.0, latency_s=0.1, inflight=1, kind="ok")
+def _sample(kind: SampleKind = "ok") -> Sample:
+    return Sample(start=0.0, latency_s=0.1, inflight=1, kind=kind)
+
+
+async def test_during_an_outage_a_process_learns_alone_below_its_share(
+    own_redis: RedisServer,
+) -> None:
+    """Its share of the last fleet limit may be too many (the limit was still high, or the
+    backend changed): the process's own limit, fed its own calls, cuts it as without
+    ``shared=`` — the share of a fleet limit of 8 met a hard connection cap with 503s and
+    nothing lowered it (227 failed calls in benchmarks/fleet.py --restart-redis)."""
+    lead = functools.partial(
+        fleet_client, own_redis.url, namespace(), lead_s=NO_ROUNDS, op_budget_s=0.05,
+        probe_s=0.01,
+    )
+    async with lead(autos=[FixedLimit(8), LLMLimit(initial=8)]) as alone:
+        at = auto(alone)
+        assert at.leading and at.fleet_limit == 8
+        own_redis.stop()
+        leases = [await at.enter(None) for _ in range(8)]  # its share: all 8 (one worker)
+        assert alone.state == "down" and at.local_share == 8 and at.local.limit == 8
+        for lease in leases[:3]:  # the backend refuses them: congestion
+            at.leave(lease)
+            at.record(_sample("dropped"))
+        assert at.local_share == at.local.limit == 4  # halved, as slow start does alone
+        own_redis.start()
+        with anyio.fail_after(5):
+            while alone.state != "up":
+                await anyio.sleep(0.005)
+        await at.enter(None)  # back in the fleet: the fleet's limit again
+        assert at.local.limit == 8

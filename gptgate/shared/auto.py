@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .fleet import FleetAdmission, FleetStatistics, Lease
@@ -52,7 +53,7 @@ class FleetAutoAdmission(FleetAdmission):
         name: str,
         key: str,
         own: Limit,
-        factory: Callable[[], Limit],
+        factory: Callable[[int], Limit],
         on_pause: Callable[[float], None] | None,
     ) -> None:
         super().__init__(
@@ -69,11 +70,16 @@ class FleetAutoAdmission(FleetAdmission):
         self.state_key = f"{key}:state"
         #: this process's own limit: the fleet's algorithm the first time it leads
         self._own: Limit | None = own
+        #: a fresh limit starting at the given limit
         self._factory = factory
+        #: during an outage: this process's own limit over its own calls, at most its share
+        self._outage: Limit | None = None
         #: the fleet's limit while this process leads (None when it follows)
         self.leader: FleetLeader | None = None
         #: the highest fleet limit this process has seen (benchmarks: peak vs limit)
         self.highest = self.fleet_limit
+        #: how many times this process took the lead
+        self.terms = 0
         self._outbox: list[FleetSample] = []
         #: (limit, wall) this round publishes, confirmed by its reply
         self._publishing: tuple[int, float] | None = None
@@ -104,6 +110,30 @@ class FleetAutoAdmission(FleetAdmission):
              self.take_samples()],
         )
 
+    @property
+    def local_share(self) -> int:
+        """This process's part of the fleet's last limit while Redis is away — and less when
+        its own calls say so: during an outage it learns alone, as without ``shared=``."""
+        share = max(1, self.fleet_limit // max(1, self.client.live_workers))
+        return share if self._outage is None else min(share, max(1, self._outage.limit))
+
+    async def _try(self, lease: Lease) -> bool:
+        if self.client.state == "up":
+            self._outage = None  # back in the fleet: the leader's limit again
+        return await super()._try(lease)
+
+    def _try_local(self, lease: Lease) -> bool:
+        if self._outage is None:
+            share = self.local_share
+            self._outage = self._factory(share)
+            set_window = getattr(self._outage, "set_window", None)
+            if callable(set_window):
+                set_window(None, share)  # up to its share, never above: the fleet's bound
+        if not super()._try_local(lease):
+            return False
+        lease.granted_at = self.client.clock.now()
+        return True
+
     def _saw_fleet_limit(self, other: int) -> None:
         """The cap the acquire applied: the published limit (or our proposal). The leader
         goes by its own limit, which the fleet reads from its next round."""
@@ -118,12 +148,20 @@ class FleetAutoAdmission(FleetAdmission):
     def record(self, sample: Sample) -> None:
         """Queue the sample of the permit that just ended, for the leader. Only a permit the
         fleet granted is published: one granted locally during an outage has no fleet
-        in-flight count, and a sample of it would mislead the leader."""
+        in-flight count, and a sample of it would mislead the leader — it feeds this
+        process's own outage limit instead."""
         lease, self._last_left = self._last_left, None
         client = self.client
-        if lease is None or lease.counted is None or client.state != "up":
-            return
         clock = client.clock
+        if lease is None:
+            return
+        if lease.counted is None:
+            if self._outage is not None:
+                # from its local grant: a wait before it was not at this limit's door
+                self._outage.update(replace(sample, start=lease.granted_at), clock.now())
+            return
+        if client.state != "up":
+            return
         self._outbox.append(
             FleetSample(
                 granted_wall=lease.granted_wall,
@@ -206,6 +244,7 @@ class FleetAutoAdmission(FleetAdmission):
                 self.leader.published(wall)
         if self.leader is None:
             self.leader = FleetLeader(self._take_over(kept), to_real=client.clock.to_real(1.0))
+            self.terms += 1
             if self.local.rate is not None:
                 self.local.set_rate_ceiling(self.local.rate)
         samples = [s for batch in batches for s in decode(batch)]
@@ -216,7 +255,7 @@ class FleetAutoAdmission(FleetAdmission):
         """The fleet's algorithm for a new leader: warm from the state the last leader kept,
         else this process's own limit (the first time), else a fresh one."""
         if kept:
-            limit = self._factory()
+            limit = self._factory(self.fleet_limit)
             restore = getattr(limit, "restore", None)
             if callable(restore):
                 try:
@@ -227,7 +266,7 @@ class FleetAutoAdmission(FleetAdmission):
                 except ValueError:
                     pass  # not a state this version reads: start as below
         own, self._own = self._own, None
-        return own if own is not None else self._factory()
+        return own if own is not None else self._factory(self.fleet_limit)
 
     def resign(self) -> None:
         """Stop leading (closed, or Redis away: the lease lapses)."""
@@ -256,7 +295,11 @@ class FleetAutoLimit:
 
     @property
     def limit(self) -> int:
-        return max(1, self._admission.fleet_limit)
+        admission = self._admission
+        if admission.client.state == "down":
+            # calls wait here, before their permit, not at the admission with one held
+            return admission.local_share
+        return max(1, admission.fleet_limit)
 
     def update(self, sample: Sample, now: float) -> None:
         self._admission.record(sample)

@@ -225,13 +225,14 @@ class FleetClient:
         base_url: str,
         model: str,
         own: Limit,
-        factory: Callable[[], Limit],
+        factory: Callable[[int], Limit],
         on_pause: Callable[[float], None] | None = None,
     ) -> FleetAutoAdmission:
         """The shared layer of one ``concurrency="auto"`` backend: one limit for the fleet,
         computed by a leader from every process's samples (gptgate/shared/auto.py). ``own``
         is this process's limit (the leader's when it leads first), ``factory`` makes a fresh
-        one (when it takes over a state the last leader kept)."""
+        one starting at a given limit (when it takes over a state the last leader kept, or
+        learns alone during an outage)."""
         from .auto import FleetAutoAdmission
 
         admission = FleetAutoAdmission(
