@@ -27,6 +27,8 @@ permits must be back within ``lease_s`` (read from Redis), and another worker mu
 ``lease_s``. ``--restart-redis``: the ``shared= auto`` row with redis-server stopped (SIGKILL)
 and restarted empty mid-run, down ``--redis-down-s``: no call may fail.
 
+``FLEET_TRACE=1`` prints each leader's limit trace and event counts (stderr) as it closes.
+
     python benchmarks/fleet.py [--workers 4,8] [--calls 1200] [--levels 8,16,32,48]
                                [--servers cap,rate,cache] [--time-scale 20]
                                [--kill] [--restart-redis]
@@ -146,6 +148,11 @@ async def _work(
         terms = getattr(admission, "terms", 0)
         highest = getattr(admission, "highest", None)
         final = getattr(admission, "fleet_limit", None)
+        leader = getattr(admission, "leader", None)
+        if leader is not None and os.environ.get("FLEET_TRACE"):
+            trace = [limit for _, limit in leader.algorithm.trace]
+            print(f"worker {index} led: fed {leader.fed}, stale {leader.stale}, "
+                  f"{leader.algorithm.events}, trace {trace[-40:]}", file=sys.stderr)
     ok = [r for r in results if isinstance(r, gg.ChatResult)]
     errors = [f"{type(r).__name__}: {r}"[:120] for r in results if not isinstance(r, gg.ChatResult)]
     # latency from the send: the job's own queue at the gateway is not the backend's doing

@@ -138,11 +138,12 @@ async def test_hand_over_when_the_leaders_lease_lapses_warm_from_its_state(
         await old._lead()  # publishes its limit (18: the low probe around 20), keeps its state
         await new._lead()
         assert auto(old).leading and auto(new).fleet_limit == learned.limit == 18
-        # the old leader stops answering (no more rounds): its lease runs out after 5 s
-        wall.now += 4.9
+        # the old leader stops answering (no more rounds): its lead runs out after 3.75 s
+        # (lease_s × 3/4: a follower's round, every lease_s / 4, then takes it within lease_s)
+        wall.now += 3.7
         await new._lead()
         assert not auto(new).leading
-        wall.now += 0.2
+        wall.now += 0.1
         await new._lead()
         assert auto(new).leading
         assert auto(new).leader is not None and auto(new).leader.algorithm is successor

@@ -5,14 +5,15 @@ the fleet permit was granted, how long it was held, latency, the fleet's in-flig
 the grant, the outcome) in batches that ride the round trips a call makes anyway — the next
 acquire on the backend, or the pipelined release — so the hot path stays at two Redis round
 trips per call at most. One process, the *leader*, holds a lease on the backend's leader key
-(renewed every ``lead_s``, ``lease_s`` long): it drains the batches, feeds them to one
+(renewed every ``lead_s``, ``lease_s`` × 3/4 long): it drains the batches, feeds them to one
 ``LLMLimit`` (:class:`~gptgate.shared.leader.FleetLeader`) and publishes that limit, which the
 acquire script applies as the fleet's cap. Every process's local limit follows the published
 value (:class:`FleetAutoLimit`), so the Limit/Limiter split holds: the leader's limit is a
 pure, clock-driven Limit, and each process's Limiter enforces.
 
 Hand-over: a leader that closes resigns (another process leads from its next round); one
-that dies or stops answering loses the lead once its lease runs out. The new leader warm-starts
+that dies or stops answering loses the lead once its lease runs out, and a follower (a round
+every ``lease_s / 4``) takes it within ``lease_s``. The new leader warm-starts
 from the limit state the last one kept in Redis (``LLMLimit.restore``: probing around its
 knee, watched). Outage: as with a fixed limit, the process admits on its share of the last
 limit it saw; its samples are not published meanwhile (their in-flight counts are not the
@@ -219,7 +220,7 @@ class FleetAutoAdmission(FleetAdmission):
             saved = export() if callable(export) else None
             if saved is not None:
                 state = json.dumps(saved, separators=(",", ":"))
-        ttl = max(4 * lease_ms, 60_000)
+        ttl = max(8 * lease_ms, 60_000)
         return (
             [self.leader_key, self.samples_key, self.limit_key, self.state_key],
             [self.client.worker_id, now_ms, lease_ms, publish, state, ttl,

@@ -122,9 +122,13 @@ class FleetClient:
         self.poll_s = poll_s
         #: how often Redis is probed during an outage (real seconds)
         self.probe_s = probe_s if probe_s is not None else min(1.0, shared.lease_s / 3)
-        #: how often the ``concurrency="auto"`` backends' leader election runs: the leader
-        #: drains the fleet's samples and publishes its limit (real seconds)
-        self.lead_s = lead_s if lead_s is not None else min(0.1, shared.lease_s / 4)
+        #: how often a leader of ``concurrency="auto"`` backends runs its round — drains the
+        #: fleet's samples, publishes its limit, renews its lead (real seconds): its lag is
+        #: the fleet's reaction time, next to one process's own limit that reacts at once
+        self.lead_s = lead_s if lead_s is not None else min(0.02, shared.lease_s / 4)
+        #: how often a follower runs its round (is the leader alive? the published limit);
+        #: a leader's lead lasts ``lease_s`` × 3/4, so a dead one is replaced within lease_s
+        self.follow_s = max(self.lead_s, shared.lease_s / 4)
         #: leadership rounds run (background operations, off every call's path)
         self.lead_rounds = 0
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -349,7 +353,7 @@ class FleetClient:
         every = self.shared.lease_s / 3
         next_renewal = time.monotonic() + every
         next_health = time.monotonic() + HEALTH_POLL_S
-        next_lead = time.monotonic() + self.lead_s
+        next_lead = time.monotonic() + self._lead_period()
         while True:
             if self.state == "up":
                 due = min(next_renewal, next_health) if self._healths else next_renewal
@@ -368,7 +372,7 @@ class FleetClient:
                 next_renewal = time.monotonic() + every
             if self.state == "up" and self._autos and time.monotonic() >= next_lead:
                 await self._lead()
-                next_lead = time.monotonic() + self.lead_s
+                next_lead = time.monotonic() + self._lead_period()
             if self.state == "up":
                 await self._flush()
             if self.state == "up" and self._healths and time.monotonic() >= next_health:
@@ -514,12 +518,15 @@ class FleetClient:
                 raise result
         return results
 
+    def _lead_period(self) -> float:
+        return self.lead_s if any(auto.leading for auto in self._autos) else self.follow_s
+
     async def _lead(self, *, again: bool = True) -> None:
         """One leadership round for every ``concurrency="auto"`` backend, pipelined: take or
         renew the lead, and as the leader publish the limit and drain the samples; as a
         follower read the published limit (gptgate/shared/auto.py)."""
         now_ms = int(self.wall() * 1000)
-        lease_ms = int(self.shared.lease_s * 1000)
+        lease_ms = int(self.shared.lease_s * 750)
         commands: list[tuple[str, list[str], list[Any]]] = [
             ("LEAD", *auto.lead_script(now_ms, lease_ms)) for auto in self._autos
         ]
