@@ -235,7 +235,7 @@ class FleetAutoAdmission(FleetAdmission):
         leading, published, batches, kept = reply
         publishing, self._publishing = self._publishing, None
         if not int(leading):
-            self.leader = None
+            self.resign()
             self.follow(int(published))
             return
         client = self.client
@@ -270,7 +270,11 @@ class FleetAutoAdmission(FleetAdmission):
         return own if own is not None else self._factory(self.fleet_limit)
 
     def resign(self) -> None:
-        """Stop leading (closed, or Redis away: the lease lapses)."""
+        """Stop leading (closed, or Redis away: the lease lapses). Its limit is kept for a
+        next term when no state is kept in Redis (a restarted Redis has none): a fresh one
+        would slow-start again, past the knee."""
+        if self.leader is not None:
+            self._own = self.leader.algorithm
         self.leader = None
 
     def statistics(self) -> FleetStatistics:
