@@ -278,12 +278,7 @@ class FleetAutoAdmission(FleetAdmission):
         self.leader = None
 
     def statistics(self) -> FleetStatistics:
-        stats = super().statistics()
-        return FleetStatistics(
-            **{field: getattr(stats, field) for field in stats.__dataclass_fields__
-               if field != "leader"},
-            leader=self.leading,
-        )
+        return replace(super().statistics(), leader=self.leading)
 
 
 class FleetAutoLimit:
