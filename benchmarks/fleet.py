@@ -3,20 +3,38 @@
 
 Each row starts a fresh ``gptgate sim serve``-like server (``SimProcess``, time-scaled) and W
 worker *processes*, each running its share of one batch job through ``gate.map``. Rows:
-``per-process auto`` (today without ``shared=``: each process learns its own limit), and
-``shared= fixed N`` for each fleet-wide limit N of the grid (one redis-server on loopback).
-``shared=`` with ``concurrency="auto"`` is not built yet (auto stays per process), so it has
-no row. Columns: goodput (successes per real second), p99 latency, 429s and billed tokens per
-success from the server's own ledger (p99 from each call's send: the job's queue at the
-gateway left out), failed calls, and the fleet's real concurrency at the
-server (``peak_in_flight``) against the fleet limit.
 
-Then ``--kill``: the best fixed row again with one worker SIGKILLed a third of the way in —
-the survivors must lose no call, and the dead worker's permits must be back within
-``lease_s`` (read from Redis).
+- ``per-process auto``: today without ``shared=``, each process learns its own limit;
+- ``shared= auto``: ``concurrency="auto"`` with ``shared=`` — one limit for the fleet, learned
+  by a leader from every process's samples (docs/fleet.md "Fleet-wide auto");
+- ``shared= fixed N`` for each fleet-wide limit N of the grid.
+
+Servers (``--servers``): ``cap`` — the ``gpu`` profile with a hard connection cap (its 32
+slots and no queue: a 33rd call at once is refused with 503); ``rate`` — the ``gpu`` profile
+behind an RPM limit well below its capacity (429s with ``x-ratelimit-*`` headers); ``cache``
+— the ``gpu`` profile with its prefix cache, the job over four long shared system prompts.
+
+Every worker's gateway runs on the server's scaled clock (``ScaledClock``), so its timeouts,
+pacing and limits read the server's latencies, retry-afters and rate-limit reset times in the
+server's seconds. Columns: goodput (successes per real second), p99 latency (real seconds)
+from each call's send (the job's queue at the gateway left out), 429s, 503s, billed tokens
+per success and cache hit rate from the server's own ledger, failed calls, and the fleet's
+real concurrency at the server (``peak``) against the fleet limit (for ``shared= auto``: the
+highest limit the fleet was ever given; ``final`` is the one at the end, ``terms`` how many
+times a worker took the lead: a leader that finishes its share and closes hands over, so a
+few terms per run are normal).
+
+Then ``--kill``: the ``shared= auto`` row again with worker 0 (the first leader, usually)
+SIGKILLed ``--kill-after-s`` into the run — the survivors must lose no call, the dead worker's
+permits must be back within ``lease_s`` (read from Redis), and another worker must lead within
+``lease_s``. ``--restart-redis``: the ``shared= auto`` row with redis-server stopped (SIGKILL)
+and restarted empty mid-run, down ``--redis-down-s``: no call may fail.
+
+``FLEET_TRACE=1`` prints each leader's limit trace and event counts (stderr) as it closes.
 
     python benchmarks/fleet.py [--workers 4,8] [--calls 1200] [--levels 8,16,32,48]
-                               [--profile gpu] [--time-scale 20] [--kill]
+                               [--servers cap,rate,cache] [--time-scale 20]
+                               [--kill] [--restart-redis]
 """
 
 from __future__ import annotations
@@ -25,6 +43,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import random
 import signal
 import sys
 import time
@@ -33,7 +52,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import gptgate as gg
-from gptgate.shared.server import redis_server
+from gptgate.clock import ScaledClock
+from gptgate.shared.server import RedisServer, redis_server
 from gptgate.sim import SimProcess
 
 LEASE_S = 2.0
@@ -44,6 +64,17 @@ LEASE_S = 2.0
 #: 0.05` shows it; the table's `outages` column counts them.
 OP_BUDGET_S = 0.5
 
+#: the server variants: (simulator profile, overrides, job)
+SERVERS: dict[str, tuple[str, dict[str, Any], str]] = {
+    # a hard connection cap: 32 sequences at once, no queue (the 33rd gets a 503)
+    "cap": ("gpu", {"max_queue": 0}, "plain"),
+    # an RPM limit far below the server's capacity (~900/min at the simulator's clock):
+    # 429s with x-ratelimit-* headers, not queueing, bound it
+    "rate": ("gpu", {"rpm": 300, "queue_full_status": 429}, "plain"),
+    # the prefix cache: the job runs over four long system prompts
+    "cache": ("gpu", {}, "prefix"),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -52,23 +83,58 @@ class Row:
     goodput: float
     p99_s: float
     rate_limited: int
+    #: refused by the server otherwise (503: the connection cap, a full queue)
+    refused: int
     failed: int
     tokens_per_success: float
+    hit_rate: float
     peak: int
     outages: int
+    final: int | None = None
+    #: terms of leadership over the run, all workers (1: one leader throughout)
+    terms: int | None = None
+    #: the failed calls' errors, by type
+    errors: str = ""
+
+
+def _words(rng: random.Random, count: int) -> str:
+    vocabulary = ("brand", "voice", "tone", "clear", "short", "active", "customer", "product",
+                  "never", "always", "style", "guide", "friendly", "precise", "sentence")
+    return " ".join(rng.choice(vocabulary) for _ in range(count))
+
+
+def _items(job: str, index: int, calls: int, seed: int) -> list[dict[str, Any]]:
+    """This worker's share of the job (its own items, the fleet's shared prompts)."""
+    rng = random.Random(seed * 1000 + index)
+    if job == "plain":
+        return [
+            {"messages": [{"role": "user", "content": f"worker {index} item {i}: summarise"}],
+             "max_tokens": 120}
+            for i in range(calls)
+        ]
+    shared = random.Random(seed)
+    systems = [f"Style guide {k}: " + _words(shared, 1600) for k in range(4)]
+    return [
+        {"messages": [{"role": "system", "content": systems[i % 4]},
+                      {"role": "user", "content": f"Product {index}.{i}: " + _words(rng, 40)}],
+         "max_tokens": 120}
+        for i in range(calls)
+    ]
 
 
 def _worker(
     base_url: str, shared_url: str | None, namespace: str, concurrency: int | str, calls: int,
-    index: int, start_at: float, out: Any, op_budget_s: float,
+    index: int, start_at: float, out: Any, op_budget_s: float, job: str, seed: int,
+    time_scale: float,
 ) -> None:
     asyncio.run(_work(base_url, shared_url, namespace, concurrency, calls, index, start_at, out,
-                      op_budget_s))
+                      op_budget_s, job, seed, time_scale))
 
 
 async def _work(
     base_url: str, shared_url: str | None, namespace: str, concurrency: int | str, calls: int,
-    index: int, start_at: float, out: Any, op_budget_s: float,
+    index: int, start_at: float, out: Any, op_budget_s: float, job: str, seed: int,
+    time_scale: float,
 ) -> None:
     backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency,
                          timeout=120.0, max_concurrency=128)
@@ -76,41 +142,55 @@ async def _work(
         gg.Shared(shared_url, namespace=namespace, lease_s=LEASE_S, op_budget_s=op_budget_s)
         if shared_url else None
     )
-    async with gg.Gateway([backend], shared=shared, seed=index) as gate:
+    items = _items(job, index, calls, seed)
+    # the server's clock: its latencies, retry-afters and x-ratelimit reset times are in its
+    # (scaled) seconds, so the gateway's timeouts, pacing and limits must run on them too
+    clock = ScaledClock(time_scale)
+    async with gg.Gateway([backend], shared=shared, seed=index, clock=clock) as gate:
         fleet = gate._fleet
         out.put(("hello", index, fleet.worker_id if fleet is not None else None))
         await asyncio.sleep(max(0.0, start_at - time.time()))
-        items = [
-            {"messages": [{"role": "user", "content": f"worker {index} item {i}: summarise"}],
-             "max_tokens": 120}
-            for i in range(calls)
-        ]
         results = await gate.map(items)
         stats = gate.stats()["sim"].fleet
+        admission: Any = gate._states["sim"].limiter.admission
         outages = stats.outages if stats is not None else 0
+        terms = getattr(admission, "terms", 0)
+        highest = getattr(admission, "highest", None)
+        final = getattr(admission, "fleet_limit", None)
+        leader = getattr(admission, "leader", None)
+        if leader is not None and os.environ.get("FLEET_TRACE"):
+            trace = [limit for _, limit in leader.algorithm.trace]
+            print(f"worker {index} led: fed {leader.fed}, stale {leader.stale}, "
+                  f"{leader.algorithm.events}, trace {trace[-40:]}", file=sys.stderr)
     ok = [r for r in results if isinstance(r, gg.ChatResult)]
+    latencies = [(r.latency_s - r.queue_s) / time_scale for r in ok]  # real seconds
+    errors = [f"{type(r).__name__}: {r}"[:120] for r in results if not isinstance(r, gg.ChatResult)]
     # latency from the send: the job's own queue at the gateway is not the backend's doing
     out.put((
-        "done", index, [r.latency_s - r.queue_s for r in ok], len(results) - len(ok),
-        time.time(), outages,
+        "done", index, latencies, len(results) - len(ok),
+        time.time(), outages, terms, highest, final, errors,
     ))
 
 
 def _run(
-    args: argparse.Namespace, workers: int, concurrency: int | str, shared_url: str | None,
-    kill: bool = False,
+    args: argparse.Namespace, server_name: str, workers: int, concurrency: int | str,
+    redis: RedisServer | None, kill: bool = False, restart: bool = False,
 ) -> tuple[Row, str]:
-    """One row on a fresh server; ``kill``: SIGKILL worker 0 a third of the way in."""
+    """One row on a fresh server; ``kill``: SIGKILL worker 0 mid-run; ``restart``: stop
+    redis-server mid-run and start it again, empty, ``--redis-down-s`` later."""
+    profile, overrides, job = SERVERS[server_name]
+    shared_url = redis.url if redis is not None else None
     namespace = f"fleet{uuid.uuid4().hex[:8]}"
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     note = ""
-    with SimProcess(args.profile, time_scale=args.time_scale, seed=args.seed) as server:
+    with SimProcess(profile, time_scale=args.time_scale, seed=args.seed, **overrides) as server:
         start_at = time.time() + 3.0 + 0.3 * workers  # every worker has started by then
         processes = [
             context.Process(target=_worker, args=(server.base_url, shared_url, namespace,
                                                    concurrency, args.calls // workers, i,
-                                                   start_at, out, args.op_budget_s))
+                                                   start_at, out, args.op_budget_s, job,
+                                                   args.seed, args.time_scale))
             for i in range(workers)
         ]
         for p in processes:
@@ -122,6 +202,13 @@ def _run(
         if kill:
             note = asyncio.run(_kill_and_watch(processes[0], hello[0], shared_url, namespace,
                                                start_at + args.kill_after_s))
+        if restart:
+            assert redis is not None
+            time.sleep(max(0.0, start_at + args.kill_after_s - time.time()))
+            redis.stop()
+            time.sleep(args.redis_down_s)
+            redis.start()
+            note = f"redis-server down {args.redis_down_s:g} s, restarted empty"
         done = [out.get(timeout=600) for _ in range(workers - (1 if kill else 0))]
         for p in processes:
             p.join(timeout=30)
@@ -130,44 +217,113 @@ def _run(
     failed = sum(d[3] for d in done)
     makespan = max(d[4] for d in done) - start_at
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
-    name = ("per-process auto" if concurrency == "auto" else f"shared= fixed {concurrency}")
-    row = Row(name, concurrency if isinstance(concurrency, int) else None,
-              len(latencies) / makespan, p99, ledger.rate_limited, failed,
-              ledger.billed_tokens / max(1, ledger.ok), ledger.peak_in_flight,
-              sum(d[5] for d in done))
+    if concurrency == "auto":
+        name = "shared= auto" if shared_url else "per-process auto"
+        limit = max((d[7] for d in done if d[7] is not None), default=None)
+        final = max((d[8] for d in done if d[8] is not None), default=None)
+        terms = sum(d[6] for d in done) if shared_url else None
+    else:
+        name, limit, final, terms = f"shared= fixed {concurrency}", int(concurrency), None, None
+    errors: dict[str, int] = {}
+    for d in done:
+        for e in d[9]:
+            errors[e] = errors.get(e, 0) + 1
+    row = Row(name, limit, len(latencies) / makespan, p99, ledger.rate_limited,
+              ledger.server_errors, failed, ledger.billed_tokens / max(1, ledger.ok),
+              ledger.cache_hit_rate, ledger.peak_in_flight, sum(d[5] for d in done), final,
+              terms, "; ".join(f"{n}x {e}" for e, n in sorted(errors.items())[:3]))
     return row, note
 
 
 async def _kill_and_watch(
     process: Any, worker_id: str | None, url: str | None, namespace: str, kill_at: float
 ) -> str:
-    """SIGKILL the worker, then read Redis until none of its leases counts any more."""
+    """SIGKILL the worker, then read Redis until none of its leases counts any more and (with
+    ``concurrency="auto"``) another worker leads."""
     import redis.asyncio
 
     await asyncio.sleep(max(0.0, kill_at - time.time()))
     assert url is not None and worker_id is not None
     client: Any = redis.asyncio.Redis.from_url(url)
-    pattern = f"gptgate:{namespace}:*:permits"
-    keys = [k async for k in client.scan_iter(match=pattern)]
-    held_before = 0
-    for key in keys:
-        members = await client.zrangebyscore(key, time.time() * 1000, "+inf")
-        held_before += sum(1 for m in members if m.decode().startswith(worker_id))
-    os.kill(process.pid, signal.SIGKILL)
-    killed = time.monotonic()
-    while True:
-        held = 0
+    keys = [k async for k in client.scan_iter(match=f"gptgate:{namespace}:*:permits")]
+    leader_keys = [k async for k in client.scan_iter(match=f"gptgate:{namespace}:*:leader")]
+
+    async def held() -> int:
+        count = 0
         for key in keys:
             members = await client.zrangebyscore(key, time.time() * 1000, "+inf")
-            held += sum(1 for m in members if m.decode().startswith(worker_id))
-        if held == 0 or time.monotonic() - killed > 10 * LEASE_S:
-            break
+            count += sum(1 for m in members if m.decode().startswith(worker_id))
+        return count
+
+    async def leader() -> str | None:
+        for key in leader_keys:
+            value = await client.get(key)
+            if value is not None:
+                expiry, _, who = value.decode().partition("|")
+                if float(expiry) > time.time() * 1000:
+                    return who
+        return None
+
+    held_before, led_before = await held(), await leader() == worker_id
+    os.kill(process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    back = taken = None
+    while time.monotonic() - killed < 10 * LEASE_S and (back is None or taken is None):
+        if back is None and await held() == 0:
+            back = time.monotonic() - killed
+        if taken is None:
+            now = await leader()
+            if now is not None and now != worker_id:
+                taken = time.monotonic() - killed
         await asyncio.sleep(0.02)
     await client.aclose()
-    back = time.monotonic() - killed
-    verdict = "holds" if held == 0 and back <= LEASE_S + 0.1 else "MISS"
-    return (f"worker 0 SIGKILLed holding {held_before} permits: back after {back:.2f} s "
-            f"(lease_s {LEASE_S}) [{verdict}]")
+    ok = back is not None and back <= LEASE_S + 0.1
+    note = (f"worker 0 SIGKILLed holding {held_before} permits: back after "
+            f"{'never' if back is None else f'{back:.2f} s'} (lease_s {LEASE_S}) "
+            f"[{'holds' if ok else 'MISS'}]")
+    if leader_keys:
+        lead_ok = taken is not None and (not led_before or taken <= LEASE_S + 0.2)
+        note += (f"; it {'led' if led_before else 'followed'}: another worker leads after "
+                 f"{'never' if taken is None else f'{taken:.2f} s'} "
+                 f"[{'holds' if lead_ok else 'MISS'}]")
+    return note
+
+
+def _print(rows: list[Row]) -> None:
+    print(f"{'row':<18} {'goodput/s':>9} {'p99 s':>6} {'429s':>5} {'503s':>5} {'failed':>6} "
+          f"{'tok/ok':>6} {'hit':>5} {'peak/limit':>10} {'final':>5} {'terms':>5} "
+          f"{'outages':>7}")
+    for r in rows:
+        peak = f"{r.peak}" + (f"/{r.limit}" if r.limit else "")
+        print(f"{r.name:<18} {r.goodput:>9.1f} {r.p99_s:>6.2f} {r.rate_limited:>5} "
+              f"{r.refused:>5} {r.failed:>6} {r.tokens_per_success:>6.1f} {r.hit_rate:>5.2f} "
+              f"{peak:>10} {'' if r.final is None else r.final:>5} "
+              f"{'' if r.terms is None else r.terms:>5} {r.outages:>7}")
+        if r.errors:
+            print(f"    failed: {r.errors}")
+
+
+def _verdict(rows: list[Row], server: str, calls: int) -> None:
+    fixed = [r for r in rows if r.name.startswith("shared= fixed")]
+    auto = next(r for r in rows if r.name == "shared= auto")
+    apart = next(r for r in rows if r.name == "per-process auto")
+    best = max(fixed, key=lambda r: r.goodput)
+    shared = [*fixed, auto]
+    over = [r.name for r in shared if r.peak > (r.limit or 0)]
+    ratio = auto.goodput / best.goodput
+    failing = [r.name for r in fixed if r.failed]
+    print(f"shared=: peak never above the fleet limit: "
+          f"{'holds' if not over else 'MISS ' + ', '.join(over)}; shared= auto 0 failed: "
+          f"{'holds' if auto.failed == 0 else 'MISS'}"
+          + (f" (fixed limits that failed calls: {', '.join(failing)})" if failing else ""))
+    print(f"shared= auto: goodput {ratio:.2f}x of the best fixed fleet-wide limit "
+          f"({best.limit}) [{'holds' if ratio >= 0.95 else 'MISS'} >= 0.95], p99 "
+          f"{auto.p99_s / best.p99_s:.2f}x; per-process auto: goodput "
+          f"{apart.goodput / best.goodput:.2f}x, peak {apart.peak} in flight")
+    if server == "rate":
+        share = auto.rate_limited / calls
+        print(f"shared= auto: 429s {auto.rate_limited} = {share:.1%} of calls "
+              f"[{'holds' if share <= 0.01 else 'MISS'} <= 1%]")
 
 
 def main() -> int:
@@ -175,43 +331,46 @@ def main() -> int:
     parser.add_argument("--workers", default="4,8")
     parser.add_argument("--calls", type=int, default=1200)
     parser.add_argument("--levels", default="8,16,32,48")
-    parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--servers", default="cap,rate,cache")
     parser.add_argument("--time-scale", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kill", action="store_true")
+    parser.add_argument("--restart-redis", action="store_true")
     parser.add_argument("--kill-after-s", type=float, default=2.0)
+    parser.add_argument("--redis-down-s", type=float, default=1.0)
     parser.add_argument("--op-budget-s", type=float, default=OP_BUDGET_S)
     args = parser.parse_args()
 
     print("$ python benchmarks/fleet.py " + " ".join(sys.argv[1:]))
     levels = [int(x) for x in args.levels.split(",")]
     with redis_server() as redis:
-        for workers in (int(w) for w in args.workers.split(",")):
-            print(f"\n{args.profile}, {workers} worker processes, {args.calls} calls, "
-                  f"time scale {args.time_scale}")
-            print(f"{'row':<20} {'goodput/s':>9} {'p99 s':>7} {'429s':>5} {'failed':>6} "
-                  f"{'tok/success':>11} {'peak in flight':>15} {'outages':>7}")
-            rows = [_run(args, workers, "auto", None)[0]]
-            rows += [_run(args, workers, level, redis.url)[0] for level in levels]
-            for r in rows:
-                peak = f"{r.peak}" + (f" / {r.limit}" if r.limit else "")
-                print(f"{r.name:<20} {r.goodput:>9.1f} {r.p99_s:>7.2f} {r.rate_limited:>5} "
-                      f"{r.failed:>6} {r.tokens_per_success:>11.1f} {peak:>15} {r.outages:>7}")
-            fixed = [r for r in rows if r.limit is not None]
-            best = max(fixed, key=lambda r: r.goodput)
-            over = [r.name for r in fixed if r.peak > (r.limit or 0)]
-            print(f"shared=: peak in flight never above the fleet limit: "
-                  f"{'holds' if not over else 'MISS ' + ', '.join(over)}; 0 failed: "
-                  f"{'holds' if all(r.failed == 0 for r in fixed) else 'MISS'}")
-            auto = rows[0]
-            print(f"per-process auto: peak {auto.peak} in flight, p99 "
-                  f"{auto.p99_s / best.p99_s:.2f}x and goodput {auto.goodput / best.goodput:.2f}x"
-                  f" of the best fixed fleet-wide limit ({best.limit}); shared= auto: not built")
-            if args.kill:
-                row, note = _run(args, workers, best.limit or levels[0], redis.url, kill=True)
-                print(f"--kill at {args.kill_after_s} s, shared= fixed {best.limit}: "
-                      f"survivors failed {row.failed} "
-                      f"[{'holds' if row.failed == 0 else 'MISS'}]; {note}")
+        for server in args.servers.split(","):
+            if server not in SERVERS:
+                parser.error(f"unknown server {server!r}; known: {', '.join(SERVERS)}")
+            profile, overrides, job = SERVERS[server]
+            for workers in (int(w) for w in args.workers.split(",")):
+                print(f"\n{server} ({profile} {overrides or ''}, {job} job), {workers} worker "
+                      f"processes, {args.calls} calls, time scale {args.time_scale}")
+                rows = [_run(args, server, workers, "auto", None)[0],
+                        _run(args, server, workers, "auto", redis)[0]]
+                rows += [_run(args, server, workers, level, redis)[0] for level in levels]
+                _print(rows)
+                _verdict(rows, server, args.calls)
+                if args.kill:
+                    row, note = _run(args, server, workers, "auto", redis, kill=True)
+                    print(f"--kill at {args.kill_after_s} s, shared= auto: survivors failed "
+                          f"{row.failed} [{'holds' if row.failed == 0 else 'MISS'}], peak "
+                          f"{row.peak}/{row.limit}; {note}")
+                    if row.errors:
+                        print(f"    failed: {row.errors}")
+                if args.restart_redis:
+                    row, note = _run(args, server, workers, "auto", redis, restart=True)
+                    print(f"--restart-redis at {args.kill_after_s} s, shared= auto: failed "
+                          f"{row.failed} [{'holds' if row.failed == 0 else 'MISS'}], peak "
+                          f"{row.peak}/{row.limit}, outages {row.outages}, goodput "
+                          f"{row.goodput:.1f}/s; {note}")
+                    if row.errors:
+                        print(f"    failed: {row.errors}")
     return 0
 
 

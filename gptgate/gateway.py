@@ -665,8 +665,9 @@ class Gateway:
 
     async def _start_fleet(self, task_group: anyio.abc.TaskGroup) -> None:
         """``shared=``: every backend's circuit breaker is the fleet's (gptgate/shared/
-        health.py); every backend with a fixed limit takes fleet-wide permits too (and honours
-        the fleet's 429 pauses); ``concurrency="auto"`` stays per process for now.
+        health.py); every backend takes fleet-wide permits too (and honours the fleet's 429
+        pauses): a fixed limit is the fleet's, and ``concurrency="auto"`` learns one limit for
+        the fleet (a leader computes it from every process's samples).
         Never fails: an unreachable Redis is an outage (local limits, a warning)."""
         shared = self.config.shared
         if shared is None:
@@ -687,6 +688,18 @@ class Gateway:
                     limit=backend.concurrency,
                     on_pause=functools.partial(self._fleet_pause, state),
                 )
+            else:  # "auto": one limit for the fleet, computed by a leader (shared/auto.py)
+                auto = fleet.auto_admission(
+                    name=backend.name,
+                    base_url=backend.base_url,
+                    model=backend.model,
+                    own=state.limiter.limit,
+                    factory=functools.partial(self._limit_from, backend),
+                    on_pause=functools.partial(self._fleet_pause, state),
+                )
+                auto.local.on_grow = state.limiter.poke
+                state.limiter.admission = auto
+                state.limiter.limit = auto.local
             if isinstance(state.limiter.admission, FleetAdmission):
                 # a call's RPM/TPM take rides with its permit's acquire: one round trip
                 state.limiter.admission.rider = state.fleet_pacer.rider
@@ -763,6 +776,10 @@ class Gateway:
             save_state(source, self.snapshot())
         except (OSError, ValueError) as error:
             log.warning("state %s not saved: %s", os.fspath(source), error)
+
+    def _limit_from(self, backend: Backend, initial: int) -> Limit:
+        """A fresh limit for ``backend`` starting at ``initial`` (``shared=`` auto)."""
+        return self._make_limit(backend.model_copy(update={"initial_concurrency": initial}))
 
     def _make_limit(self, backend: Backend) -> Limit:
         if isinstance(backend.concurrency, int):

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
 
 import gptgate as gg
 from gptgate.clock import SystemClock
+from gptgate.limits import Limit
+from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.fleet import FleetAdmission, FleetClient
 
 BASE_URL = "http://127.0.0.1:9/v1"
@@ -31,9 +33,20 @@ async def fleet_client(
     lease_s: float = 5.0,
     op_budget_s: float = 1.0,
     probe_s: float | None = None,
+    lead_s: float | None = None,
+    autos: Sequence[Limit] = (),
 ) -> AsyncIterator[FleetClient]:
+    """A started client; ``autos``: one ``concurrency="auto"`` backend ("b"), led with the
+    first of these limits (and the others after it, for each take-over)."""
     shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=op_budget_s)
-    client = FleetClient(shared, clock=SystemClock(), wall=wall, poll_s=0.002, probe_s=probe_s)
+    client = FleetClient(
+        shared, clock=SystemClock(), wall=wall, poll_s=0.002, probe_s=probe_s, lead_s=lead_s
+    )
+    if autos:
+        limits = iter(autos[1:])
+        client.auto_admission(
+            name="b", base_url=BASE_URL, model="m", own=autos[0], factory=lambda _: next(limits)
+        )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         try:
@@ -45,3 +58,9 @@ async def fleet_client(
 
 def admission(client: FleetClient, limit: int) -> FleetAdmission:
     return client.admission(name="b", base_url=BASE_URL, model="m", limit=limit)
+
+
+def auto(client: FleetClient) -> FleetAutoAdmission:
+    """The client's ``concurrency="auto"`` backend (see ``fleet_client(autos=...)``)."""
+    (admission,) = client._autos
+    return admission

@@ -25,15 +25,21 @@ async def _scripts_run(url: str) -> int:
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-async def _run_calls(url: str, calls: int, callers: int) -> float:
-    """Fleet operations per call of ``calls`` made by ``callers`` tasks at once (limit 4),
-    less the two a gateway makes once (register this worker, publish the limit)."""
+async def _run_calls(
+    url: str, calls: int, callers: int, concurrency: int | str = 4
+) -> float:
+    """Fleet operations per call of ``calls`` made by ``callers`` tasks at once (limit 4, or
+    ``"auto"``), less the two a gateway makes once (register this worker; publish the limit,
+    or with ``"auto"`` hand the lead over when it closes) and the leadership rounds (a
+    background task's, every ``lead_s``, whatever the calls)."""
     # a generous op budget: this counts operations; a loaded machine must not make an outage
     namespace = f"t{uuid.uuid4().hex[:12]}"
     shared = gg.Shared(url, namespace=namespace, lease_s=60.0, op_budget_s=5.0)
-    gate = gateway(backend(Script(ok()), concurrency=4), shared=shared)
+    gate = gateway(backend(Script(ok()), concurrency=concurrency), shared=shared)
     before = await _scripts_run(url)
     async with gate:
+        fleet = gate._fleet
+        assert fleet is not None
         todo = iter(range(calls))
 
         async def caller() -> None:
@@ -44,7 +50,7 @@ async def _run_calls(url: str, calls: int, callers: int) -> float:
             for _ in range(callers):
                 group.start_soon(caller)
         assert gate.stats()["mock"].fleet.state == "up"  # type: ignore[union-attr]
-    per_call = (await _scripts_run(url) - before - 2) / calls
+    per_call = (await _scripts_run(url) - before - 2 - fleet.lead_rounds) / calls
     print(f"{callers} callers: {per_call:.2f} fleet operations per call")
     return per_call
 
@@ -59,3 +65,10 @@ async def test_a_busy_process_sends_its_releases_with_its_acquires(redis_url: st
     # (it was 2.0 per call, an acquire and a release each, and the acquires that ran before
     # the release were refused and asked again)
     assert await _run_calls(redis_url, calls=200, callers=8) <= 1.3
+
+
+async def test_auto_costs_the_same_its_samples_ride_the_same_round_trips(redis_url: str) -> None:
+    # concurrency="auto" shared: each call's sample goes to the leader with the acquire or
+    # the release it makes anyway — no round trip of its own
+    assert await _run_calls(redis_url, calls=20, callers=1, concurrency="auto") <= 2.0
+    assert await _run_calls(redis_url, calls=200, callers=8, concurrency="auto") <= 1.3

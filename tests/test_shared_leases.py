@@ -121,12 +121,15 @@ async def test_without_shared_each_gateway_has_its_own_limit() -> None:
     assert script.max_in_flight == 6
 
 
-async def test_auto_concurrency_stays_per_process(redis_url: str) -> None:
+async def test_auto_concurrency_takes_fleet_permits_too(redis_url: str) -> None:
+    """(It stayed per process before fleet-wide auto: tests/test_shared_auto.py.)"""
     script = Script(ok())
-    gate = gateway(backend(script, concurrency="auto"), shared=gg.Shared(redis_url))
+    shared = gg.Shared(redis_url, namespace=namespace())
+    gate = gateway(backend(script, concurrency="auto"), shared=shared)
     async with gate:
         await gate.chat(USER)
-        assert gate.stats()["mock"].fleet is None
+        fleet = gate.stats()["mock"].fleet
+        assert fleet is not None and fleet.leader is True and fleet.fleet_in_flight == 1
 
 
 CHILD = textwrap.dedent(

@@ -41,7 +41,9 @@ from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 
 if TYPE_CHECKING:
+    from ..limits.base import Limit
     from ..routing import CircuitBreaker
+    from .auto import FleetAutoAdmission
     from .pacing import PendingTake
 
 __all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
@@ -67,11 +69,16 @@ class Lease:
     its release must be sent there (a permit granted locally during an outage is not, until
     a renewal after the rejoin registers it)."""
 
-    __slots__ = ("id", "registered")
+    __slots__ = ("counted", "granted_at", "granted_wall", "id", "registered")
 
     def __init__(self, lease_id: str) -> None:
         self.id = lease_id
         self.registered = False
+        #: leases the fleet counted at the grant, this one included (None: granted locally,
+        #: during an outage); when, on the gateway's clock and on the fleet's wall clock
+        self.counted: int | None = None
+        self.granted_at = 0.0
+        self.granted_wall = 0.0
 
     def __repr__(self) -> str:
         return f"Lease({self.id!r}, registered={self.registered})"
@@ -96,6 +103,9 @@ class FleetStatistics:
     #: operations that outlived their budget while this process's event loop was busy
     #: (asked again, not an outage: docs/guide/many-processes.md)
     loop_busy: int = 0
+    #: ``concurrency="auto"``: whether this process leads (computes the fleet's limit);
+    #: None for a fixed limit
+    leader: bool | None = None
 
 
 class FleetClient:
@@ -110,6 +120,7 @@ class FleetClient:
         wall: Callable[[], float] = time.time,
         poll_s: float = 0.005,
         probe_s: float | None = None,
+        lead_s: float | None = None,
     ) -> None:
         self.shared = shared
         self.clock = clock
@@ -118,6 +129,15 @@ class FleetClient:
         self.poll_s = poll_s
         #: how often Redis is probed during an outage (real seconds)
         self.probe_s = probe_s if probe_s is not None else min(1.0, shared.lease_s / 3)
+        #: how often a leader of ``concurrency="auto"`` backends runs its round — drains the
+        #: fleet's samples, publishes its limit, renews its lead (real seconds): its lag is
+        #: the fleet's reaction time, next to one process's own limit that reacts at once
+        self.lead_s = lead_s if lead_s is not None else min(0.02, shared.lease_s / 4)
+        #: how often a follower runs its round (is the leader alive? the published limit);
+        #: a leader's lead lasts ``lease_s`` × 3/4, so a dead one is replaced within lease_s
+        self.follow_s = max(self.lead_s, shared.lease_s / 4)
+        #: leadership rounds run (background operations, off every call's path)
+        self.lead_rounds = 0
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._ids = itertools.count()
         self.state: State = "unknown"
@@ -132,6 +152,7 @@ class FleetClient:
         self._scripts: dict[str, Any] = {}
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         self._admissions: list[FleetAdmission] = []
+        self._autos: list[FleetAutoAdmission] = []
         self._healths: list[FleetHealth] = []
         #: (permits key, lease id) releases not yet sent
         self._pending: list[tuple[str, str]] = []
@@ -160,11 +181,15 @@ class FleetClient:
             retry_on_timeout=False,
             health_check_interval=0,
         )
-        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT", "BREAKER", "HEALTH", "PROBE"):
+        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT", "BREAKER", "HEALTH", "PROBE",
+                     "ACQUIRE_AUTO", "LEAD", "RESIGN"):
             self._scripts[name] = self._redis.register_script(getattr(scripts, name))
         await self._renew()
         for admission in self._admissions:
-            await self._publish_limit(admission)
+            if admission.fixed:
+                await self._publish_limit(admission)
+        if self._autos and self.state == "up":
+            await self._lead()  # a leader from the first call on
         task_group.start_soon(self._run)
 
     async def aclose(self) -> None:
@@ -176,6 +201,11 @@ class FleetClient:
             # a closed worker is no longer live: the others' outage shares stay right
             with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
                 await self._redis.zrem(f"{self._prefix}:workers", self.worker_id)
+            for auto in self._autos:  # a leader hands over at once, not after its lease
+                if auto.leading:
+                    with contextlib.suppress(_RedisDown):
+                        await self._op("RESIGN", [auto.leader_key], [self.worker_id])
+                    auto.resign()
         redis, self._redis = self._redis, None
         with contextlib.suppress(*self._errors):
             await redis.aclose()
@@ -203,6 +233,31 @@ class FleetClient:
             on_pause=on_pause,
         )
         self._admissions.append(admission)
+        return admission
+
+    def auto_admission(
+        self,
+        *,
+        name: str,
+        base_url: str,
+        model: str,
+        own: Limit,
+        factory: Callable[[int], Limit],
+        on_pause: Callable[[float], None] | None = None,
+    ) -> FleetAutoAdmission:
+        """The shared layer of one ``concurrency="auto"`` backend: one limit for the fleet,
+        computed by a leader from every process's samples (gptgate/shared/auto.py). ``own``
+        is this process's limit (the leader's when it leads first), ``factory`` makes a fresh
+        one starting at a given limit (when it takes over a state the last leader kept, or
+        learns alone during an outage)."""
+        from .auto import FleetAutoAdmission
+
+        admission = FleetAutoAdmission(
+            self, name=name, key=self._backend_key(name, base_url, model), own=own,
+            factory=factory, on_pause=on_pause,
+        )
+        self._admissions.append(admission)
+        self._autos.append(admission)
         return admission
 
     def health(
@@ -270,20 +325,24 @@ class FleetClient:
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
         carried = self._take_releases(admission.permits_key)
-        keys = [admission.permits_key, admission.pause_key, admission.limit_key]
-        args = [now_ms, now_ms + lease_ms, admission.limit, lease.id, 2 * lease_ms, *carried]
+        name, keys, args = admission.acquire_script(now_ms, lease_ms, lease)
+        args = [*args, *carried]
         # shared= pacing: the call's RPM/TPM take rides in the same round trip
         take = admission.rider(lease.id) if admission.rider is not None else None
         try:
             if take is not None:
-                granted, held, pause_ms, cap = await take.send_with("ACQUIRE", keys, args)
+                granted, held, pause_ms, cap, *_ = await take.send_with(name, keys, args)
             else:
-                granted, held, pause_ms, cap = await self._op("ACQUIRE", keys, args)
+                granted, held, pause_ms, cap, *_ = await self._op(name, keys, args)
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
         pause_s = self.clock_s(int(pause_ms))
+        if granted:
+            lease.counted = int(held)
+            lease.granted_at = self.clock.now()
+            lease.granted_wall = now_ms / 1000.0
         return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease) -> None:
@@ -315,9 +374,12 @@ class FleetClient:
         every = self.shared.lease_s / 3
         next_renewal = time.monotonic() + every
         next_health = time.monotonic() + HEALTH_POLL_S
+        next_lead = time.monotonic() + self._lead_period()
         while True:
             if self.state == "up":
                 due = min(next_renewal, next_health) if self._healths else next_renewal
+                if self._autos:
+                    due = min(due, next_lead)
                 wait = due - time.monotonic()
             else:
                 wait = self.probe_s
@@ -329,6 +391,9 @@ class FleetClient:
             if self.state != "up" or time.monotonic() >= next_renewal:
                 await self._renew()
                 next_renewal = time.monotonic() + every
+            if self.state == "up" and self._autos and time.monotonic() >= next_lead:
+                await self._lead()
+                next_lead = time.monotonic() + self._lead_period()
             if self.state == "up":
                 await self._flush()
             if self.state == "up" and self._healths and time.monotonic() >= next_health:
@@ -396,16 +461,29 @@ class FleetClient:
         pending, self._pending = self._pending, []
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
         breakers = [(h, h.to_send) for h in self._healths if h.to_send is not None]
-        if not pending and not pauses and not breakers:
+        batches = {a.permits_key: a for a in self._autos if a.has_samples}
+        if not pending and not pauses and not breakers and not batches:
             return
         for admission, _ in pauses:
             admission._pause_to_send = 0.0
         for health, _ in breakers:
             health.to_send = None
         assert self._redis is not None
-        commands: list[tuple[str, list[str], list[Any]]] = [
-            ("RELEASE", [key], [lease_id]) for key, lease_id in pending
-        ]
+        # one RELEASE per backend, carrying its samples (``concurrency="auto"``) too
+        released: dict[str, list[str]] = {}
+        for key, lease_id in pending:
+            released.setdefault(key, []).append(lease_id)
+        for key in batches:
+            released.setdefault(key, [])
+        commands: list[tuple[str, list[str], list[Any]]] = []
+        for key, lease_ids in released.items():
+            auto = batches.get(key)
+            if auto is not None:
+                commands.append(
+                    ("RELEASE", [key, auto.samples_key], [auto.take_samples(), *lease_ids])
+                )
+            else:
+                commands.append(("RELEASE", [key], ["", *lease_ids]))
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
@@ -419,20 +497,31 @@ class FleetClient:
                 ("BREAKER", [health.circuit_key, health.probe_key],
                  [circuit, max(1, int(real_s * 1000))])
             )
+        if await self._send_all(commands) is None:
+            # sent again after the rejoin; samples are not (a batch Redis may have taken
+            # before the error must not count twice: the leader can spare a few)
+            self._pending = pending + self._pending
+
+    async def _send_all(self, commands: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
+        """The scripts in one pipelined round trip (two after a Redis restart lost them),
+        within the op budget; None (and an outage) when Redis fails."""
+        assert self._redis is not None
         try:
             with op_budget(self.shared.op_budget_s):
-                if not await self._send(commands):  # Redis restarted: scripts gone
+                results = await self._send(commands)
+                if results is None:  # Redis restarted: scripts gone
                     for name in {name for name, _, _ in commands}:
                         await self._redis.script_load(self._scripts[name].script)
-                    await self._send(commands)
+                    results = await self._send(commands)
         except self._errors as error:
-            self._pending = pending + self._pending  # sent again after the rejoin
             self._down(error)
+            return None
+        return results
 
-    async def _send(self, commands: list[tuple[str, list[str], list[Any]]]) -> bool:
+    async def _send(self, commands: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
         """One pipelined round trip of scripts by their SHA. redis-py's own script
         pipelining asks ``SCRIPT EXISTS`` first — a second round trip on every flush — so a
-        missing script is reported instead (False: load it and send again; every script
+        missing script is reported instead (None: load it and send again; every script
         here may run twice)."""
         from redis.exceptions import NoScriptError
 
@@ -442,13 +531,36 @@ class FleetClient:
                 pipe.execute_command(
                     "EVALSHA", self._scripts[name].sha, len(keys), *keys, *args
                 )
-            results = await pipe.execute(raise_on_error=False)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
         for result in results:
             if isinstance(result, NoScriptError):
-                return False
+                return None
             if isinstance(result, BaseException):
                 raise result
-        return True
+        return results
+
+    def _lead_period(self) -> float:
+        return self.lead_s if any(auto.leading for auto in self._autos) else self.follow_s
+
+    async def _lead(self, *, again: bool = True) -> None:
+        """One leadership round for every ``concurrency="auto"`` backend, pipelined: take or
+        renew the lead, and as the leader publish the limit and drain the samples; as a
+        follower read the published limit (gptgate/shared/auto.py)."""
+        now_ms = int(self.wall() * 1000)
+        lease_ms = int(self.shared.lease_s * 750)
+        commands: list[tuple[str, list[str], list[Any]]] = [
+            ("LEAD", *auto.lead_script(now_ms, lease_ms)) for auto in self._autos
+        ]
+        self.lead_rounds += 1
+        replies = await self._send_all(commands)
+        if replies is None:
+            return
+        for auto, reply in zip(self._autos, replies, strict=True):
+            auto.led(reply)
+        if again and any(auto.unpublished for auto in self._autos):
+            # a new limit: publish it now rather than a round later (the leader leaves out
+            # calls granted before it reached the fleet: the sooner, the fewer)
+            await self._lead(again=False)
 
     # -- outage ---------------------------------------------------------------------------
 
@@ -466,6 +578,8 @@ class FleetClient:
         self.busy_since = None
         self.state = "down"
         self.outages += 1
+        for auto in self._autos:
+            auto.resign()  # its lease lapses: another process may lead meanwhile
         shares = ", ".join(f"{a.name}={a.local_share}" for a in self._admissions)
         log.warning(
             "gptgate: shared state (%s) unreachable (%s): local limits until it answers "
@@ -487,6 +601,9 @@ class FleetAdmission:
     """One backend's fleet permits. A call that finds the fleet full waits in a local FIFO;
     only its head asks Redis again (every ``poll_s``, or at once when this process releases
     one), so the waiting costs Redis one operation per backend, not one per call."""
+
+    #: a limit every process configures (published with LIMIT, the fleet takes the lowest)
+    fixed = True
 
     def __init__(
         self,
@@ -547,6 +664,16 @@ class FleetAdmission:
             raise OverloadedError("no fleet permit before the deadline", backend=self.name)
         finally:
             self._waiting -= 1
+
+    def acquire_script(
+        self, now_ms: int, lease_ms: int, lease: Lease
+    ) -> tuple[str, list[str], list[Any]]:
+        """The acquire script, its keys and its arguments before the carried releases."""
+        return (
+            "ACQUIRE",
+            [self.permits_key, self.pause_key, self.limit_key],
+            [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms],
+        )
 
     def _poll_interval(self) -> float:
         return self.client.poll_s if self.client.state == "up" else self.client.probe_s

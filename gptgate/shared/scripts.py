@@ -8,9 +8,26 @@ its permits back once they expire. Expired leases are swept by whoever acquires 
 from __future__ import annotations
 
 __all__ = [
-    "ACQUIRE", "BREAKER", "HEALTH", "LIMIT", "PACE", "PAUSE", "PROBE", "RELEASE", "RENEW",
-    "WARM_CLAIM", "WARM_COUNTS", "WARM_DONE",
+    "ACQUIRE",
+    "ACQUIRE_AUTO",
+    "BREAKER",
+    "HEALTH",
+    "LEAD",
+    "LIMIT",
+    "PACE",
+    "PAUSE",
+    "PROBE",
+    "RELEASE",
+    "RENEW",
+    "RESIGN",
+    "SAMPLE_BATCHES",
+    "WARM_CLAIM",
+    "WARM_COUNTS",
+    "WARM_DONE",
 ]
+
+#: sample batches a backend's list keeps while no leader drains it (the newest are kept)
+SAMPLE_BATCHES = 4096
 
 #: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
 #: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
@@ -52,9 +69,104 @@ end
 return prev
 """
 
-#: KEYS: permits zset. ARGV: lease id. → 1 if the lease was still counted
+#: KEYS: permits zset [, samples list]. ARGV: a batch of samples ('' none; only with the
+#: samples key), then the ids of the leases ended. → how many were still counted
 RELEASE = """
-return redis.call('ZREM', KEYS[1], ARGV[1])
+if KEYS[2] and ARGV[1] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  redis.call('LTRIM', KEYS[2], -@BATCHES@, -1)
+  redis.call('PEXPIRE', KEYS[2], 600000)
+end
+local released = 0
+for i = 2, #ARGV do
+  released = released + redis.call('ZREM', KEYS[1], ARGV[i])
+end
+return released
+""".replace("@BATCHES@", str(SAMPLE_BATCHES))
+
+# ``concurrency="auto"`` fleet-wide (gptgate/shared/auto.py): one process, the leader, holds
+# a lease on the backend's leader key ("expiry ms|worker id"), drains the samples every
+# process pushes, runs the one LLMLimit and publishes its limit in the auto key, which
+# ACQUIRE_AUTO applies as the fleet's cap.
+
+#: KEYS: permits zset, pause key, auto (published limit) key, samples list. ARGV: now ms,
+#: expiry ms, this process's proposal (its last known fleet limit: the cap while none is
+#: published), lease id, key ttl ms, a batch of samples ('' none), then the ids of leases
+#: ended and not yet released (as ACQUIRE).
+#: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0}
+ACQUIRE_AUTO = """
+for i = 7, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+end
+if ARGV[6] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[6])
+  redis.call('LTRIM', KEYS[4], -@BATCHES@, -1)
+  redis.call('PEXPIRE', KEYS[4], 600000)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local held = redis.call('ZCARD', KEYS[1])
+local pause = redis.call('PTTL', KEYS[2])
+local cap = tonumber(ARGV[3])
+local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
+if fleet > 0 then cap = fleet end
+if held < cap then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  return {1, held + 1, pause, cap, fleet}
+end
+return {0, held, pause, cap, fleet}
+""".replace("@BATCHES@", str(SAMPLE_BATCHES))
+
+#: KEYS: leader key, samples list, auto key, state key. ARGV: worker id, now ms, lease ms,
+#: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
+#: not leading yet (it is handed the kept state, and its limit is published only where none
+#: is: the last leader's stands until the new one has computed its own). Takes the lead when
+#: nobody holds it or its holder's lease ran out; the leader renews it, publishes, and drains
+#: the samples.
+#: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state}
+LEAD = """
+local now = tonumber(ARGV[2])
+local held = redis.call('GET', KEYS[1])
+local holder = nil
+if held then
+  local sep = string.find(held, '|', 1, true)
+  if sep and tonumber(string.sub(held, 1, sep - 1)) > now then
+    holder = string.sub(held, sep + 1)
+  end
+end
+if holder and holder ~= ARGV[1] then
+  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), {}, false}
+end
+redis.call('SET', KEYS[1], (now + tonumber(ARGV[3])) .. '|' .. ARGV[1], 'PX', ARGV[6])
+if tonumber(ARGV[4]) > 0 then
+  if ARGV[7] == '1' then
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6], 'NX')
+  else
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+  end
+end
+if ARGV[5] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
+end
+local batches = redis.call('LRANGE', KEYS[2], 0, -1)
+redis.call('DEL', KEYS[2])
+local state = false
+if ARGV[7] == '1' then state = redis.call('GET', KEYS[4]) end
+return {1, tonumber(redis.call('GET', KEYS[3]) or '0'), batches, state}
+"""
+
+#: KEYS: leader key. ARGV: worker id. A leader that stops hands the lead over at once (the
+#: next process to ask takes it) instead of after its lease. → 1 if it was the leader
+RESIGN = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local sep = string.find(held, '|', 1, true)
+  if sep and string.sub(held, sep + 1) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+end
+return 0
 """
 
 #: KEYS: workers zset, then every permits zset named below. ARGV: now ms, expiry ms, worker
