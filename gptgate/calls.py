@@ -761,9 +761,17 @@ class CallRunner:
 
     def mean_attempt_cost(self, backend: BackendState) -> float:
         """The backend's mean cost per attempt so far: a guarded call's reservation (its
-        tokens are unknown until its function returns); 0 before any."""
+        tokens are unknown until its function returns). Before any attempt, a typical call's
+        price (``_DEFAULT_MAX_TOKENS`` of prompt and of answer): reserving nothing let a
+        first burst of guarded calls all pass together, whatever the budget."""
         entry = self.ledger.entries.get(backend.name)
-        return entry.cost_usd / entry.attempts if entry is not None and entry.attempts else 0.0
+        if entry is not None and entry.attempts:
+            return entry.cost_usd / entry.attempts
+        price = backend.backend.price
+        if price is None:
+            return 0.0
+        typical = Usage(input_tokens=_DEFAULT_MAX_TOKENS, output_tokens=_DEFAULT_MAX_TOKENS)
+        return price.cost(typical)
 
     async def _admit(
         self, spec: CallSpec, state: CallState, backend: BackendState

@@ -7,6 +7,7 @@ promises to hold.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -524,3 +525,37 @@ async def _overtaken_while_reservations_fill_the_hour() -> list[tuple[str, float
 def test_a_head_overtaken_while_only_a_release_can_free_room_is_not_forgotten() -> None:
     admitted = run_virtual(_overtaken_while_reservations_fill_the_hour)
     assert admitted == [("high", 2.0), ("low", 12.0)]  # was: "low" waited for good
+
+
+async def _guarded_burst_on_a_fresh_gateway() -> dict[str, Any]:
+    """50 guarded calls at once before any cost is known: each must reserve something."""
+    clock = LoopClock()
+    gate, engine = _gateway(clock, gg.Budget(usd_per_hour=0.02, on_exceed="raise"),
+                            concurrency=64)
+    async with gate:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test", base_url="http://127.0.0.1:8000/v1",
+            http_client=gate.http_client("sim"), max_retries=0,
+        )
+
+        @gate.guard(backend="sim")
+        async def ask() -> str:
+            answer = await client.chat.completions.create(
+                model="m", messages=TASK, max_tokens=MAX_TOKENS  # type: ignore[arg-type]
+            )
+            return answer.choices[0].message.content or ""
+
+        outcomes = await asyncio.gather(*(ask() for _ in range(50)), return_exceptions=True)
+        return {
+            "ok": sum(isinstance(o, str) for o in outcomes),
+            "refused": sum(isinstance(o, gg.BudgetExceededError) for o in outcomes),
+            "total": _sim_cost(engine),
+        }
+
+
+def test_a_burst_of_guarded_calls_before_any_cost_is_known_cannot_overshoot() -> None:
+    # a guarded call's tokens are unknown until it returns; with no cost seen yet it reserved
+    # nothing, and all 50 went out together: 2.4x the budget (before the fix)
+    out = run_virtual(_guarded_burst_on_a_fresh_gateway)
+    assert out["refused"] > 0 and out["ok"] + out["refused"] == 50
+    assert out["total"] <= 0.02
