@@ -30,7 +30,8 @@ permits must be back within ``lease_s`` (read from Redis), and another worker mu
 ``lease_s``. ``--restart-redis``: the ``shared= auto`` row with redis-server stopped (SIGKILL)
 and restarted empty mid-run, down ``--redis-down-s``: no call may fail.
 
-``FLEET_TRACE=1`` prints each leader's limit trace and event counts (stderr) as it closes.
+``FLEET_TRACE=1`` prints each leader's limit trace, as (real seconds since the job started,
+limit), and its event counts (stderr) as it closes.
 
     python benchmarks/fleet.py [--workers 4,8] [--calls 1200] [--levels 8,16,32,48]
                                [--servers cap,rate,cache] [--time-scale 20]
@@ -150,6 +151,7 @@ async def _work(
         fleet = gate._fleet
         out.put(("hello", index, fleet.worker_id if fleet is not None else None))
         await asyncio.sleep(max(0.0, start_at - time.time()))
+        started = clock.now()
         results = await gate.map(items)
         stats = gate.stats()["sim"].fleet
         admission: Any = gate._states["sim"].limiter.admission
@@ -159,9 +161,14 @@ async def _work(
         final = getattr(admission, "fleet_limit", None)
         leader = getattr(admission, "leader", None)
         if leader is not None and os.environ.get("FLEET_TRACE"):
-            trace = [limit for _, limit in leader.algorithm.trace]
+            # (real seconds since the job started, limit): when slow start ended, against
+            # how long the run was
+            trace = [(round((t - started) / time_scale, 2), limit)
+                     for t, limit in leader.algorithm.trace]
             print(f"worker {index} led: fed {leader.fed}, stale {leader.stale}, "
-                  f"{leader.algorithm.events}, trace {trace[-40:]}", file=sys.stderr)
+                  f"{leader.algorithm.events}, job ended "
+                  f"{(clock.now() - started) / time_scale:.2f} s, trace {trace[-40:]}",
+                  file=sys.stderr)
     ok = [r for r in results if isinstance(r, gg.ChatResult)]
     latencies = [(r.latency_s - r.queue_s) / time_scale for r in ok]  # real seconds
     errors = [f"{type(r).__name__}: {r}"[:120] for r in results if not isinstance(r, gg.ChatResult)]
