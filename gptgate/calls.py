@@ -139,8 +139,10 @@ class CallState:
     sent_to: BackendState | None = None
     sent_at: float = 0.0
     on_sent: anyio.Event | None = None
-    #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true)
+    #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true), and when
+    #: it took its room in the hedge budget (given back if it is never sent)
     hedge: bool = False
+    hedge_spent_at: float | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -1320,15 +1322,16 @@ class CallRunner:
         await self.clock.sleep(delay)
         if done.is_set():
             return None
-        if not budget.try_spend(self.clock.now()):
+        spent_at = self.clock.now()
+        if not budget.try_spend(spent_at):
             spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
             if done.is_set():
-                budget.give_back(spent_at)
+                budget.give_back(spent_at, self.clock.now())
                 return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
-            on_sent=anyio.Event(),
+            on_sent=anyio.Event(), hedge_spent_at=spent_at,
         )
 
     async def _race_one(self, spec: CallSpec, state: CallState, number: int) -> None:
@@ -1405,6 +1408,13 @@ class CallRunner:
 
             group.start_soon(race, state)
             group.start_soon(hedger)
+        for duplicate in duplicates:
+            if duplicate.sent_to is None and duplicate.hedge_spent_at is not None:
+                # never sent (the first answered while it waited for a permit): not a
+                # duplicate, so its room goes back to the budget, for the job's tail
+                budget = self._hedge_budget(policy)
+                budget.give_back(duplicate.hedge_spent_at, self.clock.now())
+                duplicate.hedge_spent_at = None
         return finished, errors
 
 

@@ -65,12 +65,13 @@ class Server:
 
 
 def _gate(
-    clock: LoopClock, server: Server | StreamServer, *names: str, **options: Any
+    clock: LoopClock, server: Server | StreamServer, *names: str, concurrency: int = 8,
+    **options: Any,
 ) -> gg.Gateway:
     backends = [
         gg.Backend(
             name=name, base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
-            concurrency=8, transport=server.transport(name),
+            concurrency=concurrency, transport=server.transport(name),
             private=name.startswith("priv"),
         )
         for name in names
@@ -203,6 +204,32 @@ def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_wa
             assert _hedges(gate) == {"a": 1}
             assert took["x"] == pytest.approx(2.25 + FAST, abs=0.05)
             assert took["y"] == pytest.approx(STALL, abs=0.05)
+
+    run_virtual(main)
+
+
+def test_a_duplicate_never_sent_gives_its_room_back_to_the_budget() -> None:
+    """Two stalled calls fill both permits: the one that gets the budget's only room has its
+    duplicate wait for a permit until both answer, so it is never sent. That room was no
+    duplicate: it goes back to the budget, and the next stalled call is hedged (it used to
+    stay spent, and a job's last stragglers found the budget gone)."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"x", "w", "y"})
+        gate = _gate(clock, server, "a", concurrency=2)
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
+        async with gate:
+            await _warm(gate, 10, hedge=policy)
+            async with anyio.create_task_group() as tg:  # 12 calls: room for one hedge
+                tg.start_soon(lambda: gate.chat(_msg("x"), hedge=policy))
+                tg.start_soon(lambda: gate.chat(_msg("w"), hedge=policy))
+            assert server.sent("x") == ["a"] and server.sent("w") == ["a"]
+            assert _hedges(gate) == {"a": 0}
+            start = clock.now()
+            await gate.chat(_msg("y"), hedge=policy)  # 13 calls: still room for one
+            assert server.sent("y") == ["a", "a"] and _hedges(gate) == {"a": 1}
+            assert clock.now() - start == pytest.approx(2 * FAST, abs=0.05)
 
     run_virtual(main)
 
