@@ -581,7 +581,8 @@ class CallRunner:
                 # first token says a bad replica or batch, whatever the answer's length; the
                 # loser, cancelled before it, is rarely billed); the deltas are not shown
                 watched = replace(spec, visible=True)
-                async with aclosing(self._hedged_stream(watched, state, number, spec.hedge)) as d:
+                hedged = self._hedged_stream(watched, state, number, spec.hedge, hidden=True)
+                async with aclosing(hedged) as d:
                     async for _ in d:
                         pass
                 state.committed = False
@@ -1365,19 +1366,29 @@ class CallRunner:
         policy: HedgePolicy,
         run: Callable[[CallSpec, CallState], Awaitable[_T]],
         duplicates: list[CallState],
+        patient: bool = False,
     ) -> tuple[list[tuple[CallState, _T]], list[GateError]]:
         """The race both hedges run: ``run`` the first attempt, and at most one duplicate
         once it has waited past its backend's p95; the first racer whose ``run`` returns wins
         and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
         order (two only when they finished in the same instant), and the errors of those that
         failed. A duplicate sent is added to ``duplicates`` at once, so that a caller that is
-        cancelled mid-race still accounts for it."""
+        cancelled mid-race still accounts for it.
+
+        ``patient`` (a hidden call raced to its first token): the first racer to return does
+        not win outright while the other is on the wire — the other may still return until it
+        has waited as long since its send, and the quicker from its own send wins (listed
+        first). A request's first token foretells its pace (a slow replica or batch slows its
+        decode alike), so a first attempt whose token came late, just ahead of its duplicate's,
+        would finish last; what a loser decodes meanwhile is a few tokens."""
         state.on_sent = anyio.Event()
         state.sent_to = None  # a retry's: not the backend of the attempt before
         done = anyio.Event()
         finished: list[tuple[CallState, _T]] = []
         errors: list[GateError] = []
         running = 0
+        #: each finished racer's time from its send to its return
+        took: dict[int, float] = {}
 
         async with anyio.create_task_group() as group:
 
@@ -1397,7 +1408,14 @@ class CallRunner:
                         racer.on_sent.set()  # wakes the hedger when the first ended unsent
                 running -= 1
                 finished.append((racer, value))
+                now = self.clock.now()
+                took[id(racer)] = now - racer.sent_at
                 done.set()
+                other = next((r for r in (state, *duplicates) if r is not racer), None)
+                if patient and running and other is not None and other.sent_to is not None:
+                    wait = other.sent_at + took[id(racer)] - now
+                    if wait > 0:  # the other returns meanwhile: it cancels the race itself
+                        await self.clock.sleep(wait)
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
             async def hedger() -> None:
@@ -1415,6 +1433,8 @@ class CallRunner:
                 budget = self._hedge_budget(policy)
                 budget.give_back(duplicate.hedge_spent_at, self.clock.now())
                 duplicate.hedge_spent_at = None
+        if patient:
+            finished.sort(key=lambda pair: took[id(pair[0])])
         return finished, errors
 
 
@@ -1445,7 +1465,8 @@ class CallRunner:
         )
 
     async def _hedged_stream(
-        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
+        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy,
+        hidden: bool = False,
     ) -> AsyncGenerator[str, None]:
         """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
         way — raced, while nothing has been shown, against at most one duplicate sent once it
@@ -1472,7 +1493,7 @@ class CallRunner:
                 return deltas, None  # complete without a text delta (tool calls only)
 
         try:
-            first, errors = await self._race(spec, state, policy, run, sent)
+            first, errors = await self._race(spec, state, policy, run, sent, patient=hidden)
             if not first:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]

@@ -373,6 +373,8 @@ GAP = 0.5
 #: timeout between chunks (30 s), which would otherwise retry the stream
 FIRST_STALL = 20.0
 DECODE_STALL = 10.0
+#: a first token past the p95 but before a duplicate's, on a request slow throughout
+LATE = 1.6
 
 
 class _Body(httpx2.AsyncByteStream):
@@ -405,13 +407,16 @@ def _chunk(delta: dict[str, str], finish: bool = False) -> bytes:
 class StreamServer:
     """Streams every answer: first token FAST after the request, except the first request of
     each prompt in ``stall`` (every request of a prompt in ``stuck``), whose first token takes
-    FIRST_STALL; ``mid_stall`` stalls (DECODE_STALL) after the first token instead."""
+    FIRST_STALL; ``mid_stall`` stalls (DECODE_STALL) after the first token instead. The first
+    request of a prompt in ``late`` is slow throughout (a bad replica or batch): its first
+    token after LATE, then DECODE_STALL between tokens."""
 
     def __init__(self, clock: LoopClock, stall: set[str] | None = None) -> None:
         self.clock = clock
         self.stall = stall or set()
         self.stuck: set[str] = set()
         self.mid_stall: set[str] = set()
+        self.late: set[str] = set()
         self.everyone = False
         self.seen: set[str] = set()
         self.log: list[tuple[str, str]] = []
@@ -426,6 +431,8 @@ class StreamServer:
             slow = prompt in self.stuck or (first and (self.everyone or prompt in self.stall))
             gap = DECODE_STALL if prompt in self.mid_stall else GAP
             first_s = FIRST_STALL if slow else FAST
+            if first and prompt in self.late:
+                first_s, gap = LATE, DECODE_STALL
             body = _Body(self.clock, f"{name}{len(self.log)}", first_s, gap)
             self.bodies.append(body)
             return httpx2.Response(
@@ -631,5 +638,34 @@ def test_a_hedged_chat_streams_on_the_wire_and_is_raced_to_its_first_token() -> 
             assert server.bodies[-2].closed  # the loser, cut before its first token
             assert gate.ledger.total().uncertain_tokens > uncertain_before
             assert result.billed_usage.total_tokens > result.usage.total_tokens
+
+    run_virtual(main)
+
+
+def test_a_hidden_call_keeps_the_racer_quicker_from_its_own_send_not_the_first_token_in() -> (
+    None
+):
+    """The first request's token comes late (1.6 s, past the 1 s p95) and its decode is as
+    slow; the duplicate, sent at 1 s, has its token at 2 s: 1 s from its send. A hidden call
+    keeps the duplicate (it used to keep the first token in, and finish at 21.6 s); a
+    visible stream has shown the first token and reads the slow request to its end."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = StreamServer(clock)
+        server.late = {"hidden", "shown"}
+        gate = _gate(clock, server, "a")
+        async with gate:
+            await _warm_streams(gate)
+            start = clock.now()
+            result = await gate.chat(_msg("hidden"), hedge=EAGER, max_tokens=50)
+            assert clock.now() - start == pytest.approx(2 * FAST + 2 * GAP, abs=0.05)
+            assert server.sent("hidden") == ["a", "a"] and result.text.startswith("a12.")
+            assert server.bodies[-2].closed  # the slow first request, cut
+            assert result.billed_usage.total_tokens > result.usage.total_tokens
+            start = clock.now()
+            deltas, _ = await _read(gate, "shown", hedge=EAGER)
+            assert clock.now() - start == pytest.approx(LATE + 2 * DECODE_STALL, abs=0.05)
+            assert deltas[0].startswith("a13.") and len(server.sent("shown")) == 2
 
     run_virtual(main)
