@@ -1473,8 +1473,9 @@ class CallRunner:
         has waited past its backend's p95 time to first token.
         The first racer to produce a token wins and is the stream the caller reads; the other
         is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
-        first token, so a stream that has shown text is never hedged. With every racer failed
-        before a token, the first error goes to the retry policy.
+        first token, so a stream that has shown text is never hedged. A ``hidden`` call shows
+        nothing: the racer quicker from its own send wins (``_race``'s ``patient``). With
+        every racer failed before a token, the first error goes to the retry policy.
 
         The race runs inside one step of this generator (its task group never spans a
         ``yield``); the winner's generator, paused at its first token, is read from here."""
