@@ -1351,7 +1351,10 @@ class CallRunner:
             await self._race_one(spec, racer, number)
 
         sent: list[CallState] = []
-        finished, errors = await self._race(spec, state, policy, run, sent)
+        try:
+            finished, errors = await self._race(spec, state, policy, run, sent)
+        finally:
+            self._unsent_duplicates_give_back(policy, sent)
         winner = finished[0][0] if finished else None
         self._merge_duplicate(state, sent[0] if sent else None, winner)
         if winner is None:
@@ -1371,9 +1374,9 @@ class CallRunner:
         """The race both hedges run: ``run`` the first attempt, and at most one duplicate
         once it has waited past its backend's p95; the first racer whose ``run`` returns wins
         and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
-        order (two only when they finished in the same instant), and the errors of those that
-        failed. A duplicate sent is added to ``duplicates`` at once, so that a caller that is
-        cancelled mid-race still accounts for it.
+        order (two only when they finished in the same instant, or in a patient race), and the
+        errors of those that failed. A duplicate sent is added to ``duplicates`` at once, so
+        that a caller that is cancelled mid-race still accounts for it.
 
         ``patient`` (a hidden call raced to its first token): the first racer to return does
         not win outright while the other is on the wire — the other may still return until it
@@ -1426,17 +1429,21 @@ class CallRunner:
 
             group.start_soon(race, state)
             group.start_soon(hedger)
-        for duplicate in duplicates:
-            if duplicate.sent_to is None and duplicate.hedge_spent_at is not None:
-                # never sent (the first answered while it waited for a permit): not a
-                # duplicate, so its room goes back to the budget, for the job's tail
-                budget = self._hedge_budget(policy)
-                budget.give_back(duplicate.hedge_spent_at, self.clock.now())
-                duplicate.hedge_spent_at = None
         if patient:
             finished.sort(key=lambda pair: took[id(pair[0])])
         return finished, errors
 
+    def _unsent_duplicates_give_back(
+        self, policy: HedgePolicy, duplicates: list[CallState]
+    ) -> None:
+        """A duplicate never sent (its call answered while it waited for a permit) is no
+        duplicate: its room goes back to the budget, for the job's tail. Also when the caller
+        left mid-race."""
+        for duplicate in duplicates:
+            if duplicate.sent_to is None and duplicate.hedge_spent_at is not None:
+                budget = self._hedge_budget(policy)
+                budget.give_back(duplicate.hedge_spent_at, self.clock.now())
+                duplicate.hedge_spent_at = None
 
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
@@ -1495,6 +1502,7 @@ class CallRunner:
 
         try:
             first, errors = await self._race(spec, state, policy, run, sent, patient=hidden)
+            self._unsent_duplicates_give_back(policy, sent)  # now, not when the answer ends
             if not first:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]
@@ -1510,4 +1518,5 @@ class CallRunner:
             with anyio.CancelScope(shield=True):  # the caller left, or the winner ended
                 for deltas in racers:
                     await deltas.aclose()
+            self._unsent_duplicates_give_back(policy, sent)
             self._merge_duplicate(state, sent[0] if sent else None, winner)

@@ -234,6 +234,23 @@ def test_a_duplicate_never_sent_gives_its_room_back_to_the_budget() -> None:
     run_virtual(main)
 
 
+def test_a_call_cancelled_while_its_duplicate_waits_for_a_permit_gives_the_room_back() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"x"})
+        gate = _gate(clock, server, "a", concurrency=1)
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
+        async with gate:
+            await _warm(gate, 10, hedge=policy)
+            with anyio.move_on_after(3.0):  # past p50 (1 s): its duplicate waits for the permit
+                await gate.chat(_msg("x"), hedge=policy)
+            assert gate._runner is not None
+            budget = gate._runner.hedge_budgets[(0.1, 1e6)]
+            assert budget.spent == 0 and server.sent("x") == ["a"]
+
+    run_virtual(main)
+
+
 def test_the_budget_line_serves_the_longest_waiter_and_forgets_a_cancelled_one() -> None:
     async def main() -> None:
         budget = HedgeBudget(0.5, window_s=100.0)
