@@ -139,8 +139,10 @@ class CallState:
     sent_to: BackendState | None = None
     sent_at: float = 0.0
     on_sent: anyio.Event | None = None
-    #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true)
+    #: this state is a hedge's duplicate (its attempt span says gptgate.hedge=true), and when
+    #: it took its room in the hedge budget (given back if it is never sent)
     hedge: bool = False
+    hedge_spent_at: float | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -579,7 +581,8 @@ class CallRunner:
                 # first token says a bad replica or batch, whatever the answer's length; the
                 # loser, cancelled before it, is rarely billed); the deltas are not shown
                 watched = replace(spec, visible=True)
-                async with aclosing(self._hedged_stream(watched, state, number, spec.hedge)) as d:
+                hedged = self._hedged_stream(watched, state, number, spec.hedge, hidden=True)
+                async with aclosing(hedged) as d:
                     async for _ in d:
                         pass
                 state.committed = False
@@ -1320,15 +1323,16 @@ class CallRunner:
         await self.clock.sleep(delay)
         if done.is_set():
             return None
-        if not budget.try_spend(self.clock.now()):
+        spent_at = self.clock.now()
+        if not budget.try_spend(spent_at):
             spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
             if done.is_set():
-                budget.give_back(spent_at)
+                budget.give_back(spent_at, self.clock.now())
                 return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
-            on_sent=anyio.Event(),
+            on_sent=anyio.Event(), hedge_spent_at=spent_at,
         )
 
     async def _race_one(self, spec: CallSpec, state: CallState, number: int) -> None:
@@ -1347,7 +1351,10 @@ class CallRunner:
             await self._race_one(spec, racer, number)
 
         sent: list[CallState] = []
-        finished, errors = await self._race(spec, state, policy, run, sent)
+        try:
+            finished, errors = await self._race(spec, state, policy, run, sent)
+        finally:
+            self._unsent_duplicates_give_back(policy, sent)
         winner = finished[0][0] if finished else None
         self._merge_duplicate(state, sent[0] if sent else None, winner)
         if winner is None:
@@ -1362,19 +1369,29 @@ class CallRunner:
         policy: HedgePolicy,
         run: Callable[[CallSpec, CallState], Awaitable[_T]],
         duplicates: list[CallState],
+        patient: bool = False,
     ) -> tuple[list[tuple[CallState, _T]], list[GateError]]:
         """The race both hedges run: ``run`` the first attempt, and at most one duplicate
         once it has waited past its backend's p95; the first racer whose ``run`` returns wins
         and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
-        order (two only when they finished in the same instant), and the errors of those that
-        failed. A duplicate sent is added to ``duplicates`` at once, so that a caller that is
-        cancelled mid-race still accounts for it."""
+        order (two only when they finished in the same instant, or in a patient race), and the
+        errors of those that failed. A duplicate sent is added to ``duplicates`` at once, so
+        that a caller that is cancelled mid-race still accounts for it.
+
+        ``patient`` (a hidden call raced to its first token): the first racer to return does
+        not win outright while the other is on the wire — the other may still return until it
+        has waited as long since its send, and the quicker from its own send wins (listed
+        first). A request's first token foretells its pace (a slow replica or batch slows its
+        decode alike), so a first attempt whose token came late, just ahead of its duplicate's,
+        would finish last; what a loser decodes meanwhile is a few tokens."""
         state.on_sent = anyio.Event()
         state.sent_to = None  # a retry's: not the backend of the attempt before
         done = anyio.Event()
         finished: list[tuple[CallState, _T]] = []
         errors: list[GateError] = []
         running = 0
+        #: each finished racer's time from its send to its return
+        took: dict[int, float] = {}
 
         async with anyio.create_task_group() as group:
 
@@ -1394,7 +1411,14 @@ class CallRunner:
                         racer.on_sent.set()  # wakes the hedger when the first ended unsent
                 running -= 1
                 finished.append((racer, value))
+                now = self.clock.now()
+                took[id(racer)] = now - racer.sent_at
                 done.set()
+                other = next((r for r in (state, *duplicates) if r is not racer), None)
+                if patient and running and other is not None and other.sent_to is not None:
+                    wait = other.sent_at + took[id(racer)] - now
+                    if wait > 0:  # the other returns meanwhile: it cancels the race itself
+                        await self.clock.sleep(wait)
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
             async def hedger() -> None:
@@ -1405,8 +1429,21 @@ class CallRunner:
 
             group.start_soon(race, state)
             group.start_soon(hedger)
+        if patient:
+            finished.sort(key=lambda pair: took[id(pair[0])])
         return finished, errors
 
+    def _unsent_duplicates_give_back(
+        self, policy: HedgePolicy, duplicates: list[CallState]
+    ) -> None:
+        """A duplicate never sent (its call answered while it waited for a permit) is no
+        duplicate: its room goes back to the budget, for the job's tail. Also when the caller
+        left mid-race."""
+        for duplicate in duplicates:
+            if duplicate.sent_to is None and duplicate.hedge_spent_at is not None:
+                budget = self._hedge_budget(policy)
+                budget.give_back(duplicate.hedge_spent_at, self.clock.now())
+                duplicate.hedge_spent_at = None
 
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
@@ -1435,15 +1472,17 @@ class CallRunner:
         )
 
     async def _hedged_stream(
-        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
+        self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy,
+        hidden: bool = False,
     ) -> AsyncGenerator[str, None]:
         """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
         way — raced, while nothing has been shown, against at most one duplicate sent once it
         has waited past its backend's p95 time to first token.
         The first racer to produce a token wins and is the stream the caller reads; the other
         is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
-        first token, so a stream that has shown text is never hedged. With every racer failed
-        before a token, the first error goes to the retry policy.
+        first token, so a stream that has shown text is never hedged. A ``hidden`` call shows
+        nothing: the racer quicker from its own send wins (``_race``'s ``patient``). With
+        every racer failed before a token, the first error goes to the retry policy.
 
         The race runs inside one step of this generator (its task group never spans a
         ``yield``); the winner's generator, paused at its first token, is read from here."""
@@ -1462,7 +1501,8 @@ class CallRunner:
                 return deltas, None  # complete without a text delta (tool calls only)
 
         try:
-            first, errors = await self._race(spec, state, policy, run, sent)
+            first, errors = await self._race(spec, state, policy, run, sent, patient=hidden)
+            self._unsent_duplicates_give_back(policy, sent)  # now, not when the answer ends
             if not first:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]
@@ -1478,4 +1518,5 @@ class CallRunner:
             with anyio.CancelScope(shield=True):  # the caller left, or the winner ended
                 for deltas in racers:
                     await deltas.aclose()
+            self._unsent_duplicates_give_back(policy, sent)
             self._merge_duplicate(state, sent[0] if sent else None, winner)

@@ -93,6 +93,10 @@ class HedgeBudget:
 
     def record_call(self, now: float) -> None:
         self._calls.append(now)
+        self._grant(now)
+
+    def _grant(self, now: float) -> None:
+        """Room made: to the waiting calls, longest waiter first."""
         waiting = self._waiting
         while waiting and self.try_spend(now):
             _, arrival, granted = heapq.heappop(waiting)  # the longest waiter gets the room
@@ -106,10 +110,13 @@ class HedgeBudget:
         self._hedges.append(now)
         return True
 
-    def give_back(self, spent_at: float) -> None:
-        """A hedge spent at ``spent_at`` that was not sent after all (its call answered)."""
+    def give_back(self, spent_at: float, now: float | None = None) -> None:
+        """A hedge spent at ``spent_at`` that was not sent after all (its call answered): with
+        ``now``, its room goes to the next waiting call."""
         if spent_at in self._hedges:
             self._hedges.remove(spent_at)
+            if now is not None:
+                self._grant(now)
 
     async def wait_turn(self, sent_at: float) -> float:
         """Wait for room, ahead of every call sent after ``sent_at``; the time it was granted.

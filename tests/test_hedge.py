@@ -65,12 +65,13 @@ class Server:
 
 
 def _gate(
-    clock: LoopClock, server: Server | StreamServer, *names: str, **options: Any
+    clock: LoopClock, server: Server | StreamServer, *names: str, concurrency: int = 8,
+    **options: Any,
 ) -> gg.Gateway:
     backends = [
         gg.Backend(
             name=name, base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
-            concurrency=8, transport=server.transport(name),
+            concurrency=concurrency, transport=server.transport(name),
             private=name.startswith("priv"),
         )
         for name in names
@@ -203,6 +204,49 @@ def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_wa
             assert _hedges(gate) == {"a": 1}
             assert took["x"] == pytest.approx(2.25 + FAST, abs=0.05)
             assert took["y"] == pytest.approx(STALL, abs=0.05)
+
+    run_virtual(main)
+
+
+def test_a_duplicate_never_sent_gives_its_room_back_to_the_budget() -> None:
+    """Two stalled calls fill both permits: the one that gets the budget's only room has its
+    duplicate wait for a permit until both answer, so it is never sent. That room was no
+    duplicate: it goes back to the budget, and the next stalled call is hedged (it used to
+    stay spent, and a job's last stragglers found the budget gone)."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"x", "w", "y"})
+        gate = _gate(clock, server, "a", concurrency=2)
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
+        async with gate:
+            await _warm(gate, 10, hedge=policy)
+            async with anyio.create_task_group() as tg:  # 12 calls: room for one hedge
+                tg.start_soon(lambda: gate.chat(_msg("x"), hedge=policy))
+                tg.start_soon(lambda: gate.chat(_msg("w"), hedge=policy))
+            assert server.sent("x") == ["a"] and server.sent("w") == ["a"]
+            assert _hedges(gate) == {"a": 0}
+            start = clock.now()
+            await gate.chat(_msg("y"), hedge=policy)  # 13 calls: still room for one
+            assert server.sent("y") == ["a", "a"] and _hedges(gate) == {"a": 1}
+            assert clock.now() - start == pytest.approx(2 * FAST, abs=0.05)
+
+    run_virtual(main)
+
+
+def test_a_call_cancelled_while_its_duplicate_waits_for_a_permit_gives_the_room_back() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"x"})
+        gate = _gate(clock, server, "a", concurrency=1)
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
+        async with gate:
+            await _warm(gate, 10, hedge=policy)
+            with anyio.move_on_after(3.0):  # past p50 (1 s): its duplicate waits for the permit
+                await gate.chat(_msg("x"), hedge=policy)
+            assert gate._runner is not None
+            budget = gate._runner.hedge_budgets[(0.1, 1e6)]
+            assert budget.spent == 0 and server.sent("x") == ["a"]
 
     run_virtual(main)
 
@@ -346,6 +390,8 @@ GAP = 0.5
 #: timeout between chunks (30 s), which would otherwise retry the stream
 FIRST_STALL = 20.0
 DECODE_STALL = 10.0
+#: a first token past the p95 but before a duplicate's, on a request slow throughout
+LATE = 1.6
 
 
 class _Body(httpx2.AsyncByteStream):
@@ -378,13 +424,16 @@ def _chunk(delta: dict[str, str], finish: bool = False) -> bytes:
 class StreamServer:
     """Streams every answer: first token FAST after the request, except the first request of
     each prompt in ``stall`` (every request of a prompt in ``stuck``), whose first token takes
-    FIRST_STALL; ``mid_stall`` stalls (DECODE_STALL) after the first token instead."""
+    FIRST_STALL; ``mid_stall`` stalls (DECODE_STALL) after the first token instead. The first
+    request of a prompt in ``late`` is slow throughout (a bad replica or batch): its first
+    token after LATE, then DECODE_STALL between tokens."""
 
     def __init__(self, clock: LoopClock, stall: set[str] | None = None) -> None:
         self.clock = clock
         self.stall = stall or set()
         self.stuck: set[str] = set()
         self.mid_stall: set[str] = set()
+        self.late: set[str] = set()
         self.everyone = False
         self.seen: set[str] = set()
         self.log: list[tuple[str, str]] = []
@@ -399,6 +448,8 @@ class StreamServer:
             slow = prompt in self.stuck or (first and (self.everyone or prompt in self.stall))
             gap = DECODE_STALL if prompt in self.mid_stall else GAP
             first_s = FIRST_STALL if slow else FAST
+            if first and prompt in self.late:
+                first_s, gap = LATE, DECODE_STALL
             body = _Body(self.clock, f"{name}{len(self.log)}", first_s, gap)
             self.bodies.append(body)
             return httpx2.Response(
@@ -604,5 +655,34 @@ def test_a_hedged_chat_streams_on_the_wire_and_is_raced_to_its_first_token() -> 
             assert server.bodies[-2].closed  # the loser, cut before its first token
             assert gate.ledger.total().uncertain_tokens > uncertain_before
             assert result.billed_usage.total_tokens > result.usage.total_tokens
+
+    run_virtual(main)
+
+
+def test_a_hidden_call_keeps_the_racer_quicker_from_its_own_send_not_the_first_token_in() -> (
+    None
+):
+    """The first request's token comes late (1.6 s, past the 1 s p95) and its decode is as
+    slow; the duplicate, sent at 1 s, has its token at 2 s: 1 s from its send. A hidden call
+    keeps the duplicate (it used to keep the first token in, and finish at 21.6 s); a
+    visible stream has shown the first token and reads the slow request to its end."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = StreamServer(clock)
+        server.late = {"hidden", "shown"}
+        gate = _gate(clock, server, "a")
+        async with gate:
+            await _warm_streams(gate)
+            start = clock.now()
+            result = await gate.chat(_msg("hidden"), hedge=EAGER, max_tokens=50)
+            assert clock.now() - start == pytest.approx(2 * FAST + 2 * GAP, abs=0.05)
+            assert server.sent("hidden") == ["a", "a"] and result.text.startswith("a12.")
+            assert server.bodies[-2].closed  # the slow first request, cut
+            assert result.billed_usage.total_tokens > result.usage.total_tokens
+            start = clock.now()
+            deltas, _ = await _read(gate, "shown", hedge=EAGER)
+            assert clock.now() - start == pytest.approx(LATE + 2 * DECODE_STALL, abs=0.05)
+            assert deltas[0].startswith("a13.") and len(server.sent("shown")) == 2
 
     run_virtual(main)
