@@ -17,26 +17,10 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.sim import SimEngine
-from gptgate.testing import LoopClock, run_virtual, sim_backend
+from gptgate.testing import LoopClock, max_rise_within, run_virtual, sim_backend
 
 PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
 TASK = [{"role": "user", "content": "Summarise the incident report in a paragraph. " * 20}]
-
-
-def _billed(engine: SimEngine) -> float:
-    snap = engine.ledger.snapshot()
-    return PRICE.cost(gg.Usage(input_tokens=snap.input_tokens, output_tokens=snap.output_tokens))
-
-
-def max_hourly(samples: list[tuple[float, float]]) -> float:
-    """The most billed in any 3600 s, from (time, cumulative cost) samples."""
-    best, j = 0.0, 0
-    for t1, c1 in samples:
-        while samples[j][0] < t1 - 3600:
-            j += 1
-        best = max(best, c1 - samples[j][1])
-    return best
 
 
 async def job(
@@ -52,7 +36,7 @@ async def job(
 
         async def sample() -> None:
             while True:
-                samples.append((clock.now(), _billed(engine)))
+                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
                 await clock.sleep(10.0)
 
         async def worker() -> None:
@@ -69,10 +53,10 @@ async def job(
             async with anyio.create_task_group() as group:
                 for _ in range(workers):
                     group.start_soon(worker)
-            samples.append((clock.now(), _billed(engine)))
+            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
             outer.cancel_scope.cancel()
     first_10_min = [c for t, c in samples if t <= 600.0][-1]
-    return {"hourly": max_hourly(samples), "first_10_min": first_10_min, **counts}
+    return {"hourly": max_rise_within(samples, 3600), "first_10_min": first_10_min, **counts}
 
 
 def main() -> None:

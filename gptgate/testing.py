@@ -8,6 +8,7 @@ and the engine a ``LoopClock``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .clock import Clock, ScaledClock
@@ -19,6 +20,7 @@ __all__ = [
     "LoopClock",
     "ScaledClock",
     "SimEngine",
+    "max_rise_within",
     "run_virtual",
     "sim_backend",
 ]
@@ -44,3 +46,14 @@ def sim_backend(
     }
     options.update(backend_options)
     return Backend(transport=SimTransport(engine), **options), engine
+
+
+def max_rise_within(samples: Sequence[tuple[float, float]], window_s: float) -> float:
+    """The most a running total rose within any ``window_s``, from ``(time, total)`` samples
+    in time order: a budget's worst hour from a spend curve."""
+    best, start = 0.0, 0
+    for at, total in samples:
+        while samples[start][0] < at - window_s:
+            start += 1
+        best = max(best, total - samples[start][1])
+    return best

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -22,28 +22,12 @@ from pydantic import ValidationError
 import gptgate as gg
 from gptgate.budget import BudgetGate, SpendWindows
 from gptgate.sim import SimEngine
-from gptgate.testing import LoopClock, run_virtual, sim_backend
+from gptgate.testing import LoopClock, max_rise_within, run_virtual, sim_backend
 
 PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
 TASK = [{"role": "user", "content": "Summarise the incident report in a paragraph. " * 20}]
 MAX_TOKENS = 300
 KEY = "sk-budget-secret-0123456789"
-
-
-def _sim_cost(engine: SimEngine) -> float:
-    """What the simulated server has billed so far, at PRICE (cached input at full price)."""
-    snap = engine.ledger.snapshot()
-    return PRICE.cost(gg.Usage(input_tokens=snap.input_tokens, output_tokens=snap.output_tokens))
-
-
-def _max_hourly(samples: list[tuple[float, float]]) -> float:
-    """The most billed in any window of 3600 s, from (time, cumulative cost) samples."""
-    best, j = 0.0, 0
-    for t1, c1 in samples:
-        while samples[j][0] < t1 - 3600:
-            j += 1
-        best = max(best, c1 - samples[j][1])
-    return best
 
 
 def _gateway(
@@ -156,7 +140,7 @@ async def _job(
 
         async def sample() -> None:
             while True:
-                samples.append((clock.now(), _sim_cost(engine)))
+                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
                 await clock.sleep(10.0)
 
         async def worker() -> None:
@@ -174,21 +158,21 @@ async def _job(
             async with anyio.create_task_group() as group:
                 for _ in range(workers):
                     group.start_soon(worker)
-            samples.append((clock.now(), _sim_cost(engine)))
+            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
             outer.cancel_scope.cancel()
         status = gate.budget_status()
         stats = gate.stats()["sim"]
         ledger = gate.ledger.total().cost_usd
     return {
         "samples": samples, "errors": errors, "done": done, "status": status, "stats": stats,
-        "ledger": ledger, "total": _sim_cost(engine),
+        "ledger": ledger, "total": engine.ledger.snapshot().billed_usd(PRICE),
     }
 
 
 def test_unbudgeted_the_job_spends_three_times_the_budget() -> None:
     """The baseline the throttle test is judged against: the same job without a budget."""
     out = run_virtual(_job, None, 3600.0)
-    assert _max_hourly(out["samples"]) > 2.9 * 2.8
+    assert max_rise_within(out["samples"], 3600) > 2.9 * 2.8
 
 
 def test_throttle_holds_the_hourly_spend_of_a_job_three_times_over_budget(
@@ -197,7 +181,7 @@ def test_throttle_holds_the_hourly_spend_of_a_job_three_times_over_budget(
     budget = gg.Budget(usd_per_hour=2.8)
     with caplog.at_level(logging.WARNING, logger="gptgate"):
         out = run_virtual(_job, budget, 2 * 3600.0)
-    worst = _max_hourly(out["samples"])
+    worst = max_rise_within(out["samples"], 3600)
     assert worst <= 1.02 * 2.8  # held: any sliding hour, by the server's own bill
     assert worst >= 0.95 * 2.8  # and used: throttled, not stopped
     first_hour = [c for t, c in out["samples"] if t <= 3600.0][-1]
@@ -219,7 +203,7 @@ def test_pacing_spreads_the_hour_instead_of_spending_it_at_once() -> None:
     unpaced = run_virtual(_job, gg.Budget(usd_per_hour=2.8, burst_s=3600), 3600.0, 4)
     early = [c for t, c in unpaced["samples"] if t <= 600.0][-1]
     assert early >= 0.9 * 2.8  # without pacing the hour goes in its first minutes
-    assert _max_hourly(unpaced["samples"]) <= 1.02 * 2.8
+    assert max_rise_within(unpaced["samples"], 3600) <= 1.02 * 2.8
 
 
 def test_a_throttled_call_whose_deadline_would_pass_fails_typed_before_it() -> None:
@@ -231,7 +215,7 @@ def test_a_throttled_call_whose_deadline_would_pass_fails_typed_before_it() -> N
     assert all("deadline" in e.message and not e.retryable for e in refused)
     assert out["status"].raised == len(refused)
     assert out["stats"].failures == 0  # the budget's doing, not the backend's
-    assert _max_hourly(out["samples"]) <= 1.02 * 2.8
+    assert max_rise_within(out["samples"], 3600) <= 1.02 * 2.8
 
 
 # -- raise ------------------------------------------------------------------------------------
@@ -254,7 +238,7 @@ async def _spend_then_one_more(budget: gg.Budget) -> dict[str, Any]:
         return {
             "first": first, "error": info.value, "waited": clock.now() - at,
             "sent": engine.ledger.snapshot().requests - sent, "status": gate.budget_status(),
-            "stats": gate.stats()["sim"], "total": _sim_cost(engine),
+            "stats": gate.stats()["sim"], "total": engine.ledger.snapshot().billed_usd(PRICE),
         }
 
 
@@ -306,7 +290,7 @@ async def _burst_of(n: int, budget: gg.Budget) -> dict[str, Any]:
 
         async def sample() -> None:
             while True:
-                samples.append((clock.now(), _sim_cost(engine)))
+                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
                 await clock.sleep(10.0)
 
         async with anyio.create_task_group() as outer:
@@ -314,12 +298,13 @@ async def _burst_of(n: int, budget: gg.Budget) -> dict[str, Any]:
             async with anyio.create_task_group() as group:
                 for _ in range(n):
                     group.start_soon(one)
-            samples.append((clock.now(), _sim_cost(engine)))
+            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
             outer.cancel_scope.cancel()
         return {
             "ok": sum(isinstance(o, gg.ChatResult) for o in outcomes),
             "refused": sum(isinstance(o, gg.BudgetExceededError) for o in outcomes),
-            "hourly": _max_hourly(samples), "peak": engine.ledger.snapshot().peak_in_flight,
+            "hourly": max_rise_within(samples, 3600),
+            "peak": engine.ledger.snapshot().peak_in_flight,
             "status": gate.budget_status(),
         }
 
@@ -356,7 +341,7 @@ async def _cancelled_and_timed_out() -> dict[str, Any]:
                 break  # the caller leaves a stream after its first token
         return {
             "before": before, "cancelled": cancelled, "status": gate.budget_status(),
-            "ledger": gate.ledger.total(), "total": _sim_cost(engine),
+            "ledger": gate.ledger.total(), "total": engine.ledger.snapshot().billed_usd(PRICE),
         }
 
 
@@ -371,22 +356,30 @@ def test_cancelled_timed_out_and_left_streams_count_as_the_ledger_counts_them() 
     assert status.reserved_usd == 0.0
 
 
+def _sdk_and_guarded_ask(
+    gate: gg.Gateway, max_retries: int
+) -> tuple[openai.AsyncOpenAI, Callable[[], Awaitable[str]]]:
+    """The openai SDK on ``gate.http_client``, and a ``@gate.guard``-ed call through it."""
+    client = openai.AsyncOpenAI(
+        api_key="sk-test", base_url="http://127.0.0.1:8000/v1",
+        http_client=gate.http_client("sim"), max_retries=max_retries,
+    )
+
+    @gate.guard(backend="sim")
+    async def ask() -> str:
+        answer = await client.chat.completions.create(
+            model="m", messages=TASK, max_tokens=MAX_TOKENS  # type: ignore[arg-type]
+        )
+        return answer.choices[0].message.content or ""
+
+    return client, ask
+
+
 async def _guarded_and_sdk() -> dict[str, Any]:
     clock = LoopClock()
     gate, engine = _gateway(clock, gg.Budget(usd_per_hour=0.02, on_exceed="raise"))
     async with gate:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test", base_url="http://127.0.0.1:8000/v1",
-            http_client=gate.http_client("sim"), max_retries=2,
-        )
-
-        @gate.guard(backend="sim")
-        async def ask() -> str:
-            answer = await client.chat.completions.create(
-                model="m", messages=TASK, max_tokens=MAX_TOKENS  # type: ignore[arg-type]
-            )
-            return answer.choices[0].message.content or ""
-
+        client, ask = _sdk_and_guarded_ask(gate, max_retries=2)
         guarded = 0
         with pytest.raises(gg.BudgetExceededError):
             for _ in range(20):
@@ -399,7 +392,8 @@ async def _guarded_and_sdk() -> dict[str, Any]:
             )
         return {
             "guarded": guarded, "sent_by_sdk": engine.ledger.snapshot().requests - after_guard,
-            "sdk_error": info.value, "status": gate.budget_status(), "total": _sim_cost(engine),
+            "sdk_error": info.value, "status": gate.budget_status(),
+            "total": engine.ledger.snapshot().billed_usd(PRICE),
             "ledger": gate.ledger.total().cost_usd,
         }
 
@@ -533,23 +527,12 @@ async def _guarded_burst_on_a_fresh_gateway() -> dict[str, Any]:
     gate, engine = _gateway(clock, gg.Budget(usd_per_hour=0.02, on_exceed="raise"),
                             concurrency=64)
     async with gate:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test", base_url="http://127.0.0.1:8000/v1",
-            http_client=gate.http_client("sim"), max_retries=0,
-        )
-
-        @gate.guard(backend="sim")
-        async def ask() -> str:
-            answer = await client.chat.completions.create(
-                model="m", messages=TASK, max_tokens=MAX_TOKENS  # type: ignore[arg-type]
-            )
-            return answer.choices[0].message.content or ""
-
+        _, ask = _sdk_and_guarded_ask(gate, max_retries=0)
         outcomes = await asyncio.gather(*(ask() for _ in range(50)), return_exceptions=True)
         return {
             "ok": sum(isinstance(o, str) for o in outcomes),
             "refused": sum(isinstance(o, gg.BudgetExceededError) for o in outcomes),
-            "total": _sim_cost(engine),
+            "total": engine.ledger.snapshot().billed_usd(PRICE),
         }
 
 

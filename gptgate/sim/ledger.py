@@ -9,7 +9,10 @@ against this ledger.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..config import Price
 
 __all__ = ["LedgerSnapshot", "Outcome", "SimLedger"]
 
@@ -45,6 +48,13 @@ class LedgerSnapshot:
     def billed_tokens(self) -> int:
         """Input plus output tokens billed (cached input included, as providers count it)."""
         return self.input_tokens + self.output_tokens
+
+    def billed_usd(self, price: Price) -> float:
+        """What the server billed at ``price``, every input token at the uncached rate (a
+        dollar budget's ground truth: the most the work could have cost)."""
+        from ..results import Usage
+
+        return price.cost(Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens))
 
     @property
     def cache_hit_rate(self) -> float:
