@@ -14,10 +14,14 @@ import argparse
 import logging
 from typing import Any
 
-import anyio
-
 import gptgate as gg
-from gptgate.testing import LoopClock, max_rise_within, run_virtual, sim_backend
+from gptgate.testing import (
+    LoopClock,
+    max_rise_within,
+    run_virtual,
+    sim_backend,
+    spend_curve,
+)
 
 PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
 TASK = [{"role": "user", "content": "Summarise the incident report in a paragraph. " * 20}]
@@ -30,14 +34,8 @@ async def job(
     backend, engine = sim_backend(
         "gpu", name="sim", clock=clock, seed=seed, concurrency=workers, price=PRICE
     )
-    samples: list[tuple[float, float]] = []
     counts = {"ok": 0, "refused": 0}
     async with gg.Gateway([backend], clock=clock, seed=seed, budget=budget) as gate:
-
-        async def sample() -> None:
-            while True:
-                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-                await clock.sleep(10.0)
 
         async def worker() -> None:
             while clock.now() < seconds:
@@ -48,13 +46,7 @@ async def job(
                     counts["refused"] += 1
                     await clock.sleep(5.0)
 
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(sample)
-            async with anyio.create_task_group() as group:
-                for _ in range(workers):
-                    group.start_soon(worker)
-            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-            outer.cancel_scope.cancel()
+        samples = await spend_curve(clock, engine, PRICE, [worker] * workers)
     first_10_min = [c for t, c in samples if t <= 600.0][-1]
     return {"hourly": max_rise_within(samples, 3600), "first_10_min": first_10_min, **counts}
 

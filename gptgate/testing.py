@@ -8,11 +8,13 @@ and the engine a ``LoopClock``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+import anyio
+
 from .clock import Clock, ScaledClock
-from .config import Backend
+from .config import Backend, Price
 from .sim import FaultPlan, LoopClock, SimEngine, SimProfile, SimTransport, run_virtual
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "max_rise_within",
     "run_virtual",
     "sim_backend",
+    "spend_curve",
 ]
 
 
@@ -57,3 +60,32 @@ def max_rise_within(samples: Sequence[tuple[float, float]], window_s: float) -> 
             start += 1
         best = max(best, total - samples[start][1])
     return best
+
+
+async def spend_curve(
+    clock: Clock,
+    engine: SimEngine,
+    price: Price,
+    tasks: Sequence[Callable[[], Coroutine[Any, Any, None]]],
+    every_s: float = 10.0,
+) -> list[tuple[float, float]]:
+    """Run ``tasks`` together, sampling what the simulated server has billed at ``price``
+    every ``every_s`` and once at the end: the curve ``max_rise_within`` reads."""
+    samples: list[tuple[float, float]] = []
+
+    def sample() -> None:
+        samples.append((clock.now(), engine.ledger.snapshot().billed_usd(price)))
+
+    async def sampler() -> None:
+        while True:
+            sample()
+            await clock.sleep(every_s)
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(sampler)
+        async with anyio.create_task_group() as group:
+            for task in tasks:
+                group.start_soon(task)
+        sample()
+        outer.cancel_scope.cancel()
+    return samples

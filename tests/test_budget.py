@@ -22,7 +22,13 @@ from pydantic import ValidationError
 import gptgate as gg
 from gptgate.budget import BudgetGate, SpendWindows
 from gptgate.sim import SimEngine
-from gptgate.testing import LoopClock, max_rise_within, run_virtual, sim_backend
+from gptgate.testing import (
+    LoopClock,
+    max_rise_within,
+    run_virtual,
+    sim_backend,
+    spend_curve,
+)
 
 PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
 TASK = [{"role": "user", "content": "Summarise the incident report in a paragraph. " * 20}]
@@ -133,15 +139,9 @@ async def _job(
     """``workers`` loops calling as fast as they can for ``seconds`` of virtual time."""
     clock = LoopClock()
     gate, engine = _gateway(clock, budget, concurrency=workers)
-    samples: list[tuple[float, float]] = []
     errors: list[gg.GateError] = []
     done = 0
     async with gate:
-
-        async def sample() -> None:
-            while True:
-                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-                await clock.sleep(10.0)
 
         async def worker() -> None:
             nonlocal done
@@ -153,13 +153,7 @@ async def _job(
                     errors.append(error)
                     await clock.sleep(5.0)
 
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(sample)
-            async with anyio.create_task_group() as group:
-                for _ in range(workers):
-                    group.start_soon(worker)
-            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-            outer.cancel_scope.cancel()
+        samples = await spend_curve(clock, engine, PRICE, [worker] * workers)
         status = gate.budget_status()
         stats = gate.stats()["sim"]
         ledger = gate.ledger.total().cost_usd
@@ -279,7 +273,6 @@ async def _burst_of(n: int, budget: gg.Budget) -> dict[str, Any]:
     clock = LoopClock()
     gate, engine = _gateway(clock, budget, concurrency=n)
     outcomes: list[object] = []
-    samples: list[tuple[float, float]] = []
     async with gate:
 
         async def one() -> None:
@@ -288,18 +281,7 @@ async def _burst_of(n: int, budget: gg.Budget) -> dict[str, Any]:
             except gg.GateError as error:
                 outcomes.append(error)
 
-        async def sample() -> None:
-            while True:
-                samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-                await clock.sleep(10.0)
-
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(sample)
-            async with anyio.create_task_group() as group:
-                for _ in range(n):
-                    group.start_soon(one)
-            samples.append((clock.now(), engine.ledger.snapshot().billed_usd(PRICE)))
-            outer.cancel_scope.cancel()
+        samples = await spend_curve(clock, engine, PRICE, [one] * n)
         return {
             "ok": sum(isinstance(o, gg.ChatResult) for o in outcomes),
             "refused": sum(isinstance(o, gg.BudgetExceededError) for o in outcomes),
