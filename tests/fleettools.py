@@ -7,8 +7,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
+import redis.asyncio
 
 import gptgate as gg
 from gptgate.clock import SystemClock
@@ -64,3 +66,13 @@ def auto(client: FleetClient) -> FleetAutoAdmission:
     """The client's ``concurrency="auto"`` backend (see ``fleet_client(autos=...)``)."""
     (admission,) = client._autos
     return admission
+
+
+async def scripts_run(url: str) -> int:
+    """Fleet operations the server has run so far (every one is a script by its SHA)."""
+    client: Any = redis.asyncio.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))

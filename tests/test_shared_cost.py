@@ -6,23 +6,12 @@ releases its process has queued for the backend. Counted by the real redis-serve
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import anyio
-import redis.asyncio
 
 import gptgate as gg
+from tests.fleettools import scripts_run
 from tests.mockbackend import USER, Script, backend, gateway, ok
-
-
-async def _scripts_run(url: str) -> int:
-    """Fleet operations the server has run so far (every one is a script by its SHA)."""
-    client: Any = redis.asyncio.Redis.from_url(url)
-    try:
-        stats = await client.info("commandstats")
-    finally:
-        await client.aclose()
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 async def _run_calls(
@@ -36,7 +25,7 @@ async def _run_calls(
     namespace = f"t{uuid.uuid4().hex[:12]}"
     shared = gg.Shared(url, namespace=namespace, lease_s=60.0, op_budget_s=5.0)
     gate = gateway(backend(Script(ok()), concurrency=concurrency), shared=shared)
-    before = await _scripts_run(url)
+    before = await scripts_run(url)
     async with gate:
         fleet = gate._fleet
         assert fleet is not None
@@ -50,7 +39,7 @@ async def _run_calls(
             for _ in range(callers):
                 group.start_soon(caller)
         assert gate.stats()["mock"].fleet.state == "up"  # type: ignore[union-attr]
-    per_call = (await _scripts_run(url) - before - 2 - fleet.lead_rounds) / calls
+    per_call = (await scripts_run(url) - before - 2 - fleet.lead_rounds) / calls
     print(f"{callers} callers: {per_call:.2f} fleet operations per call")
     return per_call
 

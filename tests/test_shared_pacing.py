@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
 
 import gptgate as gg
@@ -27,7 +26,7 @@ from gptgate.sim import SimEngine, SimTransport
 from gptgate.sim.profiles import get_profile
 from gptgate.wire.ratelimits import RateLimitInfo
 from tests.conftest import RedisServer
-from tests.fleettools import BASE_URL, fleet_client, namespace
+from tests.fleettools import BASE_URL, fleet_client, namespace, scripts_run
 from tests.mockbackend import USER, Script, backend, gateway, ok
 
 #: 60 requests a minute: with the 0.9 margin a full budget is 54 calls, refilled 0.9 a second
@@ -181,15 +180,6 @@ def _rate_limited_ok(request: httpx2.Request) -> httpx2.Response:
     return response
 
 
-async def _scripts_run(url: str) -> int:
-    client: Any = redis.asyncio.Redis.from_url(url)
-    try:
-        stats = await client.info("commandstats")
-    finally:
-        await client.aclose()
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
-
-
 async def test_pacing_rides_in_the_permits_round_trip(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,7 +199,7 @@ async def test_pacing_rides_in_the_permits_round_trip(
     for callers, calls in ((1, 20), (8, 200)):
         shared = gg.Shared(redis_url, namespace=namespace(), lease_s=60.0, op_budget_s=5.0)
         gate = gateway(backend(Script(_rate_limited_ok), concurrency=4), shared=shared)
-        scripts_before = await _scripts_run(redis_url)
+        scripts_before = await scripts_run(redis_url)
         async with gate:
             writes_before = writes
             todo = iter(range(calls))
@@ -225,7 +215,7 @@ async def test_pacing_rides_in_the_permits_round_trip(
             pacing = gate.stats()["mock"].fleet_pacing
             assert pacing is not None and pacing.active
             assert pacing.fleet_reserved >= calls - 1  # all but the first (no budget yet)
-        per_call = (await _scripts_run(redis_url) - scripts_before - 2) / calls
+        per_call = (await scripts_run(redis_url) - scripts_before - 2) / calls
         print(f"{callers} callers: {per_call:.2f} fleet operations, {round_trips:.2f} round "
               "trips per call")
         # an operation per report or per release on its own would make it three
