@@ -43,10 +43,12 @@ async def test_down_then_restarted_empty_local_share_then_rejoin_counting_each_p
     ns = namespace()
     caplog.set_level(logging.WARNING, logger="gptgate")
     async with fleet_client(own_redis.url, ns) as a:
-        async with fleet_client(own_redis.url, ns):
-            await a._renew()  # a learns that another worker is alive: 2 live workers
         at_a = admission(a, 5)
-        before = await at_a.enter(None)  # granted by Redis
+        async with fleet_client(own_redis.url, ns) as other:
+            await a._renew()  # a learns that another worker is alive: 2 live workers
+            at_other = admission(other, 5)  # ... which calls the same backend
+            at_other.leave(await at_other.enter(None))
+            before = await at_a.enter(None)  # granted by Redis
         assert a.live_workers == 2 and at_a.local_share == 2
 
         own_redis.stop()
@@ -70,6 +72,70 @@ async def test_down_then_restarted_empty_local_share_then_rejoin_counting_each_p
         assert await counted(own_redis.url, at_a) == 0
         assert at_a.statistics().outages == 1
         assert len(outage_warnings(caplog)) == 1
+
+
+async def test_a_process_that_started_first_learns_the_later_workers_from_its_calls(
+    own_redis: RedisServer,
+) -> None:
+    """The share of an outage is limit ÷ the workers live on the backend as the last acquire
+    counted them. Counted at renewals only (every ``lease_s / 3``), a process that started
+    before the others still thought itself alone when Redis went away, and admitted the whole
+    limit on top of the others' shares (6 in flight on a limit of 4 with two gateways)."""
+    ns = namespace()
+    async with fleet_client(own_redis.url, ns) as a:
+        at_a = admission(a, 6)
+        first = await at_a.enter(None)
+        async with fleet_client(own_redis.url, ns) as b, fleet_client(own_redis.url, ns) as c:
+            at_b, at_c = admission(b, 6), admission(c, 6)
+            others = [await at_b.enter(None), await at_c.enter(None)]
+            assert a.live_workers == 1  # no renewal since b and c started
+            second = await at_a.enter(None)  # ... but its calls tell it
+            assert at_a.statistics().live_workers == 3
+            own_redis.stop()
+            held = [first, second]
+            while len(held) < 6:
+                try:
+                    held.append(await at_a.enter(SystemClock().now() + 0.05))
+                except gg.OverloadedError:
+                    break
+            assert a.state == "down" and len(held) == at_a.local_share == 2
+            for lease in held:
+                at_a.leave(lease)
+            at_b.leave(others[0])
+            at_c.leave(others[1])
+            own_redis.start()
+
+
+async def test_a_rejoined_process_keeps_to_its_share_while_the_others_may_still_be_away(
+    own_redis: RedisServer,
+) -> None:
+    """Redis restarted empty: the first process back registers its own permits, but another
+    still on its local share (its probe comes later) holds permits Redis cannot count. Taking
+    the whole limit back at once put 6 calls on a limit of 4 (two gateways in one process on
+    llama-server, Redis frozen for 1 s)."""
+    ns = namespace()
+    slow_probe = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=0.5)
+    async with slow_probe(own_redis.url, ns) as a, slow_probe(own_redis.url, ns) as b:
+        at_a, at_b = admission(a, 4), admission(b, 4)
+        held_a = [await at_a.enter(None)]
+        held_b = [await at_b.enter(None)]
+        held_a.append(await at_a.enter(None))
+        assert at_a.local_share == at_b.local_share == 2  # two workers on the backend
+        own_redis.stop()
+        held_b.append(await at_b.enter(None))  # the outage: b on its share of 2
+        with pytest.raises(gg.OverloadedError):  # a holds its 2 already
+            await at_a.enter(SystemClock().now() + 0.05)
+        assert a.state == b.state == "down"
+        own_redis.start()  # empty, as after a crash
+        await a._renew()  # a finds it first; b is still down until its next probe
+        assert a.state == "up" and b.state == "down"
+        with pytest.raises(gg.OverloadedError):
+            held_a.append(await at_a.enter(SystemClock().now() + 0.05))
+        assert len(held_a) + len(held_b) <= 4
+        for lease in held_a:
+            at_a.leave(lease)
+        for lease in held_b:
+            at_b.leave(lease)
 
 
 async def test_unreachable_at_start_is_an_outage_not_a_failed_start(

@@ -63,6 +63,7 @@ class FleetAutoAdmission(FleetAdmission):
             permits_key=f"{key}:permits",
             pause_key=f"{key}:pause",
             limit_key=f"{key}:auto",
+            workers_key=f"{key}:workers",
             limit=max(1, own.limit),
             on_pause=on_pause,
         )
@@ -106,7 +107,8 @@ class FleetAutoAdmission(FleetAdmission):
         # last one this process saw
         return (
             "ACQUIRE_AUTO",
-            [self.permits_key, self.pause_key, self.limit_key, self.samples_key],
+            [self.permits_key, self.pause_key, self.limit_key, self.samples_key,
+             self.workers_key],
             [now_ms, now_ms + lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
              self.take_samples()],
         )
@@ -115,7 +117,7 @@ class FleetAutoAdmission(FleetAdmission):
     def local_share(self) -> int:
         """This process's part of the fleet's last limit while Redis is away — and less when
         its own calls say so: during an outage it learns alone, as without ``shared=``."""
-        share = max(1, self.fleet_limit // max(1, self.client.live_workers))
+        share = max(1, self.fleet_limit // self.live_workers)
         return share if self._outage is None else min(share, max(1, self._outage.limit))
 
     async def _try(self, lease: Lease) -> bool:

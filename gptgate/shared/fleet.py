@@ -14,7 +14,10 @@ tests): a process that dies has its permits back within ``lease_s``, while a liv
 its leases every ``lease_s / 3``. Redis down or slower than ``op_budget_s`` is an *outage*:
 one warning, and admission goes on locally — this process's share of the limit, ``limit ÷``
 the live workers last seen (at least 1) — until a probe finds Redis again, when the permits
-held meanwhile are registered (re-added, so none is counted twice or not at all).
+held meanwhile are registered (re-added, so none is counted twice or not at all). For two
+probe periods after that rejoin the process still keeps to its share: the other processes
+rejoin at their own next probe and until then admit on their shares, which Redis cannot
+count — a process that took the whole limit back at once put the fleet above it.
 """
 
 from __future__ import annotations
@@ -148,6 +151,8 @@ class FleetClient:
         self.loop_busy = 0
         #: when the operations began to lag with none answered since (``loop_budget``)
         self.busy_since: float | None = None
+        #: until when (monotonic) a rejoined process keeps to its share (``rejoining``)
+        self._rejoined_until = 0.0
         self._redis: Any = None
         self._scripts: dict[str, Any] = {}
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
@@ -200,7 +205,11 @@ class FleetClient:
             await self._flush()
             # a closed worker is no longer live: the others' outage shares stay right
             with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
-                await self._redis.zrem(f"{self._prefix}:workers", self.worker_id)
+                keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.zrem(key, self.worker_id)
+                    await pipe.execute()
             for auto in self._autos:  # a leader hands over at once, not after its lease
                 if auto.leading:
                     with contextlib.suppress(_RedisDown):
@@ -229,6 +238,7 @@ class FleetClient:
             permits_key=f"{key}:permits",
             pause_key=f"{key}:pause",
             limit_key=f"{key}:limit",
+            workers_key=f"{key}:workers",
             limit=limit,
             on_pause=on_pause,
         )
@@ -331,14 +341,15 @@ class FleetClient:
         take = admission.rider(lease.id) if admission.rider is not None else None
         try:
             if take is not None:
-                granted, held, pause_ms, cap, *_ = await take.send_with(name, keys, args)
+                granted, held, pause_ms, cap, *_, live = await take.send_with(name, keys, args)
             else:
-                granted, held, pause_ms, cap, *_ = await self._op(name, keys, args)
+                granted, held, pause_ms, cap, *_, live = await self._op(name, keys, args)
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
         pause_s = self.clock_s(int(pause_ms))
+        admission.live_workers = max(1, int(live))
         if granted:
             lease.counted = int(held)
             lease.granted_at = self.clock.now()
@@ -436,11 +447,13 @@ class FleetClient:
     async def _renew(self) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
         restart this registers them: they are in flight, so they must count)."""
-        keys = [f"{self._prefix}:workers"]
+        # the fleet's workers, then each backend's: a process counts on every backend it
+        # has, calling it or not (it may call it during an outage, on its share)
+        keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
         args: list[Any] = []
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
-        args += [now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms]
+        args += [now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions)]
         for admission in self._admissions:
             if not admission.held:
                 continue
@@ -580,19 +593,27 @@ class FleetClient:
         self.outages += 1
         for auto in self._autos:
             auto.resign()  # its lease lapses: another process may lead meanwhile
-        shares = ", ".join(f"{a.name}={a.local_share}" for a in self._admissions)
+        shares = ", ".join(
+            f"{a.name}={a.local_share} of {a.fleet_limit} ({a.live_workers} live workers)"
+            for a in self._admissions
+        )
         log.warning(
-            "gptgate: shared state (%s) unreachable (%s): local limits until it answers "
-            "(%s of %d live workers)",
+            "gptgate: shared state (%s) unreachable (%s): local limits until it answers (%s)",
             self.shared,
             type(error).__name__,
             shares or "no shared backends",
-            self.live_workers,
         )
+
+    @property
+    def rejoining(self) -> bool:
+        """Whether this process rejoined so lately that others may still be on their shares."""
+        return time.monotonic() < self._rejoined_until
 
     def _up(self) -> None:
         if self.state == "down":
             log.warning("gptgate: shared state (%s) answers again: fleet limits", self.shared)
+            # the others find Redis at their own next probe (within probe_s, as this one did)
+            self._rejoined_until = time.monotonic() + 2 * self.probe_s
         self.state = "up"
         self.busy_since = None
 
@@ -613,6 +634,7 @@ class FleetAdmission:
         permits_key: str,
         pause_key: str,
         limit_key: str,
+        workers_key: str,
         limit: int,
         on_pause: Callable[[float], None] | None,
     ) -> None:
@@ -621,6 +643,10 @@ class FleetAdmission:
         self.permits_key = permits_key
         self.pause_key = pause_key
         self.limit_key = limit_key
+        self.workers_key = workers_key
+        #: the workers live on this backend, as the last acquire counted them (None before
+        #: one: the fleet's count at the last renewal)
+        self._live_workers: int | None = None
         self.limit = limit
         #: the fleet's limit: the lowest any of its processes configured for this backend
         self.fleet_limit = limit
@@ -636,9 +662,19 @@ class FleetAdmission:
         self.rider: Callable[[str], PendingTake | None] | None = None
 
     @property
+    def live_workers(self) -> int:
+        """The workers sharing this backend's limit, as last heard (at least 1)."""
+        live = self._live_workers if self._live_workers is not None else self.client.live_workers
+        return max(1, live)
+
+    @live_workers.setter
+    def live_workers(self, count: int) -> None:
+        self._live_workers = count
+
+    @property
     def local_share(self) -> int:
         """This process's part of the limit while Redis is away."""
-        return max(1, self.fleet_limit // max(1, self.client.live_workers))
+        return max(1, self.fleet_limit // self.live_workers)
 
     async def enter(self, deadline: float | None) -> Lease:
         """A fleet permit, or :class:`OverloadedError` at ``deadline`` (a gateway clock
@@ -671,7 +707,7 @@ class FleetAdmission:
         """The acquire script, its keys and its arguments before the carried releases."""
         return (
             "ACQUIRE",
-            [self.permits_key, self.pause_key, self.limit_key],
+            [self.permits_key, self.pause_key, self.limit_key, self.workers_key],
             [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms],
         )
 
@@ -681,6 +717,8 @@ class FleetAdmission:
     async def _try(self, lease: Lease) -> bool:
         client = self.client
         if client.state == "up":
+            if client.rejoining and len(self.held) >= self.local_share:
+                return False  # the others may still admit on their shares, unseen by Redis
             try:
                 granted, counted, pause_s, cap = await client.acquire(self, lease)
             except _RedisDown:
@@ -741,7 +779,7 @@ class FleetAdmission:
             waiting=self._waiting,
             state=self.client.state,
             local_share=self.local_share,
-            live_workers=self.client.live_workers,
+            live_workers=self.live_workers,
             outages=self.client.outages,
             loop_busy=self.client.loop_busy,
         )

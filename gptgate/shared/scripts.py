@@ -29,12 +29,25 @@ __all__ = [
 #: sample batches a backend's list keeps while no leader drains it (the newest are kept)
 SAMPLE_BATCHES = 4096
 
-#: KEYS: permits zset, pause key, fleet limit key. ARGV: now ms, expiry ms, this process's
+#: Lua expression: this worker (the lease id up to its last ':') marked live on the backend's
+#: workers zset (worker id → expiry ms) until the lease's expiry, and the count of workers live
+#: there. A process's share of the limit during an outage is limit ÷ this count: learnt on every
+#: acquire, it is as fresh as the last call, not the last renewal (seconds old, 1 for a process
+#: that started first — which then admitted the whole limit on top of the others' shares).
+_LIVE = """(function()
+  redis.call('ZADD', @WORKERS@, ARGV[2], string.match(ARGV[4], '^(.*):[^:]*$'))
+  redis.call('PEXPIRE', @WORKERS@, ARGV[5])
+  return redis.call('ZCOUNT', @WORKERS@, ARGV[1], '+inf')
+end)()"""
+
+#: KEYS: permits zset, pause key, fleet limit key, backend's workers zset. ARGV: now ms, expiry
+#: ms, this process's
 #: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
 #: released (released first: the acquire carries them, so a busy process's releases cost no
 #: round trip of their own and never make it wait for its own stale permits). The fleet
 #: admits up to the lowest limit any process configured (the limit key, see LIMIT).
-#: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied}
+#: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied,
+#: live workers on the backend}
 ACQUIRE = """
 for i = 6, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
@@ -48,13 +61,14 @@ if fleet > 0 then
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
   if fleet < cap then cap = fleet end
 end
+local live = @LIVE@
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {1, held + 1, pause, cap}
+  return {1, held + 1, pause, cap, live}
 end
-return {0, held, pause, cap}
-"""
+return {0, held, pause, cap, live}
+""".replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[4]"))
 
 #: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
 #: → the fleet's limit before (-1: none)
@@ -89,11 +103,13 @@ return released
 # process pushes, runs the one LLMLimit and publishes its limit in the auto key, which
 # ACQUIRE_AUTO applies as the fleet's cap.
 
-#: KEYS: permits zset, pause key, auto (published limit) key, samples list. ARGV: now ms,
+#: KEYS: permits zset, pause key, auto (published limit) key, samples list, backend's workers
+#: zset. ARGV: now ms,
 #: expiry ms, this process's proposal (its last known fleet limit: the cap while none is
 #: published), lease id, key ttl ms, a batch of samples ('' none), then the ids of leases
 #: ended and not yet released (as ACQUIRE).
-#: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0}
+#: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0,
+#: live workers on the backend}
 ACQUIRE_AUTO = """
 for i = 7, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
@@ -109,13 +125,16 @@ local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
 local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
 if fleet > 0 then cap = fleet end
+local live = @LIVE@
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {1, held + 1, pause, cap, fleet}
+  return {1, held + 1, pause, cap, fleet, live}
 end
-return {0, held, pause, cap, fleet}
-""".replace("@BATCHES@", str(SAMPLE_BATCHES))
+return {0, held, pause, cap, fleet, live}
+""".replace("@BATCHES@", str(SAMPLE_BATCHES)).replace(
+    "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]")
+)
 
 #: KEYS: leader key, samples list, auto key, state key. ARGV: worker id, now ms, lease ms,
 #: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
@@ -169,14 +188,20 @@ end
 return 0
 """
 
-#: KEYS: workers zset, then every permits zset named below. ARGV: now ms, expiry ms, worker
-#: id, key ttl ms, then pairs (index into KEYS, lease id). Re-adds a lease Redis lost (a restart
-#: empties it: the call is still in flight, so it must count). → live workers
+#: KEYS: workers zset, n backends' workers zsets, then every permits zset named below. ARGV:
+#: now ms, expiry ms, worker id, key ttl ms, n, then pairs (index into KEYS, lease id).
+#: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
+#: count). → live workers
 RENEW = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-for i = 5, #ARGV, 2 do
+for k = 2, tonumber(ARGV[5]) + 1 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[1])
+  redis.call('ZADD', KEYS[k], ARGV[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[k], ARGV[4])
+end
+for i = 6, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
   redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
   redis.call('PEXPIRE', key, ARGV[4])
