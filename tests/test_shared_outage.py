@@ -156,6 +156,30 @@ async def test_unreachable_at_start_is_an_outage_not_a_failed_start(
     assert len(outage_warnings(caplog)) == 1
 
 
+async def test_one_late_answer_is_asked_again_not_an_outage(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis late once (starved of CPU for a moment: 4 workers, the server and Redis on 2
+    cores) flipped the process to local shares on top of the fleet's permits (peak 27 on a
+    limit of 16). Only a Redis slower than the budget for another budget is an outage."""
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    async with shared_fleet_client(own_redis.url, namespace(), op_budget_s=0.2) as a:
+        at = admission(a, 2)
+
+        async def thaw_later() -> None:
+            await anyio.sleep(0.3)
+            own_redis.thaw()
+
+        own_redis.freeze()  # for 1.5 budgets: the first try times out, the second is answered
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(thaw_later)
+            lease = await at.enter(None)
+        assert a.state == "up" and lease.registered and not outage_warnings(caplog)
+        assert at.statistics().slow_ops == 1
+        assert await counted(own_redis.url, at) == 1  # the first try's grant taken back
+        at.leave(lease)
+
+
 async def test_a_slow_redis_is_an_outage_and_its_late_grant_is_taken_back(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

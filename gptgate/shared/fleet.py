@@ -106,6 +106,8 @@ class FleetStatistics:
     #: operations that outlived their budget while this process's event loop was busy
     #: (asked again, not an outage: docs/guide/many-processes.md)
     loop_busy: int = 0
+    #: operations Redis answered later than the budget, asked again before any outage
+    slow_ops: int = 0
     #: ``concurrency="auto"``: whether this process leads (computes the fleet's limit);
     #: None for a fixed limit
     leader: bool | None = None
@@ -151,6 +153,10 @@ class FleetClient:
         self.loop_busy = 0
         #: when the operations began to lag with none answered since (``loop_budget``)
         self.busy_since: float | None = None
+        #: operations that outlived their budget and were asked again (not outages)
+        self.slow_ops = 0
+        #: when the operations began to time out with none answered since
+        self.slow_since: float | None = None
         #: until when (monotonic) a rejoined process keeps to its share (``rejoining``)
         self._rejoined_until = 0.0
         self._redis: Any = None
@@ -307,7 +313,7 @@ class FleetClient:
         except self._errors as error:
             self._down(error)
             raise _RedisDown() from error
-        self.busy_since = None
+        self._answered()
         return answer
 
     async def _publish_limit(self, admission: FleetAdmission) -> None:
@@ -529,6 +535,7 @@ class FleetClient:
         except self._errors as error:
             self._down(error)
             return None
+        self._answered()
         return results
 
     async def _send(self, commands: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
@@ -577,18 +584,32 @@ class FleetClient:
 
     # -- outage ---------------------------------------------------------------------------
 
+    def _answered(self) -> None:
+        """Redis answered within the budget: any lag so far was a passing one."""
+        self.busy_since = None
+        self.slow_since = None
+
     def _down(self, error: BaseException) -> None:
         if self.state == "down":
             return
+        now = time.monotonic()
         if isinstance(error, LoopBusy) and self.state == "up":
             # the loop, not Redis: an outage only if it stays too busy to hear the fleet
-            now = time.monotonic()
             self.loop_busy += 1
             if self.busy_since is None:
                 self.busy_since = now
             if now - self.busy_since < BUSY_OUTAGE_S:
                 return
+        elif isinstance(error, TimeoutError) and self.state == "up":
+            # one late answer (a Redis or a box busy for a moment) is asked again; a Redis
+            # that stays slower than the budget for another budget is an outage
+            self.slow_ops += 1
+            if self.slow_since is None:
+                self.slow_since = now
+            if now - self.slow_since < self.shared.op_budget_s:
+                return
         self.busy_since = None
+        self.slow_since = None
         self.state = "down"
         self.outages += 1
         for auto in self._autos:
@@ -615,7 +636,7 @@ class FleetClient:
             # the others find Redis at their own next probe (within probe_s, as this one did)
             self._rejoined_until = time.monotonic() + 2 * self.probe_s
         self.state = "up"
-        self.busy_since = None
+        self._answered()
 
 
 class FleetAdmission:
@@ -782,4 +803,5 @@ class FleetAdmission:
             live_workers=self.live_workers,
             outages=self.client.outages,
             loop_busy=self.client.loop_busy,
+            slow_ops=self.client.slow_ops,
         )

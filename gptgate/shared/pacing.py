@@ -130,6 +130,7 @@ class PendingTake:
             pacer._unsent(command)
             client._down(error)
             raise _RedisDown() from error
+        client._answered()
         self.result = pacer._answer(answers[1], now, self.tokens)
         return answers[0]
 
