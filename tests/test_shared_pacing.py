@@ -26,7 +26,7 @@ from gptgate.sim import SimEngine, SimTransport
 from gptgate.sim.profiles import get_profile
 from gptgate.wire.ratelimits import RateLimitInfo
 from tests.conftest import RedisServer
-from tests.fleettools import BASE_URL, fleet_client, namespace, scripts_run
+from tests.fleettools import BASE_URL, admission, fleet_client, namespace, scripts_run
 from tests.mockbackend import USER, Script, backend, gateway, ok
 
 #: 60 requests a minute: with the 0.9 margin a full budget is 54 calls, refilled 0.9 a second
@@ -170,6 +170,22 @@ async def test_redis_away_paces_locally_on_this_process_share(own_redis: RedisSe
         assert sent == 27
         assert abs(delay - 1 / 0.45) < 0.01  # 27 a minute: 0.45 a second
         assert pb.statistics().local_reserved == 28
+
+
+async def test_the_outage_share_counts_the_workers_its_calls_saw_on_the_backend(
+    redis_url: str,
+) -> None:
+    """A process that started before the others learns of them from its acquires, not at
+    its next renewal (every ``lease_s / 3``): its outage budget is its share, not the whole."""
+    ns = namespace()
+    async with fleet_client(redis_url, ns) as a:
+        at_a = admission(a, 4)
+        async with fleet_client(redis_url, ns) as b:
+            at_b = admission(b, 4)
+            at_b.leave(await at_b.enter(None))
+            at_a.leave(await at_a.enter(None))
+            assert a.live_workers == 1  # no renewal since b started
+            assert pacer(a).share == 0.5
 
 
 def _rate_limited_ok(request: httpx2.Request) -> httpx2.Response:

@@ -213,7 +213,12 @@ class FleetPacer:
 
     @property
     def share(self) -> float:
-        """This process's part of the budget while Redis is away."""
+        """This process's part of the budget while Redis is away: as for the backend's
+        permits, one over the workers its last acquire counted live on it (the fleet's
+        count at the last renewal without one)."""
+        for admission in self.client._admissions:
+            if admission.permits_key == self.permits_key:
+                return 1.0 / admission.live_workers
         return 1.0 / max(1, self.client.live_workers)
 
     async def reserve(
