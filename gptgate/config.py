@@ -213,8 +213,11 @@ class GatewayConfig(BaseModel):
     """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one.
     Numbers are finite, as in ``Backend`` (``None`` is "no deadline", "no budget")."""
 
+    #: inputs stay out of errors: a ``shared=`` URL may carry a Redis password, a backend
+    #: given as a dict its API key (the message still names the field and the rule)
     model_config = ConfigDict(
-        frozen=True, arbitrary_types_allowed=True, extra="forbid", allow_inf_nan=False
+        frozen=True, arbitrary_types_allowed=True, extra="forbid", allow_inf_nan=False,
+        hide_input_in_errors=True,
     )
 
     backends: list[Backend]

@@ -67,6 +67,25 @@ def test_password_stays_out_of_reprs_and_errors() -> None:
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.parametrize("via_env", [False, True])
+def test_password_stays_out_of_the_gateways_errors(
+    monkeypatch: pytest.MonkeyPatch, via_env: bool
+) -> None:
+    """``Gateway(shared="redis://:pw@…")`` or ``GPTGATE_SHARED`` with a bad port: the error
+    names the field, the password is not in it (pydantic showed the whole input value)."""
+    url = "redis://:hunter2@127.0.0.1:notaport/0"
+    if via_env:
+        monkeypatch.setenv("GPTGATE_SHARED", url)
+    with pytest.raises(ValidationError) as caught:
+        if via_env:
+            gg.Gateway([BACKEND])
+        else:
+            gg.Gateway([BACKEND], shared=url)
+    assert caught.value.errors()[0]["loc"][0] == "shared"
+    assert "hunter2" not in str(caught.value) and "hunter2" not in repr(caught.value)
+    assert "***" in str(caught.value)  # where it points is still shown
+
+
 def test_env_configures_a_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPTGATE_SHARED", "redis://10.0.0.5:6379/1")
     config = gg.GatewayConfig(backends=[BACKEND])
