@@ -66,7 +66,9 @@ def test_fault_options_reach_the_served_engine() -> None:
                         timeout=10).status_code
             for _ in range(8)
         }
-    assert statuses <= {500, 503} and statuses  # every request drew a 5xx
+    # every request drew a fault: a 5xx, or a 429 when it landed in a storm (every 0.6 s
+    # real, 0.05 s long: a request slowed by a loaded machine can meet one)
+    assert statuses <= {429, 500, 503} and statuses & {500, 503}
 
 
 def test_resets_reach_the_client() -> None:
