@@ -31,10 +31,15 @@ from .loop_budget import op_budget
 if TYPE_CHECKING:
     from .fleet import FleetClient
 
-__all__ = ["Coalescer", "Command"]
+__all__ = ["Coalescer", "Command", "SenderStopped"]
 
 #: one script to run: its name (``gptgate.shared.scripts``), its keys and its arguments
 Command = tuple[str, list[str], list[Any]]
+
+
+class SenderStopped(ConnectionError):
+    """The sender stopped (the gateway is closing) before this caller's commands were
+    answered: not Redis's fault, so not an outage; what they carried is sent at the close."""
 
 
 class _Entry:
@@ -126,7 +131,7 @@ class Coalescer:
             # closed under them: their callers hear it at once, not at their budget
             for entry in batch + self._queue:
                 if not entry.done.is_set():
-                    entry.error = ConnectionError("the fleet client closed")
+                    entry.error = SenderStopped("the fleet client is closing")
                     entry.done.set()
             self._queue = []
 

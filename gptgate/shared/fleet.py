@@ -36,7 +36,7 @@ import anyio.abc
 from ..clock import Clock
 from ..errors import OverloadedError
 from . import scripts
-from .coalesce import Coalescer, Command
+from .coalesce import Coalescer, Command, SenderStopped
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
@@ -318,6 +318,8 @@ class FleetClient:
             raise _RedisDown()
         try:
             answers = await self._batch.run(commands, on_cancel)
+        except SenderStopped as error:  # the gateway is closing: its close sends the rest
+            raise _RedisDown() from error
         except self._errors as error:
             self._down(error)
             raise _RedisDown() from error
