@@ -174,3 +174,29 @@ async def test_a_sender_stopped_under_its_callers_is_no_outage(own_redis: RedisS
     at.leave(leases[0])
     await client.aclose()
     assert await counted(own_redis.url, at) == 0
+
+
+async def test_callers_and_sender_cancelled_together(own_redis: RedisServer) -> None:
+    # the gateway's close cancels the calls and the sender at once: a caller whose queued
+    # operation the stopping sender has just failed is cancelled, not crashed (it looked for
+    # its operation in a queue the sender had cleared)
+    shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=60.0, op_budget_s=5.0)
+    client = FleetClient(shared, clock=SystemClock())
+    at = admission(client, 8)
+    try:
+        async with anyio.create_task_group() as callers:
+            async with anyio.create_task_group() as senders:
+                await client.start(senders)
+                own_redis.freeze()
+                callers.start_soon(at.enter, None)  # in flight
+                await anyio.sleep(0.05)
+                for _ in range(3):
+                    callers.start_soon(at.enter, None)  # queued behind it
+                await anyio.sleep(0.05)
+                senders.cancel_scope.cancel()
+                callers.cancel_scope.cancel()
+    finally:
+        own_redis.thaw()
+    assert not at.held and client.outages == 0
+    await client.aclose()
+    assert await counted(own_redis.url, at) == 0

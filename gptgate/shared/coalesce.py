@@ -109,7 +109,7 @@ class Coalescer:
 
     def _withdraw(self, entry: _Entry) -> bool:
         """Take a caller's entry off the queue if it is still there; whether it was sent."""
-        if not entry.sent:
+        if not entry.sent and entry in self._queue:  # else failed unsent by a stopped sender
             self._queue.remove(entry)
         return entry.sent
 
