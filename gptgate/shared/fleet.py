@@ -7,7 +7,9 @@ fixed limit is the shared layer of that backend's :class:`~gptgate.limits.Limite
 limiter admits locally first, then asks here). The hot path costs one Redis round trip to
 acquire (one Lua script, which also carries this process's releases queued for the backend)
 and at most one to release (sent by the background task, pipelined with other releases, when
-no acquire carried it first), never more.
+no acquire carried it first), never more. And the round trips are shared: every operation of
+the client goes through one queue and one connection (gptgate/shared/coalesce.py), so calls
+that acquire at once travel in one pipeline.
 
 Leases expire on the fleet's wall clock (``wall``: ``time.time`` by default, injectable for
 tests): a process that dies has its permits back within ``lease_s``, while a live one renews
