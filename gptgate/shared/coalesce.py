@@ -11,8 +11,12 @@ pipeline of scripts by their SHA, and while that round trip is in flight the nex
 gathers. Each script is still its own atomic operation on the server; a batch is only how
 they travel.
 
-Each caller keeps its own budget (``op_budget``: from when it queued, to its batch's answer).
-A batch that fails fails its callers, each an outage as before; a script Redis lost (a
+Each caller keeps its own budget: the time its batch took, from when the sender sent it (with
+``op_budget``'s busy-loop rule). Not from when it queued: a burst of calls keeps the event loop
+busy before the sender runs, and that time is the loop's, not Redis's. Waiting in the queue is
+bounded all the same (behind a batch that hangs: two budgets), and an outage declared by
+another caller fails what is still queued at once. A batch that fails fails its callers, each
+an outage as before; a script Redis lost (a
 restart, ``SCRIPT FLUSH``) is loaded and its commands sent once more. A caller that leaves
 (its budget, a deadline, a cancelled task group) takes its operation off the queue if it is
 still there — nothing of it ran — or else is told it may have run (``on_cancel(True)``):
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .loop_budget import op_budget
+from .loop_budget import op_budget, overrun
 
 if TYPE_CHECKING:
     from .fleet import FleetClient
@@ -45,15 +49,17 @@ class SenderStopped(ConnectionError):
 class _Entry:
     """One caller's commands, waiting in the queue or in flight."""
 
-    __slots__ = ("answers", "commands", "done", "error", "sent")
+    __slots__ = ("answers", "commands", "done", "error", "scope", "sent")
 
-    def __init__(self, commands: list[Command]) -> None:
+    def __init__(self, commands: list[Command], scope: anyio.CancelScope) -> None:
         self.commands = commands
         self.answers: list[Any] = []
         self.error: BaseException | None = None
         self.done = anyio.Event()
         #: taken off the queue by the sender: it may have run
         self.sent = False
+        #: the caller's budget: its deadline moves to one budget after the send
+        self.scope = scope
 
 
 class Coalescer:
@@ -88,24 +94,33 @@ class Coalescer:
                 if on_cancel is not None:
                     on_cancel(True)
                 raise
-        entry = _Entry(commands)
+        # queued: at most two budgets (the batch in flight, then its own); sent: one budget
+        scope = anyio.CancelScope(deadline=anyio.current_time() + 2 * budget)
+        entry = _Entry(commands, scope)
         self._queue.append(entry)
         self._wake.set()
         try:
-            with op_budget(budget):
+            with scope:
                 await entry.done.wait()
         except anyio.get_cancelled_exc_class():
             sent = self._withdraw(entry)
             if on_cancel is not None:
                 on_cancel(sent)
             raise
-        except (TimeoutError, OSError):
-            if not entry.done.is_set():  # answered just as the budget ran out: keep it
-                self._withdraw(entry)
-                raise
+        if scope.cancelled_caught and not entry.done.is_set():  # (answered just in time: kept)
+            self._withdraw(entry)
+            raise overrun(scope.deadline, budget)
         if entry.error is not None:
             raise entry.error
         return _checked(entry.answers)
+
+    def fail_queued(self, error: BaseException) -> None:
+        """An outage was declared: what is still queued fails now (its callers go local),
+        rather than wait for a Redis that another caller has just found wanting."""
+        queued, self._queue = self._queue, []
+        for entry in queued:
+            entry.error = error
+            entry.done.set()
 
     def _withdraw(self, entry: _Entry) -> bool:
         """Take a caller's entry off the queue if it is still there; whether it was sent."""
@@ -137,8 +152,10 @@ class Coalescer:
 
     async def _send(self, batch: list[_Entry]) -> None:
         commands: list[Command] = []
+        deadline = anyio.current_time() + self.client.shared.op_budget_s
         for entry in batch:
             entry.sent = True
+            entry.scope.deadline = deadline
             commands += entry.commands
         try:
             answers = await self.exchange(commands)

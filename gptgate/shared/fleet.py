@@ -568,6 +568,7 @@ class FleetClient:
         self.busy_since = None
         self.state = "down"
         self.outages += 1
+        self._batch.fail_queued(error)
         for auto in self._autos:
             auto.resign()  # its lease lapses: another process may lead meanwhile
         shares = ", ".join(f"{a.name}={a.local_share}" for a in self._admissions)
