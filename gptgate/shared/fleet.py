@@ -7,7 +7,9 @@ fixed limit is the shared layer of that backend's :class:`~gptgate.limits.Limite
 limiter admits locally first, then asks here). The hot path costs one Redis round trip to
 acquire (one Lua script, which also carries this process's releases queued for the backend)
 and at most one to release (sent by the background task, pipelined with other releases, when
-no acquire carried it first), never more.
+no acquire carried it first), never more. And the round trips are shared: every operation of
+the client goes through one queue and one connection (gptgate/shared/coalesce.py), so calls
+that acquire at once travel in one pipeline.
 
 Leases expire on the fleet's wall clock (``wall``: ``time.time`` by default, injectable for
 tests): a process that dies has its permits back within ``lease_s``, while a live one renews
@@ -39,6 +41,7 @@ import anyio.abc
 from ..clock import Clock
 from ..errors import OverloadedError
 from . import scripts
+from .coalesce import Coalescer, Command, SenderStopped
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
@@ -54,6 +57,9 @@ __all__ = ["FleetAdmission", "FleetClient", "FleetStatistics", "Lease"]
 log = logging.getLogger("gptgate")
 
 State = Literal["unknown", "up", "down"]
+
+#: every script a client may run: all loaded when it starts, so no call pays a load
+SCRIPTS = tuple(name for name in scripts.__all__ if name != "SAMPLE_BATCHES")
 
 #: how long a release waits for an acquire on the same backend to carry it (real seconds):
 #: under load most releases then cost no round trip of their own; a permit reaches the other
@@ -161,6 +167,8 @@ class FleetClient:
         self._rejoined_until = 0.0
         self._redis: Any = None
         self._scripts: dict[str, Any] = {}
+        #: every operation goes through it: one connection, one pipelined round trip at a time
+        self._batch = Coalescer(self)
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         self._admissions: list[FleetAdmission] = []
         self._autos: list[FleetAutoAdmission] = []
@@ -173,9 +181,10 @@ class FleetClient:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Connect and register this worker; a Redis that cannot be reached is an outage
-        (local limits, a warning), never a failed start."""
-        from redis.asyncio import Redis  # only with shared=: Redis is an optional extra
+        """Connect, load every script and register this worker — before the first call, so
+        no call pays a connect or a script load inside its budget. A Redis that cannot be
+        reached is an outage (local limits, a warning), never a failed start."""
+        from redis.asyncio import BlockingConnectionPool, Redis  # only with shared=: optional
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
         from redis.exceptions import RedisError
@@ -184,17 +193,27 @@ class FleetClient:
         # from a busy event loop (redis-py's own timeout on the socket cannot)
         backstop = max(1.0, 10 * self.shared.op_budget_s)
         self._errors = (RedisError, OSError, TimeoutError)
-        self._redis = Redis.from_url(
+        # one sender at a time (gptgate/shared/coalesce.py): one connection in use, a second
+        # only for what runs beside it (a close while a batch hangs), so no call ever waits
+        pool = BlockingConnectionPool.from_url(
             self.shared.url,
+            max_connections=2,
+            timeout=backstop,
             socket_timeout=backstop,
             socket_connect_timeout=backstop,
             retry=Retry(NoBackoff(), 0),
             retry_on_timeout=False,
             health_check_interval=0,
         )
-        for name in ("ACQUIRE", "RELEASE", "RENEW", "PAUSE", "LIMIT", "BREAKER", "HEALTH", "PROBE",
-                     "ACQUIRE_AUTO", "LEAD", "RESIGN"):
+        self._redis = Redis.from_pool(pool)
+        for name in SCRIPTS:
             self._scripts[name] = self._redis.register_script(getattr(scripts, name))
+        try:
+            with op_budget(self.shared.op_budget_s):
+                await self._batch.load()  # opens the connection too
+        except self._errors as error:
+            self._down(error)
+        task_group.start_soon(self._batch.serve)
         await self._renew()
         for admission in self._admissions:
             if admission.fixed:
@@ -305,16 +324,25 @@ class FleetClient:
     # -- operations -----------------------------------------------------------------------
 
     async def _op(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One script's answer, sent with whatever else is queued (one round trip)."""
+        return (await self.run([(name, keys, args)]))[0]
+
+    async def run(
+        self, commands: list[Command], on_cancel: Callable[[bool], None] | None = None
+    ) -> list[Any]:
+        """The scripts' answers, in the next pipelined round trip (``Coalescer.run``), within
+        the op budget: Redis failing or outliving it is an outage (:class:`_RedisDown`)."""
         if self._redis is None:
             raise _RedisDown()
         try:
-            with op_budget(self.shared.op_budget_s):
-                answer = await self._scripts[name](keys, args)
+            answers = await self._batch.run(commands, on_cancel)
+        except SenderStopped as error:  # the gateway is closing: its close sends the rest
+            raise _RedisDown() from error
         except self._errors as error:
             self._down(error)
             raise _RedisDown() from error
         self._answered()
-        return answer
+        return answers
 
     async def _publish_limit(self, admission: FleetAdmission) -> None:
         """Tell the fleet this process's limit; another process configuring the same backend
@@ -345,11 +373,23 @@ class FleetClient:
         args = [*args, *carried]
         # shared= pacing: the call's RPM/TPM take rides in the same round trip
         take = admission.rider(lease.id) if admission.rider is not None else None
+
+        def cancelled(sent: bool) -> None:
+            # a deadline or a task group left mid-acquire: what it carried goes again, and a
+            # grant it may have had is released (queued now: it runs after the acquire)
+            self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
+            if sent:
+                self._pending.append((admission.permits_key, lease.id))
+            self._kick.set()
+
         try:
             if take is not None:
-                granted, held, pause_ms, cap, *_, live = await take.send_with(name, keys, args)
+                granted, held, pause_ms, cap, *_, live = await take.send_with(
+                    name, keys, args, cancelled
+                )
             else:
-                granted, held, pause_ms, cap, *_, live = await self._op(name, keys, args)
+                (answer,) = await self.run([(name, keys, args)], cancelled)
+                granted, held, pause_ms, cap, *_, live = answer
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
@@ -418,37 +458,16 @@ class FleetClient:
                 next_health = time.monotonic() + HEALTH_POLL_S
 
     async def _poll_health(self) -> None:
-        """Read every backend's fleet circuit in one pipelined round trip and apply it."""
-        assert self._redis is not None
+        """Read every backend's fleet circuit (in one round trip) and apply it."""
+        commands: list[Command] = [
+            ("HEALTH", [health.circuit_key], []) for health in self._healths
+        ]
         try:
-            with op_budget(self.shared.op_budget_s):
-                circuits = await self._read_circuits()
-                if circuits is None:  # Redis restarted: scripts gone
-                    await self._redis.script_load(self._scripts["HEALTH"].script)
-                    circuits = await self._read_circuits()
-        except self._errors as error:
-            self._down(error)
+            circuits = await self.run(commands)
+        except _RedisDown:
             return
-        for health, (state, left_ms) in zip(self._healths, circuits or (), strict=False):
+        for health, (state, left_ms) in zip(self._healths, circuits, strict=True):
             health.apply(int(state), int(left_ms))
-
-    async def _read_circuits(self) -> list[Any] | None:
-        """Each backend's ``HEALTH`` answer, or None when Redis has lost the script."""
-        from redis.exceptions import NoScriptError
-
-        assert self._redis is not None
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for health in self._healths:
-                pipe.execute_command(
-                    "EVALSHA", self._scripts["HEALTH"].sha, 1, health.circuit_key
-                )
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        if any(isinstance(r, NoScriptError) for r in results):
-            return None
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return results
 
     async def _renew(self) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
@@ -494,7 +513,7 @@ class FleetClient:
             released.setdefault(key, []).append(lease_id)
         for key in batches:
             released.setdefault(key, [])
-        commands: list[tuple[str, list[str], list[Any]]] = []
+        commands: list[Command] = []
         for key, lease_ids in released.items():
             auto = batches.get(key)
             if auto is not None:
@@ -521,43 +540,13 @@ class FleetClient:
             # before the error must not count twice: the leader can spare a few)
             self._pending = pending + self._pending
 
-    async def _send_all(self, commands: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        """The scripts in one pipelined round trip (two after a Redis restart lost them),
-        within the op budget; None (and an outage) when Redis fails."""
-        assert self._redis is not None
+    async def _send_all(self, commands: list[Command]) -> list[Any] | None:
+        """The scripts' answers (in one round trip, with whatever else is queued); None
+        (and an outage) when Redis fails."""
         try:
-            with op_budget(self.shared.op_budget_s):
-                results = await self._send(commands)
-                if results is None:  # Redis restarted: scripts gone
-                    for name in {name for name, _, _ in commands}:
-                        await self._redis.script_load(self._scripts[name].script)
-                    results = await self._send(commands)
-        except self._errors as error:
-            self._down(error)
+            return await self.run(commands)
+        except _RedisDown:
             return None
-        self._answered()
-        return results
-
-    async def _send(self, commands: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        """One pipelined round trip of scripts by their SHA. redis-py's own script
-        pipelining asks ``SCRIPT EXISTS`` first — a second round trip on every flush — so a
-        missing script is reported instead (None: load it and send again; every script
-        here may run twice)."""
-        from redis.exceptions import NoScriptError
-
-        assert self._redis is not None
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for name, keys, args in commands:
-                pipe.execute_command(
-                    "EVALSHA", self._scripts[name].sha, len(keys), *keys, *args
-                )
-            results: list[Any] = await pipe.execute(raise_on_error=False)
-        for result in results:
-            if isinstance(result, NoScriptError):
-                return None
-            if isinstance(result, BaseException):
-                raise result
-        return results
 
     def _lead_period(self) -> float:
         return self.lead_s if any(auto.leading for auto in self._autos) else self.follow_s
@@ -568,7 +557,7 @@ class FleetClient:
         follower read the published limit (gptgate/shared/auto.py)."""
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 750)
-        commands: list[tuple[str, list[str], list[Any]]] = [
+        commands: list[Command] = [
             ("LEAD", *auto.lead_script(now_ms, lease_ms)) for auto in self._autos
         ]
         self.lead_rounds += 1
@@ -612,6 +601,7 @@ class FleetClient:
         self.slow_since = None
         self.state = "down"
         self.outages += 1
+        self._batch.fail_queued(error)
         for auto in self._autos:
             auto.resign()  # its lease lapses: another process may lead meanwhile
         shares = ", ".join(

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import anyio
 
-__all__ = ["BUSY_OUTAGE_S", "LoopBusy", "op_budget"]
+__all__ = ["BUSY_OUTAGE_S", "LoopBusy", "op_budget", "overrun"]
 
 #: a deadline that fires later than this share of the budget means the loop was busy
 LATE_SHARE = 0.5
@@ -37,7 +37,13 @@ def op_budget(budget_s: float) -> Iterator[None]:
     with anyio.move_on_after(budget_s) as scope:
         yield
     if scope.cancelled_caught:
-        late = anyio.current_time() - scope.deadline
-        if late > budget_s * LATE_SHARE:
-            raise LoopBusy(f"the event loop was busy {late * 1000:.0f} ms past the budget")
-        raise TimeoutError
+        raise overrun(scope.deadline, budget_s)
+
+
+def overrun(deadline: float, budget_s: float) -> TimeoutError:
+    """What a budget that ran out at ``deadline`` (anyio's clock) means: :class:`LoopBusy`
+    when it fired that late, else a slow Redis (``TimeoutError``)."""
+    late = anyio.current_time() - deadline
+    if late > budget_s * LATE_SHARE:
+        return LoopBusy(f"the event loop was busy {late * 1000:.0f} ms past the budget")
+    return TimeoutError()

@@ -31,13 +31,13 @@ import contextlib
 import contextvars
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..limits.pacing import RateLimitPacer
 from . import scripts
 from .fleet import _RedisDown
-from .loop_budget import op_budget
 
 if TYPE_CHECKING:
     from ..config import Backend
@@ -113,7 +113,13 @@ class PendingTake:
                 _RIDER.reset(self._token)
             self._token = None
 
-    async def send_with(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def send_with(
+        self,
+        name: str,
+        keys: list[str],
+        args: list[Any],
+        on_cancel: Callable[[bool], None] | None = None,
+    ) -> Any:
         """Send the ``name`` script (the acquire) and this take in one round trip; the
         acquire's answer. Redis failing is an outage, as for any operation."""
         pacer = self.pacer
@@ -121,16 +127,20 @@ class PendingTake:
         register(client)
         now = self.at = client.clock.now()  # the take is now, not when the call began waiting
         command = pacer._command(now, self.tokens, self.deadline, self.lease_id)
+
+        def cancelled(sent: bool) -> None:
+            if not sent:  # nothing ran: what the take carried goes with the next one
+                pacer._unsent(command)
+            if on_cancel is not None:
+                on_cancel(sent)
+
         try:
-            with op_budget(client.shared.op_budget_s):
-                answers = await _pipelined(
-                    client, [(name, keys, args), ("PACE", command.keys, command.args)]
-                )
-        except client._errors as error:
+            answers = await client.run(
+                [(name, keys, args), ("PACE", command.keys, command.args)], cancelled
+            )
+        except _RedisDown:
             pacer._unsent(command)
-            client._down(error)
-            raise _RedisDown() from error
-        client._answered()
+            raise
         self.result = pacer._answer(answers[1], now, self.tokens)
         return answers[0]
 
@@ -139,34 +149,6 @@ class PendingTake:
 _RIDER: contextvars.ContextVar[PendingTake | None] = contextvars.ContextVar(
     "gptgate_fleet_take", default=None
 )
-
-
-async def _pipelined(
-    client: FleetClient, commands: list[tuple[str, list[str], list[Any]]]
-) -> list[Any]:
-    """The scripts' answers, in one pipelined round trip by their SHA (a Redis that lost
-    them, restarted: loaded and sent again; both scripts may run twice)."""
-    from redis.exceptions import NoScriptError
-
-    redis = client._redis
-    if redis is None:
-        raise ConnectionError("not connected")
-    for attempt in range(2):
-        async with redis.pipeline(transaction=False) as pipe:
-            for name, keys, args in commands:
-                pipe.execute_command(
-                    "EVALSHA", client._scripts[name].sha, len(keys), *keys, *args
-                )
-            answers: list[Any] = await pipe.execute(raise_on_error=False)
-        if attempt == 0 and any(isinstance(a, NoScriptError) for a in answers):
-            for name, _, _ in commands:
-                await redis.script_load(client._scripts[name].script)
-            continue
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
-        return answers
-    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True, slots=True)
