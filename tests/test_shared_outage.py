@@ -17,6 +17,7 @@ import redis.asyncio
 
 import gptgate as gg
 from gptgate.clock import SystemClock
+from gptgate.shared import fleet as fleet_module
 from gptgate.shared.fleet import FleetAdmission
 from tests.conftest import RedisServer
 from tests.fleettools import admission, namespace
@@ -246,7 +247,11 @@ def held_until(release: anyio.Event) -> Callable[[httpx2.Request], Any]:
     return handler
 
 
-async def test_no_call_fails_because_redis_stopped_and_restarted(own_redis: RedisServer) -> None:
+async def test_no_call_fails_because_redis_stopped_and_restarted(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every call asks Redis (none reuses the permit its gateway's last call ended)
+    monkeypatch.setattr(fleet_module, "REUSE_FRESH_S", -1.0)
     release = anyio.Event()
     script = Script(held_until(release))
     shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=5.0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import socket
 import time
@@ -61,6 +62,10 @@ State = Literal["unknown", "up", "down"]
 #: every script a client may run: all loaded when it starts, so no call pays a load
 SCRIPTS = tuple(name for name in scripts.__all__ if name != "SAMPLE_BATCHES")
 
+#: a permit whose release is still queued is kept for this process's next call on the backend
+#: (no release, no acquire) while Redis answered this backend this recently (real seconds):
+#: a pause or a lower limit set by another process is then heard at most this much later
+REUSE_FRESH_S = 0.02
 #: how long a release waits for an acquire on the same backend to carry it (real seconds):
 #: under load most releases then cost no round trip of their own; a permit reaches the other
 #: processes at most this much later, nothing next to a model call's latency
@@ -114,6 +119,9 @@ class FleetStatistics:
     loop_busy: int = 0
     #: operations Redis answered later than the budget, asked again before any outage
     slow_ops: int = 0
+    #: calls admitted on a permit this process's last call ended, its release not yet sent
+    #: (no round trip: the fleet still counted it)
+    reused: int = 0
     #: ``concurrency="auto"``: whether this process leads (computes the fleet's limit);
     #: None for a fixed limit
     leader: bool | None = None
@@ -403,11 +411,22 @@ class FleetClient:
         return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease) -> None:
-        """Queue the release (no await on the caller's path): the next acquire on the same
-        backend carries it, or the background task sends it ``RELEASE_LINGER_S`` later."""
+        """Queue the release (no await on the caller's path): the next call on the same
+        backend reuses the permit or its acquire carries the release, else the background
+        task sends it ``RELEASE_LINGER_S`` later."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
+            if admission.fixed and self.state == "up":
+                admission._reusable.append(lease.id)
             self._kick.set()
+
+    def unqueue_release(self, permits_key: str, lease_id: str) -> bool:
+        """Take a queued release back (its permit is reused): whether it was still queued."""
+        try:
+            self._pending.remove((permits_key, lease_id))
+        except ValueError:
+            return False
+        return True
 
     def _take_releases(self, permits_key: str) -> list[str]:
         """The queued releases of one backend's permits, taken off the queue."""
@@ -416,6 +435,9 @@ class FleetClient:
         carried = [lease_id for key, lease_id in self._pending if key == permits_key]
         if carried:
             self._pending = [item for item in self._pending if item[0] != permits_key]
+            for admission in self._admissions:
+                if admission.permits_key == permits_key:
+                    admission._reusable.clear()  # sent: no longer this process's to reuse
         return carried
 
     def pause(self, admission: FleetAdmission, seconds: float) -> None:
@@ -480,13 +502,15 @@ class FleetClient:
         lease_ms = int(self.shared.lease_s * 1000)
         args += [now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions)]
         for admission in self._admissions:
-            if not admission.held:
+            if not admission.held and not admission._reusable:
                 continue
             keys.append(admission.permits_key)
             index = len(keys)
             for lease in admission.held:
                 lease.registered = True  # from here on it may be in Redis: release it there
                 args += [index, lease.id]
+            for lease_id in admission._reusable:  # may be reused before its release is sent
+                args += [index, lease_id]
         try:
             workers = await self._op("RENEW", keys, args)
         except _RedisDown:
@@ -497,6 +521,8 @@ class FleetClient:
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
         pending, self._pending = self._pending, []
+        for admission in self._admissions:
+            admission._reusable.clear()
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
         breakers = [(h, h.to_send) for h in self._healths if h.to_send is not None]
         batches = {a.permits_key: a for a in self._autos if a.has_samples}
@@ -600,6 +626,8 @@ class FleetClient:
         self.busy_since = None
         self.slow_since = None
         self.state = "down"
+        for admission in self._admissions:
+            admission._reusable.clear()  # their releases are sent at the rejoin
         self.outages += 1
         self._batch.fail_queued(error)
         for auto in self._autos:
@@ -664,6 +692,12 @@ class FleetAdmission:
         self._warned_limits: set[int] = set()
         self.on_pause = on_pause
         self.held: set[Lease] = set()
+        #: ids of permits this process ended whose releases are still queued (newest last)
+        self._reusable: list[str] = []
+        #: when (monotonic) Redis last answered an acquire on this backend
+        self._answered_at = -math.inf
+        #: calls admitted on a permit kept from the last call instead of an acquire
+        self.reused = 0
         self._turn = anyio.Lock()
         self._freed = anyio.Event()
         self._waiting = 0
@@ -730,6 +764,8 @@ class FleetAdmission:
         if client.state == "up":
             if client.rejoining and len(self.held) >= self.local_share:
                 return False  # the others may still admit on their shares, unseen by Redis
+            if self._reuse(lease):
+                return True
             try:
                 granted, counted, pause_s, cap = await client.acquire(self, lease)
             except _RedisDown:
@@ -739,6 +775,7 @@ class FleetAdmission:
                 client._pending.append((self.permits_key, lease.id))
                 lease.id = client.new_lease().id
                 return False if client.state == "up" else self._try_local(lease)
+            self._answered_at = time.monotonic()
             self._fleet_in_flight = counted
             self._saw_fleet_limit(cap)
             if pause_s > 0 and self.on_pause is not None:
@@ -748,6 +785,29 @@ class FleetAdmission:
                 self.held.add(lease)
             return granted
         return self._try_local(lease)
+
+    def _reuse(self, lease: Lease) -> bool:
+        """Admit on a permit this process ended a moment ago and has not released yet: the
+        fleet still counts it, so keeping it for this call is what its release carried by
+        this call's acquire would do, without either. Not when Redis has not answered this
+        backend lately (a pause or a lower limit must be heard), nor when the call's RPM/TPM
+        take must ride an acquire."""
+        if not self._reusable or time.monotonic() - self._answered_at > REUSE_FRESH_S:
+            return False
+        if self.rider is not None and self.rider(lease.id) is not None:
+            return False
+        while self._reusable:
+            lease_id = self._reusable.pop()
+            if self.client.unqueue_release(self.permits_key, lease_id):
+                lease.id = lease_id
+                lease.registered = True
+                lease.counted = self._fleet_in_flight
+                lease.granted_at = self.client.clock.now()
+                lease.granted_wall = self.client.wall()
+                self.held.add(lease)
+                self.reused += 1
+                return True
+        return False
 
     def _try_local(self, lease: Lease) -> bool:
         if len(self.held) < self.local_share:
@@ -794,4 +854,5 @@ class FleetAdmission:
             outages=self.client.outages,
             loop_busy=self.client.loop_busy,
             slow_ops=self.client.slow_ops,
+            reused=self.reused,
         )
