@@ -358,6 +358,9 @@ SHARED_URL = ""
 #: machine): such a run admits locally, without Redis, until a probe finds it again — its CPU
 #: figure is then flattered, so the table says how many runs had one
 SHARED_OUTAGES: list[int] = []
+#: the share of each shared= run's calls admitted on a permit the process's last call ended
+#: (its release still queued: no round trip)
+SHARED_REUSED: list[float] = []
 
 
 async def run_gptgate_shared(base_url: str, calls: int, concurrency: int) -> float:
@@ -372,6 +375,7 @@ async def run_gptgate_shared(base_url: str, calls: int, concurrency: int) -> flo
         used = await drive(call, calls, concurrency)
         fleet = gate.stats()["sim"].fleet
         SHARED_OUTAGES.append(0 if fleet is None else fleet.outages)
+        SHARED_REUSED.append(0.0 if fleet is None else fleet.reused / calls)
         return used
 
 
@@ -506,6 +510,8 @@ def main() -> None:
         print(f"outages declared per shared= run (the warm-up first): {SHARED_OUTAGES}"
               + (" — a run with one admitted without Redis for a while: its figure is low"
                  if any(SHARED_OUTAGES[1:]) else ""))
+        reused = ", ".join(f"{share:.0%}" for share in SHARED_REUSED)
+        print(f"calls on a permit the process's last call ended, per shared= run: {reused}")
 
 
 def print_clients(

@@ -64,8 +64,11 @@ SCRIPTS = tuple(name for name in scripts.__all__ if name != "SAMPLE_BATCHES")
 
 #: a permit whose release is still queued is kept for this process's next call on the backend
 #: (no release, no acquire) while Redis answered this backend this recently (real seconds):
-#: a pause or a lower limit set by another process is then heard at most this much later
-REUSE_FRESH_S = 0.02
+#: a pause or a lower limit set by another process is then heard at most this much later.
+#: Kept fresh by a read sent with the releases every half of it. Not shorter: an event loop
+#: saturated by 32 callers takes ~16 ms to come round to the background task, and at 20 ms
+#: half the calls found it stale and asked Redis all at once
+REUSE_FRESH_S = 0.1
 #: how long a release waits for an acquire on the same backend to carry it (real seconds):
 #: under load most releases then cost no round trip of their own; a permit reaches the other
 #: processes at most this much later, nothing next to a model call's latency
@@ -526,7 +529,10 @@ class FleetClient:
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
         breakers = [(h, h.to_send) for h in self._healths if h.to_send is not None]
         batches = {a.permits_key: a for a in self._autos if a.has_samples}
-        if not pending and not pauses and not breakers and not batches:
+        keys = {key for key, _ in pending}
+        # a backend whose calls reuse permits hears the pause and the fleet's limit here
+        heard = [a for a in self._admissions if a.fixed and (a.permits_key in keys or a.hearing)]
+        if not pending and not pauses and not breakers and not batches and not heard:
             return
         for admission, _ in pauses:
             admission._pause_to_send = 0.0
@@ -551,6 +557,9 @@ class FleetClient:
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
+        for admission in heard:
+            admission._reusing = False
+            commands.append(("STATE", [admission.pause_key, admission.limit_key], []))
         for health, (circuit, seconds) in breakers:
             # "closed" is remembered long enough for every process's poll to read it
             real_s = (
@@ -561,10 +570,15 @@ class FleetClient:
                 ("BREAKER", [health.circuit_key, health.probe_key],
                  [circuit, max(1, int(real_s * 1000))])
             )
-        if await self._send_all(commands) is None:
+        answers = await self._send_all(commands)
+        if answers is None:
             # sent again after the rejoin; samples are not (a batch Redis may have taken
             # before the error must not count twice: the leader can spare a few)
             self._pending = pending + self._pending
+            return
+        states = answers[len(released) + len(pauses):][: len(heard)]
+        for admission, (pause_ms, fleet) in zip(heard, states, strict=True):
+            admission._heard(int(pause_ms), int(fleet))
 
     async def _send_all(self, commands: list[Command]) -> list[Any] | None:
         """The scripts' answers (in one round trip, with whatever else is queued); None
@@ -698,6 +712,8 @@ class FleetAdmission:
         self._answered_at = -math.inf
         #: calls admitted on a permit kept from the last call instead of an acquire
         self.reused = 0
+        #: calls have reused permits since the fleet's pause and limit were last read
+        self._reusing = False
         self._turn = anyio.Lock()
         self._freed = anyio.Event()
         self._waiting = 0
@@ -786,6 +802,21 @@ class FleetAdmission:
             return granted
         return self._try_local(lease)
 
+    @property
+    def hearing(self) -> bool:
+        """Whether calls have reused permits and the fleet's pause and limit are due again
+        (half the freshness a reuse needs: they stay fresh while the calls go on)."""
+        return self._reusing and time.monotonic() - self._answered_at > REUSE_FRESH_S / 2
+
+    def _heard(self, pause_ms: int, fleet: int) -> None:
+        """The fleet's pause and limit, read with this process's releases: what keeps its
+        calls reusing permits without an acquire of their own."""
+        self._answered_at = time.monotonic()
+        self._saw_fleet_limit(min(self.limit, fleet) if fleet > 0 else self.limit)
+        pause_s = self.client.clock_s(pause_ms)
+        if pause_s > 0 and self.on_pause is not None:
+            self.on_pause(pause_s)
+
     def _reuse(self, lease: Lease) -> bool:
         """Admit on a permit this process ended a moment ago and has not released yet: the
         fleet still counts it, so keeping it for this call is what its release carried by
@@ -806,6 +837,7 @@ class FleetAdmission:
                 lease.granted_wall = self.client.wall()
                 self.held.add(lease)
                 self.reused += 1
+                self._reusing = True
                 return True
         return False
 

@@ -21,6 +21,7 @@ __all__ = [
     "RENEW",
     "RESIGN",
     "SAMPLE_BATCHES",
+    "STATE",
     "WARM_CLAIM",
     "WARM_COUNTS",
     "WARM_DONE",
@@ -207,6 +208,13 @@ for i = 6, #ARGV, 2 do
   redis.call('PEXPIRE', key, ARGV[4])
 end
 return redis.call('ZCARD', KEYS[1])
+"""
+
+#: KEYS: pause key, fleet limit key. What an acquire tells besides its grant, for a process
+#: whose calls reuse the permits its last calls ended (sent with its releases, no round trip
+#: of its own). → {pause ms left (<= 0: none), the fleet's limit or 0}
+STATE = """
+return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
 """
 
 #: KEYS: pause key. ARGV: pause ms. Lengthens a pause, never shortens it. → pause ms left
