@@ -106,7 +106,8 @@ class FleetAutoAdmission(FleetAdmission):
         # last one this process saw
         return (
             "ACQUIRE_AUTO",
-            [self.permits_key, self.pause_key, self.limit_key, self.samples_key],
+            [self.permits_key, self.pause_key, self.limit_key, self.samples_key,
+             self.waiters_key],
             [now_ms, now_ms + lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
              self.take_samples()],
         )

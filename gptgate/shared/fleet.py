@@ -39,6 +39,7 @@ from . import scripts
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
+from .wake import FleetWake, waiters_key
 
 if TYPE_CHECKING:
     from ..limits.base import Limit
@@ -157,7 +158,12 @@ class FleetClient:
         #: (permits key, lease id) releases not yet sent
         self._pending: list[tuple[str, str]] = []
         self._kick = anyio.Event()
+        #: a release to send without lingering: another process waits for a permit of its
+        #: backend (its waiting head is woken when the release reaches Redis)
+        self._hurry = False
         self._prefix = f"gptgate:{shared.namespace}"
+        #: the subscriber that wakes this process's waiting calls on another's release
+        self.wake = FleetWake(self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -190,7 +196,10 @@ class FleetClient:
                 await self._publish_limit(admission)
         if self._autos and self.state == "up":
             await self._lead()  # a leader from the first call on
+        if self.state == "up":
+            await self.wake.subscribe()  # else its task does once Redis answers
         task_group.start_soon(self._run)
+        task_group.start_soon(self.wake.run)
 
     async def aclose(self) -> None:
         """Send what is still pending (within the budget) and close the connection."""
@@ -209,6 +218,7 @@ class FleetClient:
         redis, self._redis = self._redis, None
         with contextlib.suppress(*self._errors):
             await redis.aclose()
+        await self.wake.aclose()
         self.state = "unknown"
 
     def admission(
@@ -233,6 +243,7 @@ class FleetClient:
             on_pause=on_pause,
         )
         self._admissions.append(admission)
+        self.wake.add(admission)
         return admission
 
     def auto_admission(
@@ -258,6 +269,7 @@ class FleetClient:
         )
         self._admissions.append(admission)
         self._autos.append(admission)
+        self.wake.add(admission)
         return admission
 
     def health(
@@ -331,14 +343,15 @@ class FleetClient:
         take = admission.rider(lease.id) if admission.rider is not None else None
         try:
             if take is not None:
-                granted, held, pause_ms, cap, *_ = await take.send_with(name, keys, args)
+                granted, held, pause_ms, cap, *rest = await take.send_with(name, keys, args)
             else:
-                granted, held, pause_ms, cap, *_ = await self._op(name, keys, args)
+                granted, held, pause_ms, cap, *rest = await self._op(name, keys, args)
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
         pause_s = self.clock_s(int(pause_ms))
+        admission.fleet_waiting = int(rest[1]) if len(rest) > 1 else 0
         if granted:
             lease.counted = int(held)
             lease.granted_at = self.clock.now()
@@ -350,6 +363,9 @@ class FleetClient:
         backend carries it, or the background task sends it ``RELEASE_LINGER_S`` later."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
+            if admission.fleet_waiting and not admission._waiting:
+                # another process waits: no acquire of ours is coming to carry it
+                self._hurry = True
             self._kick.set()
 
     def _take_releases(self, permits_key: str) -> list[str]:
@@ -386,7 +402,8 @@ class FleetClient:
             with anyio.move_on_after(max(0.0, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
-            if self.state == "up" and self._pending:
+            hurry, self._hurry = self._hurry, False
+            if self.state == "up" and self._pending and not hurry:
                 await anyio.sleep(RELEASE_LINGER_S)  # time for an acquire to carry them
             if self.state != "up" or time.monotonic() >= next_renewal:
                 await self._renew()
@@ -471,6 +488,7 @@ class FleetClient:
         assert self._redis is not None
         # one RELEASE per backend, carrying its samples (``concurrency="auto"``) too
         released: dict[str, list[str]] = {}
+        waiters = {a.permits_key: a.waiters_key for a in self._admissions}
         for key, lease_id in pending:
             released.setdefault(key, []).append(lease_id)
         for key in batches:
@@ -480,10 +498,11 @@ class FleetClient:
             auto = batches.get(key)
             if auto is not None:
                 commands.append(
-                    ("RELEASE", [key, auto.samples_key], [auto.take_samples(), *lease_ids])
+                    ("RELEASE", [key, auto.waiters_key, auto.samples_key],
+                     [auto.take_samples(), *lease_ids])
                 )
             else:
-                commands.append(("RELEASE", [key], ["", *lease_ids]))
+                commands.append(("RELEASE", [key, waiters[key]], ["", *lease_ids]))
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
@@ -599,8 +618,9 @@ class FleetClient:
 
 class FleetAdmission:
     """One backend's fleet permits. A call that finds the fleet full waits in a local FIFO;
-    only its head asks Redis again (every ``poll_s``, or at once when this process releases
-    one), so the waiting costs Redis one operation per backend, not one per call."""
+    only its head asks Redis again — at once when this process releases a permit or another
+    process's release wakes it (gptgate/shared/wake.py), else every ``poll_s`` — so the waiting
+    costs Redis one operation per backend, not one per call."""
 
     #: a limit every process configures (published with LIMIT, the fleet takes the lowest)
     fixed = True
@@ -619,6 +639,7 @@ class FleetAdmission:
         self.client = client
         self.name = name
         self.permits_key = permits_key
+        self.waiters_key = waiters_key(permits_key)
         self.pause_key = pause_key
         self.limit_key = limit_key
         self.limit = limit
@@ -630,6 +651,8 @@ class FleetAdmission:
         self._turn = anyio.Lock()
         self._freed = anyio.Event()
         self._waiting = 0
+        #: processes the fleet had waiting for this backend at this process's last acquire
+        self.fleet_waiting = 0
         self._fleet_in_flight: int | None = None
         self._pause_to_send = 0.0
         #: the calling task's RPM/TPM take to send with an acquire (gptgate/shared/pacing.py)
@@ -671,7 +694,7 @@ class FleetAdmission:
         """The acquire script, its keys and its arguments before the carried releases."""
         return (
             "ACQUIRE",
-            [self.permits_key, self.pause_key, self.limit_key],
+            [self.permits_key, self.pause_key, self.limit_key, self.waiters_key],
             [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms],
         )
 
@@ -727,6 +750,10 @@ class FleetAdmission:
             return
         self.held.discard(lease)
         self.client.release(self, lease)
+        self._freed.set()
+
+    def wake(self) -> None:
+        """Another process released a permit for this one: the waiting head asks now."""
         self._freed.set()
 
     def pause(self, seconds: float) -> None:
