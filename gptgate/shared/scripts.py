@@ -164,14 +164,15 @@ wake(KEYS[5], math.min(freed, cap - held))
 return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5])}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES))
 
-#: KEYS: leader key, samples list, auto key, state key. ARGV: worker id, now ms, lease ms,
+#: KEYS: leader key, samples list, auto key, state key, permits zset, waiters zset. ARGV:
+#: worker id, now ms, lease ms,
 #: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
 #: not leading yet (it is handed the kept state, and its limit is published only where none
 #: is: the last leader's stands until the new one has computed its own). Takes the lead when
 #: nobody holds it or its holder's lease ran out; the leader renews it, publishes, and drains
-#: the samples.
+#: the samples. A limit published above the leases held wakes as many waiters.
 #: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state}
-LEAD = """
+LEAD = _WAKE + """
 local now = tonumber(ARGV[2])
 local held = redis.call('GET', KEYS[1])
 local holder = nil
@@ -190,6 +191,10 @@ if tonumber(ARGV[4]) > 0 then
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6], 'NX')
   else
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+  end
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    local published = tonumber(redis.call('GET', KEYS[3]) or '0')
+    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[2], '+inf'))
   end
 end
 if ARGV[5] ~= '' then
