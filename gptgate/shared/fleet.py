@@ -59,6 +59,11 @@ State = Literal["unknown", "up", "down"]
 RELEASE_LINGER_S = 0.002
 
 
+#: how much longer a waiting call polls while wake-ups can reach it (``FleetClient.poll_s`` ×):
+#: a backstop for a message lost or a waiter woken that had left, not the way permits move
+WAKE_BACKSTOP = 10.0
+
+
 class _RedisDown(Exception):
     """An operation failed or outlived its budget: the client is now in an outage — or,
     when the event loop was too busy to hear the answer (``state`` still "up"), the
@@ -126,7 +131,9 @@ class FleetClient:
         self.shared = shared
         self.clock = clock
         self.wall = wall
-        #: how often the one waiting call of a backend asks Redis again (real seconds)
+        #: how often the one waiting call of a backend asks Redis again (real seconds) — while
+        #: no wake-up can reach it; with the subscriber listening, a release elsewhere wakes
+        #: it at once and the poll is a backstop, ``WAKE_BACKSTOP`` × as long
         self.poll_s = poll_s
         #: how often Redis is probed during an outage (real seconds)
         self.probe_s = probe_s if probe_s is not None else min(1.0, shared.lease_s / 3)
@@ -699,7 +706,10 @@ class FleetAdmission:
         )
 
     def _poll_interval(self) -> float:
-        return self.client.poll_s if self.client.state == "up" else self.client.probe_s
+        client = self.client
+        if client.state != "up":
+            return client.probe_s
+        return client.poll_s * (WAKE_BACKSTOP if client.wake.listening else 1.0)
 
     async def _try(self, lease: Lease) -> bool:
         client = self.client

@@ -9,7 +9,8 @@ permits pops as many waiters as it freed and PUBLISHes on each one's own channel
 (gptgate/shared/scripts.py). Each :class:`~gptgate.shared.fleet.FleetClient` keeps one
 subscriber connection, on its own (outside the connection pool of the operations), listening
 to its channels: a message wakes the backend's waiting head, which asks Redis at once. The
-poll stays as the backstop (a lost message, a subscriber reconnecting after an outage).
+poll stays as the backstop (a lost message, a subscriber reconnecting after an outage), ten
+times longer while the subscriber listens (``WAKE_BACKSTOP``).
 
 With nobody waiting, a release costs Redis one lookup of an absent key and no message.
 """
@@ -57,6 +58,11 @@ class FleetWake:
         self._added = anyio.Event()
         self._listening: anyio.CancelScope | None = None
         self._closed = False
+
+    @property
+    def listening(self) -> bool:
+        """Whether a wake-up can reach this process now (subscribed, its task reading)."""
+        return self._pubsub is not None and self._listening is not None
 
     def add(self, admission: FleetAdmission) -> None:
         """Listen for this backend too (an admission made after the start: subscribe again)."""
