@@ -15,6 +15,7 @@ import gptgate as gg
 from gptgate.shared import fleet as fleet_module
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
 from gptgate.shared.wake import channel
+from tests.conftest import RedisServer
 from tests.fleettools import admission, fleet_client, namespace, published
 
 #: far beyond every wait below: a waiter that gets its permit in time was woken
@@ -151,3 +152,37 @@ async def test_a_release_goes_out_at_once_while_another_process_waits(
                 while not got:
                     await anyio.sleep(0.002)
         assert at_b.statistics().held == 1
+
+
+async def test_wake_ups_resume_after_redis_restarts_empty(own_redis: RedisServer) -> None:
+    ns = namespace()
+    async with (
+        fleet_client(own_redis.url, ns, poll_s=NEVER_S, op_budget_s=0.05, probe_s=0.01) as a,
+        fleet_client(own_redis.url, ns, poll_s=NEVER_S, op_budget_s=0.05, probe_s=0.01) as b,
+    ):
+        at_a, at_b = admission(a, 1), admission(b, 1)
+        await subscribed(own_redis.url, b, at_b)
+        own_redis.stop()
+        own_redis.start()  # empty: no subscriber, no script, no lease
+        # b's subscriber lost its connection: it subscribes again once b finds Redis back
+        with anyio.fail_after(5.0):
+            while (a.state, b.state) != ("up", "up") or b.wake.subscriptions < 2:
+                await a._renew()
+                await b._renew()
+                await anyio.sleep(0.01)
+        await subscribed(own_redis.url, b, at_b)
+        held = await at_a.enter(None)
+        assert held.registered  # granted by Redis: its release goes there
+        got: list[Lease] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait_in_b() -> None:
+                got.append(await at_b.enter(None))
+
+            tg.start_soon(wait_in_b)
+            await waiting(at_b, 1)
+            at_a.leave(held)
+            with anyio.fail_after(2.0):
+                while not got:
+                    await anyio.sleep(0.002)
+        assert b.wake.received == 1
