@@ -5,6 +5,7 @@ arrives within the test's few seconds came by a wake-up."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
@@ -16,7 +17,7 @@ from gptgate.shared import fleet as fleet_module
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
 from gptgate.shared.wake import channel
 from tests.conftest import RedisServer
-from tests.fleettools import admission, fleet_client, namespace, published
+from tests.fleettools import admission, auto, fleet_client, namespace, published
 
 #: far beyond every wait below: a waiter that gets its permit in time was woken
 NEVER_S = 60.0
@@ -186,3 +187,40 @@ async def test_wake_ups_resume_after_redis_restarts_empty(own_redis: RedisServer
                 while not got:
                     await anyio.sleep(0.002)
         assert b.wake.received == 1
+
+
+class Settable:
+    """A leader's limit that the test moves (the fleet publishes it at the next round)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def update(self, sample: Any, now: float) -> None:
+        return None
+
+
+async def test_a_leader_that_raises_the_limit_wakes_the_waiters(redis_url: str) -> None:
+    ns, limit = namespace(), Settable(1)
+    # leadership rounds run when the test says so
+    lead = functools.partial(fleet_client, redis_url, ns, lead_s=1e6, poll_s=NEVER_S)
+    async with lead(autos=[limit]) as leading, lead(autos=[Settable(1)]) as following:
+        await leading._lead()
+        await following._lead()
+        at_lead, at_follow = auto(leading), auto(following)
+        assert at_lead.leading and not at_follow.leading
+        await subscribed(redis_url, following, at_follow)
+        await at_lead.enter(None)  # the fleet's one permit
+        got: list[Lease] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait_in_follower() -> None:
+                got.append(await at_follow.enter(None))
+
+            tg.start_soon(wait_in_follower)
+            await waiting(at_follow, 1)
+            limit.limit = 2
+            await leading._lead()  # publishes 2: one permit free, one waiter woken
+            with anyio.fail_after(2.0):
+                while not got:
+                    await anyio.sleep(0.002)
+        assert following.wake.received == 1
