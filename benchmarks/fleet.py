@@ -332,6 +332,11 @@ def _run(
         sampler.ratio(min(d[4] for d in done), [d[10] for d in done])
         if sampler is not None else None
     )
+    if sampler is not None and os.environ.get("FLEET_TRACE"):
+        # each worker's mean permits held: a worker that holds none for long waits unserved
+        means = [sum(d[10].values()) / max(1, len(d[10])) for d in sorted(done, key=lambda d: d[1])]
+        print(f"{concurrency}: permits held per worker " + " ".join(f"{m:.1f}" for m in means),
+              file=sys.stderr)
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
     if concurrency == "auto":
         name = "shared= auto" if shared_url else "per-process auto"
