@@ -224,3 +224,37 @@ async def test_a_leader_that_raises_the_limit_wakes_the_waiters(redis_url: str) 
                 while not got:
                     await anyio.sleep(0.002)
         assert following.wake.received == 1
+
+
+async def test_a_process_above_its_share_hands_a_permit_to_a_waiting_process(
+    redis_url: str,
+) -> None:
+    # one permit, two processes, both with calls waiting: the one holding it used to take it
+    # back with its release, for good — the other's calls waited until they failed
+    ns = namespace()
+    async with (
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
+    ):
+        await a._renew()  # two live workers: a's share of one permit is half of one
+        at_a, at_b = admission(a, 1), admission(b, 1)
+        for client, at in ((a, at_a), (b, at_b)):
+            await subscribed(redis_url, client, at)
+        held = await at_a.enter(None)
+        got: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait_in(name: str, at: FleetAdmission) -> None:
+                await at.enter(None)
+                got.append(name)
+
+            tg.start_soon(wait_in, "b", at_b)
+            await waiting(at_b, 1)
+            tg.start_soon(wait_in, "a", at_a)
+            await waiting(at_a, 2)
+            at_a.leave(held)
+            with anyio.fail_after(2.0):
+                while not got:
+                    await anyio.sleep(0.002)
+            assert got == ["b"]
+            tg.cancel_scope.cancel()

@@ -365,12 +365,13 @@ class FleetClient:
             lease.granted_wall = now_ms / 1000.0
         return bool(granted), int(held), pause_s, int(cap)
 
-    def release(self, admission: FleetAdmission, lease: Lease) -> None:
+    def release(self, admission: FleetAdmission, lease: Lease, *, hurry: bool = False) -> None:
         """Queue the release (no await on the caller's path): the next acquire on the same
-        backend carries it, or the background task sends it ``RELEASE_LINGER_S`` later."""
+        backend carries it, or the background task sends it ``RELEASE_LINGER_S`` later
+        (``hurry``: at once, for the fleet's oldest waiting process)."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
-            if admission.fleet_waiting and not admission._waiting:
+            if hurry or (admission.fleet_waiting and not admission._waiting):
                 # another process waits: no acquire of ours is coming to carry it
                 self._hurry = True
             self._kick.set()
@@ -758,9 +759,26 @@ class FleetAdmission:
         """Hand the permit back (synchronous: the release is sent in the background)."""
         if not isinstance(lease, Lease) or lease not in self.held:
             return
+        yields = self._yields(lease)
         self.held.discard(lease)
-        self.client.release(self, lease)
-        self._freed.set()
+        self.client.release(self, lease, hurry=yields)
+        if not yields:
+            self._freed.set()  # this process's waiting call takes it back with the release
+
+    def _yields(self, lease: Lease) -> bool:
+        """Whether a permit this process ends goes to the fleet's oldest waiting process
+        rather than to this process's own waiting call: when this process holds more than
+        its share of the limit and another process waits. Else, with fewer permits than
+        processes, the processes holding one kept it for good and the others' calls waited
+        until they failed."""
+        client = self.client
+        others = self.fleet_waiting - (1 if self._waiting else 0)
+        return (
+            lease.registered
+            and others > 0
+            and client.wake.listening
+            and len(self.held) > self.fleet_limit / max(1, client.live_workers)
+        )
 
     def wake(self) -> None:
         """Another process released a permit for this one: the waiting head asks now."""
