@@ -1,12 +1,11 @@
 """Waking a process that waits for the fleet when another process releases a permit.
 
 Without this, a call refused a fleet permit learns of a release elsewhere only at its next poll
-(``FleetClient.poll_s``, 5 ms real — 100 ms of a simulator's time at time scale 20) and the
-fleet keeps part of its limit idle: about 87% of it was held in a run of 8 worker processes.
-Now the acquire script that refuses a process queues it in the backend's *waiters* set (one
-entry per process: only the head of its local queue asks Redis), and every script that frees
-permits pops as many waiters as it freed and PUBLISHes on each one's own channel
-(gptgate/shared/scripts.py). Each :class:`~gptgate.shared.fleet.FleetClient` keeps one
+(``FleetClient.poll_s``, 5 ms real — 100 ms of a simulator's time at time scale 20), and every
+waiting process polls Redis every 5 ms. Now the acquire script that refuses a process queues
+it in the backend's *waiters* set (one entry per process: only the head of its local queue
+asks Redis), and every script that frees permits pops as many waiters as it freed and
+PUBLISHes on each one's own channel (gptgate/shared/scripts.py). Each :class:`~gptgate.shared.fleet.FleetClient` keeps one
 subscriber connection, on its own (outside the connection pool of the operations), listening
 to its channels: a message wakes the backend's waiting head, which asks Redis at once. The
 poll stays as the backstop (a lost message, a subscriber reconnecting after an outage), ten
