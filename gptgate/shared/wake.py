@@ -5,11 +5,12 @@ Without this, a call refused a fleet permit learns of a release elsewhere only a
 waiting process polls Redis every 5 ms. Now the acquire script that refuses a process queues
 it in the backend's *waiters* set (one entry per process: only the head of its local queue
 asks Redis), and every script that frees permits pops as many waiters as it freed and
-PUBLISHes on each one's own channel (gptgate/shared/scripts.py). Each :class:`~gptgate.shared.fleet.FleetClient` keeps one
-subscriber connection, on its own (outside the connection pool of the operations), listening
-to its channels: a message wakes the backend's waiting head, which asks Redis at once. The
-poll stays as the backstop (a lost message, a subscriber reconnecting after an outage), ten
-times longer while the subscriber listens (``WAKE_BACKSTOP``).
+PUBLISHes on each one's own channel (gptgate/shared/scripts.py). Each
+:class:`~gptgate.shared.fleet.FleetClient` keeps one subscriber connection, on its own
+(outside the connection pool of the operations), listening to its channels: a message wakes
+the backend's waiting head, which asks Redis at once. The poll stays as the backstop (a lost
+message, a subscriber reconnecting after an outage), ten times longer while the subscriber
+listens (``WAKE_BACKSTOP``).
 
 With nobody waiting, a release costs Redis one lookup of an absent key and no message.
 """
