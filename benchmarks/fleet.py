@@ -22,7 +22,11 @@ per success and cache hit rate from the server's own ledger, failed calls, and t
 real concurrency at the server (``peak``) against the fleet limit (for ``shared= auto``: the
 highest limit the fleet was ever given; ``final`` is the one at the end, ``terms`` how many
 times a worker took the lead: a leader that finishes its share and closes hands over, so a
-few terms per run are normal).
+few terms per run are normal). ``held`` (``shared=`` rows): the permits the fleet held over
+its limit (the workers count theirs every 10 ms, the benchmark reads the limit from Redis),
+averaged while every worker still had calls — a fleet that hands a released permit over late
+keeps less of its limit busy; ``ops/call``: Redis scripts run per call (the server's own
+count, background rounds included), ``wakes``: wake-up messages published per call.
 
 Then ``--kill``: the ``shared= auto`` row again with worker 0 (the first leader, usually)
 SIGKILLed ``--kill-after-s`` into the run — the survivors must lose no call, the dead worker's
@@ -47,6 +51,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -58,6 +63,8 @@ from gptgate.shared.server import RedisServer, redis_server
 from gptgate.sim import SimProcess
 
 LEASE_S = 2.0
+#: how often the workers count the permits they hold, and the benchmark reads the limit
+HELD_TICK_S = 0.01
 #: Redis's budget per operation. The default (50 ms) is for a server with cores to spare; here
 #: W workers, the simulator and redis-server share 2 cores, and a worker whose event loop is
 #: late by more than the budget declares a (false) outage and admits on its local share while
@@ -94,6 +101,12 @@ class Row:
     final: int | None = None
     #: terms of leadership over the run, all workers (1: one leader throughout)
     terms: int | None = None
+    #: the fleet's permits held over its limit, time-averaged while every worker still had
+    #: calls to make (read from Redis every 10 ms; None without shared=)
+    held_ratio: float | None = None
+    #: Redis scripts run per call, and wake-up messages published per call (shared= rows)
+    scripts_per_call: float | None = None
+    wakes_per_call: float | None = None
     #: the failed calls' errors, by type
     errors: str = ""
 
@@ -152,9 +165,20 @@ async def _work(
         out.put(("hello", index, fleet.worker_id if fleet is not None else None))
         await asyncio.sleep(max(0.0, start_at - time.time()))
         started = clock.now()
-        results = await gate.map(items)
-        stats = gate.stats()["sim"].fleet
         admission: Any = gate._states["sim"].limiter.admission
+        held: dict[int, int] = {}
+
+        async def count_held() -> None:
+            # the permits this worker holds, on the fleet's 10 ms ticks (the benchmark sums
+            # the workers' ticks): permits in use by calls, not those Redis still counts
+            while hasattr(admission, "held"):
+                held[round((time.time() - start_at) / HELD_TICK_S)] = len(admission.held)
+                await asyncio.sleep(HELD_TICK_S)
+
+        counting = asyncio.ensure_future(count_held())
+        results = await gate.map(items)
+        counting.cancel()
+        stats = gate.stats()["sim"].fleet
         outages = stats.outages if stats is not None else 0
         terms = getattr(admission, "terms", 0)
         highest = getattr(admission, "highest", None)
@@ -175,8 +199,79 @@ async def _work(
     # latency from the send: the job's own queue at the gateway is not the backend's doing
     out.put((
         "done", index, latencies, len(results) - len(ok),
-        time.time(), outages, terms, highest, final, errors,
+        time.time(), outages, terms, highest, final, errors, held,
     ))
+
+
+class _HeldSampler:
+    """Reads the fleet's held permits and its limit from Redis every 10 ms, in a thread of the
+    benchmark's own process: how much of its limit the fleet keeps busy. A permit that one
+    worker released and another has not taken yet is a free slot the limit counts; before
+    waiters were woken on a release, such a slot stayed free until the waiter's next poll."""
+
+    def __init__(self, url: str, namespace: str, limit: int | None, start_at: float) -> None:
+        self.url, self.namespace, self.limit, self.start_at = url, namespace, limit, start_at
+        #: (wall time, held, limit)
+        self.readings: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import redis
+
+        client: Any = redis.Redis.from_url(self.url)
+        time.sleep(max(0.0, self.start_at - time.time()))
+        key: str | None = None
+        try:
+            while not self._stop.wait(0.01):
+                if key is None:
+                    found = client.keys(f"gptgate:{self.namespace}:*:permits")
+                    if not found:
+                        continue
+                    key = found[0].decode()
+                now_ms = time.time() * 1000
+                held = int(client.zcount(key, now_ms, "+inf"))
+                limit = self.limit
+                if limit is None:
+                    value = client.get(key.removesuffix(":permits") + ":auto")
+                    if value is None:
+                        continue
+                    limit = int(value)
+                self.readings.append((time.time(), held, limit))
+        except Exception:  # a side reading (Redis restarted, say), never the row's result
+            pass
+        finally:
+            client.close()
+
+    def ratio(self, until: float, workers: list[dict[int, int]]) -> float | None:
+        """The permits the workers held (their ticks summed) over the limit, both averaged
+        over the readings before ``until`` (the first worker done: after it, the fleet runs
+        out of calls, not of hand-overs)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        held = limit = 0
+        for t, _, lim in self.readings:
+            tick = round((t - self.start_at) / HELD_TICK_S)
+            counts = [w.get(tick) for w in workers]
+            if t >= until or any(c is None for c in counts):
+                continue
+            held += sum(c for c in counts if c is not None)
+            limit += lim
+        return held / limit if limit else None
+
+
+def _commandstats(url: str) -> tuple[int, int]:
+    """(scripts, PUBLISHes) the Redis server has run so far (its own INFO commandstats)."""
+    import redis
+
+    client: Any = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return (int(stats.get("cmdstat_evalsha", {}).get("calls", 0)),
+            int(stats.get("cmdstat_publish", {}).get("calls", 0)))
 
 
 def _run(
@@ -191,6 +286,7 @@ def _run(
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     note = ""
+    ops_before = _commandstats(shared_url) if shared_url and not restart else None
     with SimProcess(profile, time_scale=args.time_scale, seed=args.seed, **overrides) as server:
         start_at = time.time() + 3.0 + 0.3 * workers  # every worker has started by then
         processes = [
@@ -202,6 +298,11 @@ def _run(
         ]
         for p in processes:
             p.start()
+        sampler = (
+            _HeldSampler(shared_url, namespace,
+                         None if concurrency == "auto" else int(concurrency), start_at)
+            if shared_url else None
+        )
         hello = {}
         for _ in range(workers):
             _, index, worker_id = out.get(timeout=60)
@@ -223,6 +324,19 @@ def _run(
     latencies = sorted(x for d in done for x in d[2])
     failed = sum(d[3] for d in done)
     makespan = max(d[4] for d in done) - start_at
+    ops = None
+    if ops_before is not None:
+        after = _commandstats(shared_url)  # type: ignore[arg-type]
+        ops = [(b - a) / max(1, args.calls) for a, b in zip(ops_before, after, strict=True)]
+    held_ratio = (
+        sampler.ratio(min(d[4] for d in done), [d[10] for d in done])
+        if sampler is not None else None
+    )
+    if sampler is not None and os.environ.get("FLEET_TRACE"):
+        # each worker's mean permits held: a worker that holds none for long waits unserved
+        means = [sum(d[10].values()) / max(1, len(d[10])) for d in sorted(done, key=lambda d: d[1])]
+        print(f"{concurrency}: permits held per worker " + " ".join(f"{m:.1f}" for m in means),
+              file=sys.stderr)
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
     if concurrency == "auto":
         name = "shared= auto" if shared_url else "per-process auto"
@@ -238,7 +352,8 @@ def _run(
     row = Row(name, limit, len(latencies) / makespan, p99, ledger.rate_limited,
               ledger.server_errors, failed, ledger.billed_tokens / max(1, ledger.ok),
               ledger.cache_hit_rate, ledger.peak_in_flight, sum(d[5] for d in done), final,
-              terms, "; ".join(f"{n}x {e}" for e, n in sorted(errors.items())[:3]))
+              terms, held_ratio, ops[0] if ops else None, ops[1] if ops else None,
+              "; ".join(f"{n}x {e}" for e, n in sorted(errors.items())[:3]))
     return row, note
 
 
@@ -299,13 +414,16 @@ async def _kill_and_watch(
 def _print(rows: list[Row]) -> None:
     print(f"{'row':<18} {'goodput/s':>9} {'p99 s':>6} {'429s':>5} {'503s':>5} {'failed':>6} "
           f"{'tok/ok':>6} {'hit':>5} {'peak/limit':>10} {'final':>5} {'terms':>5} "
-          f"{'outages':>7}")
+          f"{'outages':>7} {'held':>5} {'ops/call':>8} {'wakes':>5}")
     for r in rows:
         peak = f"{r.peak}" + (f"/{r.limit}" if r.limit else "")
         print(f"{r.name:<18} {r.goodput:>9.1f} {r.p99_s:>6.2f} {r.rate_limited:>5} "
               f"{r.refused:>5} {r.failed:>6} {r.tokens_per_success:>6.1f} {r.hit_rate:>5.2f} "
               f"{peak:>10} {'' if r.final is None else r.final:>5} "
-              f"{'' if r.terms is None else r.terms:>5} {r.outages:>7}")
+              f"{'' if r.terms is None else r.terms:>5} {r.outages:>7} "
+              f"{'' if r.held_ratio is None else f'{r.held_ratio:.2f}':>5} "
+              f"{'' if r.scripts_per_call is None else f'{r.scripts_per_call:.2f}':>8} "
+              f"{'' if r.wakes_per_call is None else f'{r.wakes_per_call:.2f}':>5}")
         if r.errors:
             print(f"    failed: {r.errors}")
 

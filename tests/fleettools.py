@@ -36,13 +36,14 @@ async def fleet_client(
     op_budget_s: float = 1.0,
     probe_s: float | None = None,
     lead_s: float | None = None,
+    poll_s: float = 0.002,
     autos: Sequence[Limit] = (),
 ) -> AsyncIterator[FleetClient]:
     """A started client; ``autos``: one ``concurrency="auto"`` backend ("b"), led with the
     first of these limits (and the others after it, for each take-over)."""
     shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=op_budget_s)
     client = FleetClient(
-        shared, clock=SystemClock(), wall=wall, poll_s=0.002, probe_s=probe_s, lead_s=lead_s
+        shared, clock=SystemClock(), wall=wall, poll_s=poll_s, probe_s=probe_s, lead_s=lead_s
     )
     if autos:
         limits = iter(autos[1:])
@@ -76,3 +77,13 @@ async def scripts_run(url: str) -> int:
     finally:
         await client.aclose()
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def published(url: str) -> int:
+    """Messages the server has published so far (the fleet's wake-ups: gptgate/shared/wake.py)."""
+    client: Any = redis.asyncio.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))

@@ -108,7 +108,7 @@ class FleetAutoAdmission(FleetAdmission):
         return (
             "ACQUIRE_AUTO",
             [self.permits_key, self.pause_key, self.limit_key, self.samples_key,
-             self.workers_key],
+             self.waiters_key, self.workers_key],
             [now_ms, now_ms + lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
              self.take_samples()],
         )
@@ -224,7 +224,8 @@ class FleetAutoAdmission(FleetAdmission):
                 state = json.dumps(saved, separators=(",", ":"))
         ttl = max(8 * lease_ms, 60_000)
         return (
-            [self.leader_key, self.samples_key, self.limit_key, self.state_key],
+            [self.leader_key, self.samples_key, self.limit_key, self.state_key,
+             self.permits_key, self.waiters_key],
             [self.client.worker_id, now_ms, lease_ms, publish, state, ttl,
              "0" if self.leader is not None else "1"],
         )

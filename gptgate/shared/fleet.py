@@ -46,6 +46,7 @@ from .coalesce import Coalescer, Command, SenderStopped
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
+from .wake import FleetWake, waiters_key
 
 if TYPE_CHECKING:
     from ..limits.base import Limit
@@ -73,6 +74,11 @@ REUSE_FRESH_S = 0.1
 #: under load most releases then cost no round trip of their own; a permit reaches the other
 #: processes at most this much later, nothing next to a model call's latency
 RELEASE_LINGER_S = 0.002
+
+
+#: how much longer a waiting call polls while wake-ups can reach it (``FleetClient.poll_s`` ×):
+#: a backstop for a message lost or a waiter woken that had left, not the way permits move
+WAKE_BACKSTOP = 10.0
 
 
 class _RedisDown(Exception):
@@ -147,7 +153,9 @@ class FleetClient:
         self.shared = shared
         self.clock = clock
         self.wall = wall
-        #: how often the one waiting call of a backend asks Redis again (real seconds)
+        #: how often the one waiting call of a backend asks Redis again (real seconds) — while
+        #: no wake-up can reach it; with the subscriber listening, a release elsewhere wakes
+        #: it at once and the poll is a backstop, ``WAKE_BACKSTOP`` × as long
         self.poll_s = poll_s
         #: how often Redis is probed during an outage (real seconds)
         self.probe_s = probe_s if probe_s is not None else min(1.0, shared.lease_s / 3)
@@ -187,7 +195,12 @@ class FleetClient:
         #: (permits key, lease id) releases not yet sent
         self._pending: list[tuple[str, str]] = []
         self._kick = anyio.Event()
+        #: a release to send without lingering: another process waits for a permit of its
+        #: backend (its waiting head is woken when the release reaches Redis)
+        self._hurry = False
         self._prefix = f"gptgate:{shared.namespace}"
+        #: the subscriber that wakes this process's waiting calls on another's release
+        self.wake = FleetWake(self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -231,7 +244,10 @@ class FleetClient:
                 await self._publish_limit(admission)
         if self._autos and self.state == "up":
             await self._lead()  # a leader from the first call on
+        if self.state == "up":
+            await self.wake.subscribe()  # else its task does once Redis answers
         task_group.start_soon(self._run)
+        task_group.start_soon(self.wake.run)
 
     async def aclose(self) -> None:
         """Send what is still pending (within the budget) and close the connection."""
@@ -254,6 +270,7 @@ class FleetClient:
         redis, self._redis = self._redis, None
         with contextlib.suppress(*self._errors):
             await redis.aclose()
+        await self.wake.aclose()
         self.state = "unknown"
 
     def admission(
@@ -279,6 +296,7 @@ class FleetClient:
             on_pause=on_pause,
         )
         self._admissions.append(admission)
+        self.wake.add(admission)
         return admission
 
     def auto_admission(
@@ -304,6 +322,7 @@ class FleetClient:
         )
         self._admissions.append(admission)
         self._autos.append(admission)
+        self.wake.add(admission)
         return admission
 
     def health(
@@ -395,31 +414,36 @@ class FleetClient:
 
         try:
             if take is not None:
-                granted, held, pause_ms, cap, *_, live = await take.send_with(
+                granted, held, pause_ms, cap, _, waiting, live = await take.send_with(
                     name, keys, args, cancelled
                 )
             else:
                 (answer,) = await self.run([(name, keys, args)], cancelled)
-                granted, held, pause_ms, cap, *_, live = answer
+                granted, held, pause_ms, cap, _, waiting, live = answer
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
         pause_s = self.clock_s(int(pause_ms))
         admission.live_workers = max(1, int(live))
+        admission.fleet_waiting = int(waiting)
         if granted:
             lease.counted = int(held)
             lease.granted_at = self.clock.now()
             lease.granted_wall = now_ms / 1000.0
         return bool(granted), int(held), pause_s, int(cap)
 
-    def release(self, admission: FleetAdmission, lease: Lease) -> None:
+    def release(self, admission: FleetAdmission, lease: Lease, *, hurry: bool = False) -> None:
         """Queue the release (no await on the caller's path): the next call on the same
         backend reuses the permit or its acquire carries the release, else the background
-        task sends it ``RELEASE_LINGER_S`` later."""
+        task sends it ``RELEASE_LINGER_S`` later (``hurry``: at once, for the fleet's oldest
+        waiting process)."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
-            if admission.fixed and self.state == "up":
+            if hurry or (admission.fleet_waiting and not admission._waiting):
+                # another process waits: no acquire of ours is coming to carry it
+                self._hurry = True
+            elif admission.fixed and self.state == "up":
                 admission._reusable.append(lease.id)
             self._kick.set()
 
@@ -468,7 +492,8 @@ class FleetClient:
             with anyio.move_on_after(max(0.0, wait)):
                 await self._kick.wait()
             self._kick = anyio.Event()
-            if self.state == "up" and self._pending:
+            hurry, self._hurry = self._hurry, False
+            if self.state == "up" and self._pending and not hurry:
                 await anyio.sleep(RELEASE_LINGER_S)  # time for an acquire to carry them
             if self.state != "up" or time.monotonic() >= next_renewal:
                 await self._renew()
@@ -541,6 +566,7 @@ class FleetClient:
         assert self._redis is not None
         # one RELEASE per backend, carrying its samples (``concurrency="auto"``) too
         released: dict[str, list[str]] = {}
+        waiters = {a.permits_key: a.waiters_key for a in self._admissions}
         for key, lease_id in pending:
             released.setdefault(key, []).append(lease_id)
         for key in batches:
@@ -550,16 +576,19 @@ class FleetClient:
             auto = batches.get(key)
             if auto is not None:
                 commands.append(
-                    ("RELEASE", [key, auto.samples_key], [auto.take_samples(), *lease_ids])
+                    ("RELEASE", [key, auto.waiters_key, auto.samples_key],
+                     [auto.take_samples(), *lease_ids])
                 )
             else:
-                commands.append(("RELEASE", [key], ["", *lease_ids]))
+                commands.append(("RELEASE", [key, waiters[key]], ["", *lease_ids]))
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
         for admission in heard:
             admission._reusing = False
-            commands.append(("STATE", [admission.pause_key, admission.limit_key], []))
+            commands.append(
+                ("STATE", [admission.pause_key, admission.limit_key, admission.waiters_key], [])
+            )
         for health, (circuit, seconds) in breakers:
             # "closed" is remembered long enough for every process's poll to read it
             real_s = (
@@ -577,8 +606,8 @@ class FleetClient:
             self._pending = pending + self._pending
             return
         states = answers[len(released) + len(pauses):][: len(heard)]
-        for admission, (pause_ms, fleet) in zip(heard, states, strict=True):
-            admission._heard(int(pause_ms), int(fleet))
+        for admission, (pause_ms, fleet, waiting) in zip(heard, states, strict=True):
+            admission._heard(int(pause_ms), int(fleet), int(waiting))
 
     async def _send_all(self, commands: list[Command]) -> list[Any] | None:
         """The scripts' answers (in one round trip, with whatever else is queued); None
@@ -673,8 +702,9 @@ class FleetClient:
 
 class FleetAdmission:
     """One backend's fleet permits. A call that finds the fleet full waits in a local FIFO;
-    only its head asks Redis again (every ``poll_s``, or at once when this process releases
-    one), so the waiting costs Redis one operation per backend, not one per call."""
+    only its head asks Redis again — at once when this process releases a permit or another
+    process's release wakes it (gptgate/shared/wake.py), else every ``poll_s`` — so the waiting
+    costs Redis one operation per backend, not one per call."""
 
     #: a limit every process configures (published with LIMIT, the fleet takes the lowest)
     fixed = True
@@ -694,6 +724,7 @@ class FleetAdmission:
         self.client = client
         self.name = name
         self.permits_key = permits_key
+        self.waiters_key = waiters_key(permits_key)
         self.pause_key = pause_key
         self.limit_key = limit_key
         self.workers_key = workers_key
@@ -717,6 +748,8 @@ class FleetAdmission:
         self._turn = anyio.Lock()
         self._freed = anyio.Event()
         self._waiting = 0
+        #: processes the fleet had waiting for this backend at this process's last acquire
+        self.fleet_waiting = 0
         self._fleet_in_flight: int | None = None
         self._pause_to_send = 0.0
         #: the calling task's RPM/TPM take to send with an acquire (gptgate/shared/pacing.py)
@@ -768,12 +801,16 @@ class FleetAdmission:
         """The acquire script, its keys and its arguments before the carried releases."""
         return (
             "ACQUIRE",
-            [self.permits_key, self.pause_key, self.limit_key, self.workers_key],
+            [self.permits_key, self.pause_key, self.limit_key, self.waiters_key,
+             self.workers_key],
             [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms],
         )
 
     def _poll_interval(self) -> float:
-        return self.client.poll_s if self.client.state == "up" else self.client.probe_s
+        client = self.client
+        if client.state != "up":
+            return client.probe_s
+        return client.poll_s * (WAKE_BACKSTOP if client.wake.listening else 1.0)
 
     async def _try(self, lease: Lease) -> bool:
         client = self.client
@@ -808,10 +845,11 @@ class FleetAdmission:
         (half the freshness a reuse needs: they stay fresh while the calls go on)."""
         return self._reusing and time.monotonic() - self._answered_at > REUSE_FRESH_S / 2
 
-    def _heard(self, pause_ms: int, fleet: int) -> None:
-        """The fleet's pause and limit, read with this process's releases: what keeps its
-        calls reusing permits without an acquire of their own."""
+    def _heard(self, pause_ms: int, fleet: int, waiting: int) -> None:
+        """The fleet's pause, limit and waiting processes, read with this process's
+        releases: what keeps its calls reusing permits without an acquire of their own."""
         self._answered_at = time.monotonic()
+        self.fleet_waiting = waiting
         self._saw_fleet_limit(min(self.limit, fleet) if fleet > 0 else self.limit)
         pause_s = self.client.clock_s(pause_ms)
         if pause_s > 0 and self.on_pause is not None:
@@ -825,6 +863,9 @@ class FleetAdmission:
         take must ride an acquire."""
         if not self._reusable or time.monotonic() - self._answered_at > REUSE_FRESH_S:
             return False
+        others = self.fleet_waiting - (1 if self._waiting else 0)
+        if others > 0 and len(self.held) >= self.fleet_limit / self.live_workers:
+            return False  # at its share while another process waits: the permit is theirs
         if self.rider is not None and self.rider(lease.id) is not None:
             return False
         while self._reusable:
@@ -866,8 +907,29 @@ class FleetAdmission:
         """Hand the permit back (synchronous: the release is sent in the background)."""
         if not isinstance(lease, Lease) or lease not in self.held:
             return
+        yields = self._yields(lease)
         self.held.discard(lease)
-        self.client.release(self, lease)
+        self.client.release(self, lease, hurry=yields)
+        if not yields:
+            self._freed.set()  # this process's waiting call takes it back with the release
+
+    def _yields(self, lease: Lease) -> bool:
+        """Whether a permit this process ends goes to the fleet's oldest waiting process
+        rather than to this process's own waiting call: when this process holds more than
+        its share of the limit and another process waits. Else, with fewer permits than
+        processes, the processes holding one kept it for good and the others' calls waited
+        until they failed."""
+        client = self.client
+        others = self.fleet_waiting - (1 if self._waiting else 0)
+        return (
+            lease.registered
+            and others > 0
+            and client.wake.listening
+            and len(self.held) > self.fleet_limit / self.live_workers
+        )
+
+    def wake(self) -> None:
+        """Another process released a permit for this one: the waiting head asks now."""
         self._freed.set()
 
     def pause(self, seconds: float) -> None:

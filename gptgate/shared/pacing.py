@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..limits.pacing import RateLimitPacer
 from . import scripts
 from .fleet import _RedisDown
+from .wake import waiters_key
 
 if TYPE_CHECKING:
     from ..config import Backend
@@ -254,7 +255,8 @@ class FleetPacer:
             now_ms, max(0, tokens), self.local.margin, minute_ms, ttl_ms, give_back,
             *(report.args() if report is not None else _NO_REPORT), most_ms, lease_id, *carried,
         ]
-        return _Command([self.pace_key, self.permits_key], args, carried, report, give_back)
+        keys = [self.pace_key, self.permits_key, waiters_key(self.permits_key)]
+        return _Command(keys, args, carried, report, give_back)
 
     def _unsent(self, command: _Command) -> None:
         """Redis went away with ``command``: what it carried is sent after the rejoin (a

@@ -3,6 +3,12 @@
 A backend's permits are a sorted set of lease id → expiry (ms, the fleets' wall clock): a
 lease counts while its expiry is in the future, so a process that dies without releasing has
 its permits back once they expire. Expired leases are swept by whoever acquires next.
+
+A process refused a permit is queued in the backend's *waiters* sorted set (worker id → when
+it began waiting, ms); a script that frees permits pops as many waiters as it freed, oldest
+first, and PUBLISHes on each one's channel (``waiters key|worker id``,
+gptgate/shared/wake.py), so a released permit reaches a waiting process at once rather than at
+its next poll. With nobody waiting this costs one lookup of an absent key: no PUBLISH.
 """
 
 from __future__ import annotations
@@ -30,6 +36,30 @@ __all__ = [
 #: sample batches a backend's list keeps while no leader drains it (the newest are kept)
 SAMPLE_BATCHES = 4096
 
+# -- waking the fleet's waiters (gptgate/shared/wake.py) -------------------------------------
+# Lease ids are "worker id:n" (FleetClient.new_lease): a script names the waiting process by
+# its lease id's worker part. ``wait`` queues it (first wait's time kept: oldest woken first),
+# ``waited`` takes it off when it is granted, ``wake`` pops ``n`` and publishes to each.
+_WAKE = """
+local function worker_of(lease_id)
+  return string.match(lease_id, '^(.*):') or lease_id
+end
+local function wait(waiters, lease_id, now, ttl)
+  redis.call('ZADD', waiters, 'NX', now, worker_of(lease_id))
+  redis.call('PEXPIRE', waiters, ttl)
+end
+local function waited(waiters, lease_id)
+  redis.call('ZREM', waiters, worker_of(lease_id))
+end
+local function wake(waiters, n)
+  if n <= 0 then return end
+  local woken = redis.call('ZPOPMIN', waiters, n)
+  for i = 1, #woken, 2 do
+    redis.call('PUBLISH', waiters .. '|' .. woken[i], '1')
+  end
+end
+"""
+
 #: Lua expression: this worker (the lease id up to its last ':') marked live on the backend's
 #: workers zset (worker id → expiry ms) until the lease's expiry, and the count of workers live
 #: there. A process's share of the limit during an outage is limit ÷ this count: learnt on every
@@ -41,19 +71,21 @@ _LIVE = """(function()
   return redis.call('ZCOUNT', @WORKERS@, ARGV[1], '+inf')
 end)()"""
 
-#: KEYS: permits zset, pause key, fleet limit key, backend's workers zset. ARGV: now ms, expiry
-#: ms, this process's
-#: limit, lease id, key ttl ms, then the ids of leases this process has ended and not yet
-#: released (released first: the acquire carries them, so a busy process's releases cost no
-#: round trip of their own and never make it wait for its own stale permits). The fleet
-#: admits up to the lowest limit any process configured (the limit key, see LIMIT).
+#: KEYS: permits zset, pause key, fleet limit key, waiters zset, workers zset. ARGV: now
+#: ms, expiry ms, this process's limit, lease id, key ttl ms, then the ids of leases this
+#: process has ended and not yet released (released first: the acquire carries them, so a
+#: busy process's releases cost no round trip of their own and never make it wait for its
+#: own stale permits). The
+#: fleet admits up to the lowest limit any process configured (the limit key, see LIMIT). A
+#: refused process is queued as a waiter; permits freed here and left free wake as many.
 #: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied,
-#: live workers on the backend}
-ACQUIRE = """
+#: 0, processes waiting, workers live on the backend}
+ACQUIRE = _WAKE + """
+local freed = 0
 for i = 6, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
+  freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
@@ -62,14 +94,18 @@ if fleet > 0 then
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
   if fleet < cap then cap = fleet end
 end
-local live = @LIVE@
+local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {1, held + 1, pause, cap, live}
+  waited(KEYS[4], ARGV[4])
+  granted, held = 1, held + 1
+else
+  wait(KEYS[4], ARGV[4], ARGV[1], ARGV[5])
 end
-return {0, held, pause, cap, live}
-""".replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[4]"))
+wake(KEYS[4], math.min(freed, cap - held))
+return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@}
+""".replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]"))
 
 #: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
 #: → the fleet's limit before (-1: none)
@@ -84,18 +120,20 @@ end
 return prev
 """
 
-#: KEYS: permits zset [, samples list]. ARGV: a batch of samples ('' none; only with the
-#: samples key), then the ids of the leases ended. → how many were still counted
-RELEASE = """
-if KEYS[2] and ARGV[1] ~= '' then
-  redis.call('RPUSH', KEYS[2], ARGV[1])
-  redis.call('LTRIM', KEYS[2], -@BATCHES@, -1)
-  redis.call('PEXPIRE', KEYS[2], 600000)
+#: KEYS: permits zset, waiters zset [, samples list]. ARGV: a batch of samples ('' none; only
+#: with the samples key), then the ids of the leases ended; as many waiters are woken.
+#: → how many were still counted
+RELEASE = _WAKE + """
+if KEYS[3] and ARGV[1] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('LTRIM', KEYS[3], -@BATCHES@, -1)
+  redis.call('PEXPIRE', KEYS[3], 600000)
 end
 local released = 0
 for i = 2, #ARGV do
   released = released + redis.call('ZREM', KEYS[1], ARGV[i])
 end
+wake(KEYS[2], released)
 return released
 """.replace("@BATCHES@", str(SAMPLE_BATCHES))
 
@@ -104,47 +142,53 @@ return released
 # process pushes, runs the one LLMLimit and publishes its limit in the auto key, which
 # ACQUIRE_AUTO applies as the fleet's cap.
 
-#: KEYS: permits zset, pause key, auto (published limit) key, samples list, backend's workers
-#: zset. ARGV: now ms,
-#: expiry ms, this process's proposal (its last known fleet limit: the cap while none is
-#: published), lease id, key ttl ms, a batch of samples ('' none), then the ids of leases
-#: ended and not yet released (as ACQUIRE).
+#: KEYS: permits zset, pause key, auto (published limit) key, samples list, waiters zset,
+#: workers zset.
+#: ARGV: now ms, expiry ms, this process's proposal (its last known fleet limit: the cap while
+#: none is published), lease id, key ttl ms, a batch of samples ('' none), then the ids of
+#: leases ended and not yet released (as ACQUIRE, waiters too).
 #: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0,
-#: live workers on the backend}
-ACQUIRE_AUTO = """
+#: processes waiting, workers live on the backend}
+ACQUIRE_AUTO = _WAKE + """
+local freed = 0
 for i = 7, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
+  freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
 end
 if ARGV[6] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[6])
   redis.call('LTRIM', KEYS[4], -@BATCHES@, -1)
   redis.call('PEXPIRE', KEYS[4], 600000)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
 local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
 if fleet > 0 then cap = fleet end
-local live = @LIVE@
+local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  return {1, held + 1, pause, cap, fleet, live}
+  waited(KEYS[5], ARGV[4])
+  granted, held = 1, held + 1
+else
+  wait(KEYS[5], ARGV[4], ARGV[1], ARGV[5])
 end
-return {0, held, pause, cap, fleet, live}
+wake(KEYS[5], math.min(freed, cap - held))
+return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES)).replace(
-    "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]")
+    "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[6]")
 )
 
-#: KEYS: leader key, samples list, auto key, state key. ARGV: worker id, now ms, lease ms,
+#: KEYS: leader key, samples list, auto key, state key, permits zset, waiters zset. ARGV:
+#: worker id, now ms, lease ms,
 #: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
 #: not leading yet (it is handed the kept state, and its limit is published only where none
 #: is: the last leader's stands until the new one has computed its own). Takes the lead when
 #: nobody holds it or its holder's lease ran out; the leader renews it, publishes, and drains
-#: the samples.
+#: the samples. A limit published above the leases held wakes as many waiters.
 #: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state}
-LEAD = """
+LEAD = _WAKE + """
 local now = tonumber(ARGV[2])
 local held = redis.call('GET', KEYS[1])
 local holder = nil
@@ -163,6 +207,10 @@ if tonumber(ARGV[4]) > 0 then
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6], 'NX')
   else
     redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+  end
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    local published = tonumber(redis.call('GET', KEYS[3]) or '0')
+    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[2], '+inf'))
   end
 end
 if ARGV[5] ~= '' then
@@ -210,11 +258,13 @@ end
 return redis.call('ZCARD', KEYS[1])
 """
 
-#: KEYS: pause key, fleet limit key. What an acquire tells besides its grant, for a process
-#: whose calls reuse the permits its last calls ended (sent with its releases, no round trip
-#: of its own). → {pause ms left (<= 0: none), the fleet's limit or 0}
+#: KEYS: pause key, fleet limit key, waiters zset. What an acquire tells besides its grant,
+#: for a process whose calls reuse the permits its last calls ended (sent with its releases,
+#: no round trip of its own). → {pause ms left (<= 0: none), the fleet's limit or 0,
+#: processes waiting}
 STATE = """
-return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
+return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0'),
+        redis.call('ZCARD', KEYS[3])}
 """
 
 #: KEYS: pause key. ARGV: pause ms. Lengthens a pause, never shortens it. → pause ms left
@@ -274,7 +324,8 @@ return 0
 # (margin x the reported per-minute limit), level, last update (ms) and how much the fleet has
 # taken in all ("s": a sequence, so a report can say what its server had counted).
 
-#: KEYS: pace hash, permits zset (this process's releases of the backend ride along).
+#: KEYS: pace hash, permits zset (this process's releases of the backend ride along), its
+#: waiters zset (as many are woken as were released).
 #: ARGV: 1 now ms, 2 tokens to take (-1: take nothing), 3 margin, 4 ms of one minute of the
 #: gateway's clock, 5 key ttl ms, 6 tokens given back (reconciled calls), 7-13 a report or
 #: -1s: its time ms, the requests and tokens the fleet had taken at its call's take (-1:
@@ -288,10 +339,12 @@ return 0
 #: level may go negative: later takers queue behind (GCRA-style) instead of racing.
 #: → {delay ms, requests taken up to this take, tokens taken up to it (-1s: none taken, the
 #: delay is too long; -2s: none taken, the lease was not granted), 1 if a budget is known}
-PACE = """
+PACE = _WAKE + """
+local released = 0
 for i = 16, #ARGV do
-  redis.call('ZREM', KEYS[2], ARGV[i])
+  released = released + redis.call('ZREM', KEYS[2], ARGV[i])
 end
+wake(KEYS[3], released)
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 local margin = tonumber(ARGV[3])
