@@ -104,3 +104,4 @@ async def test_a_permit_waiting_to_be_reused_is_renewed(
             renewed = float(await r.zscore(at.permits_key, lease.id) or 0)
         assert renewed > expiry
         at.leave(await at.enter(None))
+
