@@ -974,10 +974,17 @@ class CallRunner:
                 reset_tokens_s=info.reset_tokens_s,
             )
             # concurrency beyond rate × latency only waits for the pacer: tell the limit
-            set_rate = getattr(backend.limiter.limit, "set_rate_ceiling", None)
+            limit = backend.limiter.limit
+            set_rate = getattr(limit, "set_rate_ceiling", None)
             if set_rate is not None:
                 fleet = backend.fleet_pacer
-                set_rate(fleet.sustained_rate() if fleet else backend.pacer.sustained_rate())
+                # a fleet-wide limit (shared= auto) is bounded by the fleet's whole rate; with
+                # one process's share, 4 workers held it at 2-3 (0.44x of a fixed limit)
+                whole = bool(getattr(limit, "fleet_wide", False))
+                set_rate(
+                    fleet.sustained_rate(whole=whole) if fleet
+                    else backend.pacer.sustained_rate()
+                )
 
     def _pace_after_failure(
         self,

@@ -20,6 +20,7 @@ from redis.asyncio.connection import AbstractConnection
 import gptgate as gg
 from gptgate.clock import ScaledClock
 from gptgate.limits.pacing import RateLimitPacer
+from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.fleet import FleetClient
 from gptgate.shared.pacing import FleetPacer
 from gptgate.sim import SimEngine, SimTransport
@@ -306,3 +307,38 @@ async def test_a_redis_restarted_empty_gets_the_budget_back_from_the_kept_report
         # the first take after the rejoin carries the kept report: the budget is back
         assert await free_takes([p]) == 54
         assert p.statistics().fleet_reserved == 55
+
+
+async def test_the_fleets_auto_limit_is_bounded_by_the_whole_rate_not_one_share(
+    redis_url: str,
+) -> None:
+    """``shared=`` with ``concurrency="auto"``: the leader's one limit is the fleet's, so its
+    rate ceiling (rate × latency) is the whole RPM/TPM budget. Given one process's share, 4
+    workers on a 300-RPM server held the fleet at 2-3 in flight (0.44x of a fixed limit)."""
+
+    def headers(request: httpx2.Request) -> httpx2.Response:
+        response = ok()
+        response.headers.update(
+            {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "590"}
+        )
+        return response
+
+    shared = gg.Shared(redis_url, namespace=namespace(), lease_s=60.0, op_budget_s=5.0)
+    gates = [
+        gateway(backend(Script(headers), concurrency="auto"), shared=shared) for _ in range(2)
+    ]
+    async with gates[0], gates[1]:
+        for gate in gates:  # two workers on the backend, each with a share of one half
+            for _ in range(3):
+                await gate.chat(USER)
+        pacers = [g._states["mock"].fleet_pacer for g in gates]
+        assert all(p is not None and p.share == 0.5 for p in pacers)
+        leaders = [
+            a.leader for g in gates
+            if isinstance(a := g._states["mock"].limiter.admission, FleetAutoAdmission)
+            and a.leader is not None
+        ]
+        assert len(leaders) == 1
+        whole = pacers[0].local.sustained_rate()  # type: ignore[union-attr]
+        assert whole is not None and whole > 0
+        assert leaders[0].algorithm._rate == pytest.approx(whole)  # type: ignore[attr-defined]

@@ -289,6 +289,9 @@ class FleetAutoLimit:
     ``shared=``: the fleet's published limit (its Limiter admits up to it; the acquire script
     keeps the fleet under it), fed samples that go to the leader."""
 
+    #: the limit is the whole fleet's: its rate ceiling is the fleet's whole RPM/TPM budget
+    fleet_wide = True
+
     def __init__(self, admission: FleetAutoAdmission) -> None:
         self._admission = admission
         #: told when the fleet's limit grew (the Limiter admits its waiters)

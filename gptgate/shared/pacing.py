@@ -356,10 +356,13 @@ class FleetPacer:
         elif self.active:
             self.fallback.reconcile(reserved, actual)
 
-    def sustained_rate(self) -> float | None:
-        """Calls per second this process's share of the budgets sustains."""
+    def sustained_rate(self, *, whole: bool = False) -> float | None:
+        """Calls per second this process's share of the budgets sustains — or the whole
+        budget (``whole``), for a limit that is the fleet's (``concurrency="auto"``)."""
         rate = self.local.sustained_rate()
-        return None if rate is None else rate * self.share
+        if rate is None or whole:
+            return rate
+        return rate * self.share
 
     def statistics(self) -> FleetPacerStatistics:
         return FleetPacerStatistics(
