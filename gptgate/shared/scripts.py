@@ -267,6 +267,19 @@ return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')
         redis.call('ZCARD', KEYS[3])}
 """
 
+# A claim with a lease, single-flight across the fleet (a half-open probe, a warm-up): the
+# ms another holder's claim has left, or nil once ``who`` holds it for ``ttl`` ms.
+_CLAIM = """
+local function claim(key, who, ttl)
+  local holder = redis.call('GET', key)
+  if holder and holder ~= who then
+    return math.max(1, redis.call('PTTL', key))
+  end
+  redis.call('SET', key, who, 'PX', ttl)
+  return nil
+end
+"""
+
 #: KEYS: pause key. ARGV: pause ms. Lengthens a pause, never shortens it. → pause ms left
 PAUSE = """
 local left = redis.call('PTTL', KEYS[1])
@@ -307,16 +320,11 @@ return {state, redis.call('PTTL', KEYS[1])}
 #: KEYS: circuit key, probe key. ARGV: this prober's id, probe ms. A half-open backend is
 #: probed by one process of the fleet at a time. → 0: probe it; else the ms to stay open
 #: (the circuit is open, or another process is probing)
-PROBE = """
+PROBE = _CLAIM + """
 if redis.call('GET', KEYS[1]) == 'open' then
   return math.max(1, redis.call('PTTL', KEYS[1]))
 end
-local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then
-  return math.max(1, redis.call('PTTL', KEYS[2]))
-end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return 0
+return claim(KEYS[2], ARGV[1], ARGV[2]) or 0
 """
 
 # -- fleet-wide RPM/TPM pacing (gptgate/shared/pacing.py) ------------------------------------
@@ -442,17 +450,12 @@ return {math.ceil(delay), s['rs'] or 0, s['ks'] or 0, known}
 #: KEYS: warm key, claim key. ARGV: claimant id, lease ms, warm ttl ms.
 #: → 0: warm already (its ttl renewed); -1: claimed, this process warms it; else the ms left
 #: on another process's claim (wait: it is warm by then, or the claim lapsed)
-WARM_CLAIM = """
+WARM_CLAIM = _CLAIM + """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 0
 end
-local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then
-  return math.max(1, redis.call('PTTL', KEYS[2]))
-end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return -1
+return claim(KEYS[2], ARGV[1], ARGV[2]) or -1
 """
 
 #: KEYS: warm key, claim key. ARGV: claimant id, "warm" (the warm-up was prefilled) or
