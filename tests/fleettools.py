@@ -21,6 +21,17 @@ from gptgate.shared.fleet import FleetAdmission, FleetClient
 BASE_URL = "http://127.0.0.1:9/v1"
 
 
+class Wall:
+    """An injected wall clock (the fleet's: lease expiries, the leader's lease), moved by
+    hand."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def namespace() -> str:
     """A namespace of its own per test, so tests sharing one redis-server do not meet."""
     return f"t{uuid.uuid4().hex[:12]}"

@@ -20,19 +20,8 @@ from gptgate.limits.base import SampleKind
 from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.leader import FleetLeader, FleetSample, decode, encode
 from tests.conftest import RedisServer
-from tests.fleettools import auto, fleet_client, namespace
+from tests.fleettools import Wall, auto, fleet_client, namespace
 from tests.mockbackend import USER, RecordingLimit, Script, backend, gateway, ok
-
-
-class Wall:
-    """An injected wall clock: the leader's lease expires on it."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
 
 #: the rounds are the test's to drive (the background task's would race the injected wall)
 NO_ROUNDS = 1e6

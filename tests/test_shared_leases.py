@@ -15,18 +15,8 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from tests.fleettools import admission, fleet_client, namespace
+from tests.fleettools import Wall, admission, fleet_client, namespace
 from tests.mockbackend import USER, Script, backend, gateway, ok
-
-
-class Wall:
-    """An injected wall clock for lease expiries."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def test_acquire_up_to_the_limit_then_wait_for_a_release(redis_url: str) -> None:

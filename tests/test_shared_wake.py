@@ -15,9 +15,10 @@ import redis.asyncio
 import gptgate as gg
 from gptgate.shared import fleet as fleet_module
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
+from gptgate.shared.scripts import RESERVE_MS
 from gptgate.shared.wake import channel
 from tests.conftest import RedisServer
-from tests.fleettools import admission, auto, fleet_client, namespace, published
+from tests.fleettools import Wall, admission, auto, fleet_client, namespace, published
 
 #: far beyond every wait below: a waiter that gets its permit in time was woken
 NEVER_S = 60.0
@@ -258,3 +259,98 @@ async def test_a_process_above_its_share_hands_a_permit_to_a_waiting_process(
                     await anyio.sleep(0.002)
             assert got == ["b"]
             tg.cancel_scope.cancel()
+
+
+async def test_a_process_whose_new_calls_keep_arriving_still_hands_a_permit_on(
+    redis_url: str,
+) -> None:
+    # two permits: a holds one for good and cycles new calls back to back on the other while
+    # b waits. The permit a freed went to a's next call (its acquire reached Redis before b,
+    # woken, did; or a reused it, counting itself alone): b waited as long as a's calls came
+    ns = namespace()
+    async with (
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
+    ):
+        at_a, at_b = admission(a, 2), admission(b, 2)
+        for client, at in ((a, at_a), (b, at_b)):
+            await subscribed(redis_url, client, at)
+        await at_a.enter(None)  # held by a to the end
+        cycling = await at_a.enter(None)  # a: the only live worker it has seen
+        got: list[Lease] = []
+        cycles_after_told = 0
+        async with anyio.create_task_group() as tg:
+
+            async def wait_in_b() -> None:
+                got.append(await at_b.enter(None))
+
+            tg.start_soon(wait_in_b)
+            await waiting(at_b, 1)
+            with anyio.fail_after(3.0):
+                while True:
+                    told = at_a.fleet_waiting >= 1 and at_a.live_workers == 2
+                    at_a.leave(cycling)
+                    try:  # a's next call: a new one, not one that was waiting
+                        cycling = await at_a.enter(a.clock.now() + 0.2)
+                    except gg.OverloadedError:
+                        break  # refused: the permit went to b
+                    cycles_after_told += told
+                while not got:
+                    await anyio.sleep(0.002)
+        assert at_b.statistics().held == 1
+        # once a knew that b waits and that it holds more than its share, its next release
+        # was b's (one more cycle may have been on its way)
+        assert cycles_after_told <= 1
+
+
+async def members(url: str, key: str) -> list[str]:
+    r: Any = redis.asyncio.Redis.from_url(url)
+    try:
+        return [m.decode() for m in await r.zrange(key, 0, -1)]
+    finally:
+        await r.aclose()
+
+
+async def test_a_permit_reserved_for_a_waiter_that_died_is_free_after_reserve_ms(
+    redis_url: str,
+) -> None:
+    ns, wall = namespace(), Wall()
+    async with fleet_client(redis_url, ns, wall=wall, poll_s=NEVER_S) as a:
+        at = admission(a, 1)
+        held = await at.enter(None)
+        r: Any = redis.asyncio.Redis.from_url(redis_url)
+        try:  # a process that queued as a waiter, then died
+            await r.zadd(at.waiters_key, {"dead-worker": int(wall.now * 1000) - 1})
+        finally:
+            await r.aclose()
+        at.leave(held)
+        with anyio.fail_after(2.0):  # the release pops it: the permit is kept for it
+            while "dead-worker:~" not in await members(redis_url, at.permits_key):
+                await anyio.sleep(0.002)
+        assert not await at._try(a.new_lease())
+        wall.now += RESERVE_MS / 1000 + 0.001
+        assert await at._try(a.new_lease())
+        assert await members(redis_url, at.waiters_key) == []
+
+
+async def test_a_process_woken_with_nothing_waiting_hands_its_reservation_back(
+    redis_url: str,
+) -> None:
+    ns = namespace()
+    async with (
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
+        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
+    ):
+        at_a, at_b = admission(a, 1), admission(b, 1)
+        await subscribed(redis_url, b, at_b)
+        held = await at_a.enter(None)
+        with pytest.raises(gg.OverloadedError):  # b waits, then gives up: still queued
+            await at_b.enter(b.clock.now() + 0.05)
+        assert at_b.fleet_waiting == 1
+        at_a.leave(held)
+        with anyio.fail_after(2.0):  # woken, b has no call left for it: handed back
+            while b.wake.received < 1:
+                await anyio.sleep(0.002)
+            while f"{b.worker_id}:~" in await members(redis_url, at_a.permits_key):
+                await anyio.sleep(0.002)
+        assert await at_a._try(a.new_lease())  # well within RESERVE_MS: wall time moved little

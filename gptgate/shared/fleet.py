@@ -198,6 +198,8 @@ class FleetClient:
         #: a release to send without lingering: another process waits for a permit of its
         #: backend (its waiting head is woken when the release reaches Redis)
         self._hurry = False
+        #: releases handed on to another process: sent on their own, never carried back
+        self._yielded: set[str] = set()
         self._prefix = f"gptgate:{shared.namespace}"
         #: the subscriber that wakes this process's waiting calls on another's release
         self.wake = FleetWake(self)
@@ -253,11 +255,16 @@ class FleetClient:
         """Send what is still pending (within the budget) and close the connection."""
         if self._redis is None:
             return
+        await self.wake.aclose()  # no wake-up for it now: a reservation would find no Redis
         if self.state == "up":
             await self._flush()
-            # a closed worker is no longer live: the others' outage shares stay right
+            # a closed worker is no longer live (the others' outage shares stay right) and no
+            # longer waits (no permit is reserved for it)
             with contextlib.suppress(*self._errors), anyio.move_on_after(self.shared.op_budget_s):
-                keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
+                keys = [
+                    f"{self._prefix}:workers",
+                    *(key for a in self._admissions for key in (a.workers_key, a.waiters_key)),
+                ]
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for key in keys:
                         pipe.zrem(key, self.worker_id)
@@ -270,7 +277,6 @@ class FleetClient:
         redis, self._redis = self._redis, None
         with contextlib.suppress(*self._errors):
             await redis.aclose()
-        await self.wake.aclose()
         self.state = "unknown"
 
     def admission(
@@ -440,12 +446,26 @@ class FleetClient:
         waiting process)."""
         if lease.registered:
             self._pending.append((admission.permits_key, lease.id))
+            if hurry:
+                self._yielded.add(lease.id)
             if hurry or (admission.fleet_waiting and not admission._waiting):
                 # another process waits: no acquire of ours is coming to carry it
                 self._hurry = True
             elif admission.fixed and self.state == "up":
                 admission._reusable.append(lease.id)
             self._kick.set()
+
+    def release_reservation(self, admission: FleetAdmission) -> None:
+        """Hand back the permit reserved for this process on ``admission`` (it was woken with
+        nothing left waiting): the background task sends it at once."""
+        if self._redis is None:
+            return  # closed meanwhile
+        reserved = f"{self.worker_id}:~"
+        if (admission.permits_key, reserved) not in self._pending:
+            self._pending.append((admission.permits_key, reserved))
+            self._yielded.add(reserved)
+        self._hurry = True
+        self._kick.set()
 
     def unqueue_release(self, permits_key: str, lease_id: str) -> bool:
         """Take a queued release back (its permit is reused): whether it was still queued."""
@@ -456,12 +476,21 @@ class FleetClient:
         return True
 
     def _take_releases(self, permits_key: str) -> list[str]:
-        """The queued releases of one backend's permits, taken off the queue."""
+        """The queued releases of one backend's permits, taken off the queue — but not the
+        permits handed on to another process (``yielded``): carried by this process's acquire,
+        they would come straight back to it; the background task sends them on their own."""
         if not self._pending:
             return []
-        carried = [lease_id for key, lease_id in self._pending if key == permits_key]
+        yielded = self._yielded
+        carried = [
+            lease_id for key, lease_id in self._pending
+            if key == permits_key and lease_id not in yielded
+        ]
         if carried:
-            self._pending = [item for item in self._pending if item[0] != permits_key]
+            self._pending = [
+                item for item in self._pending
+                if item[0] != permits_key or item[1] in yielded
+            ]
             for admission in self._admissions:
                 if admission.permits_key == permits_key:
                     admission._reusable.clear()  # sent: no longer this process's to reuse
@@ -549,6 +578,7 @@ class FleetClient:
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
         pending, self._pending = self._pending, []
+        self._yielded.clear()
         for admission in self._admissions:
             admission._reusable.clear()
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
@@ -572,22 +602,25 @@ class FleetClient:
         for key in batches:
             released.setdefault(key, [])
         commands: list[Command] = []
+        now_ms = int(self.wall() * 1000)
         for key, lease_ids in released.items():
             auto = batches.get(key)
             if auto is not None:
                 commands.append(
                     ("RELEASE", [key, auto.waiters_key, auto.samples_key],
-                     [auto.take_samples(), *lease_ids])
+                     [auto.take_samples(), now_ms, *lease_ids])
                 )
             else:
-                commands.append(("RELEASE", [key, waiters[key]], ["", *lease_ids]))
+                commands.append(("RELEASE", [key, waiters[key]], ["", now_ms, *lease_ids]))
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
         for admission in heard:
             admission._reusing = False
             commands.append(
-                ("STATE", [admission.pause_key, admission.limit_key, admission.waiters_key], [])
+                ("STATE",
+                 [admission.pause_key, admission.limit_key, admission.waiters_key,
+                  admission.workers_key], [now_ms])
             )
         for health, (circuit, seconds) in breakers:
             # "closed" is remembered long enough for every process's poll to read it
@@ -606,8 +639,8 @@ class FleetClient:
             self._pending = pending + self._pending
             return
         states = answers[len(released) + len(pauses):][: len(heard)]
-        for admission, (pause_ms, fleet, waiting) in zip(heard, states, strict=True):
-            admission._heard(int(pause_ms), int(fleet), int(waiting))
+        for admission, (pause_ms, fleet, waiting, live) in zip(heard, states, strict=True):
+            admission._heard(int(pause_ms), int(fleet), int(waiting), int(live))
 
     async def _send_all(self, commands: list[Command]) -> list[Any] | None:
         """The scripts' answers (in one round trip, with whatever else is queued); None
@@ -845,11 +878,13 @@ class FleetAdmission:
         (half the freshness a reuse needs: they stay fresh while the calls go on)."""
         return self._reusing and time.monotonic() - self._answered_at > REUSE_FRESH_S / 2
 
-    def _heard(self, pause_ms: int, fleet: int, waiting: int) -> None:
-        """The fleet's pause, limit and waiting processes, read with this process's
-        releases: what keeps its calls reusing permits without an acquire of their own."""
+    def _heard(self, pause_ms: int, fleet: int, waiting: int, live: int) -> None:
+        """The fleet's pause, limit, waiting processes and live workers, read with this
+        process's releases: what keeps its calls reusing permits without an acquire of their
+        own (and within their share: a process that started first counted itself alone)."""
         self._answered_at = time.monotonic()
         self.fleet_waiting = waiting
+        self.live_workers = max(1, live)
         self._saw_fleet_limit(min(self.limit, fleet) if fleet > 0 else self.limit)
         pause_s = self.client.clock_s(pause_ms)
         if pause_s > 0 and self.on_pause is not None:
@@ -929,8 +964,13 @@ class FleetAdmission:
         )
 
     def wake(self) -> None:
-        """Another process released a permit for this one: the waiting head asks now."""
-        self._freed.set()
+        """Another process released a permit for this one (Redis keeps it reserved for this
+        process, gptgate/shared/scripts.py): the waiting head asks now. With no call waiting
+        any more, the reservation goes back at once, to the next waiting process."""
+        if self._waiting:
+            self._freed.set()
+        else:
+            self.client.release_reservation(self)
 
     def pause(self, seconds: float) -> None:
         """A 429's retry-after: every process of the fleet honours it."""

@@ -9,6 +9,13 @@ it began waiting, ms); a script that frees permits pops as many waiters as it fr
 first, and PUBLISHes on each one's channel (``waiters key|worker id``,
 gptgate/shared/wake.py), so a released permit reaches a waiting process at once rather than at
 its next poll. With nobody waiting this costs one lookup of an absent key: no PUBLISH.
+
+A permit freed for a woken process is *reserved* for it: a short lease in the permits set
+under its worker id (``worker id:~``, :data:`RESERVE_MS`), which only that process's next
+acquire takes. Without it, the process that freed the permit — its next call's acquire a
+round trip ahead of the woken process's — took it back every time, and a process whose calls
+kept arriving kept its permits for as long as they did. A woken process that has nothing
+waiting any more hands its reservation back at once; one that died holds it ``RESERVE_MS``.
 """
 
 from __future__ import annotations
@@ -33,13 +40,19 @@ __all__ = [
     "WARM_DONE",
 ]
 
+#: how long a permit freed for a woken process is kept for it (ms of the fleets' wall clock):
+#: a pub/sub delivery and one round trip, with room for a loaded box. A waiter that died
+#: meanwhile costs the fleet one permit for this long, once.
+RESERVE_MS = 250
+
 #: sample batches a backend's list keeps while no leader drains it (the newest are kept)
 SAMPLE_BATCHES = 4096
 
 # -- waking the fleet's waiters (gptgate/shared/wake.py) -------------------------------------
 # Lease ids are "worker id:n" (FleetClient.new_lease): a script names the waiting process by
 # its lease id's worker part. ``wait`` queues it (first wait's time kept: oldest woken first),
-# ``waited`` takes it off when it is granted, ``wake`` pops ``n`` and publishes to each.
+# ``waited`` takes it off when it is granted, ``wake`` pops ``n``, reserves a permit for each
+# and publishes to it, ``unreserve`` takes a process's reservation back (it asks now).
 _WAKE = """
 local function worker_of(lease_id)
   return string.match(lease_id, '^(.*):') or lease_id
@@ -51,14 +64,18 @@ end
 local function waited(waiters, lease_id)
   redis.call('ZREM', waiters, worker_of(lease_id))
 end
-local function wake(waiters, n)
+local function unreserve(permits, lease_id)
+  return redis.call('ZREM', permits, worker_of(lease_id) .. ':~')
+end
+local function wake(waiters, n, permits, now)
   if n <= 0 then return end
   local woken = redis.call('ZPOPMIN', waiters, n)
   for i = 1, #woken, 2 do
+    redis.call('ZADD', permits, tonumber(now) + @RESERVE_MS@, woken[i] .. ':~')
     redis.call('PUBLISH', waiters .. '|' .. woken[i], '1')
   end
 end
-"""
+""".replace("@RESERVE_MS@", str(RESERVE_MS))
 
 #: Lua expression: this worker (the lease id up to its last ':') marked live on the backend's
 #: workers zset (worker id → expiry ms) until the lease's expiry, and the count of workers live
@@ -81,6 +98,7 @@ end)()"""
 #: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied,
 #: 0, processes waiting, workers live on the backend}
 ACQUIRE = _WAKE + """
+unreserve(KEYS[1], ARGV[4])
 local freed = 0
 for i = 6, #ARGV do
   freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
@@ -103,7 +121,7 @@ if held < cap then
 else
   wait(KEYS[4], ARGV[4], ARGV[1], ARGV[5])
 end
-wake(KEYS[4], math.min(freed, cap - held))
+wake(KEYS[4], math.min(freed, cap - held), KEYS[1], ARGV[1])
 return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@}
 """.replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]"))
 
@@ -121,7 +139,8 @@ return prev
 """
 
 #: KEYS: permits zset, waiters zset [, samples list]. ARGV: a batch of samples ('' none; only
-#: with the samples key), then the ids of the leases ended; as many waiters are woken.
+#: with the samples key), now ms, then the ids of the leases ended; as many waiters are woken
+#: (a permit reserved for each).
 #: → how many were still counted
 RELEASE = _WAKE + """
 if KEYS[3] and ARGV[1] ~= '' then
@@ -130,10 +149,10 @@ if KEYS[3] and ARGV[1] ~= '' then
   redis.call('PEXPIRE', KEYS[3], 600000)
 end
 local released = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   released = released + redis.call('ZREM', KEYS[1], ARGV[i])
 end
-wake(KEYS[2], released)
+wake(KEYS[2], released, KEYS[1], ARGV[2])
 return released
 """.replace("@BATCHES@", str(SAMPLE_BATCHES))
 
@@ -150,6 +169,7 @@ return released
 #: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0,
 #: processes waiting, workers live on the backend}
 ACQUIRE_AUTO = _WAKE + """
+unreserve(KEYS[1], ARGV[4])
 local freed = 0
 for i = 7, #ARGV do
   freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
@@ -174,7 +194,7 @@ if held < cap then
 else
   wait(KEYS[5], ARGV[4], ARGV[1], ARGV[5])
 end
-wake(KEYS[5], math.min(freed, cap - held))
+wake(KEYS[5], math.min(freed, cap - held), KEYS[1], ARGV[1])
 return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES)).replace(
     "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[6]")
@@ -210,7 +230,8 @@ if tonumber(ARGV[4]) > 0 then
   end
   if redis.call('EXISTS', KEYS[6]) == 1 then
     local published = tonumber(redis.call('GET', KEYS[3]) or '0')
-    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[2], '+inf'))
+    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[2], '+inf'), KEYS[5],
+         ARGV[2])
   end
 end
 if ARGV[5] ~= '' then
@@ -258,13 +279,13 @@ end
 return redis.call('ZCARD', KEYS[1])
 """
 
-#: KEYS: pause key, fleet limit key, waiters zset. What an acquire tells besides its grant,
-#: for a process whose calls reuse the permits its last calls ended (sent with its releases,
-#: no round trip of its own). → {pause ms left (<= 0: none), the fleet's limit or 0,
-#: processes waiting}
+#: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire
+#: tells besides its grant, for a process whose calls reuse the permits its last calls ended
+#: (sent with its releases, no round trip of its own). → {pause ms left (<= 0: none), the
+#: fleet's limit or 0, processes waiting, workers live on the backend}
 STATE = """
 return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0'),
-        redis.call('ZCARD', KEYS[3])}
+        redis.call('ZCARD', KEYS[3]), redis.call('ZCOUNT', KEYS[4], ARGV[1], '+inf')}
 """
 
 # A claim with a lease, single-flight across the fleet (a half-open probe, a warm-up): the
@@ -352,7 +373,7 @@ local released = 0
 for i = 16, #ARGV do
   released = released + redis.call('ZREM', KEYS[2], ARGV[i])
 end
-wake(KEYS[3], released)
+wake(KEYS[3], released, KEYS[2], ARGV[1])
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 local margin = tonumber(ARGV[3])
