@@ -461,7 +461,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kill", action="store_true")
     parser.add_argument("--restart-redis", action="store_true")
-    parser.add_argument("--kill-after-s", type=float, default=2.0)
+    parser.add_argument("--kill-after-s", type=float, default=1.0)
     parser.add_argument("--redis-down-s", type=float, default=1.0)
     parser.add_argument("--op-budget-s", type=float, default=OP_BUDGET_S)
     args = parser.parse_args()
