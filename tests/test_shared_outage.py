@@ -4,6 +4,7 @@ redis-server that the tests stop, freeze (SIGSTOP: a slow Redis) and restart emp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -132,6 +133,51 @@ async def test_a_rejoined_process_keeps_to_its_share_while_the_others_may_still_
         assert a.state == "up" and b.state == "down"
         with pytest.raises(gg.OverloadedError):
             held_a.append(await at_a.enter(SystemClock().now() + 0.05))
+        assert len(held_a) + len(held_b) <= 4
+        for lease in held_a:
+            at_a.leave(lease)
+        for lease in held_b:
+            at_b.leave(lease)
+
+
+async def test_a_rejoined_process_counts_the_workers_it_knew_not_the_restarted_redis(
+    own_redis: RedisServer,
+) -> None:
+    """A Redis restarted empty counts only the workers back so far: the first acquire of the
+    first process back was told "1 live worker", which made its share the whole limit while
+    the others were still on theirs (benchmarks/fleet.py --restart-redis on the RPM server:
+    one worker held 9 permits on a fleet limit of 11, the fleet 14)."""
+    ns = namespace()
+    slow_probe = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=0.5)
+    async with slow_probe(own_redis.url, ns) as a, slow_probe(own_redis.url, ns) as b:
+        at_a, at_b = admission(a, 4), admission(b, 4)
+        first = await at_a.enter(None)
+        held_b = [await at_b.enter(None)]
+        held_a = [await at_a.enter(None)]  # a learns of b
+        at_a.leave(first)
+        assert at_a.local_share == at_b.local_share == 2  # two workers on the backend
+        await anyio.sleep(0.05)  # the release is sent
+        own_redis.stop()
+        held_b.append(await at_b.enter(None))  # the outage: b on its share of 2
+        at_a.leave(await at_a.enter(None))  # a finds Redis gone: a local permit, ended
+        own_redis.start()  # empty, as after a crash
+        await a._renew()  # a finds it first; b is still down until its next probe
+        assert a.state == "up" and b.state == "down"
+        held_a.append(await at_a.enter(None))  # within its share: from Redis, "1 live worker"
+        assert at_a.local_share == 2
+        with pytest.raises(gg.OverloadedError):
+            held_a.append(await at_a.enter(SystemClock().now() + 0.05))
+        at_a.leave(held_a.pop())  # one ended: room for one more call in its share
+        await wait_until(lambda: not a._pending)  # released in Redis: not for a call to reuse
+        async with anyio.create_task_group() as tg:  # a burst of calls, all at once
+
+            async def call() -> None:
+                with contextlib.suppress(gg.OverloadedError):
+                    held_a.append(await at_a.enter(SystemClock().now() + 0.05))
+
+            for _ in range(6):
+                tg.start_soon(call)
+        assert len(held_a) == 2  # each asked Redis: the share is counted with the asks
         assert len(held_a) + len(held_b) <= 4
         for lease in held_a:
             at_a.leave(lease)

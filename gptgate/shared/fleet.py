@@ -572,7 +572,9 @@ class FleetClient:
             workers = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
-        self.live_workers = max(1, int(workers))
+        workers = max(1, int(workers))
+        if (self.state == "up" and not self.rejoining) or workers >= self.live_workers:
+            self.live_workers = workers  # not lowered by a Redis restarted empty (see above)
         self._up()
 
     async def _flush(self) -> None:
@@ -785,6 +787,8 @@ class FleetAdmission:
         self.fleet_waiting = 0
         self._fleet_in_flight: int | None = None
         self._pause_to_send = 0.0
+        #: acquires out at Redis now (a rejoining process counts them against its share)
+        self._asking = 0
         #: the calling task's RPM/TPM take to send with an acquire (gptgate/shared/pacing.py)
         self.rider: Callable[[str], PendingTake | None] | None = None
 
@@ -796,6 +800,11 @@ class FleetAdmission:
 
     @live_workers.setter
     def live_workers(self, count: int) -> None:
+        # a Redis restarted empty counts only the workers back so far ("1" to the first one):
+        # while this process rejoins, the others may still admit on their shares, so a lower
+        # count than it knew is not believed (its share would be the whole limit)
+        if self.client.rejoining and count < self.live_workers:
+            return
         self._live_workers = count
 
     @property
@@ -848,10 +857,13 @@ class FleetAdmission:
     async def _try(self, lease: Lease) -> bool:
         client = self.client
         if client.state == "up":
-            if client.rejoining and len(self.held) >= self.local_share:
-                return False  # the others may still admit on their shares, unseen by Redis
+            if client.rejoining and len(self.held) + self._asking >= self.local_share:
+                # the others may still admit on their shares, unseen by Redis; new calls ask
+                # at once, side by side, so the asks still out count too
+                return False
             if self._reuse(lease):
                 return True
+            self._asking += 1
             try:
                 granted, counted, pause_s, cap = await client.acquire(self, lease)
             except _RedisDown:
@@ -861,6 +873,8 @@ class FleetAdmission:
                 client._pending.append((self.permits_key, lease.id))
                 lease.id = client.new_lease().id
                 return False if client.state == "up" else self._try_local(lease)
+            finally:
+                self._asking -= 1  # (no await until the grant is in ``held``)
             self._answered_at = time.monotonic()
             self._fleet_in_flight = counted
             self._saw_fleet_limit(cap)
