@@ -6,6 +6,8 @@ arrives within the test's few seconds came by a wake-up."""
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -43,16 +45,27 @@ async def waiting(at: FleetAdmission, processes: int) -> None:
             await anyio.sleep(0.002)
 
 
+@asynccontextmanager
+async def two_processes(
+    url: str, limit: int
+) -> AsyncIterator[tuple[FleetClient, FleetClient, FleetAdmission, FleetAdmission]]:
+    """Two processes ``a`` and ``b`` on one backend of ``limit`` permits, both subscribed to
+    their wake-ups, polling only every minute."""
+    ns = namespace()
+    async with (
+        fleet_client(url, ns, poll_s=NEVER_S) as a,
+        fleet_client(url, ns, poll_s=NEVER_S) as b,
+    ):
+        at_a, at_b = admission(a, limit), admission(b, limit)
+        for client, at in ((a, at_a), (b, at_b)):
+            await subscribed(url, client, at)
+        yield a, b, at_a, at_b
+
+
 async def test_a_waiter_gets_another_processs_released_permit_without_polling(
     redis_url: str,
 ) -> None:
-    ns = namespace()
-    async with (
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
-    ):
-        at_a, at_b = admission(a, 1), admission(b, 1)
-        await subscribed(redis_url, b, at_b)
+    async with two_processes(redis_url, 1) as (_, b, at_a, at_b):
         held = await at_a.enter(None)
         got: list[Lease] = []
         async with anyio.create_task_group() as tg:
@@ -129,13 +142,7 @@ async def test_a_release_goes_out_at_once_while_another_process_waits(
     # releases wait RELEASE_LINGER_S for an acquire of their process to carry them; with a
     # process waiting elsewhere none will (this one waits for nothing): sent at once instead
     monkeypatch.setattr(fleet_module, "RELEASE_LINGER_S", NEVER_S)
-    ns = namespace()
-    async with (
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
-    ):
-        at_a, at_b = admission(a, 1), admission(b, 1)
-        await subscribed(redis_url, b, at_b)
+    async with two_processes(redis_url, 1) as (a, _, at_a, at_b):
         held = await at_a.enter(None)
         got: list[Lease] = []
         async with anyio.create_task_group() as tg:
@@ -232,15 +239,8 @@ async def test_a_process_above_its_share_hands_a_permit_to_a_waiting_process(
 ) -> None:
     # one permit, two processes, both with calls waiting: the one holding it used to take it
     # back with its release, for good — the other's calls waited until they failed
-    ns = namespace()
-    async with (
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
-    ):
+    async with two_processes(redis_url, 1) as (a, _, at_a, at_b):
         await a._renew()  # two live workers: a's share of one permit is half of one
-        at_a, at_b = admission(a, 1), admission(b, 1)
-        for client, at in ((a, at_a), (b, at_b)):
-            await subscribed(redis_url, client, at)
         held = await at_a.enter(None)
         got: list[str] = []
         async with anyio.create_task_group() as tg:
@@ -267,14 +267,7 @@ async def test_a_process_whose_new_calls_keep_arriving_still_hands_a_permit_on(
     # two permits: a holds one for good and cycles new calls back to back on the other while
     # b waits. The permit a freed went to a's next call (its acquire reached Redis before b,
     # woken, did; or a reused it, counting itself alone): b waited as long as a's calls came
-    ns = namespace()
-    async with (
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
-    ):
-        at_a, at_b = admission(a, 2), admission(b, 2)
-        for client, at in ((a, at_a), (b, at_b)):
-            await subscribed(redis_url, client, at)
+    async with two_processes(redis_url, 2) as (a, _, at_a, at_b):
         await at_a.enter(None)  # held by a to the end
         cycling = await at_a.enter(None)  # a: the only live worker it has seen
         got: list[Lease] = []
@@ -336,13 +329,7 @@ async def test_a_permit_reserved_for_a_waiter_that_died_is_free_after_reserve_ms
 async def test_a_process_woken_with_nothing_waiting_hands_its_reservation_back(
     redis_url: str,
 ) -> None:
-    ns = namespace()
-    async with (
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as a,
-        fleet_client(redis_url, ns, poll_s=NEVER_S) as b,
-    ):
-        at_a, at_b = admission(a, 1), admission(b, 1)
-        await subscribed(redis_url, b, at_b)
+    async with two_processes(redis_url, 1) as (a, b, at_a, at_b):
         held = await at_a.enter(None)
         with pytest.raises(gg.OverloadedError):  # b waits, then gives up: still queued
             await at_b.enter(b.clock.now() + 0.05)
