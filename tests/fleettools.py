@@ -49,9 +49,11 @@ async def fleet_client(
     lead_s: float | None = None,
     poll_s: float = 0.002,
     autos: Sequence[Limit] = (),
+    factory: Callable[[int], Limit] | None = None,
 ) -> AsyncIterator[FleetClient]:
     """A started client; ``autos``: one ``concurrency="auto"`` backend ("b"), led with the
-    first of these limits (and the others after it, for each take-over)."""
+    first of these limits (and the others after it, for each take-over; or ``factory``'s, a
+    fresh limit starting at the limit it is given)."""
     shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=op_budget_s)
     client = FleetClient(
         shared, clock=SystemClock(), wall=wall, poll_s=poll_s, probe_s=probe_s, lead_s=lead_s
@@ -59,7 +61,8 @@ async def fleet_client(
     if autos:
         limits = iter(autos[1:])
         client.auto_admission(
-            name="b", base_url=BASE_URL, model="m", own=autos[0], factory=lambda _: next(limits)
+            name="b", base_url=BASE_URL, model="m", own=autos[0],
+            factory=factory if factory is not None else lambda _: next(limits),
         )
     async with anyio.create_task_group() as tg:
         await client.start(tg)

@@ -143,6 +143,34 @@ async def test_hand_over_when_the_leaders_lease_lapses_warm_from_its_state(
         assert not auto(old).leading and auto(old).fleet_limit == successor.limit
 
 
+async def test_a_follower_that_takes_the_lead_with_no_state_kept_starts_at_the_fleets_limit(
+    redis_url: str,
+) -> None:
+    """No state kept (a Redis restarted empty, or a leader that had learned none): the new
+    leader started from its own initial limit, never used — the fleet's limit fell from 10-11
+    to 4 and slow-started again (benchmarks/fleet.py --restart-redis)."""
+    ns, wall = namespace(), Wall()
+    made: list[int] = []
+
+    def fresh(limit: int) -> FixedLimit:
+        made.append(limit)
+        return FixedLimit(limit)
+
+    lead = functools.partial(
+        fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS, lease_s=5.0
+    )
+    async with (
+        lead(autos=[FixedLimit(11)]) as old,
+        lead(autos=[FixedLimit(4)], factory=fresh) as new,
+    ):
+        await old._lead()  # leads, publishes 11; a FixedLimit keeps no state
+        await new._lead()
+        assert auto(old).leading and auto(new).fleet_limit == 11
+        wall.now += 3.8  # the old leader stops answering: its lead lapses (lease_s × 3/4)
+        await new._lead()
+        assert auto(new).leading and made == [11] and auto(new).fleet_limit == 11
+
+
 # -- the fleet's limit from the fleet's samples --------------------------------------------------
 
 

@@ -257,7 +257,10 @@ class FleetAutoAdmission(FleetAdmission):
 
     def _take_over(self, kept: Any) -> Limit:
         """The fleet's algorithm for a new leader: warm from the state the last leader kept,
-        else this process's own limit (the first time), else a fresh one."""
+        else the limit this process kept from an earlier term, else — the fleet's first
+        leader — its own limit; a process that has only followed starts a fresh one at the
+        fleet's limit (its own initial one, never used, was a fall to ``initial`` and a slow
+        start again after a Redis restarted empty)."""
         if kept:
             limit = self._factory(self.fleet_limit)
             restore = getattr(limit, "restore", None)
@@ -270,7 +273,9 @@ class FleetAutoAdmission(FleetAdmission):
                 except ValueError:
                     pass  # not a state this version reads: start as below
         own, self._own = self._own, None
-        return own if own is not None else self._factory(self.fleet_limit)
+        if own is not None and (self.terms > 0 or own.limit == self.fleet_limit):
+            return own
+        return self._factory(self.fleet_limit)
 
     def resign(self) -> None:
         """Stop leading (closed, or Redis away: the lease lapses). Its limit is kept for a
