@@ -258,9 +258,10 @@ class FleetAutoAdmission(FleetAdmission):
     def _take_over(self, kept: Any) -> Limit:
         """The fleet's algorithm for a new leader: warm from the state the last leader kept,
         else the limit this process kept from an earlier term, else — the fleet's first
-        leader — its own limit; a process that has only followed starts a fresh one at the
-        fleet's limit (its own initial one, never used, was a fall to ``initial`` and a slow
-        start again after a Redis restarted empty)."""
+        leader — its own limit; a process that has only followed starts a fresh one at half
+        the fleet's limit (its own initial one, never used, was a fall to ``initial`` after a
+        Redis restarted empty; at the fleet's limit itself, slow start's first doubling went
+        to twice a limit already probing above the knee: 116 in flight on the cache server)."""
         if kept:
             limit = self._factory(self.fleet_limit)
             restore = getattr(limit, "restore", None)
@@ -275,7 +276,7 @@ class FleetAutoAdmission(FleetAdmission):
         own, self._own = self._own, None
         if own is not None and (self.terms > 0 or own.limit == self.fleet_limit):
             return own
-        return self._factory(self.fleet_limit)
+        return self._factory(max(1, self.fleet_limit // 2))
 
     def resign(self) -> None:
         """Stop leading (closed, or Redis away: the lease lapses). Its limit is kept for a
