@@ -37,10 +37,11 @@ class DroppingServer:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.port = 0
+        self._server: asyncio.Server
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
+        self._server = server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", 0)
         )
         self.port = server.sockets[0].getsockname()[1]
@@ -79,8 +80,21 @@ class DroppingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # end the connections' handlers on their own loop, then close it: left suspended, a
+        # handler was garbage-collected during a later test, its ``finally`` ran on a closed
+        # loop, and pytest reported the error there (tests/test_profile.py, in CI)
+        async def shutdown() -> None:
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
 
 @pytest.fixture
