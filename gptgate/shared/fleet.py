@@ -444,26 +444,30 @@ class FleetClient:
         backend reuses the permit or its acquire carries the release, else the background
         task sends it ``RELEASE_LINGER_S`` later (``hurry``: at once, for the fleet's oldest
         waiting process)."""
-        if lease.registered:
-            self._pending.append((admission.permits_key, lease.id))
-            if hurry:
-                self._yielded.add(lease.id)
-            if hurry or (admission.fleet_waiting and not admission._waiting):
-                # another process waits: no acquire of ours is coming to carry it
-                self._hurry = True
-            elif admission.fixed and self.state == "up":
-                admission._reusable.append(lease.id)
-            self._kick.set()
+        if not lease.registered:
+            return
+        if hurry:
+            self._hand_on(admission.permits_key, lease.id)
+            return
+        self._pending.append((admission.permits_key, lease.id))
+        if admission.fleet_waiting and not admission._waiting:
+            self._hurry = True  # another process waits: no acquire of ours will carry it
+        elif admission.fixed and self.state == "up":
+            admission._reusable.append(lease.id)
+        self._kick.set()
 
     def release_reservation(self, admission: FleetAdmission) -> None:
         """Hand back the permit reserved for this process on ``admission`` (it was woken with
-        nothing left waiting): the background task sends it at once."""
-        if self._redis is None:
-            return  # closed meanwhile
-        reserved = f"{self.worker_id}:~"
-        if (admission.permits_key, reserved) not in self._pending:
-            self._pending.append((admission.permits_key, reserved))
-            self._yielded.add(reserved)
+        nothing left waiting)."""
+        if self._redis is not None:  # (not closed meanwhile)
+            self._hand_on(admission.permits_key, f"{self.worker_id}:~")
+
+    def _hand_on(self, permits_key: str, lease_id: str) -> None:
+        """Release a permit for another process: sent at once by the background task, never
+        carried by an acquire of ours (it would come straight back to us)."""
+        if (permits_key, lease_id) not in self._pending:
+            self._pending.append((permits_key, lease_id))
+        self._yielded.add(lease_id)
         self._hurry = True
         self._kick.set()
 
@@ -572,10 +576,8 @@ class FleetClient:
             workers = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
-        workers = max(1, int(workers))
-        if (self.state == "up" and not self.rejoining) or workers >= self.live_workers:
-            self.live_workers = workers  # not lowered by a Redis restarted empty (see above)
         self._up()
+        self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
 
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
@@ -735,6 +737,15 @@ class FleetClient:
         self._answered()
 
 
+def believed_live(heard: int, known: int, rejoining: bool) -> int:
+    """The live workers to go by when Redis counts ``heard``: a Redis restarted empty counts
+    only the workers back so far ("1" to the first one), so while this process rejoins — the
+    others may still admit on their shares — a count lower than it knew is not believed (its
+    share would be the whole limit)."""
+    heard = max(1, heard)
+    return known if rejoining and heard < known else heard
+
+
 class FleetAdmission:
     """One backend's fleet permits. A call that finds the fleet full waits in a local FIFO;
     only its head asks Redis again — at once when this process releases a permit or another
@@ -800,12 +811,7 @@ class FleetAdmission:
 
     @live_workers.setter
     def live_workers(self, count: int) -> None:
-        # a Redis restarted empty counts only the workers back so far ("1" to the first one):
-        # while this process rejoins, the others may still admit on their shares, so a lower
-        # count than it knew is not believed (its share would be the whole limit)
-        if self.client.rejoining and count < self.live_workers:
-            return
-        self._live_workers = count
+        self._live_workers = believed_live(count, self.live_workers, self.client.rejoining)
 
     @property
     def local_share(self) -> int:
