@@ -35,7 +35,9 @@ permits must be back within ``lease_s`` (read from Redis), and another worker mu
 and restarted empty mid-run, down ``--redis-down-s``: no call may fail.
 
 ``FLEET_TRACE=1`` prints each leader's limit trace, as (real seconds since the job started,
-limit), and its event counts (stderr) as it closes.
+limit), and its event counts (stderr) as it closes; also each attempt timeout (its bound
+against the learned p99), each worker's retries and timeouts, and each row's server ledger
+(its ``abandoned`` requests are the ones a worker hung up on).
 
     python benchmarks/fleet.py [--workers 4,8] [--calls 1200] [--levels 8,16,32,48]
                                [--servers cap,rate,cache] [--time-scale 20]
@@ -175,9 +177,28 @@ async def _work(
                 held[round((time.time() - start_at) / HELD_TICK_S)] = len(admission.held)
                 await asyncio.sleep(HELD_TICK_S)
 
+        if os.environ.get("FLEET_TRACE"):
+            timeouts = gate._states["sim"].attempt_timeouts
+            observe = timeouts.observe_timeout
+
+            def traced(timeout_s: float, expected: int | None = None,
+                       inflight: int | None = None) -> None:
+                print(f"worker {index} timeout at {(clock.now() - started) / time_scale:.2f} s: "
+                      f"{timeout_s / time_scale:.3f} s real, expected {expected}, inflight "
+                      f"{inflight} (learned at {timeouts._inflight:.1f}), p99/token "
+                      f"{timeouts.per_token_quantile / time_scale * 1000:.2f} ms, "
+                      f"p99 {timeouts.latency_quantile / time_scale:.3f} s", file=sys.stderr)
+                observe(timeout_s, expected, inflight)
+
+            timeouts.observe_timeout = traced  # type: ignore[method-assign]
         counting = asyncio.ensure_future(count_held())
         results = await gate.map(items)
         counting.cancel()
+        if os.environ.get("FLEET_TRACE"):
+            st = gate.stats()["sim"]
+            if st.retries or st.timeouts:
+                print(f"worker {index} {concurrency}: retries {st.retries}, timeouts {st.timeouts}",
+                      file=sys.stderr)
         stats = gate.stats()["sim"].fleet
         outages = stats.outages if stats is not None else 0
         terms = getattr(admission, "terms", 0)
@@ -337,6 +358,8 @@ def _run(
         means = [sum(d[10].values()) / max(1, len(d[10])) for d in sorted(done, key=lambda d: d[1])]
         print(f"{concurrency}: permits held per worker " + " ".join(f"{m:.1f}" for m in means),
               file=sys.stderr)
+    if os.environ.get("FLEET_TRACE"):
+        print(f"{concurrency}: server ledger {ledger}", file=sys.stderr)
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0
     if concurrency == "auto":
         name = "shared= auto" if shared_url else "per-process auto"

@@ -518,7 +518,10 @@ class _Attempt:
             with anyio.CancelScope(shield=True):
                 await self.response.aclose()
         if self.permit is not None:  # admit: no-op unless cancelled or failed unclassified
-            self.permit.ignore()
+            if self.sent:  # we hung up on a request the backend may still be running
+                self.permit.abandon()
+            else:
+                self.permit.ignore()
         if self.ticket is not None:  # admit
             self.ticket.release()
         if self.span is not None:  # dispatch: ended here only when cancelled
@@ -1198,7 +1201,10 @@ class CallRunner:
         if error.backend is None:
             error.backend = backend.name
         if isinstance(error, GatewayClosedError):
-            return  # our shutdown, not the backend: no sample, no failure (the permit is ignored)
+            # our shutdown, not the backend: no sample, no failure, and no request left running
+            if permit is not None:
+                permit.ignore()
+            return
         if permit is not None and not permit.done:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):

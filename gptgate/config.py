@@ -108,6 +108,11 @@ class Backend(BaseModel):
     first_byte_timeout: float | None = Field(default=None, gt=0)
     #: longest silence between two stream chunks
     idle_timeout: float = Field(default=30.0, gt=0)
+    #: a request we hung up on (a timeout, a cancelled call, a stream left mid-answer) keeps
+    #: its concurrency slot this long: the backend works on it until it notices the
+    #: disconnect (llama-server: ~10 ms for a stream, never for a non-streamed answer, which
+    #: it finishes — measured in docs/guide/timeouts.md)
+    abandon_grace_s: float = Field(default=0.1, ge=0)
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None

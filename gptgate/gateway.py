@@ -190,6 +190,9 @@ class BackendStats:
     fleet_cache_hit_rate: float | None = None
     #: ``shared=``: this process's calls paced by the fleet's RPM/TPM budget (None without)
     fleet_pacing: FleetPacerStatistics | None = None
+    #: of ``in_flight``: slots still taken by requests we hung up on (a timeout, a cancelled
+    #: call, a stream left), for the backend's ``abandon_grace_s`` — it still runs them
+    abandoned_holding: int = 0
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -577,6 +580,8 @@ class Gateway:
                 max_inflight=backend.pool_size,
                 name=backend.name,
                 on_limit_change=functools.partial(self.cache_gate.update_limit, backend.name),
+                abandon_grace_s=backend.abandon_grace_s,
+                defer=self._defer,
             )
             breaker = CircuitBreaker(
                 threshold=self.config.breaker_threshold,
@@ -713,6 +718,22 @@ class Gateway:
         warmup.live_groups = self.cache_gate.live_groups  # the fleet's ramp windows
         warmup.on_members = self.cache_gate.set_fleet_members
         task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
+
+    def _defer(self, seconds: float, then: Callable[[], None]) -> None:
+        """``then()`` ``seconds`` later on the gateway's clock: the slot of a request we hung
+        up on, freed after its backend's ``abandon_grace_s`` (``Permit.abandon``). At once
+        when the gateway is closing, and at the latest when it closes."""
+        task_group = self._task_group
+        if task_group is None:
+            then()
+            return
+        task_group.start_soon(self._after, seconds, then)
+
+    async def _after(self, seconds: float, then: Callable[[], None]) -> None:
+        try:
+            await self.clock.sleep(seconds)
+        finally:
+            then()
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:
         """Another process saw a 429: pause this backend here too, until its retry-after."""
@@ -1360,6 +1381,7 @@ class Gateway:
                 hardware=state.backend.hardware,
                 limit=limiter.limit,
                 in_flight=limiter.in_flight,
+                abandoned_holding=limiter.holding,
                 queued=limiter.queued,
                 admitted=limiter.admitted + earlier.admitted,
                 shed=limiter.shed + earlier.shed,

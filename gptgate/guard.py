@@ -376,8 +376,8 @@ class _GuardRun:
         except Exception as exc:
             self._failed(state, call, exc, clock.now() - start)
             raise
-        except BaseException:  # cancelled: no sample either way
-            permit.ignore()
+        except BaseException:  # cancelled: no sample, but the backend may still run its request
+            permit.abandon()
             raise
         finally:
             _GUARD_PERMIT.reset(token)
@@ -392,7 +392,7 @@ class _GuardRun:
         errors return, to be raised as they are."""
         permit = call.permit
         if isinstance(exc, RequestTimeout) and exc.deadline:
-            permit.ignore()  # the caller's deadline says nothing of the backend
+            permit.abandon()  # the caller's deadline says nothing of the backend
             return
         view = classify_exception(exc, state.name)
         if _is_the_applications(view):

@@ -8,6 +8,10 @@
   grows with the load moves the knee, without one failure cutting the limit;
 * anything else (a bad request, a refused key, the caller's own deadline passing or cutting
   the attempt — ``RequestTimeout(deadline=True)``): *ignored* — it says nothing about the load.
+
+A request *we* hung up on (a timeout after the send, the caller's deadline cutting it) is
+*abandoned* as well: the backend keeps working on it until it notices, so its slot stays
+taken for the backend's ``abandon_grace_s`` (``Permit.abandon``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ __all__ = [
     "is_caller_deadline",
     "report_failure",
     "report_status",
+    "we_hung_up",
 ]
 
 #: HTTP statuses that say the backend is overloaded (or timed the request out)
@@ -70,18 +75,36 @@ def _error_kind(error: GateError) -> _Kind:
     return _status_kind(error.status) if isinstance(error, BackendError) else None
 
 
-def _end(permit: Permit, kind: _Kind, latency_s: float) -> None:
+def _end(permit: Permit, kind: _Kind, latency_s: float, *, abandoned: bool = False) -> None:
     if kind is None:
-        permit.ignore()
+        if abandoned:
+            permit.abandon()
+        else:
+            permit.ignore()
     else:
         permit.dropped(
-            latency_s, congestion=kind != "server failure", rate_limited=kind == "rate limited"
+            latency_s,
+            congestion=kind != "server failure",
+            rate_limited=kind == "rate limited",
+            abandoned=abandoned,
         )
 
 
 def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:
     """End ``permit`` for a failed attempt (a no-op if it has ended already)."""
-    _end(permit, _error_kind(error), latency_s)
+    _end(permit, _error_kind(error), latency_s, abandoned=we_hung_up(error))
+
+
+def we_hung_up(error: BaseException) -> bool:
+    """The attempt reached the backend and we cut it before its answer ended (a timeout, the
+    caller's deadline): the backend may still be running it."""
+    if isinstance(error, StreamInterruptedError):
+        error = error.__cause__ if error.__cause__ is not None else error
+    return (
+        isinstance(error, RequestTimeout)
+        and not error.unsent
+        and error.status is None  # a 408 is the server's own answer
+    )
 
 
 def report_status(permit: Permit, status: int, latency_s: float) -> None:

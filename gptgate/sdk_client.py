@@ -255,8 +255,8 @@ class _Attempt:
             self.tap.close(self.runner.clock.now())
             self.succeeded()
             return
-        if self.permit is not None:
-            self.permit.ignore()
+        if self.permit is not None:  # the server runs it until it notices we left
+            self.permit.abandon()
         self._wasted(interrupted=self.tap is not None and self.tap.streamed)
         self._end(None, None)
 
@@ -271,8 +271,8 @@ class _Attempt:
                 self._wasted(interrupted=False)
             self._end(None, view)
             return
-        if self.permit is not None:
-            self.permit.ignore()
+        if self.permit is not None:  # cancelled: the server may have the request already
+            self.permit.abandon()
         self._wasted(interrupted=False)
         self._end(None, None)
 

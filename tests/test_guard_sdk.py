@@ -161,4 +161,6 @@ def test_a_guarded_call_ends_at_its_deadline() -> None:
     took, error, stats = run_virtual(main)
     assert isinstance(error, gg.RequestTimeout) and error.deadline
     assert took == pytest.approx(3.0, abs=0.01)
-    assert stats.failures == 0 and stats.circuit == "closed" and stats.in_flight == 0
+    assert stats.failures == 0 and stats.circuit == "closed"
+    # the cut body's request may still run at the backend: its slot is held for the grace
+    assert stats.in_flight == stats.abandoned_holding == 1

@@ -90,6 +90,8 @@ class LimiterStatistics:
     #: completions per second the prediction uses; None before enough releases
     completion_rate: float | None = None
     max_inflight: int | None = None
+    #: of ``in_flight``: slots still taken by requests we hung up on, within their grace
+    holding: int = 0
 
 
 class Permit:
@@ -127,15 +129,29 @@ class Permit:
         self._finish("ok", latency_s, ttft_s, input_tokens, output_tokens)
 
     def dropped(
-        self, latency_s: float, *, congestion: bool = True, rate_limited: bool = False
+        self,
+        latency_s: float,
+        *,
+        congestion: bool = True,
+        rate_limited: bool = False,
+        abandoned: bool = False,
     ) -> None:
         """The attempt failed; ``congestion=False`` for a server failure that is not a sign of
         overload by itself (see :attr:`Sample.congestion`), ``rate_limited`` for a 429 (see
-        :attr:`Sample.rate_limited`)."""
-        self._finish("dropped", latency_s, None, 0, 0, congestion, rate_limited)
+        :attr:`Sample.rate_limited`), ``abandoned`` when we cut a request the backend may
+        still be running (a timeout): see :meth:`abandon`."""
+        self._finish("dropped", latency_s, None, 0, 0, congestion, rate_limited, abandoned)
 
     def ignore(self) -> None:
         self._finish("ignored", 0.0, None, 0, 0)
+
+    def abandon(self) -> None:
+        """We hung up on a request the backend received (the caller cancelled, a deadline
+        cut it): no sample, but the backend works on it until it notices the disconnect, so
+        its slot stays taken for the limiter's ``abandon_grace_s`` — handed on at once, the
+        next request would reach the backend while the old one still runs (one over the
+        limit; a 503 on a server with a hard cap)."""
+        self._finish("ignored", 0.0, None, 0, 0, abandoned=True)
 
     def _finish(
         self,
@@ -146,13 +162,11 @@ class Permit:
         output_tokens: int,
         congestion: bool = True,
         rate_limited: bool = False,
+        abandoned: bool = False,
     ) -> None:
         if self._done:
             return
         self._done = True
-        if self.lease is not None and self._limiter.admission is not None:
-            lease, self.lease = self.lease, None
-            self._limiter.admission.leave(lease)
         sample = Sample(
             start=self.start,
             latency_s=latency_s,
@@ -164,7 +178,27 @@ class Permit:
             congestion=congestion,
             rate_limited=rate_limited,
         )
-        self._limiter._release(sample)
+        limiter = self._limiter
+        hold = limiter.abandon_grace_s if abandoned and limiter.defer is not None else 0.0
+        if hold > 0.0:
+            assert limiter.defer is not None
+            limiter._holding += 1
+            limiter._release(sample, free=False)
+            limiter.defer(hold, self._free_held)
+        else:
+            self._give_back()
+            limiter._release(sample)
+
+    def _give_back(self) -> None:
+        """The shared layer's token, if any (before the local slot: one hand-on order)."""
+        if self.lease is not None and self._limiter.admission is not None:
+            lease, self.lease = self.lease, None
+            self._limiter.admission.leave(lease)
+
+    def _free_held(self) -> None:
+        """The grace of an abandoned request is over: its slot is free, here and fleet-wide."""
+        self._give_back()
+        self._limiter._free_held()
 
     def __repr__(self) -> str:
         state = "done" if self._done else "held"
@@ -207,6 +241,8 @@ class Limiter:
         on_limit_change: Callable[[int], None] | None = None,
         on_release: Callable[[Limiter], None] | None = None,
         admission: Admission | None = None,
+        abandon_grace_s: float = 0.0,
+        defer: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         if max_inflight is not None and max_inflight < 1:
             raise ValueError("max_inflight must be >= 1")
@@ -239,6 +275,13 @@ class Limiter:
         self.on_release = on_release
         #: the shared (fleet-wide) layer a permit must also pass, if any
         self.admission = admission
+        #: how long the slot of a request we hung up on stays taken (see Permit.abandon)
+        self.abandon_grace_s = abandon_grace_s
+        #: ``defer(seconds, fn)`` calls ``fn`` that much later (the owner's task group);
+        #: without it an abandoned request's slot is freed at once
+        self.defer = defer
+        #: slots still taken by abandoned requests, within their grace
+        self._holding = 0
 
     # ---- observation --------------------------------------------------------------------
     @property
@@ -308,6 +351,7 @@ class Limiter:
             predicted_wait_s=self.predicted_wait(),
             completion_rate=self.completion_rate(),
             max_inflight=self._max_inflight,
+            holding=self._holding,
         )
 
     # ---- admission ----------------------------------------------------------------------
@@ -501,8 +545,11 @@ class Limiter:
         self._admitted += 1
         return Permit(self, self._clock.now(), self._in_flight)
 
-    def _release(self, sample: Sample) -> None:
-        self._in_flight -= 1
+    def _release(self, sample: Sample, *, free: bool = True) -> None:
+        """Account for the finished attempt (and feed the limit); ``free=False``: its slot
+        stays taken until :meth:`_free_held` (an abandoned request within its grace)."""
+        if free:
+            self._in_flight -= 1
         if sample.kind == "ok":
             self._succeeded += 1
         elif sample.kind == "dropped":
@@ -516,6 +563,11 @@ class Limiter:
                 self.limit.update(sample, now)
         finally:
             self._wake()
+
+    def _free_held(self) -> None:
+        self._holding -= 1
+        self._in_flight -= 1
+        self._wake()
 
     def _observe_release(self, sample: Sample, now: float) -> None:
         self._releases += 1

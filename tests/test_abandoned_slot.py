@@ -1,0 +1,151 @@
+"""A request we hung up on still runs at the backend until the backend notices the disconnect.
+
+Its concurrency slot stays taken for the backend's ``abandon_grace_s``: handed on at once, the
+next call reaches the backend while the old request still runs — one over the limit (found in
+``benchmarks/fleet.py``: a false timeout at a fixed fleet limit of 32 put 33 on the server;
+on a server with a hard cap that is a 503). Virtual time: every timing below is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import pytest
+
+import gptgate as gg
+from gptgate.limits import FixedLimit, Limiter
+from gptgate.testing import LoopClock, run_virtual
+from tests.mockbackend import USER, completion, gateway
+
+
+class LateNoticingServer:
+    """Counts a request as running until it answers or, when its client hung up,
+    ``notice_s`` later (a server that polls for disconnects). The first request hangs."""
+
+    def __init__(self, task_group: anyio.abc.TaskGroup, *, notice_s: float) -> None:
+        self.task_group = task_group
+        self.notice_s = notice_s
+        self.requests = 0
+        self.running = 0
+        self.peak = 0
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests += 1
+        first = self.requests == 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await anyio.sleep(100.0 if first else 0.5)
+        except anyio.get_cancelled_exc_class():
+            self.task_group.start_soon(self._notice)
+            raise
+        self.running -= 1
+        return httpx2.Response(200, json=completion())
+
+    async def _notice(self) -> None:
+        await anyio.sleep(self.notice_s)
+        self.running -= 1
+
+
+def _backend(server: LateNoticingServer, **options: Any) -> gg.Backend:
+    return gg.Backend(
+        name="mock", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
+        timeout=1.0, transport=httpx2.MockTransport(server), **options,
+    )
+
+
+@pytest.mark.parametrize(("grace_s", "peak"), [(0.0, 2), (0.1, 1)])
+def test_a_timed_out_request_keeps_its_slot_while_the_backend_may_still_run_it(
+    grace_s: float, peak: int
+) -> None:
+    """Two calls on a limit of 1: the first times out after 1 s. With no grace (the old
+    behaviour) the waiting call is sent at once, beside the request the server still runs."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = LateNoticingServer(server_tasks, notice_s=0.05)
+            async with gateway(_backend(server, abandon_grace_s=grace_s), clock=clock) as gate:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(2):
+                        tg.start_soon(gate.chat, USER)
+                    await clock.sleep(1.01)
+                    limiter = gate._states["mock"].limiter
+                    # the timed-out request's slot is still taken, within its grace
+                    assert limiter.statistics().holding == (1 if grace_s else 0)
+                stats = gate.stats()["mock"]
+            assert stats.timeouts == 1 and stats.failures == 1
+            assert server.requests == 3  # the timed-out try, its retry, the other call
+            assert server.peak == peak
+            assert limiter.in_flight == 0 and limiter.statistics().holding == 0
+
+    run_virtual(main)
+
+
+def test_a_cancelled_call_keeps_its_slot_for_the_grace_then_hands_it_on() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = LateNoticingServer(server_tasks, notice_s=0.05)
+            async with gateway(_backend(server), clock=clock) as gate:
+                sent_at: list[float] = []
+
+                async def second() -> None:
+                    await gate.chat(USER)
+                    sent_at.append(clock.now())
+
+                async with anyio.create_task_group() as tg:
+                    with anyio.move_on_after(0.3):  # the caller gives up on the hung call
+                        await gate.chat(USER)
+                    tg.start_soon(second)
+            assert server.peak == 1
+            # sent 0.1 s after the cancel (the grace), answered 0.5 s later
+            assert sent_at == [pytest.approx(0.9, abs=1e-6)]
+
+    run_virtual(main)
+
+
+def test_an_abandoned_permit_feeds_no_sample_and_frees_its_slot_after_the_grace() -> None:
+    """The limiter alone: the sample goes to the limit at once (a timeout is a loss now), the
+    slot and the shared layer's token come back only when the grace is over."""
+
+    class Recording:
+        def __init__(self) -> None:
+            self.left: list[float] = []
+
+        async def enter(self, deadline: float | None) -> object:
+            return "token"
+
+        def leave(self, token: object, /) -> None:
+            self.left.append(clock.now())
+
+    later: list[tuple[float, Any]] = []
+    clock = LoopClock()
+    admission = Recording()
+    limiter = Limiter(
+        FixedLimit(2), clock=clock, abandon_grace_s=0.25, admission=admission,
+        defer=lambda seconds, then: later.append((seconds, then)),
+    )
+
+    async def main() -> None:
+        timed_out = await limiter.acquire()
+        cancelled = await limiter.acquire()
+        timed_out.dropped(1.0, abandoned=True)
+        cancelled.abandon()
+        stats = limiter.statistics()
+        assert (stats.in_flight, stats.holding, stats.dropped, stats.ignored) == (2, 2, 1, 1)
+        assert admission.left == [] and [s for s, _ in later] == [0.25, 0.25]
+        for _, then in later:
+            then()
+        assert limiter.in_flight == 0 and limiter.statistics().holding == 0
+        assert len(admission.left) == 2
+        # without a way to defer, nothing is held
+        plain = Limiter(FixedLimit(1), clock=clock, abandon_grace_s=0.25)
+        permit = await plain.acquire()
+        permit.abandon()
+        assert plain.in_flight == 0
+
+    run_virtual(main)
