@@ -18,16 +18,20 @@ import pytest
 import gptgate as gg
 from gptgate.limits import FixedLimit, Limiter
 from gptgate.testing import LoopClock, run_virtual
-from tests.mockbackend import USER, completion, gateway
+from tests.fleettools import namespace
+from tests.mockbackend import USER, completion, gateway, wait_until
 
 
 class LateNoticingServer:
     """Counts a request as running until it answers or, when its client hung up,
     ``notice_s`` later (a server that polls for disconnects). The first request hangs."""
 
-    def __init__(self, task_group: anyio.abc.TaskGroup, *, notice_s: float) -> None:
+    def __init__(
+        self, task_group: anyio.abc.TaskGroup, *, notice_s: float, answer_s: float = 0.5
+    ) -> None:
         self.task_group = task_group
         self.notice_s = notice_s
+        self.answer_s = answer_s
         self.requests = 0
         self.running = 0
         self.peak = 0
@@ -38,7 +42,7 @@ class LateNoticingServer:
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
-            await anyio.sleep(100.0 if first else 0.5)
+            await anyio.sleep(100.0 if first else self.answer_s)
         except anyio.get_cancelled_exc_class():
             self.task_group.start_soon(self._notice)
             raise
@@ -51,9 +55,10 @@ class LateNoticingServer:
 
 
 def _backend(server: LateNoticingServer, **options: Any) -> gg.Backend:
+    options = {"concurrency": 1, "timeout": 1.0, **options}
     return gg.Backend(
-        name="mock", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
-        timeout=1.0, transport=httpx2.MockTransport(server), **options,
+        name="mock", base_url="http://127.0.0.1:9/v1", model="m",
+        transport=httpx2.MockTransport(server), **options,
     )
 
 
@@ -149,3 +154,38 @@ def test_an_abandoned_permit_feeds_no_sample_and_frees_its_slot_after_the_grace(
         assert plain.in_flight == 0
 
     run_virtual(main)
+
+
+async def test_with_shared_the_fleet_permit_is_held_for_the_grace_too(redis_url: str) -> None:
+    """Two gateways on one fleet-wide limit of 1, a real redis-server: the second process's
+    call gets the permit only after the first process's timed-out request's grace — by then
+    the server (which notices 0.1 s after the hang-up) has let go of it. Ordering, not timing:
+    the server's notice and the grace are timers on one event loop, 0.1 s < 0.3 s."""
+    async with anyio.create_task_group() as server_tasks:
+        server = LateNoticingServer(server_tasks, notice_s=0.1, answer_s=0.01)
+        shared = gg.Shared(redis_url, namespace=namespace(), lease_s=5.0, op_budget_s=1.0)
+        gates = [
+            gateway(_backend(server, abandon_grace_s=0.3, timeout=0.2), shared=shared,
+                    max_attempts=1)
+            for _ in range(2)
+        ]
+        for gate in gates:
+            gate._fleet_options = {"poll_s": 0.002}
+        async with gates[0], gates[1]:
+            outcomes: list[str] = []
+
+            async def call(gate: gg.Gateway) -> None:
+                try:
+                    await gate.chat(USER)
+                    outcomes.append("ok")
+                except gg.RequestTimeout:
+                    outcomes.append("timeout")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, gates[0])
+                await wait_until(lambda: server.requests == 1)
+                tg.start_soon(call, gates[1])
+            held = [g.stats()["mock"].fleet for g in gates]
+    assert sorted(outcomes) == ["ok", "timeout"]
+    assert server.requests == 2 and server.peak == 1
+    assert all(s is not None and s.held == 0 for s in held)
