@@ -395,6 +395,8 @@ _BAD_CONFIG: list[tuple[Callable[..., object], str, object]] = [
     (_backend, "connect_timeout", math.inf),
     (_backend, "idle_timeout", 0),
     (_backend, "first_byte_timeout", math.inf),
+    (_backend, "abandon_grace_s", -0.1),
+    (_backend, "abandon_grace_s", math.nan),
     (_backend, "context_tokens", 0),
     (_backend, "context_tokens", "8k"),
     (_backend, "price", {"input_per_mtok": -1}),
