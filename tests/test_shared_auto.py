@@ -172,6 +172,50 @@ async def test_a_follower_that_takes_the_lead_with_no_state_kept_starts_near_the
         assert auto(new).leading and made == [5] and auto(new).fleet_limit == 5
 
 
+async def test_the_fleets_first_limit_starts_at_initial_times_the_live_workers(
+    redis_url: str,
+) -> None:
+    """Per-process limits start at ``initial`` each; the fleet's one limit started at
+    ``initial`` for the whole fleet, and its slow start took a tenth of a 4 s job on the
+    cache server (benchmarks/fleet.py: 0.90-0.95x of the best fixed limit, 0.93-1.10x
+    after). Until its first sample the first leader's start follows the live workers."""
+    ns, wall = namespace(), Wall()
+    made: list[int] = []
+
+    def fresh(limit: int) -> LLMLimit:
+        made.append(limit)
+        return LLMLimit(initial=limit, max_limit=64)
+
+    lead = functools.partial(
+        fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS, factory=fresh
+    )
+    async with lead(autos=[LLMLimit(initial=4, max_limit=64)]) as first:
+        await first._lead()
+        assert auto(first).leading and auto(first).fleet_limit == 4  # alone: its own start
+        async with lead(autos=[LLMLimit(initial=4)]) as second:
+            await first._renew()  # hears of the second worker
+            await first._lead()
+            await second._lead()
+            assert made == [8] and auto(second).fleet_limit == 8
+            # a sample has come: the algorithm leads from here, whoever joins
+            leader = auto(first).leader
+            assert leader is not None
+            leader.fed = 1
+            async with lead(autos=[LLMLimit(initial=4)]):
+                await first._renew()
+                await first._lead()
+                assert made == [8] and auto(first).fleet_limit == 8
+    # a fixed limit does not slow-start: it is never scaled
+    lead = functools.partial(
+        fleet_client, redis_url, namespace(), wall=wall, lead_s=NO_ROUNDS, factory=fresh
+    )
+    async with lead(autos=[FixedLimit(4)]) as alone, lead(autos=[FixedLimit(4)]):
+        await alone._renew()
+        await alone._lead()
+        await alone._lead()
+        assert auto(alone).fleet_limit == 4 and made == [8]
+
+
 # -- the fleet's limit from the fleet's samples --------------------------------------------------
 
 
