@@ -1,19 +1,25 @@
 """Requests we hung up on, on llama.cpp's llama-server: does the server stay within the limit?
 
-A timed-out (or cancelled) request is not over at the backend when the client closes its
-connection: llama-server ends a streamed one at its next token, but finishes a non-streamed
-one whole. Its concurrency slot therefore stays taken for the backend's ``abandon_grace_s``
-after we hang up (gptgate/limits/limiter.py, ``Permit.abandon``). This runs the same job with
-several graces against a real llama-server and polls its ``/metrics`` every 5 ms: requests
-processing plus deferred (queued behind its slots) is the server's real concurrency.
+A request we hang up on (a deadline or timeout cut it, the caller cancelled) is not over at
+the backend when the client closes its connection: llama-server ends a streamed one at its
+next token, but finishes a non-streamed one whole. Its concurrency slot therefore stays taken
+for the backend's ``abandon_grace_s`` after we hang up (``Permit.abandon``), or, with
+``abandoned_answers="finish"``, gptgate does not hang up: it reads the answer to its end in
+the background and holds the slot until then. Each call has a deadline of ``--timeout``
+seconds (its whole time; the backend's own timeout stays 60 s) and asks for 20-120 tokens, or
+for 2,000 one time in five (far past the deadline). The parent polls the server's
+``/metrics`` every 5 ms: requests processing plus deferred (queued behind its slots) is the
+server's real concurrency.
 
 Start the server first (``bash ../shared/realserver/start_server.sh 18080``: 4 slots), then:
 
     python benchmarks/abandoned.py [--base-url http://127.0.0.1:18080/v1] [--limit 4]
-                                   [--calls 60] [--timeout 1] [--graces 0,0.1,2] [--stream]
+                                   [--calls 60] [--callers 8] [--timeout 1] [--stream]
+                                   [--graces 0,0.1,2] [--answers stop,finish]
 
-Columns: calls, timeouts, failed, the server's peak concurrency against the limit, the share
-of polls above the limit, goodput. Not in CI (it needs the real server).
+``--callers`` callers each send their next call when one ends. Columns: calls, cut by
+their deadline, failed (cut, or shed before the send), the server's peak concurrency against
+the limit, the share of polls above the limit, goodput. Not in CI (it needs the real server).
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ _METRIC = re.compile(r"^llamacpp:(requests_processing|requests_deferred) (\S+)",
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    answers: str
     grace_s: float
     calls: int
-    timeouts: int
+    cut: int
     failed: int
     peak: int
     over_share: float
@@ -55,19 +62,20 @@ async def _wait_idle(client: httpx2.AsyncClient, metrics_url: str) -> None:
             await anyio.sleep(0.05)
 
 
-async def run(args: argparse.Namespace, grace_s: float) -> Row:
+async def run(args: argparse.Namespace, answers: str, grace_s: float) -> Row:
     metrics_url = args.base_url.removesuffix("/v1") + "/metrics"
     rng = random.Random(args.seed)
     # most answers fit the timeout; every few asks for far more than it allows
     sizes = [2000 if rng.random() < 0.2 else rng.randint(20, 120) for _ in range(args.calls)]
     backend = gg.Backend(
         name="llama", base_url=args.base_url, model="tiny", concurrency=args.limit,
-        timeout=args.timeout, abandon_grace_s=grace_s, api_key="none",
+        timeout=60.0, abandon_grace_s=grace_s, api_key="none",
+        abandoned_answers=answers,
     )
     polls: list[int] = []
     async with httpx2.AsyncClient() as client:
         await _wait_idle(client, metrics_url)
-        async with gg.Gateway([backend], max_attempts=1, seed=args.seed, deadline_s=600.0) as gate:
+        async with gg.Gateway([backend], max_attempts=1, seed=args.seed) as gate:
             done = anyio.Event()
 
             async def poll() -> None:
@@ -75,16 +83,21 @@ async def run(args: argparse.Namespace, grace_s: float) -> Row:
                     polls.append(await _server_load(client, metrics_url))
                     await anyio.sleep(0.005)
 
+            cut = [0]
+
             async def one(max_tokens: int) -> bool:
                 body = {"messages": [{"role": "user", "content": "count on"}],
                         "max_tokens": max_tokens, "ignore_eos": True}
                 try:
                     if args.stream:
-                        async with gate.stream(**body) as s:
+                        async with gate.stream(**body, timeout=args.timeout) as s:
                             async for _ in s:
                                 pass
                     else:
-                        await gate.chat(**body, stream=False)
+                        await gate.chat(**body, stream=False, timeout=args.timeout)
+                except gg.RequestTimeout:
+                    cut[0] += 1
+                    return False
                 except gg.GateError:
                     return False
                 return True
@@ -93,19 +106,20 @@ async def run(args: argparse.Namespace, grace_s: float) -> Row:
             start = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(poll)
+                todo = iter(sizes)
+
+                async def caller() -> None:  # a closed loop: the next call when one ends
+                    for size in todo:
+                        ok.append(await one(size))
+
                 async with anyio.create_task_group() as calls:
-                    for size in sizes:
-                        calls.start_soon(lambda size=size: _append(ok, one(size)))
+                    for _ in range(args.callers):
+                        calls.start_soon(caller)
                 elapsed = time.perf_counter() - start
                 done.set()
-            stats = gate.stats()["llama"]
     over = sum(1 for p in polls if p > args.limit)
-    return Row(grace_s, args.calls, stats.timeouts, ok.count(False), max(polls, default=0),
+    return Row(answers, grace_s, args.calls, cut[0], ok.count(False), max(polls, default=0),
                over / max(1, len(polls)), ok.count(True) / elapsed)
-
-
-async def _append(out: list[bool], result: object) -> None:
-    out.append(await result)  # type: ignore[misc]
 
 
 def main() -> None:
@@ -113,19 +127,23 @@ def main() -> None:
     parser.add_argument("--base-url", default="http://127.0.0.1:18080/v1")
     parser.add_argument("--limit", type=int, default=4)
     parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=1.0)
     parser.add_argument("--graces", default="0,0.1,2")
+    parser.add_argument("--answers", default="stop,finish",
+                        help="Backend.abandoned_answers values to run (each with every grace)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stream", action="store_true")
     args = parser.parse_args()
     print("$ python " + " ".join(sys.argv))
-    rows = [anyio.run(run, args, float(g)) for g in args.graces.split(",")]
+    rows = [anyio.run(run, args, answers, float(g))
+            for answers in args.answers.split(",") for g in args.graces.split(",")]
     print(f"\n{'stream' if args.stream else 'non-stream'} calls, fixed limit {args.limit}, "
-          f"attempt timeout {args.timeout:g} s, no retries")
-    print(f"{'grace s':>8} {'calls':>6} {'timeouts':>8} {'failed':>6} {'peak/limit':>10} "
+          f"a deadline of {args.timeout:g} s per call, no retries")
+    print(f"{'answers':>8} {'grace s':>8} {'calls':>6} {'cut':>8} {'failed':>6} {'peak/limit':>10} "
           f"{'polls over':>10} {'goodput/s':>9}")
     for r in rows:
-        print(f"{r.grace_s:>8g} {r.calls:>6} {r.timeouts:>8} {r.failed:>6} "
+        print(f"{r.answers:>8} {r.grace_s:>8g} {r.calls:>6} {r.cut:>8} {r.failed:>6} "
               f"{f'{r.peak}/{args.limit}':>10} {r.over_share:>10.1%} {r.goodput:>9.1f}")
 
 

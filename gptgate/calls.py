@@ -12,7 +12,15 @@ released, the cache ticket handed back, the response closed, the span ended, the
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -414,10 +422,13 @@ class _Attempt:
     async def read_body(self, request: httpx2.Request) -> ParsedChat:
         """Send for a JSON answer and read it whole, within the attempt's bound."""
         runner, spec, backend = self.runner, self.spec, self.backend
-        response = self.response = await runner._send(
-            backend, request, self.attempt_timeout, stream=False,
-            deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
-        )
+        if self.config.abandoned_answers == "finish" and runner.spawn is not None:
+            response = self.response = await self._read_in_background(request)
+        else:
+            response = self.response = await runner._send(
+                backend, request, self.attempt_timeout, stream=False,
+                deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
+            )
         runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             raise error_for_status(
@@ -427,6 +438,53 @@ class _Attempt:
         if self.ticket is not None:
             self.ticket.prefilled()
         return parsed
+
+    async def _read_in_background(self, request: httpx2.Request) -> httpx2.Response:
+        """``abandoned_answers="finish"``: the backend generates a non-streamed answer whole
+        even when we hang up, so we never do. The answer is read in the background, bounded
+        by the backend's timeout, and waited for only as long as the attempt may; an attempt
+        cut here (a timeout, a cancelled call) keeps its slot until the answer has ended
+        (``Permit.until``) — hung up on, its slot was handed on while the server still ran
+        it, and timeouts fed on themselves (docs/guide/deadlines.md)."""
+        runner, backend, spec = self.runner, self.backend, self.spec
+        done = anyio.Event()
+        got: list[httpx2.Response | BaseException] = []
+
+        async def read() -> None:
+            try:
+                got.append(await runner._send(
+                    backend, request, self.config.timeout, stream=False,
+                    max_tokens=spec.route.output_tokens,
+                ))
+            except Exception as error:
+                got.append(error)
+            finally:
+                done.set()
+
+        assert runner.spawn is not None
+        if not runner.spawn(read):  # the gateway is closing: no background work
+            return await runner._send(
+                backend, request, self.attempt_timeout, stream=False,
+                deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
+            )
+        if self.permit is not None:
+            self.permit.until = done
+        with anyio.move_on_after(self.clock.to_real(self.attempt_timeout)):
+            await done.wait()
+        if not got:
+            if done.is_set():  # cancelled there: the gateway closed its connections
+                raise GatewayClosedError(
+                    "the gateway closed its connections under this call", backend=backend.name
+                )
+            raise RequestTimeout(
+                "call deadline passed waiting for the response" if self.cut_by_deadline
+                else "no response before the attempt deadline (the backend finishes it)",
+                backend=backend.name, billed=True, deadline=self.cut_by_deadline,
+            )
+        result = got[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     # -- Outcome: exactly one of these, then release ---------------------------------------
 
@@ -541,6 +599,7 @@ class CallRunner:
         budget: RetryBudget | None = None,
         max_breaker_wait_s: float = 5.0,
         spending: BudgetGate | None = None,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], bool] | None = None,
     ) -> None:
         self.router = router
         self.clock = clock
@@ -553,6 +612,9 @@ class CallRunner:
         self.max_breaker_wait_s = max_breaker_wait_s
         #: the dollar budget (gptgate/budget.py), None without one
         self.spending = spending
+        #: runs a task in the gateway's task group (False when closing): an abandoned
+        #: answer read to its end in the background (``abandoned_answers="finish"``)
+        self.spawn = spawn
         #: per backend: what its recent answers looked like, to estimate the unanswered ones
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend: its client and the absolute chat URL (joined once, not per request)

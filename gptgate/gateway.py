@@ -21,6 +21,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Coroutine,
     Iterable,
     Mapping,
     Sequence,
@@ -625,6 +626,7 @@ class Gateway:
             budget=self.retry_budget,
             max_breaker_wait_s=self.config.max_breaker_wait_s,
             spending=self._spending,
+            spawn=self._spawn,
         )
         await self._start_fleet(self._task_group)
         self._open = True
@@ -719,21 +721,34 @@ class Gateway:
         warmup.on_members = self.cache_gate.set_fleet_members
         task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
 
-    def _defer(self, seconds: float, then: Callable[[], None]) -> None:
-        """``then()`` ``seconds`` later on the gateway's clock: the slot of a request we hung
-        up on, freed after its backend's ``abandon_grace_s`` (``Permit.abandon``). At once
-        when the gateway is closing, and at the latest when it closes."""
+    def _defer(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
+        """``then()`` ``hold`` seconds later on the gateway's clock, or once the event
+        ``hold`` is set: the slot of a request we hung up on, freed after its backend's
+        ``abandon_grace_s`` or when its answer has been read to its end (``Permit.abandon``).
+        At once when the gateway is closing, and at the latest when it closes."""
         task_group = self._task_group
         if task_group is None:
             then()
             return
-        task_group.start_soon(self._after, seconds, then)
+        task_group.start_soon(self._after, hold, then)
 
-    async def _after(self, seconds: float, then: Callable[[], None]) -> None:
+    async def _after(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         try:
-            await self.clock.sleep(seconds)
+            if isinstance(hold, anyio.Event):
+                await hold.wait()
+            else:
+                await self.clock.sleep(hold)
         finally:
             then()
+
+    def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Run ``task`` in the gateway's task group (cancelled when it closes); False when
+        the gateway is closing: the caller does the work itself."""
+        task_group = self._task_group
+        if task_group is None or self._calls.closing:
+            return False
+        task_group.start_soon(task)
+        return True
 
     def _fleet_pause(self, state: BackendState, seconds: float) -> None:
         """Another process saw a 429: pause this backend here too, until its retry-after."""

@@ -189,3 +189,90 @@ async def test_with_shared_the_fleet_permit_is_held_for_the_grace_too(redis_url:
     assert sorted(outcomes) == ["ok", "timeout"]
     assert server.requests == 2 and server.peak == 1
     assert all(s is not None and s.held == 0 for s in held)
+
+
+class FinishingServer:
+    """Like llama-server with a non-streamed answer: every answer takes ``answer_s``, and one
+    whose client hung up still runs (and counts) to its end."""
+
+    def __init__(self, task_group: anyio.abc.TaskGroup, clock: LoopClock, answer_s: float):
+        self.task_group, self.clock, self.answer_s = task_group, clock, answer_s
+        self.running = self.peak = 0
+        self.sent_at: list[float] = []
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent_at.append(self.clock.now())
+        end = self.clock.now() + self.answer_s
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await anyio.sleep(self.answer_s)
+        except anyio.get_cancelled_exc_class():
+            self.task_group.start_soon(self._finish, end)
+            raise
+        self.running -= 1
+        return httpx2.Response(200, json=completion())
+
+    async def _finish(self, end: float) -> None:
+        await anyio.sleep(end - self.clock.now())
+        self.running -= 1
+
+
+@pytest.mark.parametrize(("answers", "peak", "second_sent"), [("stop", 2, 1.1), ("finish", 1, 3.0)])
+def test_a_server_that_finishes_abandoned_answers_keeps_the_slot_until_the_answer_ends(
+    answers: str, peak: int, second_sent: float
+) -> None:
+    """Limit 1; the first call's deadline (1 s) cuts its 3 s answer, which the server still
+    generates. Hung up on ("stop"), its slot went to the second call after the 0.1 s grace,
+    beside the answer still running; with ``abandoned_answers="finish"`` the answer is read to
+    its end in the background and the second call is sent when it has ended."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = FinishingServer(server_tasks, clock, answer_s=3.0)
+            backend = _backend(server, timeout=10.0, abandoned_answers=answers)
+            async with gateway(backend, clock=clock) as gate:
+                outcomes: list[str] = []
+
+                async def call(timeout: float) -> None:
+                    try:
+                        await gate.chat(USER, timeout=timeout)
+                        outcomes.append("ok")
+                    except gg.RequestTimeout as error:
+                        assert error.deadline
+                        outcomes.append("cut")
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call, 1.0)
+                    await clock.sleep(0.01)
+                    tg.start_soon(call, 20.0)
+                    await clock.sleep(1.05)
+                    assert gate.stats()["mock"].abandoned_holding == 1
+                stats = gate.stats()["mock"]
+            assert outcomes == ["cut", "ok"]
+            assert server.peak == peak
+            assert server.sent_at[1] == pytest.approx(second_sent, abs=0.02)
+            assert (stats.in_flight, stats.abandoned_holding, stats.pool.checked_out) == (0, 0, 0)
+
+    run_virtual(main)
+
+
+def test_closing_the_gateway_ends_an_answer_read_in_the_background_at_once() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = FinishingServer(server_tasks, clock, answer_s=30.0)
+            backend = _backend(server, timeout=60.0, abandoned_answers="finish")
+            gate = gateway(backend, clock=clock)
+            async with gate:
+                with anyio.move_on_after(0.5):  # the caller gives up; the answer runs on
+                    await gate.chat(USER)
+                assert gate.stats()["mock"].abandoned_holding == 1
+                closing = clock.now()
+            assert clock.now() - closing < 0.1  # not the answer's 29.5 s
+            stats = gate.stats()["mock"]
+            assert (stats.in_flight, stats.abandoned_holding) == (0, 0)
+            server_tasks.cancel_scope.cancel()
+
+    run_virtual(main)

@@ -397,6 +397,7 @@ _BAD_CONFIG: list[tuple[Callable[..., object], str, object]] = [
     (_backend, "first_byte_timeout", math.inf),
     (_backend, "abandon_grace_s", -0.1),
     (_backend, "abandon_grace_s", math.nan),
+    (_backend, "abandoned_answers", "maybe"),
     (_backend, "context_tokens", 0),
     (_backend, "context_tokens", "8k"),
     (_backend, "price", {"input_per_mtok": -1}),

@@ -98,7 +98,7 @@ class Permit:
     """The right to have one attempt in flight. Ends exactly once: ``success``, ``dropped``
     or ``ignore``; later calls are no-ops, so ``finally: permit.ignore()`` is always safe."""
 
-    __slots__ = ("_done", "_limiter", "inflight", "lease", "start")
+    __slots__ = ("_done", "_limiter", "inflight", "lease", "start", "until")
 
     def __init__(self, limiter: Limiter, start: float, inflight: int) -> None:
         self._limiter = limiter
@@ -108,6 +108,9 @@ class Permit:
         self.start = start
         #: calls in flight at admission, this one included (the limit's ``inflight`` input)
         self.inflight = inflight
+        #: abandoned, its slot is held until this is set (the answer read to its end in the
+        #: background) rather than for the limiter's grace; None: the grace
+        self.until: anyio.Event | None = None
 
     @property
     def done(self) -> bool:
@@ -179,8 +182,11 @@ class Permit:
             rate_limited=rate_limited,
         )
         limiter = self._limiter
-        hold = limiter.abandon_grace_s if abandoned and limiter.defer is not None else 0.0
-        if hold > 0.0:
+        hold: float | anyio.Event = 0.0
+        if abandoned and limiter.defer is not None:
+            until = self.until
+            hold = until if until is not None and not until.is_set() else limiter.abandon_grace_s
+        if not isinstance(hold, float) or hold > 0.0:
             assert limiter.defer is not None
             limiter._holding += 1
             limiter._release(sample, free=False)
@@ -242,7 +248,7 @@ class Limiter:
         on_release: Callable[[Limiter], None] | None = None,
         admission: Admission | None = None,
         abandon_grace_s: float = 0.0,
-        defer: Callable[[float, Callable[[], None]], None] | None = None,
+        defer: Callable[[float | anyio.Event, Callable[[], None]], None] | None = None,
     ) -> None:
         if max_inflight is not None and max_inflight < 1:
             raise ValueError("max_inflight must be >= 1")
@@ -277,8 +283,9 @@ class Limiter:
         self.admission = admission
         #: how long the slot of a request we hung up on stays taken (see Permit.abandon)
         self.abandon_grace_s = abandon_grace_s
-        #: ``defer(seconds, fn)`` calls ``fn`` that much later (the owner's task group);
-        #: without it an abandoned request's slot is freed at once
+        #: ``defer(seconds or event, fn)`` calls ``fn`` that much later, or once the event is
+        #: set (the owner's task group); without it an abandoned request's slot is freed at
+        #: once
         self.defer = defer
         #: slots still taken by abandoned requests, within their grace
         self._holding = 0
