@@ -95,8 +95,9 @@ class LimiterStatistics:
 
 
 class Permit:
-    """The right to have one attempt in flight. Ends exactly once: ``success``, ``dropped``
-    or ``ignore``; later calls are no-ops, so ``finally: permit.ignore()`` is always safe."""
+    """The right to have one attempt in flight. Ends exactly once: ``success``, ``dropped``,
+    ``ignore`` or ``abandon``; later calls are no-ops, so ``finally: permit.ignore()`` is
+    always safe."""
 
     __slots__ = ("_done", "_limiter", "inflight", "lease", "start", "until")
 
@@ -186,7 +187,7 @@ class Permit:
         if abandoned and limiter.defer is not None:
             until = self.until
             hold = until if until is not None and not until.is_set() else limiter.abandon_grace_s
-        if not isinstance(hold, float) or hold > 0.0:
+        if isinstance(hold, anyio.Event) or hold > 0.0:
             assert limiter.defer is not None
             limiter._holding += 1
             limiter._release(sample, free=False)
