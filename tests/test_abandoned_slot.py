@@ -24,33 +24,45 @@ from tests.mockbackend import USER, completion, gateway, wait_until
 
 class LateNoticingServer:
     """Counts a request as running until it answers or, when its client hung up,
-    ``notice_s`` later (a server that polls for disconnects). The first request hangs."""
+    ``notice_s`` later (a server that polls for disconnects) — or, with ``notice_s=None``,
+    until its answer would have ended (llama-server with a non-streamed answer). The first
+    answer takes ``first_s``, the others ``answer_s``."""
 
     def __init__(
-        self, task_group: anyio.abc.TaskGroup, *, notice_s: float, answer_s: float = 0.5
+        self,
+        task_group: anyio.abc.TaskGroup,
+        *,
+        notice_s: float | None,
+        answer_s: float = 0.5,
+        first_s: float = 100.0,
     ) -> None:
         self.task_group = task_group
         self.notice_s = notice_s
         self.answer_s = answer_s
+        self.first_s = first_s
         self.requests = 0
         self.running = 0
         self.peak = 0
+        self.sent_at: list[float] = []
 
     async def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests += 1
-        first = self.requests == 1
+        self.sent_at.append(anyio.current_time())
+        takes = self.first_s if self.requests == 1 else self.answer_s
+        end = anyio.current_time() + takes
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
-            await anyio.sleep(100.0 if first else self.answer_s)
+            await anyio.sleep(takes)
         except anyio.get_cancelled_exc_class():
-            self.task_group.start_soon(self._notice)
+            notice = end - anyio.current_time() if self.notice_s is None else self.notice_s
+            self.task_group.start_soon(self._notice, notice)
             raise
         self.running -= 1
         return httpx2.Response(200, json=completion())
 
-    async def _notice(self) -> None:
-        await anyio.sleep(self.notice_s)
+    async def _notice(self, after_s: float) -> None:
+        await anyio.sleep(after_s)
         self.running -= 1
 
 
@@ -191,33 +203,6 @@ async def test_with_shared_the_fleet_permit_is_held_for_the_grace_too(redis_url:
     assert all(s is not None and s.held == 0 for s in held)
 
 
-class FinishingServer:
-    """Like llama-server with a non-streamed answer: every answer takes ``answer_s``, and one
-    whose client hung up still runs (and counts) to its end."""
-
-    def __init__(self, task_group: anyio.abc.TaskGroup, clock: LoopClock, answer_s: float):
-        self.task_group, self.clock, self.answer_s = task_group, clock, answer_s
-        self.running = self.peak = 0
-        self.sent_at: list[float] = []
-
-    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        self.sent_at.append(self.clock.now())
-        end = self.clock.now() + self.answer_s
-        self.running += 1
-        self.peak = max(self.peak, self.running)
-        try:
-            await anyio.sleep(self.answer_s)
-        except anyio.get_cancelled_exc_class():
-            self.task_group.start_soon(self._finish, end)
-            raise
-        self.running -= 1
-        return httpx2.Response(200, json=completion())
-
-    async def _finish(self, end: float) -> None:
-        await anyio.sleep(end - self.clock.now())
-        self.running -= 1
-
-
 @pytest.mark.parametrize(("answers", "peak", "second_sent"), [("stop", 2, 1.1), ("finish", 1, 3.0)])
 def test_a_server_that_finishes_abandoned_answers_keeps_the_slot_until_the_answer_ends(
     answers: str, peak: int, second_sent: float
@@ -230,7 +215,7 @@ def test_a_server_that_finishes_abandoned_answers_keeps_the_slot_until_the_answe
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = FinishingServer(server_tasks, clock, answer_s=3.0)
+            server = LateNoticingServer(server_tasks, notice_s=None, answer_s=3.0, first_s=3.0)
             backend = _backend(server, timeout=10.0, abandoned_answers=answers)
             async with gateway(backend, clock=clock) as gate:
                 outcomes: list[str] = []
@@ -252,7 +237,7 @@ def test_a_server_that_finishes_abandoned_answers_keeps_the_slot_until_the_answe
                 stats = gate.stats()["mock"]
             assert outcomes == ["cut", "ok"]
             assert server.peak == peak
-            assert server.sent_at[1] == pytest.approx(second_sent, abs=0.02)
+            assert server.sent_at[1] - server.sent_at[0] == pytest.approx(second_sent, abs=0.02)
             assert (stats.in_flight, stats.abandoned_holding, stats.pool.checked_out) == (0, 0, 0)
 
     run_virtual(main)
@@ -262,7 +247,7 @@ def test_closing_the_gateway_ends_an_answer_read_in_the_background_at_once() -> 
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = FinishingServer(server_tasks, clock, answer_s=30.0)
+            server = LateNoticingServer(server_tasks, notice_s=None, first_s=30.0)
             backend = _backend(server, timeout=60.0, abandoned_answers="finish")
             gate = gateway(backend, clock=clock)
             async with gate:
