@@ -11,6 +11,7 @@ released, the cache ticket handed back, the response closed, the span ended, the
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import (
     AsyncGenerator,
@@ -44,6 +45,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, hedge_delay, uses_tools
+from .late_answer import LateAnswer
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
@@ -199,7 +201,7 @@ class _Attempt:
 
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
-        "limit", "number", "pace_seq", "permit", "reader", "reserved", "response", "runner",
+        "late", "limit", "number", "pace_seq", "permit", "reader", "reserved", "response", "runner",
         "sent", "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
     )
 
@@ -238,6 +240,8 @@ class _Attempt:
         self.response: httpx2.Response | None = None
         self.reader: ChatStreamReader | None = None
         self.ttft: float | None = None
+        #: an answer read in the background after this attempt gave up on it: its real bill
+        self.late: LateAnswer | None = None
 
     # -- CacheGate, Limiter ----------------------------------------------------------------
 
@@ -449,13 +453,22 @@ class _Attempt:
         runner, backend, spec = self.runner, self.backend, self.spec
         done = anyio.Event()
         got: list[httpx2.Response | BaseException] = []
+        late = LateAnswer(runner.ledger, backend.name)
 
         async def read() -> None:
             try:
-                got.append(await runner._send(
+                response = await runner._send(
                     backend, request, self.config.timeout, stream=False,
                     max_tokens=spec.route.output_tokens,
-                ))
+                )
+                got.append(response)
+                if late.gave_up and response.status_code < 400:  # its real bill
+                    with contextlib.suppress(GateError):
+                        usage = runner._parse_body(
+                            backend, response, response.content, spec.route.output_tokens
+                        ).usage
+                        if usage is not None:
+                            late.answered(usage)
             except Exception as error:
                 got.append(error)
             finally:
@@ -469,8 +482,12 @@ class _Attempt:
             )
         if self.permit is not None:
             self.permit.until = done
-        with anyio.move_on_after(self.clock.to_real(self.attempt_timeout)):
-            await done.wait()
+        self.late = late
+        try:
+            with anyio.move_on_after(self.clock.to_real(self.attempt_timeout)):
+                await done.wait()
+        finally:
+            late.gave_up = not got  # timed out or cancelled: the answer, when it comes, is late
         if not got:
             if done.is_set():  # cancelled there: the gateway closed its connections
                 raise GatewayClosedError(
@@ -543,7 +560,7 @@ class _Attempt:
             )
         cost_before = self.state.cost_usd
         runner._record_failure(
-            backend, spec, self.state, error, self.permit, self.sent_at, self.sent
+            backend, spec, self.state, error, self.permit, self.sent_at, self.sent, self.late
         )
         if self.span is not None:
             runner.telemetry.end_attempt(
@@ -563,7 +580,8 @@ class _Attempt:
         server did for a request it received is still billed."""
         if self.sent:
             self.runner._record_abandoned(
-                self.backend, self.spec, self.state, self.reader, self.clock.now() - self.sent_at
+                self.backend, self.spec, self.state, self.reader, self.clock.now() - self.sent_at,
+                self.late,
             )
 
     async def release(self) -> None:
@@ -1255,10 +1273,11 @@ class CallRunner:
         permit: Permit | None,
         sent_at: float,
         sent: bool,
+        late: LateAnswer | None = None,
     ) -> None:
         """Only a sent attempt the backend failed counts against it (stats, breaker); one shed
         before the send, or cut by the caller's own deadline, does not. The ledger still counts
-        what was possibly billed."""
+        what was possibly billed (set right by ``late`` when the answer still comes)."""
         now = self.clock.now()
         if error.backend is None:
             error.backend = backend.name
@@ -1282,6 +1301,8 @@ class CallRunner:
                 uncertain=_answered_nothing(error),
             )
             state.billed = state.billed + wasted
+        if late is not None and late.gave_up:
+            late.recorded(wasted, uncertain=_answered_nothing(error))
 
     def _count_backend_failure(self, backend: BackendState, error: GateError, now: float) -> None:
         count_failure(backend, error, now)
@@ -1293,10 +1314,12 @@ class CallRunner:
         state: CallState,
         reader: ChatStreamReader | None,
         elapsed_s: float,
+        late: LateAnswer | None = None,
     ) -> None:
         """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
         what had been generated — a stream's text received, or else the elapsed time through
-        the backend's latency per token — is possibly billed."""
+        the backend's latency per token — is possibly billed (set right by ``late`` when the
+        answer still comes)."""
         seen = reader is not None and reader.has_content
         if seen:
             assert reader is not None
@@ -1310,6 +1333,8 @@ class CallRunner:
         else:
             prompt, output = self._generated_by(backend, spec, elapsed_s)
         if not prompt and not output:
+            if late is not None and late.gave_up:
+                late.recorded(None, uncertain=False)
             return
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
         streamed = reader is not None
@@ -1318,6 +1343,8 @@ class CallRunner:
             uncertain=not seen,
         )
         state.billed = state.billed + usage
+        if late is not None and late.gave_up:
+            late.recorded(usage, uncertain=not seen)
 
     def _generated_by(
         self, backend: BackendState, spec: CallSpec, elapsed_s: float

@@ -106,6 +106,26 @@ class Ledger:
             self.on_cost(cost)
         return cost
 
+    def correct(self, backend: str, booked: Usage, actual: Usage, *, uncertain: bool) -> float:
+        """An attempt's waste was booked as ``booked`` (an estimate) and is now known to be
+        ``actual`` (an abandoned answer read to its end, gptgate/late_answer.py): book the
+        difference. Returns the cost difference (a rise also reaches ``on_cost``)."""
+        entry = self.entries[backend]
+        delta = self.cost(backend, actual) - self.cost(backend, booked)
+        if booked.estimated and not actual.estimated:
+            entry.estimated_attempts -= 1
+        entry.input_tokens += actual.input_tokens - booked.input_tokens
+        entry.cached_input_tokens += actual.cached_input_tokens - booked.cached_input_tokens
+        entry.output_tokens += actual.output_tokens - booked.output_tokens
+        entry.cost_usd += delta
+        entry.wasted_tokens += actual.total_tokens - booked.total_tokens
+        entry.wasted_cost_usd += delta
+        if uncertain:  # no longer "possibly not billed": the answer came
+            entry.uncertain_tokens -= booked.total_tokens
+        if self.on_cost is not None and delta > 0:
+            self.on_cost(delta)
+        return delta
+
     def record_escalated(self, backend: str, usage: Usage) -> None:
         """A successful answer turned out unusable and was asked again of the large tier:
         its tokens (billed: the server answered) become waste, and the call's success is

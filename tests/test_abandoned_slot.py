@@ -8,6 +8,7 @@ on a server with a hard cap that is a 503). Virtual time: every timing below is 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import anyio
@@ -35,11 +36,13 @@ class LateNoticingServer:
         notice_s: float | None,
         answer_s: float = 0.5,
         first_s: float = 100.0,
+        text: str = "hi there",
     ) -> None:
         self.task_group = task_group
         self.notice_s = notice_s
         self.answer_s = answer_s
         self.first_s = first_s
+        self.text = text  # the answer (its usage: len(text) // 4 output tokens)
         self.requests = 0
         self.running = 0
         self.peak = 0
@@ -59,7 +62,7 @@ class LateNoticingServer:
             self.task_group.start_soon(self._notice, notice)
             raise
         self.running -= 1
-        return httpx2.Response(200, json=completion())
+        return httpx2.Response(200, json=completion(self.text))
 
     async def _notice(self, after_s: float) -> None:
         await anyio.sleep(after_s)
@@ -259,5 +262,61 @@ def test_closing_the_gateway_ends_an_answer_read_in_the_background_at_once() -> 
             stats = gate.stats()["mock"]
             assert (stats.in_flight, stats.abandoned_holding) == (0, 0)
             server_tasks.cancel_scope.cancel()
+
+    run_virtual(main)
+
+
+@pytest.mark.parametrize("answers", ["stop", "finish"])
+def test_an_abandoned_answer_read_to_its_end_is_booked_at_its_real_usage(answers: str) -> None:
+    """The attempt cut by its deadline is booked at once as an estimate (the prompt, and what
+    1 s of generation made); with ``"finish"`` the answer still arrives, 2,000 tokens long,
+    and the booking becomes its real usage — what a hosted API bills for it."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = LateNoticingServer(
+                server_tasks, notice_s=None, first_s=3.0, text="word " * 1600
+            )
+            backend = _backend(
+                server, timeout=10.0, abandoned_answers=answers,
+                price=gg.Price(input_per_mtok=1.0, output_per_mtok=10.0),
+            )
+            async with gateway(backend, clock=clock) as gate:
+                with pytest.raises(gg.RequestTimeout):
+                    await gate.chat(USER, timeout=1.0)
+                booked = dataclasses.replace(gate.ledger.entries["mock"])
+                await clock.sleep(2.5)  # the answer has ended at the server
+                entry = gate.ledger.entries["mock"]
+            assert booked.attempts == 1 and booked.estimated_attempts == 1
+            assert booked.output_tokens < 2000
+            if answers == "finish":
+                assert (entry.input_tokens, entry.output_tokens) == (10, 2000)
+                assert entry.wasted_tokens == 2010 and entry.uncertain_tokens == 0
+                assert entry.estimated_attempts == 0 and entry.attempts == 1
+                real = (10 * 1.0 + 2000 * 10.0) / 1e6
+                assert entry.cost_usd == entry.wasted_cost_usd == pytest.approx(real)
+                assert booked.cost_usd < real
+            else:  # hung up on: the estimate is all we know
+                assert entry == booked
+
+    run_virtual(main)
+
+
+def test_a_cancelled_call_whose_answer_is_read_to_its_end_is_booked_at_its_real_usage() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        async with anyio.create_task_group() as server_tasks:
+            server = LateNoticingServer(
+                server_tasks, notice_s=None, first_s=3.0, text="word " * 1600
+            )
+            backend = _backend(server, timeout=10.0, abandoned_answers="finish")
+            async with gateway(backend, clock=clock) as gate:
+                with anyio.move_on_after(1.0):  # the caller gives up
+                    await gate.chat(USER)
+                assert gate.ledger.entries["mock"].estimated_attempts == 1
+                await clock.sleep(2.5)
+                entry = gate.ledger.entries["mock"]
+            assert (entry.output_tokens, entry.uncertain_tokens, entry.attempts) == (2000, 0, 1)
 
     run_virtual(main)
