@@ -9,6 +9,7 @@ on a server with a hard cap that is a 503). Virtual time: every timing below is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import anyio
@@ -18,7 +19,8 @@ import pytest
 
 import gptgate as gg
 from gptgate.limits import FixedLimit, Limiter
-from gptgate.testing import LoopClock, run_virtual
+from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.fleettools import namespace
 from tests.mockbackend import USER, completion, gateway, wait_until
 
@@ -320,3 +322,38 @@ def test_a_cancelled_call_whose_answer_is_read_to_its_end_is_booked_at_its_real_
             assert (entry.output_tokens, entry.uncertain_tokens, entry.attempts) == (2000, 0, 1)
 
     run_virtual(main)
+
+
+def test_the_llamacpp_simulator_finishes_abandoned_answers_like_llama_server() -> None:
+    """The simulator's llamacpp profile generates a non-streamed answer to its end when its
+    client hangs up, as llama-server does (measured, docs/guide/deadlines.md), and bills all
+    of it. On it, with a limit of 1: a call cut by its deadline, then another. Hung up on
+    (``"stop"``), both ran at once; with ``abandoned_answers="finish"`` one after the other,
+    and the server billed the same tokens either way."""
+
+    async def run(answers: str) -> LedgerSnapshot:
+        clock = LoopClock()
+        backend, engine = sim_backend(
+            "llamacpp", name="l", clock=clock, concurrency=1, timeout=600.0,
+            abandoned_answers=answers,
+        )
+        async with gateway(backend, clock=clock) as gate:
+            async with anyio.create_task_group() as tg:
+
+                async def cut() -> None:
+                    with pytest.raises(gg.RequestTimeout):
+                        await gate.chat(USER, max_tokens=4000, stream=False, timeout=0.5)
+
+                tg.start_soon(cut)
+                await clock.sleep(0.01)
+                tg.start_soon(functools.partial(gate.chat, USER, max_tokens=20))
+            await clock.sleep(120.0)  # the abandoned answer has ended at the server
+            assert gate.stats()["l"].in_flight == 0
+            return engine.ledger.snapshot()
+
+    hung_up, read_on = run_virtual(run, "stop"), run_virtual(run, "finish")
+    assert (hung_up.peak_in_flight, read_on.peak_in_flight) == (2, 1)
+    assert (hung_up.abandoned, hung_up.ok) == (1, 1)  # generated on after the hang-up
+    assert (read_on.abandoned, read_on.ok) == (0, 2)  # delivered: we kept reading
+    assert hung_up.output_tokens == read_on.output_tokens  # billed whole either way
+    assert hung_up.wasted_output_tokens > 0

@@ -15,6 +15,7 @@ in-process transport and the ASGI app share it unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import math
@@ -153,6 +154,8 @@ class SimEngine:
         self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
+        #: answers generated on after their client hung up (``finishes_abandoned``)
+        self._running_on: set[asyncio.Task[None]] = set()
         self._min_blocks = p.cache_min_tokens // p.cache_block_tokens
         self._replicas = [
             Replica(i, p.slots, p.max_queue, self._cache()) for i in range(p.replicas)
@@ -634,7 +637,24 @@ class SimEngine:
             return SimResponse(200, hdrs, body)
         finally:
             if not job.finished:
-                self._finish(job, "abandoned")
+                if self.profile.finishes_abandoned:
+                    self._run_on(job)
+                else:
+                    self._finish(job, "abandoned")
+
+    def _run_on(self, job: Job) -> None:
+        """The client hung up on a non-streamed answer, and this server generates it to its
+        end anyway (llama-server): its slot stays busy, and the whole answer is billed."""
+
+        async def generate() -> None:
+            try:
+                await self._sleep_until(job.token_time(job.tokens))
+            finally:
+                self._finish(job, "abandoned", job.tokens)
+
+        task = asyncio.get_running_loop().create_task(generate())
+        self._running_on.add(task)
+        task.add_done_callback(self._running_on.discard)
 
     async def _stream_body(
         self, job: Job, writer: wire.ChunkWriter, fault: Fault | None

@@ -69,6 +69,9 @@ class SimProfile(BaseModel):
     output_tokens_max: int = Field(4096, ge=1)
     #: SSE writes per streamed response (each carries several tokens' text)
     stream_chunks: int = Field(16, ge=1)
+    #: a non-streamed answer whose client hung up is generated to its end anyway (its slot
+    #: busy, all of it billed), as llama-server does (docs/guide/deadlines.md); a stream stops
+    finishes_abandoned: bool = False
     #: share of the requests marked ``x-sim-difficulty: hard`` this model gets wrong (a small
     #: model; see gptgate/sim/difficulty.py). 0 = it answers everything well
     hard_failure_rate: float = Field(0.0, ge=0, le=1)
@@ -217,6 +220,7 @@ _LLAMACPP = SimProfile(
     usl_sigma=0.05,
     usl_kappa=0.01,
     jitter_sigma=0.1,
+    finishes_abandoned=True,
 )
 
 # A smaller GPU (an L4-class card): the same software, a much lower hidden knee.
