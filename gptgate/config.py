@@ -114,7 +114,7 @@ class Backend(BaseModel):
     #: it finishes — measured in docs/guide/timeouts.md)
     abandon_grace_s: float = Field(default=0.1, ge=0)
     #: what the backend does with a non-streamed answer whose client hung up (a timeout, a
-    #: cancelled call): ``"stop"`` (it notices: vLLM, the simulator) or ``"finish"`` (it
+    #: cancelled call): ``"stop"`` (it notices: the simulator, vLLM) or ``"finish"`` (it
     #: generates the whole answer anyway: llama-server, measured). With ``"finish"`` gptgate
     #: does not hang up: it reads the answer to its end in the background (bounded by
     #: ``timeout``) and the slot stays taken until then (docs/guide/deadlines.md)
