@@ -357,3 +357,30 @@ def test_the_llamacpp_simulator_finishes_abandoned_answers_like_llama_server() -
     assert (read_on.abandoned, read_on.ok) == (0, 2)  # delivered: we kept reading
     assert hung_up.output_tokens == read_on.output_tokens  # billed whole either way
     assert hung_up.wasted_output_tokens > 0
+
+
+async def test_with_shared_an_answer_read_to_its_end_keeps_the_fleet_permit_till_then(
+    redis_url: str,
+) -> None:
+    """Two gateways on a fleet-wide limit of 1, a server that finishes abandoned answers, and
+    ``abandoned_answers="finish"``: the first process's call is cut by its deadline, and the
+    second process's call is sent only once that answer has ended there. Ordering, not
+    timing: the fleet permit is freed by the answer's own arrival."""
+    async with anyio.create_task_group() as server_tasks:
+        server = LateNoticingServer(server_tasks, notice_s=None, first_s=0.3, answer_s=0.01)
+        shared = gg.Shared(redis_url, namespace=namespace(), lease_s=5.0, op_budget_s=1.0)
+        gates = [
+            gateway(_backend(server, timeout=10.0, abandoned_answers="finish"), shared=shared,
+                    max_attempts=1)
+            for _ in range(2)
+        ]
+        for gate in gates:
+            gate._fleet_options = {"poll_s": 0.002}
+        async with gates[0], gates[1]:
+            with pytest.raises(gg.RequestTimeout):
+                await gates[0].chat(USER, timeout=0.1)
+            await gates[1].chat(USER)
+            held = [g.stats()["mock"].fleet for g in gates]
+    assert server.requests == 2 and server.peak == 1
+    assert server.sent_at[1] - server.sent_at[0] >= 0.3
+    assert all(s is not None and s.held == 0 for s in held)
