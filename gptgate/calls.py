@@ -426,13 +426,15 @@ class _Attempt:
     async def read_body(self, request: httpx2.Request) -> ParsedChat:
         """Send for a JSON answer and read it whole, within the attempt's bound."""
         runner, spec, backend = self.runner, self.spec, self.backend
-        if self.config.abandoned_answers == "finish" and runner.spawn is not None:
-            response = self.response = await self._read_in_background(request)
-        else:
-            response = self.response = await runner._send(
+        response = None
+        if self.config.abandoned_answers == "finish":
+            response = await self._read_in_background(request)
+        if response is None:
+            response = await runner._send(
                 backend, request, self.attempt_timeout, stream=False,
                 deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
             )
+        self.response = response
         runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
             raise error_for_status(
@@ -443,13 +445,14 @@ class _Attempt:
             self.ticket.prefilled()
         return parsed
 
-    async def _read_in_background(self, request: httpx2.Request) -> httpx2.Response:
+    async def _read_in_background(self, request: httpx2.Request) -> httpx2.Response | None:
         """``abandoned_answers="finish"``: the backend generates a non-streamed answer whole
         even when we hang up, so we never do. The answer is read in the background, bounded
         by the backend's timeout, and waited for only as long as the attempt may; an attempt
         cut here (a timeout, a cancelled call) keeps its slot until the answer has ended
         (``Permit.until``) — hung up on, its slot was handed on while the server still ran
-        it, and timeouts fed on themselves (docs/guide/deadlines.md)."""
+        it, and timeouts fed on themselves (docs/guide/deadlines.md). None when nothing can
+        run in the background (the gateway is closing): the caller sends as usual."""
         runner, backend, spec = self.runner, self.backend, self.spec
         done = anyio.Event()
         got: list[httpx2.Response | BaseException] = []
@@ -474,12 +477,8 @@ class _Attempt:
             finally:
                 done.set()
 
-        assert runner.spawn is not None
-        if not runner.spawn(read):  # the gateway is closing: no background work
-            return await runner._send(
-                backend, request, self.attempt_timeout, stream=False,
-                deadline=self.cut_by_deadline, max_tokens=spec.route.output_tokens,
-            )
+        if runner.spawn is None or not runner.spawn(read):
+            return None
         if self.permit is not None:
             self.permit.until = done
         self.late = late
@@ -1301,7 +1300,7 @@ class CallRunner:
                 uncertain=_answered_nothing(error),
             )
             state.billed = state.billed + wasted
-        if late is not None and late.gave_up:
+        if late is not None:
             late.recorded(wasted, uncertain=_answered_nothing(error))
 
     def _count_backend_failure(self, backend: BackendState, error: GateError, now: float) -> None:
@@ -1333,7 +1332,7 @@ class CallRunner:
         else:
             prompt, output = self._generated_by(backend, spec, elapsed_s)
         if not prompt and not output:
-            if late is not None and late.gave_up:
+            if late is not None:
                 late.recorded(None, uncertain=False)
             return
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
@@ -1343,7 +1342,7 @@ class CallRunner:
             uncertain=not seen,
         )
         state.billed = state.billed + usage
-        if late is not None and late.gave_up:
+        if late is not None:
             late.recorded(usage, uncertain=not seen)
 
     def _generated_by(

@@ -726,11 +726,8 @@ class Gateway:
         ``hold`` is set: the slot of a request we hung up on, freed after its backend's
         ``abandon_grace_s`` or when its answer has been read to its end (``Permit.abandon``).
         At once when the gateway is closing, and at the latest when it closes."""
-        task_group = self._task_group
-        if task_group is None:
+        if not self._spawn(functools.partial(self._after, hold, then)):
             then()
-            return
-        task_group.start_soon(self._after, hold, then)
 
     async def _after(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         try:

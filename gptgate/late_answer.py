@@ -35,7 +35,10 @@ class LateAnswer:
         self._settled = False
 
     def recorded(self, usage: Usage | None, *, uncertain: bool) -> None:
-        """The attempt's failure was booked: ``usage`` (None: nothing was)."""
+        """The attempt's failure was booked: ``usage`` (None: nothing was). Ignored unless
+        the attempt gave up waiting (else it got its answer and nothing is late)."""
+        if not self.gave_up:
+            return
         self._recorded = True
         self._booked = (usage, uncertain)
         self._settle()

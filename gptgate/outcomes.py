@@ -55,11 +55,17 @@ def _status_kind(status: int | None) -> _Kind:
     return None
 
 
+def _cut_by(error: BaseException) -> BaseException:
+    """What cut a stream mid-answer (a deadline, a timeout), else the error itself."""
+    if isinstance(error, StreamInterruptedError) and error.__cause__ is not None:
+        return error.__cause__
+    return error
+
+
 def is_caller_deadline(error: BaseException) -> bool:
     """The call's own deadline ended this attempt (also a stream it cut mid-answer): the
     caller's choice, not a sign of the backend's health or load."""
-    if isinstance(error, StreamInterruptedError):
-        error = error.__cause__ if error.__cause__ is not None else error
+    error = _cut_by(error)
     return isinstance(error, RequestTimeout) and error.deadline
 
 
@@ -77,10 +83,7 @@ def _error_kind(error: GateError) -> _Kind:
 
 def _end(permit: Permit, kind: _Kind, latency_s: float, *, abandoned: bool = False) -> None:
     if kind is None:
-        if abandoned:
-            permit.abandon()
-        else:
-            permit.ignore()
+        permit.abandon() if abandoned else permit.ignore()
     else:
         permit.dropped(
             latency_s,
@@ -98,8 +101,7 @@ def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:
 def we_hung_up(error: BaseException) -> bool:
     """The attempt reached the backend and we cut it before its answer ended (a timeout, the
     caller's deadline): the backend may still be running it."""
-    if isinstance(error, StreamInterruptedError):
-        error = error.__cause__ if error.__cause__ is not None else error
+    error = _cut_by(error)
     return (
         isinstance(error, RequestTimeout)
         and not error.unsent
