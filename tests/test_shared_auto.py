@@ -7,6 +7,7 @@ rounds itself."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import anyio
 import httpx2
@@ -86,6 +87,29 @@ def test_calls_granted_before_a_limit_was_published_are_left_out() -> None:
     it was published are not measured as if it did (all of them, here: it never was)."""
     leader = fleet_on_a_knee(8, 10, publish=False)
     assert leader.fed == 0 and leader.stale > 0 and leader.limit == 2
+
+
+def test_a_sample_carries_the_cap_its_grant_applied() -> None:
+    """A record of an older version (8 fields, no cap) still reads."""
+    sample = FleetSample(1000.25, 0.5, 0.4, 7, "ok", cap=29)
+    assert decode(encode([sample])) == [sample]
+    assert decode("1000250,500,400,7,o,,0,0") == [FleetSample(1000.25, 0.5, 0.4, 7, "ok")]
+
+
+def test_a_call_granted_under_an_older_cap_is_left_out_whenever_it_was_granted() -> None:
+    """The publish is dated when the leader's round was built; on a loaded box another
+    process's acquire may run before that round does, dated later, under the old cap. Its
+    cap says which limit it ran under (a second loss cut, 29 to 21, on the 8-worker cap
+    server came from calls granted "after" a cut from 64, at 63 in flight)."""
+    recorded = RecordingLimit(29)
+    leader = FleetLeader(recorded)
+    leader.published(wall=10.0)
+    new = FleetSample(granted_wall=10.5, hold_s=0.1, latency_s=0.1, inflight=3, kind="ok", cap=29)
+    old = replace(new, cap=64, inflight=63)
+    unknown = replace(new, cap=0)  # an older version's record: by its time only
+    leader.feed([new, old, unknown], now=20.0, wall=11.0)
+    assert (leader.fed, leader.stale) == (2, 1)
+    assert [s.inflight for s in recorded.samples] == [3, 3]
 
 
 # -- leadership, against the real server ------------------------------------------------------
@@ -280,6 +304,39 @@ async def test_two_gateways_learn_one_limit_for_the_fleet_not_two(redis_url: str
     assert sum(x.terms for x in autos) >= 1  # type: ignore[union-attr]
     assert server.max_in_flight <= highest, (server.max_in_flight, highest)
     assert final <= highest and server.arrivals == calls
+
+
+async def test_a_call_granted_before_the_publish_ran_is_stale_though_dated_after_it(
+    redis_url: str,
+) -> None:
+    """The leader's round was built (and dated) before a follower's acquire but ran after
+    it: the acquire applied the old cap. Dated by time alone, its sample was fed as one
+    under the new limit."""
+    ns, wall = namespace(), Wall()
+    recorded = RecordingLimit(6)
+    lead = functools.partial(fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS)
+    async with lead(autos=[recorded]) as b, lead(autos=[FixedLimit(6)]) as a:
+        await b._lead()
+        await a._lead()
+        at, leader = auto(a), auto(b).leader
+        assert leader is not None and not at.leading and at.fleet_limit == 6
+        recorded._limit = 3
+        wall.now += 2.0
+        old = await at.enter(None)  # granted under 6, at wall +2
+        wall.now -= 1.0
+        await b._lead()  # publishes 3, dated +1: built before the acquire, run after it
+        wall.now += 2.0
+        at.leave(old)
+        at.record(_sample())
+        await a._flush()
+        await b._lead()
+        assert (leader.fed, leader.stale) == (0, 1)
+        new = await at.enter(None)  # granted under 3
+        at.leave(new)
+        at.record(_sample())
+        await a._flush()
+        await b._lead()
+        assert (leader.fed, leader.stale) == (1, 1) and len(recorded.samples) == 1
 
 
 # -- outage ----------------------------------------------------------------------------------

@@ -181,6 +181,7 @@ class FleetAutoAdmission(FleetAdmission):
                 output_tokens=sample.output_tokens,
                 congestion=sample.congestion,
                 rate_limited=sample.rate_limited,
+                cap=lease.cap,
             )
         )
         if len(self._outbox) > _OUTBOX_MAX:

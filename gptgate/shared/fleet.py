@@ -92,7 +92,7 @@ class Lease:
     its release must be sent there (a permit granted locally during an outage is not, until
     a renewal after the rejoin registers it)."""
 
-    __slots__ = ("counted", "granted_at", "granted_wall", "id", "registered")
+    __slots__ = ("cap", "counted", "granted_at", "granted_wall", "id", "registered")
 
     def __init__(self, lease_id: str) -> None:
         self.id = lease_id
@@ -102,6 +102,8 @@ class Lease:
         self.counted: int | None = None
         self.granted_at = 0.0
         self.granted_wall = 0.0
+        #: the fleet's cap the acquire applied (0: granted locally, or reused)
+        self.cap = 0
 
     def __repr__(self) -> str:
         return f"Lease({self.id!r}, registered={self.registered})"
@@ -437,6 +439,7 @@ class FleetClient:
             lease.counted = int(held)
             lease.granted_at = self.clock.now()
             lease.granted_wall = now_ms / 1000.0
+            lease.cap = int(cap)
         return bool(granted), int(held), pause_s, int(cap)
 
     def release(self, admission: FleetAdmission, lease: Lease, *, hurry: bool = False) -> None:

@@ -42,6 +42,9 @@ class FleetSample:
     output_tokens: int = 0
     congestion: bool = True
     rate_limited: bool = False
+    #: the fleet's cap the acquire applied when it granted the permit (0: not known, a
+    #: record of an older version): the limit this call ran under
+    cap: int = 0
 
 
 def _ms(seconds: float) -> str:
@@ -50,7 +53,7 @@ def _ms(seconds: float) -> str:
 
 def encode(samples: Iterable[FleetSample]) -> str:
     """A batch as one short string: ``;``-separated records of ``,``-separated fields
-    (about 40 bytes a call)."""
+    (about 40 bytes a call; a record of eight fields, from an older version, has no cap)."""
     records = []
     for s in samples:
         if s.kind == "ok":
@@ -60,7 +63,7 @@ def encode(samples: Iterable[FleetSample]) -> str:
         ttft = "" if s.ttft_s is None else _ms(s.ttft_s)
         records.append(
             f"{round(s.granted_wall * 1000.0)},{_ms(s.hold_s)},{_ms(s.latency_s)},{s.inflight},"
-            f"{kind},{ttft},{s.input_tokens},{s.output_tokens}"
+            f"{kind},{ttft},{s.input_tokens},{s.output_tokens},{s.cap}"
         )
     return ";".join(records)
 
@@ -72,7 +75,7 @@ def decode(blob: str | bytes) -> list[FleetSample]:
     samples = []
     for record in text.split(";"):
         fields = record.split(",")
-        if len(fields) != 8 or fields[4][:1] not in ("o", "d"):
+        if len(fields) not in (8, 9) or fields[4][:1] not in ("o", "d"):
             continue
         try:
             granted, hold, latency, inflight = (float(f) for f in fields[:4])
@@ -89,6 +92,7 @@ def decode(blob: str | bytes) -> list[FleetSample]:
                 output_tokens=max(0, int(fields[7])),
                 congestion=kind == "o" or "c" in kind,
                 rate_limited="r" in kind,
+                cap=max(0, int(fields[8])) if len(fields) == 9 else 0,
             )
         except ValueError:
             continue
@@ -107,7 +111,11 @@ class FleetLeader:
     evidence about the new one: it is left out (``stale``). Without that, a step up was
     measured with the old level's latency at the new level's in-flight count — an elasticity
     biased upwards, and a limit that climbed past the knee round after round (a fleet of two
-    on a knee of 8 ended at 24-42, where one process ends at ~18)."""
+    on a knee of 8 ended at 24-42, where one process ends at ~18). The publish is dated when
+    the round was built, though, and on a loaded box another process's acquire may run
+    before the round does, dated after it: the cap each sample's acquire applied is the
+    evidence, its time only for records that lack one (after a loss cut from 64 to 29 on a
+    server capped at 32, calls granted at 63 in flight met 503s and cut again, to 21)."""
 
     def __init__(self, limit: Limit, *, to_real: float = 1.0) -> None:
         if not to_real > 0.0:
@@ -153,7 +161,11 @@ class FleetLeader:
             dated.append((finish, start, s))
         dated.sort(key=lambda item: item[0])
         for finish, start, s in dated:
-            if s.granted_wall < self._stale_before or self.unpublished:
+            if (
+                s.granted_wall < self._stale_before
+                or self.unpublished
+                or (s.cap and s.cap != self._published)
+            ):
                 self.stale += 1
                 continue
             self.algorithm.update(
