@@ -16,6 +16,12 @@ Start the server first (``bash ../shared/realserver/start_server.sh 18080``: 4 s
     python benchmarks/abandoned.py [--base-url http://127.0.0.1:18080/v1] [--limit 4]
                                    [--calls 60] [--callers 8] [--timeout 1] [--stream]
                                    [--graces 0,0.1,2] [--answers stop,finish]
+                                   [--via chat|sdk|guard]
+
+``--via``: ``chat`` (``gate.chat``, the deadline per call), ``sdk`` (the openai SDK on
+``gate.http_client``, ``timeout=--timeout``: its read timeout from the send, and at most that
+long waiting for a permit) or ``guard`` (``@gate.guard`` around the SDK, the gateway's
+``deadline_s=--timeout``).
 
 ``--callers`` callers each send their next call when one ends. Columns: calls, cut by
 their deadline, failed (cut, or shed before the send), the server's peak concurrency against
@@ -29,10 +35,13 @@ import random
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import httpx2
+import openai
 
 import gptgate as gg
 
@@ -73,10 +82,12 @@ async def run(args: argparse.Namespace, answers: str, grace_s: float) -> Row:
         abandoned_answers=answers,
     )
     polls: list[int] = []
+    deadline = {"deadline_s": args.timeout} if args.via == "guard" else {}
     async with httpx2.AsyncClient() as client:
         await _wait_idle(client, metrics_url)
-        async with gg.Gateway([backend], max_attempts=1, seed=args.seed) as gate:
+        async with gg.Gateway([backend], max_attempts=1, seed=args.seed, **deadline) as gate:
             done = anyio.Event()
+            send = _sender(gate, args)
 
             async def poll() -> None:
                 while not done.is_set():
@@ -89,16 +100,11 @@ async def run(args: argparse.Namespace, answers: str, grace_s: float) -> Row:
                 body = {"messages": [{"role": "user", "content": "count on"}],
                         "max_tokens": max_tokens, "ignore_eos": True}
                 try:
-                    if args.stream:
-                        async with gate.stream(**body, timeout=args.timeout) as s:
-                            async for _ in s:
-                                pass
-                    else:
-                        await gate.chat(**body, stream=False, timeout=args.timeout)
-                except gg.RequestTimeout:
+                    await send(body)
+                except (gg.RequestTimeout, openai.APITimeoutError):
                     cut[0] += 1
                     return False
-                except gg.GateError:
+                except (gg.GateError, openai.APIError):
                     return False
                 return True
 
@@ -122,6 +128,40 @@ async def run(args: argparse.Namespace, answers: str, grace_s: float) -> Row:
                over / max(1, len(polls)), ok.count(True) / elapsed)
 
 
+def _sender(
+    gate: gg.Gateway, args: argparse.Namespace
+) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """One call, the way ``--via`` says."""
+    if args.via == "chat":
+
+        async def chat(body: dict[str, Any]) -> None:
+            if args.stream:
+                async with gate.stream(**body, timeout=args.timeout) as s:
+                    async for _ in s:
+                        pass
+            else:
+                await gate.chat(**body, stream=False, timeout=args.timeout)
+
+        return chat
+    sdk = openai.AsyncOpenAI(
+        api_key="none", base_url=args.base_url, http_client=gate.http_client("llama"),
+        max_retries=0, **({"timeout": args.timeout} if args.via == "sdk" else {}),
+    )
+
+    async def ask(body: dict[str, Any]) -> None:
+        extra = {"ignore_eos": body.pop("ignore_eos")}
+        if args.stream:
+            chunks = await sdk.chat.completions.create(
+                model="tiny", stream=True, extra_body=extra, **body
+            )
+            async for _ in chunks:
+                pass
+        else:
+            await sdk.chat.completions.create(model="tiny", extra_body=extra, **body)
+
+    return gate.guard(backend="llama")(ask) if args.via == "guard" else ask
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base-url", default="http://127.0.0.1:18080/v1")
@@ -134,11 +174,13 @@ def main() -> None:
                         help="Backend.abandoned_answers values to run (each with every grace)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--via", choices=["chat", "sdk", "guard"], default="chat")
     args = parser.parse_args()
     print("$ python " + " ".join(sys.argv))
     rows = [anyio.run(run, args, answers, float(g))
             for answers in args.answers.split(",") for g in args.graces.split(",")]
-    print(f"\n{'stream' if args.stream else 'non-stream'} calls, fixed limit {args.limit}, "
+    print(f"\n{'stream' if args.stream else 'non-stream'} calls via {args.via}, fixed limit "
+          f"{args.limit}, "
           f"a deadline of {args.timeout:g} s per call, no retries")
     print(f"{'answers':>8} {'grace s':>8} {'calls':>6} {'cut':>8} {'failed':>6} {'peak/limit':>10} "
           f"{'polls over':>10} {'goodput/s':>9}")

@@ -2,7 +2,8 @@
 
 With ``Backend(abandoned_answers="finish")`` gptgate does not hang up on a non-streamed answer
 when the attempt times out or the caller cancels: it reads it to its end in the background
-(gptgate/calls.py, ``CallAttempt._read_in_background``). The attempt's failure is booked at
+(gptgate/calls.py, ``CallAttempt._read_in_background``; for an SDK's request on
+``gate.http_client``, gptgate/sdk_client.py). The attempt's failure is booked at
 once, as an estimate (the prompt and what the elapsed time says was generated); once the
 answer has arrived its usage is known, and the booking is set right — whichever of the two
 comes second does it. A hosted API bills the whole answer; the estimate did not.

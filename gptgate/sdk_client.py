@@ -39,6 +39,7 @@ from .guard import (
     WireEnd,
     classify_exception,
 )
+from .late_answer import LateAnswer
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
@@ -116,6 +117,8 @@ class _Attempt:
         self.ended = False
         #: the dollar budget's reservation, released once the cost is in the ledger
         self.hold: BudgetHold | None = None
+        #: an answer read to its end in the background (``abandoned_answers="finish"``)
+        self.late: LateAnswer | None = None
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -298,6 +301,8 @@ class _Attempt:
         prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
         prompt = self.prompt_tokens() if prefilled else 0
         if not prompt and not output:
+            if self.late is not None:
+                self.late.recorded(None, uncertain=False)
             return
         usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
         cost = self.runner.ledger.record_attempt(
@@ -307,6 +312,8 @@ class _Attempt:
         self.cost_usd += cost
         if self.guarded is not None:
             self.guarded.cost_usd += cost
+        if self.late is not None:  # set right when the answer read on arrives
+            self.late.recorded(usage, uncertain=not seen)
 
     def _count_failure(self, error: GateError) -> None:
         """Counted here, inside a guarded call too: the guard leaves a failure it saw on the
@@ -471,6 +478,75 @@ class _PermitStream(httpx2.AsyncByteStream):
                 self._attempt.abandoned()
 
 
+async def _read_in_background(
+    state: BackendState, request: httpx2.Request, attempt: _Attempt
+) -> httpx2.Response | None:
+    """``abandoned_answers="finish"`` for an SDK's request, as ``gate.chat`` does it
+    (gptgate/calls.py, ``CallAttempt._read_in_background``): the backend generates a
+    non-streamed answer whole even when its client hangs up, so we never do. The answer is read
+    in the background, bounded by the backend's ``timeout``, and waited for as long as the
+    SDK's own read timeout; a request the SDK gives up on (that timeout, a cancellation, a
+    guard's deadline) keeps its slot — its own permit or the guard's — until the answer has
+    ended, and the answer's real usage replaces the attempt's estimate in the ledger. None
+    when nothing can run in the background (the gateway is closing): the caller sends."""
+    runner = attempt.runner
+    clock = runner.clock
+    done = anyio.Event()
+    got: list[httpx2.Response | BaseException] = []
+    late = LateAnswer(runner.ledger, state.name)
+    timeouts = request.extensions.get("timeout")
+    timeouts = dict(timeouts) if isinstance(timeouts, Mapping) else {}
+    wait_s = timeouts.get("read")
+    bound = clock.to_real(state.backend.timeout)
+    request.extensions = {**request.extensions, "timeout": {**timeouts, "read": bound}}
+
+    async def read() -> None:
+        try:
+            response = await state.pool.transport.handle_async_request(request)
+            try:
+                body = await response.aread()
+            finally:
+                await response.aclose()
+            got.append(response)
+            if late.gave_up and response.status_code < 400:  # its real bill
+                tap = ResponseTap(response.headers.get("content-type", ""), attempt.start)
+                tap.feed(body, clock.now())
+                tap.close(clock.now())
+                if tap.input_tokens is not None or tap.output_tokens is not None:
+                    late.answered(
+                        Usage(input_tokens=tap.input_tokens or 0,
+                              output_tokens=tap.output_tokens or 0)
+                    )
+        except Exception as error:
+            got.append(error)
+        finally:
+            done.set()
+
+    if runner.spawn is None or not runner.spawn(read):
+        return None
+    permit = attempt.permit if attempt.guarded is None else attempt.guarded.permit
+    if permit is not None:
+        permit.until = done
+    attempt.late = late
+    try:
+        with anyio.move_on_after(wait_s if isinstance(wait_s, (int, float)) else None):
+            await done.wait()
+    finally:
+        late.gave_up = not got  # timed out or cancelled: the answer, when it comes, is late
+    if not got:
+        if done.is_set():  # cancelled there: the gateway closed its connections
+            raise GatewayClosedError(
+                "the gateway closed its connections under this request", backend=state.name
+            )
+        raise httpx2.ReadTimeout(
+            "no response within the read timeout (the backend finishes it)", request=request
+        )
+    result = got[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
 class GuardTransport(httpx2.AsyncBaseTransport):
     """The transport behind ``gate.http_client(name)``.
 
@@ -547,6 +623,21 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             state, state.backend.price.cost(usage), self._priority, deadline
         )
 
+    async def _send(
+        self, state: BackendState, request: httpx2.Request, attempt: _Attempt
+    ) -> httpx2.Response:
+        """The request to the backend's pool: as it is, or — a non-streamed answer from a
+        backend that finishes what it is hung up on — read to its end in the background."""
+        if (
+            state.backend.abandoned_answers == "finish"
+            and attempt.generative
+            and not attempt.body().get("stream")
+        ):
+            response = await _read_in_background(state, request, attempt)
+            if response is not None:
+                return response
+        return await state.pool.transport.handle_async_request(request)
+
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         runner = self._gate.runner  # GatewayClosedError when closed or not open
         state = self._backend()
@@ -590,7 +681,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         )
         attempt.hold = hold
         try:
-            response = await state.pool.transport.handle_async_request(request)
+            response = await self._send(state, request, attempt)
         except BaseException as exc:
             attempt.send_failed(exc)
             raise
