@@ -18,7 +18,6 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Coroutine,
     Mapping,
     Sequence,
 )
@@ -45,7 +44,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, hedge_delay, uses_tools
-from .late_answer import LateAnswer
+from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
@@ -447,60 +446,39 @@ class _Attempt:
 
     async def _read_in_background(self, request: httpx2.Request) -> httpx2.Response | None:
         """``abandoned_answers="finish"``: the backend generates a non-streamed answer whole
-        even when we hang up, so we never do. The answer is read in the background, bounded
-        by the backend's timeout, and waited for only as long as the attempt may; an attempt
-        cut here (a timeout, a cancelled call) keeps its slot until the answer has ended
-        (``Permit.until``) — hung up on, its slot was handed on while the server still ran
-        it, and timeouts fed on themselves (docs/guide/deadlines.md). None when nothing can
-        run in the background (the gateway is closing): the caller sends as usual."""
+        even when we hang up, so we never do (gptgate/late_answer.py, ``read_to_its_end``):
+        an attempt cut here (a timeout, a cancelled call) keeps its slot until the answer has
+        ended — hung up on, its slot was handed on while the server still ran it, and
+        timeouts fed on themselves (docs/guide/deadlines.md)."""
         runner, backend, spec = self.runner, self.backend, self.spec
-        done = anyio.Event()
-        got: list[httpx2.Response | BaseException] = []
-        late = LateAnswer(runner.ledger, backend.name)
+        self.late = late = LateAnswer(runner.ledger, backend.name)
 
-        async def read() -> None:
-            try:
-                response = await runner._send(
-                    backend, request, self.config.timeout, stream=False,
-                    max_tokens=spec.route.output_tokens,
-                )
-                got.append(response)
-                if late.gave_up and response.status_code < 400:  # its real bill
-                    with contextlib.suppress(GateError):
-                        usage = runner._parse_body(
-                            backend, response, response.content, spec.route.output_tokens
-                        ).usage
-                        if usage is not None:
-                            late.answered(usage)
-            except Exception as error:
-                got.append(error)
-            finally:
-                done.set()
-
-        if runner.spawn is None or not runner.spawn(read):
+        def usage_of(response: httpx2.Response) -> Usage | None:
+            with contextlib.suppress(GateError):
+                return runner._parse_body(
+                    backend, response, response.content, spec.route.output_tokens
+                ).usage
             return None
-        if self.permit is not None:
-            self.permit.until = done
-        self.late = late
-        try:
-            with anyio.move_on_after(self.clock.to_real(self.attempt_timeout)):
-                await done.wait()
-        finally:
-            late.gave_up = not got  # timed out or cancelled: the answer, when it comes, is late
-        if not got:
-            if done.is_set():  # cancelled there: the gateway closed its connections
-                raise GatewayClosedError(
-                    "the gateway closed its connections under this call", backend=backend.name
-                )
-            raise RequestTimeout(
+
+        def timed_out() -> RequestTimeout:
+            return RequestTimeout(
                 "call deadline passed waiting for the response" if self.cut_by_deadline
                 else "no response before the attempt deadline (the backend finishes it)",
                 backend=backend.name, billed=True, deadline=self.cut_by_deadline,
             )
-        result = got[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
+
+        return await read_to_its_end(
+            late,
+            lambda: runner._send(
+                backend, request, self.config.timeout, stream=False,
+                max_tokens=spec.route.output_tokens,
+            ),
+            usage_of,
+            spawn=runner.spawn,
+            permit=self.permit,
+            wait_s=self.clock.to_real(self.attempt_timeout),
+            timed_out=timed_out,
+        )
 
     # -- Outcome: exactly one of these, then release ---------------------------------------
 
@@ -616,7 +594,7 @@ class CallRunner:
         budget: RetryBudget | None = None,
         max_breaker_wait_s: float = 5.0,
         spending: BudgetGate | None = None,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], bool] | None = None,
+        spawn: Spawn | None = None,
     ) -> None:
         self.router = router
         self.clock = clock

@@ -11,23 +11,34 @@ comes second does it. A hosted API bills the whole answer; the estimate did not.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import GatewayClosedError
 
 if TYPE_CHECKING:
+    import httpx2
+
     from .ledger import Ledger
+    from .limits import Permit
     from .results import Usage
 
-__all__ = ["LateAnswer"]
+__all__ = ["LateAnswer", "Spawn", "read_to_its_end"]
+
+#: runs a task in the gateway's task group; False when the gateway is closing
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 
 
 class LateAnswer:
     """One attempt's booking and its answer's real usage, reconciled once both are known."""
 
-    __slots__ = ("_actual", "_backend", "_booked", "_ledger", "_recorded", "_settled", "gave_up")
+    __slots__ = ("_actual", "_booked", "_ledger", "_recorded", "_settled", "backend", "gave_up")
 
     def __init__(self, ledger: Ledger, backend: str) -> None:
         self._ledger = ledger
-        self._backend = backend
+        self.backend = backend
         #: the attempt stopped waiting (a timeout, a cancelled call): the answer is late
         self.gave_up = False
         self._booked: tuple[Usage | None, bool] = (None, False)
@@ -55,6 +66,60 @@ class LateAnswer:
         self._settled = True
         booked, uncertain = self._booked
         if booked is None:
-            self._ledger.record_attempt(self._backend, self._actual, streamed=False, wasted=True)
+            self._ledger.record_attempt(self.backend, self._actual, streamed=False, wasted=True)
         else:
-            self._ledger.correct(self._backend, booked, self._actual, uncertain=uncertain)
+            self._ledger.correct(self.backend, booked, self._actual, uncertain=uncertain)
+
+
+async def read_to_its_end(
+    late: LateAnswer,
+    send: Callable[[], Awaitable[httpx2.Response]],
+    usage_of: Callable[[httpx2.Response], Usage | None],
+    *,
+    spawn: Spawn | None,
+    permit: Permit | None,
+    wait_s: float | None,
+    timed_out: Callable[[], Exception],
+) -> httpx2.Response | None:
+    """``send`` a request for a non-streamed answer and read it to its end in the gateway's
+    task group (``spawn``), waiting for it ``wait_s`` real seconds at most (None: no bound).
+    Given up on — that bound, or a cancellation — the answer is still read: ``permit``
+    stays taken until it has ended (``Permit.until``), and its usage (``usage_of``) sets
+    ``late``'s booking right. Raises ``timed_out()`` at the bound, ``GatewayClosedError``
+    when the gateway closed under it, or what ``send`` raised; None when nothing can run in
+    the background (the gateway is closing): the caller sends as usual."""
+    done = anyio.Event()
+    got: list[httpx2.Response | BaseException] = []
+
+    async def read() -> None:
+        try:
+            response = await send()
+            got.append(response)
+            if late.gave_up and response.status_code < 400:  # its real bill
+                usage = usage_of(response)
+                if usage is not None:
+                    late.answered(usage)
+        except Exception as error:
+            got.append(error)
+        finally:
+            done.set()
+
+    if spawn is None or not spawn(read):
+        return None
+    if permit is not None:
+        permit.until = done
+    try:
+        with anyio.move_on_after(wait_s):
+            await done.wait()
+    finally:
+        late.gave_up = not got  # timed out or cancelled: the answer, when it comes, is late
+    if not got:
+        if done.is_set():  # cancelled there: the gateway closed its connections
+            raise GatewayClosedError(
+                "the gateway closed its connections under this call", backend=late.backend
+            )
+        raise timed_out()
+    result = got[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result

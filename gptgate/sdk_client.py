@@ -39,7 +39,7 @@ from .guard import (
     WireEnd,
     classify_exception,
 )
-from .late_answer import LateAnswer
+from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
@@ -481,70 +481,45 @@ class _PermitStream(httpx2.AsyncByteStream):
 async def _read_in_background(
     state: BackendState, request: httpx2.Request, attempt: _Attempt
 ) -> httpx2.Response | None:
-    """``abandoned_answers="finish"`` for an SDK's request, as ``gate.chat`` does it
-    (gptgate/calls.py, ``CallAttempt._read_in_background``): the backend generates a
-    non-streamed answer whole even when its client hangs up, so we never do. The answer is read
-    in the background, bounded by the backend's ``timeout``, and waited for as long as the
-    SDK's own read timeout; a request the SDK gives up on (that timeout, a cancellation, a
-    guard's deadline) keeps its slot — its own permit or the guard's — until the answer has
-    ended, and the answer's real usage replaces the attempt's estimate in the ledger. None
-    when nothing can run in the background (the gateway is closing): the caller sends."""
+    """``abandoned_answers="finish"`` for an SDK's request, as for ``gate.chat``
+    (gptgate/late_answer.py, ``read_to_its_end``): the answer is read to its end in the
+    background, bounded by the backend's ``timeout``, and waited for as long as the SDK's own
+    read timeout; a request the SDK gives up on (that timeout, a cancellation, a guard's
+    deadline) keeps its slot — its own permit or the guard's — until the answer has ended."""
     runner = attempt.runner
     clock = runner.clock
-    done = anyio.Event()
-    got: list[httpx2.Response | BaseException] = []
-    late = LateAnswer(runner.ledger, state.name)
+    attempt.late = late = LateAnswer(runner.ledger, state.name)
     timeouts = request.extensions.get("timeout")
     timeouts = dict(timeouts) if isinstance(timeouts, Mapping) else {}
     wait_s = timeouts.get("read")
     bound = clock.to_real(state.backend.timeout)
     request.extensions = {**request.extensions, "timeout": {**timeouts, "read": bound}}
 
-    async def read() -> None:
+    async def send() -> httpx2.Response:
+        response = await state.pool.transport.handle_async_request(request)
         try:
-            response = await state.pool.transport.handle_async_request(request)
-            try:
-                body = await response.aread()
-            finally:
-                await response.aclose()
-            got.append(response)
-            if late.gave_up and response.status_code < 400:  # its real bill
-                tap = ResponseTap(response.headers.get("content-type", ""), attempt.start)
-                tap.feed(body, clock.now())
-                tap.close(clock.now())
-                if tap.input_tokens is not None or tap.output_tokens is not None:
-                    late.answered(
-                        Usage(input_tokens=tap.input_tokens or 0,
-                              output_tokens=tap.output_tokens or 0)
-                    )
-        except Exception as error:
-            got.append(error)
+            await response.aread()
         finally:
-            done.set()
+            await response.aclose()
+        return response
 
-    if runner.spawn is None or not runner.spawn(read):
-        return None
-    permit = attempt.permit if attempt.guarded is None else attempt.guarded.permit
-    if permit is not None:
-        permit.until = done
-    attempt.late = late
-    try:
-        with anyio.move_on_after(wait_s if isinstance(wait_s, (int, float)) else None):
-            await done.wait()
-    finally:
-        late.gave_up = not got  # timed out or cancelled: the answer, when it comes, is late
-    if not got:
-        if done.is_set():  # cancelled there: the gateway closed its connections
-            raise GatewayClosedError(
-                "the gateway closed its connections under this request", backend=state.name
-            )
-        raise httpx2.ReadTimeout(
+    def usage_of(response: httpx2.Response) -> Usage | None:
+        tap = ResponseTap(response.headers.get("content-type", ""), attempt.start)
+        tap.feed(response.content, clock.now())
+        tap.close(clock.now())
+        if tap.input_tokens is None and tap.output_tokens is None:
+            return None
+        return Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+
+    return await read_to_its_end(
+        late, send, usage_of,
+        spawn=runner.spawn,
+        permit=attempt.permit if attempt.guarded is None else attempt.guarded.permit,
+        wait_s=wait_s if isinstance(wait_s, (int, float)) else None,
+        timed_out=lambda: httpx2.ReadTimeout(
             "no response within the read timeout (the backend finishes it)", request=request
-        )
-    result = got[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result
+        ),
+    )
 
 
 class GuardTransport(httpx2.AsyncBaseTransport):
