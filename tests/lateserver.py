@@ -65,3 +65,17 @@ def late_backend(server: LateNoticingServer, **options: Any) -> gg.Backend:
         name="mock", base_url="http://127.0.0.1:9/v1", model="m",
         transport=httpx2.MockTransport(server), **options,
     )
+
+
+def long_answer(
+    task_group: anyio.abc.TaskGroup, answers: str
+) -> tuple[LateNoticingServer, gg.Backend]:
+    """A server whose first answer, 2,000 tokens long (10 + 2,000 billed), takes 3 s and is
+    generated to its end when hung up on; a priced backend over it (input $1, output $10 per
+    million tokens) with ``abandoned_answers=answers``."""
+    server = LateNoticingServer(task_group, notice_s=None, first_s=3.0, text="word " * 1600)
+    backend = late_backend(
+        server, timeout=10.0, abandoned_answers=answers,
+        price=gg.Price(input_per_mtok=1.0, output_per_mtok=10.0),
+    )
+    return server, backend

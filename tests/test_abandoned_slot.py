@@ -21,7 +21,7 @@ from gptgate.limits import FixedLimit, Limiter
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.fleettools import namespace
-from tests.lateserver import LateNoticingServer
+from tests.lateserver import LateNoticingServer, long_answer
 from tests.lateserver import late_backend as _backend
 from tests.mockbackend import USER, gateway, wait_until
 
@@ -224,13 +224,7 @@ def test_an_abandoned_answer_read_to_its_end_is_booked_at_its_real_usage(answers
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(
-                server_tasks, notice_s=None, first_s=3.0, text="word " * 1600
-            )
-            backend = _backend(
-                server, timeout=10.0, abandoned_answers=answers,
-                price=gg.Price(input_per_mtok=1.0, output_per_mtok=10.0),
-            )
+            _, backend = long_answer(server_tasks, answers)
             async with gateway(backend, clock=clock) as gate:
                 with pytest.raises(gg.RequestTimeout):
                     await gate.chat(USER, timeout=1.0)
@@ -256,10 +250,7 @@ def test_a_cancelled_call_whose_answer_is_read_to_its_end_is_booked_at_its_real_
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(
-                server_tasks, notice_s=None, first_s=3.0, text="word " * 1600
-            )
-            backend = _backend(server, timeout=10.0, abandoned_answers="finish")
+            _, backend = long_answer(server_tasks, "finish")
             async with gateway(backend, clock=clock) as gate:
                 with anyio.move_on_after(1.0):  # the caller gives up
                     await gate.chat(USER)

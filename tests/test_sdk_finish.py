@@ -14,7 +14,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.testing import LoopClock, run_virtual
-from tests.lateserver import LateNoticingServer, late_backend
+from tests.lateserver import LateNoticingServer, late_backend, long_answer
 from tests.mockbackend import USER, gateway
 
 
@@ -77,13 +77,7 @@ def test_the_sdks_own_timeout_comes_on_time_and_the_answer_is_billed_at_its_real
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(
-                server_tasks, notice_s=None, first_s=3.0, text="word " * 1600
-            )
-            backend = late_backend(
-                server, timeout=10.0, abandoned_answers="finish",
-                price=gg.Price(input_per_mtok=1.0, output_per_mtok=10.0),
-            )
+            server, backend = long_answer(server_tasks, "finish")
             async with gateway(backend, clock=clock) as gate:
                 client = _sdk(gate, timeout=1.0)
                 started = clock.now()
