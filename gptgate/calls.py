@@ -1309,17 +1309,15 @@ class CallRunner:
             prompt = spec.prompt_tokens
         else:
             prompt, output = self._generated_by(backend, spec, elapsed_s)
-        if not prompt and not output:
-            if late is not None:
-                late.recorded(None, uncertain=False)
-            return
-        usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
-        streamed = reader is not None
-        state.cost_usd += self.ledger.record_attempt(
-            backend.name, usage, streamed=streamed, wasted=True, interrupted=streamed,
-            uncertain=not seen,
-        )
-        state.billed = state.billed + usage
+        usage = None
+        if prompt or output:
+            usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
+            streamed = reader is not None
+            state.cost_usd += self.ledger.record_attempt(
+                backend.name, usage, streamed=streamed, wasted=True, interrupted=streamed,
+                uncertain=not seen,
+            )
+            state.billed = state.billed + usage
         if late is not None:
             late.recorded(usage, uncertain=not seen)
 

@@ -300,18 +300,16 @@ class _Attempt:
         first_token = self.state.ttft.percentile(0.5)
         prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
         prompt = self.prompt_tokens() if prefilled else 0
-        if not prompt and not output:
-            if self.late is not None:
-                self.late.recorded(None, uncertain=False)
-            return
-        usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
-        cost = self.runner.ledger.record_attempt(
-            self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
-            interrupted=interrupted, uncertain=not seen,
-        )
-        self.cost_usd += cost
-        if self.guarded is not None:
-            self.guarded.cost_usd += cost
+        usage = None
+        if prompt or output:
+            usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
+            cost = self.runner.ledger.record_attempt(
+                self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
+                interrupted=interrupted, uncertain=not seen,
+            )
+            self.cost_usd += cost
+            if self.guarded is not None:
+                self.guarded.cost_usd += cost
         if self.late is not None:  # set right when the answer read on arrives
             self.late.recorded(usage, uncertain=not seen)
 

@@ -67,15 +67,29 @@ def late_backend(server: LateNoticingServer, **options: Any) -> gg.Backend:
     )
 
 
+def finishing(
+    task_group: anyio.abc.TaskGroup,
+    answers: str,
+    *,
+    answer_s: float = 3.0,
+    text: str = "hi there",
+    **options: Any,
+) -> tuple[LateNoticingServer, gg.Backend]:
+    """A server that generates an answer to its end when hung up on (its first answer takes
+    3 s, the others ``answer_s``), and a backend over it: limit 1, ``timeout`` 10 s,
+    ``abandoned_answers=answers`` (and ``options``)."""
+    server = LateNoticingServer(
+        task_group, notice_s=None, first_s=3.0, answer_s=answer_s, text=text
+    )
+    return server, late_backend(server, timeout=10.0, abandoned_answers=answers, **options)
+
+
 def long_answer(
     task_group: anyio.abc.TaskGroup, answers: str
 ) -> tuple[LateNoticingServer, gg.Backend]:
-    """A server whose first answer, 2,000 tokens long (10 + 2,000 billed), takes 3 s and is
-    generated to its end when hung up on; a priced backend over it (input $1, output $10 per
-    million tokens) with ``abandoned_answers=answers``."""
-    server = LateNoticingServer(task_group, notice_s=None, first_s=3.0, text="word " * 1600)
-    backend = late_backend(
-        server, timeout=10.0, abandoned_answers=answers,
+    """:func:`finishing`, its first answer 2,000 tokens long (10 + 2,000 billed), on a priced
+    backend (input $1, output $10 per million tokens)."""
+    return finishing(
+        task_group, answers, text="word " * 1600,
         price=gg.Price(input_per_mtok=1.0, output_per_mtok=10.0),
     )
-    return server, backend

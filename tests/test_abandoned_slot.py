@@ -21,7 +21,7 @@ from gptgate.limits import FixedLimit, Limiter
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.fleettools import namespace
-from tests.lateserver import LateNoticingServer, long_answer
+from tests.lateserver import LateNoticingServer, finishing, long_answer
 from tests.lateserver import late_backend as _backend
 from tests.mockbackend import USER, gateway, wait_until
 
@@ -167,8 +167,7 @@ def test_a_server_that_finishes_abandoned_answers_keeps_the_slot_until_the_answe
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(server_tasks, notice_s=None, answer_s=3.0, first_s=3.0)
-            backend = _backend(server, timeout=10.0, abandoned_answers=answers)
+            server, backend = finishing(server_tasks, answers)
             async with gateway(backend, clock=clock) as gate:
                 outcomes: list[str] = []
 

@@ -14,7 +14,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.testing import LoopClock, run_virtual
-from tests.lateserver import LateNoticingServer, late_backend, long_answer
+from tests.lateserver import LateNoticingServer, finishing, late_backend, long_answer
 from tests.mockbackend import USER, gateway
 
 
@@ -41,8 +41,7 @@ def test_an_sdk_request_the_caller_cancels_keeps_the_slot_until_its_answer_ends(
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(server_tasks, notice_s=None, answer_s=3.0, first_s=3.0)
-            backend = late_backend(server, timeout=10.0, abandoned_answers=answers)
+            server, backend = finishing(server_tasks, answers)
             async with gateway(backend, clock=clock) as gate:
                 client = _sdk(gate)
                 got: list[str] = []
@@ -106,8 +105,7 @@ def test_a_guarded_sdk_call_cut_at_its_deadline_holds_the_guards_slot_until_it_e
     async def main() -> None:
         clock = LoopClock()
         async with anyio.create_task_group() as server_tasks:
-            server = LateNoticingServer(server_tasks, notice_s=None, answer_s=0.5, first_s=3.0)
-            backend = late_backend(server, timeout=10.0, abandoned_answers="finish")
+            server, backend = finishing(server_tasks, "finish", answer_s=0.5)
             async with gateway(backend, clock=clock, deadline_s=1.0) as gate:
                 client = _sdk(gate)
 
