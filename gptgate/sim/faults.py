@@ -72,7 +72,9 @@ class Fault:
 
 
 @validated_dataclass(
-    frozen=True, slots=True, config=ConfigDict(strict=True, validate_default=True)
+    frozen=True,
+    slots=True,
+    config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_default=True),
 )
 class FaultPlan:
     """Rates of random faults per request, drawn from ``seed``, and periodic 429 storms. All
