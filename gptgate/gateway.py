@@ -65,6 +65,7 @@ from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
@@ -872,6 +873,7 @@ class Gateway:
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
+        remember_call_headers(headers)  # a caller's own Authorization: masked in errors
         _check_route_options(private, stream, cache_key)
         _check_params(params)
         if tier not in ("small", "large", "auto"):
