@@ -1372,7 +1372,9 @@ class CallRunner:
         nothing more — a stall is usually one replica's queue, not the whole service."""
         avoid = frozenset(state.failed_backends)
         first = state.sent_to
-        if first is not None and self.router.has_alternative(spec.route, avoid | {first.name}):
+        if first is not None and self.router.has_alternative(
+            spec.route, avoid | {first.name}, failed=avoid  # a slow first stays in its tier
+        ):
             return avoid | {first.name}
         return avoid
 

@@ -81,7 +81,15 @@ from .snapshot import (
     save_state,
 )
 from .telemetry import NAMES, Telemetry
-from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
+from .tiers import (
+    Accept,
+    TierClassifier,
+    Tiering,
+    TierStats,
+    check_accept,
+    check_classifier,
+    served_by,
+)
 from .tokens import estimate_prompt_tokens
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -446,8 +454,8 @@ class ChatStream:
             raise RuntimeError("the stream has not completed")
         tier = self._spec.tier_attributes  # the decision prepare() recorded for the spans
         if tier is not None and result.tier is None:
-            result = self._state.result = dataclasses.replace(
-                result, tier=tier[NAMES["tier"]], tier_reason=tier[NAMES["tier_reason"]]
+            result = self._state.result = served_by(
+                result, self._runner, tier[NAMES["tier"]], tier[NAMES["tier_reason"]]
             )
         return result
 
