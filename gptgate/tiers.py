@@ -463,7 +463,9 @@ class Tiering:
         attributes[NAMES["escalation_reason"]] = why
         try:
             second = await runner.run(
-                dataclasses.replace(spec, route=large, tier_attributes=attributes)
+                dataclasses.replace(
+                    spec, route=large, tier_attributes=attributes, escalation=True
+                )
             )
         except GateError as error:
             counts.escalation_failed += 1

@@ -401,6 +401,20 @@ async def test_a_failed_escalation_returns_the_small_answer_unmoved_in_the_ledge
     assert (entry.calls_ok, entry.escalated, entry.wasted_tokens) == (1, 0, 0)
 
 
+async def test_an_escalation_the_budget_refuses_keeps_the_answer_and_no_call_raised() -> None:
+    """The large tier's price does not fit a $0.0005/h budget: the small answer is kept, and
+    ``budget_status().raised`` counts no call (none raised)."""
+    small, large = Script(answer("", "stop")), Script(answer("Paris."))
+    budget = gg.Budget(usd_per_hour=0.0005, on_exceed="raise")
+    async with two_tiers(small, large, budget=budget) as gate:
+        result = await gate.chat(ASK, **SMALL_ASK)
+        rule = gate.tier_stats().rules["short_ask"]
+        status = gate.budget_status()
+    assert (result.backend, result.escalated) == ("small", False) and large.requests == []
+    assert rule.escalation_failed == 1
+    assert status is not None and status.raised == 0
+
+
 async def test_a_visible_stream_is_classified_but_never_escalated() -> None:
     small, large = Script(answer("", "stop")), Script(answer("Paris."))
     async with two_tiers(small, large) as gate:
