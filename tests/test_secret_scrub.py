@@ -126,3 +126,15 @@ def test_a_placeholder_key_is_not_a_secret() -> None:
     remember_secret("EMPTY")
     remember_secret(KEY)
     assert scrub_known("EMPTY queue, key " + KEY) == "EMPTY queue, key ***"
+
+
+def test_a_backend_shows_its_header_names_but_never_their_values() -> None:
+    """A backend (or the gateway's config) is what people log: its headers carry proxy
+    tokens as often as ``api_key`` carries the key."""
+    b = gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m", api_key=KEY,
+                   headers={"x-api-key": RANDOM_KEY})
+    config = gg.GatewayConfig(backends=[b])
+    for text in (repr(b), str(b), repr(config), str(config)):
+        assert "x-api-key" in text
+        assert RANDOM_KEY not in text and KEY not in text
+    assert b.headers == {"x-api-key": RANDOM_KEY}  # still sent as given
