@@ -215,6 +215,12 @@ class Backend(BaseModel):
         """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
 
+    def __repr_args__(self) -> Any:
+        """``headers`` shown by name only: a proxy's token goes there as often as in
+        ``api_key`` (which is never shown), and a backend is what people log."""
+        for name, value in super().__repr_args__():
+            yield name, ({k: "***" for k in value} if name == "headers" and value else value)
+
     def resolve_api_key(self) -> str | None:
         if self.api_key is not None:
             return self.api_key.get_secret_value()

@@ -1,10 +1,13 @@
 """The typed errors every accepted call can end in.
 
 Each carries what an operator needs at 3 a.m. — backend, HTTP status, request id, retry-after —
-and never the API key or prompt text: messages are built from server error *messages* only.
+and never the API key or prompt text: messages are built from server error *messages* only,
+and every message is cleared of the exact secrets the gateway sends (``gptgate.scrub``).
 """
 
 from __future__ import annotations
+
+from .scrub import scrub_known
 
 __all__ = [
     "BackendError",
@@ -45,6 +48,7 @@ class GateError(Exception):
         billed: bool = False,
         unsent: bool = False,
     ) -> None:
+        message = scrub_known(message)  # whoever built it: a server may echo the key it got
         super().__init__(message)
         self.message = message
         self.backend = backend

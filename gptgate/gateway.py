@@ -65,6 +65,7 @@ from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
@@ -80,7 +81,15 @@ from .snapshot import (
     save_state,
 )
 from .telemetry import NAMES, Telemetry
-from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
+from .tiers import (
+    Accept,
+    TierClassifier,
+    Tiering,
+    TierStats,
+    check_accept,
+    check_classifier,
+    served_by,
+)
 from .tokens import estimate_prompt_tokens
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -445,8 +454,8 @@ class ChatStream:
             raise RuntimeError("the stream has not completed")
         tier = self._spec.tier_attributes  # the decision prepare() recorded for the spans
         if tier is not None and result.tier is None:
-            result = self._state.result = dataclasses.replace(
-                result, tier=tier[NAMES["tier"]], tier_reason=tier[NAMES["tier_reason"]]
+            result = self._state.result = served_by(
+                result, self._runner, tier[NAMES["tier"]], tier[NAMES["tier_reason"]]
             )
         return result
 
@@ -872,6 +881,7 @@ class Gateway:
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
+        remember_call_headers(headers)  # a caller's own Authorization: masked in errors
         _check_route_options(private, stream, cache_key)
         _check_params(params)
         if tier not in ("small", "large", "auto"):
