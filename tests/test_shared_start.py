@@ -18,6 +18,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.clock import SystemClock
+from gptgate.shared.fleet import FleetStatistics
 from tests.conftest import RedisServer
 from tests.fleettools import admission, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
@@ -40,19 +41,24 @@ def unreachable_url(password: str = "") -> str:
 
 
 @asynccontextmanager
-async def fleet_of(script: Script, shared: gg.Shared) -> AsyncIterator[list[gg.Gateway]]:
+async def fleet_of(
+    script: Script, shared: gg.Shared, *, concurrency: int | str = LIMIT, probe_s: float = 0.01
+) -> AsyncIterator[list[gg.Gateway]]:
     """``WORKERS`` open gateways of one fleet (each its own worker, as processes are)."""
-    gates = [gateway(backend(script, concurrency=LIMIT), shared=shared) for _ in range(WORKERS)]
+    gates = [
+        gateway(backend(script, concurrency=concurrency), shared=shared) for _ in range(WORKERS)
+    ]
     for gate in gates:
-        gate._fleet_options = {"poll_s": 0.002, "probe_s": 0.01}
+        gate._fleet_options = {"poll_s": 0.002, "probe_s": probe_s}
     async with AsyncExitStack() as stack:
         for gate in gates:
             await stack.enter_async_context(gate)
         yield gates
 
 
+@pytest.mark.parametrize("concurrency", [LIMIT, "auto"])
 async def test_unreachable_at_start_each_process_admits_one_call_not_the_whole_limit(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, concurrency: int | str
 ) -> None:
     """3 workers, a fleet limit of 6, Redis unreachable from the start: each process took the
     whole limit as its share (alone as far as it knew), 18 in flight at the server."""
@@ -60,16 +66,19 @@ async def test_unreachable_at_start_each_process_admits_one_call_not_the_whole_l
     release = anyio.Event()
     script = Script(held_until(release))
     url = unreachable_url()
-    async with fleet_of(script, gg.Shared(url, namespace=namespace())) as gates:
-        async with anyio.create_task_group() as tg:
-            for gate in gates:
-                for _ in range(8):
-                    tg.start_soon(gate.chat, USER)
-            await wait_until(lambda: script.in_flight >= WORKERS)
-            await anyio.sleep(0.05)  # room for more, were any admitted
-            assert script.max_in_flight == WORKERS
-            stats = [gate.stats()["mock"] for gate in gates]
-            release.set()
+    shared = gg.Shared(url, namespace=namespace())
+    async with (
+        fleet_of(script, shared, concurrency=concurrency) as gates,
+        anyio.create_task_group() as tg,
+    ):
+        for gate in gates:
+            for _ in range(8):
+                tg.start_soon(gate.chat, USER)
+        await wait_until(lambda: script.in_flight >= WORKERS)
+        await anyio.sleep(0.05)  # room for more, were any admitted
+        assert script.max_in_flight == WORKERS
+        stats = [gate.stats()["mock"] for gate in gates]
+        release.set()
     assert script.max_in_flight == WORKERS  # one each, to the end
     for entry in stats:
         assert entry.fleet is not None
@@ -77,7 +86,39 @@ async def test_unreachable_at_start_each_process_admits_one_call_not_the_whole_l
         assert entry.limit == 1  # what is applied, not the configured 6
     warnings = outage_warnings(caplog)
     assert len(warnings) == WORKERS  # one per process
-    assert all(url in w and "mock=1 of 6" in w for w in warnings)
+    assert all(url in w and "mock=1 of" in w for w in warnings)
+
+
+async def test_redis_up_later_the_fleet_grows_to_its_limit_and_no_further(
+    own_redis: RedisServer,
+) -> None:
+    """Three gateways started while their Redis was down: one call each; once it answers
+    and every process has rejoined, the fleet's limit of 6 through Redis, never above."""
+    own_redis.stop()
+    release = anyio.Event()
+    script = Script(held_until(release))
+    shared = gg.Shared(own_redis.url, namespace=namespace())
+    async with fleet_of(script, shared, probe_s=0.1) as gates, anyio.create_task_group() as tg:
+        for gate in gates:
+            for _ in range(8):
+                tg.start_soon(gate.chat, USER)
+        await wait_until(lambda: script.in_flight >= WORKERS)
+        assert script.max_in_flight == WORKERS
+        own_redis.start()
+        await wait_until(lambda: all(fleet(g).seen for g in gates))
+        await wait_until(lambda: script.in_flight >= LIMIT)
+        await anyio.sleep(0.05)  # room for more, were any admitted
+        assert script.max_in_flight == LIMIT
+        assert [fleet(g).state for g in gates] == ["up"] * WORKERS
+        assert all(g.stats()["mock"].limit == LIMIT for g in gates)
+        release.set()
+    assert script.max_in_flight == LIMIT
+
+
+def fleet(gate: gg.Gateway) -> FleetStatistics:
+    statistics = gate.stats()["mock"].fleet
+    assert statistics is not None
+    return statistics
 
 
 async def test_the_log_names_the_whole_url_with_the_password_masked(

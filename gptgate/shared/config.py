@@ -65,6 +65,8 @@ class Shared(BaseModel):
     namespace: str = "gptgate"
     lease_s: float = Field(default=10.0, gt=0, le=3600)
     op_budget_s: float = Field(default=0.05, gt=0, le=60)
+    #: a Redis unreachable at start fails the start (``SharedUnreachableError``) instead of
+    #: starting on one call per backend at a time until the fleet is seen
     required: bool = False
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
