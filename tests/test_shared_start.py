@@ -97,7 +97,7 @@ async def test_redis_up_later_the_fleet_grows_to_its_limit_and_no_further(
     own_redis.stop()
     release = anyio.Event()
     script = Script(held_until(release))
-    shared = gg.Shared(own_redis.url, namespace=namespace())
+    shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=1.0)  # renewals: 0.33 s
     async with fleet_of(script, shared, probe_s=0.1) as gates, anyio.create_task_group() as tg:
         for gate in gates:
             for _ in range(8):
@@ -196,9 +196,12 @@ async def test_redis_up_later_the_share_grows_only_once_the_fleet_is_seen(
         with pytest.raises(gg.OverloadedError):
             await at_a.enter(SystemClock().now() + 0.05)
         await b._renew()
-        with anyio.fail_after(5):  # the rejoin window ends: the fleet is seen
-            while not a.seen:
+        with anyio.fail_after(5):  # the rejoin window ends
+            while a.rejoining:
                 await anyio.sleep(0.01)
+        assert not a.seen and at_a.local_share == 1  # no renewal has counted the fleet yet
+        await a._renew()
+        assert a.seen and a.live_workers == 2
         while len(held_a) + len(held_b) < LIMIT:
             held_a.append(await at_a.enter(SystemClock().now() + 1.0))
         with pytest.raises(gg.OverloadedError):  # Redis counts the fleet's 6

@@ -24,8 +24,10 @@ count — a process that took the whole limit back at once put the fleet above i
 An outage before the fleet was ever *seen* (Redis unreachable since the start: down, or a
 mistyped URL) has no live-worker count to divide by: the share is 1, since any number of
 processes may be admitting alone (taking the whole limit, 3 workers put 18 calls on a limit of
-6). It grows only with evidence: once Redis has answered, counted the workers, and the others
-have had their two probe periods to rejoin. ``Shared(required=True)`` fails the start instead.
+6). It grows only with evidence: once a renewal has counted the live workers after the others
+had their two probe periods to rejoin. Meanwhile admission goes through Redis as usual (the
+fleet's limit) once the rejoin is over; only an outage's share waits for that count.
+``Shared(required=True)`` fails the start instead.
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ class FleetStatistics:
     #: ``concurrency="auto"``: whether this process leads (computes the fleet's limit);
     #: None for a fixed limit
     leader: bool | None = None
-    #: whether this process has seen the fleet (Redis answered, the others had time to
-    #: rejoin); before, an outage admits one call at a time
+    #: whether this process has seen the fleet (a renewal counted its live workers, the
+    #: others rejoined); before, an outage admits one call at a time
     seen: bool = False
     #: the most permits this process may hold now: ``limit`` while Redis answers,
     #: ``local_share`` during an outage, a rejoin or before the fleet was seen
@@ -198,8 +200,8 @@ class FleetClient:
         self.slow_since: float | None = None
         #: until when (monotonic) a rejoined process keeps to its share (``rejoining``)
         self._rejoined_until = 0.0
-        #: from when (monotonic) this process has seen the fleet (``seen``); None: not yet
-        self._seen_from: float | None = None
+        #: a renewal has counted the fleet's live workers with every process rejoined
+        self._seen = False
         #: why the connect failed, for the outage ``start`` declares
         self._unreached: BaseException | None = None
         self._redis: Any = None
@@ -616,6 +618,7 @@ class FleetClient:
             return
         self._up()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
+        self._seen = self._seen or not self.rejoining
 
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
@@ -784,11 +787,11 @@ class FleetClient:
 
     @property
     def seen(self) -> bool:
-        """Whether this process has seen the fleet: Redis has answered and counted the live
-        workers, and every other process has had time to rejoin (two probe periods after a
-        first answer that ended an outage). Until then an outage's share is 1: the process
-        cannot tell how many others admit alone."""
-        return self._seen_from is not None and time.monotonic() >= self._seen_from
+        """Whether this process has seen the fleet: a renewal has counted its live workers,
+        not while rejoining (the others, admitting alone, had two probe periods to register).
+        Until then an outage's share is 1: the process cannot tell how many others admit
+        alone."""
+        return self._seen
 
     @property
     def rejoining(self) -> bool:
@@ -796,7 +799,6 @@ class FleetClient:
         return time.monotonic() < self._rejoined_until
 
     def _up(self) -> None:
-        now = time.monotonic()
         if self.state == "down":
             log.warning(
                 "gptgate: shared state %s answers %s: fleet limits",
@@ -804,9 +806,7 @@ class FleetClient:
                 "again" if self.seen else "(first time)",
             )
             # the others find Redis at their own next probe (within probe_s, as this one did)
-            self._rejoined_until = now + 2 * self.probe_s
-        if self._seen_from is None:
-            self._seen_from = max(now, self._rejoined_until)
+            self._rejoined_until = time.monotonic() + 2 * self.probe_s
         self.state = "up"
         self._answered()
 
