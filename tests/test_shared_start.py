@@ -20,7 +20,7 @@ import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.shared.fleet import FleetStatistics
 from tests.conftest import RedisServer
-from tests.fleettools import admission, namespace
+from tests.fleettools import admission, leave_all, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
 from tests.mockbackend import USER, Script, backend, gateway, wait_until
 from tests.test_shared_outage import held_until, outage_warnings
@@ -207,10 +207,8 @@ async def test_redis_up_later_the_share_grows_only_once_the_fleet_is_seen(
         with pytest.raises(gg.OverloadedError):  # Redis counts the fleet's 6
             await at_a.enter(SystemClock().now() + 0.05)
         assert at_a.local_share == LIMIT // 2  # the share an outage now would take
-        for lease in held_a:
-            at_a.leave(lease)
-        for lease in held_b:
-            at_b.leave(lease)
+        leave_all(at_a, held_a)
+        leave_all(at_b, held_b)
 
 
 async def test_an_outage_after_the_fleet_was_seen_keeps_the_share_it_knew(
@@ -230,8 +228,7 @@ async def test_an_outage_after_the_fleet_was_seen_keeps_the_share_it_knew(
             except gg.OverloadedError:
                 break
         assert a.state == "down" and a.seen and len(held) == LIMIT // 2
-        for lease in held:
-            at_a.leave(lease)
+        leave_all(at_a, held)
         at_b.leave(held_b)
         own_redis.start()
 

@@ -67,7 +67,7 @@ class Shared(BaseModel):
     op_budget_s: float = Field(default=0.05, gt=0, le=60)
     #: a Redis unreachable at start fails the start (``SharedUnreachableError``) instead of
     #: starting on one call per backend at a time until the fleet is seen
-    required: bool = False
+    required: bool = Field(default=False, strict=True)
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:
