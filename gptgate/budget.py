@@ -31,7 +31,7 @@ from typing import Literal
 
 import anyio
 from opentelemetry import metrics
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
 
 from .clock import Clock
 from .errors import BudgetExceededError
@@ -57,9 +57,9 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    usd_per_hour: float = Field(gt=0)
+    usd_per_hour: StrictFloat = Field(gt=0)
     on_exceed: Literal["throttle", "raise"] = "throttle"
-    burst_s: float = Field(default=300.0, ge=1.0, le=HOUR_S)
+    burst_s: StrictFloat = Field(default=300.0, ge=1.0, le=HOUR_S)
 
     @field_validator("usd_per_hour", "burst_s", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, field_validator
 
 __all__ = ["SCHEMES", "Shared"]
 
@@ -63,11 +63,11 @@ class Shared(BaseModel):
 
     url: str
     namespace: str = "gptgate"
-    lease_s: float = Field(default=10.0, gt=0, le=3600)
-    op_budget_s: float = Field(default=0.05, gt=0, le=60)
+    lease_s: StrictFloat = Field(default=10.0, gt=0, le=3600)
+    op_budget_s: StrictFloat = Field(default=0.05, gt=0, le=60)
     #: a Redis unreachable at start fails the start (``SharedUnreachableError``) instead of
     #: starting on one call per backend at a time until the fleet is seen
-    required: bool = Field(default=False, strict=True)
+    required: StrictBool = False
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:
