@@ -148,7 +148,7 @@ class FleetStatistics:
     #: others rejoined); before, an outage admits one call at a time
     seen: bool = False
     #: the most permits this process may hold now: ``limit`` while Redis answers,
-    #: ``local_share`` during an outage, a rejoin or before the fleet was seen
+    #: ``local_share`` during an outage or a rejoin (1 before the fleet was seen)
     in_force: int = 0
 
 
@@ -899,7 +899,7 @@ class FleetAdmission:
     @property
     def in_force(self) -> int:
         """The most permits this process may hold now: the fleet's limit while Redis
-        answers, its share during an outage, a rejoin, or before the fleet was seen."""
+        answers, its share during an outage or a rejoin (1 before the fleet was seen)."""
         client = self.client
         if client.state == "down" or client.rejoining:
             return self.local_share
