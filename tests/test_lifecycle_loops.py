@@ -149,9 +149,9 @@ def test_a_second_loop_opening_an_open_gateway_gets_a_typed_error(owner: _Owner)
     GateError naming the supported ways, A's request still succeeds, and afterwards a new
     loop opens the gateway again."""
     gate = owner.gate
-    with pytest.raises(gg.GateError, match="another event loop.*SyncGateway"):
+    with pytest.raises(gg.GateError, match=r"another event loop.*SyncGateway"):
         anyio.run(_use, gate)
-    with pytest.raises(gg.GateError, match="another event loop.*close it from the loop"):
+    with pytest.raises(gg.GateError, match=r"another event loop.*close it from the loop"):
         anyio.run(gate.aclose)  # B's shutdown must not close A's gateway
     owner.close()
     assert owner.text == "owner"
@@ -220,11 +220,15 @@ def test_two_request_threads_racing_to_open_one_gateway() -> None:
         start = threading.Barrier(2)
         outcomes: list[object] = []
 
-        def request(gate: gg.Gateway = gate, start: threading.Barrier = start) -> None:
+        def request(
+            gate: gg.Gateway = gate,
+            start: threading.Barrier = start,
+            outcomes: list[object] = outcomes,
+        ) -> None:
             start.wait(5.0)
             try:
                 outcomes.append(asyncio.run(_use(gate)))
-            except BaseException as error:  # noqa: BLE001 - every outcome is judged below
+            except BaseException as error:  # every outcome is judged below
                 outcomes.append(error)
 
         threads = [_in_thread(request), _in_thread(request)]
@@ -269,3 +273,21 @@ async def test_opening_twice_in_one_loop_is_a_typed_error() -> None:
         with pytest.raises(gg.GateError, match="already open in this event loop"):
             await gate.start()
         await gate.chat(USER)
+
+
+async def test_a_background_task_that_fails_is_raised_when_the_gateway_closes() -> None:
+    """The background group now lives in a task of its own: a crash there no longer cancels
+    the caller's ``async with`` body, and is not lost either — ``aclose()`` raises it."""
+    gate = gateway(backend(Script(ok("still served"))))
+
+    async def crash() -> None:
+        raise ValueError("background boom")
+
+    with pytest.raises(ExceptionGroup) as raised:
+        async with gate:
+            assert gate._spawn(crash)
+            while gate._task_group is not None:
+                await anyio.sleep(0.001)
+            assert (await gate.chat(USER)).text == "still served"
+    assert raised.group_contains(ValueError, match="background boom")
+    assert await _use(gate) == "still served"
