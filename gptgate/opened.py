@@ -26,9 +26,9 @@ Phase = Literal["closed", "opening", "open", "closing"]
 
 #: what a caller on another loop is told (a call, an open, a close)
 OTHER_LOOP = (
-    "this gateway is open in another event loop (thread) and is still open there: a Gateway "
-    "serves one event loop at a time. Use one event loop per gateway (open a Gateway per loop "
-    "or thread, or send the call to the loop that opened it), or gg.SyncGateway (coming, "
+    "this gateway belongs to another event loop (thread) while it is open there: a Gateway "
+    "serves one event loop at a time. Use one event loop per gateway (a Gateway per loop or "
+    "thread, or send the call to the loop that opened it), or gg.SyncGateway (coming, "
     "issue 33) to share one gateway between threads"
 )
 _REFUSED_HERE = {
