@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .calls import CallRunner
     from .clock import Clock
     from .config import GatewayConfig
+    from .lifecycle import CallRegistry
 
 #: the guarded call whose body is running: a request the body makes on the same backend
 #: through ``gate.http_client`` runs under its permit (one call, one permit). Without it, 4
@@ -117,6 +118,10 @@ class GuardedGateway(Protocol):
         ...
 
     def backend_state(self, name: str) -> BackendState: ...
+
+    @property
+    def calls(self) -> CallRegistry:
+        """The calls in flight (gptgate/lifecycle.py): a stream's body registers there."""
 
     def register_call(self) -> AbstractContextManager[None]:
         """A scope for a call's body that the gateway's shutdown ends (its grace, then a
