@@ -11,8 +11,8 @@ Closing has three phases (docs/guide.md, "Cancelling and closing"):
 A call is registered by :meth:`CallRegistry.call` (a scope the shutdown can cancel) or, for a
 stream the caller reads at its own pace, by :meth:`CallRegistry.stream` (``gate.stream``) or
 :meth:`CallRegistry.open_body` (a response body an SDK reads, gptgate/stream_watch.py).
-Cancellation unwinds a call the way any cancellation does — permit ignored, cache ticket and connection handed back
-— so the backend's health never hears of it.
+Cancellation unwinds a call the way any cancellation does — permit ignored, cache ticket and
+connection handed back — so the backend's health never hears of it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ the gateway gives it the grace, then cancels the read in progress or closes it b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import math
@@ -214,11 +215,9 @@ class OpenBody(Generic[T]):
         if self._inner_closed:
             return
         self._inner_closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._inner.aclose()
-            except Exception:  # a body already broken is closed all the same
-                pass
+        # a body already broken is closed all the same
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self._inner.aclose()
 
     def _unregister(self) -> None:
         if self._registry is not None and self._entry is not None:

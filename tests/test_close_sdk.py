@@ -8,7 +8,9 @@ false "shared state unreachable" warning was logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Awaitable
 
 import anyio
 import httpx2
@@ -131,8 +133,6 @@ async def test_aclose_hands_back_the_fleet_permits_of_sdk_requests_and_streams(
     assert len(streams) == 2
 
 
-async def _ignore_errors(call: object) -> None:
-    try:
-        await call  # type: ignore[misc]
-    except Exception:
-        pass
+async def _ignore_errors(call: Awaitable[object]) -> None:
+    with contextlib.suppress(Exception):
+        await call
