@@ -685,8 +685,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             drain=attempt.generative,
         )
         response.stream = facade = WatchedByteStream(body)
-        try:
-            body.watch(facade, self._gate.calls, runner.spawn)
+        try:  # a stream is watched as it is read; a JSON body the SDK reads at once
+            body.watch(facade, self._gate.calls, runner.spawn if tap.streamed else None)
         except GatewayClosedError:  # the shutdown's grace ran out meanwhile
             await body.close()
             raise

@@ -122,7 +122,10 @@ class OpenBody(Generic[T]):
         self.reading = False
         self.since = clock.now()
         self.dropped = False
-        self._reader = _current_task()
+        self._reader: weakref.ref[asyncio.Task[Any]] | None = None
+        self._follow_reader()
+        #: the cycle collector was asked once in this unread spell
+        self._probed = False
         self._facade: weakref.ref[object] | None = None
         #: set once gptgate has hung up (a close meanwhile waits for its drain)
         self._hung: anyio.Event | None = None
@@ -152,10 +155,17 @@ class OpenBody(Generic[T]):
         if self.done:
             return None
         self.reading = True
-        self._reader = _current_task()
+        self._probed = False
+        self._follow_reader()
         entry = self._entry
+        # one scope per read: the server's silence bound (its deadline) and the shutdown
+        # (which cancels it through the registry entry)
+        silence = self._silence_s
+        deadline = (
+            math.inf if silence is None else anyio.current_time() + self._clock.to_real(silence)
+        )
         try:
-            with anyio.CancelScope() as scope:
+            with anyio.CancelScope(deadline=deadline) as scope:
                 if entry is not None:
                     entry.scope = scope
                 try:
@@ -163,6 +173,8 @@ class OpenBody(Generic[T]):
                 finally:
                     if entry is not None:
                         entry.scope = None
+            if scope.cancelled_caught and not self._shut_down():
+                raise httpx2.ReadTimeout("stream idle between chunks")
         except Exception as exc:
             await self._finish(functools.partial(self._listener.cut, exc))
             raise
@@ -182,18 +194,22 @@ class OpenBody(Generic[T]):
         self._listener.arrived(piece[0], drained=False)
         return piece
 
+    def _shut_down(self) -> bool:
+        return self._registry is not None and self._registry.cancelled
+
+    def _follow_reader(self) -> None:
+        """Remember the task reading (a weak reference, renewed only when it changes)."""
+        task = _task()
+        if task is not None and (self._reader is None or self._reader() is not task):
+            self._reader = weakref.ref(task)
+
     async def _read(self) -> tuple[T] | None:
         if self._pieces is None:
             self._pieces = self._inner.__aiter__()
         try:
-            if self._silence_s is None:
-                return (await self._pieces.__anext__(),)
-            with anyio.fail_after(self._clock.to_real(self._silence_s)):
-                return (await self._pieces.__anext__(),)
+            return (await self._pieces.__anext__(),)
         except StopAsyncIteration:
             return None
-        except TimeoutError:
-            raise httpx2.ReadTimeout("stream idle between chunks") from None
 
     async def close(self) -> None:
         """The caller (or its SDK) closed the body: before its end, it left it."""
@@ -290,7 +306,8 @@ class OpenBody(Generic[T]):
             if self._unread_s is not None and idle >= self._unread_s:
                 await self.hang_up(f"left unread {self._unread_s:g}s (the idle bound)")
                 return
-            if idle >= _PROBE_S and self._reader_gone():
+            if idle >= _PROBE_S and not self._probed and self._reader_gone():
+                self._probed = True  # once: a stream handed to another task stays alive
                 _collect(clock)
                 if self.dropped:
                     await self.hang_up("dropped by its caller unread")
@@ -301,12 +318,11 @@ class OpenBody(Generic[T]):
         return reader is None or reader.done()
 
 
-def _current_task() -> weakref.ref[asyncio.Task[Any]] | None:
+def _task() -> asyncio.Task[Any] | None:
     try:
-        task = asyncio.current_task()
+        return asyncio.current_task()
     except RuntimeError:  # not on asyncio: no reader to follow (the idle bound still holds)
         return None
-    return weakref.ref(task) if task is not None else None
 
 
 #: the last collection a watchdog asked for, per clock
