@@ -7,17 +7,36 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import anyio
 import anyio.abc
 import httpx2
+import openai
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from tests.mockbackend import completion
 
 BASE_URL = "http://127.0.0.1:9/v1"
+USER = [{"role": "user", "content": "hi"}]
+
+
+def sdk_on(gate: Any, **options: Any) -> openai.AsyncOpenAI:
+    """The openai SDK on ``gate.http_client("b")``, without its own retries."""
+    return openai.AsyncOpenAI(
+        api_key="x", base_url=BASE_URL, max_retries=0, http_client=gate.http_client("b"),
+        **options,
+    )
+
+
+async def raised_by(step: Awaitable[object]) -> BaseException | None:
+    """What awaiting ``step`` raised (None: nothing)."""
+    try:
+        await step
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def _event(data: dict[str, Any] | str) -> bytes:

@@ -14,16 +14,13 @@ from collections.abc import Awaitable
 
 import anyio
 import httpx2
-import openai
 import pytest
 import redis.asyncio
 
 import gptgate as gg
 from gptgate.testing import LoopClock, run_virtual
 from tests.fleettools import namespace
-from tests.streamserver import BASE_URL, GeneratingServer
-
-USER = [{"role": "user", "content": "hi"}]
+from tests.streamserver import BASE_URL, USER, GeneratingServer, raised_by, sdk_on
 
 
 def _backend(server: GeneratingServer) -> gg.Backend:
@@ -33,19 +30,13 @@ def _backend(server: GeneratingServer) -> gg.Backend:
     )
 
 
-def _client(gate: gg.Gateway) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        api_key="x", base_url=BASE_URL, max_retries=0, http_client=gate.http_client("b")
-    )
-
-
 async def _close_with_requests_in_flight() -> tuple[float, int, list[BaseException | None], int]:
     clock = LoopClock()
     async with anyio.create_task_group() as tg:
         server = GeneratingServer(tg, answer_s=3.0)
         gate = gg.Gateway([_backend(server)], clock=clock, seed=1)
         await gate.start()
-        client = _client(gate)
+        client = sdk_on(gate)
         outcomes: list[BaseException | None] = []
 
         async def one() -> None:
@@ -84,16 +75,12 @@ async def _close_with_streams_open() -> tuple[int, int, BaseException | None]:
         server = GeneratingServer(tg, tokens=10_000, per_token_s=0.01)
         gate = gg.Gateway([_backend(server)], clock=clock, seed=1)
         await gate.start()
-        client = _client(gate)
+        client = sdk_on(gate)
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
         await stream.__anext__()
         await gate.aclose(grace_s=0.5)  # the caller is not reading: the shutdown closes it
         in_flight, running = gate.backend_state("b").limiter.in_flight, server.running
-        error: BaseException | None = None
-        try:
-            await stream.__anext__()
-        except BaseException as exc:
-            error = exc
+        error = await raised_by(stream.__anext__())
         tg.cancel_scope.cancel()
     return in_flight, running, error
 
@@ -115,7 +102,7 @@ async def test_aclose_hands_back_the_fleet_permits_of_sdk_requests_and_streams(
             [_backend(server)], shared=gg.Shared(redis_url, namespace=ns, lease_s=30), seed=1
         )
         await gate.start()
-        client = _client(gate)
+        client = sdk_on(gate)
         streams = [
             await client.chat.completions.create(model="m", messages=USER, stream=True)
             for _ in range(2)

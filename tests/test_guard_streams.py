@@ -18,9 +18,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.testing import LoopClock, run_virtual
-from tests.streamserver import BASE_URL, GeneratingServer
-
-USER = [{"role": "user", "content": "hi"}]
+from tests.streamserver import BASE_URL, USER, GeneratingServer
 
 
 def _setup(

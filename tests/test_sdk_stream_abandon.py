@@ -19,7 +19,7 @@ import pytest
 import gptgate as gg
 from gptgate.ledger import LedgerEntry
 from gptgate.testing import LoopClock, run_virtual
-from tests.streamserver import BASE_URL, GeneratingServer
+from tests.streamserver import BASE_URL, GeneratingServer, raised_by, sdk_on
 
 PRICE = gg.Price(input_per_mtok=1000.0, output_per_mtok=2000.0)
 
@@ -33,10 +33,7 @@ def _gate(server: GeneratingServer, clock: LoopClock, **options: float) -> gg.Ga
 
 
 def _client(gate: gg.Gateway) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        api_key="x", base_url=BASE_URL, max_retries=0, timeout=3,
-        http_client=gate.http_client("b"),
-    )
+    return sdk_on(gate, timeout=3)
 
 
 async def _first_words(client: openai.AsyncOpenAI, n: int = 3) -> str:
@@ -115,11 +112,7 @@ async def _kept_unread() -> tuple[int, int, int, BaseException | None]:
             before = gate.stats()["b"].in_flight
             await clock.sleep(2.0)  # unread past idle_timeout (5 s)
             after, running = gate.stats()["b"].in_flight, server.running
-            error: BaseException | None = None
-            try:
-                await stream.__anext__()
-            except BaseException as exc:
-                error = exc
+            error = await raised_by(stream.__anext__())
         tg.cancel_scope.cancel()
     return before, after, running, error
 
