@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["follow_returned"]
 
+#: an event stream's end marker
+_DONE = b"data: [DONE]"
 #: how a followed stream ended: the error that cut it, or None
 StreamEnd = Callable[[BaseException | None], None]
 
@@ -46,9 +48,13 @@ class _PermitFollows:
         self._on_end = on_end
         self._classify = classify
         self._clock = clock
+        self._complete = False
 
     def arrived(self, item: object, *, drained: bool) -> None:
-        pass  # the guard sees no tokens of a foreign client's stream
+        # the guard counts no tokens of another client's stream; it only notes its end
+        # marker (an SDK closes an event stream at ``[DONE]`` without reading on)
+        if isinstance(item, bytes) and _DONE in item[-32:]:
+            self._complete = True
 
     def finished(self) -> None:
         self._permit.ignore()  # no size known: no sample of the load per token
@@ -60,6 +66,9 @@ class _PermitFollows:
         self._on_end(exc)
 
     def left(self) -> None:
+        if self._complete:  # whole: the server is done with it
+            self.finished()
+            return
         self._permit.abandon()  # the server runs it until it notices
         self._on_end(None)
 

@@ -137,3 +137,26 @@ def test_a_returned_stream_left_with_break_gives_the_permit_back(kind: str) -> N
     held, running, requests = run_virtual(_previews, kind)
     assert held == 0 and running == 0
     assert requests == 6  # the second round got permits
+
+
+def test_a_returned_event_stream_closed_at_its_end_marker_frees_the_permit_at_once() -> None:
+    """An SDK closes an event stream at ``[DONE]`` without reading on (HTTP/2): that is a
+    whole answer, not one left mid-way (whose slot would be held for abandon_grace_s)."""
+
+    async def main() -> int:
+        clock = LoopClock()
+        async with anyio.create_task_group() as tg:
+            server = GeneratingServer(tg, tokens=5)
+            gate, client, own = _setup(server, clock, concurrency=1)
+            call = _returns("response", gate, client, own)
+            async with gate:
+                response = await call()
+                async for part in response.aiter_bytes():
+                    if b"[DONE]" in part:
+                        break
+                await response.aclose()
+                in_flight = gate.stats()["b"].in_flight
+            tg.cancel_scope.cancel()
+        return in_flight
+
+    assert run_virtual(main) == 0
