@@ -325,17 +325,19 @@ def _task() -> asyncio.Task[Any] | None:
         return None
 
 
-#: the last collection a watchdog asked for, per clock
-_collected: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+#: the last collection a watchdog asked for: its clock's id and time
+_last_collect: tuple[int, float] = (0, -math.inf)
 
 
 def _collect(clock: Clock) -> None:
     """A cycle collection, so that a stream its caller dropped is seen now (its facade's
-    weak reference is told): at most once per ``_COLLECT_EVERY_S`` per clock."""
+    weak reference is told): at most once per ``_COLLECT_EVERY_S`` of one clock."""
+    global _last_collect
     now = clock.now()
-    if now - _collected.get(clock, -math.inf) < _COLLECT_EVERY_S:
+    last_clock, last = _last_collect
+    if last_clock == id(clock) and now - last < _COLLECT_EVERY_S:
         return
-    _collected[clock] = now
+    _last_collect = (id(clock), now)
     gc.collect()
 
 
