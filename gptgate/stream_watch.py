@@ -127,6 +127,8 @@ class OpenBody(Generic[T]):
         #: the cycle collector was asked once in this unread spell
         self._probed = False
         self._facade: weakref.ref[object] | None = None
+        #: set when it ends, for the watchdog (None: no watchdog)
+        self._ended: anyio.Event | None = None
         #: set once gptgate has hung up (a close meanwhile waits for its drain)
         self._hung: anyio.Event | None = None
 
@@ -141,6 +143,7 @@ class OpenBody(Generic[T]):
             self._entry = registry.open_body(self._shut)
             self._registry = registry
         if spawn is not None:
+            self._ended = anyio.Event()
             spawn(self._watchdog)
 
     def _facade_dropped(self, _ref: object) -> None:
@@ -220,9 +223,14 @@ class OpenBody(Generic[T]):
 
     # -- ending -------------------------------------------------------------------------------
 
+    def _set_done(self) -> None:
+        self.done = True
+        if self._ended is not None:
+            self._ended.set()  # the watchdog leaves now
+
     async def _finish(self, tell: Callable[[], None]) -> None:
         if not self.done:
-            self.done = True
+            self._set_done()
             self._unregister()
             tell()
         await self._close_inner()
@@ -252,7 +260,7 @@ class OpenBody(Generic[T]):
         give its permit back (the listener's ``hung_up``)."""
         if self.done:
             return
-        self.done = True
+        self._set_done()
         self._hung = anyio.Event()
         self._refusal = RequestTimeout(
             f"the stream was {why}: gptgate hung up and gave its permit back",
@@ -292,9 +300,11 @@ class OpenBody(Generic[T]):
 
     async def _watchdog(self) -> None:
         """Hang up once the facade was dropped or the body sat unread ``unread_s``."""
-        clock = self._clock
+        clock, ended = self._clock, self._ended
+        assert ended is not None
         while not self.done:
-            await clock.sleep(_TICK_S)
+            with anyio.move_on_after(clock.to_real(_TICK_S)):
+                await ended.wait()
             if self.done:
                 return
             if self.dropped:
