@@ -552,6 +552,8 @@ class Gateway:
         self._opened = Opened()
         #: ``shared=``: the fleet's Redis while open (gptgate/shared/)
         self._fleet: FleetClient | None = None
+        #: closing: when the backends have noticed the requests it hung up on
+        self._noticed_by = -math.inf
         #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
         self._fleet_options: dict[str, Any] = {}
 
@@ -684,6 +686,8 @@ class Gateway:
                 await calls.cancel_all()
                 with anyio.move_on_after(self.clock.to_real(1.0)):
                     await self._drained()
+                    # requests hung up on just now run on until their backend notices
+                    await self.clock.sleep(max(0.0, self._noticed_by - self.clock.now()))
                 await self._release(save=True)
 
     async def _release(self, *, save: bool) -> None:
@@ -771,6 +775,8 @@ class Gateway:
         At once when the gateway is closing, and at the latest when it closes."""
         if not self._spawn(functools.partial(self._after, hold, then)):
             then()
+            if not isinstance(hold, anyio.Event):  # closing waits for that, not the slot
+                self._noticed_by = max(self._noticed_by, self.clock.now() + hold)
 
     async def _after(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         try:
@@ -1492,6 +1498,11 @@ class Gateway:
             pass
         self._configured(name)
         raise GateError("the gateway is not open: use `async with gate:` (or await start())")
+
+    @property
+    def calls(self) -> CallRegistry:
+        """The calls in flight, which closing the gateway ends (an SDK's bodies too)."""
+        return self._calls
 
     def register_call(self) -> AbstractContextManager[None]:
         """The scope a guarded call's body runs in: the shutdown gives it the grace, then
