@@ -49,7 +49,7 @@ _TICK_S = 0.1
 #: a body unread this long, the task that last read it over, is worth a cycle collection
 _PROBE_S = 0.2
 #: at most one such collection per clock this often (gateway seconds)
-_COLLECT_EVERY_S = 1.0
+_COLLECT_EVERY_S = 5.0
 #: draining what had arrived when gptgate hangs up: a gap this long ends it ...
 _DRAIN_GAP_S = 0.02
 #: ... and so does this much time in all (a server still generating is hung up on)
@@ -317,8 +317,8 @@ class OpenBody(Generic[T]):
                 await self.hang_up(f"left unread {self._unread_s:g}s (the idle bound)")
                 return
             if idle >= _PROBE_S and not self._probed and self._reader_gone():
-                self._probed = True  # once: a stream handed to another task stays alive
-                _collect(clock)
+                # once: a stream handed to another task stays alive
+                self._probed = _collect(clock) or self.dropped
                 if self.dropped:
                     await self.hang_up("dropped by its caller unread")
                     return
@@ -339,16 +339,20 @@ def _task() -> asyncio.Task[Any] | None:
 _last_collect: tuple[int, float] = (0, -math.inf)
 
 
-def _collect(clock: Clock) -> None:
+def _collect(clock: Clock) -> bool:
     """A cycle collection, so that a stream its caller dropped is seen now (its facade's
-    weak reference is told): at most once per ``_COLLECT_EVERY_S`` of one clock."""
+    weak reference is told); False when one ran less than ``_COLLECT_EVERY_S`` ago on this
+    clock (the caller asks again at its next tick). A full collection: a stream that lived
+    through two of the young ones sits in the oldest generation already. Rare on purpose —
+    on a large heap it pauses the event loop for tens of milliseconds."""
     global _last_collect
     now = clock.now()
     last_clock, last = _last_collect
     if last_clock == id(clock) and now - last < _COLLECT_EVERY_S:
-        return
+        return False
     _last_collect = (id(clock), now)
     gc.collect()
+    return True
 
 
 class WatchedByteStream(httpx2.AsyncByteStream):
