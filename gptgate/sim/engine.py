@@ -151,6 +151,8 @@ class SimEngine:
         p = self.profile
         self._rng = random.Random(seed)
         self._fault_rng = random.Random(self.faults.seed)
+        #: its own stream, so a profile without stragglers draws exactly what it always did
+        self._straggler_rng = random.Random(f"{seed}:stragglers")
         self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
@@ -175,6 +177,7 @@ class SimEngine:
                 max_blocks=p.cache_max_blocks,
                 ttl_s=p.cache_ttl_s,
                 timer=self.clock.now,
+                refresh=p.cache_refresh_on_hit,
             )
         return KVPrefixCache(
             budget=p.kv_blocks,
@@ -182,6 +185,7 @@ class SimEngine:
             max_blocks=p.cache_max_blocks,
             ttl_s=p.cache_ttl_s,
             timer=self.clock.now,
+            refresh=p.cache_refresh_on_hit,
         )
 
     def __repr__(self) -> str:
@@ -349,6 +353,9 @@ class SimEngine:
                     "rate_limit_exceeded",
                 )
 
+        if p.straggler_rate:
+            await self._straggle()
+
         canonical = None
         if p.replicas > 1 or chat.prompt_tokens >= p.cache_min_tokens:
             canonical = canonical_text(chat.messages)
@@ -384,6 +391,20 @@ class SimEngine:
                 SimStream(gen, lambda: self._finish(job, "abandoned")),
             )
         return await self._json_body(job, meta, headers_out, fault)
+
+    async def _straggle(self) -> None:
+        """A straggler (``straggler_rate``) stalls here, before it is scheduled: it holds no
+        slot and nothing is billed if its client leaves meanwhile."""
+        p = self.profile
+        rng = self._straggler_rng
+        if rng.random() >= p.straggler_rate:
+            return
+        low, high = p.straggler_s
+        try:
+            await self.clock.sleep(rng.uniform(low, high))
+        except BaseException:
+            self.ledger.record("abandoned")
+            raise
 
     def _balance(self, preferred: Replica) -> Replica:
         """Keep prefix affinity while the preferred replica has a free slot; when it is full,
@@ -464,6 +485,8 @@ class SimEngine:
             limit = min(limit, chat.max_tokens)
         failure = failure_mode(hard, p.hard_failure_rate, chat.json_mode, draw.unit)
         wanted = draw.output_tokens
+        if p.fills_max_tokens and chat.max_tokens is not None:
+            wanted = max(wanted, chat.max_tokens + 1)  # it would run on past any cap
         if failure == "ramble":  # a small model that cannot stop: to max_tokens, or 3× as long
             wanted = limit if chat.max_tokens is not None else 3 * wanted
         elif failure == "empty":
