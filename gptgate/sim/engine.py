@@ -44,6 +44,7 @@ from gptgate.sim.profiles import SimProfile, get_profile
 from gptgate.sim.ratelimit import RateLimiter
 from gptgate.sim.request import BadRequest, ChatRequest, parse_chat
 from gptgate.sim.scheduler import QueueFull, Replica
+from gptgate.sim.spread import InFlightSpread
 from gptgate.sim.text import draw_for
 from gptgate.tokens import CHARS_PER_TOKEN
 
@@ -165,6 +166,7 @@ class SimEngine:
         self._router = PrefixRouter(
             p.replicas, p.prefix_overflow_rpm, timer=self.clock.now, rng=self._rng
         )
+        self._spread = None if p.spread_in_flight is None else InFlightSpread(p.spread_in_flight)
         self._limiter = RateLimiter(p.rpm, p.tpm, self.clock.now(), p.model)
         flavor_tag = "b6000-sim" if p.flavor == "llamacpp" else f"fp_sim_{p.name}"
         self._fingerprint = flavor_tag
@@ -360,20 +362,30 @@ class SimEngine:
         if p.replicas > 1 or chat.prompt_tokens >= p.cache_min_tokens:
             canonical = canonical_text(chat.messages)
         replica = self._replicas[0]
+        leave: Callable[[], None] | None = None
         if p.replicas > 1 and canonical is not None:
             key = route_key(canonical, p.prefix_route_tokens, chat.cache_key)
-            replica = self._balance(self._replicas[self._router.pick(key)])
+            home = self._replicas[self._router.pick(key)]
+            spread = self._spread
+            if spread is None:
+                replica = self._balance(home)
+            else:
+                replica = self._balance(spread.choose(key, home, self._replicas))
+                leave = spread.enter(key, replica, home)
         if not replica.refuses:
             self.ledger.note_in_flight(1 + sum(r.active + r.queued for r in self._replicas))
         try:
             await replica.acquire()
-        except QueueFull:
-            return self._queue_full(headers_out)
-        except BaseException:
+        except BaseException as exc:
+            if leave is not None:
+                leave()
+            if isinstance(exc, QueueFull):
+                return self._queue_full(headers_out)
             self.ledger.record("abandoned")
             raise
 
         job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers))
+        job.on_end = leave
         meta = wire.ResponseMeta(
             id=f"chatcmpl-{request_id[4:]}",
             created=int(time.time()),
@@ -572,6 +584,8 @@ class SimEngine:
             return
         job.finished = True
         job.replica.release()
+        if job.on_end is not None:
+            job.on_end()
         now = self.clock.now()
         if not job.prefilled and now >= job.prefill_done:
             self._mark_prefilled(job)

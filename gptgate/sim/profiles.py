@@ -105,6 +105,10 @@ class SimProfile(BaseModel):
     prefix_route_tokens: int = Field(256, ge=1)
     #: per-prefix requests/minute one replica takes before traffic spreads; None = never
     prefix_overflow_rpm: float | None = Field(None, gt=0)
+    #: a hot prefix spreads to other replicas once this many of its calls run on its home
+    #: replica (routed there, not finished: the least-loaded other replica takes the next
+    #: one, its cache cold; gptgate/sim/spread.py); None = never
+    spread_in_flight: int | None = Field(None, ge=1)
     #: KV-cache budget per replica, in blocks of ``cache_block_tokens``: running sequences
     #: hold blocks for prompt + output, the prefix cache lives in the blocks they leave free
     #: (LRU). None = no KV pressure: the prefix cache is bounded by ``cache_max_blocks`` only
