@@ -139,16 +139,10 @@ _SPANS: dict[str, tuple[Callable[[FamilyDraw], float | None], tuple[float, float
     "output mean": (lambda d: d.server.output_tokens_mean, OUTPUT_TOKENS_MEAN, True),
     "output sigma": (lambda d: d.server.output_tokens_sigma, OUTPUT_TOKENS_SIGMA, False),
     "small hard failures": (lambda d: d.small.hard_failure_rate, HARD_FAILURE_RATE, False),
+    "spread in flight": (lambda d: d.server.spread_in_flight, SPREAD_IN_FLIGHT, True),
 }
 
 
-def _spread_in_flight(d: FamilyDraw) -> float | None:
-    value = getattr(d.server, "spread_in_flight", None)
-    return None if value is None else float(value)
-
-
-if "spread_in_flight" in SimProfile.model_fields:
-    _SPANS["spread in flight"] = (_spread_in_flight, SPREAD_IN_FLIGHT, True)
 
 
 def _fraction(value: float, span: tuple[float, float], log: bool) -> float:
@@ -204,9 +198,8 @@ _OPTIONS: dict[str, tuple[Callable[[FamilyDraw], object], set[object]]] = {
     "fills max_tokens": (lambda d: d.server.fills_max_tokens, {True, False}),
     "small fills max_tokens": (lambda d: d.small.fills_max_tokens, {True, False}),
     "one replica or many": (lambda d: d.server.replicas == 1, {True, False}),
+    "spreads": (lambda d: d.server.spread_in_flight is None, {True, False}),
 }
-if "spread_in_flight" in SimProfile.model_fields:
-    _OPTIONS["spreads"] = (lambda d: _spread_in_flight(d) is None, {True, False})
 
 
 @pytest.mark.parametrize("knob", sorted(_OPTIONS))

@@ -190,9 +190,9 @@ def family_draw(seed: int) -> FamilyDraw:
         else None,
     }
     knobs.update(_rate_limits(d))
-    spread = None if d.chance("never_spreads", 0.3) else d.log_int("spread", *SPREAD_IN_FLIGHT)
-    if "spread_in_flight" in SimProfile.model_fields:  # the knob of issue 31 item 3 (fix/h9)
-        knobs["spread_in_flight"] = spread
+    knobs["spread_in_flight"] = (
+        None if d.chance("never_spreads", 0.3) else d.log_int("spread", *SPREAD_IN_FLIGHT)
+    )
     base = SimProfile(**knobs, cache_ttl_s=1.0)
     call_s = call_latency_s(base)
     cache_calls = d.log_uniform("cache_lifetime", *CACHE_LIFETIME_CALLS)
