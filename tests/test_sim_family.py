@@ -76,6 +76,12 @@ def test_the_same_seed_draws_the_same_server_and_others_differ() -> None:
     assert all(a != b for i, a in enumerate(knobs) for b in knobs[i + 1 :])
 
 
+@pytest.mark.parametrize("seed", ["7", 7.0, True, None])
+def test_a_seed_that_is_not_an_int_is_refused(seed: Any) -> None:
+    with pytest.raises(TypeError, match="seed is an int"):
+        sim.family(seed)
+
+
 def test_the_small_tier_is_the_server_with_a_small_models_speed_and_mistakes() -> None:
     for d in _draws()[:100]:
         s, small = d.server, d.small
