@@ -34,6 +34,7 @@ def _check(report, name: str):  # type: ignore[no-untyped-def]
         "every call ended typed",
         "no call past its deadline",
         "no cut stream returned as a success",
+        "a returned stream holds its guard's permit",
         "nothing held after close",
         "closing took",
         "retry amplification",
@@ -49,12 +50,15 @@ def test_chaos_threw_everything(report) -> None:  # type: ignore[no-untyped-def]
     """The run really did meet every kind of trouble and every verb (a suite that injects
     nothing passes everything)."""
     assert report.started >= 1_000
-    assert set(report.by_kind) == {"chat", "stream", "map", "submit", "guard"}
+    assert set(report.by_kind) == {
+        "chat", "stream", "map", "submit", "guard", "preview", "guard_stream",
+    }
     faults = report.faults
     assert faults["server_errors"] > 0 and faults["interrupted"] > 0
     assert faults["malformed"] > 0 and faults["rate_limited"] > 0
     assert report.outcomes["cancelled by its caller"] > 0
     assert report.outcomes["gptgate.GatewayClosedError"] > 0
+    assert report.foreign_chunks > 0  # the permit check read guard-returned streams
 
 
 def test_chaos_ledger_is_near_the_bill(report) -> None:  # type: ignore[no-untyped-def]
