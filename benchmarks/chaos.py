@@ -5,8 +5,10 @@ Three ``gptgate sim`` server processes (tpu, gpu, cpu): 5% 5xx, 2% connections r
 response, 2% bodies and streams cut mid-way, 1% malformed JSON bodies and SSE frames, 0.3% first
 bytes that never come, 0.3% responses that never end, and a 3 s 429 storm every 25 s on gpu;
 the tpu process SIGKILLed mid-run and restarted; ``chat``, ``stream``, ``map``, ``submit`` and
-``@gate.guard`` around the openai SDK on ``gate.http_client`` arriving over time, 10% of them
-cancelled at a random point; ``async with gate`` left while the last burst is in flight.
+``@gate.guard`` around the openai SDK on ``gate.http_client`` arriving over time, SDK streams
+left with ``break`` and never closed, guards returning streams of an SDK on its own HTTP
+client, 10% of them cancelled at a random point; the gateway opened in one task and closed
+from another while the last burst is in flight.
 See gptgate/sim/chaos.py for the invariants.
 
     python benchmarks/chaos.py [--calls 10000] [--seeds 1,2,3] [--scale 5] [--duration 400]
