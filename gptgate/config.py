@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictFloat,
     StrictInt,
     field_validator,
     model_validator,
@@ -48,9 +49,9 @@ class Price(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    input_per_mtok: float = Field(default=0.0, ge=0)
-    cached_input_per_mtok: float | None = Field(default=None, ge=0)
-    output_per_mtok: float = Field(default=0.0, ge=0)
+    input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    cached_input_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
 
     def cost(self, usage: Usage) -> float:
         cached_rate = (
@@ -100,19 +101,19 @@ class Backend(BaseModel):
     #: connections; default ceil(1.2 × max concurrency)
     max_connections: StrictInt | None = Field(default=None, ge=1)
     #: per-attempt deadline in seconds (headers and whole body)
-    timeout: float = Field(default=60.0, gt=0)
-    connect_timeout: float = Field(default=5.0, gt=0)
+    timeout: StrictFloat = Field(default=60.0, gt=0)
+    connect_timeout: StrictFloat = Field(default=5.0, gt=0)
     #: waiting for a pooled connection
-    pool_timeout: float = Field(default=10.0, gt=0)
+    pool_timeout: StrictFloat = Field(default=10.0, gt=0)
     #: time to the first byte of the response; None → ``timeout``
-    first_byte_timeout: float | None = Field(default=None, gt=0)
+    first_byte_timeout: StrictFloat | None = Field(default=None, gt=0)
     #: longest silence between two stream chunks
-    idle_timeout: float = Field(default=30.0, gt=0)
+    idle_timeout: StrictFloat = Field(default=30.0, gt=0)
     #: a request we hung up on (a timeout, a cancelled call, a stream left mid-answer) keeps
     #: its concurrency slot this long: the backend works on it until it notices the
     #: disconnect (llama-server: ~10 ms for a stream, never for a non-streamed answer, which
     #: it finishes — measured in docs/guide/timeouts.md)
-    abandon_grace_s: float = Field(default=0.1, ge=0)
+    abandon_grace_s: StrictFloat = Field(default=0.1, ge=0)
     #: what the backend does with a non-streamed answer whose client hung up (a timeout, a
     #: cancelled call): ``"stop"`` (it notices: the simulator, vLLM) or ``"finish"`` (it
     #: generates the whole answer anyway: llama-server, measured). With ``"finish"`` gptgate
@@ -214,6 +215,12 @@ class Backend(BaseModel):
         """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
 
+    def __repr_args__(self) -> Any:
+        """``headers`` shown by name only: a proxy's token goes there as often as in
+        ``api_key`` (which is never shown), and a backend is what people log."""
+        for name, value in super().__repr_args__():
+            yield name, ({k: "***" for k in value} if name == "headers" and value else value)
+
     def resolve_api_key(self) -> str | None:
         if self.api_key is not None:
             return self.api_key.get_secret_value()
@@ -234,27 +241,27 @@ class GatewayConfig(BaseModel):
     backends: list[Backend]
     #: tries per call, the first included
     max_attempts: StrictInt = Field(default=3, ge=1, le=20)
-    backoff_base_s: float = Field(default=0.5, gt=0)
-    backoff_cap_s: float = Field(default=8.0, gt=0)
+    backoff_base_s: StrictFloat = Field(default=0.5, gt=0)
+    backoff_cap_s: StrictFloat = Field(default=8.0, gt=0)
     #: a server's retry-after longer than this fails the call instead of sleeping
-    max_retry_after_s: float = Field(default=60.0, gt=0)
+    max_retry_after_s: StrictFloat = Field(default=60.0, gt=0)
     #: retries may be at most this share of calls over a sliding 10 s window (plus the floor
     #: below); when spent, calls fail fast with their original error. None disables it.
-    retry_budget_ratio: float | None = Field(default=0.1, ge=0)
-    retry_budget_min_per_s: float = Field(default=1.0, ge=0)
+    retry_budget_ratio: StrictFloat | None = Field(default=0.1, ge=0)
+    retry_budget_min_per_s: StrictFloat = Field(default=1.0, ge=0)
     #: consecutive failures that open a backend's circuit, and its first cool-down
     breaker_threshold: StrictInt = Field(default=5, ge=1)
-    breaker_cooldown_s: float = Field(default=5.0, gt=0)
+    breaker_cooldown_s: StrictFloat = Field(default=5.0, gt=0)
     #: how long a call may wait for an open circuit to half-open when no other backend is
     #: eligible; beyond it the call fails fast (never past the call's own deadline)
-    max_breaker_wait_s: float = Field(default=5.0, ge=0)
+    max_breaker_wait_s: StrictFloat = Field(default=5.0, ge=0)
     #: total deadline per call across queueing and attempts. None: no deadline, but no hang
     #: either — each attempt has its backend's timeout, and a wait for admission gives up when
     #: the queue has not moved for max_attempts × the largest backend ``timeout`` plus
     #: ``backoff_cap_s`` between attempts (``gate.default_deadline_s``; ``@gate.guard``'s wait
     #: for a permit too). A deadline never counts against a backend's health or limit
     #: (docs/guide.md, Deadlines).
-    deadline_s: float | None = Field(default=None, gt=0)
+    deadline_s: StrictFloat | None = Field(default=None, gt=0)
     #: a preset name (see ``gptgate.scenarios.PRESETS``)
     default_scenario: str = "default"
     #: put prompt and completion text on spans (off: prompts are often personal data)
@@ -264,15 +271,15 @@ class GatewayConfig(BaseModel):
     #: opt-in: re-warm prompt prefixes that are still hot before the provider's cache TTL
     #: (5-10 min at OpenAI) lets them go cold; each refresh is a max_tokens=1 call, counted
     keep_warm: bool = False
-    keep_warm_interval_s: float = Field(default=240.0, gt=0)
+    keep_warm_interval_s: StrictFloat = Field(default=240.0, gt=0)
     #: a prefix group is "hot" at this many calls per minute
-    keep_warm_min_rate_per_min: float = Field(default=2.0, gt=0)
+    keep_warm_min_rate_per_min: StrictFloat = Field(default=2.0, gt=0)
     #: leaving ``async with gate``: how long calls in flight may still finish before they are
     #: cancelled with ``GatewayClosedError`` (``aclose(grace_s=...)`` overrides it)
-    shutdown_grace_s: float = Field(default=10.0, ge=0)
+    shutdown_grace_s: StrictFloat = Field(default=10.0, ge=0)
     #: ``Gateway(state=...)``: a saved state older than this starts cold (docs/adaptive.md,
     #: Warm start)
-    state_max_age_s: float = Field(default=86_400.0, gt=0)
+    state_max_age_s: StrictFloat = Field(default=86_400.0, gt=0)
     #: fleet-wide state through Redis (a URL or a ``gg.Shared``); None → ``GPTGATE_SHARED``
     #: if set, else each process alone (docs/guide.md, Many processes)
     shared: Shared | None = None

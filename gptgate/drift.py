@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from .baseline import BackendBaseline, BandFigures, Baseline, BaselineError, band_of
 from .config import Backend
@@ -50,19 +50,19 @@ class DriftPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    latency_p95_ratio: float = Field(default=1.5, gt=1)
-    ttft_p95_ratio: float = Field(default=1.5, gt=1)
-    tokens_per_s_ratio: float = Field(default=0.67, gt=0, lt=1)
+    latency_p95_ratio: StrictFloat = Field(default=1.5, gt=1)
+    ttft_p95_ratio: StrictFloat = Field(default=1.5, gt=1)
+    tokens_per_s_ratio: StrictFloat = Field(default=0.67, gt=0, lt=1)
     #: absolute drop of the hit rate (0.15 = 15 points)
-    hit_rate_drop: float = Field(default=0.15, gt=0, le=1)
+    hit_rate_drop: StrictFloat = Field(default=0.15, gt=0, le=1)
     #: how long out of band (or back in band) before an episode starts (or ends)
-    window_s: float = Field(default=60.0, gt=0)
+    window_s: StrictFloat = Field(default=60.0, gt=0)
     #: the length of one judged step; None → window_s / 6
-    step_s: float | None = Field(default=None, gt=0)
+    step_s: StrictFloat | None = Field(default=None, gt=0)
     #: calls a step needs before it is judged (fewer: it keeps gathering)
     min_samples: StrictInt = Field(default=20, ge=5)
     #: a baseline older than this is stale: not used (default 30 days)
-    max_age_s: float = Field(default=30 * 86_400.0, gt=0)
+    max_age_s: StrictFloat = Field(default=30 * 86_400.0, gt=0)
 
     @model_validator(mode="after")
     def _step_within_window(self) -> DriftPolicy:

@@ -65,6 +65,7 @@ from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
@@ -80,7 +81,15 @@ from .snapshot import (
     save_state,
 )
 from .telemetry import NAMES, Telemetry
-from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
+from .tiers import (
+    Accept,
+    TierClassifier,
+    Tiering,
+    TierStats,
+    check_accept,
+    check_classifier,
+    served_by,
+)
 from .tokens import estimate_prompt_tokens
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -141,6 +150,9 @@ class BackendStats:
 
     name: str
     hardware: str
+    #: the limit in force: what admission applies now — with ``shared=`` the lower of this
+    #: process's own limit and the fleet's (the fleet's limit, or this process's share of it
+    #: during an outage; 1 before the fleet was seen: docs/guide/many-processes.md)
     limit: int
     in_flight: int
     queued: int
@@ -194,6 +206,9 @@ class BackendStats:
     #: of ``in_flight``: slots still taken by requests we hung up on (a timeout, a cancelled
     #: call, a stream left), for the backend's ``abandon_grace_s`` — it still runs them
     abandoned_holding: int = 0
+    #: this process's own limit, before the fleet's: the configured ``concurrency`` or the
+    #: adaptive limit (with ``shared=`` auto, the fleet's published one), within the pool
+    local_limit: int = 0
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -445,8 +460,8 @@ class ChatStream:
             raise RuntimeError("the stream has not completed")
         tier = self._spec.tier_attributes  # the decision prepare() recorded for the spans
         if tier is not None and result.tier is None:
-            result = self._state.result = dataclasses.replace(
-                result, tier=tier[NAMES["tier"]], tier_reason=tier[NAMES["tier_reason"]]
+            result = self._state.result = served_by(
+                result, self._runner, tier[NAMES["tier"]], tier[NAMES["tier_reason"]]
             )
         return result
 
@@ -563,6 +578,7 @@ class Gateway:
         task (as with any anyio task group): prefer ``async with gate:``."""
         if self._open:
             raise RuntimeError("the gateway is already open")
+        await self._connect_fleet()  # first: Shared(required=True) may fail the start
         self._closing = anyio.Event()
         self._calls = CallRegistry()
         self._hosts_done = []
@@ -675,11 +691,11 @@ class Gateway:
         health.py); every backend takes fleet-wide permits too (and honours the fleet's 429
         pauses): a fixed limit is the fleet's, and ``concurrency="auto"`` learns one limit for
         the fleet (a leader computes it from every process's samples).
-        Never fails: an unreachable Redis is an outage (local limits, a warning)."""
-        shared = self.config.shared
-        if shared is None:
+        Never fails: an unreachable Redis is an outage (local limits, a warning), and with
+        ``Shared(required=True)`` the connect before it failed the start."""
+        fleet = self._fleet
+        if fleet is None:
             return
-        fleet = FleetClient(shared, clock=self.clock, **self._fleet_options)
         for state in self._states.values():
             backend = state.backend
             state.fleet_health = fleet.health(
@@ -710,7 +726,6 @@ class Gateway:
             if isinstance(state.limiter.admission, FleetAdmission):
                 # a call's RPM/TPM take rides with its permit's acquire: one round trip
                 state.limiter.admission.rider = state.fleet_pacer.rider
-        self._fleet = fleet
         await fleet.start(task_group)
         # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
         warmup = FleetWarmup(
@@ -720,6 +735,14 @@ class Gateway:
         warmup.live_groups = self.cache_gate.live_groups  # the fleet's ramp windows
         warmup.on_members = self.cache_gate.set_fleet_members
         task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
+
+    async def _connect_fleet(self) -> None:
+        """``shared=``: the fleet's connection, opened before anything else of the gateway,
+        so that ``Shared(required=True)`` fails the start with nothing left open."""
+        if self.config.shared is not None:
+            fleet = FleetClient(self.config.shared, clock=self.clock, **self._fleet_options)
+            await fleet.connect()
+            self._fleet = fleet
 
     def _defer(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         """``then()`` ``hold`` seconds later on the gateway's clock, or once the event
@@ -872,6 +895,7 @@ class Gateway:
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
+        remember_call_headers(headers)  # a caller's own Authorization: masked in errors
         _check_route_options(private, stream, cache_key)
         _check_params(params)
         if tier not in ("small", "large", "auto"):
@@ -1388,10 +1412,12 @@ class Gateway:
             entry = self._ledger.entries[name]
             phase, events = _limit_phase(state.limiter.limit)
             earlier = self._earlier[name]
+            fleet = _fleet_statistics(state.limiter.admission)
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
-                limit=limiter.limit,
+                limit=min(limiter.limit, fleet.in_force) if fleet else limiter.limit,
+                local_limit=limiter.limit,
                 in_flight=limiter.in_flight,
                 abandoned_holding=limiter.holding,
                 queued=limiter.queued,
@@ -1421,7 +1447,7 @@ class Gateway:
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
                 limit_events=earlier.events(events),
-                fleet=_fleet_statistics(state.limiter.admission),
+                fleet=fleet,
                 fleet_cache_hit_rate=self.cache_gate.fleet_hit_rate(name),
                 fleet_pacing=state.fleet_pacer.statistics() if state.fleet_pacer else None,
                 hedges=state.hedges,

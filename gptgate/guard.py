@@ -345,9 +345,7 @@ class _GuardRun:
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
         state = await runner.route(self.route, frozenset(self.failed), self.deadline)
-        hold = await runner.admit_cost(
-            state, runner.mean_attempt_cost(state), self.scenario.priority, self.deadline
-        )
+        hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
         try:
             return await self._admitted(number, body, state)
         finally:

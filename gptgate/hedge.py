@@ -26,7 +26,7 @@ __all__ = ["HedgeBudget", "HedgePolicy", "hedge_delay", "resolve_hedge", "uses_t
 class HedgePolicy(BaseModel):
     """When to send a duplicate of a slow call, and how many of them at most."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     #: hedge once the call has waited past this quantile of its backend's latency (whole
     #: answer) or time to first token (stream), measured from the send

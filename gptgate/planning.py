@@ -71,6 +71,12 @@ class BandPlan:
     limited_by: str
     #: requests an hour relative to the best band (0.0 for the best, −0.045 for 4.5% fewer)
     vs_best: float = 0.0
+    #: the most requests the band completes an hour (its goodput × 3,600); None: not measured
+    capacity_per_hour: int | None = None
+
+    def completes(self, requests_per_hour: int) -> bool:
+        """Whether the band can complete ``requests_per_hour`` (unknown capacity: assumed)."""
+        return self.capacity_per_hour is None or self.capacity_per_hour >= requests_per_hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +91,24 @@ class Plan:
     @property
     def worst_overrun(self) -> tuple[BandPlan, float] | None:
         """The band where the best band's request rate would cost the most, and by how much
-        that exceeds the budget (0.046 = +4.6%); None when no band costs more than the best."""
-        worst = max(self.bands, key=lambda b: b.cost_per_request_usd)
+        that exceeds the budget (0.046 = +4.6%); None when no band costs more than the best.
+        Only bands that can complete that rate count: a slower one falls short (``too_slow``)
+        rather than overrunning."""
+        able = [b for b in self.bands if b.completes(self.best.requests_per_hour)]
+        worst = max(able, key=lambda b: b.cost_per_request_usd)  # the best itself is able
         spend = self.best.requests_per_hour * worst.cost_per_request_usd
         over = spend / self.budget_usd_per_hour - 1.0
         return (worst, over) if over > 0 else None
+
+    @property
+    def too_slow(self) -> tuple[BandPlan, ...]:
+        """The bands dearer per request than the best that cannot complete the best band's
+        requests in an hour: run there, the job falls short of its plan."""
+        return tuple(
+            b for b in self.bands
+            if b.cost_per_request_usd > self.best.cost_per_request_usd
+            and not b.completes(self.best.requests_per_hour)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         overrun = self.worst_overrun
@@ -100,6 +119,7 @@ class Plan:
             "worst_overrun": None
             if overrun is None
             else {"concurrency": overrun[0].concurrency, "over_budget": overrun[1]},
+            "too_slow": [b.concurrency for b in self.too_slow],
         }
 
 
@@ -190,7 +210,7 @@ def plan(
     planned = tuple(
         BandPlan(
             b.concurrency, b.cost_per_request_usd, b.requests_per_hour, b.spend_per_hour_usd,
-            b.limited_by, b.requests_per_hour / top - 1.0 if top else 0.0,
+            b.limited_by, b.requests_per_hour / top - 1.0 if top else 0.0, b.capacity_per_hour,
         )
         for b in raw
     )
@@ -200,6 +220,7 @@ def plan(
 def _band_plan(per_hour: float, band: Band) -> BandPlan:
     affordable = math.floor(per_hour / band.cost_per_request_usd + _EPSILON)
     limited_by = "budget"
+    deliverable = None
     if band.goodput_rps is not None:
         deliverable = math.floor(band.goodput_rps * 3600 + _EPSILON)
         if deliverable < affordable:
@@ -210,6 +231,7 @@ def _band_plan(per_hour: float, band: Band) -> BandPlan:
         affordable,
         affordable * band.cost_per_request_usd,
         limited_by,
+        capacity_per_hour=deliverable,
     )
 
 

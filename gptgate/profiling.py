@@ -289,6 +289,7 @@ def _parse_levels(text: object) -> tuple[int, ...]:
 def run_profile(args: argparse.Namespace) -> int:
     """``gptgate profile``: 0 written, 1 a failed run, 2 bad usage; errors are one line on
     stderr."""
+    from .cli.common import out_problem
     from .config_file import load_config
 
     try:
@@ -297,8 +298,8 @@ def run_profile(args: argparse.Namespace) -> int:
         max_tokens = _parse_int("--max-tokens", args.max_tokens)
         config = load_config(args.config)
         out = Path(args.out)
-        if out.is_dir() or not out.parent.is_dir():
-            raise _UsageError(f"--out {args.out}: not a file in an existing directory")
+        if (problem := out_problem(out, directory=False)) is not None:
+            raise _UsageError(f"--out {args.out}: {problem}")
     except ValueError as error:  # _UsageError, ConfigFileError
         print(f"gptgate profile: {error}", file=sys.stderr)
         return 2

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from .hedge import HedgePolicy
 
@@ -41,7 +49,7 @@ class BatchPolicy(BaseModel):
     model_config = _STRICT
 
     max_size: StrictInt = Field(default=5, ge=1, le=10_000)
-    max_wait_s: float = Field(default=2.0, ge=0.0)
+    max_wait_s: StrictFloat = Field(default=2.0, ge=0.0)
     #: pending items beyond this make ``submit`` wait (backpressure), never drop
     max_pending: StrictInt = Field(default=10_000, ge=1)
 
@@ -72,10 +80,10 @@ class RampPolicy(BaseModel):
 
     warmup: bool = True
     start: StrictInt = Field(default=5, ge=1)
-    target_hit_rate: float = Field(default=0.85, gt=0.0, le=1.0)
+    target_hit_rate: StrictFloat = Field(default=0.85, gt=0.0, le=1.0)
     window: StrictInt = Field(default=5, ge=1)
-    growth: float = Field(default=2.0, gt=1.0)
-    shrink: float = Field(default=0.5, gt=0.0, lt=1.0)
+    growth: StrictFloat = Field(default=2.0, gt=1.0)
+    shrink: StrictFloat = Field(default=0.5, gt=0.0, lt=1.0)
     #: prefixes shorter than this are not worth warming (OpenAI caches from 1,024 tokens)
     min_prefix_tokens: StrictInt = Field(default=1024, ge=0)
     #: prefix groups take *turns* per backend: a new group starts only while the groups
@@ -83,7 +91,7 @@ class RampPolicy(BaseModel):
     #: seconds) for its turn; ``None`` starts every group at once. Turns keep few prefixes
     #: live at a time, so on a server whose prefix cache shares KV memory with the running
     #: calls they evict each other less — for jobs, not for a person waiting.
-    turn_wait_s: float | None = Field(default=None, gt=0)
+    turn_wait_s: StrictFloat | None = Field(default=None, gt=0)
 
 
 class Scenario(BaseModel):
@@ -107,7 +115,7 @@ class Scenario(BaseModel):
     #: expected answer length when the call gives no max_tokens (drives the stream rule)
     expected_output_tokens: StrictInt | None = Field(default=None, ge=1)
     #: total deadline per call in seconds (None → the backend's timeout)
-    deadline_s: float | None = Field(default=None, gt=0)
+    deadline_s: StrictFloat | None = Field(default=None, gt=0)
     offline: bool = False
     #: tail hedging for this scenario's calls: True (the default policy), or a HedgePolicy
     #: with its knobs; a call's own ``hedge=`` overrides it (docs/guide.md "Hedging")

@@ -244,7 +244,8 @@ class RuleStats:
     """One rule's (or classifier's) calls under ``tier="auto"``."""
 
     calls: int
-    #: of which routed to the small tier first
+    #: of which answered by the small tier (a call decided small that the large tier served
+    #: while the small one was down is no small answer)
     small: int
     #: small answers asked again of the large tier
     escalated: int
@@ -285,6 +286,17 @@ class TierStats:
 
 #: distinct classifier / accept errors remembered (each warned once); past it, no more warnings
 _MAX_WARNED = 256
+#: what the gateway does when the classifier fails, and when ``accept`` does
+_HEURISTIC = "the call is classified by the default heuristic instead"
+_KEPT = "the small answer is kept, not escalated"
+
+
+def served_by(result: ChatResult, runner: CallRunner, decided: str, reason: str) -> ChatResult:
+    """``result`` labelled by the tier of the backend that produced it: a call decided small
+    that the large tier served (the small one down, or none private) is a large answer."""
+    state = runner.router.by_name.get(result.backend)
+    tier = state.backend.tier if state is not None else decided
+    return dataclasses.replace(result, tier=tier, tier_reason=reason)
 
 
 class Tiering:
@@ -330,13 +342,15 @@ class Tiering:
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception as error:  # the user's bug: never their traffic's failure
-            self._warn("tier_classifier raised", type(error).__name__, str(error)[:200])
+            self._warn(
+                "tier_classifier raised", type(error).__name__, str(error)[:200], _HEURISTIC
+            )
             return self._fallback(messages, view)
         decision = _as_decision(answer)
         if decision is None:
             self._warn(
                 "tier_classifier answered neither 'small' nor 'large'",
-                type(answer).__name__, repr(answer)[:100],
+                type(answer).__name__, repr(answer)[:100], _HEURISTIC,
             )
             return self._fallback(messages, view)
         return decision
@@ -348,12 +362,13 @@ class Tiering:
         tier, rule = self.heuristic(messages, params)
         return TierDecision(tier, f"fallback.{rule}")
 
-    def _warn(self, what: str, kind: str, detail: str) -> None:
+    def _warn(self, what: str, kind: str, detail: str, outcome: str) -> None:
+        """Once per distinct error: what failed and what the gateway did instead."""
         key = (kind, detail)
         if key in self._warned or len(self._warned) >= _MAX_WARNED:
             return
         self._warned.add(key)
-        log.warning("%s (%s: %s): the call uses the default heuristic", what, kind, detail)
+        log.warning("%s (%s: %s): %s", what, kind, detail, outcome)
 
     def applies(self, spec: CallSpec) -> bool:
         """A ``tier="auto"`` call with no explicit backend, on a gateway with both tiers."""
@@ -391,16 +406,12 @@ class Tiering:
         if counts is None:
             counts = self._counts[decision.reason] = _RuleCounts()
         counts.calls += 1
-        if decision.tier == "small":
-            counts.small += 1
         start = runner.clock.now()
-        first = dataclasses.replace(
-            await runner.run(spec), tier=decision.tier, tier_reason=decision.reason
-        )
-        served = runner.router.by_name.get(first.backend)
-        if served is None or served.backend.tier != "small":
+        first = served_by(await runner.run(spec), runner, decision.tier, decision.reason)
+        if first.tier != "small":  # decided large, or the small tier was down: no small answer
             self._count(decision, escalated=False)
             return first
+        counts.small += 1
         why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
         judge = accept or self.accept
         if why is None and judge is not None and not await self._accepts(judge, first):
@@ -417,10 +428,12 @@ class Tiering:
             if inspect.isawaitable(verdict):
                 verdict = await verdict
         except Exception as error:
-            self._warn("accept raised", type(error).__name__, str(error)[:200])
+            self._warn("accept raised", type(error).__name__, str(error)[:200], _KEPT)
             return True
         if not isinstance(verdict, bool):
-            self._warn("accept answered no bool", type(verdict).__name__, repr(verdict)[:100])
+            self._warn(
+                "accept answered no bool", type(verdict).__name__, repr(verdict)[:100], _KEPT
+            )
             return True
         return verdict
 
@@ -450,7 +463,9 @@ class Tiering:
         attributes[NAMES["escalation_reason"]] = why
         try:
             second = await runner.run(
-                dataclasses.replace(spec, route=large, tier_attributes=attributes)
+                dataclasses.replace(
+                    spec, route=large, tier_attributes=attributes, escalation=True
+                )
             )
         except GateError as error:
             counts.escalation_failed += 1

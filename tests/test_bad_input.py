@@ -6,8 +6,10 @@ each example runs on a fresh gateway over a MockTransport that records what reac
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import anyio
 import pytest
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 import gptgate as gg
 from gptgate.scenarios import PRESETS, BatchPolicy, RampPolicy
+from gptgate.sim import FaultPlan
 
 from .mockbackend import USER, Script, backend, gateway, ok
 
@@ -472,12 +475,109 @@ def test_unknown_scenario_at_call_time_is_a_bad_request_listing_the_presets() ->
     assert "realtime_chat" in str(error)
 
 
+#: every config model a user builds, with what it cannot be built without
+_CONFIG_MODELS: dict[Any, dict[str, Any]] = {
+    gg.Backend: _BACKEND,
+    gg.GatewayConfig: {"backends": [_BACKEND]},
+    gg.Price: {},
+    gg.Budget: {"usd_per_hour": 10.0},
+    gg.Shared: {"url": "redis://127.0.0.1:6379/0"},
+    gg.Scenario: {},
+    BatchPolicy: {},
+    RampPolicy: {},
+    gg.DriftPolicy: {},
+    gg.HedgePolicy: {},
+    FaultPlan: {},
+}
+
+
 def test_every_config_model_refuses_unknown_fields() -> None:
     """A misspelt field must not be a silent default (the table above has one per model)."""
-    for model in (gg.Backend, gg.GatewayConfig, gg.Scenario, BatchPolicy, RampPolicy, gg.Price):
-        assert issubclass(model, BaseModel)
-        assert model.model_config.get("extra") == "forbid", model
-        assert model.model_config.get("allow_inf_nan") is False, model
+    for model in _CONFIG_MODELS:
+        config = model.model_config if issubclass(model, BaseModel) else model.__pydantic_config__
+        assert config.get("extra") == "forbid", model
+        assert config.get("allow_inf_nan") is False, model
+
+
+def _number_kind(annotation: Any) -> type | None:
+    """``float`` or ``int`` when a field takes a number (alone or in a union), else None."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _number_kind(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        kinds = {_number_kind(arg) for arg in get_args(annotation)}
+        return float if float in kinds else int if int in kinds else None
+    return annotation if annotation in (int, float) else None
+
+
+def _a_valid_number(field: Any, kind: type) -> float:
+    """The field's default when it is a number, else the least its bounds allow."""
+    if isinstance(field.default, (int, float)) and not isinstance(field.default, bool):
+        return float(field.default)
+    for bound in field.metadata:
+        if getattr(bound, "ge", None) is not None:
+            return float(bound.ge)
+        if getattr(bound, "gt", None) is not None:
+            return float(bound.gt) + 1.0
+    return 1.0
+
+
+def _number_fields() -> list[tuple[Any, str, type, float]]:
+    found = []
+    for model in _CONFIG_MODELS:
+        fields = getattr(model, "model_fields", None) or model.__pydantic_fields__
+        for name, field in fields.items():
+            kind = _number_kind(field.annotation)
+            if kind is not None:
+                found.append((model, name, kind, _a_valid_number(field, kind)))
+    return found
+
+
+_NUMBER_FIELDS = _number_fields()
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "kind", "valid"),
+    _NUMBER_FIELDS,
+    ids=[f"{m.__name__}.{f}" for m, f, _, _ in _NUMBER_FIELDS],
+)
+def test_a_number_given_as_a_string_or_a_bool_is_refused_naming_the_field(
+    model: Any, field: str, kind: type, valid: float
+) -> None:
+    """``Backend(timeout="5")``, ``Budget(usd_per_hour="10")``: refused in every field of
+    every config model (some converted them, some did not); an int for a float is fine."""
+    required = _CONFIG_MODELS[model]
+    number = kind(valid)
+    built = model(**{**required, field: number})  # the number itself is valid
+    assert getattr(built, field) == number
+    for wrong in (str(number), True):
+        with pytest.raises(ValidationError) as refused:
+            model(**{**required, field: wrong})
+        assert {e["loc"][0] for e in refused.value.errors()} == {field}, (wrong, field)
+    if kind is float:
+        whole = math.ceil(valid)
+        try:
+            taken = getattr(model(**{**required, field: whole}), field)
+        except ValidationError as bounds:  # refused by its bounds only, never as an int
+            assert all(e["type"] != "float_type" for e in bounds.errors())
+        else:
+            assert taken == whole and isinstance(taken, float)
+
+
+def test_a_number_as_a_string_in_a_config_file_is_refused(tmp_path: Path) -> None:
+    """TOML ``timeout = "5"`` was read as 5.0; a window as a TOML array still works."""
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[backends]]\nname = "a"\nbase_url = "http://127.0.0.1:8000/v1"\n'
+                    'model = "m"\ntimeout = "5"\n')
+    with pytest.raises(gg.ConfigFileError, match="timeout"):
+        gg.load_config(path)
+    path.write_text('[[backends]]\nname = "a"\nbase_url = "http://127.0.0.1:8000/v1"\n'
+                    'model = "m"\ntimeout = 5\nconcurrency_window = [20, 30]\n'
+                    'price = {input_per_mtok = 1, output_per_mtok = 2}\n'
+                    '[budget]\nusd_per_hour = 10\n')
+    config = gg.load_config(path)
+    assert config.backends[0].timeout == 5.0 and config.backends[0].concurrency_window == (20, 30)
+    assert config.budget is not None and config.budget.usd_per_hour == 10.0
 
 
 @pytest.mark.parametrize("order", ["small first", "big first"])

@@ -94,3 +94,19 @@ def test_a_csv_that_is_not_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture
     path.write_text("a,b\n1,2\n")
     assert main(["plan", "--budget", "10/h", "--from", str(path)]) == 2
     assert "is not a sweep.csv" in capsys.readouterr().err
+
+
+def test_the_overrun_line_agrees_with_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary never runs the best band's requests at a band whose own row completes
+    fewer: concurrency 50 completes 360 an hour, so the overrun is 30's and 50 is too slow."""
+    path = tmp_path / "sweep.csv"
+    path.write_text("concurrency,goodput_rps,cost_per_call_usd\n"
+                    "10,4.76,0.0215\n30,11.24,0.0219\n50,0.1,0.0225\n")
+    assert main(["plan", "--budget", "10/h", "--from", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Planned at that price but run at concurrency 30, the same 465 requests cost "
+            "$10.18/h (+1.8%).") in out
+    assert ("Run at concurrency 50, the same 465 requests would not fit in an hour: it "
+            "completes at most 360.") in out

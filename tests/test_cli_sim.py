@@ -53,6 +53,25 @@ def test_bad_options_are_one_line_and_exit_2(
     assert says in _one_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--storm-every", "10"], "--storm-s and --storm-every go together"),
+        (["--storm-s", "5"], "--storm-s and --storm-every go together"),
+    ],
+)
+def test_half_a_storm_is_refused_not_served_without_storms(
+    options: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A storm needs a period and a length: either alone used to serve and never storm."""
+    served: list[object] = []
+    monkeypatch.setattr("gptgate.sim.serve", lambda *a, **k: served.append(k))
+    assert main(["sim", "serve", "--port", str(free_port()), *options]) == 2
+    assert says in _one_line(capsys.readouterr().err)
+    assert served == []
+
+
 def test_fault_options_reach_the_served_engine() -> None:
     options = ["--time-scale", "100", "--error-rate", "1", "--stall-s", "2",
                "--storm-every", "60", "--storm-s", "5"]

@@ -284,3 +284,49 @@ def test_a_level_where_every_call_failed_is_a_measured_fall() -> None:
     table = format_table(rows, SWEEP_COLUMNS)
     eighty = next(line for line in table.splitlines() if line.strip().startswith("80 "))
     assert "nan" not in eighty and " - " in eighty and eighty.split()[-1] == "10"
+
+
+def test_an_out_that_cannot_be_created_is_refused_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out below a file can never be written: exit 2 before the test call, as ``gptgate
+    profile`` does, not a whole billed sweep thrown away at the end."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    with cli_server("--time-scale", "100") as (base_url, _):
+        argv = ["sweep", "--base-url", base_url, "--model", "m", "--requests", "4",
+                "--concurrency", "1", "--no-auto", "--out", str(blocker / "run"), "--quiet"]
+        assert main(argv) == 2
+        assert httpx2.get(f"{base_url}/sim/ledger", timeout=5).json()["requests"] == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        f"gptgate: --out {blocker / 'run'}: cannot be created, {blocker} is not a directory")
+
+
+def test_a_write_that_fails_at_the_end_still_prints_what_was_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out removed and replaced by a file while the sweep runs: the table is still printed
+    (nothing measured is lost), then the write failure, exit 1."""
+    out = tmp_path / "run"
+    out.mkdir()
+    real = measure.measure_level
+
+    async def out_replaced_by_a_file(*args: Any, **kwargs: Any) -> Any:
+        out.rmdir()
+        out.write_text("")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "measure_level", out_replaced_by_a_file)
+    argv = ["sweep", "--sim", "gpu", "--requests", "10", "--concurrency", "2", "--no-auto",
+            "--out", str(out), "--quiet"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "goodput" in captured.out and "wrote" not in captured.out
+    assert captured.err.strip().startswith(f"gptgate: cannot write {out / 'sweep.csv'}: ")
+    out.unlink()
+    out.mkdir()
+    assert main([*argv, "--json"]) == 1  # the JSON report too
+    report = json.loads(capsys.readouterr().out)
+    assert report["csv"] is None and [row["concurrency"] for row in report["rows"]] == [2]

@@ -48,7 +48,7 @@ def test_config_reference_is_generated_from_the_source() -> None:
     # the type as written, the default, the bounds and the ``#:`` comment above the field
     assert "| `max_attempts` | `StrictInt` | `3` | ≥ 1, ≤ 20 | tries per call, the first" in page
     # a pipe inside a code span stays in its cell
-    assert "| `deadline_s` | `float | None` | `None` | > 0 |" in page
+    assert "| `deadline_s` | `StrictFloat | None` | `None` | > 0 |" in page
 
 
 @pytest.mark.skipif(

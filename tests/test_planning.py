@@ -92,3 +92,28 @@ def test_a_file_that_is_not_a_sweep_csv(tmp_path: Path) -> None:
         bands_from_csv(path)
     with pytest.raises(ValueError, match="cannot read"):
         bands_from_csv(tmp_path / "missing.csv")
+
+
+def test_the_overrun_compares_only_bands_that_can_run_the_best_rate() -> None:
+    """Planned with the best band's price, run at a pricier band: the overrun is quoted at a
+    band that can complete those requests in an hour. 50 is dearer but completes only 360 an
+    hour (its throughput), so the comparison is 30's, and 50 is named as too slow."""
+    result = plan("10/h", [Band(10, 0.0215), Band(30, 0.0219, goodput_rps=11.24),
+                           Band(50, 0.0225, goodput_rps=0.1)])
+    assert result.best.requests_per_hour == 465
+    assert [b.capacity_per_hour for b in result.bands] == [None, 40464, 360]
+    overrun = result.worst_overrun
+    assert overrun is not None and overrun[0].concurrency == 30
+    assert round(overrun[1], 3) == round(465 * 0.0219 / 10 - 1, 3)
+    assert [b.concurrency for b in result.too_slow] == [50]
+    assert result.to_dict()["too_slow"] == [50]
+
+
+def test_no_overrun_when_no_dearer_band_can_run_the_best_rate() -> None:
+    # gptgate plan's own table: band 4 completes 19,714 an hour, never the best's 50,563
+    result = plan("1000/h", [Band(4, 0.0201202, goodput_rps=5.47621),
+                             Band(16, 0.0195412, goodput_rps=4.26516),
+                             Band(14, 0.0197773, goodput_rps=26.1477)])
+    assert (result.best.concurrency, result.best.requests_per_hour) == (14, 50563)
+    assert result.worst_overrun is None
+    assert [b.concurrency for b in result.too_slow] == [4]

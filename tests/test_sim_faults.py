@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from pydantic import ValidationError
 
 from gptgate.sim import FaultPlan, LoopClock, SimEngine, SimTransport, run_virtual
 
@@ -250,3 +251,20 @@ def test_a_plan_with_rates_over_one_is_refused() -> None:
         FaultPlan(error_rate=0.5, drop_rate=0.3, endless_rate=0.3)
     with pytest.raises(ValueError, match="storm"):
         FaultPlan(storm_every_s=5.0, storm_s=5.0)
+
+
+@pytest.mark.parametrize(
+    "half", [{"storm_every_s": 10.0}, {"storm_s": 5.0}, {"storm_every_s": 10, "storm_s": 0}]
+)
+def test_half_a_storm_is_a_validation_error_naming_the_field(half: dict[str, float]) -> None:
+    """A period without a length (or a length without a period) never storms: refused."""
+    with pytest.raises(ValidationError) as refused:
+        FaultPlan(**half)
+    error = refused.value.errors()[0]
+    assert error["loc"] == ("storm_s",) and "storm_every_s" in error["msg"]
+
+
+def test_a_fault_rate_given_as_a_string_is_refused() -> None:
+    with pytest.raises(ValidationError) as refused:
+        FaultPlan(error_rate="0.5")  # type: ignore[arg-type]
+    assert refused.value.errors()[0]["loc"] == ("error_rate",)

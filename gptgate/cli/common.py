@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -27,6 +29,7 @@ __all__ = [
     "add_json_flag",
     "non_negative_float",
     "one_line",
+    "out_problem",
     "port_number",
     "positive_float",
     "positive_int",
@@ -151,6 +154,27 @@ def _finite(text: str) -> float:
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def out_problem(path: Path, *, directory: bool) -> str | None:
+    """Why a command could never write its output at ``path`` (``directory``: a folder it
+    creates, else a file it replaces), or None. Asked before a run sends anything: a run
+    that measures and bills, then cannot keep what it measured, loses both."""
+    if directory:
+        if os.path.exists(path) and not os.path.isdir(path):
+            return "exists and is not a directory"
+        where = path
+        while not os.path.exists(where) and where != where.parent:
+            where = where.parent  # the nearest folder that exists: the run creates the rest
+        if not os.path.isdir(where):
+            return f"cannot be created, {where} is not a directory"
+    else:
+        where = path.parent
+        if os.path.isdir(path) or not os.path.isdir(where):
+            return "not a file in an existing directory"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"{where} is not writable"
+    return None
 
 
 def add_json_flag(

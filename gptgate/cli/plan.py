@@ -79,6 +79,12 @@ def format_plan(result: Plan) -> str:
             f"{best.requests_per_hour:,} requests cost "
             f"${best.requests_per_hour * band.cost_per_request_usd:,.2f}/h ({over:+.1%})."
         )
+    for band in result.too_slow:
+        lines.append(
+            f"Run at concurrency {band.concurrency}, the same {best.requests_per_hour:,} "
+            f"requests would not fit in an hour: it completes at most "
+            f"{band.capacity_per_hour:,}."
+        )
     return "\n".join(lines)
 
 

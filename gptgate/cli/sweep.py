@@ -17,6 +17,7 @@ from .common import (
     RunFailed,
     UsageError,
     add_json_flag,
+    out_problem,
     positive_float,
     positive_int,
     print_json,
@@ -205,23 +206,30 @@ def run(args: argparse.Namespace) -> int:
     items = workload(args.requests, args.seed, prompts=prompts, max_tokens=args.max_tokens,
                      stream=args.stream)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {out} exists and is not a directory")
+    if (problem := out_problem(out, directory=True)) is not None:
+        raise UsageError(f"--out {out}: {problem}")
     if not args.no_plot:
         from .plot import check_matplotlib
 
         check_matplotlib()
     sweep = measure("sweep", target, levels, items, args)
     files: dict[str, str | None] = {"csv": None, "png": None}
+    unwritten: RunFailed | None = None
     if sweep.rows and sweep.failure is None:
-        write_csv(sweep.rows, out / "sweep.csv")
-        files["csv"] = str(out / "sweep.csv")
-        if not args.no_plot:
-            from .plot import write_png
+        try:
+            write_csv(sweep.rows, out / "sweep.csv")
+            files["csv"] = str(out / "sweep.csv")
+            if not args.no_plot:
+                from .plot import write_png
 
-            write_png(sweep.rows, out / "sweep.png", f"gptgate sweep: {target.describe()}")
-            files["png"] = str(out / "sweep.png")
-    return print_outcome(sweep, SWEEP_COLUMNS, as_json=args.json, files=files)
+                write_png(sweep.rows, out / "sweep.png", f"gptgate sweep: {target.describe()}")
+                files["png"] = str(out / "sweep.png")
+        except RunFailed as error:  # the table still shows what was measured (and paid for)
+            unwritten = error
+    code = print_outcome(sweep, SWEEP_COLUMNS, as_json=args.json, files=files)
+    if unwritten is not None:
+        raise unwritten
+    return code
 
 
 COMMAND = Command(

@@ -31,6 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import ConfigDict, ValidationInfo, field_validator
+from pydantic.dataclasses import dataclass as validated_dataclass
+
 __all__ = ["FAULT_HEADER", "Fault", "FaultPlan", "FaultSpecError"]
 
 FAULT_HEADER = "x-sim-fault"
@@ -68,10 +71,15 @@ class Fault:
         return int(self.kind) if self.kind in ("500", "503", "429") else None
 
 
-@dataclass(frozen=True, slots=True)
+@validated_dataclass(
+    frozen=True,
+    slots=True,
+    config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_default=True),
+)
 class FaultPlan:
     """Rates of random faults per request, drawn from ``seed``, and periodic 429 storms. All
-    zero: no random faults (the header still works)."""
+    zero: no random faults (the header still works). Validated like every config: a number
+    given as a string, or half a storm, is a ``ValidationError`` naming the field."""
 
     seed: int = 0
     error_rate: float = 0.0
@@ -96,10 +104,20 @@ class FaultPlan:
             raise ValueError("the fault rates must not add up to more than 1")
         if self.stall_s < 0:
             raise ValueError("stall_s must be >= 0")
-        if self.storm_every_s < 0 or self.storm_s < 0 or (
-            self.storm_every_s and self.storm_s >= self.storm_every_s
-        ):
+
+    @field_validator("storm_s")
+    @classmethod
+    def _a_storm_has_a_period_and_a_length(cls, storm_s: float, info: ValidationInfo) -> float:
+        """Either alone would never storm: refused, not silently ignored."""
+        every = info.data.get("storm_every_s", 0.0)
+        if every < 0 or storm_s < 0 or (every and storm_s >= every):
             raise ValueError("storms need 0 <= storm_s < storm_every_s")
+        if (every > 0) != (storm_s > 0):
+            raise ValueError(
+                "storm_s and storm_every_s go together: a storm of storm_s seconds every "
+                "storm_every_s seconds (one without the other never storms)"
+            )
+        return storm_s
 
     @property
     def active(self) -> bool:
