@@ -54,8 +54,10 @@ METRIC_ATTRIBUTE = "gptgate.drift.metric"
 
 class DriftPolicy(BaseModel):
     """When a live figure is out of its band. The defaults: p95 latency or TTFT above 1.5×
-    the baseline's, output tokens/s below 0.67× it, cache hit rate more than 15 points under
-    it — for 60 s in a row, judged in steps of 10 s with at least 20 calls each."""
+    the baseline's, decode speed (output tokens/s) below 0.75× it — a 1.5× slower backend is
+    at 0.67×, a steady one stayed above 0.81× on the benchmark (benchmarks/drift.py) — cache
+    hit rate more than 15 points under it; for 60 s in a row, judged in steps of 10 s with at
+    least 20 calls each: an episode begins within ``window_s + 2 × step_s`` of a change."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
