@@ -513,6 +513,7 @@ class _Attempt:
             backend.drift.observe(
                 self.clock.now(), permit.inflight, latency, ttft, usage.output_tokens,
                 None if usage.estimated else usage.input_tokens, usage.cached_input_tokens,
+                spec.prefix,
             )
         runner.telemetry.end_attempt(
             span,

@@ -76,11 +76,9 @@ from .snapshot import (
     BackendSnapshot,
     GatewaySnapshot,
     LimitState,
-    check_state_arg,
     limit_state,
-    load_state,
-    save_state,
 )
+from .state_file import StateFile, load_warm, state_source
 from .telemetry import NAMES, Telemetry
 from .tiers import (
     Accept,
@@ -480,7 +478,7 @@ class Gateway:
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
-        self._state_source = check_state_arg(state)
+        self._state_source = state_source(state)
         #: drift watch: a baseline file (read on the first start) or a Baseline (docs/drift.md)
         self._baseline = check_baseline_arg(baseline)
         if drift_policy is not None and not isinstance(drift_policy, DriftPolicy):
@@ -826,15 +824,14 @@ class Gateway:
                 },
             )
         snapshot = GatewaySnapshot(version=1, taken_at=time.time(), backends=backends)
-        return snapshot.model_dump(mode="json")
+        return snapshot.document()
 
     def _load_state(self) -> dict[str, LimitState]:
         """The saved limit state per backend that may start warm (logged and skipped when
         stale, foreign or not valid state: never a failed start)."""
-        source = self._state_source
-        if source is None:
-            return {}
-        return load_state(source, self.config.backends, max_age_s=self.config.state_max_age_s)
+        return load_warm(
+            self._state_source, self.config.backends, max_age_s=self.config.state_max_age_s
+        )
 
     def _warm_limit(self, backend: Backend, warm: Mapping[str, LimitState]) -> Limit:
         limit = self._make_limit(backend)
@@ -849,15 +846,9 @@ class Gateway:
         return limit
 
     def _save_state(self) -> None:
-        """On exit, when ``state=`` is a path: write the snapshot (atomically). A failed write
-        is logged, not raised: it must not hide how the ``async with`` block ended."""
-        source = self._state_source
-        if source is None or isinstance(source, Mapping):
-            return
-        try:
-            save_state(source, self.snapshot())
-        except (OSError, ValueError) as error:
-            log.warning("state %s not saved: %s", os.fspath(source), error)
+        """On exit, with ``state=`` a path: merge the snapshot into it (gptgate/state_file.py)."""
+        if isinstance(self._state_source, StateFile):
+            self._state_source.save(self.snapshot(), max_age_s=self.config.state_max_age_s)
 
     def _limit_from(self, backend: Backend, initial: int) -> Limit:
         """A fresh limit for ``backend`` starting at ``initial`` (``shared=`` auto)."""
