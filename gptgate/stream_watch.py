@@ -48,6 +48,8 @@ T_contra = TypeVar("T_contra", contravariant=True)
 _TICK_S = 0.1
 #: a body unread this long, the task that last read it over, is worth a cycle collection
 _PROBE_S = 0.2
+#: ... and this long while that task lives on (a worker loop that dropped it and went on)
+_PROBE_LIVE_READER_S = 1.0
 #: at most one such collection per clock this often (gateway seconds)
 _COLLECT_EVERY_S = 5.0
 #: draining what had arrived when gptgate hangs up: a gap this long ends it ...
@@ -316,12 +318,17 @@ class OpenBody(Generic[T]):
             if self._unread_s is not None and idle >= self._unread_s:
                 await self.hang_up(f"left unread {self._unread_s:g}s (the idle bound)")
                 return
-            if idle >= _PROBE_S and not self._probed and self._reader_gone():
-                # once: a stream handed to another task stays alive
-                self._probed = _collect(clock) or self.dropped
+            if self._probed or idle < _PROBE_S:
+                continue
+            reader_gone = self._reader_gone()
+            if reader_gone or idle >= _PROBE_LIVE_READER_S:
+                ran = _collect(clock)
                 if self.dropped:
                     await self.hang_up("dropped by its caller unread")
                     return
+                # once the reader is gone: a stream handed to another task stays alive. While
+                # it lives on, again at each collection the rate allows, until the idle bound
+                self._probed = ran and reader_gone
 
     def _reader_gone(self) -> bool:
         reader = self._reader() if self._reader is not None else None

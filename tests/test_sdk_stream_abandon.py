@@ -153,3 +153,33 @@ def test_a_stream_read_to_its_end_or_closed_is_unchanged(close: bool) -> None:
     held, total = run_virtual(main)
     assert held == 0
     assert total.uncertain_tokens == 0  # no hang-up: what arrived is what was read
+
+
+async def _previews_in_one_task() -> tuple[list[str], float, int]:
+    """A worker loop: one long-lived task makes six previews in a row on a limit of 3."""
+    clock = LoopClock()
+    async with anyio.create_task_group() as tg:
+        server = GeneratingServer(tg)
+        gate = _gate(server, clock)
+        async with gate:
+            client = sdk_on(gate, timeout=20)
+            got: list[str] = []
+            began = clock.now()
+            for _ in range(6):
+                got.append(await _first_words(client))
+            took = clock.now() - began
+            await clock.sleep(7.0)
+            held = gate.stats()["b"].in_flight
+        tg.cancel_scope.cancel()
+    return got, took, held
+
+
+def test_a_stream_dropped_by_a_task_that_lives_on_gives_its_permit_back() -> None:
+    """The task that read the stream is still alive (a worker loop): its dropped streams are
+    found by a collection too, not only after the backend's 30 s idle bound."""
+    got, took, held = run_virtual(_previews_in_one_task)
+    assert got == ["w0 w1 w2 "] * 6
+    # the fourth preview waits for one of the first three's permits: a collection runs at
+    # most every 5 s, a stream is probed after 1 s unread
+    assert took < 8.0, took
+    assert held == 0
