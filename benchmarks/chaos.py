@@ -12,7 +12,7 @@ from another while the last burst is in flight.
 See gptgate/sim/chaos.py for the invariants.
 
     python benchmarks/chaos.py [--calls 10000] [--seeds 1,2,3] [--scale 5] [--duration 400]
-                               [--redis-up-at 0.25|none]
+                               [--redis-up-after 10|none]
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=5.0, help="simulated seconds per second")
     parser.add_argument("--duration", type=float, default=400.0, help="simulated seconds")
     parser.add_argument(
-        "--redis-up-at", default="0.25",
-        help="shared= through a redis-server down at the start and started at this fraction "
-        "of the run; 'none': no shared=",
+        "--redis-up-after", default="10",
+        help="shared= through a redis-server down at the start and started this many "
+        "simulated seconds after the first call; 'none': no shared=",
     )
     args = parser.parse_args()
     command = " ".join(["python benchmarks/chaos.py", *sys.argv[1:]])
@@ -65,7 +65,7 @@ def main() -> int:
         config = ChaosConfig(
             calls=args.calls, burst=args.burst, seed=seed, time_scale=args.scale,
             duration_s=args.duration,
-            redis_up_at=None if args.redis_up_at == "none" else float(args.redis_up_at),
+            redis_up_after_s=None if args.redis_up_after == "none" else float(args.redis_up_after),
         )
         report = run_chaos(config)
         show(report)

@@ -20,7 +20,7 @@ def report():  # type: ignore[no-untyped-def]
             calls=1_000, burst=150, seed=7, time_scale=5.0, duration_s=40.0, slack_wall_s=0.5,
             garbage_rate=0.03, storm_every_s=12.0, storm_s=2.0,
             # shared= through a redis-server that is down when the gateway opens
-            redis_up_at=0.25,
+            redis_up_after_s=10.0,
         )
     )
 

@@ -91,8 +91,10 @@ class ChaosConfig:
     #: also be as late as the event loop was measured to be when it ended (see ``overdue``)
     slack_wall_s: float = 0.2
     #: ``shared=`` through a real redis-server that is down when the gateway starts and comes
-    #: up at this fraction of ``duration_s`` (None: no ``shared=``)
-    redis_up_at: float | None = None
+    #: up this many (simulated) seconds after the first call (None: no ``shared=``). Until
+    #: the fleet is seen each backend admits one call at a time: keep it short, or the run is
+    #: about shedding a backlog
+    redis_up_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +215,7 @@ class ChaosReport:
             Invariant(
                 "one call per backend before the fleet was seen",
                 all(n <= 1 for n in self.in_flight_before_redis.values()),
-                "no shared=" if c.redis_up_at is None else
+                "no shared=" if c.redis_up_after_s is None else
                 f"most in flight before Redis came up: {self.in_flight_before_redis}",
             ),
             Invariant(
@@ -391,7 +393,7 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
             for i, name in enumerate(("tpu", "gpu", "cpu"))
         }
         watch = _KeyWatch(secret)
-        redis = None if config.redis_up_at is None else _redis_down(stack)
+        redis = None if config.redis_up_after_s is None else _redis_down(stack)
         namespace = f"chaos-{config.seed}-{secrets.token_hex(4)}"
         stack.enter_context(_captured_logs(watch))
         started = time.perf_counter()
@@ -505,7 +507,7 @@ async def _drive(
             restart_t = origin + config.restart_at * config.duration_s
             killed = restarted = False
             # from the first call on (opening and importing the SDK take real time)
-            redis_t = clock.now() + (config.redis_up_at or 0.0) * config.duration_s
+            redis_t = clock.now() + (config.redis_up_after_s or 0.0)
             for index in range(config.calls):
                 now = clock.now()
                 if redis is not None and not report.redis_up:
