@@ -11,8 +11,11 @@ Three parts, each replaceable:
   other tier when it has none or all are down (``RouteRequest.prefer``). ``tier="small"`` /
   ``"large"`` are never classified, moved or escalated;
 * **escalation** — a small-tier answer that looks failed (:func:`failure_reason`) is asked
-  again, once, of the large tier. The first answer's tokens stay in the ledger as waste and
-  in the call's ``billed_usage`` and ``cost_usd``.
+  again, once, of the large tier, when that can buy something (gptgate/escalation.py): an
+  answer cut at the call's own ``max_tokens`` binds the large model too, and a kind of
+  failure whose escalations changed nothing stops being escalated (re-probed now and then).
+  The first answer's tokens stay in the ledger as waste and in the call's ``billed_usage``
+  and ``cost_usd``.
 
 A visible stream (``gate.stream``) is classified but never escalated: its text is shown as it
 arrives, and a second answer cannot take back the first.
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from opentelemetry import metrics
 
 from .errors import BadRequestError, GateError
+from .escalation import EscalationLearner, LargeAnswers, Verdict
 from .results import ChatResult
 from .telemetry import NAMES
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
@@ -49,9 +53,11 @@ __all__ = [
     "TierHeuristic",
     "TierStats",
     "Tiering",
+    "changed_nothing",
     "check_accept",
     "check_classifier",
     "failure_reason",
+    "length_has_room",
 ]
 
 log = logging.getLogger("gptgate")
@@ -205,6 +211,16 @@ def _wants_json(params: Mapping[str, Any]) -> bool:
     return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
 
 
+def _invalid_json(result: ChatResult, params: Mapping[str, Any]) -> bool:
+    if not _wants_json(params):
+        return False
+    try:
+        json.loads(result.text)
+    except ValueError:
+        return True
+    return False
+
+
 def failure_reason(
     result: ChatResult, params: Mapping[str, Any], small_output_tokens: int = 512
 ) -> str | None:
@@ -220,12 +236,44 @@ def failure_reason(
         return None
     if not result.text.strip():
         return "empty"
-    if _wants_json(params):
-        try:
-            json.loads(result.text)
-        except ValueError:
-            return "invalid_json"
+    if _invalid_json(result, params):
+        return "invalid_json"
     return None
+
+
+def length_has_room(
+    first: ChatResult, params: Mapping[str, Any], windows: Sequence[int | None]
+) -> bool:
+    """Could the large tier answer longer than a small answer cut at ``length``? Not when
+    it was cut at the call's own ``max_tokens``: that bound binds the large model too. Yes
+    when it stopped short of it (or none was set: the small model's context or default cap
+    was the limit) and a large backend's context window (``windows``; None = unknown, taken
+    as room) holds more than the small answer wrote."""
+    written = first.usage.output_tokens
+    bound = _token_bound(params)
+    if bound is not None and written >= bound:
+        return False
+    prompt = first.usage.input_tokens
+    return any(window is None or window - prompt > written for window in windows)
+
+
+def changed_nothing(
+    why: str, first: ChatResult, second: ChatResult, params: Mapping[str, Any]
+) -> bool:
+    """The large answer failed the way the small one did: cut at ``length`` no longer than
+    it, empty again, invalid JSON again. A ``rejected`` answer is judged by the caller's
+    ``accept``, which never sees a large answer: it changed nothing only if the text is the
+    same."""
+    if why == "length":
+        return (
+            second.finish_reason == "length"
+            and second.usage.output_tokens <= first.usage.output_tokens
+        )
+    if why == "empty":
+        return failure_reason(second, {}) == "empty"
+    if why == "invalid_json":
+        return _invalid_json(second, params)
+    return second.text == first.text
 
 
 @dataclass(slots=True)
@@ -236,6 +284,10 @@ class _RuleCounts:
     escalation_failed: int = 0
     #: escalation wanted but no large-tier backend could take the call (none up, or private)
     unescalated: int = 0
+    #: escalations whose large answer failed the same way (gptgate/escalation.py)
+    no_change: int = 0
+    #: failed-looking small answers kept: escalating them could not pay, or had not
+    skipped: int = 0
     why: dict[str, int] = field(default_factory=dict)
 
 
@@ -255,6 +307,13 @@ class RuleStats:
     unescalated: int
     #: why answers were escalated: ``length``, ``empty``, ``invalid_json``, ``rejected``
     escalation_reasons: Mapping[str, int]
+    #: escalations whose large answer failed the same way: cut at ``length`` no longer than
+    #: the small answer, empty again, invalid JSON again (the cost doubled for nothing)
+    escalated_no_change: int = 0
+    #: small answers that looked failed and were kept: cut at the call's own ``max_tokens``
+    #: with no sign the large model would finish within it, or of a kind whose escalations
+    #: changed nothing (gptgate/escalation.py; a probe now and then is escalated)
+    escalation_skipped: int = 0
 
     @property
     def escalation_rate(self) -> float | None:
@@ -282,6 +341,14 @@ class TierStats:
     def escalation_rate(self) -> float | None:
         small = sum(r.small for r in self.rules.values())
         return self.escalated / small if small else None
+
+    @property
+    def escalated_no_change(self) -> int:
+        return sum(r.escalated_no_change for r in self.rules.values())
+
+    @property
+    def escalation_skipped(self) -> int:
+        return sum(r.escalation_skipped for r in self.rules.values())
 
 
 #: distinct classifier / accept errors remembered (each warned once); past it, no more warnings
@@ -318,6 +385,9 @@ class Tiering:
         )
         self.classifier: TierClassifier = classifier or self.heuristic
         self.accept = accept
+        #: whether escalating pays, per rule and kind of failure; how the large model answers
+        self.learner = EscalationLearner()
+        self.large_answers = LargeAnswers()
         self._counts: dict[str, _RuleCounts] = {}
         self.classifier_errors = 0
         self._warned: set[tuple[str, str]] = set()
@@ -401,6 +471,7 @@ class Tiering:
             result = await runner.run(spec)
             if spec.tier_attributes is None:
                 return result
+            self._observe_large(result, spec.route.tier)
             return dataclasses.replace(result, tier=spec.route.tier, tier_reason="explicit")
         counts = self._counts.get(decision.reason)
         if counts is None:
@@ -409,6 +480,7 @@ class Tiering:
         start = runner.clock.now()
         first = served_by(await runner.run(spec), runner, decision.tier, decision.reason)
         if first.tier != "small":  # decided large, or the small tier was down: no small answer
+            self._observe_large(first, first.tier)
             self._count(decision, escalated=False)
             return first
         counts.small += 1
@@ -420,6 +492,34 @@ class Tiering:
             self._count(decision, escalated=False)
             return first
         return await self._escalate(runner, spec, decision, counts, first, why, start)
+
+    def _observe_large(self, result: ChatResult, tier: str | None) -> None:
+        """A large-tier answer: how long the large model answers when nothing stops it."""
+        if tier == "large":
+            self.large_answers.observe(
+                result.usage.output_tokens, finished=result.finish_reason != "length"
+            )
+
+    def _verdict(
+        self, runner: CallRunner, spec: CallSpec, rule: str, first: ChatResult, why: str
+    ) -> tuple[tuple[str, str], Verdict]:
+        """Whether to escalate this answer, and the kind it is learned under. An answer cut
+        at the call's own ``max_tokens`` (``length_at_cap``) is escalated only when the
+        large model has shown it finishes within such a bound, mostly (the small one
+        rambled); every kind stops when its escalations change nothing."""
+        likely = True
+        kind = why
+        if why == "length":
+            windows = [
+                state.backend.context_tokens for state in runner.router.by_name.values()
+                if state.backend.tier == "large"
+            ]
+            if not length_has_room(first, spec.params, windows):
+                kind = "length_at_cap"
+                share = self.large_answers.share_within(first.usage.output_tokens)
+                likely = share is not None and share >= 0.5
+        key = (rule, kind)
+        return key, self.learner.decide(key, likely=likely)
 
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
         """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
@@ -455,6 +555,11 @@ class Tiering:
             counts.unescalated += 1
             self._count(decision, escalated=False)
             return first
+        key, verdict = self._verdict(runner, spec, decision.reason, first, why)
+        if verdict == "skip":
+            counts.skipped += 1
+            self._count(decision, escalated=False)
+            return first
         counts.escalated += 1
         counts.why[why] = counts.why.get(why, 0) + 1
         self._count(decision, escalated=True)
@@ -472,6 +577,10 @@ class Tiering:
             log.info("escalation to the large tier failed (%s): small answer kept", error)
             return first
         runner.ledger.record_escalated(first.backend, first.usage)
+        self._observe_large(second, "large")
+        paid = not changed_nothing(why, first, second, spec.params)
+        counts.no_change += not paid
+        self.learner.observe(key, paid=paid, probe=verdict == "probe")
         return dataclasses.replace(
             second,
             attempts=first.attempts + second.attempts,
@@ -503,6 +612,8 @@ class Tiering:
                     escalation_failed=c.escalation_failed,
                     unescalated=c.unescalated,
                     escalation_reasons=dict(c.why),
+                    escalated_no_change=c.no_change,
+                    escalation_skipped=c.skipped,
                 )
                 for rule, c in self._counts.items()
             },

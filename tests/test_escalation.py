@@ -1,0 +1,205 @@
+"""Escalation that buys something (issue 31, gptgate/escalation.py, docs/tiers.md): a small
+answer cut at ``length`` is asked again of the large tier only when the large tier could
+answer longer, or has shown it answers within such a bound; escalations that changed nothing
+are counted; and the learner stops escalating a rule whose escalations change nothing, then
+resumes when a probe pays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+
+import gptgate as gg
+from gptgate.escalation import EscalationLearner, LargeAnswers
+from gptgate.sim import PROFILES
+from gptgate.testing import LoopClock, run_virtual, sim_backend
+from tests.mockbackend import Script, backend, completion
+
+#: answers far longer than a short ask's max_tokens: every answer, on either tier, is cut
+FILLS = {"output_tokens_mean": 400.0, "output_tokens_sigma": 0.2}
+
+
+def _ask(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Give one synonym for 'happy'. (#{n})"}]
+
+
+async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, gg.Ledger]:
+    clock = LoopClock()
+    small, _ = sim_backend(
+        PROFILES["cpu"].model_copy(update={"replicas": 2, **FILLS}), name="cpu", clock=clock,
+        seed=1, tier="small", price=gg.Price(input_per_mtok=0.05, output_per_mtok=0.4),
+    )
+    large, _ = sim_backend(
+        PROFILES["tpu"].model_copy(update=FILLS), name="tpu", clock=clock, seed=2,
+        tier="large", price=gg.Price(input_per_mtok=1.25, output_per_mtok=10.0),
+    )
+    async with gg.Gateway([small, large], clock=clock) as gate:
+        results = [await gate.chat(_ask(n), max_tokens=16) for n in range(calls)]
+        return results, gate.tier_stats(), gate.ledger
+
+
+def test_short_asks_on_a_server_that_fills_max_tokens_stay_on_the_small_tier() -> None:
+    """Every answer fills max_tokens=16, on both tiers: escalating on ``length`` would ask the
+    large model for the same 16 tokens, cut the same way. Before: 20 of 20 escalated (0 %
+    served small, twice the cost). Now all 20 stay small, and none is asked again."""
+    results, stats, ledger = run_virtual(_fills_server, 20)
+    assert all(r.finish_reason == "length" and r.usage.output_tokens == 16 for r in results)
+    assert [r.backend for r in results] == ["cpu"] * 20
+    rule = stats.rules["short_ask"]
+    assert (rule.small, rule.escalated, rule.escalated_no_change) == (20, 0, 0)
+    assert rule.escalation_skipped == 20
+    assert "tpu" not in ledger.entries or ledger.entries["tpu"].attempts == 0
+
+
+def test_on_a_long_run_escalations_that_changed_nothing_stay_under_two_percent() -> None:
+    """The learner re-probes now and then (so it can see the large tier start paying): on
+    300 short asks, its probes that changed nothing are ≤ 2 % of the calls."""
+    results, stats, _ = run_virtual(_fills_server, 300)
+    assert stats.escalated_no_change == stats.escalated >= 1  # it did probe
+    assert stats.escalated_no_change <= 0.02 * len(results)
+    assert sum(r.backend == "cpu" for r in results) >= 0.98 * len(results)
+
+
+def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalates() -> None:
+    """No max_tokens: the small model's context window (150 tokens) was the limit, the large
+    model's is 128 k: the large tier answers longer, and that is what escalation buys."""
+
+    async def main() -> tuple[gg.ChatResult, gg.TierStats]:
+        clock = LoopClock()
+        small, _ = sim_backend(
+            PROFILES["cpu"].model_copy(update={"context_tokens": 150, **FILLS}), name="cpu",
+            clock=clock, seed=1, tier="small",
+        )
+        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=FILLS), name="tpu",
+                               clock=clock, seed=2, tier="large")
+        always_small = gg.TierHeuristic(unbounded_output_large=False)
+        async with gg.Gateway([small, large], clock=clock, tier_classifier=always_small) as g:
+            return await g.chat(_ask(0)), g.tier_stats()
+
+    result, stats = run_virtual(main)
+    assert (result.backend, result.escalated, result.tier) == ("tpu", True, "large")
+    assert result.finish_reason == "stop" and result.usage.output_tokens > 150
+    rule = stats.rules["short_ask"]
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_reasons) == (
+        1, 0, {"length": 1}
+    )
+
+
+def _cut(text: str = "cut", tokens: int = 16) -> httpx2.Response:
+    body = completion(text)
+    body["choices"][0]["finish_reason"] = "length"
+    body["usage"]["completion_tokens"] = tokens
+    return httpx2.Response(200, json=body)
+
+
+def _two(small: Script, large: Script) -> gg.Gateway:
+    return gg.Gateway([
+        backend(small, name="small", tier="small"), backend(large, name="large", tier="large"),
+    ], tier_classifier=lambda m, p: "small")
+
+
+async def test_escalations_that_changed_nothing_are_counted_and_then_stopped() -> None:
+    """Empty on both tiers: the first escalation changed nothing (counted); the rule's
+    next empty answers are kept, not asked again, until a probe."""
+    small = Script(httpx2.Response(200, json=completion("")))
+    large = Script(httpx2.Response(200, json=completion("")))
+    async with _two(small, large) as gate:
+        results = [await gate.chat(_ask(n), max_tokens=50) for n in range(5)]
+        rule = gate.tier_stats().rules["classifier"]
+    assert [r.escalated for r in results] == [True, False, False, False, False]
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (1, 1, 4)
+    assert gate.tier_stats().escalated_no_change == 1
+    assert len(large.requests) == 1
+
+
+async def test_a_longer_large_answer_is_a_change_even_if_cut_again() -> None:
+    """Cut at 16 of 100 on the small tier (its own cap), at 90 on the large one: the large
+    answered longer, so the escalation bought something."""
+    small, large = Script(_cut(tokens=16)), Script(_cut("longer", tokens=90))
+    async with _two(small, large) as gate:
+        result = await gate.chat(_ask(0), max_tokens=100)
+        rule = gate.tier_stats().rules["classifier"]
+    assert result.escalated and (rule.escalated, rule.escalated_no_change) == (1, 0)
+
+
+@pytest.mark.parametrize(("large_text", "no_change"), [("Lyon.", 1), ("Paris.", 0)])
+async def test_a_rejected_answer_changed_nothing_when_the_large_one_is_the_same(
+    large_text: str, no_change: int
+) -> None:
+    """``accept`` never judges a large answer (docs/tiers.md): a rejected small answer's
+    escalation changed nothing when the large tier answers the very same text."""
+    seen: list[str] = []
+
+    def paris(result: gg.ChatResult) -> bool:
+        seen.append(result.backend)
+        return "Paris" in result.text
+
+    small = Script(httpx2.Response(200, json=completion("Lyon.")))
+    large = Script(httpx2.Response(200, json=completion(large_text)))
+    async with _two(small, large) as gate:
+        await gate.chat(_ask(0), max_tokens=50, accept=paris)
+        rule = gate.tier_stats().rules["classifier"]
+    assert (rule.escalated, rule.escalated_no_change) == (1, no_change)
+    assert seen == ["small"]
+
+
+# -- the learner alone -------------------------------------------------------------------------
+
+
+def test_the_learner_stops_a_rule_whose_escalations_change_nothing_and_resumes_after_a_probe(
+) -> None:
+    learner = EscalationLearner(probe_every=4)
+    key = ("short_ask", "empty")
+    assert learner.decide(key, likely=True) == "escalate"  # no evidence: the prior decides
+    learner.observe(key, paid=False, probe=False)
+    verdicts = [learner.decide(key, likely=True) for _ in range(4)]
+    assert verdicts == ["skip", "skip", "skip", "probe"]
+    learner.observe(key, paid=False, probe=True)  # the probe changed nothing: probe less often
+    verdicts = [learner.decide(key, likely=True) for _ in range(8)]
+    assert verdicts == ["skip"] * 7 + ["probe"]
+    learner.observe(key, paid=True, probe=True)  # the large tier pays now: escalate again
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate"] * 3
+    # another rule is learned on its own; a prior of "unlikely" skips until a probe
+    other = ("short_ask", "length_at_cap")
+    assert [learner.decide(other, likely=False) for _ in range(4)] == ["skip"] * 3 + ["probe"]
+
+
+def test_the_learner_keeps_escalating_a_rule_that_pays_more_often_than_not() -> None:
+    learner = EscalationLearner()
+    key = ("short_ask", "length")
+    for paid in (True, False, True, False, True, True, False):
+        assert learner.decide(key, likely=True) == "escalate"
+        learner.observe(key, paid=paid, probe=False)
+
+
+def test_the_learner_probes_at_most_every_max_probe_every() -> None:
+    learner = EscalationLearner(probe_every=2, max_probe_every=8)
+    key = ("r", "empty")
+    learner.observe(key, paid=False, probe=False)
+    gaps: list[int] = []
+    for _ in range(6):
+        n = 1
+        while learner.decide(key, likely=True) != "probe":
+            n += 1
+        gaps.append(n)
+        learner.observe(key, paid=False, probe=True)
+    assert gaps == [2, 4, 8, 8, 8, 8]
+
+
+def test_bad_learner_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="probe_every"):
+        EscalationLearner(probe_every=0)
+    with pytest.raises(ValueError, match="stop_share"):
+        EscalationLearner(stop_share=1.5)
+
+
+def test_large_answers_tell_whether_the_large_model_finishes_within_a_bound() -> None:
+    lengths = LargeAnswers(min_answers=3)
+    assert lengths.share_within(16) is None  # nothing seen yet
+    for tokens, finished in ((10, True), (12, True), (200, True), (16, False)):
+        lengths.observe(tokens, finished=finished)
+    assert lengths.share_within(16) == 0.5  # 10 and 12 fit; 200 does not; a cut one never
+    assert lengths.share_within(1000) == 0.75
+
