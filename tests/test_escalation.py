@@ -145,6 +145,28 @@ async def test_a_rejected_answer_changed_nothing_when_the_large_one_is_the_same(
     assert seen == ["small"]
 
 
+async def test_a_ramble_at_the_cap_is_escalated_once_the_large_model_has_shown_it_finishes(
+) -> None:
+    """Cut at the call's own max_tokens=16: kept while nothing says the large model would
+    finish within 16 tokens; escalated (and paying) once five large answers finished in 2."""
+    small, large = Script(_cut(tokens=16)), Script(httpx2.Response(200, json=completion("Paris.")))
+    gate = gg.Gateway([
+        backend(small, name="small", tier="small"), backend(large, name="large", tier="large"),
+    ])
+    async with gate:
+        kept = await gate.chat(_ask(0), max_tokens=16)
+        for n in range(5):  # code: decided large, answered in 2 tokens
+            await gate.chat([{"role": "user", "content": f"Fix this python bug #{n}"}],
+                            max_tokens=16)
+        escalated = await gate.chat(_ask(1), max_tokens=16)
+        rule = gate.tier_stats().rules["short_ask"]
+    assert (kept.backend, kept.escalated) == ("small", False)
+    assert (escalated.backend, escalated.escalated, escalated.finish_reason) == (
+        "large", True, "stop"
+    )
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (1, 0, 1)
+
+
 # -- the learner alone -------------------------------------------------------------------------
 
 
