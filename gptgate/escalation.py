@@ -34,6 +34,8 @@ class _Kind:
     outcomes: deque[bool]
     probe_every: int
     skipped: int = 0
+    #: escalations decided and not yet observed
+    pending: int = 0
 
 
 @dataclass(slots=True)
@@ -43,7 +45,9 @@ class EscalationLearner:
     paid and one not 0.5); then probe every ``probe_every`` skipped answers, the gap doubling
     (up to ``max_probe_every``) while probes change nothing — so probes that change nothing
     stay well under 1 / ``probe_every`` of the calls. A probe that pays forgets the old
-    evidence: the large tier changed, escalation resumes."""
+    evidence: the large tier changed, escalation resumes. Before a kind's first outcome, one
+    escalation at a time tries it: a burst of concurrent calls that all failed the same way
+    does not all escalate on the prior alone."""
 
     window: int = 16
     stop_share: float = 2 / 3
@@ -67,26 +71,33 @@ class EscalationLearner:
 
     def pays(self, key: Key, *, likely: bool) -> bool:
         """Escalating this kind pays: by its recent escalations, else by the prior."""
-        outcomes = self._kind(key).outcomes
+        kind = self._kind(key)
+        outcomes = kind.outcomes
         if not outcomes:
-            return likely
+            return likely and kind.pending == 0
         unchanged = outcomes.count(False)
         return (unchanged + 0.5) / (len(outcomes) + 1) < self.stop_share
 
     def decide(self, key: Key, *, likely: bool) -> Verdict:
         """What to do with one small answer of this kind that looked failed."""
-        if self.pays(key, likely=likely):
-            return "escalate"
         kind = self._kind(key)
-        kind.skipped += 1
-        if kind.skipped < kind.probe_every:
-            return "skip"
-        kind.skipped = 0
-        return "probe"
+        if not self.pays(key, likely=likely):
+            kind.skipped += 1
+            if kind.skipped < kind.probe_every:
+                return "skip"
+            kind.skipped = 0
+            kind.pending += 1
+            return "probe"
+        kind.pending += 1
+        return "escalate"
 
-    def observe(self, key: Key, *, paid: bool, probe: bool) -> None:
-        """One escalation's outcome: did the large answer differ from the failed small one?"""
+    def observe(self, key: Key, *, paid: bool | None, probe: bool) -> None:
+        """One escalation's outcome: did the large answer differ from the failed small one?
+        None: it brought no answer (the large call failed or was cancelled)."""
         kind = self._kind(key)
+        kind.pending = max(0, kind.pending - 1)
+        if paid is None:
+            return
         if probe:
             if paid:
                 kind.outcomes.clear()

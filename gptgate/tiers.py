@@ -43,6 +43,7 @@ from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
 
 if TYPE_CHECKING:
     from .calls import CallRunner, CallSpec
+    from .config import Backend
 
 __all__ = [
     "RULES",
@@ -53,6 +54,7 @@ __all__ = [
     "TierHeuristic",
     "TierStats",
     "Tiering",
+    "answer_room",
     "changed_nothing",
     "check_accept",
     "check_classifier",
@@ -241,20 +243,29 @@ def failure_reason(
     return None
 
 
+def answer_room(backend: Backend, prompt_tokens: int) -> int | None:
+    """The most tokens ``backend`` can answer after this prompt: its context window's rest
+    or its own output cap, the lower (None: neither is known)."""
+    caps = [backend.max_output_tokens]
+    if backend.context_tokens is not None:
+        caps.append(backend.context_tokens - prompt_tokens)
+    known = [cap for cap in caps if cap is not None]
+    return min(known) if known else None
+
+
 def length_has_room(
-    first: ChatResult, params: Mapping[str, Any], windows: Sequence[int | None]
+    first: ChatResult, params: Mapping[str, Any], rooms: Sequence[int | None]
 ) -> bool:
     """Could the large tier answer longer than a small answer cut at ``length``? Not when
     it was cut at the call's own ``max_tokens``: that bound binds the large model too. Yes
     when it stopped short of it (or none was set: the small model's context or default cap
-    was the limit) and a large backend's context window (``windows``; None = unknown, taken
-    as room) holds more than the small answer wrote."""
+    was the limit) and a large backend can answer more than the small answer wrote
+    (``rooms``, per large backend: :func:`answer_room`; None = unknown, taken as room)."""
     written = first.usage.output_tokens
     bound = _token_bound(params)
     if bound is not None and written >= bound:
         return False
-    prompt = first.usage.input_tokens
-    return any(window is None or window - prompt > written for window in windows)
+    return any(room is None or room > written for room in rooms)
 
 
 def changed_nothing(
@@ -510,11 +521,12 @@ class Tiering:
         likely = True
         kind = why
         if why == "length":
-            windows = [
-                state.backend.context_tokens for state in runner.router.by_name.values()
+            rooms = [
+                answer_room(state.backend, first.usage.input_tokens)
+                for state in runner.router.by_name.values()
                 if state.backend.tier == "large"
             ]
-            if not length_has_room(first, spec.params, windows):
+            if not length_has_room(first, spec.params, rooms):
                 kind = "length_at_cap"
                 share = self.large_answers.share_within(first.usage.output_tokens)
                 likely = share is not None and share >= 0.5
@@ -566,21 +578,23 @@ class Tiering:
         attributes = _attributes(decision, escalated=True)
         attributes[NAMES["tier"]] = "large"
         attributes[NAMES["escalation_reason"]] = why
+        paid: bool | None = None  # no answer: the learner only forgets the escalation
         try:
             second = await runner.run(
                 dataclasses.replace(
                     spec, route=large, tier_attributes=attributes, escalation=True
                 )
             )
+            paid = not changed_nothing(why, first, second, spec.params)
         except GateError as error:
             counts.escalation_failed += 1
             log.info("escalation to the large tier failed (%s): small answer kept", error)
             return first
+        finally:
+            self.learner.observe(key, paid=paid, probe=verdict == "probe")
         runner.ledger.record_escalated(first.backend, first.usage)
         self._observe_large(second, "large")
-        paid = not changed_nothing(why, first, second, spec.params)
         counts.no_change += not paid
-        self.learner.observe(key, paid=paid, probe=verdict == "probe")
         return dataclasses.replace(
             second,
             attempts=first.attempts + second.attempts,

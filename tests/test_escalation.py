@@ -100,6 +100,25 @@ def _two(small: Script, large: Script) -> gg.Gateway:
     ], tier_classifier=lambda m, p: "small")
 
 
+@pytest.mark.parametrize(("large_cap", "escalated"), [(4096, True), (256, False), (None, True)])
+async def test_a_small_models_own_cap_escalates_only_to_a_large_tier_that_answers_longer(
+    large_cap: int | None, escalated: bool
+) -> None:
+    """No max_tokens, the small server's own cap (256) cut the answer: the large tier is
+    asked when its known cap is higher (or unknown), not when it is the same."""
+    small = Script(_cut(tokens=256))
+    large = Script(httpx2.Response(200, json=completion("The whole answer.")))
+    gate = gg.Gateway([
+        backend(small, name="small", tier="small", max_output_tokens=256),
+        backend(large, name="large", tier="large", max_output_tokens=large_cap),
+    ], tier_classifier=lambda m, p: "small")
+    async with gate:
+        result = await gate.chat(_ask(0))
+        rule = gate.tier_stats().rules["classifier"]
+    assert result.escalated is escalated
+    assert (rule.escalated, rule.escalation_skipped) == (int(escalated), int(not escalated))
+
+
 async def test_escalations_that_changed_nothing_are_counted_and_then_stopped() -> None:
     """Empty on both tiers: the first escalation changed nothing (counted); the rule's
     next empty answers are kept, not asked again, until a probe."""
@@ -187,6 +206,16 @@ def test_the_learner_stops_a_rule_whose_escalations_change_nothing_and_resumes_a
     other = ("short_ask", "length_at_cap")
     assert [learner.decide(other, likely=False) for _ in range(4)] == ["skip"] * 3 + ["probe"]
 
+
+def test_before_any_outcome_one_escalation_at_a_time_tries_a_kind() -> None:
+    """Concurrent calls that failed the same way do not all escalate on the prior alone."""
+    learner = EscalationLearner()
+    key = ("short_ask", "length")
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate", "skip", "skip"]
+    learner.observe(key, paid=None, probe=False)  # the large call failed: no evidence
+    assert learner.decide(key, likely=True) == "escalate"
+    learner.observe(key, paid=True, probe=False)
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate"] * 3
 
 def test_the_learner_keeps_escalating_a_rule_that_pays_more_often_than_not() -> None:
     learner = EscalationLearner()
