@@ -51,7 +51,7 @@ class EscalationLearner:
 
     window: int = 16
     stop_share: float = 2 / 3
-    probe_every: int = 50
+    probe_every: int = 100
     max_probe_every: int = 800
     _kinds: dict[Key, _Kind] = field(default_factory=dict, init=False, repr=False)
 
