@@ -13,6 +13,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.escalation import EscalationLearner, LargeAnswers
+from gptgate.ledger import Ledger
 from gptgate.sim import PROFILES
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.mockbackend import Script, backend, completion
@@ -25,7 +26,7 @@ def _ask(n: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"Give one synonym for 'happy'. (#{n})"}]
 
 
-async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, gg.Ledger]:
+async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, Ledger]:
     clock = LoopClock()
     small, _ = sim_backend(
         PROFILES["cpu"].model_copy(update={"replicas": 2, **FILLS}), name="cpu", clock=clock,
@@ -131,6 +132,26 @@ async def test_escalations_that_changed_nothing_are_counted_and_then_stopped() -
     assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (1, 1, 4)
     assert gate.tier_stats().escalated_no_change == 1
     assert len(large.requests) == 1
+
+
+async def test_a_gateway_stops_escalating_and_resumes_when_a_probe_pays() -> None:
+    """The large tier answers empty twice (the escalation and the first probe change
+    nothing), then well: the second probe pays and the rule's empty answers are escalated
+    again, every one."""
+    empty = httpx2.Response(200, json=completion(""))
+    small = Script(empty)
+    large = Script(empty, empty, httpx2.Response(200, json=completion("Paris.")))
+    async with _two(small, large) as gate:
+        gate._tiering.learner = EscalationLearner(probe_every=3)
+        results = [await gate.chat(_ask(n), max_tokens=50) for n in range(14)]
+        rule = gate.tier_stats().rules["classifier"]
+    # an escalation; 2 kept, a probe; 5 kept, a probe (the gap doubled), then every one
+    assert [r.escalated for r in results] == [
+        True, False, False, True, False, False, False, False, False, True, True, True, True,
+        True,
+    ]
+    assert [r.text for r in results if r.escalated] == ["", ""] + ["Paris."] * 5
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (7, 2, 7)
 
 
 async def test_a_longer_large_answer_is_a_change_even_if_cut_again() -> None:
