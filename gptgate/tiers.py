@@ -340,26 +340,29 @@ class TierStats:
     #: calls whose classifier raised or answered junk (the heuristic decided instead)
     classifier_errors: int
 
+    def _total(self, count: str) -> int:
+        return sum(int(getattr(r, count)) for r in self.rules.values())
+
     @property
     def calls(self) -> int:
-        return sum(r.calls for r in self.rules.values())
+        return self._total("calls")
 
     @property
     def escalated(self) -> int:
-        return sum(r.escalated for r in self.rules.values())
+        return self._total("escalated")
 
     @property
     def escalation_rate(self) -> float | None:
-        small = sum(r.small for r in self.rules.values())
+        small = self._total("small")
         return self.escalated / small if small else None
 
     @property
     def escalated_no_change(self) -> int:
-        return sum(r.escalated_no_change for r in self.rules.values())
+        return self._total("escalated_no_change")
 
     @property
     def escalation_skipped(self) -> int:
-        return sum(r.escalation_skipped for r in self.rules.values())
+        return self._total("escalation_skipped")
 
 
 #: distinct classifier / accept errors remembered (each warned once); past it, no more warnings
