@@ -20,6 +20,7 @@ __all__ = [
     "RateLimitedError",
     "RequestTimeout",
     "RequestTooLargeError",
+    "SharedUnreachableError",
     "StreamInterruptedError",
 ]
 
@@ -198,3 +199,15 @@ class StreamInterruptedError(GateError):
         self.partial_text = partial_text
         self.output_tokens = output_tokens
         self.usage_estimated = usage_estimated
+
+
+class SharedUnreachableError(GateError):
+    """``Shared(required=True)``: the fleet's Redis could not be reached at start, so the
+    gateway did not open (without ``required`` it starts on local limits). ``url`` is where
+    it points, its password masked. Says nothing about any backend's health."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, url: str, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.url = url
