@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gptgate as gg
-from gptgate.sim import PROFILES, LoopClock, run_virtual
+from gptgate.sim import PROFILES, LoopClock, SimProfile, run_virtual
 from gptgate.testing import sim_backend
 
 #: answers of chat length (the profiles' default, 215 tokens, is a long-form answer): a short
@@ -40,8 +40,8 @@ _ANSWERS = {"output_tokens_mean": 90.0, "output_tokens_sigma": 0.5}
 #: a small model on CPUs: the ``cpu`` profile (1.5B, 4 slots a box), six boxes
 SMALL = PROFILES["cpu"].model_copy(update={"replicas": 6, **_ANSWERS})
 LARGE = PROFILES["tpu"].model_copy(update=_ANSWERS)
-#: answers far longer than the 16 tokens every call asks for: each one is cut at max_tokens
-_FILLS = {"output_tokens_mean": 400.0, "output_tokens_sigma": 0.3}
+#: models that talk past any cap: with max_tokens set, every answer is cut at it (``length``)
+FILLS = {"fills_max_tokens": True}
 FILLS_MAX_TOKENS = 16
 #: the large model at a hosted price ($1.25 / $10 per M tokens); the small one at a CPU fleet's
 #: amortised cost (about 1/25 of it)
@@ -187,16 +187,23 @@ class Run:
 
 
 async def run(
-    mode: str, items: list[Item], rate: float, seed: int, fills: bool = False
+    mode: str,
+    items: list[Item],
+    rate: float,
+    seed: int,
+    small_profile: SimProfile = SMALL,
+    large_profile: SimProfile = LARGE,
 ) -> Run:
+    """The workload through ``tier=mode`` on a small and a large backend (the stock ``cpu``
+    and ``tpu`` unless given: benchmarks/family.py passes drawn ones)."""
     clock = LoopClock()
     small, _ = sim_backend(
-        SMALL.model_copy(update=_FILLS) if fills else SMALL, name="cpu", clock=clock,
-        seed=seed, tier="small", price=SMALL_PRICE, max_concurrency=64, timeout=120.0,
+        small_profile, name="cpu", clock=clock, seed=seed, tier="small", price=SMALL_PRICE,
+        max_concurrency=64, timeout=120.0,
     )
     large, _ = sim_backend(
-        LARGE.model_copy(update=_FILLS) if fills else LARGE, name="tpu", clock=clock,
-        seed=seed + 1, tier="large", price=LARGE_PRICE, max_concurrency=128, timeout=120.0,
+        large_profile, name="tpu", clock=clock, seed=seed + 1, tier="large", price=LARGE_PRICE,
+        max_concurrency=128, timeout=120.0,
     )
     arrivals = random.Random(seed + 7)
     results: list[gg.ChatResult | gg.GateError | None] = [None] * len(items)
@@ -237,7 +244,7 @@ async def run(
 
 
 def table(
-    items_of: dict[int, list[Item]], rate: float, fills: bool
+    items_of: dict[int, list[Item]], rate: float, small: SimProfile, large: SimProfile
 ) -> tuple[list[float], list[float], list[float]]:
     """One run per seed and mode, printed; auto's cost and success over everything-large's,
     and its escalations that changed nothing over its calls, per seed."""
@@ -252,7 +259,7 @@ def table(
     success_ratios: list[float] = []
     no_change: list[float] = []
     for seed, items in items_of.items():
-        runs = {mode: run_virtual(run, mode, items, rate, seed, fills) for mode in MODES}
+        runs = {mode: run_virtual(run, mode, items, rate, seed, small, large) for mode in MODES}
         base = runs["large"]
         for mode, r in runs.items():
             success_vs = r.success_rate / base.success_rate
@@ -298,12 +305,15 @@ def main(calls: int, seeds: list[int], rate: float, hard_share: float) -> int:
         f"{hard_share:.0%} hard; virtual time (exact)\n"
     )
     items_of = {seed: workload(calls, hard_share, seed) for seed in seeds}
-    ratios = table(items_of, rate, fills=False)
+    ratios = table(items_of, rate, SMALL, LARGE)
     print(f"\n$/success in m$ (thousandths of a dollar). {verdict(*ratios, max_cost=0.6)}")
     print(
         f"\nanswers that fill max_tokens: the same requests with max_tokens={FILLS_MAX_TOKENS}, "
-        f"both models answering ~{_FILLS['output_tokens_mean']:g} tokens (every answer cut)\n"
+        f"both models talking past it (every answer cut)\n"
     )
-    ratios = table({s: filling(i) for s, i in items_of.items()}, rate, fills=True)
+    ratios = table(
+        {s: filling(i) for s, i in items_of.items()}, rate,
+        SMALL.model_copy(update=FILLS), LARGE.model_copy(update=FILLS),
+    )
     print(f"\n{verdict(*ratios, max_cost=1.0)}")
     return 0

@@ -20,11 +20,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["EscalationLearner", "LargeAnswers", "Verdict"]
+__all__ = ["EscalationLearner", "LargeAnswers", "SmallTierLearner", "Verdict"]
 
 #: ``escalate`` (it pays, or nothing says it does not), ``probe`` (a check while stopped),
-#: ``skip`` (keep the small answer: escalating has not paid)
-Verdict = Literal["escalate", "probe", "skip"]
+#: ``skip`` (keep the small answer: escalating has not paid, or the prior says it would
+#: not), ``wait`` (keep it: the kind is on trial, its first outcomes are in flight)
+Verdict = Literal["escalate", "probe", "skip", "wait"]
 Key = tuple[str, str]
 
 
@@ -45,14 +46,17 @@ class EscalationLearner:
     paid and one not 0.5); then probe every ``probe_every`` skipped answers, the gap doubling
     (up to ``max_probe_every``) while probes change nothing — so probes that change nothing
     stay well under 1 / ``probe_every`` of the calls. A probe that pays forgets the old
-    evidence: the large tier changed, escalation resumes. Before a kind's first outcome, one
-    escalation at a time tries it: a burst of concurrent calls that all failed the same way
-    does not all escalate on the prior alone."""
+    evidence: the large tier changed, escalation resumes. Until a kind has
+    ``trial_outcomes`` outcomes, at most ``trial_in_flight`` escalations try it at once: a
+    burst of concurrent calls that all failed the same way does not all escalate on the
+    prior alone."""
 
     window: int = 16
     stop_share: float = 2 / 3
     probe_every: int = 100
     max_probe_every: int = 800
+    trial_outcomes: int = 1
+    trial_in_flight: int = 1
     _kinds: dict[Key, _Kind] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -62,6 +66,8 @@ class EscalationLearner:
             raise ValueError("stop_share must be in (0, 1]")
         if not 1 <= self.probe_every <= self.max_probe_every:
             raise ValueError("probe_every must be in [1, max_probe_every]")
+        if self.trial_outcomes < 1 or self.trial_in_flight < 1:
+            raise ValueError("trial_outcomes and trial_in_flight must be at least 1")
 
     def _kind(self, key: Key) -> _Kind:
         kind = self._kinds.get(key)
@@ -71,16 +77,17 @@ class EscalationLearner:
 
     def pays(self, key: Key, *, likely: bool) -> bool:
         """Escalating this kind pays: by its recent escalations, else by the prior."""
-        kind = self._kind(key)
-        outcomes = kind.outcomes
+        outcomes = self._kind(key).outcomes
         if not outcomes:
-            return likely and kind.pending == 0
+            return likely
         unchanged = outcomes.count(False)
         return (unchanged + 0.5) / (len(outcomes) + 1) < self.stop_share
 
     def decide(self, key: Key, *, likely: bool) -> Verdict:
         """What to do with one small answer of this kind that looked failed."""
         kind = self._kind(key)
+        if len(kind.outcomes) < self.trial_outcomes and kind.pending >= self.trial_in_flight:
+            return "wait"
         if not self.pays(key, likely=likely):
             kind.skipped += 1
             if kind.skipped < kind.probe_every:
@@ -90,6 +97,10 @@ class EscalationLearner:
             return "probe"
         kind.pending += 1
         return "escalate"
+
+    def has_evidence(self, key: Key) -> bool:
+        """Some escalation of this kind has an outcome (a skip is then the evidence's)."""
+        return bool(self._kind(key).outcomes)
 
     def observe(self, key: Key, *, paid: bool | None, probe: bool) -> None:
         """One escalation's outcome: did the large answer differ from the failed small one?
@@ -105,6 +116,40 @@ class EscalationLearner:
             else:
                 kind.probe_every = min(2 * kind.probe_every, self.max_probe_every)
         kind.outcomes.append(paid)
+
+
+def _small_tier_learner() -> EscalationLearner:
+    return EscalationLearner(stop_share=0.9, trial_outcomes=4, trial_in_flight=8)
+
+
+@dataclass(slots=True)
+class SmallTierLearner:
+    """Per rule: do its small answers pay, or does (nearly) every one need the large tier?
+
+    A small model that talks past any cap, next to a large one that finishes: every bounded
+    small answer is cut and escalated, and each escalation pays — so ``tier="auto"`` buys
+    an answer on each tier for every call, dearer than everything-large (1.07× measured).
+    When four small answers of a rule in a row (or ≥ 90 % of its last 16, smoothed) needed
+    the large tier, the rule goes large at once; one of its calls in 100 (the gap doubling
+    to 800) still tries the small tier, and a small answer that stands there brings the
+    rule back. Until four of its small answers are judged, at most eight are in flight (the
+    rest go large): a small tier slow to answer is not sent a rule's whole burst first. An
+    :class:`EscalationLearner` where "escalate" means "use the small tier"."""
+
+    learner: EscalationLearner = field(default_factory=_small_tier_learner)
+
+    def decide(self, rule: str) -> tuple[Literal["small", "large"], bool]:
+        """The tier for a call the classifier sent small, and whether it is a probe."""
+        verdict = self.learner.decide((rule, "small"), likely=True)
+        if verdict in ("skip", "wait"):
+            return "large", False
+        return "small", verdict == "probe"
+
+    def observe(self, rule: str, *, needed_large: bool | None, probe: bool) -> None:
+        """A small answer of the rule: did it need the large tier (escalated, and that
+        paid)? None: nothing learned (no small answer, or the large call failed)."""
+        paid = None if needed_large is None else not needed_large
+        self.learner.observe((rule, "small"), paid=paid, probe=probe)
 
 
 @dataclass(slots=True)

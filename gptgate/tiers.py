@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from opentelemetry import metrics
 
 from .errors import BadRequestError, GateError
-from .escalation import EscalationLearner, LargeAnswers, Verdict
+from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
 from .results import ChatResult
 from .telemetry import NAMES
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
@@ -299,6 +299,8 @@ class _RuleCounts:
     no_change: int = 0
     #: failed-looking small answers kept: escalating them could not pay, or had not
     skipped: int = 0
+    #: calls decided small sent to the large tier at once: the rule's small answers needed it
+    sent_large: int = 0
     why: dict[str, int] = field(default_factory=dict)
 
 
@@ -325,6 +327,9 @@ class RuleStats:
     #: with no sign the large model would finish within it, or of a kind whose escalations
     #: changed nothing (gptgate/escalation.py; a probe now and then is escalated)
     escalation_skipped: int = 0
+    #: calls this rule decided small that went to the large tier at once: (nearly) every one
+    #: of its recent small answers had needed the large tier (gptgate/escalation.py)
+    sent_large: int = 0
 
     @property
     def escalation_rate(self) -> float | None:
@@ -402,6 +407,7 @@ class Tiering:
         #: whether escalating pays, per rule and kind of failure; how the large model answers
         self.learner = EscalationLearner()
         self.large_answers = LargeAnswers()
+        self.small_tier = SmallTierLearner()
         self._counts: dict[str, _RuleCounts] = {}
         self.classifier_errors = 0
         self._warned: set[tuple[str, str]] = set()
@@ -491,8 +497,19 @@ class Tiering:
         if counts is None:
             counts = self._counts[decision.reason] = _RuleCounts()
         counts.calls += 1
+        rule = decision.reason
+        probe = False
+        if decision.tier == "small":
+            tier, probe = self.small_tier.decide(rule)
+            if tier == "large":  # the rule's small answers have all needed the large tier
+                counts.sent_large += 1
+                decision = TierDecision("large", rule)
+                spec = dataclasses.replace(
+                    spec, route=dataclasses.replace(spec.route, prefer="large"),
+                    tier_attributes=_attributes(decision, escalated=False),
+                )
         start = runner.clock.now()
-        first = served_by(await runner.run(spec), runner, decision.tier, decision.reason)
+        first = served_by(await runner.run(spec), runner, decision.tier, rule)
         if first.tier != "small":  # decided large, or the small tier was down: no small answer
             self._observe_large(first, first.tier)
             self._count(decision, escalated=False)
@@ -502,10 +519,16 @@ class Tiering:
         judge = accept or self.accept
         if why is None and judge is not None and not await self._accepts(judge, first):
             why = "rejected"
+        needed_large: bool | None = False
+        result = first
         if why is None:
             self._count(decision, escalated=False)
-            return first
-        return await self._escalate(runner, spec, decision, counts, first, why, start)
+        else:
+            result, needed_large = await self._escalate(
+                runner, spec, decision, counts, first, why, start
+            )
+        self.small_tier.observe(rule, needed_large=needed_large, probe=probe)
+        return result
 
     def _observe_large(self, result: ChatResult, tier: str | None) -> None:
         """A large-tier answer: how long the large model answers when nothing stops it."""
@@ -516,12 +539,13 @@ class Tiering:
 
     def _verdict(
         self, runner: CallRunner, spec: CallSpec, rule: str, first: ChatResult, why: str
-    ) -> tuple[tuple[str, str], Verdict]:
-        """Whether to escalate this answer, and the kind it is learned under. An answer cut
-        at the call's own ``max_tokens`` (``length_at_cap``) is escalated only when the
-        large model has shown it finishes within such a bound, mostly (the small one
-        rambled); every kind stops when its escalations change nothing."""
-        likely = True
+    ) -> tuple[tuple[str, str], Verdict, bool]:
+        """Whether to escalate this answer, the kind it is learned under, and whether a skip
+        is informed (evidence says the large tier would not help, not a mere lack of it). An
+        answer cut at the call's own ``max_tokens`` (``length_at_cap``) is escalated only
+        when the large model has shown it finishes within such a bound, mostly (the small
+        one rambled); every kind stops when its escalations change nothing."""
+        likely = informed = True
         kind = why
         if why == "length":
             rooms = [
@@ -533,8 +557,10 @@ class Tiering:
                 kind = "length_at_cap"
                 share = self.large_answers.share_within(first.usage.output_tokens)
                 likely = share is not None and share >= 0.5
+                informed = share is not None
         key = (rule, kind)
-        return key, self.learner.decide(key, likely=likely)
+        verdict = self.learner.decide(key, likely=likely)
+        return key, verdict, informed or self.learner.has_evidence(key)
 
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
         """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
@@ -561,20 +587,22 @@ class Tiering:
         first: ChatResult,
         why: str,
         start: float,
-    ) -> ChatResult:
-        """Ask the large tier once. The first answer's tokens are waste in the ledger; with
-        no large-tier backend up (or none private, for a private call), or when the large
-        call fails, the first answer is returned as it is."""
+    ) -> tuple[ChatResult, bool | None]:
+        """Ask the large tier once, when that can pay; the answer, and whether the large
+        tier was needed (None: not known). The first answer's tokens are waste in the ledger;
+        with no large-tier backend up (or none private, for a private call), or when the
+        large call fails, the first answer is returned as it is."""
         large = dataclasses.replace(spec.route, tier="large", prefer=None)
         if not runner.router.has_alternative(large, frozenset()):
             counts.unescalated += 1
             self._count(decision, escalated=False)
-            return first
-        key, verdict = self._verdict(runner, spec, decision.reason, first, why)
-        if verdict == "skip":
+            return first, None
+        key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
+        if verdict in ("skip", "wait"):
             counts.skipped += 1
             self._count(decision, escalated=False)
-            return first
+            # kept: the large tier would not have helped, as far as the evidence goes
+            return first, False if verdict == "skip" and informed else None
         counts.escalated += 1
         counts.why[why] = counts.why.get(why, 0) + 1
         self._count(decision, escalated=True)
@@ -592,7 +620,7 @@ class Tiering:
         except GateError as error:
             counts.escalation_failed += 1
             log.info("escalation to the large tier failed (%s): small answer kept", error)
-            return first
+            return first, None
         finally:
             self.learner.observe(key, paid=paid, probe=verdict == "probe")
         runner.ledger.record_escalated(first.backend, first.usage)
@@ -608,7 +636,7 @@ class Tiering:
             tier="large",
             tier_reason=decision.reason,
             escalated=True,
-        )
+        ), paid
 
     def _count(self, decision: TierDecision, *, escalated: bool) -> None:
         key = (decision.tier, decision.reason, escalated)
@@ -631,6 +659,7 @@ class Tiering:
                     escalation_reasons=dict(c.why),
                     escalated_no_change=c.no_change,
                     escalation_skipped=c.skipped,
+                    sent_large=c.sent_large,
                 )
                 for rule, c in self._counts.items()
             },

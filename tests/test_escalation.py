@@ -12,14 +12,18 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from gptgate.escalation import EscalationLearner, LargeAnswers
+from gptgate.escalation import EscalationLearner, LargeAnswers, SmallTierLearner
 from gptgate.ledger import Ledger
 from gptgate.sim import PROFILES
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.mockbackend import Script, backend, completion
 
-#: answers far longer than a short ask's max_tokens: every answer, on either tier, is cut
-FILLS = {"output_tokens_mean": 400.0, "output_tokens_sigma": 0.2}
+#: a model that talks past any cap: with max_tokens set, every answer is cut at it
+FILLS = {"fills_max_tokens": True}
+#: answers far longer than a small context window
+LONG = {"output_tokens_mean": 400.0, "output_tokens_sigma": 0.2}
+#: answer lengths that vary little (a 40-token answer is not cut at 100)
+SHORT = {"output_tokens_sigma": 0.2}
 
 
 def _ask(n: int) -> list[dict[str, Any]]:
@@ -70,10 +74,10 @@ def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalat
     async def main() -> tuple[gg.ChatResult, gg.TierStats]:
         clock = LoopClock()
         small, _ = sim_backend(
-            PROFILES["cpu"].model_copy(update={"context_tokens": 150, **FILLS}), name="cpu",
+            PROFILES["cpu"].model_copy(update={"context_tokens": 150, **LONG}), name="cpu",
             clock=clock, seed=1, tier="small",
         )
-        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=FILLS), name="tpu",
+        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=LONG), name="tpu",
                                clock=clock, seed=2, tier="large")
         always_small = gg.TierHeuristic(unbounded_output_large=False)
         async with gg.Gateway([small, large], clock=clock, tier_classifier=always_small) as g:
@@ -86,6 +90,38 @@ def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalat
     assert (rule.escalated, rule.escalated_no_change, rule.escalation_reasons) == (
         1, 0, {"length": 1}
     )
+
+
+def test_a_small_model_that_fills_every_cap_next_to_one_that_finishes_sends_the_rule_large(
+) -> None:
+    """Only the small model talks past max_tokens: every small answer is cut, and every
+    escalation pays — an answer on each tier for every call, dearer than everything-large
+    (1.07× in benchmarks/_tiers.py). After four such escalations the rule goes large at
+    once."""
+
+    async def main() -> tuple[list[gg.ChatResult], gg.TierStats]:
+        clock = LoopClock()
+        small, _ = sim_backend(
+            PROFILES["cpu"].model_copy(update={"output_tokens_mean": 40.0, **SHORT, **FILLS}),
+            name="cpu", clock=clock, seed=1, tier="small",
+        )
+        large, _ = sim_backend(
+            PROFILES["tpu"].model_copy(update={"output_tokens_mean": 40.0, **SHORT}),
+            name="tpu",
+            clock=clock, seed=2, tier="large",
+        )
+        async with gg.Gateway([small, large], clock=clock) as gate:
+            for n in range(5):  # large answers that finish: the large model is seen to finish
+                await gate.chat([{"role": "user", "content": f"Fix this python bug #{n}"}],
+                                max_tokens=100)
+            results = [await gate.chat(_ask(n), max_tokens=100) for n in range(30)]
+            return results, gate.tier_stats()
+
+    results, stats = run_virtual(main)
+    rule = stats.rules["short_ask"]
+    assert [r.escalated for r in results[:4]] == [True] * 4
+    assert all(r.backend == "tpu" and r.finish_reason == "stop" for r in results)
+    assert (rule.escalated, rule.escalated_no_change, rule.sent_large) == (4, 0, 26)
 
 
 def _cut(text: str = "cut", tokens: int = 16) -> httpx2.Response:
@@ -232,11 +268,34 @@ def test_before_any_outcome_one_escalation_at_a_time_tries_a_kind() -> None:
     """Concurrent calls that failed the same way do not all escalate on the prior alone."""
     learner = EscalationLearner()
     key = ("short_ask", "length")
-    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate", "skip", "skip"]
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate", "wait", "wait"]
     learner.observe(key, paid=None, probe=False)  # the large call failed: no evidence
     assert learner.decide(key, likely=True) == "escalate"
     learner.observe(key, paid=True, probe=False)
     assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate"] * 3
+
+def test_the_small_tier_learner_sends_a_rule_large_and_tries_the_small_tier_again() -> None:
+    small = SmallTierLearner()
+    assert small.decide("short_ask") == ("small", False)
+    small.observe("short_ask", needed_large=True, probe=False)
+    for _ in range(3):  # one needed answer is not a verdict; four in a row are
+        assert small.decide("short_ask") == ("small", False)
+        small.observe("short_ask", needed_large=True, probe=False)
+    tiers = [small.decide("short_ask") for _ in range(100)]
+    assert tiers[:99] == [("large", False)] * 99 and tiers[99] == ("small", True)
+    small.observe("short_ask", needed_large=False, probe=True)  # the small answer stood
+    assert small.decide("short_ask") == ("small", False)
+    assert small.decide("other_rule") == ("small", False)  # each rule on its own
+
+
+def test_the_small_tier_learner_holds_a_burst_until_its_first_answers_are_judged() -> None:
+    small = SmallTierLearner()
+    tiers = [small.decide("short_ask") for _ in range(10)]
+    assert tiers == [("small", False)] * 8 + [("large", False)] * 2
+    for _ in range(4):
+        small.observe("short_ask", needed_large=False, probe=False)
+    assert small.decide("short_ask") == ("small", False)
+
 
 def test_the_learner_keeps_escalating_a_rule_that_pays_more_often_than_not() -> None:
     learner = EscalationLearner()
