@@ -20,7 +20,9 @@ A second table runs the same workload on a server whose answers fill ``max_token
 small or large, is cut at ``length``. Escalating a cut small answer buys a large answer cut
 the same way: the table shows the share served small, the escalations that changed nothing
 (target ≤ 2 % of calls), and cost and success against everything-large (cost ≤ 1×, success
-≥ 0.99×). Virtual time: exact and repeatable per seed.
+≥ 0.99×). A third runs the first table's requests with a small model that fills every
+``max_tokens`` next to a large one that finishes: every small answer is cut, and escalating
+it pays — so the rule should go large at once. Virtual time: exact and repeatable per seed.
 """
 
 from __future__ import annotations
@@ -285,7 +287,7 @@ def verdict(
 ) -> str:
     holds = max(cost) <= max_cost and min(success) >= 0.99 and max(no_change) <= 0.02
     return (
-        f"auto vs large: cost {statistics.mean(cost):.2f}× (max {max(cost):.2f}×), success "
+        f"auto vs large: cost {statistics.mean(cost):.3f}× (max {max(cost):.3f}×), success "
         f"{statistics.mean(success):.3f}× (min {min(success):.3f}×), escalations that changed "
         f"nothing max {max(no_change):.1%} of calls — target (cost ≤ {max_cost:g}×, success "
         f"≥ 0.99×, no change ≤ 2%) {'holds' if holds else 'DOES NOT HOLD'}"
@@ -315,5 +317,11 @@ def main(calls: int, seeds: list[int], rate: float, hard_share: float) -> int:
         {s: filling(i) for s, i in items_of.items()}, rate,
         SMALL.model_copy(update=FILLS), LARGE.model_copy(update=FILLS),
     )
+    print(f"\n{verdict(*ratios, max_cost=1.0)}")
+    print(
+        "\na small model that fills max_tokens next to a large one that finishes: the same "
+        "requests as the first table, every small answer cut\n"
+    )
+    ratios = table(items_of, rate, SMALL.model_copy(update=FILLS), LARGE)
     print(f"\n{verdict(*ratios, max_cost=1.0)}")
     return 0

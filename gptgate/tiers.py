@@ -13,7 +13,8 @@ Three parts, each replaceable:
 * **escalation** — a small-tier answer that looks failed (:func:`failure_reason`) is asked
   again, once, of the large tier, when that can buy something (gptgate/escalation.py): an
   answer cut at the call's own ``max_tokens`` binds the large model too, and a kind of
-  failure whose escalations changed nothing stops being escalated (re-probed now and then).
+  failure whose escalations changed nothing stops being escalated (re-probed now and then);
+  a rule whose small answers all needed the large tier goes large at once (the same).
   The first answer's tokens stay in the ledger as waste and in the call's ``billed_usage``
   and ``cost_usd``.
 
