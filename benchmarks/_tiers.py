@@ -175,9 +175,10 @@ class Run:
     hard_on_small: int
     escalated: int
     #: answered by the small tier (escalated calls are not)
-    small: int
+    small: int = 0
     #: escalations whose large answer failed the way the small one did
-    no_change: int
+    #: (``tier_stats().escalated_no_change``)
+    no_change: int = 0
 
     @property
     def success_rate(self) -> float:
