@@ -37,6 +37,8 @@ class _Kind:
     skipped: int = 0
     #: escalations decided and not yet observed
     pending: int = 0
+    #: escalations observed, with an outcome or without (the large call failed)
+    settled: int = 0
 
 
 @dataclass(slots=True)
@@ -46,27 +48,30 @@ class EscalationLearner:
     paid and one not 0.5); then probe every ``probe_every`` skipped answers, the gap doubling
     (up to ``max_probe_every``) while probes change nothing — so probes that change nothing
     stay well under 1 / ``probe_every`` of the calls. A probe that pays forgets the old
-    evidence: the large tier changed, escalation resumes. Until a kind has
-    ``trial_outcomes`` outcomes, at most ``trial_in_flight`` escalations try it at once: a
+    evidence: the large tier changed, escalation resumes. Until ``trial_outcomes`` of a
+    kind's escalations are settled, at most ``trial_in_flight`` try it at once: a
     burst of concurrent calls that all failed the same way does not all escalate on the
     prior alone."""
 
     window: int = 16
     stop_share: float = 2 / 3
+    #: outcomes before they, not the prior, decide
+    min_outcomes: int = 1
     probe_every: int = 100
     max_probe_every: int = 800
     trial_outcomes: int = 1
-    trial_in_flight: int = 1
+    #: None: no bound (every call tries on the prior until the outcomes come)
+    trial_in_flight: int | None = 1
     _kinds: dict[Key, _Kind] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise ValueError("window must be at least 1")
+        if not 1 <= self.min_outcomes <= self.window:
+            raise ValueError("window and min_outcomes must be at least 1, window the larger")
         if not 0 < self.stop_share <= 1:
             raise ValueError("stop_share must be in (0, 1]")
         if not 1 <= self.probe_every <= self.max_probe_every:
             raise ValueError("probe_every must be in [1, max_probe_every]")
-        if self.trial_outcomes < 1 or self.trial_in_flight < 1:
+        if self.trial_outcomes < 1 or (self.trial_in_flight or 1) < 1:
             raise ValueError("trial_outcomes and trial_in_flight must be at least 1")
 
     def _kind(self, key: Key) -> _Kind:
@@ -78,7 +83,7 @@ class EscalationLearner:
     def pays(self, key: Key, *, likely: bool) -> bool:
         """Escalating this kind pays: by its recent escalations, else by the prior."""
         outcomes = self._kind(key).outcomes
-        if not outcomes:
+        if len(outcomes) < self.min_outcomes:
             return likely
         unchanged = outcomes.count(False)
         return (unchanged + 0.5) / (len(outcomes) + 1) < self.stop_share
@@ -86,7 +91,8 @@ class EscalationLearner:
     def decide(self, key: Key, *, likely: bool) -> Verdict:
         """What to do with one small answer of this kind that looked failed."""
         kind = self._kind(key)
-        if len(kind.outcomes) < self.trial_outcomes and kind.pending >= self.trial_in_flight:
+        on_trial = kind.settled < self.trial_outcomes and self.trial_in_flight is not None
+        if on_trial and kind.pending >= (self.trial_in_flight or 0):
             return "wait"
         if not self.pays(key, likely=likely):
             kind.skipped += 1
@@ -107,6 +113,7 @@ class EscalationLearner:
         None: it brought no answer (the large call failed or was cancelled)."""
         kind = self._kind(key)
         kind.pending = max(0, kind.pending - 1)
+        kind.settled += 1
         if paid is None:
             return
         if probe:
@@ -119,7 +126,7 @@ class EscalationLearner:
 
 
 def _small_tier_learner() -> EscalationLearner:
-    return EscalationLearner(stop_share=0.9, trial_outcomes=4, trial_in_flight=8)
+    return EscalationLearner(stop_share=0.75, min_outcomes=4, trial_in_flight=None)
 
 
 @dataclass(slots=True)
@@ -129,12 +136,12 @@ class SmallTierLearner:
     A small model that talks past any cap, next to a large one that finishes: every bounded
     small answer is cut and escalated, and each escalation pays — so ``tier="auto"`` buys
     an answer on each tier for every call, dearer than everything-large (1.07× measured).
-    When four small answers of a rule in a row (or ≥ 90 % of its last 16, smoothed) needed
-    the large tier, the rule goes large at once; one of its calls in 100 (the gap doubling
-    to 800) still tries the small tier, and a small answer that stands there brings the
-    rule back. Until four of its small answers are judged, at most eight are in flight (the
-    rest go large): a small tier slow to answer is not sent a rule's whole burst first. An
-    :class:`EscalationLearner` where "escalate" means "use the small tier"."""
+    When four small answers of a rule in a row (or ≥ 75 % of its last 16, smoothed: four
+    of five) needed the large tier, the rule goes large at once; one of its calls in 100
+    (the gap doubling to 800) still tries the small tier, and a small answer that stands
+    there brings the rule back. A burst is not held back while the first answers are out:
+    a ``gate.map`` of simple asks goes to the small tier whole, as it should on most
+    servers. An :class:`EscalationLearner` where "escalate" means "use the small tier"."""
 
     learner: EscalationLearner = field(default_factory=_small_tier_learner)
 

@@ -499,37 +499,41 @@ class Tiering:
             counts = self._counts[decision.reason] = _RuleCounts()
         counts.calls += 1
         rule = decision.reason
-        probe = False
+        tried_small = probe = False
         if decision.tier == "small":
             tier, probe = self.small_tier.decide(rule)
-            if tier == "large":  # the rule's small answers have all needed the large tier
+            tried_small = tier == "small"
+            if not tried_small:  # the rule's small answers have all needed the large tier
                 counts.sent_large += 1
                 decision = TierDecision("large", rule)
                 spec = dataclasses.replace(
                     spec, route=dataclasses.replace(spec.route, prefer="large"),
                     tier_attributes=_attributes(decision, escalated=False),
                 )
-        start = runner.clock.now()
-        first = served_by(await runner.run(spec), runner, decision.tier, rule)
-        if first.tier != "small":  # decided large, or the small tier was down: no small answer
-            self._observe_large(first, first.tier)
-            self._count(decision, escalated=False)
-            return first
-        counts.small += 1
-        why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
-        judge = accept or self.accept
-        if why is None and judge is not None and not await self._accepts(judge, first):
-            why = "rejected"
-        needed_large: bool | None = False
-        result = first
-        if why is None:
-            self._count(decision, escalated=False)
-        else:
+        needed_large: bool | None = None  # no small answer (the small tier down, a failure)
+        try:
+            start = runner.clock.now()
+            first = served_by(await runner.run(spec), runner, decision.tier, rule)
+            if first.tier != "small":  # decided large, or the small tier was down
+                self._observe_large(first, first.tier)
+                self._count(decision, escalated=False)
+                return first
+            counts.small += 1
+            why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
+            judge = accept or self.accept
+            if why is None and judge is not None and not await self._accepts(judge, first):
+                why = "rejected"
+            if why is None:
+                needed_large = False
+                self._count(decision, escalated=False)
+                return first
             result, needed_large = await self._escalate(
                 runner, spec, decision, counts, first, why, start
             )
-        self.small_tier.observe(rule, needed_large=needed_large, probe=probe)
-        return result
+            return result
+        finally:
+            if tried_small:
+                self.small_tier.observe(rule, needed_large=needed_large, probe=probe)
 
     def _observe_large(self, result: ChatResult, tier: str | None) -> None:
         """A large-tier answer: how long the large model answers when nothing stops it."""
