@@ -67,6 +67,31 @@ def test_on_a_long_run_escalations_that_changed_nothing_stay_under_two_percent()
     assert sum(r.backend == "cpu" for r in results) >= 0.98 * len(results)
 
 
+def test_a_burst_of_short_asks_on_a_server_that_fills_max_tokens_stays_small() -> None:
+    """A gate.map of 100 at once: every small answer is out before any is judged. None is
+    sent large on a guess, and one escalation at a time tries the kind: 1 asked again (the
+    first try), was 100."""
+
+    async def main() -> tuple[list[Any], gg.TierStats]:
+        clock = LoopClock()
+        small, _ = sim_backend(
+            PROFILES["cpu"].model_copy(update={"replicas": 8, **FILLS}), name="cpu",
+            clock=clock, seed=1, tier="small",
+        )
+        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=FILLS), name="tpu",
+                               clock=clock, seed=2, tier="large")
+        async with gg.Gateway([small, large], clock=clock) as gate:
+            results = await gate.map([{"messages": _ask(n), "max_tokens": 16}
+                                      for n in range(100)])
+            return results, gate.tier_stats()
+
+    results, stats = run_virtual(main)
+    rule = stats.rules["short_ask"]
+    assert sum(getattr(r, "backend", None) == "cpu" for r in results) >= 99
+    assert (rule.sent_large, rule.escalated) == (0, rule.escalated_no_change)
+    assert rule.escalated <= 1
+
+
 def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalates() -> None:
     """No max_tokens: the small model's context window (150 tokens) was the limit, the large
     model's is 128 k: the large tier answers longer, and that is what escalation buys."""
