@@ -30,17 +30,25 @@ def _ask(n: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"Give one synonym for 'happy'. (#{n})"}]
 
 
-async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, Ledger]:
-    clock = LoopClock()
-    small, _ = sim_backend(
-        PROFILES["cpu"].model_copy(update={"replicas": 2, **FILLS}), name="cpu", clock=clock,
-        seed=1, tier="small", price=gg.Price(input_per_mtok=0.05, output_per_mtok=0.4),
+def _cpu_and_tpu(
+    clock: LoopClock, small: dict[str, Any], large: dict[str, Any]
+) -> list[gg.Backend]:
+    """The simulator's ``cpu`` profile as the small tier, ``tpu`` as the large, updated."""
+    cpu, _ = sim_backend(
+        PROFILES["cpu"].model_copy(update=small), name="cpu", clock=clock, seed=1,
+        tier="small", price=gg.Price(input_per_mtok=0.05, output_per_mtok=0.4),
     )
-    large, _ = sim_backend(
-        PROFILES["tpu"].model_copy(update=FILLS), name="tpu", clock=clock, seed=2,
+    tpu, _ = sim_backend(
+        PROFILES["tpu"].model_copy(update=large), name="tpu", clock=clock, seed=2,
         tier="large", price=gg.Price(input_per_mtok=1.25, output_per_mtok=10.0),
     )
-    async with gg.Gateway([small, large], clock=clock) as gate:
+    return [cpu, tpu]
+
+
+async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, Ledger]:
+    clock = LoopClock()
+    backends = _cpu_and_tpu(clock, {"replicas": 2, **FILLS}, FILLS)
+    async with gg.Gateway(backends, clock=clock) as gate:
         results = [await gate.chat(_ask(n), max_tokens=16) for n in range(calls)]
         return results, gate.tier_stats(), gate.ledger
 
@@ -74,13 +82,8 @@ def test_a_burst_of_short_asks_on_a_server_that_fills_max_tokens_stays_small() -
 
     async def main() -> tuple[list[Any], gg.TierStats]:
         clock = LoopClock()
-        small, _ = sim_backend(
-            PROFILES["cpu"].model_copy(update={"replicas": 8, **FILLS}), name="cpu",
-            clock=clock, seed=1, tier="small",
-        )
-        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=FILLS), name="tpu",
-                               clock=clock, seed=2, tier="large")
-        async with gg.Gateway([small, large], clock=clock) as gate:
+        backends = _cpu_and_tpu(clock, {"replicas": 8, **FILLS}, FILLS)
+        async with gg.Gateway(backends, clock=clock) as gate:
             results = await gate.map([{"messages": _ask(n), "max_tokens": 16}
                                       for n in range(100)])
             return results, gate.tier_stats()
@@ -98,14 +101,9 @@ def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalat
 
     async def main() -> tuple[gg.ChatResult, gg.TierStats]:
         clock = LoopClock()
-        small, _ = sim_backend(
-            PROFILES["cpu"].model_copy(update={"context_tokens": 150, **LONG}), name="cpu",
-            clock=clock, seed=1, tier="small",
-        )
-        large, _ = sim_backend(PROFILES["tpu"].model_copy(update=LONG), name="tpu",
-                               clock=clock, seed=2, tier="large")
+        backends = _cpu_and_tpu(clock, {"context_tokens": 150, **LONG}, LONG)
         always_small = gg.TierHeuristic(unbounded_output_large=False)
-        async with gg.Gateway([small, large], clock=clock, tier_classifier=always_small) as g:
+        async with gg.Gateway(backends, clock=clock, tier_classifier=always_small) as g:
             return await g.chat(_ask(0)), g.tier_stats()
 
     result, stats = run_virtual(main)
@@ -126,16 +124,11 @@ def test_a_small_model_that_fills_every_cap_next_to_one_that_finishes_sends_the_
 
     async def main() -> tuple[list[gg.ChatResult], gg.TierStats]:
         clock = LoopClock()
-        small, _ = sim_backend(
-            PROFILES["cpu"].model_copy(update={"output_tokens_mean": 40.0, **SHORT, **FILLS}),
-            name="cpu", clock=clock, seed=1, tier="small",
+        backends = _cpu_and_tpu(
+            clock, {"output_tokens_mean": 40.0, **SHORT, **FILLS},
+            {"output_tokens_mean": 40.0, **SHORT},
         )
-        large, _ = sim_backend(
-            PROFILES["tpu"].model_copy(update={"output_tokens_mean": 40.0, **SHORT}),
-            name="tpu",
-            clock=clock, seed=2, tier="large",
-        )
-        async with gg.Gateway([small, large], clock=clock) as gate:
+        async with gg.Gateway(backends, clock=clock) as gate:
             for n in range(5):  # large answers that finish: the large model is seen to finish
                 await gate.chat([{"role": "user", "content": f"Fix this python bug #{n}"}],
                                 max_tokens=100)
