@@ -333,6 +333,12 @@ class _Attempt:
             )
         else:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
+        if interrupted and self.read_chars is not None:
+            # hung up mid-answer: the server went on generating until then, past what the
+            # drain read — possibly billed, as for a request cut before its first token
+            output = max(output, self._billed().possibly_generated(
+                self._elapsed(), self.max_tokens()
+            ))
         # as gate.chat: an attempt left before the backend's usual first token, with nothing
         # generated, was still queued at the server, which bills nothing for it
         first_token = self.state.ttft.percentile(0.5)

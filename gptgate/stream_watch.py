@@ -217,9 +217,16 @@ class OpenBody(Generic[T]):
             return None
 
     async def close(self) -> None:
-        """The caller (or its SDK) closed the body: before its end, it left it."""
+        """The caller (or its SDK) closed the body: before its end, it left it. Closed by
+        the collector's finalizers (the SDK's generator of a stream its caller dropped),
+        it is a hang-up like the watchdog's: the collection told ``dropped`` first, and that
+        close may come before the watchdog looks — it booked only what the caller had read
+        while the server had gone on generating."""
         if self._hung is not None:  # gptgate is hanging up: its drain reads the body
             await self._hung.wait()
+            return
+        if self.dropped:
+            await self.hang_up("dropped by its caller unread")
             return
         await self._finish(self._listener.left)
 

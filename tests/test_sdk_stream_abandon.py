@@ -11,6 +11,8 @@ as possibly billed.
 
 from __future__ import annotations
 
+import gc
+
 import anyio
 import httpx2
 import openai
@@ -36,10 +38,13 @@ def _client(gate: gg.Gateway) -> openai.AsyncOpenAI:
     return sdk_on(gate, timeout=3)
 
 
-async def _first_words(client: openai.AsyncOpenAI, n: int = 3) -> str:
+async def _first_words(
+    client: openai.AsyncOpenAI, n: int = 3, max_tokens: int | openai.NotGiven = openai.NOT_GIVEN
+) -> str:
     """Read the first ``n`` words of a streamed answer, then ``break`` (no close)."""
     stream = await client.chat.completions.create(
-        model="m", stream=True, messages=[{"role": "user", "content": "hi"}]
+        model="m", stream=True, messages=[{"role": "user", "content": "hi"}],
+        max_tokens=max_tokens,
     )
     words: list[str] = []
     async for chunk in stream:
@@ -183,3 +188,37 @@ def test_a_stream_dropped_by_a_task_that_lives_on_gives_its_permit_back() -> Non
     # most every 5 s, a stream is probed after 1 s unread
     assert took < 8.0, took
     assert held == 0
+
+
+async def _collected_first() -> tuple[LedgerEntry, int, int]:
+    """A preview whose dropped stream is closed by the collector's finalizer (the SDK's
+    generator closes its response) before its watchdog looks: any collection does that,
+    the application's or another stream's watchdog's."""
+    clock = LoopClock()
+    async with anyio.create_task_group() as tg:
+        server = GeneratingServer(tg, tokens=200, per_token_s=0.01)
+        gate = _gate(server, clock)
+        async with gate:
+            client = _client(gate)
+            async with anyio.create_task_group() as callers:
+                callers.start_soon(_first_words, client, 2, 40)  # ends: its stream is dropped
+            await clock.sleep(0.15)  # the server goes on generating into the socket
+            gc.collect()  # before the watchdog probes (0.2 s unread)
+            for _ in range(5):
+                await anyio.sleep(0)  # the finalizer's close runs
+            await clock.sleep(0.5)
+            total, held = gate.ledger.total(), gate.stats()["b"].in_flight
+        tg.cancel_scope.cancel()
+    return total, server.generated, held
+
+
+def test_a_stream_the_collector_closes_is_hung_up_and_booked_as_generated() -> None:
+    total, generated, held = run_virtual(_collected_first)
+    assert held == 0
+    assert generated >= 15
+    # what the server had sent is read off the wire, and what it may have generated until
+    # the hang-up (its max_tokens, 40: no answer taught the backend's pace yet) is booked,
+    # the unread rest as possibly billed (the collector's close booked only the 2 words
+    # read, as certain; then the drain missed the words still in flight)
+    assert total.output_tokens == 40 >= generated
+    assert total.uncertain_tokens == 40 - 2
