@@ -201,6 +201,9 @@ class _Attempt:
             return
         assert self.tap is not None
         if self.read_chars is None:
+            if self.tap.complete:  # its caller had read it whole: nothing was left unread
+                self.abandoned()
+                return
             self.read_chars = self.tap.content_chars
         if self.permit is not None:
             if complete:
