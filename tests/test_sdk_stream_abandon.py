@@ -255,3 +255,18 @@ def test_a_stream_left_unread_at_the_close_is_booked_as_possibly_generated() -> 
     # possibly billed — it used to book the two words read, as certain
     assert total.output_tokens == 40
     assert total.uncertain_tokens == 40 - 2
+
+
+def test_what_a_stream_hung_up_on_may_have_generated_is_bounded() -> None:
+    """``BilledWork.possibly_generated``: the backend's pace once an answer taught it (the
+    same line ``gate.chat`` uses for a request cut before its first token), else the
+    request's ``max_tokens`` — never more."""
+    from gptgate.billed import BilledWork
+
+    work = BilledWork()
+    assert work.possibly_generated(3.0, 40) == 40  # nothing learnt yet: its max_tokens
+    assert work.possibly_generated(3.0, None) == 0
+    for tokens in (10, 20, 40):
+        work.observe(0.5 + 0.1 * tokens, tokens, None)  # 0.5 s to the first, 0.1 s a token
+    assert work.possibly_generated(2.5, 100) == 20
+    assert work.possibly_generated(60.0, 100) == 100
