@@ -119,6 +119,14 @@ class BilledWork:
         intercept, seconds_per_token = line
         return _bounded((elapsed_s - max(0.0, intercept)) / seconds_per_token, max_tokens)
 
+    def possibly_generated(self, elapsed_s: float, max_tokens: int | None) -> int:
+        """Output tokens a server still generating may have produced ``elapsed_s`` after the
+        send (a stream hung up on mid-answer, its rest unread): ``generated_by``, else —
+        before any answer taught the line — ``max_tokens`` (0 without)."""
+        if self._by_time.line() is None:
+            return max_tokens or 0
+        return self.generated_by(elapsed_s, max_tokens)
+
     def _tokens_for_bytes(self, size: int) -> float:
         line = self._by_bytes.line()
         if line is None:

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Clock", "ScaledClock", "SystemClock"]
+__all__ = ["Clock", "ScaledClock", "SystemClock", "from_real"]
 
 
 @runtime_checkable
@@ -29,6 +29,11 @@ class Clock(Protocol):
     def to_real(self, seconds: float) -> float:
         """Convert a duration in this clock's seconds to real seconds (for anyio deadlines)."""
         ...
+
+
+def from_real(clock: Clock, seconds: float) -> float:
+    """Convert real seconds (an httpx timeout, an SDK's) to ``clock``'s seconds."""
+    return seconds * clock.scale
 
 
 class SystemClock:

@@ -1552,7 +1552,8 @@ class Gateway:
         elif isinstance(priority, bool) or not isinstance(priority, int):
             raise BadRequestError(f"priority must be an int, got {priority!r}")
         transport = GuardTransport(
-            self, backend, priority, resolved.name if resolved is not None else None
+            self, backend, priority, resolved.name if resolved is not None else None,
+            resolved.deadline_s if resolved is not None else None,
         )
         timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
         return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)

@@ -22,6 +22,7 @@ import httpx2
 
 from .billed import BilledWork
 from .budget import BudgetHold
+from .clock import from_real
 from .errors import (
     BudgetExceededError,
     GateError,
@@ -200,6 +201,9 @@ class _Attempt:
             return
         assert self.tap is not None
         if self.read_chars is None:
+            if self.tap.complete:  # its caller had read it whole: nothing was left unread
+                self.abandoned()
+                return
             self.read_chars = self.tap.content_chars
         if self.permit is not None:
             if complete:
@@ -332,6 +336,12 @@ class _Attempt:
             )
         else:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
+        if interrupted and self.read_chars is not None:
+            # hung up mid-answer: the server went on generating until then, past what the
+            # drain read — possibly billed, as for a request cut before its first token
+            output = max(output, self._billed().possibly_generated(
+                self._elapsed(), self.max_tokens()
+            ))
         # as gate.chat: an attempt left before the backend's usual first token, with nothing
         # generated, was still queued at the server, which bills nothing for it
         first_token = self.state.ttft.percentile(0.5)
@@ -517,12 +527,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
 
     def __init__(
         self, gate: GuardedGateway, state: BackendState | str, priority: int = 5,
-        scenario: str | None = None,
+        scenario: str | None = None, deadline_s: float | None = None,
     ) -> None:
         self._gate = gate
         self._state = state
         self._priority = priority
         self._scenario = scenario
+        #: the scenario's deadline (None: the gateway's ``deadline_s``)
+        self._deadline_s = deadline_s
         self._warned = False
 
     def _retry_funded(self, runner: CallRunner, state: BackendState) -> bool:
@@ -544,21 +556,35 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         self._gate.runner  # noqa: B018 - GatewayClosedError before anything else
         return self._gate.backend_state(self._state)
 
-    async def _acquire(self, state: BackendState, request: httpx2.Request) -> Permit:
-        """A permit, waited for no longer than the request's own pool timeout (httpx's model
-        for "waiting for a connection"): past it, ``httpx2.PoolTimeout`` (the SDK's own
-        timeout error)."""
+    def _wait_deadline(self, request: httpx2.Request) -> float | None:
+        """Until when (gateway clock) the request may wait for a permit or budget room: its
+        pool timeout — real seconds, as httpx counts every timeout — and the gateway's
+        deadline (the scenario's ``deadline_s``, else ``GatewayConfig.deadline_s``), the
+        earlier; None: no bound. Read as gateway seconds, a scaled clock cut the SDK's wait
+        short: under ``ScaledClock(5)`` its 10 s became 2 real seconds, and every queue
+        predicted longer was shed at once."""
+        clock = self._gate.clock
+        now = clock.now()
         timeouts = request.extensions.get("timeout")
         pool = timeouts.get("pool") if isinstance(timeouts, Mapping) else None
-        clock = self._gate.clock
-        deadline = clock.now() + pool if isinstance(pool, (int, float)) else None
+        ends = [now + from_real(clock, pool)] if isinstance(pool, (int, float)) else []
+        deadline_s = self._deadline_s or self._gate.config.deadline_s
+        if deadline_s:
+            ends.append(now + deadline_s)
+        return min(ends, default=None)
+
+    async def _acquire(self, state: BackendState, request: httpx2.Request) -> Permit:
+        """A permit, waited for no longer than the request's own pool timeout (httpx's model
+        for "waiting for a connection") or the gateway's deadline: past it,
+        ``httpx2.PoolTimeout`` (the SDK's own timeout error)."""
+        deadline = self._wait_deadline(request)
         try:
             return await state.limiter.acquire(priority=self._priority, deadline=deadline)
         except OverloadedError as exc:
             if deadline is None:
                 raise
             raise httpx2.PoolTimeout(
-                f"no permit of backend {state.name!r} within {pool}s: {exc.message}",
+                f"no permit of backend {state.name!r} in time: {exc.message}",
                 request=request,
             ) from exc
 
@@ -576,10 +602,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             input_tokens=_prompt_tokens(body),
             output_tokens=(_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0,
         )
-        timeouts = request.extensions.get("timeout")
-        pool = timeouts.get("pool") if isinstance(timeouts, Mapping) else None
-        now = self._gate.clock.now()
-        deadline = now + pool if isinstance(pool, (int, float)) else None
+        deadline = self._wait_deadline(request)
         return await runner.admit_cost(
             state, state.backend.price.cost(usage), self._priority, deadline
         )

@@ -81,11 +81,12 @@ class BodyListener(Protocol[T_contra]):
         """It failed under its reader (the server's or the network's doing)."""
 
     def left(self) -> None:
-        """The caller closed it or cancelled a read before its end, or the shutdown did."""
+        """The caller closed it or cancelled a read before its end, or the shutdown cut a
+        read in progress."""
 
     def hung_up(self, complete: bool) -> None:
-        """gptgate hung up on it (dropped, or unread too long) after draining what had
-        arrived; ``complete``: that drain reached its end."""
+        """gptgate hung up on it (dropped, unread too long, or unread at the shutdown) after
+        draining what had arrived; ``complete``: that drain reached its end."""
 
 
 class OpenBody(Generic[T]):
@@ -217,9 +218,16 @@ class OpenBody(Generic[T]):
             return None
 
     async def close(self) -> None:
-        """The caller (or its SDK) closed the body: before its end, it left it."""
+        """The caller (or its SDK) closed the body: before its end, it left it. Closed by
+        the collector's finalizers (the SDK's generator of a stream its caller dropped),
+        it is a hang-up like the watchdog's: the collection told ``dropped`` first, and that
+        close may come before the watchdog looks — it booked only what the caller had read
+        while the server had gone on generating."""
         if self._hung is not None:  # gptgate is hanging up: its drain reads the body
             await self._hung.wait()
+            return
+        if self.dropped:
+            await self.hang_up("dropped by its caller unread")
             return
         await self._finish(self._listener.left)
 
@@ -251,27 +259,29 @@ class OpenBody(Generic[T]):
             self._entry = None
 
     async def _shut(self) -> None:
-        """The shutdown closes a body nobody is reading."""
-        if self.done:
-            return
-        self._refusal = GatewayClosedError(_CLOSED, backend=self._backend)
-        await self._finish(self._listener.left)
+        """The shutdown closes a body nobody is reading: a hang-up, without the drain (its
+        grace is over); what the server generated meanwhile is possibly billed."""
+        await self._hang_up(GatewayClosedError(_CLOSED, backend=self._backend), drain=False)
 
     async def hang_up(self, why: str) -> None:
         """The caller left the body unread: read what had arrived (``drain``), hang up, and
         give its permit back (the listener's ``hung_up``)."""
+        refusal = RequestTimeout(
+            f"the stream was {why}: gptgate hung up and gave its permit back",
+            backend=self._backend,
+        )
+        await self._hang_up(refusal, drain=self._drain)
+
+    async def _hang_up(self, refusal: GateError, *, drain: bool) -> None:
         if self.done:
             return
         self._set_done()
         self._hung = anyio.Event()
-        self._refusal = RequestTimeout(
-            f"the stream was {why}: gptgate hung up and gave its permit back",
-            backend=self._backend,
-        )
+        self._refusal = refusal
         self._unregister()
         complete = False
         try:
-            if self._drain:
+            if drain:
                 complete = await self._drained()
         finally:  # cut short (the gateway closing), it hangs up all the same
             await self._close_inner()
