@@ -43,7 +43,8 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
-from .hedge import HedgeBudget, HedgePolicy, hedge_delay, uses_tools
+from .hedge import HedgeBudget, HedgePolicy, uses_tools
+from .hedge_timing import Progress, await_hedge_moment
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -353,6 +354,7 @@ class _Attempt:
         state.queue_s += queue_s
         self.sent = True
         state.sent_to, state.sent_at = backend, sent_at
+        runner.hedge_progress(backend.name).sent(sent_at)
         if state.on_sent is not None:
             state.on_sent.set()
         backend.calls += 1
@@ -426,6 +428,12 @@ class _Attempt:
         self.ttft = self.clock.now() - self.sent_at
         if self.ticket is not None:
             self.ticket.prefilled()
+        self.progressed()
+
+    def progressed(self) -> None:
+        """The first token (SSE) or the answer (JSON) came: when a hedge may go learns."""
+        progress = self.runner.hedge_progress(self.backend.name)
+        progress.shown(self.sent_at, self.clock.now(), first_token=self.streamed)
 
     async def read_body(self, request: httpx2.Request) -> ParsedChat:
         """Send for a JSON answer and read it whole, within the attempt's bound."""
@@ -621,6 +629,8 @@ class CallRunner:
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
         #: per (ratio, window): the gateway's hedge budgets (gptgate/hedge.py)
         self.hedge_budgets: dict[tuple[float, float], HedgeBudget] = {}
+        #: per backend: its requests' sends and first tokens or answers (hedge timing)
+        self._hedge_progress: dict[str, Progress] = {}
 
     def _chat_url(self, backend: BackendState) -> httpx2.URL:
         """``{base_url}chat/completions``, joined as httpx2 joins a relative URL to the base
@@ -946,6 +956,7 @@ class CallRunner:
                 parsed = reader.result()
             else:
                 parsed = await attempt.read_body(request)
+                attempt.progressed()
             attempt.succeed(parsed)
         except (GeneratorExit, anyio.get_cancelled_exc_class()):
             attempt.abandon()
@@ -1385,6 +1396,12 @@ class CallRunner:
             budget = self.hedge_budgets[key] = HedgeBudget(*key)
         return budget
 
+    def hedge_progress(self, backend: str) -> Progress:
+        progress = self._hedge_progress.get(backend)
+        if progress is None:
+            progress = self._hedge_progress[backend] = Progress()
+        return progress
+
     def _hedge_target(self, spec: CallSpec, state: CallState) -> frozenset[str]:
         """What the duplicate avoids: the first attempt's backend when another eligible
         healthy one exists (the router keeps a private call on private backends), else
@@ -1400,10 +1417,10 @@ class CallRunner:
     async def _hedge_after_p95(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
-        """Wait for the first attempt's send, then past its backend's p95 — of first tokens
-        for a call on the wire as SSE (raced to its first token; the whole answers' p95 while
-        the backend has no first-token times yet), else of whole answers: a duplicate's state
-        when one may go (no tools unless allowed, within the budget)."""
+        """Wait for the first attempt's send, then until it has waited past its backend's
+        normal wait — of first tokens for a call on the wire as SSE (raced to its first
+        token), else of whole answers — and been overtaken (gptgate/hedge_timing.py): a
+        duplicate's state when one may go (no tools unless allowed, within the budget)."""
         assert state.on_sent is not None
         await state.on_sent.wait()
         first = state.sent_to
@@ -1413,12 +1430,12 @@ class CallRunner:
         # have left the window by the time its tail (the calls worth hedging) runs
         budget = self._hedge_budget(policy)
         budget.record_call(self.clock.now())
-        delay = hedge_delay(first.ttft, policy) if spec.stream else None
-        if delay is None:
-            delay = hedge_delay(first.latency, policy)
-        if delay is None or (uses_tools(spec.params) and not policy.tools):
+        if uses_tools(spec.params) and not policy.tools:
             return None
-        await self.clock.sleep(delay)
+        await await_hedge_moment(
+            self.hedge_progress(first.name), state.sent_at, policy.quantile,
+            policy.min_samples, spec.stream, self.clock,
+        )
         if done.is_set():
             return None
         spent_at = self.clock.now()
