@@ -44,7 +44,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, uses_tools
-from .hedge_timing import Progress, await_hedge_moment
+from .hedge_timing import Progress, await_hedge_room
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -1432,18 +1432,13 @@ class CallRunner:
         budget.record_call(self.clock.now())
         if uses_tools(spec.params) and not policy.tools:
             return None
-        await await_hedge_moment(
-            self.hedge_progress(first.name), state.sent_at, policy.quantile,
-            policy.min_samples, spec.stream, self.clock,
+        spent_at = await await_hedge_room(  # cancelled with the race
+            self.hedge_progress(first.name), budget, state.sent_at, policy, spec.stream,
+            self.clock,
         )
         if done.is_set():
+            budget.give_back(spent_at, self.clock.now())
             return None
-        spent_at = self.clock.now()
-        if not budget.try_spend(spent_at):
-            spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
-            if done.is_set():
-                budget.give_back(spent_at, self.clock.now())
-                return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,

@@ -95,9 +95,10 @@ class HedgeBudget:
             self._granted_at[arrival] = now
             granted.set()
 
-    def try_spend(self, now: float) -> bool:
+    def try_spend(self, now: float, share: float = 1.0) -> bool:
+        """Take room for one hedge if it fits under ``share`` of the cap."""
         self._trim(now)
-        if len(self._hedges) + 1 > self.ratio * len(self._calls):
+        if len(self._hedges) + 1 > share * self.ratio * len(self._calls):
             return False
         self._hedges.append(now)
         return True

@@ -15,8 +15,8 @@ ours); while later requests wait as it does, it waits for one of them to overtak
 
 The normal wait is the policy's quantile of the backend's recent first tokens (a call on the
 wire as SSE; its whole answers until it has enough first tokens) or whole answers (JSON),
-taken once the far outliers are set aside — above Tukey's far fence, the upper quartile + 3
-interquartile ranges: the stalls that were not hedged must not teach the hedge to wait as long
+taken once the far outliers are set aside — beyond the median + 9 median absolute deviations,
+about Tukey's far fence: the stalls that were not hedged must not teach the hedge to wait as long
 as they did (at 5% stalls the plain p95 *is* a stall). Samples are taken when the first token
 (or answer) arrives, not when the call ends, and only from attempts that got one — a loser cut
 before its first token is not counted, nor is its wait.
@@ -29,11 +29,15 @@ from collections import deque
 import anyio
 
 from .clock import Clock
+from .hedge import HedgeBudget, HedgePolicy
 
-__all__ = ["FAR_FENCE_IQR", "Progress", "Waits", "await_hedge_moment"]
+__all__ = ["FAR_FENCE_MADS", "OUTLIER_MADS", "Progress", "Waits", "await_hedge_room"]
 
-#: beyond the upper quartile + this many interquartile ranges a wait is no normal wait
-FAR_FENCE_IQR = 3.0
+#: beyond the median + this many median absolute deviations a wait is no normal wait (about
+#: Tukey's far fence, robust up to half the waits stalled where quartiles break at a quarter)
+FAR_FENCE_MADS = 9.0
+#: and beyond this many (about Tukey's inner fence) the request is surely stuck
+OUTLIER_MADS = 4.0
 
 
 class Waits:
@@ -44,28 +48,31 @@ class Waits:
     def __init__(self, size: int = 512) -> None:
         self._waits: deque[float] = deque(maxlen=size)
         self.count = 0
-        #: (count, quantile, the normal wait then): the calls woken together sort once
-        self._normal: tuple[int, float, float] | None = None
+        #: (count, quantile, the normal wait and the fence then): calls woken together sort once
+        self._normal: tuple[int, float, float, float] | None = None
 
     def add(self, wait: float) -> None:
         self._waits.append(wait)
         self.count += 1
 
-    def normal(self, quantile: float) -> float:
-        """``quantile`` of the recent waits, far outliers set aside (at least one sample)."""
+    def normal(self, quantile: float) -> tuple[float, float]:
+        """``quantile`` of the recent waits, far outliers set aside, and the far fence (at
+        least one sample)."""
         cached = self._normal
         if cached is not None and cached[0] == self.count and cached[1] == quantile:
-            return cached[2]
+            return cached[2], cached[3]
         ordered = sorted(self._waits)
         last = len(ordered) - 1
-        q1, q3 = ordered[round(0.25 * last)], ordered[round(0.75 * last)]
-        fence = q3 + FAR_FENCE_IQR * (q3 - q1)
+        median = ordered[last // 2]
+        spread = sorted(abs(wait - median) for wait in ordered)[last // 2]  # the MAD
+        fence = median + FAR_FENCE_MADS * spread
         kept = last
         while ordered[kept] > fence:
             kept -= 1
         normal = ordered[round(quantile * kept)]
-        self._normal = (self.count, quantile, normal)
-        return normal
+        stuck = max(normal, median + OUTLIER_MADS * spread)
+        self._normal = (self.count, quantile, normal, stuck)
+        return normal, stuck
 
 
 class Progress:
@@ -95,9 +102,12 @@ class Progress:
         """Until a request shows something."""
         await self._changed.wait()
 
-    def normal_wait(self, quantile: float, min_samples: int, first_token: bool) -> float | None:
-        """The normal wait to a first token (or a whole answer); None before ``min_samples``
-        (the whole answers' stand in for first tokens until there are enough of those)."""
+    def normal_wait(
+        self, quantile: float, min_samples: int, first_token: bool
+    ) -> tuple[float, float] | None:
+        """The normal wait to a first token (or a whole answer) and the far fence; None
+        before ``min_samples`` (the whole answers' stand in for first tokens until there are
+        enough of those)."""
         for waits in (self.first_tokens, self.answers) if first_token else (self.answers,):
             if waits.count >= min_samples:
                 return waits.normal(quantile)
@@ -109,24 +119,50 @@ class Progress:
         return self.latest_sent > sent_at >= self.latest_shown
 
 
-async def await_hedge_moment(
+async def await_hedge_room(
     progress: Progress,
+    budget: HedgeBudget,
     sent_at: float,
-    quantile: float,
-    min_samples: int,
+    policy: HedgePolicy,
     first_token: bool,
     clock: Clock,
+) -> float:
+    """Return, with the budget's room taken (the time it was), once a request sent at
+    ``sent_at`` that has shown nothing yet may be hedged (the caller cancels this when it
+    shows something). Before ``min_samples`` the normal wait is unknown: wait for them, then
+    count from the send — a job's first calls, sent together, are hedged too.
+
+    Past the normal wait a call may take only the first half of the budget: the other half is
+    kept for the calls past the far fence, which are surely stuck (a stall) where the others
+    may be merely slow — when both want more than the budget, the stuck ones get it, longest
+    waiter first."""
+    await _past(progress, sent_at, policy, first_token, clock, far=False)
+    now = clock.now()
+    if budget.try_spend(now, share=0.5):
+        return now
+    await _past(progress, sent_at, policy, first_token, clock, far=True)
+    now = clock.now()
+    if budget.try_spend(now):
+        return now
+    return await budget.wait_turn(sent_at)
+
+
+async def _past(
+    progress: Progress,
+    sent_at: float,
+    policy: HedgePolicy,
+    first_token: bool,
+    clock: Clock,
+    far: bool,
 ) -> None:
-    """Return once a request sent at ``sent_at`` that has shown nothing yet may be hedged
-    (the caller cancels this when it shows something). Before ``min_samples`` the normal wait
-    is unknown: wait for them, then count from the send — a job's first calls, sent together,
-    are hedged too."""
+    """Until the request has waited past the normal wait (or the far fence) and the backend
+    is not holding back the requests sent after it too."""
     while True:
-        normal = progress.normal_wait(quantile, min_samples, first_token)
-        if normal is None:
+        waits = progress.normal_wait(policy.quantile, policy.min_samples, first_token)
+        if waits is None:
             await progress.changed()
             continue
-        wait = sent_at + normal - clock.now()
+        wait = sent_at + waits[far] - clock.now()
         if wait > 0:
             await clock.sleep(wait)
             continue  # the normal wait may have grown meanwhile
