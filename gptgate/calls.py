@@ -1414,7 +1414,7 @@ class CallRunner:
             return avoid | {first.name}
         return avoid
 
-    async def _hedge_after_p95(
+    async def _hedge_when_due(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
         """Wait for the first attempt's send, then until it has waited past its backend's
@@ -1454,7 +1454,7 @@ class CallRunner:
         self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
     ) -> ChatResult:
         """One attempt of a non-visible call, raced against at most one duplicate sent once
-        it has waited past its backend's p95: the first success wins and the other is
+        it has waited past its backend's normal wait: the first success wins and the other is
         cancelled (its sent request is billed as a cancelled attempt is). With every racer
         failed, the first attempt's error goes to the retry policy."""
         async def run(spec: CallSpec, racer: CallState) -> None:
@@ -1481,8 +1481,8 @@ class CallRunner:
         duplicates: list[CallState],
         patient: bool = False,
     ) -> tuple[list[tuple[CallState, _T]], list[GateError]]:
-        """The race both hedges run: ``run`` the first attempt, and at most one duplicate
-        once it has waited past its backend's p95; the first racer whose ``run`` returns wins
+        """The race both hedges run: ``run`` the first attempt, and at most one duplicate once
+        it is due (gptgate/hedge_timing.py); the first racer whose ``run`` returns wins
         and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
         order (two only when they finished in the same instant, or in a patient race), and the
         errors of those that failed. A duplicate sent is added to ``duplicates`` at once, so
@@ -1532,7 +1532,7 @@ class CallRunner:
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
             async def hedger() -> None:
-                racer = await self._hedge_after_p95(spec, state, policy, done)
+                racer = await self._hedge_when_due(spec, state, policy, done)
                 if racer is not None and running:
                     duplicates.append(racer)
                     group.start_soon(race, racer, _ahead_of_the_queue(spec))
@@ -1587,7 +1587,7 @@ class CallRunner:
     ) -> AsyncGenerator[str, None]:
         """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
         way — raced, while nothing has been shown, against at most one duplicate sent once it
-        has waited past its backend's p95 time to first token.
+        has waited past its backend's normal time to first token and been overtaken.
         The first racer to produce a token wins and is the stream the caller reads; the other
         is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
         first token, so a stream that has shown text is never hedged. A ``hidden`` call shows

@@ -48,7 +48,7 @@ class Waits:
     def __init__(self, size: int = 512) -> None:
         self._waits: deque[float] = deque(maxlen=size)
         self.count = 0
-        #: (count, quantile, the normal wait and the fence then): calls woken together sort once
+        #: (count, quantile, the normal and the stuck wait then): calls woken together sort once
         self._normal: tuple[int, float, float, float] | None = None
 
     def add(self, wait: float) -> None:
@@ -56,8 +56,8 @@ class Waits:
         self.count += 1
 
     def normal(self, quantile: float) -> tuple[float, float]:
-        """``quantile`` of the recent waits, far outliers set aside, and the far fence (at
-        least one sample)."""
+        """``quantile`` of the recent waits, far outliers set aside, and the wait past which
+        a request is surely stuck (at least one sample)."""
         cached = self._normal
         if cached is not None and cached[0] == self.count and cached[1] == quantile:
             return cached[2], cached[3]
@@ -105,7 +105,7 @@ class Progress:
     def normal_wait(
         self, quantile: float, min_samples: int, first_token: bool
     ) -> tuple[float, float] | None:
-        """The normal wait to a first token (or a whole answer) and the far fence; None
+        """The normal wait to a first token (or a whole answer) and the stuck one; None
         before ``min_samples`` (the whole answers' stand in for first tokens until there are
         enough of those)."""
         for waits in (self.first_tokens, self.answers) if first_token else (self.answers,):
@@ -133,14 +133,14 @@ async def await_hedge_room(
     count from the send — a job's first calls, sent together, are hedged too.
 
     Past the normal wait a call may take only the first half of the budget: the other half is
-    kept for the calls past the far fence, which are surely stuck (a stall) where the others
-    may be merely slow — when both want more than the budget, the stuck ones get it, longest
-    waiter first."""
-    await _past(progress, sent_at, policy, first_token, clock, far=False)
+    kept for the calls surely stuck (past the median + ``OUTLIER_MADS`` spreads: a stall) where
+    the others may be merely slow — when both want more than the budget, the stuck ones get
+    it, longest waiter first."""
+    await _past(progress, sent_at, policy, first_token, clock, stuck=False)
     now = clock.now()
     if budget.try_spend(now, share=0.5):
         return now
-    await _past(progress, sent_at, policy, first_token, clock, far=True)
+    await _past(progress, sent_at, policy, first_token, clock, stuck=True)
     now = clock.now()
     if budget.try_spend(now):
         return now
@@ -153,16 +153,16 @@ async def _past(
     policy: HedgePolicy,
     first_token: bool,
     clock: Clock,
-    far: bool,
+    stuck: bool,
 ) -> None:
-    """Until the request has waited past the normal wait (or the far fence) and the backend
-    is not holding back the requests sent after it too."""
+    """Until the request has waited past the normal (or the stuck) wait and the backend is
+    not holding back the requests sent after it too."""
     while True:
         waits = progress.normal_wait(policy.quantile, policy.min_samples, first_token)
         if waits is None:
             await progress.changed()
             continue
-        wait = sent_at + waits[far] - clock.now()
+        wait = sent_at + waits[stuck] - clock.now()
         if wait > 0:
             await clock.sleep(wait)
             continue  # the normal wait may have grown meanwhile
