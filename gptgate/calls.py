@@ -1297,6 +1297,8 @@ class CallRunner:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):
             self._count_backend_failure(backend, error, now)
+            if error.status in (429, 503):  # full: no duplicate takes another's place
+                self.hedge_progress(backend.name).refused(now)
         wasted = self._wasted_usage(backend, spec, error, now - sent_at)
         if wasted is not None:
             state.cost_usd += self.ledger.record_attempt(

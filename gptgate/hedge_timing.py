@@ -79,7 +79,9 @@ class Progress:
     """One backend's requests as a hedge sees them: the latest send, and for the requests
     that showed something (a first token, or a JSON answer), when they were sent and waited."""
 
-    __slots__ = ("_changed", "answers", "first_tokens", "latest_sent", "latest_shown")
+    __slots__ = (
+        "_changed", "answers", "first_tokens", "latest_refused", "latest_sent", "latest_shown"
+    )
 
     def __init__(self) -> None:
         self.first_tokens = Waits()
@@ -87,10 +89,15 @@ class Progress:
         self.latest_sent = float("-inf")
         #: the latest send among the requests that showed something
         self.latest_shown = float("-inf")
+        #: when the backend last refused a request as too many (429, 503)
+        self.latest_refused = float("-inf")
         self._changed = anyio.Event()
 
     def sent(self, at: float) -> None:
         self.latest_sent = max(self.latest_sent, at)
+
+    def refused(self, at: float) -> None:
+        self.latest_refused = at
 
     def shown(self, sent_at: float, now: float, first_token: bool) -> None:
         (self.first_tokens if first_token else self.answers).add(now - sent_at)
@@ -115,8 +122,9 @@ class Progress:
 
     def held_back(self, sent_at: float) -> bool:
         """Requests sent after ``sent_at`` exist and none of them has shown anything yet:
-        the backend is slow for everyone, not for this request."""
-        return self.latest_sent > sent_at >= self.latest_shown
+        the backend is slow for everyone, not for this request. Or it has refused a request
+        as too many since: it is full, and a duplicate would take the place of another."""
+        return self.latest_sent > sent_at >= self.latest_shown or self.latest_refused >= sent_at
 
 
 async def await_hedge_room(
