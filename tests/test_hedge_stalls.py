@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import anyio
+import httpx2
 import pytest
 
 import gptgate as gg
 from gptgate.hedge_timing import Progress
 from gptgate.sim import get_profile
 from gptgate.testing import LoopClock, run_virtual, sim_backend
-from tests.test_hedge import STALL, Server, _gate, _hedges, _msg
+from tests.test_hedge import STALL, Server, _gate, _hedges, _msg, _warm
 
 CALLS = 300
 
@@ -129,5 +130,52 @@ def test_a_call_of_the_first_wave_is_hedged_once_the_backend_has_samples() -> No
                 tg.start_soon(call, text)
         assert server.sent("slow") == ["a", "a"]
         assert took["slow"] == pytest.approx(2.0, abs=0.05)  # 1 s to the samples, then 1 s
+
+    run_virtual(main)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_no_duplicate_for_a_call_whose_backend_refused_a_request_as_too_many(
+    refused: bool,
+) -> None:
+    """A stalled call, overtaken by a later one, is hedged — unless the backend answered a
+    request with 503 (its queue full) since the call was sent: a duplicate would take the
+    place of another request (a drawn server with bounded queues: p99 1.09-1.20× with hedging,
+    5-8 duplicates, each pushing another request into a 503 and its back-off)."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        server = Server(clock, stall={"slow"})
+        inner = server.transport("a")
+
+        async def handler(request: httpx2.Request) -> httpx2.Response:
+            if b'"full"' in request.content:
+                return httpx2.Response(503, json={"error": {"message": "queue full"}})
+            return await inner.handle_async_request(request)
+
+        gate = gg.Gateway(
+            [gg.Backend(name="a", base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
+                        concurrency=8, transport=httpx2.MockTransport(handler))],
+            clock=clock, seed=1,
+        )
+        policy = gg.HedgePolicy(min_samples=5, budget_ratio=1.0, quantile=0.5)
+        took: dict[str, float] = {}
+
+        async def call(text: str) -> None:
+            start = clock.now()
+            await gate.chat(_msg(text), hedge=policy)
+            took[text] = clock.now() - start
+
+        async with gate:
+            await _warm(gate, 5)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "slow")
+                await clock.sleep(0.1)
+                if refused:
+                    with pytest.raises(gg.GateError):
+                        await gate.chat(_msg("full"), max_attempts=1)
+                tg.start_soon(call, "later")  # answered at 1.2 s: it overtakes "slow"
+        assert server.sent("slow") == (["a"] if refused else ["a", "a"])
+        assert took["slow"] == pytest.approx(STALL if refused else 2.1, abs=0.05)
 
     run_virtual(main)
