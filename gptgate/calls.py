@@ -43,7 +43,8 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
-from .hedge import HedgeBudget, HedgePolicy, hedge_delay, uses_tools
+from .hedge import HedgeBudget, HedgePolicy, uses_tools
+from .hedge_timing import Progress, await_hedge_room
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -353,6 +354,7 @@ class _Attempt:
         state.queue_s += queue_s
         self.sent = True
         state.sent_to, state.sent_at = backend, sent_at
+        runner.hedge_progress(backend.name).sent(sent_at)
         if state.on_sent is not None:
             state.on_sent.set()
         backend.calls += 1
@@ -426,6 +428,12 @@ class _Attempt:
         self.ttft = self.clock.now() - self.sent_at
         if self.ticket is not None:
             self.ticket.prefilled()
+        self.progressed()
+
+    def progressed(self) -> None:
+        """The first token (SSE) or the answer (JSON) came: when a hedge may go learns."""
+        progress = self.runner.hedge_progress(self.backend.name)
+        progress.shown(self.sent_at, self.clock.now(), first_token=self.streamed)
 
     async def read_body(self, request: httpx2.Request) -> ParsedChat:
         """Send for a JSON answer and read it whole, within the attempt's bound."""
@@ -622,6 +630,8 @@ class CallRunner:
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
         #: per (ratio, window): the gateway's hedge budgets (gptgate/hedge.py)
         self.hedge_budgets: dict[tuple[float, float], HedgeBudget] = {}
+        #: per backend: its requests' sends and first tokens or answers (hedge timing)
+        self._hedge_progress: dict[str, Progress] = {}
 
     def _chat_url(self, backend: BackendState) -> httpx2.URL:
         """``{base_url}chat/completions``, joined as httpx2 joins a relative URL to the base
@@ -947,6 +957,7 @@ class CallRunner:
                 parsed = reader.result()
             else:
                 parsed = await attempt.read_body(request)
+                attempt.progressed()
             attempt.succeed(parsed)
         except (GeneratorExit, anyio.get_cancelled_exc_class()):
             attempt.abandon()
@@ -1287,6 +1298,8 @@ class CallRunner:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):
             self._count_backend_failure(backend, error, now)
+            if error.status in (429, 503):  # full: no duplicate takes another's place
+                self.hedge_progress(backend.name).refused(now)
         wasted = self._wasted_usage(backend, spec, error, now - sent_at)
         if wasted is not None:
             state.cost_usd += self.ledger.record_attempt(
@@ -1386,6 +1399,12 @@ class CallRunner:
             budget = self.hedge_budgets[key] = HedgeBudget(*key)
         return budget
 
+    def hedge_progress(self, backend: str) -> Progress:
+        progress = self._hedge_progress.get(backend)
+        if progress is None:
+            progress = self._hedge_progress[backend] = Progress()
+        return progress
+
     def _hedge_target(self, spec: CallSpec, state: CallState) -> frozenset[str]:
         """What the duplicate avoids: the first attempt's backend when another eligible
         healthy one exists (the router keeps a private call on private backends), else
@@ -1398,13 +1417,13 @@ class CallRunner:
             return avoid | {first.name}
         return avoid
 
-    async def _hedge_after_p95(
+    async def _hedge_when_due(
         self, spec: CallSpec, state: CallState, policy: HedgePolicy, done: anyio.Event
     ) -> CallState | None:
-        """Wait for the first attempt's send, then past its backend's p95 — of first tokens
-        for a call on the wire as SSE (raced to its first token; the whole answers' p95 while
-        the backend has no first-token times yet), else of whole answers: a duplicate's state
-        when one may go (no tools unless allowed, within the budget)."""
+        """Wait for the first attempt's send, then until it has waited past its backend's
+        normal wait — of first tokens for a call on the wire as SSE (raced to its first
+        token), else of whole answers — and been overtaken (gptgate/hedge_timing.py): a
+        duplicate's state when one may go (no tools unless allowed, within the budget)."""
         assert state.on_sent is not None
         await state.on_sent.wait()
         first = state.sent_to
@@ -1414,20 +1433,15 @@ class CallRunner:
         # have left the window by the time its tail (the calls worth hedging) runs
         budget = self._hedge_budget(policy)
         budget.record_call(self.clock.now())
-        delay = hedge_delay(first.ttft, policy) if spec.stream else None
-        if delay is None:
-            delay = hedge_delay(first.latency, policy)
-        if delay is None or (uses_tools(spec.params) and not policy.tools):
+        if uses_tools(spec.params) and not policy.tools:
             return None
-        await self.clock.sleep(delay)
+        spent_at = await await_hedge_room(  # cancelled with the race
+            self.hedge_progress(first.name), budget, state.sent_at, policy, spec.stream,
+            self.clock,
+        )
         if done.is_set():
+            budget.give_back(spent_at, self.clock.now())
             return None
-        spent_at = self.clock.now()
-        if not budget.try_spend(spent_at):
-            spent_at = await budget.wait_turn(state.sent_at)  # cancelled with the race
-            if done.is_set():
-                budget.give_back(spent_at, self.clock.now())
-                return None
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
@@ -1443,7 +1457,7 @@ class CallRunner:
         self, spec: CallSpec, state: CallState, number: int, policy: HedgePolicy
     ) -> ChatResult:
         """One attempt of a non-visible call, raced against at most one duplicate sent once
-        it has waited past its backend's p95: the first success wins and the other is
+        it has waited past its backend's normal wait: the first success wins and the other is
         cancelled (its sent request is billed as a cancelled attempt is). With every racer
         failed, the first attempt's error goes to the retry policy."""
         async def run(spec: CallSpec, racer: CallState) -> None:
@@ -1470,8 +1484,8 @@ class CallRunner:
         duplicates: list[CallState],
         patient: bool = False,
     ) -> tuple[list[tuple[CallState, _T]], list[GateError]]:
-        """The race both hedges run: ``run`` the first attempt, and at most one duplicate
-        once it has waited past its backend's p95; the first racer whose ``run`` returns wins
+        """The race both hedges run: ``run`` the first attempt, and at most one duplicate once
+        it is due (gptgate/hedge_timing.py); the first racer whose ``run`` returns wins
         and the other is cancelled (``abandon()`` bills it). → the racers that finished, in
         order (two only when they finished in the same instant, or in a patient race), and the
         errors of those that failed. A duplicate sent is added to ``duplicates`` at once, so
@@ -1521,7 +1535,7 @@ class CallRunner:
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
             async def hedger() -> None:
-                racer = await self._hedge_after_p95(spec, state, policy, done)
+                racer = await self._hedge_when_due(spec, state, policy, done)
                 if racer is not None and running:
                     duplicates.append(racer)
                     group.start_soon(race, racer, _ahead_of_the_queue(spec))
@@ -1576,7 +1590,7 @@ class CallRunner:
     ) -> AsyncGenerator[str, None]:
         """One attempt on the wire as SSE — a visible stream, or a hidden call raced the same
         way — raced, while nothing has been shown, against at most one duplicate sent once it
-        has waited past its backend's p95 time to first token.
+        has waited past its backend's normal time to first token and been overtaken.
         The first racer to produce a token wins and is the stream the caller reads; the other
         is cancelled at that moment (billed as a cancelled attempt is). The race ends at the
         first token, so a stream that has shown text is never hedged. A ``hidden`` call shows

@@ -1,5 +1,6 @@
-"""Tail hedging: after a call has waited past its backend's p95, send one duplicate and keep
-whichever answers first (Dean & Barroso, "The Tail at Scale": a job ends with its slowest call).
+"""Tail hedging: after a call has waited past its backend's normal wait (p95) and been
+overtaken, send one duplicate and keep whichever answers first (Dean & Barroso, "The Tail at
+Scale": a job ends with its slowest call). When exactly is gptgate/hedge_timing.py.
 
 :class:`HedgePolicy` is the opt-in (``gate.chat(..., hedge=True)`` or
 ``Scenario(hedge=HedgePolicy(...))``); :class:`HedgeBudget` caps duplicates at a fraction of
@@ -12,15 +13,12 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-if TYPE_CHECKING:
-    from .routing import LatencyWindow
-
-__all__ = ["HedgeBudget", "HedgePolicy", "hedge_delay", "resolve_hedge", "uses_tools"]
+__all__ = ["HedgeBudget", "HedgePolicy", "resolve_hedge", "uses_tools"]
 
 
 class HedgePolicy(BaseModel):
@@ -29,12 +27,13 @@ class HedgePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     #: hedge once the call has waited past this quantile of its backend's latency (whole
-    #: answer) or time to first token (stream), measured from the send
+    #: answer) or time to first token (stream), measured from the send, far outliers (the
+    #: stalls themselves) set aside — and requests sent after it have overtaken it
     quantile: float = Field(default=0.95, gt=0, lt=1)
     #: duplicates ≤ this fraction of the hedge-enabled calls over ``window_s``
     budget_ratio: float = Field(default=0.05, gt=0, le=1)
     window_s: float = Field(default=60.0, gt=0)
-    #: no hedge before the backend has this many latencies (its p95 is not known yet)
+    #: a call waits until the backend has this many latencies (its p95 is not known before)
     min_samples: int = Field(default=20, ge=1)
     #: a call with ``tools`` is hedged only when its tools are idempotent: the user says so
     tools: StrictBool = False
@@ -57,13 +56,6 @@ def resolve_hedge(hedge: object, scenario_hedge: HedgePolicy | None) -> HedgePol
 
 def uses_tools(params: Mapping[str, Any]) -> bool:
     return bool(params.get("tools") or params.get("functions"))
-
-
-def hedge_delay(window: LatencyWindow, policy: HedgePolicy) -> float | None:
-    """The policy's quantile of a backend's recent latencies, or None before enough data."""
-    if window.count < policy.min_samples:
-        return None
-    return window.percentile(policy.quantile)
 
 
 class HedgeBudget:
@@ -103,9 +95,10 @@ class HedgeBudget:
             self._granted_at[arrival] = now
             granted.set()
 
-    def try_spend(self, now: float) -> bool:
+    def try_spend(self, now: float, share: float = 1.0) -> bool:
+        """Take room for one hedge if it fits under ``share`` of the cap."""
         self._trim(now)
-        if len(self._hedges) + 1 > self.ratio * len(self._calls):
+        if len(self._hedges) + 1 > share * self.ratio * len(self._calls):
             return False
         self._hedges.append(now)
         return True

@@ -174,9 +174,10 @@ def test_the_budget_is_never_exceeded() -> None:
 
 def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_waiter_first(
 ) -> None:
-    """Two stalled calls pass their threshold with no room left: they wait in line (not give
-    up, as they used to). When new calls make room for one hedge, it goes to the call that
-    has waited longest since its send; the other waits its stall out."""
+    """Two stalled calls, overtaken by calls sent after them, pass their threshold with no
+    room left: they wait in line (not give up, as they used to). When a new call makes room
+    for one hedge, it goes to the call that has waited longest since its send; the other waits
+    its stall out."""
 
     async def main() -> None:
         clock = LoopClock()
@@ -196,13 +197,15 @@ def test_a_call_that_found_the_budget_spent_is_hedged_when_room_comes_longest_wa
                 tg.start_soon(call, "x")  # the 6th call
                 await clock.sleep(0.25)
                 tg.start_soon(call, "y")  # the 7th
-                await clock.sleep(2.0)  # both past p50 (1 s), waiting for room
-                assert _hedges(gate) == {"a": 0}
-                for i in range(3):  # the 10th call makes room for one hedge
+                await clock.sleep(0.25)
+                for i in range(2):  # the 8th and 9th: answered at 1.5 s, overtaking both
                     tg.start_soon(call, f"z{i}")
+                await clock.sleep(1.5)  # both past p50 (1 s) and overtaken, waiting for room
+                assert _hedges(gate) == {"a": 0}
+                tg.start_soon(call, "z2")  # the 10th call makes room for one hedge
             assert server.sent("x") == ["a", "a"] and server.sent("y") == ["a"]
             assert _hedges(gate) == {"a": 1}
-            assert took["x"] == pytest.approx(2.25 + FAST, abs=0.05)
+            assert took["x"] == pytest.approx(2.0 + FAST, abs=0.05)
             assert took["y"] == pytest.approx(STALL, abs=0.05)
 
     run_virtual(main)
