@@ -57,6 +57,14 @@ JUDGE_OF: dict[str, str] = {
 }
 #: a margin shown for a condition that cannot bind (no fixed limit reaches auto's goodput)
 ROOM = 100.0
+#: a figure exactly on its bound holds (1.02 × 10.0 is 10.200000000000001 in floating point)
+_EPSILON = 1e-9
+
+
+def _holds(*slacks: float) -> tuple[bool, float]:
+    """Whether every condition holds, and the tightest slack (the verdict's margin)."""
+    margin = min(slacks)
+    return margin >= -_EPSILON, margin
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +120,13 @@ def judge_cache(f: CacheFigures) -> list[Verdict]:
     return [
         Verdict(
             "cache",
-            min(hit_slack, time_slack, lost_slack) >= 0,
-            min(hit_slack, time_slack, lost_slack),
+            *_holds(hit_slack, time_slack, lost_slack),
             f"hit {f.gate.hit:.1%} vs {best_name} {best.hit:.1%} (−2 pts), "
             f"time {time_ratio:.2f}× {best_name}'s (≤ 1.05×){lost}",
         ),
         Verdict(
             "cache floor",
-            min(floor_hit, floor_time, floor_lost_slack) >= 0,
-            min(floor_hit, floor_time, floor_lost_slack),
+            *_holds(floor_hit, floor_time, floor_lost_slack),
             f"hit {f.gate.hit - f.plain.hit:+.1%} vs plain (≥ −5 pts), "
             f"time {plain_ratio:.2f}× plain's (≤ 1.10×){floor_lost}",
         ),
@@ -174,7 +180,7 @@ def judge_adaptive(f: AdaptiveFigures) -> list[Verdict]:
     return [
         Verdict(
             "adaptive",
-            goodput_slack >= 0 and not dominators,
+            _holds(goodput_slack)[0] and not dominators,
             min(goodput_slack, domination_slack),
             detail,
         )
@@ -206,14 +212,12 @@ def judge_tiers(f: TierFigures) -> list[Verdict]:
     return [
         Verdict(
             "tiers",
-            cost_slack >= 0 and success_slack >= 0,
-            min(cost_slack, success_slack),
+            *_holds(cost_slack, success_slack),
             f"cost {cost:.2f}× all-large (≤ 1×), success {success:.3f}× (≥ 0.99×)",
         ),
         Verdict(
             "tiers in vain",
-            vain <= 0.02,
-            100 * (0.02 - vain),
+            *_holds(100 * (0.02 - vain)),
             f"{f.in_vain} of {f.escalated} escalations changed nothing = {vain:.1%} of "
             f"{f.calls} calls (≤ 2%)",
         ),
@@ -246,8 +250,7 @@ def judge_hedge(f: HedgeFigures) -> list[Verdict]:
     return [
         Verdict(
             "hedge",
-            p99_slack >= 0 and extra_slack >= 0,
-            min(p99_slack, extra_slack),
+            *_holds(p99_slack, extra_slack),
             f"{text}, {f.hedges} hedges",
         )
     ]
