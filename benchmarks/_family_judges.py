@@ -96,6 +96,8 @@ class CacheFigures:
     calls: int
     #: the best hit rate any client can reach (block-aligned prefix / input)
     ceiling: float = 1.0
+    #: the cap every client ran at
+    c: int = 0
 
 
 def _lost(gate: Client, other: Client, calls: int) -> tuple[float, str]:
@@ -235,6 +237,8 @@ class HedgeFigures:
     plain_billed: int
     hedged_billed: int
     hedges: int = 0
+    #: the job's concurrency
+    c: int = 0
 
 
 def judge_hedge(f: HedgeFigures) -> list[Verdict]:

@@ -10,7 +10,8 @@ benchmarks/family.py: one copy, so that both judge gptgate against the same simp
 
 The plain clients send once by default (benchmarks/cache.py's servers never refuse); with
 ``attempts`` > 1 they retry a 429/5xx after its ``retry-after`` (1 s without one), as the
-simplest client a user writes for a server that refuses (benchmarks/family.py).
+simplest client a user writes for a server that refuses (benchmarks/family.py). A call not
+answered within ``timeout_s`` fails, as httpx's timeout would on a real server.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from gptgate.tokens import estimate_prompt_tokens
 Messages = list[dict[str, str]]
 
 MAX_TOKENS = 1024
+#: the plain clients' httpx timeout (a non-streamed answer: the whole call)
+PLAIN_TIMEOUT_S = 600.0
 #: cached input is billed at this share of the input price (a 75% discount)
 CACHED_FACTOR = 0.25
 
@@ -154,30 +157,36 @@ async def _plain_client(
     seed: int,
     send_job: Callable[[Call, list[Messages]], Awaitable[None]],
     attempts: int = 1,
+    timeout_s: float = PLAIN_TIMEOUT_S,
 ) -> Run:
     """A client without gptgate: plain calls under one ``Semaphore(c)``; ``send_job`` decides
     how one job's calls are released. A refused call (429/5xx) is sent again after its
     ``retry-after`` (1 s without one), up to ``attempts`` sends in all, its permit released
-    while it waits."""
+    while it waits; a call not answered within ``timeout_s`` fails."""
     clock = LoopClock()
     engine = SimEngine(profile, clock=clock, seed=seed)
     semaphore = anyio.Semaphore(c)
     failed = 0
 
     async with httpx2.AsyncClient(
-        transport=SimTransport(engine), base_url="http://sim/v1", timeout=600.0
+        transport=SimTransport(engine), base_url="http://sim/v1", timeout=timeout_s
     ) as client:
 
         async def call(messages: Messages) -> None:
             nonlocal failed
             body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
             for attempt in range(attempts):
+                status, wait = 0, 1.0  # 0: timed out (not retried, like httpx's timeout error)
                 async with semaphore:
-                    response = await client.post("chat/completions", json=body)
-                if response.status_code == 200 or attempt == attempts - 1:
+                    # httpx's timeout, which an in-process transport does not enforce
+                    with anyio.move_on_after(timeout_s):
+                        response = await client.post("chat/completions", json=body)
+                        status = response.status_code
+                        wait = float(response.headers.get("retry-after", 1.0))
+                if not (status == 429 or status >= 500) or attempt == attempts - 1:
                     break
-                await clock.sleep(float(response.headers.get("retry-after", 1.0)))
-            failed += response.status_code != 200
+                await clock.sleep(wait)
+            failed += status != 200
 
         start = clock.now()
         for items in jobs:
@@ -206,17 +215,29 @@ async def _first_of_each_prefix_alone(call: Call, items: list[Messages]) -> None
 
 
 async def run_naive(
-    profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int, attempts: int = 1
+    profile: SimProfile,
+    jobs: list[list[Messages]],
+    c: int,
+    seed: int,
+    attempts: int = 1,
+    timeout_s: float = PLAIN_TIMEOUT_S,
 ) -> Run:
-    return await _plain_client(profile, jobs, c, seed, _all_at_once, attempts)
+    return await _plain_client(profile, jobs, c, seed, _all_at_once, attempts, timeout_s)
 
 
 async def run_hand(
-    profile: SimProfile, jobs: list[list[Messages]], c: int, seed: int, attempts: int = 1
+    profile: SimProfile,
+    jobs: list[list[Messages]],
+    c: int,
+    seed: int,
+    attempts: int = 1,
+    timeout_s: float = PLAIN_TIMEOUT_S,
 ) -> Run:
     """The simplest warm-up by hand (issue 14's floor): per prefix, its first call alone, the
     rest of its calls released together when it returns, all under one ``Semaphore(c)``."""
-    return await _plain_client(profile, jobs, c, seed, _first_of_each_prefix_alone, attempts)
+    return await _plain_client(
+        profile, jobs, c, seed, _first_of_each_prefix_alone, attempts, timeout_s
+    )
 
 
 async def run_gptgate(
@@ -226,9 +247,12 @@ async def run_gptgate(
     seed: int,
     *,
     whole_job_lookahead: bool = True,
+    timeout: float = 60.0,
 ) -> Run:
     clock = LoopClock()
-    backend, engine = sim_backend(profile, name="sim", clock=clock, seed=seed, concurrency=c)
+    backend, engine = sim_backend(
+        profile, name="sim", clock=clock, seed=seed, concurrency=c, timeout=timeout
+    )
     failed = 0
     async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
         start = clock.now()

@@ -159,6 +159,9 @@ class Run:
     #: escalations that bought nothing: the large tier's answer fails the same built-in check
     #: (:func:`unchanged_by_escalation`), or the large call failed and the small answer stood
     escalated_in_vain: int = 0
+    #: the hard requests the small model answered that it got wrong, expected
+    #: (:func:`expected_wrong`): ``hard_on_small`` when it fails every hard request
+    wrong: float = 0.0
 
     @property
     def success_rate(self) -> float:
@@ -177,6 +180,20 @@ def unchanged_by_escalation(result: gg.ChatResult, params: dict[str, Any]) -> bo
     return result.escalated and failure_reason(result, params) is not None
 
 
+def expected_wrong(result: gg.ChatResult, item: Item, hard_failure_rate: float) -> float:
+    """The chance that a small-model answer to a hard request is wrong (the simulator decides
+    per request, out of sight; gptgate/sim/difficulty.py): 1 when it looks failed (cut at
+    ``length``, empty, invalid JSON) and was kept; else it is wrong only if it failed
+    silently — 10% of the failures of a request without ``response_format`` (none with it),
+    among the answers that look fine: ``0.1 r / (1 − 0.9 r)`` at failure rate ``r``."""
+    if result.finish_reason == "length" or failure_reason(result, item.params) is not None:
+        return 1.0
+    if "response_format" in item.params:
+        return 0.0
+    r = hard_failure_rate
+    return 0.1 * r / (1 - 0.9 * r)
+
+
 async def run(
     mode: str,
     items: list[Item],
@@ -184,17 +201,18 @@ async def run(
     seed: int,
     small_profile: SimProfile = SMALL,
     large_profile: SimProfile = LARGE,
+    timeout: float = 120.0,
 ) -> Run:
     """The workload through ``tier=mode`` on a small and a large backend (the stock ``cpu``
     and ``tpu`` unless given: benchmarks/family.py passes drawn ones)."""
     clock = LoopClock()
     small, _ = sim_backend(
         small_profile, name="cpu", clock=clock, seed=seed, tier="small", price=SMALL_PRICE,
-        max_concurrency=64, timeout=120.0,
+        max_concurrency=64, timeout=timeout,
     )
     large, _ = sim_backend(
         large_profile, name="tpu", clock=clock, seed=seed + 1, tier="large", price=LARGE_PRICE,
-        max_concurrency=128, timeout=120.0,
+        max_concurrency=128, timeout=timeout,
     )
     arrivals = random.Random(seed + 7)
     results: list[gg.ChatResult | gg.GateError | None] = [None] * len(items)
@@ -222,10 +240,14 @@ async def run(
         escalation_failed = sum(r.escalation_failed for r in tiers.rules.values())
     answered = [(r, i) for r, i in zip(results, items, strict=True) if isinstance(r, gg.ChatResult)]
     wrong = sum(i.hard and r.backend == "cpu" for r, i in answered)
+    rate = small_profile.hard_failure_rate
     return Run(
         calls=len(items),
         ok=len(answered),
         successes=len(answered) - wrong,
+        wrong=sum(
+            expected_wrong(r, i, rate) for r, i in answered if i.hard and r.backend == "cpu"
+        ),
         cost_usd=cost,
         p50_s=statistics.median(r.latency_s for r, _ in answered) if answered else float("nan"),
         hard=sum(i.hard for i in items),

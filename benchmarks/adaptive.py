@@ -102,7 +102,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def backend_for(
-    profile: str | SimProfile, concurrency: int | str, clock: LoopClock, seed: int
+    profile: str | SimProfile,
+    concurrency: int | str,
+    clock: LoopClock,
+    seed: int,
+    timeout: float = 120.0,
 ) -> tuple[gg.Backend, SimEngine]:
     return sim_backend(
         profile,
@@ -111,7 +115,7 @@ def backend_for(
         seed=seed,
         concurrency=concurrency,
         max_concurrency=MAX_CONCURRENCY,
-        timeout=120.0,
+        timeout=timeout,
     )
 
 
@@ -127,10 +131,11 @@ async def run_row(
     seed: int,
     state: dict[str, Any] | None = None,
     label: str | None = None,
+    timeout: float = 120.0,
 ) -> Row:
     """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given)."""
     clock = LoopClock()
-    backend, engine = backend_for(profile, concurrency or "auto", clock, seed)
+    backend, engine = backend_for(profile, concurrency or "auto", clock, seed, timeout)
     async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")

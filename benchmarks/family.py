@@ -9,19 +9,21 @@ would write instead, side by side in one run, on the in-process simulator under 
 (benchmarks/_family_judges.py, where each rule and its required share are spelt out):
 
 * **cache** — a prompt-order job (``--cache-calls`` calls over ``--cache-prompts`` long system
-  prompts) at a cap of ``--cache-c``: ``gate.map(..., scenario="batch_content")`` against the
-  plain client (httpx + ``Semaphore(c)``) and the hand warm-up (each prefix's first call
-  alone, the rest released together when it returns, same cap) — benchmarks/_strategies.py,
-  the clients of benchmarks/cache.py. The plain clients retry a 429/5xx after its
-  ``retry-after`` (the simplest client for a server that refuses);
+  prompts) at a cap of ``--cache-c`` (or what a bounded queue holds, if less: :func:`cap`):
+  ``gate.map(..., scenario="batch_content")`` against the plain client (httpx +
+  ``Semaphore(c)``) and the hand warm-up (each prefix's first call alone, the rest released
+  together when it returns, same cap) — benchmarks/_strategies.py, the clients of
+  benchmarks/cache.py. The plain clients retry a 429/5xx after its ``retry-after`` (the
+  simplest client for a server that refuses); every client waits up to an hour for a call;
 * **adaptive** — ``concurrency="auto"`` against a grid of fixed limits (powers of two to 128
   plus ½, ¾, 1 and 1½ × the draw's replicas × slots) on benchmarks/adaptive.py's job
   (``--adaptive-requests`` independent calls through ``gate.map``);
 * **tiers** — benchmarks/_tiers.py's mixed workload (``--tier-calls`` calls, 30% hard,
   Poisson 2/s) through ``tier="auto"`` and through the large tier alone; the large backend is
-  the draw, the small one a second draw of the family (``draw(seed).small``);
-* **hedge** — benchmarks/hedge.py's job (``--hedge-calls`` calls at ``--hedge-c``) with
-  ``hedge=True`` and without.
+  the draw's server, the small one the small tier the family draws beside it
+  (``draw(seed).small``), each with the draw's answer lengths;
+* **hedge** — benchmarks/hedge.py's job (``--hedge-calls`` calls at ``--hedge-c``, at most
+  one per slot of the draw) with ``hedge=True`` and without.
 
 Output: the draws' shapes, one table per judge (per draw: its figures and holds/MISS), and a
 summary: per rule, the draws that hold against the required share, and the worst draw (the
@@ -41,8 +43,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -71,7 +73,7 @@ from _family_judges import (
 )
 from _strategies import Run, ceiling, job, run_gptgate, run_hand, run_naive
 
-from gptgate.sim import PROFILES, SimProfile, run_virtual
+from gptgate.sim import FamilyDraw, SimProfile, family_draw, run_virtual
 
 JUDGES = ("cache", "adaptive", "tiers", "hedge")
 
@@ -89,8 +91,12 @@ class Sizes:
     tier_hard_share: float = 0.3
     hedge_calls: int = 400
     hedge_c: int = 32
-    #: sends per call of the plain clients (a 429/5xx is retried after its retry-after)
-    plain_attempts: int = 10
+    #: sends per call of the plain clients: a 429/5xx is retried after its retry-after until
+    #: it gets through (the job is about caching, not about giving up)
+    plain_attempts: int = 100
+    #: every client's per-call timeout, gptgate's and the plain clients' alike: an hour, so
+    #: that a slow draw's long answers queued behind a cap of 64 are waited for
+    timeout_s: float = 3600.0
 
 
 #: the command-line options of :class:`Sizes` (the others are fixed by the issue's jobs)
@@ -101,87 +107,35 @@ SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "adaptive_requests", 
 # --------------------------------------------------------------------------- the draws
 
 
-@dataclass(frozen=True, slots=True)
-class Draw:
-    """One server shape: the server every judge runs on, and the small model of the tiers
-    judge (the server is the large tier)."""
-
-    seed: int
-    server: SimProfile
-    small: SimProfile
+Draw = FamilyDraw
 
 
 def draw(seed: int) -> Draw:
-    """The draw with this seed. THE switch between the family and its stand-in."""
-    return _stand_in(seed)
+    """The draw with this seed: the family's server and the small tier beside it."""
+    return family_draw(seed)
 
 
-_BASES = ("hosted", "tpu", "gpu", "cpu", "llamacpp", "gpu-small", "tier1", "spread", "plateau")
-
-
-def _stand_in(seed: int) -> Draw:
-    """Until ``gptgate.sim.family`` lands: variants of the named profiles (``model_copy``),
-    their capacity, queue, spreading, cache lifetime, speed and jitter redrawn."""
-    rng = random.Random(seed)
-    base = PROFILES[rng.choice(_BASES)]
-    call_s = base.ttft_overhead_s + 215 * base.base_step_s
-    update: dict[str, Any] = {
-        "name": f"draw{seed}",
-        "replicas": rng.choice([1, 1, 2, 4, 8, 16]),
-        "slots": rng.choice([4, 8, 16, 32, 64]),
-        "max_queue": rng.choice([None, 16, 64, 256]),
-        "queue_full_status": rng.choice([429, 503]),
-        "prefix_overflow_rpm": rng.choice([None, 5.0, 15.0, 60.0]),
-        "cache_ttl_s": call_s * 10 ** rng.uniform(math.log10(0.5), 3),
-        "jitter_sigma": rng.uniform(0.05, 0.3),
-        "overload_error_rate": 0.0,
-    }
-    fields = SimProfile.model_fields
-    if "straggler_rate" in fields and rng.random() < 0.5:
-        low = rng.uniform(0.5, 5.0)
-        update |= {"straggler_rate": rng.uniform(0.005, 0.05), "straggler_s": (low, low)}
-    if "fills_max_tokens" in fields:
-        update["fills_max_tokens"] = rng.random() < 0.15
-    server = base.model_copy(update=update)
-    small = PROFILES["cpu"].model_copy(
-        update={
-            "name": f"draw{seed}-small",
-            "replicas": rng.randint(2, 8),
-            "hard_failure_rate": rng.uniform(0.5, 1.0),
-        }
-    )
-    return Draw(seed, server, small)
-
-
-def shape(profile: SimProfile) -> dict[str, str]:
+def shape(d: Draw) -> dict[str, str]:
     """The knobs a reader needs to picture the draw (the table's columns)."""
-
-    def knob(name: str, default: Any = None) -> Any:
-        return getattr(profile, name, default)
-
-    queue = "∞" if profile.max_queue is None else f"{profile.max_queue}→{profile.queue_full_status}"
-    spread_in_flight = knob("spread_in_flight")
-    if spread_in_flight is not None:
-        spread = f"{spread_in_flight} in flight"
-    elif profile.prefix_overflow_rpm is not None:
-        spread = f"{profile.prefix_overflow_rpm:g}/min"
-    else:
-        spread = "never"
-    rate = knob("straggler_rate", 0.0)
-    stall = knob("straggler_s", (0.0, 0.0))
-    limits = "/".join(
-        "-" if v is None else f"{v:,}" for v in (profile.rpm, profile.tpm)
-    )
+    p = d.server
+    queue = "∞" if p.max_queue is None else f"{p.max_queue}→{p.queue_full_status}"
+    low, high = p.straggler_s
+    limits = "/".join("-" if v is None else f"{v:,}" for v in (p.rpm, p.tpm))
     return {
-        "shape": f"{profile.replicas}×{profile.slots}",
+        "hw": f"{p.hardware}{'/llama' if p.flavor == 'llamacpp' else ''}",
+        "shape": f"{p.replicas}×{p.slots}",
         "queue": queue,
-        "spreads": spread,
-        "ttl s": f"{profile.cache_ttl_s:.3g}" + ("" if knob("cache_refresh_on_hit", True) else "!"),
-        "knee": "∞" if math.isinf(profile.knee) else f"{profile.knee:.0f}",
-        "step ms": f"{profile.base_step_s * 1e3:.3g}",
-        "stragglers": f"{rate:.1%}×{stall[0]:.1f}-{stall[1]:.1f}s" if rate else "-",
+        "spreads at": "never" if p.spread_in_flight is None else str(p.spread_in_flight),
+        "call s": f"{d.call_s:.3g}",
+        "ttl calls": f"{d.cache_calls:.3g}" + ("" if p.cache_refresh_on_hit else "!"),
+        "knee": "∞" if math.isinf(p.knee) else f"{p.knee:.0f}",
+        "out tok": f"{p.output_tokens_mean:.0f}",
+        "stragglers": f"{p.straggler_rate:.1%}×{low:.1f}-{high:.1f}s"
+        if p.straggler_rate else "-",
         "rpm/tpm": limits,
-        "fills": "yes" if knob("fills_max_tokens", False) else "-",
+        "fills": "yes" if p.fills_max_tokens else "-",
+        "small fails": f"{d.small.hard_failure_rate:.0%}"
+        + (" fills" if d.small.fills_max_tokens else ""),
     }
 
 
@@ -192,13 +146,25 @@ def _client(run: Run) -> Client:
     return Client(run.hit, run.total_s, run.failed)
 
 
+def cap(profile: SimProfile, wanted: int) -> int:
+    """A job's concurrency cap on this server: ``wanted``, or what the server holds when its
+    queue is bounded (replicas × (slots + queue)) if less — above it every client meets 429s
+    and 503s by design, and the job is about refusals, not caching or tails."""
+    if profile.max_queue is None:
+        return wanted
+    return max(1, min(wanted, profile.replicas * (profile.slots + profile.max_queue)))
+
+
 def run_cache(d: Draw, sizes: Sizes) -> CacheFigures:
     items = job(sizes.cache_prompts, sizes.cache_calls, d.seed)
-    c, attempts = sizes.cache_c, sizes.plain_attempts
-    plain = run_virtual(run_naive, d.server, [items], c, d.seed, attempts)
-    hand = run_virtual(run_hand, d.server, [items], c, d.seed, attempts)
-    gate = run_virtual(run_gptgate, d.server, [items], c, d.seed)
-    return CacheFigures(_client(plain), _client(hand), _client(gate), len(items), ceiling(items))
+    c, attempts, timeout = cap(d.server, sizes.cache_c), sizes.plain_attempts, sizes.timeout_s
+    plain = run_virtual(run_naive, d.server, [items], c, d.seed, attempts, timeout)
+    hand = run_virtual(run_hand, d.server, [items], c, d.seed, attempts, timeout)
+    gptgate = functools.partial(run_gptgate, timeout=sizes.timeout_s)
+    gate = run_virtual(gptgate, d.server, [items], c, d.seed)
+    return CacheFigures(
+        _client(plain), _client(hand), _client(gate), len(items), ceiling(items), c
+    )
 
 
 def grid(profile: SimProfile) -> list[int]:
@@ -217,28 +183,26 @@ def _limit_run(row: adaptive.Row) -> LimitRun:
 
 def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
     n = sizes.adaptive_requests
-    fixed = tuple(
-        _limit_run(run_virtual(adaptive.run_row, d.server, c, n, d.seed)) for c in grid(d.server)
-    )
-    auto = _limit_run(run_virtual(adaptive.run_row, d.server, None, n, d.seed))
+    row = functools.partial(adaptive.run_row, timeout=sizes.timeout_s)
+    fixed = tuple(_limit_run(run_virtual(row, d.server, c, n, d.seed)) for c in grid(d.server))
+    auto = _limit_run(run_virtual(row, d.server, None, n, d.seed))
     return AdaptiveFigures(fixed, auto, n)
 
 
 def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
     items = _tiers.workload(sizes.tier_calls, sizes.tier_hard_share, d.seed)
-    # chat-length answers on both tiers (benchmarks/_tiers.py): a cut answer is the draw's
-    # doing (``fills_max_tokens``), not a long-form default meeting a short max_tokens
-    small = d.small.model_copy(update=_tiers._ANSWERS)
-    large = d.server.model_copy(update={**_tiers._ANSWERS, "hard_failure_rate": 0.0})
+    # the draw's own answer lengths: answers that stop early or run to max_tokens are knobs
+    # of the family (output_tokens_mean, fills_max_tokens), on either tier
+    small, large = d.small, d.server
     auto, everything_large = (
-        run_virtual(_tiers.run, mode, items, sizes.tier_rate, d.seed, small, large)
+        run_virtual(_tiers.run, mode, items, sizes.tier_rate, d.seed, small, large, sizes.timeout_s)
         for mode in ("auto", "large")
     )
 
     def successes(run: _tiers.Run) -> float:
-        # a hard request answered by the small model is wrong with its hard-failure rate
-        # (_tiers counts every one wrong: its small model fails them all)
-        return run.ok - run.hard_on_small * small.hard_failure_rate
+        # expected: which of the small model's answers to hard requests are wrong is decided
+        # out of sight, at its drawn hard-failure rate (_tiers.expected_wrong)
+        return run.ok - run.wrong
 
     return TierFigures(
         calls=len(items),
@@ -252,17 +216,22 @@ def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
 
 
 def run_hedge(d: Draw, sizes: Sizes) -> HedgeFigures:
+    # at most one call per slot: Tail at Scale's setting is a service with room for the
+    # duplicate; past the slots the tail is the server's queue, which no hedge shortens
+    c = min(sizes.hedge_c, d.server.replicas * d.server.slots)
     plain, hedged = (
-        run_virtual(hedge.job, on, sizes.hedge_calls, d.seed, sizes.hedge_c, 1, False, d.server)
+        run_virtual(hedge.job, on, sizes.hedge_calls, d.seed, c, 1, False, d.server,
+                    sizes.timeout_s)
         for on in (False, True)
     )
     return HedgeFigures(
-        stragglers=getattr(d.server, "straggler_rate", 0.0) > 0,
+        stragglers=d.server.straggler_rate > 0,
         plain_p99_s=plain.p99_s,
         hedged_p99_s=hedged.p99_s,
         plain_billed=plain.billed_tokens,
         hedged_billed=hedged.billed_tokens,
         hedges=hedged.hedges,
+        c=c,
     )
 
 
@@ -306,10 +275,22 @@ def _task(task: tuple[int, str, Sizes]) -> Outcome:
 def run_all(seeds: Sequence[int], judges: Sequence[str], sizes: Sizes, workers: int
             ) -> list[Outcome]:
     tasks = [(seed, judge, sizes) for seed in seeds for judge in judges]
+    outcomes: list[Outcome] = []
+
+    def progress(outcome: Outcome) -> None:  # on stderr: the tables go to stdout at the end
+        outcomes.append(outcome)
+        print(f"\r{len(outcomes)}/{len(tasks)} judged (draw {outcome.seed} {outcome.judge})",
+              end="", file=sys.stderr, flush=True)
+
     if workers <= 1:
-        return [_task(t) for t in tasks]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_task, tasks, chunksize=1))
+        for task in tasks:
+            progress(_task(task))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for outcome in pool.map(_task, tasks, chunksize=1):
+                progress(outcome)
+    print(file=sys.stderr)
+    return outcomes
 
 
 # --------------------------------------------------------------------------- printing
@@ -319,7 +300,7 @@ def _figures_text(o: Outcome) -> str:
     f = o.figures
     if isinstance(f, CacheFigures):
         return (
-            f"ceiling {f.ceiling:.1%} | plain {f.plain.hit:.1%} {f.plain.time_s:6.1f}s | "
+            f"c={f.c} ceiling {f.ceiling:.1%} | plain {f.plain.hit:.1%} {f.plain.time_s:6.1f}s | "
             f"hand {f.hand.hit:.1%} {f.hand.time_s:6.1f}s | gate {f.gate.hit:.1%} "
             f"{f.gate.time_s:6.1f}s | failed {f.plain.failed}/{f.hand.failed}/{f.gate.failed}"
         )
@@ -337,22 +318,24 @@ def _figures_text(o: Outcome) -> str:
         )
     assert isinstance(f, HedgeFigures)
     return (
-        f"stragglers {'yes' if f.stragglers else 'no ':<3} | p99 {f.plain_p99_s:6.2f}→"
+        f"c={f.c} stragglers {'yes' if f.stragglers else 'no ':<3} | p99 {f.plain_p99_s:6.2f}→"
         f"{f.hedged_p99_s:6.2f}s | billed {f.plain_billed:,}→{f.hedged_billed:,} | "
         f"hedges {f.hedges}"
     )
 
 
 def print_shapes(seeds: Sequence[int]) -> None:
-    rows = {seed: shape(draw(seed).server) for seed in seeds}
+    rows = {seed: shape(draw(seed)) for seed in seeds}
     cols = list(next(iter(rows.values())))
     widths = {c: max(len(c), *(len(r[c]) for r in rows.values())) for c in cols}
     head = f"{'draw':>6} " + " ".join(f"{c:>{widths[c]}}" for c in cols)
     print(f"## the draws\n{head}\n{'-' * len(head)}")
     for seed, row in rows.items():
         print(f"{seed:>6} " + " ".join(f"{row[c]:>{widths[c]}}" for c in cols))
-    print("(queue N→status: bounded, refused with that status; ttl ending in ! is not refreshed "
-          "by a hit; knee: the USL batch of peak throughput per replica)")
+    print("(queue N→status: bounded, refused with that status; spreads at: a prefix's calls in "
+          "flight on its home replica; call s: one typical call alone; ttl calls: cache lifetime "
+          "in such calls, ! = not refreshed by a hit; knee: the USL batch of peak throughput per "
+          "replica; out tok: mean answer length; fills: answers run to max_tokens)")
 
 
 def print_judge(judge: str, outcomes: Sequence[Outcome]) -> None:
