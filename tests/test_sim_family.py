@@ -76,6 +76,12 @@ def test_the_same_seed_draws_the_same_server_and_others_differ() -> None:
     assert all(a != b for i, a in enumerate(knobs) for b in knobs[i + 1 :])
 
 
+@pytest.mark.parametrize("seed", ["7", 7.0, True, None])
+def test_a_seed_that_is_not_an_int_is_refused(seed: Any) -> None:
+    with pytest.raises(TypeError, match="seed is an int"):
+        sim.family(seed)
+
+
 def test_the_small_tier_is_the_server_with_a_small_models_speed_and_mistakes() -> None:
     for d in _draws()[:100]:
         s, small = d.server, d.small
@@ -381,6 +387,18 @@ def _chain(n: int) -> list[bytes]:
     return [f"p{i}".encode() for i in range(n)]
 
 
+def _kv(timer: _Timer, *, refresh: bool) -> KVPrefixCache:
+    return KVPrefixCache(
+        budget=100, min_blocks=2, max_blocks=1000, ttl_s=10.0, timer=timer, refresh=refresh
+    )
+
+
+def _run_once(cache: KVPrefixCache, chain: list[bytes]) -> None:
+    lease = cache.admit(chain, 10)
+    lease.publish()
+    lease.release()
+
+
 @pytest.mark.parametrize("refresh", [True, False])
 def test_prefix_cache_without_refresh_expires_at_ttl_from_insert(refresh: bool) -> None:
     timer = _Timer()
@@ -398,13 +416,9 @@ def test_prefix_cache_without_refresh_expires_at_ttl_from_insert(refresh: bool) 
 @pytest.mark.parametrize("refresh", [True, False])
 def test_kv_cache_without_refresh_expires_at_ttl_from_insert(refresh: bool) -> None:
     timer = _Timer()
-    cache = KVPrefixCache(
-        budget=100, min_blocks=2, max_blocks=1000, ttl_s=10.0, timer=timer, refresh=refresh
-    )
+    cache = _kv(timer, refresh=refresh)
     chain = _chain(8)
-    first = cache.admit(chain, 10)
-    first.publish()
-    first.release()
+    _run_once(cache, chain)
     for t in (3.0, 6.0, 9.0):
         timer.t = t
         lease = cache.admit(chain, 10)
@@ -415,19 +429,14 @@ def test_kv_cache_without_refresh_expires_at_ttl_from_insert(refresh: bool) -> N
     timer.t = 10.5
     assert cache.cached(chain) == (8 if refresh else 0)
     assert cache.free_cached == (8 if refresh else 0)
-    # computed again, it is young again
-    again = cache.admit(chain, 10)
-    again.publish()
-    again.release()
+    _run_once(cache, chain)  # computed again, it is young again
     timer.t = 20.0
     assert cache.cached(chain) == 8
 
 
 def test_kv_cache_without_refresh_drops_a_block_outliving_its_ttl_while_in_use() -> None:
     timer = _Timer()
-    cache = KVPrefixCache(
-        budget=100, min_blocks=2, max_blocks=1000, ttl_s=10.0, timer=timer, refresh=False
-    )
+    cache = _kv(timer, refresh=False)
     chain = _chain(8)
     long = cache.admit(chain, 10)
     long.publish()

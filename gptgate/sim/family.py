@@ -146,6 +146,8 @@ def family(seed: int) -> SimProfile:
 
 def family_draw(seed: int) -> FamilyDraw:
     """Draw ``seed`` of the family: the server, its small tier and its call length."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"a family seed is an int, not {type(seed).__name__}: {seed!r}")
     d = _Draws(seed)
     hardware = d.pick("hardware", tuple(HARDWARE))
     hw = HARDWARE[hardware]
