@@ -16,6 +16,7 @@ answered within ``timeout_s`` fails, as httpx's timeout would on a real server.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -155,9 +156,10 @@ async def _plain_client(
     jobs: list[list[Messages]],
     c: int,
     seed: int,
-    send_job: Callable[[Call, list[Messages]], Awaitable[None]],
     attempts: int = 1,
     timeout_s: float = PLAIN_TIMEOUT_S,
+    *,
+    send_job: Callable[[Call, list[Messages]], Awaitable[None]],
 ) -> Run:
     """A client without gptgate: plain calls under one ``Semaphore(c)``; ``send_job`` decides
     how one job's calls are released. A refused call (429/5xx) is sent again after its
@@ -214,30 +216,11 @@ async def _first_of_each_prefix_alone(call: Call, items: list[Messages]) -> None
             tg.start_soon(prefix, calls)
 
 
-async def run_naive(
-    profile: SimProfile,
-    jobs: list[list[Messages]],
-    c: int,
-    seed: int,
-    attempts: int = 1,
-    timeout_s: float = PLAIN_TIMEOUT_S,
-) -> Run:
-    return await _plain_client(profile, jobs, c, seed, _all_at_once, attempts, timeout_s)
-
-
-async def run_hand(
-    profile: SimProfile,
-    jobs: list[list[Messages]],
-    c: int,
-    seed: int,
-    attempts: int = 1,
-    timeout_s: float = PLAIN_TIMEOUT_S,
-) -> Run:
-    """The simplest warm-up by hand (issue 14's floor): per prefix, its first call alone, the
-    rest of its calls released together when it returns, all under one ``Semaphore(c)``."""
-    return await _plain_client(
-        profile, jobs, c, seed, _first_of_each_prefix_alone, attempts, timeout_s
-    )
+#: the plain client: every call of a job released at once, under one ``Semaphore(c)``
+run_naive = functools.partial(_plain_client, send_job=_all_at_once)
+#: the simplest warm-up by hand (issue 14's floor): per prefix, its first call alone, the rest
+#: of its calls released together when it returns, all under one ``Semaphore(c)``
+run_hand = functools.partial(_plain_client, send_job=_first_of_each_prefix_alone)
 
 
 async def run_gptgate(
