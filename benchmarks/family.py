@@ -17,7 +17,9 @@ would write instead, side by side in one run, on the in-process simulator under 
   simplest client for a server that refuses); every client waits up to an hour for a call;
 * **adaptive** — ``concurrency="auto"`` against a grid of fixed limits (powers of two to 128
   plus ½, ¾, 1 and 1½ × the draw's replicas × slots) on benchmarks/adaptive.py's job
-  (``--adaptive-requests`` independent calls through ``gate.map``);
+  (``--adaptive-requests`` independent calls through ``gate.map``; with ``--adaptive-waves W``
+  at least W × the draw's replicas × slots, up to 128, so that on a big server the steady
+  state decides, not the ramp from a cold start);
 * **tiers** — benchmarks/_tiers.py's mixed workload (``--tier-calls`` calls, 30% hard,
   Poisson 2/s) through ``tier="auto"`` and through the large tier alone; the large backend is
   the draw's server, the small one the small tier the family draws beside it
@@ -31,7 +33,8 @@ smallest margin) with the command that reruns it alone.
 
     python benchmarks/family.py [--draws 20] [--seed 1] [--only cache,adaptive,tiers,hedge]
                                 [--workers 1] [--cache-calls 400] [--cache-prompts 4]
-                                [--cache-c 64] [--adaptive-requests 400] [--tier-calls 600]
+                                [--cache-c 64] [--adaptive-requests 400]
+                                [--adaptive-waves 0] [--tier-calls 600]
                                 [--hedge-calls 400] [--hedge-c 32]
 
 Draw ``k`` of a run is ``draw(seed + k)``: ``--draws 1 --seed K`` reruns the draw with seed
@@ -86,6 +89,10 @@ class Sizes:
     cache_prompts: int = 4
     cache_c: int = 64
     adaptive_requests: int = 400
+    #: the adaptive job is at least this many waves of the draw's replicas × slots (≤ 128):
+    #: 0 = ``adaptive_requests`` calls on every draw; 10 = long enough on a big server for the
+    #: steady state, not the ramp from a cold start, to decide goodput
+    adaptive_waves: int = 0
     tier_calls: int = 600
     tier_rate: float = 2.0
     tier_hard_share: float = 0.3
@@ -100,8 +107,8 @@ class Sizes:
 
 
 #: the command-line options of :class:`Sizes` (the others are fixed by the issue's jobs)
-SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "adaptive_requests", "tier_calls",
-                "hedge_calls", "hedge_c")
+SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "adaptive_requests",
+                "adaptive_waves", "tier_calls", "hedge_calls", "hedge_c")
 
 
 # --------------------------------------------------------------------------- the draws
@@ -182,7 +189,8 @@ def _limit_run(row: adaptive.Row) -> LimitRun:
 
 
 def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
-    n = sizes.adaptive_requests
+    capacity = min(adaptive.MAX_CONCURRENCY, d.server.replicas * d.server.slots)
+    n = max(sizes.adaptive_requests, sizes.adaptive_waves * capacity)
     row = functools.partial(adaptive.run_row, timeout=sizes.timeout_s)
     fixed = tuple(_limit_run(run_virtual(row, d.server, c, n, d.seed)) for c in grid(d.server))
     auto = _limit_run(run_virtual(row, d.server, None, n, d.seed))
@@ -400,8 +408,9 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes, list[s
     if args.draws < 1:
         parser.error("--draws must be at least 1")
     for name in SIZE_OPTIONS:
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+        least = 0 if name == "adaptive_waves" else 1
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} must be at least {least}")
     sizes = dataclasses.replace(default, **{n: getattr(args, n) for n in SIZE_OPTIONS})
     return args, sizes, judges
 
