@@ -23,9 +23,11 @@ The rules (issue 31, "Judged"):
   left out (as benchmarks/adaptive.py does: a limit that fails fast "wins" on goodput).
 * ``tiers`` — ``tier="auto"`` costs ≤ sending everything large and succeeds ≥ 99% as often,
   on every draw.
-* ``tiers in vain`` — escalations that changed nothing ≤ 2% of the calls, on every draw (an
-  escalation changed nothing when the large answer fails the same built-in check as the small
-  one, or the large call failed: benchmarks/_tiers.py ``unchanged_by_escalation``).
+* ``tiers in vain`` — escalations that changed nothing ≤ 2% of the calls, on every draw: the
+  gateway's own count (``tier_stats().escalated_no_change``: the large answer failed the way
+  the small one did — cut at ``length`` no longer than the small answer, empty again, invalid
+  JSON again; gptgate.tiers ``changed_nothing``) plus the escalations whose large call failed
+  (the small answer stood).
 * ``hedge`` — on a draw with stragglers, p99 ≤ 0.7× unhedged at ≤ 5% extra billed tokens; on
   one without, p99 and billed tokens at most 2% above unhedged (below is no harm); on every
   draw.
@@ -202,7 +204,7 @@ class TierFigures:
     auto_successes: float
     large_successes: float
     escalated: int
-    #: escalations that changed nothing (benchmarks/_tiers.py ``unchanged_by_escalation``)
+    #: escalations that changed nothing (``escalated_no_change``) or whose large call failed
     in_vain: int
 
 

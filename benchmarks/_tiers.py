@@ -14,7 +14,15 @@ model. Columns: successes, cost per successful call (every billed token, escalat
 answers and failures included, over the successes), p50 latency of the answered calls, the
 share of hard requests answered by the small model, and (auto) the share of calls escalated.
 Target (issue 17): auto's cost ≤ 0.6× everything-large's at ≥ 99 % of its success rate.
-Virtual time: exact and repeatable per seed.
+
+A second table runs the same workload on a server whose answers fill ``max_tokens`` (issue
+31): every call asks for 16 tokens and both models' answers run far past it, so every answer,
+small or large, is cut at ``length``. Escalating a cut small answer buys a large answer cut
+the same way: the table shows the share served small, the escalations that changed nothing
+(target ≤ 2 % of calls), and cost and success against everything-large (cost ≤ 1×, success
+≥ 0.99×). A third runs the first table's requests with a small model that fills every
+``max_tokens`` next to a large one that finishes: every small answer is cut, and escalating
+it pays — so the rule should go large at once. Virtual time: exact and repeatable per seed.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ _ANSWERS = {"output_tokens_mean": 90.0, "output_tokens_sigma": 0.5}
 #: a small model on CPUs: the ``cpu`` profile (1.5B, 4 slots a box), six boxes
 SMALL = PROFILES["cpu"].model_copy(update={"replicas": 6, **_ANSWERS})
 LARGE = PROFILES["tpu"].model_copy(update=_ANSWERS)
+#: models that talk past any cap: with max_tokens set, every answer is cut at it (``length``)
+FILLS = {"fills_max_tokens": True}
+FILLS_MAX_TOKENS = 16
 #: the large model at a hosted price ($1.25 / $10 per M tokens); the small one at a CPU fleet's
 #: amortised cost (about 1/25 of it)
 LARGE_PRICE = gg.Price(input_per_mtok=1.25, cached_input_per_mtok=0.125, output_per_mtok=10.0)
@@ -146,6 +157,14 @@ def workload(calls: int, hard_share: float, seed: int) -> list[Item]:
     return [_hard(rng, n) if rng.random() < hard_share else _simple(rng, n) for n in range(calls)]
 
 
+def filling(items: list[Item]) -> list[Item]:
+    """The same requests, each asking for ``FILLS_MAX_TOKENS`` tokens."""
+    return [
+        Item(i.kind, i.hard, i.messages, {**i.params, "max_tokens": FILLS_MAX_TOKENS})
+        for i in items
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     calls: int
@@ -156,9 +175,13 @@ class Run:
     hard: int
     hard_on_small: int
     escalated: int
-    #: escalations that bought nothing: the large tier's answer fails the same built-in check
-    #: (:func:`unchanged_by_escalation`), or the large call failed and the small answer stood
-    escalated_in_vain: int = 0
+    #: answered by the small tier (escalated calls are not)
+    small: int = 0
+    #: escalations whose large answer failed the way the small one did
+    #: (``tier_stats().escalated_no_change``)
+    no_change: int = 0
+    #: escalations whose large call failed (the small answer stood)
+    escalation_failed: int = 0
     #: the hard requests the small model answered that it got wrong, expected
     #: (:func:`expected_wrong`): ``hard_on_small`` when it fails every hard request
     wrong: float = 0.0
@@ -170,14 +193,6 @@ class Run:
     @property
     def cost_per_success(self) -> float:
         return self.cost_usd / self.successes if self.successes else float("inf")
-
-
-def unchanged_by_escalation(result: gg.ChatResult, params: dict[str, Any]) -> bool:
-    """An escalated answer that changed nothing: the large tier's answer fails the check that
-    escalates (gptgate.tiers.failure_reason, the call's own parameters) — cut at ``length``
-    again, empty again, or invalid JSON again. An escalation fails only on a failed-looking
-    small answer, so this is the same failure on both tiers, twice billed."""
-    return result.escalated and failure_reason(result, params) is not None
 
 
 def expected_wrong(result: gg.ChatResult, item: Item, hard_failure_rate: float) -> float:
@@ -236,8 +251,6 @@ async def run(
                 await clock.sleep(arrivals.expovariate(rate))
         cost = gate.ledger.total().cost_usd
         tiers = gate.tier_stats()
-        escalated = tiers.escalated
-        escalation_failed = sum(r.escalation_failed for r in tiers.rules.values())
     answered = [(r, i) for r, i in zip(results, items, strict=True) if isinstance(r, gg.ChatResult)]
     wrong = sum(i.hard and r.backend == "cpu" for r, i in answered)
     rate = small_profile.hard_failure_rate
@@ -245,17 +258,66 @@ async def run(
         calls=len(items),
         ok=len(answered),
         successes=len(answered) - wrong,
-        wrong=sum(
-            expected_wrong(r, i, rate) for r, i in answered if i.hard and r.backend == "cpu"
-        ),
         cost_usd=cost,
         p50_s=statistics.median(r.latency_s for r, _ in answered) if answered else float("nan"),
         hard=sum(i.hard for i in items),
         hard_on_small=wrong,
-        escalated=escalated,
-        escalated_in_vain=escalation_failed + sum(
-            unchanged_by_escalation(r, i.params) for r, i in answered
+        escalated=tiers.escalated,
+        small=sum(r.backend == "cpu" for r, _ in answered),
+        no_change=tiers.escalated_no_change,
+        escalation_failed=sum(r.escalation_failed for r in tiers.rules.values()),
+        wrong=sum(
+            expected_wrong(r, i, rate) for r, i in answered if i.hard and r.backend == "cpu"
         ),
+    )
+
+
+def table(
+    items_of: dict[int, list[Item]], rate: float, small: SimProfile, large: SimProfile
+) -> tuple[list[float], list[float], list[float]]:
+    """One run per seed and mode, printed; auto's cost and success over everything-large's,
+    and its escalations that changed nothing over its calls, per seed."""
+    head = (
+        f"{'seed':>4} {'tier':<6} {'success':>8} {'vs large':>8} {'$/success':>10} "
+        f"{'vs large':>8} {'p50 s':>6} {'hard→small':>10} {'small':>6} {'escalated':>9} "
+        f"{'no change':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    cost_ratios: list[float] = []
+    success_ratios: list[float] = []
+    no_change: list[float] = []
+    for seed, items in items_of.items():
+        runs = {mode: run_virtual(run, mode, items, rate, seed, small, large) for mode in MODES}
+        base = runs["large"]
+        for mode, r in runs.items():
+            success_vs = r.success_rate / base.success_rate
+            cost_vs = r.cost_per_success / base.cost_per_success
+            escalated = (
+                f"{r.escalated / r.calls:>9.1%} {r.no_change / r.calls:>9.1%}"
+                if mode == "auto" else f"{'':>9} {'':>9}"
+            )
+            print(
+                f"{seed:>4} {mode:<6} {r.success_rate:>8.1%} {success_vs:>7.3f}× "
+                f"{r.cost_per_success * 1000:>9.4f}m {cost_vs:>7.2f}× {r.p50_s:>6.2f} "
+                f"{r.hard_on_small / r.hard:>10.1%} {r.small / r.calls:>6.1%} {escalated}"
+            )
+        auto = runs["auto"]
+        cost_ratios.append(auto.cost_per_success / base.cost_per_success)
+        success_ratios.append(auto.success_rate / base.success_rate)
+        no_change.append(auto.no_change / auto.calls)
+    return cost_ratios, success_ratios, no_change
+
+
+def verdict(
+    cost: list[float], success: list[float], no_change: list[float], max_cost: float
+) -> str:
+    holds = max(cost) <= max_cost and min(success) >= 0.99 and max(no_change) <= 0.02
+    return (
+        f"auto vs large: cost {statistics.mean(cost):.3f}× (max {max(cost):.3f}×), success "
+        f"{statistics.mean(success):.3f}× (min {min(success):.3f}×), escalations that changed "
+        f"nothing max {max(no_change):.1%} of calls — target (cost ≤ {max_cost:g}×, success "
+        f"≥ 0.99×, no change ≤ 2%) {'holds' if holds else 'DOES NOT HOLD'}"
     )
 
 
@@ -271,35 +333,22 @@ def main(calls: int, seeds: list[int], rate: float, hard_share: float) -> int:
         f"${LARGE_PRICE.output_per_mtok}/Mtok out); Poisson {rate:g} calls/s; "
         f"{hard_share:.0%} hard; virtual time (exact)\n"
     )
-    head = (
-        f"{'seed':>4} {'tier':<6} {'success':>8} {'vs large':>8} {'$/success':>10} "
-        f"{'vs large':>8} {'p50 s':>6} {'hard→small':>10} {'escalated':>9}"
-    )
-    print(head)
-    print("-" * len(head))
-    cost_ratios: list[float] = []
-    success_ratios: list[float] = []
-    for seed in seeds:
-        items = workload(calls, hard_share, seed)
-        runs = {mode: run_virtual(run, mode, items, rate, seed) for mode in MODES}
-        base = runs["large"]
-        for mode, r in runs.items():
-            success_vs = r.success_rate / base.success_rate
-            cost_vs = r.cost_per_success / base.cost_per_success
-            escalated = f"{r.escalated / r.calls:>9.1%}" if mode == "auto" else f"{'':>9}"
-            print(
-                f"{seed:>4} {mode:<6} {r.success_rate:>8.1%} {success_vs:>7.3f}× "
-                f"{r.cost_per_success * 1000:>9.4f}m {cost_vs:>7.2f}× {r.p50_s:>6.2f} "
-                f"{r.hard_on_small / r.hard:>10.1%} {escalated}"
-            )
-        auto = runs["auto"]
-        cost_ratios.append(auto.cost_per_success / base.cost_per_success)
-        success_ratios.append(auto.success_rate / base.success_rate)
-    holds = max(cost_ratios) <= 0.6 and min(success_ratios) >= 0.99
+    items_of = {seed: workload(calls, hard_share, seed) for seed in seeds}
+    ratios = table(items_of, rate, SMALL, LARGE)
+    print(f"\n$/success in m$ (thousandths of a dollar). {verdict(*ratios, max_cost=0.6)}")
     print(
-        f"\n$/success in m$ (thousandths of a dollar). auto vs large: cost "
-        f"{statistics.mean(cost_ratios):.2f}× (max {max(cost_ratios):.2f}×), success "
-        f"{statistics.mean(success_ratios):.3f}× (min {min(success_ratios):.3f}×) — target "
-        f"(cost ≤ 0.6×, success ≥ 0.99×) {'holds' if holds else 'DOES NOT HOLD'}"
+        f"\nanswers that fill max_tokens: the same requests with max_tokens={FILLS_MAX_TOKENS}, "
+        f"both models talking past it (every answer cut)\n"
     )
+    ratios = table(
+        {s: filling(i) for s, i in items_of.items()}, rate,
+        SMALL.model_copy(update=FILLS), LARGE.model_copy(update=FILLS),
+    )
+    print(f"\n{verdict(*ratios, max_cost=1.0)}")
+    print(
+        "\na small model that fills max_tokens next to a large one that finishes: the same "
+        "requests as the first table, every small answer cut\n"
+    )
+    ratios = table(items_of, rate, SMALL.model_copy(update=FILLS), LARGE)
+    print(f"\n{verdict(*ratios, max_cost=1.0)}")
     return 0

@@ -5,11 +5,14 @@ Three ``gptgate sim`` server processes (tpu, gpu, cpu): 5% 5xx, 2% connections r
 response, 2% bodies and streams cut mid-way, 1% malformed JSON bodies and SSE frames, 0.3% first
 bytes that never come, 0.3% responses that never end, and a 3 s 429 storm every 25 s on gpu;
 the tpu process SIGKILLed mid-run and restarted; ``chat``, ``stream``, ``map``, ``submit`` and
-``@gate.guard`` around the openai SDK on ``gate.http_client`` arriving over time, 10% of them
-cancelled at a random point; ``async with gate`` left while the last burst is in flight.
+``@gate.guard`` around the openai SDK on ``gate.http_client`` arriving over time, SDK streams
+left with ``break`` and never closed, guards returning streams of an SDK on its own HTTP
+client, 10% of them cancelled at a random point; the gateway opened in one task and closed
+from another while the last burst is in flight.
 See gptgate/sim/chaos.py for the invariants.
 
     python benchmarks/chaos.py [--calls 10000] [--seeds 1,2,3] [--scale 5] [--duration 400]
+                               [--redis-up-after 10|none]
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ def main() -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--scale", type=float, default=5.0, help="simulated seconds per second")
     parser.add_argument("--duration", type=float, default=400.0, help="simulated seconds")
+    parser.add_argument(
+        "--redis-up-after", default="10",
+        help="shared= through a redis-server down at the start and started this many "
+        "simulated seconds after the first call; 'none': no shared=",
+    )
     args = parser.parse_args()
     command = " ".join(["python benchmarks/chaos.py", *sys.argv[1:]])
     print(f"$ {command}")
@@ -57,6 +65,7 @@ def main() -> int:
         config = ChaosConfig(
             calls=args.calls, burst=args.burst, seed=seed, time_scale=args.scale,
             duration_s=args.duration,
+            redis_up_after_s=None if args.redis_up_after == "none" else float(args.redis_up_after),
         )
         report = run_chaos(config)
         show(report)

@@ -219,7 +219,7 @@ def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
         auto_successes=successes(auto),
         large_successes=successes(everything_large),
         escalated=auto.escalated,
-        in_vain=auto.escalated_in_vain,
+        in_vain=auto.no_change + auto.escalation_failed,
     )
 
 

@@ -16,7 +16,8 @@ hit rate, no failed call. Virtual time: exact and repeatable.
 
 ``--tiers`` runs the tiered-serving section instead (issue 17, benchmarks/_tiers.py):
 ``tier="auto"`` against everything-large and everything-small over a cpu/small and a
-tpu/large backend — cost per successful call, p50 latency, hard requests answered small.
+tpu/large backend — cost per successful call, p50 latency, hard requests answered small —
+then the same requests on a server whose answers fill ``max_tokens`` (issue 31).
 
     python benchmarks/routing.py --tiers [--calls 600] [--seeds 1,2,3] [--rate 2]
                                  [--hard-share 0.3]

@@ -22,6 +22,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
     RequestTooLargeError,
+    SharedUnreachableError,
     StreamInterruptedError,
 )
 from .gateway import BackendStats, ChatStream, Gateway
@@ -72,6 +73,7 @@ __all__ = [
     "ScaledClock",
     "Scenario",
     "Shared",
+    "SharedUnreachableError",
     "StreamInterruptedError",
     "SystemClock",
     "TierHeuristic",

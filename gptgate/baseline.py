@@ -93,7 +93,9 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 class BandFigures(BaseModel):
     """One backend's figures in one concurrency band. Latencies are seconds per call (queueing
     in the client excluded); ``output_tokens_per_s`` is output tokens over call time (a call's
-    speed, not the backend's throughput); ``cache_hit_rate`` is cached over input tokens."""
+    speed, not the backend's throughput). The optional fields drift compares like with like
+    by (``decode_tokens_per_s``, ``output_tokens_mean``, ``uncached_input_tokens_mean``)
+    are absent from files written before they were recorded."""
 
     model_config = _FROZEN
 
@@ -107,6 +109,16 @@ class BandFigures(BaseModel):
     ttft_p95_s: float | None = Field(default=None, ge=0)
     ttft_p99_s: float | None = Field(default=None, ge=0)
     output_tokens_per_s: float | None = Field(default=None, ge=0)
+    #: output tokens after the first over the time after the first token (streamed calls):
+    #: how fast it decodes, whatever the answers' length (gptgate/drift_measure.py)
+    decode_tokens_per_s: float | None = Field(default=None, gt=0)
+    #: output tokens per call, on average (live latency is compared at this length)
+    output_tokens_mean: float | None = Field(default=None, ge=0)
+    #: input tokens per call not served from cache, on average: live TTFT and latency are
+    #: compared over calls whose prompt needs about as much prefill
+    uncached_input_tokens_mean: float | None = Field(default=None, ge=0)
+    #: cached over cacheable input tokens, over calls whose prefix could hit (>= 1,024 tokens,
+    #: served before); None when no call could (a file from before: cached over all input)
     cache_hit_rate: float | None = Field(default=None, ge=0, le=1)
     #: successful calls behind the figures
     samples: int = Field(ge=1)

@@ -14,7 +14,9 @@ Two sliding windows bound the spend, both counting settled costs and in-flight r
 
 A call reserves its most expensive outcome (prompt + ``max_tokens`` at the backend's price) at
 admission and settles with its real cost when its attempt ends, so a hundred calls admitted
-at once cannot overshoot together. :class:`SpendWindows` is the pure arithmetic (time passed
+at once cannot overshoot together. A guarded call's size is unknown until its function
+returns: it reserves what its backend's attempts have cost so far (:meth:`BudgetGate.
+unsized_estimate`). :class:`SpendWindows` is the pure arithmetic (time passed
 in); :class:`BudgetGate` is the async admission (FIFO by priority, on the gateway's clock).
 """
 
@@ -44,6 +46,12 @@ log = logging.getLogger("gptgate")
 HOUR_S = 3600.0
 #: a throttling episode (one warning) ends when no call has waited for this long
 EPISODE_QUIET_S = 300.0
+
+
+def _usd(value: float) -> str:
+    """A budget in a message: cents, or the figures that matter below a cent ($0.0005/h
+    printed as $0.00/h reads as no budget at all)."""
+    return f"{value:.2f}" if value >= 0.01 else f"{value:.2g}"
 
 
 class Budget(BaseModel):
@@ -264,16 +272,44 @@ class BudgetGate:
 
     # -- admission ------------------------------------------------------------------------
 
+    def unsized_estimate(self, learned_usd: float | None, typical_usd: float) -> float:
+        """What a call of unknown size (a guarded call) reserves: the mean cost of its
+        backend's attempts so far, once one has cost anything; before that a typical call's
+        price, but never more than the budget holds. A guess dearer than the whole budget
+        would refuse every guarded call for good — nothing admitted, so nothing learned —
+        although each may cost a fraction of it: reserving the whole budget instead lets one
+        run at a time until the ledger knows what they cost."""
+        if learned_usd is not None and learned_usd > 0:
+            return learned_usd
+        return min(typical_usd, *(window.cap_usd for window in self.windows.windows))
+
     async def admit(
-        self, usd: float, *, priority: int = 0, deadline: float | None = None
+        self,
+        usd: float,
+        *,
+        priority: int = 0,
+        deadline: float | None = None,
+        guarded: bool = False,
+        counted: bool = True,
     ) -> BudgetHold | None:
-        """Admit a call that may cost up to ``usd``: its reservation (None for $0)."""
+        """Admit a call that may cost up to ``usd``: its reservation (None for $0).
+
+        ``guarded``: ``usd`` is :meth:`unsized_estimate`'s (the advice on refusal says what
+        such a call can change). ``counted=False``: a try whose refusal is not its call's —
+        a hedge's duplicate, an escalation (the call keeps its first answer) — is not counted
+        among the calls throttled or raised."""
         now = self.clock.now()
         if usd > self.budget.usd_per_hour:
-            self._refused("raised")
+            self._refused("raised", counted)
+            advice = (
+                "(the mean cost of its backend's attempts so far): raise the budget, or "
+                "guard a cheaper backend (@gate.guard(backend=...))"
+                if guarded
+                else "lower max_tokens or raise the budget"
+            )
             raise BudgetExceededError(
-                f"this call may cost ${usd:.4f}, more than the whole budget of "
-                f"${self.budget.usd_per_hour:.2f}/h: lower max_tokens or raise the budget",
+                f"this {'guarded ' if guarded else ''}call may cost ${usd:.4f}, more than the "
+                f"whole budget of ${_usd(self.budget.usd_per_hour)}/h: {advice}",
                 spent_usd=self.windows.spent(now), budget_usd=self.budget.usd_per_hour,
             )
         if not self._queue:
@@ -281,22 +317,24 @@ class BudgetGate:
             if at is not None and at <= now:
                 return self._grant(usd)
             if self.budget.on_exceed == "raise":
-                self._refused("raised")
+                self._refused("raised", counted)
                 raise self._exceeded(now, usd, at)
-        return await self._wait(usd, priority, deadline)
+        return await self._wait(usd, priority, deadline, counted)
 
     def _grant(self, usd: float) -> BudgetHold | None:
         if usd <= 0:
             return None
         return BudgetHold(self.windows.reserve(usd), usd)
 
-    async def _wait(self, usd: float, priority: int, deadline: float | None) -> BudgetHold | None:
+    async def _wait(
+        self, usd: float, priority: int, deadline: float | None, counted: bool
+    ) -> BudgetHold | None:
         clock = self.clock
         now = clock.now()
         episode, self._last_wait = self._throttling(now), now
         waiter = _Waiter((-priority, next(self._order)), usd)
         heapq.heappush(self._queue, waiter)
-        self._refused("throttled")
+        self._refused("throttled", counted)
         if not episode:
             log.warning(
                 "budget: throttling — $%.2f spent and $%.2f reserved in the last hour of "
@@ -318,11 +356,11 @@ class BudgetGate:
                         return self._grant(usd)
                     late = at is not None and deadline is not None and at > deadline
                     if late or (deadline is not None and now >= deadline):
-                        raise self._late(now, usd, at)  # room comes too late: fail now
+                        raise self._late(now, usd, counted, at)  # room comes too late: fail now
                     if at is not None:
                         until = at if deadline is None else min(at, deadline)
                 elif deadline is not None and now >= deadline:
-                    raise self._late(now, usd)
+                    raise self._late(now, usd, counted)
                 # the head: until room, or a release; behind it: until its turn
                 await self._until(waiter.turn, now, until)
         finally:
@@ -350,15 +388,19 @@ class BudgetGate:
 
     # -- errors ---------------------------------------------------------------------------
 
-    def _refused(self, how: Literal["throttled", "raised"]) -> None:
+    def _refused(self, how: Literal["throttled", "raised"], counted: bool = True) -> None:
+        if not counted:
+            return
         if how == "throttled":
             self.throttled += 1
         else:
             self.raised += 1
         self._refusals.add(1, {"gptgate.budget.outcome": how})
 
-    def _late(self, now: float, usd: float, at: float | None = None) -> BudgetExceededError:
-        self._refused("raised")
+    def _late(
+        self, now: float, usd: float, counted: bool, at: float | None = None
+    ) -> BudgetExceededError:
+        self._refused("raised", counted)
         error = self._exceeded(now, usd, at if at is not None else self.windows.room_at(now, usd))
         error.message = f"throttled past the call's deadline: {error.message}"
         error.args = (error.message,)
@@ -373,7 +415,7 @@ class BudgetGate:
         )
         return BudgetExceededError(
             f"dollar budget exceeded: ${spent:.4f} spent and ${held:.4f} reserved in the last "
-            f"hour of ${cap.usd_per_hour:.2f}/h; this call may cost ${usd:.4f}; {when}",
+            f"hour of ${_usd(cap.usd_per_hour)}/h; this call may cost ${usd:.4f}; {when}",
             spent_usd=spent,
             budget_usd=cap.usd_per_hour,
             retry_after=None if at is None else round(max(0.0, at - now), 1),

@@ -121,6 +121,8 @@ class CallSpec:
     hedge: HedgePolicy | None = None
     #: tiered serving (gptgate/tiers.py): gptgate.tier, tier_reason, escalated for its spans
     tier_attributes: Mapping[str, Any] | None = None
+    #: the large tier asked again for a small answer (a failure keeps that answer)
+    escalation: bool = False
 
 
 @dataclass(slots=True)
@@ -249,7 +251,10 @@ class _Attempt:
         budget's reservation, the ticket and the permit (with ``shared=``, the RPM/TPM take
         too, in the permit's round trip)."""
         runner, routed, spec = self.runner, self.backend, self.spec
-        self.hold = await runner.admit_budget(spec, routed)
+        # a hedge's duplicate or an escalation refused is no call refused: the call goes on
+        self.hold = await runner.admit_budget(
+            spec, routed, counted=not (self.state.hedge or spec.escalation)
+        )
         fleet = routed.fleet_pacer
         if fleet is not None:
             tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
@@ -508,6 +513,7 @@ class _Attempt:
             backend.drift.observe(
                 self.clock.now(), permit.inflight, latency, ttft, usage.output_tokens,
                 None if usage.estimated else usage.input_tokens, usage.cached_input_tokens,
+                spec.prefix,
             )
         runner.telemetry.end_attempt(
             span,
@@ -805,36 +811,50 @@ class CallRunner:
         output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
         return price.cost(Usage(input_tokens=spec.prompt_tokens, output_tokens=output))
 
-    async def admit_budget(self, spec: CallSpec, backend: BackendState) -> BudgetHold | None:
+    async def admit_budget(
+        self, spec: CallSpec, backend: BackendState, counted: bool = True
+    ) -> BudgetHold | None:
         """Reserve the attempt's most expensive outcome under the dollar budget, waiting
         (throttle) or failing (raise) when there is no room; a backend without a price is
-        free and passes."""
+        free and passes. ``counted=False``: see ``BudgetGate.admit``."""
         return await self.admit_cost(
-            backend, self.budget_estimate(spec, backend), spec.priority, spec.deadline
+            backend, self.budget_estimate(spec, backend), spec.priority, spec.deadline, counted
         )
 
     async def admit_cost(
-        self, backend: BackendState, usd: float, priority: int, deadline: float | None
+        self,
+        backend: BackendState,
+        usd: float,
+        priority: int,
+        deadline: float | None,
+        counted: bool = True,
     ) -> BudgetHold | None:
-        """``admit_budget`` for a try whose cost is estimated elsewhere (a guarded call,
-        an SDK request)."""
+        """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request)."""
         if self.spending is None or backend.backend.price is None:
             return None
-        return await self.spending.admit(usd, priority=priority, deadline=deadline)
+        return await self.spending.admit(
+            usd, priority=priority, deadline=deadline, counted=counted
+        )
 
-    def mean_attempt_cost(self, backend: BackendState) -> float:
-        """The backend's mean cost per attempt so far: a guarded call's reservation (its
-        tokens are unknown until its function returns). Before any attempt, a typical call's
-        price (``_DEFAULT_MAX_TOKENS`` of prompt and of answer): reserving nothing let a
-        first burst of guarded calls all pass together, whatever the budget."""
-        entry = self.ledger.entries.get(backend.name)
-        if entry is not None and entry.attempts:
-            return entry.cost_usd / entry.attempts
+    async def admit_guarded(
+        self, backend: BackendState, priority: int, deadline: float | None
+    ) -> BudgetHold | None:
+        """A guarded try's reservation: its tokens are unknown until its function returns,
+        so it reserves the backend's mean cost per attempt so far, or before any a typical
+        call's (``_DEFAULT_MAX_TOKENS`` of prompt and of answer; reserving nothing let a first
+        burst of guarded calls all pass together) within what the budget holds."""
         price = backend.backend.price
-        if price is None:
-            return 0.0
-        typical = Usage(input_tokens=_DEFAULT_MAX_TOKENS, output_tokens=_DEFAULT_MAX_TOKENS)
-        return price.cost(typical)
+        if self.spending is None or price is None:
+            return None
+        entry = self.ledger.entries.get(backend.name)
+        learned = entry.cost_usd / entry.attempts if entry is not None and entry.attempts else None
+        typical = price.cost(
+            Usage(input_tokens=_DEFAULT_MAX_TOKENS, output_tokens=_DEFAULT_MAX_TOKENS)
+        )
+        return await self.spending.admit(
+            self.spending.unsized_estimate(learned, typical),
+            priority=priority, deadline=deadline, guarded=True,
+        )
 
     async def _admit(
         self, spec: CallSpec, state: CallState, backend: BackendState
@@ -1372,7 +1392,9 @@ class CallRunner:
         nothing more — a stall is usually one replica's queue, not the whole service."""
         avoid = frozenset(state.failed_backends)
         first = state.sent_to
-        if first is not None and self.router.has_alternative(spec.route, avoid | {first.name}):
+        if first is not None and self.router.has_alternative(
+            spec.route, avoid | {first.name}, failed=avoid  # a slow first stays in its tier
+        ):
             return avoid | {first.name}
         return avoid
 

@@ -127,6 +127,10 @@ class Backend(BaseModel):
     #: the model's context window in tokens (prompt + answer), when known: a call that cannot
     #: fit any eligible backend's window is refused before it is sent (RequestTooLargeError)
     context_tokens: StrictInt | None = Field(default=None, ge=1)
+    #: the most tokens the backend answers in one call (its server's own cap: llama-server's
+    #: ``--n-predict``, a hosted model's output limit), when known: a small-tier answer cut at
+    #: ``length`` is escalated only when a large-tier backend can answer longer (docs/tiers.md)
+    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
@@ -214,6 +218,12 @@ class Backend(BaseModel):
     def pseudo_concurrency(self) -> bool:
         """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
+
+    def __repr_args__(self) -> Any:
+        """``headers`` shown by name only: a proxy's token goes there as often as in
+        ``api_key`` (which is never shown), and a backend is what people log."""
+        for name, value in super().__repr_args__():
+            yield name, ({k: "***" for k in value} if name == "headers" and value else value)
 
     def resolve_api_key(self) -> str | None:
         if self.api_key is not None:

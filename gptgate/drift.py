@@ -3,12 +3,14 @@
 ``Gateway(baseline="baseline.json")`` compares what each backend does now with what it did when
 ``gptgate profile`` measured it, at the same load: every successful attempt lands in its
 *concurrency band* (calls in flight at its admission, gptgate/baseline.py). Each band gathers
-a step of live figures — p95 latency and TTFT (P² estimates, O(1) per call), output tokens/s,
-cache hit rate — and once the step has lasted ``step_s`` and holds ``min_samples`` calls it is
-judged against that band's baseline. A backend whose steps stay out of band for ``window_s``
-(on the gateway's clock) starts a drift *episode*: one warning log, the ``gptgate.drift``
-metric up, ``gate.stats()[name].drift`` says so. It ends once its steps stay back in band for
-``window_s``. A step needs calls to be judged: a backend with no traffic keeps its state.
+a step of live figures — p95 latency and TTFT (P² estimates, O(1) per call), decode speed
+(output tokens/s), cache hit rate, each measured like the profile's whatever the workload
+(gptgate/drift_measure.py) — and once the step has lasted ``step_s`` and holds
+``min_samples`` calls it is judged against that band's baseline. A backend whose steps stay
+out of band for ``window_s`` (on the gateway's clock) starts a drift *episode*: one warning
+log, the ``gptgate.drift`` metric up, ``gate.stats()[name].drift`` says so. It ends once its
+steps stay back in band for ``window_s``. A step needs calls to be judged: a backend with no
+traffic keeps its state.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from opentelemetry import metrics
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from .baseline import BackendBaseline, BandFigures, Baseline, BaselineError, band_of
+from .cache import PrefixGroup
 from .config import Backend
+from .drift_measure import (
+    CacheableCalls,
+    comparable_prompt,
+    decode_part,
+    latency_at_profile_length,
+)
 from .limits.quantile import P2Quantile
 from .telemetry import NAMES
 
@@ -45,14 +54,16 @@ METRIC_ATTRIBUTE = "gptgate.drift.metric"
 
 class DriftPolicy(BaseModel):
     """When a live figure is out of its band. The defaults: p95 latency or TTFT above 1.5×
-    the baseline's, output tokens/s below 0.67× it, cache hit rate more than 15 points under
-    it — for 60 s in a row, judged in steps of 10 s with at least 20 calls each."""
+    the baseline's, decode speed (output tokens/s) below 0.75× it — a 1.5× slower backend is
+    at 0.67×, a steady one stayed above 0.81× on the benchmark (benchmarks/drift.py) — cache
+    hit rate more than 15 points under it; for 60 s in a row, judged in steps of 10 s with at
+    least 20 calls each: an episode begins within ``window_s + 2 × step_s`` of a change."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     latency_p95_ratio: StrictFloat = Field(default=1.5, gt=1)
     ttft_p95_ratio: StrictFloat = Field(default=1.5, gt=1)
-    tokens_per_s_ratio: StrictFloat = Field(default=0.67, gt=0, lt=1)
+    tokens_per_s_ratio: StrictFloat = Field(default=0.75, gt=0, lt=1)
     #: absolute drop of the hit rate (0.15 = 15 points)
     hit_rate_drop: StrictFloat = Field(default=0.15, gt=0, le=1)
     #: how long out of band (or back in band) before an episode starts (or ends)
@@ -99,12 +110,14 @@ class _Step:
     """The live figures of one band since its step began (all O(1) per call)."""
 
     __slots__ = (
+        "cacheable_calls",
+        "cacheable_tokens",
         "cached_tokens",
         "count",
-        "input_tokens",
+        "decode_calls",
+        "decode_s",
+        "decode_tokens",
         "latency",
-        "latency_sum",
-        "output_tokens",
         "start",
         "ttft",
     )
@@ -112,11 +125,15 @@ class _Step:
     def __init__(self) -> None:
         self.start: float | None = None
         self.count = 0
+        #: latency at the profile's answer length (gptgate/drift_measure.py)
         self.latency = P2Quantile(0.95)
         self.ttft = P2Quantile(0.95)
-        self.latency_sum = 0.0
-        self.output_tokens = 0
-        self.input_tokens = 0
+        self.decode_calls = 0
+        self.decode_tokens = 0
+        self.decode_s = 0.0
+        #: calls that could have hit the prompt cache, their cacheable and cached tokens
+        self.cacheable_calls = 0
+        self.cacheable_tokens = 0
         self.cached_tokens = 0
 
 
@@ -131,7 +148,7 @@ def judge(
     figures: BandFigures,
     policy: DriftPolicy,
     *,
-    latency_p95: float,
+    latency_p95: float | None,
     ttft_p95: float | None,
     tokens_per_s: float | None,
     hit_rate: float | None,
@@ -139,18 +156,24 @@ def judge(
     """Which live figures are out of the band around ``figures`` (those either side lacks
     are not judged)."""
     out: list[str] = []
-    live: dict[str, float] = {LATENCY_P95: latency_p95}
-    expected: dict[str, float] = {LATENCY_P95: policy.latency_p95_ratio * figures.latency_p95_s}
-    if latency_p95 > expected[LATENCY_P95]:
-        out.append(LATENCY_P95)
+    live: dict[str, float] = {}
+    expected: dict[str, float] = {}
+    if latency_p95 is not None:
+        live[LATENCY_P95] = latency_p95
+        expected[LATENCY_P95] = policy.latency_p95_ratio * figures.latency_p95_s
+        if latency_p95 > expected[LATENCY_P95]:
+            out.append(LATENCY_P95)
     if ttft_p95 is not None and figures.ttft_p95_s is not None:
         live[TTFT_P95] = ttft_p95
         expected[TTFT_P95] = policy.ttft_p95_ratio * figures.ttft_p95_s
         if ttft_p95 > expected[TTFT_P95]:
             out.append(TTFT_P95)
-    if tokens_per_s is not None and figures.output_tokens_per_s is not None:
+    # a baseline from before decode speed was recorded: its whole-call figure is lower than
+    # the decode speed, so the comparison errs on the side of no alarm
+    speed = figures.decode_tokens_per_s or figures.output_tokens_per_s
+    if tokens_per_s is not None and speed is not None:
         live[TOKENS_PER_S] = tokens_per_s
-        expected[TOKENS_PER_S] = policy.tokens_per_s_ratio * figures.output_tokens_per_s
+        expected[TOKENS_PER_S] = policy.tokens_per_s_ratio * speed
         if tokens_per_s < expected[TOKENS_PER_S]:
             out.append(TOKENS_PER_S)
     if hit_rate is not None and figures.cache_hit_rate is not None:
@@ -178,6 +201,7 @@ class DriftMonitor:
         self.policy = policy
         self._step_s = policy.step
         self._steps = {band: _Step() for band in baseline.bands}
+        self._cacheable = CacheableCalls()
         self._instrument = instrument
         #: start of the current run of out-of-band (resp. in-band) steps
         self._bad_since: float | None = None
@@ -200,13 +224,20 @@ class DriftMonitor:
         output_tokens: int,
         input_tokens: int | None = None,
         cached_tokens: int = 0,
+        prefix: PrefixGroup | None = None,
     ) -> None:
         """One successful attempt: ``inflight`` calls were in flight at its admission (itself
         included); ``input_tokens`` None when the cached part is unknown (an estimate, an SDK
-        response read by the tap), so that it does not read as a cache miss."""
+        response read by the tap), so that it does not read as a cache miss; ``prefix`` the
+        call's prompt prefix (only a call whose prefix could be cached counts for the hit
+        rate, gptgate/drift_measure.py)."""
         band = band_of(inflight)
         step = self._steps.get(band)
         if step is None:  # a band the baseline did not measure: nothing to compare with
+            if input_tokens is not None:  # still, the prefix was served here
+                self._cacheable.cacheable(
+                    prefix, input_tokens, started=now - latency_s, ended=now
+                )
             return
         if step.start is None:
             step.start = now
@@ -215,15 +246,27 @@ class DriftMonitor:
             self._judge_step(band, step, now)
             step = self._steps[band]
             step.start = now
+        figures = self.baseline.bands[band]
         step.count += 1
-        step.latency.add(latency_s)
-        step.latency_sum += latency_s
-        step.output_tokens += output_tokens
-        if ttft_s is not None:
-            step.ttft.add(ttft_s)
+        if comparable_prompt(figures, input_tokens, cached_tokens):
+            step.latency.add(latency_at_profile_length(figures, latency_s, output_tokens))
+            if ttft_s is not None:
+                step.ttft.add(ttft_s)
+        decode = decode_part(
+            latency_s, ttft_s if ttft_s is not None else figures.ttft_p50_s, output_tokens
+        )
+        if decode is not None:
+            step.decode_calls += 1
+            step.decode_tokens += decode.tokens
+            step.decode_s += decode.seconds
         if input_tokens is not None:
-            step.input_tokens += input_tokens
-            step.cached_tokens += cached_tokens
+            cacheable = self._cacheable.cacheable(
+                prefix, input_tokens, started=now - latency_s, ended=now
+            )
+            if cacheable > 0:
+                step.cacheable_calls += 1
+                step.cacheable_tokens += cacheable
+                step.cached_tokens += min(max(0, cached_tokens), cacheable)
 
     def _judge_step(self, band: str, step: _Step, now: float) -> None:
         start = step.start if step.start is not None else now
@@ -232,13 +275,15 @@ class DriftMonitor:
         result = judge(
             self.baseline.bands[band],
             self.policy,
-            latency_p95=step.latency.value,
+            latency_p95=step.latency.value if step.latency.count >= minimum else None,
             ttft_p95=step.ttft.value if step.ttft.count >= minimum else None,
             tokens_per_s=(
-                step.output_tokens / step.latency_sum if step.latency_sum > 0 else None
+                step.decode_tokens / step.decode_s if step.decode_calls >= minimum else None
             ),
             hit_rate=(
-                step.cached_tokens / step.input_tokens if step.input_tokens > 0 else None
+                step.cached_tokens / step.cacheable_tokens
+                if step.cacheable_calls >= minimum
+                else None
             ),
         )
         drifting = self._episode_start is not None

@@ -1,10 +1,13 @@
 """The typed errors every accepted call can end in.
 
 Each carries what an operator needs at 3 a.m. — backend, HTTP status, request id, retry-after —
-and never the API key or prompt text: messages are built from server error *messages* only.
+and never the API key or prompt text: messages are built from server error *messages* only,
+and every message is cleared of the exact secrets the gateway sends (``gptgate.scrub``).
 """
 
 from __future__ import annotations
+
+from .scrub import scrub_known
 
 __all__ = [
     "BackendError",
@@ -17,6 +20,7 @@ __all__ = [
     "RateLimitedError",
     "RequestTimeout",
     "RequestTooLargeError",
+    "SharedUnreachableError",
     "StreamInterruptedError",
 ]
 
@@ -45,6 +49,7 @@ class GateError(Exception):
         billed: bool = False,
         unsent: bool = False,
     ) -> None:
+        message = scrub_known(message)  # whoever built it: a server may echo the key it got
         super().__init__(message)
         self.message = message
         self.backend = backend
@@ -194,3 +199,15 @@ class StreamInterruptedError(GateError):
         self.partial_text = partial_text
         self.output_tokens = output_tokens
         self.usage_estimated = usage_estimated
+
+
+class SharedUnreachableError(GateError):
+    """``Shared(required=True)``: the fleet's Redis could not be reached at start, so the
+    gateway did not open (without ``required`` it starts on local limits). ``url`` is where
+    it points, its password masked. Says nothing about any backend's health."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, url: str, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.url = url

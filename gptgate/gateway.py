@@ -14,7 +14,6 @@ import itertools
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -38,6 +37,7 @@ import httpx2
 from cachetools import TTLCache
 from opentelemetry import metrics, trace
 
+from .background import Background
 from .baseline import Baseline
 from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
@@ -59,12 +59,14 @@ from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
+from .opened import Opened
 from .pool import BackendPool, PoolStatistics
 from .relocate import Relocator
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
@@ -74,13 +76,19 @@ from .snapshot import (
     BackendSnapshot,
     GatewaySnapshot,
     LimitState,
-    check_state_arg,
     limit_state,
-    load_state,
-    save_state,
 )
+from .state_file import StateFile, load_warm, state_source
 from .telemetry import NAMES, Telemetry
-from .tiers import Accept, TierClassifier, Tiering, TierStats, check_accept, check_classifier
+from .tiers import (
+    Accept,
+    TierClassifier,
+    Tiering,
+    TierStats,
+    check_accept,
+    check_classifier,
+    served_by,
+)
 from .tokens import estimate_prompt_tokens
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -100,12 +108,6 @@ _NOT_OPEN = "the gateway is not open: use `async with gate:` (or await start())"
 
 #: a batched item's absolute deadline, from submission to the call (never a chat argument)
 _DEADLINE_KEY = "_gptgate_deadline"
-
-
-def _current_loop() -> int:
-    """Which event loop this is, as cheaply as it can be told on every call: an event loop runs
-    in one thread, and two loops cannot run at once in one thread, so the thread says it."""
-    return threading.get_ident()
 
 
 def _check_max_pending(max_pending: object) -> int | None:
@@ -141,6 +143,9 @@ class BackendStats:
 
     name: str
     hardware: str
+    #: the limit in force: what admission applies now — with ``shared=`` the lower of this
+    #: process's own limit and the fleet's (the fleet's limit, or this process's share of it
+    #: during an outage; 1 before the fleet was seen: docs/guide/many-processes.md)
     limit: int
     in_flight: int
     queued: int
@@ -194,6 +199,9 @@ class BackendStats:
     #: of ``in_flight``: slots still taken by requests we hung up on (a timeout, a cancelled
     #: call, a stream left), for the backend's ``abandon_grace_s`` — it still runs them
     abandoned_holding: int = 0
+    #: this process's own limit, before the fleet's: the configured ``concurrency`` or the
+    #: adaptive limit (with ``shared=`` auto, the fleet's published one), within the pool
+    local_limit: int = 0
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -445,8 +453,8 @@ class ChatStream:
             raise RuntimeError("the stream has not completed")
         tier = self._spec.tier_attributes  # the decision prepare() recorded for the spans
         if tier is not None and result.tier is None:
-            result = self._state.result = dataclasses.replace(
-                result, tier=tier[NAMES["tier"]], tier_reason=tier[NAMES["tier_reason"]]
+            result = self._state.result = served_by(
+                result, self._runner, tier[NAMES["tier"]], tier[NAMES["tier_reason"]]
             )
         return result
 
@@ -470,7 +478,7 @@ class Gateway:
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
-        self._state_source = check_state_arg(state)
+        self._state_source = state_source(state)
         #: drift watch: a baseline file (read on the first start) or a Baseline (docs/drift.md)
         self._baseline = check_baseline_arg(baseline)
         if drift_policy is not None and not isinstance(drift_policy, DriftPolicy):
@@ -513,7 +521,8 @@ class Gateway:
         )
         if self._spending is not None:
             self._ledger.on_cost = self._spending.record
-        self._task_group: anyio.abc.TaskGroup | None = None
+        #: the background task group's own task, while open (gptgate/background.py)
+        self._background: Background | None = None
         self._closing = anyio.Event()
         self._batchers: dict[Scenario, MicroBatcher[dict[str, Any], ChatResult]] = {}
         self.cache_gate = CacheGate(clock=self.clock)
@@ -537,10 +546,12 @@ class Gateway:
         self._calls = CallRegistry()
         #: set when a hosted micro-batcher has drained (closing waits for them)
         self._hosts_done: list[anyio.Event] = []
-        #: the event loop that opened the gateway: its queues and events live there
-        self._loop: int | None = None
+        #: which event loop has it open: its queues and events live there (gptgate/opened.py)
+        self._opened = Opened()
         #: ``shared=``: the fleet's Redis while open (gptgate/shared/)
         self._fleet: FleetClient | None = None
+        #: closing: when the backends have noticed the requests it hung up on
+        self._noticed_by = -math.inf
         #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
         self._fleet_options: dict[str, Any] = {}
 
@@ -559,16 +570,35 @@ class Gateway:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the pools and the background task group. ``aclose`` must run in the same
-        task (as with any anyio task group): prefer ``async with gate:``."""
-        if self._open:
-            raise RuntimeError("the gateway is already open")
+        """Open the pools and the background tasks, from any task of the event loop
+        (``aclose`` may run in another one). Opening it while another loop (thread) has it
+        open is a ``GateError``; so is opening it twice."""
+        self._opened.claim()
+        try:
+            await self._open_here()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._release(save=False)
+            raise
+        self._opened.opened()
+
+    @property
+    def _task_group(self) -> anyio.abc.TaskGroup | None:
+        return None if self._background is None else self._background.task_group
+
+    async def _lost(self) -> None:
+        """The loop is ending with the gateway open (never closed): close what it holds, so
+        that a later loop may open it again."""
+        if self._opened.begin_close():
+            await self._release(save=False)
+
+    async def _open_here(self) -> None:
+        await self._connect_fleet()  # first: Shared(required=True) may fail the start
         self._closing = anyio.Event()
         self._calls = CallRegistry()
         self._hosts_done = []
-        self._loop = _current_loop()
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
+        self._background = Background(on_lost=self._lost)
+        task_group = await self._background.open()
         warm = self._load_state()
         for backend in self.config.backends:
             previous = self._states.get(backend.name)
@@ -628,10 +658,10 @@ class Gateway:
             spending=self._spending,
             spawn=self._spawn,
         )
-        await self._start_fleet(self._task_group)
+        await self._start_fleet(task_group)
         self._open = True
         if self.config.keep_warm:
-            self._task_group.start_soon(self._keep_warm_loop)
+            task_group.start_soon(self._keep_warm_loop)
 
     async def aclose(self, grace_s: float | None = None) -> None:
         """Close: new calls are refused at once (``GatewayClosedError``); the calls in flight
@@ -641,9 +671,8 @@ class Gateway:
         waits longer than ``grace_s`` + 1 s, and nothing of it counts against a backend's
         health. Idempotent."""
         grace = self.config.shutdown_grace_s if grace_s is None else _check_grace(grace_s)
-        if self._task_group is None:
+        if not self._opened.begin_close():
             return
-        task_group, self._task_group = self._task_group, None
         calls = self._calls
         calls.closing = True
         self._closing.set()  # the batchers flush what they hold and drain
@@ -655,31 +684,40 @@ class Gateway:
                 await calls.cancel_all()
                 with anyio.move_on_after(self.clock.to_real(1.0)):
                     await self._drained()
-            task_group.cancel_scope.cancel()  # a straggler of its own (there should be none)
+                    # requests hung up on just now run on until their backend notices
+                    await self.clock.sleep(max(0.0, self._noticed_by - self.clock.now()))
+                await self._release(save=True)
+
+    async def _release(self, *, save: bool) -> None:
+        """Stop the background tasks, close the pools and the fleet, give the loop back."""
+        try:
+            if self._background is not None:
+                background, self._background = self._background, None
+                await background.close()
+        finally:
+            self._open = False
+            self._batchers.clear()
             try:
-                await task_group.__aexit__(None, None, None)
+                for state in self._states.values():
+                    await state.pool.aclose()
+                if self._fleet is not None:
+                    fleet, self._fleet = self._fleet, None
+                    await fleet.aclose()
+                if save:
+                    self._save_state()
             finally:
-                self._open = False
-                self._loop = None
-                self._batchers.clear()
-                with anyio.CancelScope(shield=True):
-                    for state in self._states.values():
-                        await state.pool.aclose()
-                    if self._fleet is not None:
-                        fleet, self._fleet = self._fleet, None
-                        await fleet.aclose()
-                self._save_state()
+                self._opened.release()
 
     async def _start_fleet(self, task_group: anyio.abc.TaskGroup) -> None:
         """``shared=``: every backend's circuit breaker is the fleet's (gptgate/shared/
         health.py); every backend takes fleet-wide permits too (and honours the fleet's 429
         pauses): a fixed limit is the fleet's, and ``concurrency="auto"`` learns one limit for
         the fleet (a leader computes it from every process's samples).
-        Never fails: an unreachable Redis is an outage (local limits, a warning)."""
-        shared = self.config.shared
-        if shared is None:
+        Never fails: an unreachable Redis is an outage (local limits, a warning), and with
+        ``Shared(required=True)`` the connect before it failed the start."""
+        fleet = self._fleet
+        if fleet is None:
             return
-        fleet = FleetClient(shared, clock=self.clock, **self._fleet_options)
         for state in self._states.values():
             backend = state.backend
             state.fleet_health = fleet.health(
@@ -710,7 +748,6 @@ class Gateway:
             if isinstance(state.limiter.admission, FleetAdmission):
                 # a call's RPM/TPM take rides with its permit's acquire: one round trip
                 state.limiter.admission.rider = state.fleet_pacer.rider
-        self._fleet = fleet
         await fleet.start(task_group)
         # one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
         warmup = FleetWarmup(
@@ -721,6 +758,14 @@ class Gateway:
         warmup.on_members = self.cache_gate.set_fleet_members
         task_group.start_soon(warmup.run)  # the fleet's hit counts (gptgate/shared/warmup.py)
 
+    async def _connect_fleet(self) -> None:
+        """``shared=``: the fleet's connection, opened before anything else of the gateway,
+        so that ``Shared(required=True)`` fails the start with nothing left open."""
+        if self.config.shared is not None:
+            fleet = FleetClient(self.config.shared, clock=self.clock, **self._fleet_options)
+            await fleet.connect()
+            self._fleet = fleet
+
     def _defer(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         """``then()`` ``hold`` seconds later on the gateway's clock, or once the event
         ``hold`` is set: the slot of a request we hung up on, freed after its backend's
@@ -728,6 +773,8 @@ class Gateway:
         At once when the gateway is closing, and at the latest when it closes."""
         if not self._spawn(functools.partial(self._after, hold, then)):
             then()
+            if not isinstance(hold, anyio.Event):  # closing waits for that, not the slot
+                self._noticed_by = max(self._noticed_by, self.clock.now() + hold)
 
     async def _after(self, hold: float | anyio.Event, then: Callable[[], None]) -> None:
         try:
@@ -777,15 +824,14 @@ class Gateway:
                 },
             )
         snapshot = GatewaySnapshot(version=1, taken_at=time.time(), backends=backends)
-        return snapshot.model_dump(mode="json")
+        return snapshot.document()
 
     def _load_state(self) -> dict[str, LimitState]:
         """The saved limit state per backend that may start warm (logged and skipped when
         stale, foreign or not valid state: never a failed start)."""
-        source = self._state_source
-        if source is None:
-            return {}
-        return load_state(source, self.config.backends, max_age_s=self.config.state_max_age_s)
+        return load_warm(
+            self._state_source, self.config.backends, max_age_s=self.config.state_max_age_s
+        )
 
     def _warm_limit(self, backend: Backend, warm: Mapping[str, LimitState]) -> Limit:
         limit = self._make_limit(backend)
@@ -800,15 +846,9 @@ class Gateway:
         return limit
 
     def _save_state(self) -> None:
-        """On exit, when ``state=`` is a path: write the snapshot (atomically). A failed write
-        is logged, not raised: it must not hide how the ``async with`` block ended."""
-        source = self._state_source
-        if source is None or isinstance(source, Mapping):
-            return
-        try:
-            save_state(source, self.snapshot())
-        except (OSError, ValueError) as error:
-            log.warning("state %s not saved: %s", os.fspath(source), error)
+        """On exit, with ``state=`` a path: merge the snapshot into it (gptgate/state_file.py)."""
+        if isinstance(self._state_source, StateFile):
+            self._state_source.save(self.snapshot(), max_age_s=self.config.state_max_age_s)
 
     def _limit_from(self, backend: Backend, initial: int) -> Limit:
         """A fresh limit for ``backend`` starting at ``initial`` (``shared=`` auto)."""
@@ -841,12 +881,7 @@ class Gateway:
             raise GatewayClosedError(_NOT_OPEN)
         if self._calls.closing and not _ACCEPTED.get():
             self._calls.check()
-        if self._loop is not None and _current_loop() != self._loop:
-            raise GateError(
-                "this gateway was opened in another event loop (thread) and is still open "
-                "there: a Gateway serves one event loop at a time — open one Gateway per "
-                "loop or thread, or send the call to the loop that opened it"
-            )
+        self._opened.check_loop()
         return self._runner
 
     # -- the verbs ------------------------------------------------------------------------
@@ -872,6 +907,7 @@ class Gateway:
         resolved = self._resolve(scenario)
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
+        remember_call_headers(headers)  # a caller's own Authorization: masked in errors
         _check_route_options(private, stream, cache_key)
         _check_params(params)
         if tier not in ("small", "large", "auto"):
@@ -1388,10 +1424,12 @@ class Gateway:
             entry = self._ledger.entries[name]
             phase, events = _limit_phase(state.limiter.limit)
             earlier = self._earlier[name]
+            fleet = _fleet_statistics(state.limiter.admission)
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
-                limit=limiter.limit,
+                limit=min(limiter.limit, fleet.in_force) if fleet else limiter.limit,
+                local_limit=limiter.limit,
                 in_flight=limiter.in_flight,
                 abandoned_holding=limiter.holding,
                 queued=limiter.queued,
@@ -1421,7 +1459,7 @@ class Gateway:
                 cache_waiting=self.cache_gate.waiting(name),
                 limit_phase=phase,
                 limit_events=earlier.events(events),
-                fleet=_fleet_statistics(state.limiter.admission),
+                fleet=fleet,
                 fleet_cache_hit_rate=self.cache_gate.fleet_hit_rate(name),
                 fleet_pacing=state.fleet_pacer.statistics() if state.fleet_pacer else None,
                 hedges=state.hedges,
@@ -1451,6 +1489,11 @@ class Gateway:
             pass
         self._configured(name)
         raise GateError("the gateway is not open: use `async with gate:` (or await start())")
+
+    @property
+    def calls(self) -> CallRegistry:
+        """The calls in flight, which closing the gateway ends (an SDK's bodies too)."""
+        return self._calls
 
     def register_call(self) -> AbstractContextManager[None]:
         """The scope a guarded call's body runs in: the shutdown gives it the grace, then

@@ -33,6 +33,7 @@ from .errors import (
     RequestTimeout,
 )
 from .guard_span import GuardSpan
+from .guard_stream import follow_returned
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .calls import CallRunner
     from .clock import Clock
     from .config import GatewayConfig
+    from .lifecycle import CallRegistry
 
 #: the guarded call whose body is running: a request the body makes on the same backend
 #: through ``gate.http_client`` runs under its permit (one call, one permit). Without it, 4
@@ -117,6 +119,10 @@ class GuardedGateway(Protocol):
         ...
 
     def backend_state(self, name: str) -> BackendState: ...
+
+    @property
+    def calls(self) -> CallRegistry:
+        """The calls in flight (gptgate/lifecycle.py): a stream's body registers there."""
 
     def register_call(self) -> AbstractContextManager[None]:
         """A scope for a call's body that the gateway's shutdown ends (its grace, then a
@@ -345,9 +351,7 @@ class _GuardRun:
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
         state = await runner.route(self.route, frozenset(self.failed), self.deadline)
-        hold = await runner.admit_cost(
-            state, runner.mean_attempt_cost(state), self.scenario.priority, self.deadline
-        )
+        hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
         try:
             return await self._admitted(number, body, state)
         finally:
@@ -381,8 +385,7 @@ class _GuardRun:
             raise
         finally:
             _GUARD_PERMIT.reset(token)
-        self._succeeded(state, call, result, clock.now() - start)
-        return result
+        return self._succeeded(state, call, result, clock.now() - start)
 
     def _failed(
         self, state: BackendState, call: GuardedCall, exc: Exception, latency: float
@@ -405,9 +408,10 @@ class _GuardRun:
         raise _ForeignFailure(view, exc) from exc  # the retry policy decides on its view
 
     def _succeeded(
-        self, state: BackendState, call: GuardedCall, result: object, latency: float
-    ) -> None:
-        """What a try that returned teaches the limit, the bill and the span."""
+        self, state: BackendState, call: GuardedCall, result: R, latency: float
+    ) -> R:
+        """What a try that returned teaches the limit, the bill and the span; the result to
+        return (a stream from another client: its watched facade, gptgate/guard_stream.py)."""
         permit = call.permit
         state.breaker.on_success()
         still_read = [request for request in call.open_requests if not request.ended]
@@ -415,7 +419,15 @@ class _GuardRun:
             # a stream returned to the caller: the permit follows it to its end, and so does
             # the span (the request reports both when it ends)
             still_read[-1].adopt(permit, self._stream_ended)
-            return
+            return result
+        followed, returned = follow_returned(
+            result, permit, self._foreign_stream_ended,
+            classify=lambda exc: classify_exception(exc, state.name), clock=self.clock,
+            backend=state.name, idle_s=state.backend.idle_timeout, calls=self.gate.calls,
+            spawn=self.runner.spawn,
+        )
+        if followed:  # a stream another client reads: the permit follows it as well
+            return returned  # type: ignore[return-value]
         usage: Usage | None = None
         cost: float | None = None
         repeated = self.seen.repeated(result)
@@ -443,6 +455,13 @@ class _GuardRun:
             usage = None
             permit.ignore()  # no usage (or an application cache hit): not the backend's work
         self.span.end("ok", usage=usage, cost_usd=cost)
+        return result
+
+    def _foreign_stream_ended(self, error: BaseException | None) -> None:
+        if error is None:
+            self.span.end("ok")
+        else:
+            self.span.end("error", error=error)
 
     def _stream_ended(
         self, error: BaseException | None, usage: Usage | None, cost: float

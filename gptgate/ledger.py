@@ -80,8 +80,11 @@ class Ledger:
         wasted: bool,
         interrupted: bool = False,
         uncertain: bool = False,
+        unread_tokens: int = 0,
     ) -> float:
-        """Count one attempt's billed usage; returns its cost in dollars."""
+        """Count one attempt's billed usage; returns its cost in dollars. ``uncertain``: all
+        of it may not have been billed; ``unread_tokens``: that many of its output tokens
+        may not have been (a stream gptgate drained after its caller left it unread)."""
         entry = self.entries[backend]
         cost = self.cost(backend, usage)
         entry.attempts += 1
@@ -102,6 +105,8 @@ class Ledger:
             entry.wasted_cost_usd += cost
         if uncertain:
             entry.uncertain_tokens += usage.total_tokens
+        else:
+            entry.uncertain_tokens += unread_tokens
         if self.on_cost is not None and cost > 0:
             self.on_cost(cost)
         return cost

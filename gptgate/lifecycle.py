@@ -9,14 +9,15 @@ Closing has three phases (docs/guide.md, "Cancelling and closing"):
    accepted item that had not started yet is refused the same way.
 
 A call is registered by :meth:`CallRegistry.call` (a scope the shutdown can cancel) or, for a
-stream the caller reads at its own pace, by :meth:`CallRegistry.stream`. Cancellation unwinds
-a call the way any cancellation does — permit ignored, cache ticket and connection handed back
-— so the backend's health never hears of it.
+stream the caller reads at its own pace, by :meth:`CallRegistry.stream` (``gate.stream``) or
+:meth:`CallRegistry.open_body` (a response body an SDK reads, gptgate/stream_watch.py).
+Cancellation unwinds a call the way any cancellation does — permit ignored, cache ticket and
+connection handed back — so the backend's health never hears of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from types import TracebackType
 from typing import TypeVar
@@ -25,7 +26,7 @@ import anyio
 
 from .errors import GatewayClosedError
 
-__all__ = ["CallRegistry"]
+__all__ = ["CallRegistry", "OpenStream"]
 
 T = TypeVar("T")
 
@@ -33,17 +34,18 @@ _REFUSED = "the gateway is closing: no new calls are accepted"
 _CANCELLED = "the gateway closed before the call finished (shutdown grace ran out)"
 
 
-class _Stream:
+class OpenStream:
     """A registered stream: cancelled mid-step through ``scope``, or closed between steps
-    (the caller is not reading) by the shutdown itself, so its connection is returned."""
+    (the caller is not reading) by the shutdown itself (``close``), so its connection is
+    returned."""
 
-    __slots__ = ("closed", "generator", "released", "scope")
+    __slots__ = ("close", "closed", "released", "scope")
 
-    def __init__(self, generator: AsyncGenerator[object, None]) -> None:
-        self.generator = generator
+    def __init__(self, close: Callable[[], Awaitable[None]]) -> None:
+        self.close = close
         self.scope: anyio.CancelScope | None = None
         self.closed = False
-        #: set once the shutdown has finished closing the generator
+        #: set once the shutdown has finished closing it
         self.released = anyio.Event()
 
     async def refuse(self) -> None:
@@ -87,7 +89,7 @@ class CallRegistry:
 
     def __init__(self) -> None:
         self._scopes: set[anyio.CancelScope] = set()
-        self._streams: set[_Stream] = set()
+        self._streams: set[OpenStream] = set()
         self._changed = anyio.Event()
         self._watched = False
         #: new calls are refused
@@ -117,7 +119,7 @@ class CallRegistry:
         the shutdown may cancel; between steps no scope is held across the ``yield`` (the
         caller's own code runs there), and the shutdown closes the generator itself."""
         self.check(new=False)
-        entry = _Stream(deltas)
+        entry = OpenStream(deltas.aclose)
         self._streams.add(entry)
         try:
             async with aclosing(deltas):
@@ -139,6 +141,19 @@ class CallRegistry:
         finally:
             self._streams.discard(entry)
             self._notify()
+
+    def open_body(self, close: Callable[[], Awaitable[None]]) -> OpenStream:
+        """Register a response body its caller reads at its own pace (an SDK stream): the
+        shutdown gives it the grace, then cancels the read in progress (the entry's
+        ``scope``) or, between reads, ``close``s it. ``body_done`` when it has ended."""
+        self.check(new=False)
+        entry = OpenStream(close)
+        self._streams.add(entry)
+        return entry
+
+    def body_done(self, entry: OpenStream) -> None:
+        self._streams.discard(entry)
+        self._notify()
 
     def _notify(self) -> None:
         if self._watched:  # only a shutdown waits: the hot path makes no Event
@@ -169,7 +184,7 @@ class CallRegistry:
                 entry.closed = True
                 with anyio.CancelScope(shield=True):
                     try:
-                        await entry.generator.aclose()
+                        await entry.close()
                     except RuntimeError:  # it resumed meanwhile: its next step sees `closed`
                         pass
                     finally:

@@ -24,6 +24,7 @@ import httpx2
 
 from .clock import Clock
 from .config import Backend
+from .scrub import remember_headers, remember_secret
 
 __all__ = ["BackendPool", "PoolStatistics"]
 
@@ -200,6 +201,8 @@ class BackendPool:
         headers = {"content-type": "application/json", "accept": "application/json"}
         headers.update(backend.headers)
         key = backend.resolve_api_key()  # once, at open; held only by the client's headers
+        remember_secret(key)  # masked in every error from now on, whatever its shape
+        remember_headers(backend.headers)
         if key:
             headers["authorization"] = f"Bearer {key}"
         self.client = httpx2.AsyncClient(

@@ -26,8 +26,10 @@ from typing import Any
 import anyio
 
 from .baseline import BANDS, BackendBaseline, BandFigures, Baseline, band_of
+from .cache import prefix_key
 from .clock import Clock
 from .config import Backend, GatewayConfig
+from .drift_measure import CacheableCalls, decode_part
 from .errors import GateError
 from .gateway import Gateway
 from .results import ChatResult
@@ -127,9 +129,11 @@ async def profile(
     for backend in config.backends:
         bands: dict[str, BandFigures] = {}
         first_error: GateError | None = None
+        served = CacheableCalls()  # the backend's prompt cache outlives a level, as live
         for level in checked_levels:
             figures, error = await _measure(
-                config, backend, level, requests, max_tokens, workload, clock, on_progress
+                config, backend, level, requests, max_tokens, workload, clock, on_progress,
+                served,
             )
             if figures is not None:
                 bands[band_of(level)] = figures
@@ -153,6 +157,7 @@ async def _measure(
     workload: Sequence[Messages],
     clock: Clock | None,
     on_progress: Progress | None,
+    served: CacheableCalls,
 ) -> tuple[BandFigures | None, GateError | None]:
     """``requests`` calls with exactly ``level`` in flight on ``backend`` alone."""
     pinned = Backend(**{**dict(backend), "concurrency": level})
@@ -161,6 +166,8 @@ async def _measure(
         "keep_warm": False, "shared": None,
     })
     results: list[ChatResult] = []
+    #: per result: when it ended and its messages (which calls could hit the cache)
+    ends: list[tuple[float, Messages]] = []
     errors: list[GateError] = []
     next_index = iter(range(requests))
 
@@ -177,6 +184,7 @@ async def _measure(
                     errors.append(error)
                 else:
                     results.append(result)
+                    ends.append((gate.clock.now(), workload[index % len(workload)]))
                 if on_progress is not None:
                     on_progress(backend.name, level, len(results) + len(errors), requests)
 
@@ -185,17 +193,40 @@ async def _measure(
                 group.start_soon(worker)
     if not results:
         return None, errors[0] if errors else None
-    return _figures(level, results, len(errors)), errors[0] if errors else None
+    return _figures(level, results, ends, len(errors), served), errors[0] if errors else None
 
 
-def _figures(level: int, results: Sequence[ChatResult], failures: int) -> BandFigures:
+def _figures(
+    level: int,
+    results: Sequence[ChatResult],
+    ends: Sequence[tuple[float, Messages]],
+    failures: int,
+    served: CacheableCalls,
+) -> BandFigures:
+    """The band's figures; decode speed and hit rate measured as the live watch measures
+    them (gptgate/drift_measure.py)."""
     latencies = sorted(max(0.0, r.latency_s - r.queue_s) for r in results)
     ttfts = sorted(r.ttft_s for r in results if r.ttft_s is not None)
     output = sum(r.usage.output_tokens for r in results)
-    measured = [r.usage for r in results if not r.usage.estimated]
-    input_tokens = sum(u.input_tokens for u in measured)
-    cached = sum(u.cached_input_tokens for u in measured)
     total_latency = sum(latencies)
+    decodes = [
+        d for r in results
+        if (d := decode_part(r.latency_s - r.queue_s, r.ttft_s, r.usage.output_tokens))
+    ]
+    decode_s = sum(d.seconds for d in decodes)
+    measured = [r.usage for r in results if not r.usage.estimated]
+    uncached = sum(u.input_tokens - u.cached_input_tokens for u in measured)
+    cacheable, cached = 0, 0
+    for (ended, messages), result in sorted(zip(ends, results, strict=True), key=_ended):
+        usage = result.usage
+        if usage.estimated:
+            continue
+        part = served.cacheable(
+            prefix_key(messages), usage.input_tokens,
+            started=ended - (result.latency_s - result.queue_s), ended=ended,
+        )
+        cacheable += part
+        cached += min(usage.cached_input_tokens, part)
     return BandFigures(
         concurrency=level,
         latency_p50_s=_quantile(latencies, 0.50),
@@ -205,11 +236,18 @@ def _figures(level: int, results: Sequence[ChatResult], failures: int) -> BandFi
         ttft_p95_s=_quantile(ttfts, 0.95) if ttfts else None,
         ttft_p99_s=_quantile(ttfts, 0.99) if ttfts else None,
         output_tokens_per_s=output / total_latency if total_latency > 0 else None,
-        cache_hit_rate=cached / input_tokens if input_tokens > 0 else None,
+        decode_tokens_per_s=sum(d.tokens for d in decodes) / decode_s if decode_s > 0 else None,
+        output_tokens_mean=output / len(results),
+        uncached_input_tokens_mean=uncached / len(measured) if measured else None,
+        cache_hit_rate=cached / cacheable if cacheable > 0 else None,
         samples=len(results),
         failures=failures,
         measured_at=datetime.now(UTC),
     )
+
+
+def _ended(item: tuple[tuple[float, Messages], ChatResult]) -> float:
+    return item[0][0]
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

@@ -65,11 +65,12 @@ class ChatResult:
     stream_decision: str
     response_id: str | None = None
     raw: dict[str, Any] | None = None
-    #: tiered serving (docs/tiers.md): the tier chosen for the call ("small" or "large"; None
-    #: when nothing was decided: one tier only, or an explicit backend — ``backend`` says
-    #: where it ran, the other tier when the chosen one was down), the rule that chose it
-    #: ("explicit" for tier="small"/"large"), and whether a failed-looking small answer was
-    #: asked again of the large tier (then ``tier`` is "large")
+    #: tiered serving (docs/tiers.md): the tier of the backend that answered ("small" or
+    #: "large": "large" for a call decided small that the large tier served while the small
+    #: one was down; None when nothing was decided: one tier only, or an explicit backend),
+    #: the rule that chose the call's tier ("explicit" for tier="small"/"large"), and
+    #: whether a failed-looking small answer was asked again of the large tier (then
+    #: ``tier`` is "large")
     tier: str | None = None
     tier_reason: str | None = None
     escalated: bool = False

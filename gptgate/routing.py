@@ -249,7 +249,12 @@ class Router:
             maxsize=affinity_groups, ttl=affinity_ttl_s, timer=clock.now
         )
 
-    def eligible(self, request: RouteRequest) -> list[BackendState]:
+    def eligible(
+        self, request: RouteRequest, exclude: frozenset[str] = frozenset()
+    ) -> list[BackendState]:
+        """The backends the call may go to. A preferred tier counts as up only through a
+        backend that has not failed this call (``exclude``): one dead small backend whose
+        circuit has not opened yet must not take every retry of a ``tier="auto"`` call."""
         if request.backend is not None:
             state = self.by_name.get(request.backend)
             if state is None:
@@ -263,9 +268,9 @@ class Router:
         if request.tier != "auto":
             candidates = [s for s in candidates if s.backend.tier == request.tier]
         elif request.prefer is not None:
-            preferred = self._preferred(request, candidates)
+            preferred = self._preferred(request, candidates, exclude)
             if self._any_up(preferred):
-                candidates = preferred
+                candidates = self._preferred(request, candidates)
         if not candidates:
             raise NoBackendError(
                 f"no backend is eligible (private={request.private}, tier={request.tier})"
@@ -284,7 +289,7 @@ class Router:
         """The best backend and how long to wait before using it (non-zero only when every
         eligible backend's circuit is open: we wait for the first to recover instead of
         failing, unlike LiteLLM #3646)."""
-        candidates = self.eligible(request)
+        candidates = self.eligible(request, exclude)
         now = self.clock.now()
         healthy = [s for s in candidates if s.breaker.allows(now)]
         if len(healthy) > 1 and exclude:
@@ -297,8 +302,11 @@ class Router:
             return healthy[0], 0.0
         return self._ranked(healthy, request)[0][0], 0.0
 
-    def admits(self, request: RouteRequest, state: BackendState) -> bool:
-        """May this call run on ``state`` at all (explicit backend, privacy, tier)?"""
+    def admits(
+        self, request: RouteRequest, state: BackendState, exclude: frozenset[str] = frozenset()
+    ) -> bool:
+        """May this call run on ``state`` at all (explicit backend, privacy, tier)? The other
+        tier only while the preferred one has no eligible backend up outside ``exclude``."""
         if request.backend is not None and request.backend != state.name:
             return False
         if request.private and not state.backend.private:
@@ -312,26 +320,41 @@ class Router:
                 if (not request.private or s.backend.private)
                 and (request.backend is None or request.backend == s.name)
             ]
-            if self._any_up(self._preferred(request, eligible)):
+            if self._any_up(self._preferred(request, eligible, exclude)):
                 return False
         return _fits(request, state) or not any(_fits(request, s) for s in self.states)
 
     @staticmethod
     def _preferred(
-        request: RouteRequest, candidates: Sequence[BackendState]
+        request: RouteRequest,
+        candidates: Sequence[BackendState],
+        exclude: frozenset[str] = frozenset(),
     ) -> list[BackendState]:
-        """The candidates of the preferred tier that fit the call's context window."""
-        return [s for s in candidates if s.backend.tier == request.prefer and _fits(request, s)]
+        """The candidates of the preferred tier that fit the call's context window (and have
+        not failed it)."""
+        return [
+            s for s in candidates
+            if s.backend.tier == request.prefer and _fits(request, s) and s.name not in exclude
+        ]
 
     def _any_up(self, states: Sequence[BackendState]) -> bool:
         now = self.clock.now()
         return any(s.breaker.allows(now) for s in states)
 
-    def has_alternative(self, request: RouteRequest, exclude: frozenset[str]) -> bool:
-        """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?"""
+    def has_alternative(
+        self,
+        request: RouteRequest,
+        exclude: frozenset[str],
+        failed: frozenset[str] | None = None,
+    ) -> bool:
+        """Is there an eligible backend outside ``exclude`` whose circuit lets calls through?
+        A preferred tier counts as up only through backends that have not ``failed`` the call
+        (by default all of ``exclude``; a hedge avoiding a backend that is merely slow passes
+        only the failed ones, and stays in the preferred tier)."""
         now = self.clock.now()
+        failed = exclude if failed is None else failed
         return any(
-            s.name not in exclude and self.admits(request, s) and s.breaker.allows(now)
+            s.name not in exclude and self.admits(request, s, failed) and s.breaker.allows(now)
             for s in self.states
         )
 

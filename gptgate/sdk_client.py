@@ -15,10 +15,9 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx2
 
 from .billed import BilledWork
@@ -45,6 +44,7 @@ from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
+from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
 from .wire import error_for_status
@@ -119,6 +119,8 @@ class _Attempt:
         self.hold: BudgetHold | None = None
         #: an answer read to its end in the background (``abandoned_answers="finish"``)
         self.late: LateAnswer | None = None
+        #: a stream gptgate hung up on: the content its caller had read (the rest it drained)
+        self.read_chars: int | None = None
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -171,6 +173,41 @@ class _Attempt:
         self.permit = permit
         self.guarded = None
         self.on_end = on_end
+
+    # -- its body, as the watch tells it (gptgate/stream_watch.py) ---------------------------
+
+    def arrived(self, item: bytes, *, drained: bool) -> None:
+        tap = self.tap
+        assert tap is not None
+        if drained and self.read_chars is None:
+            self.read_chars = tap.content_chars
+        tap.feed(item, self.runner.clock.now())
+
+    def finished(self) -> None:
+        assert self.tap is not None
+        self.tap.close(self.runner.clock.now())
+        self.succeeded()
+
+    def left(self) -> None:
+        self.abandoned()
+
+    def hung_up(self, complete: bool) -> None:
+        """gptgate hung up on a body its caller left unread (dropped, or past the idle
+        bound), after reading what had arrived: no sample for the limit (the caller's pause
+        is no latency of the backend's), and what the caller never read is booked as
+        possibly billed — never as certain."""
+        if self.ended:
+            return
+        assert self.tap is not None
+        if self.read_chars is None:
+            self.read_chars = self.tap.content_chars
+        if self.permit is not None:
+            if complete:
+                self.permit.ignore()  # the answer had ended: the server is done with it
+            else:
+                self.permit.abandon()
+        self._wasted(interrupted=not complete)
+        self._end(None, None)
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -301,11 +338,14 @@ class _Attempt:
         prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
         prompt = self.prompt_tokens() if prefilled else 0
         usage = None
+        unread = 0
+        if self.read_chars is not None:  # what gptgate drained, the caller never read
+            unread = max(0, output - (self.read_chars + 3) // 4)
         if prompt or output:
             usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
-                interrupted=interrupted, uncertain=not seen,
+                interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
             )
             self.cost_usd += cost
             if self.guarded is not None:
@@ -422,58 +462,6 @@ def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
         json={"error": {"message": message, "type": "gptgate_retry_budget_spent"}},
         request=request,
     )
-
-
-class _PermitStream(httpx2.AsyncByteStream):
-    """Holds the permit until the SDK closes the response (a stream is still in flight), lets
-    a :class:`ResponseTap` watch the body go by, and ends the attempt by how the body ended.
-    An event stream's chunks each come within the backend's ``idle_timeout``."""
-
-    def __init__(
-        self, inner: httpx2.AsyncByteStream, attempt: _Attempt, idle_s: float | None
-    ) -> None:
-        self._inner = inner
-        self._attempt = attempt
-        self._idle_s = idle_s
-        self._finished = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        attempt = self._attempt
-        tap = attempt.tap
-        assert tap is not None
-        clock = attempt.runner.clock
-        chunks = self._inner.__aiter__()
-        try:
-            while True:
-                try:
-                    if self._idle_s is None:
-                        chunk = await chunks.__anext__()
-                    else:
-                        with anyio.fail_after(clock.to_real(self._idle_s)):
-                            chunk = await chunks.__anext__()
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise httpx2.ReadTimeout("stream idle between chunks") from None
-                tap.feed(chunk, clock.now())
-                yield chunk
-        except Exception as exc:
-            attempt.cut(exc)
-            raise
-        except BaseException:
-            attempt.abandoned()
-            raise
-        self._finished = True
-        tap.close(clock.now())
-        attempt.succeeded()
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            if not self._attempt.ended:
-                # closed before the end of its body: the caller left it (a ``break``)
-                self._attempt.abandoned()
 
 
 async def _read_in_background(
@@ -612,7 +600,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         return await state.pool.transport.handle_async_request(request)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        runner = self._gate.runner  # GatewayClosedError when closed or not open
+        """One SDK request, registered with the gateway's calls from its wait for a permit
+        to its headers (its body after that, gptgate/stream_watch.py): closing the gateway
+        gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
+        permit, as it does ``gate.chat``'s."""
+        runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
+        with self._gate.calls.call(new=False):
+            response = await self._handle(runner, request)
+        return response
+
+    async def _handle(self, runner: CallRunner, request: httpx2.Request) -> httpx2.Response:
         state = self._backend()
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
@@ -653,6 +650,17 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             number=number, guarded=guarded,
         )
         attempt.hold = hold
+        return await self._sent(runner, state, request, attempt)
+
+    async def _sent(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        attempt: _Attempt,
+    ) -> httpx2.Response:
+        """The request sent and its response's body watched (gptgate/stream_watch.py): the
+        permit comes back when the body is read to its end, closed, dropped unread, left
+        unread past the backend's ``idle_timeout``, or closed by the gateway's shutdown."""
+        clock = self._gate.clock
+        start = attempt.start
         try:
             response = await self._send(state, request, attempt)
         except BaseException as exc:
@@ -670,8 +678,18 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.succeeded()
             return response
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        idle_s = state.backend.idle_timeout if tap.streamed else None
-        response.stream = _PermitStream(response.stream, attempt, idle_s)
+        idle_s = state.backend.idle_timeout
+        body = OpenBody(
+            response.stream, attempt, clock=clock, backend=state.name,
+            silence_s=idle_s if tap.streamed else None, unread_s=idle_s,
+            drain=attempt.generative,
+        )
+        response.stream = facade = WatchedByteStream(body)
+        try:  # a stream is watched as it is read; a JSON body the SDK reads at once
+            body.watch(facade, self._gate.calls, runner.spawn if tap.streamed else None)
+        except GatewayClosedError:  # the shutdown's grace ran out meanwhile
+            await body.close()
+            raise
         if attempt.guarded is not None:
             attempt.guarded.open_requests.append(attempt)
         return response

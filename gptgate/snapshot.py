@@ -5,7 +5,11 @@ it at the cost of several latencies (tpu, knee ~110: ~5 latencies). A snapshot i
 JSON document, one entry per backend:
 
 ``{"version": 1, "taken_at": <time.time()>, "backends": {name: {"model", "base_url",
-"limit": {...} | null, "hit_rates": {prefix key: rate}}}}``
+"limit": {...} | null, "hit_rates": {prefix key: rate}[, "taken_at"]}}}``
+
+An entry kept from an earlier run for a backend the writing gateway does not have carries its
+own ``taken_at`` (gptgate/state_file.py merges per backend), so a rewrite never makes it look
+fresh; an entry without one is as old as the document.
 
 ``limit`` is :meth:`gptgate.limits.LLMLimit.export_state` (the limit, the knee estimate, the
 latency baseline and what sizes its windows) plus ``baseline_s``, the baseline in seconds for a
@@ -41,7 +45,10 @@ __all__ = [
     "StateSource",
     "check_state_arg",
     "load_state",
+    "merge_state",
+    "parse_state",
     "save_state",
+    "warm_limits",
 ]
 
 log = logging.getLogger("gptgate")
@@ -85,6 +92,9 @@ class BackendSnapshot(BaseModel):
     limit: LimitState | None = None
     #: prefix key → lifetime cached / cacheable input of that prefix group
     hit_rates: dict[str, float] = Field(default_factory=dict)
+    #: when this entry was learned, if earlier than the document's ``taken_at`` (an entry
+    #: kept for a backend the last writer did not have); None: as old as the document
+    taken_at: float | None = None
 
 
 class GatewaySnapshot(BaseModel):
@@ -94,6 +104,19 @@ class GatewaySnapshot(BaseModel):
     #: wall clock (``time.time()``) when taken: staleness is judged across processes
     taken_at: float
     backends: dict[str, BackendSnapshot]
+
+    def document(self) -> dict[str, Any]:
+        """As JSON-able data; an entry's ``taken_at`` only where it differs from the document's."""
+        data = self.model_dump(mode="json")
+        for entry in data["backends"].values():
+            if entry["taken_at"] is None:
+                del entry["taken_at"]
+        return data
+
+    def entry_age_s(self, name: str, now: float) -> float:
+        """Seconds since backend ``name``'s entry was learned."""
+        taken_at = self.backends[name].taken_at
+        return now - (self.taken_at if taken_at is None else taken_at)
 
 
 def limit_state(exported: Mapping[str, float] | None) -> LimitState | None:
@@ -138,6 +161,16 @@ def _read(source: StateSource) -> object | None:
     return document
 
 
+def parse_state(raw: object) -> GatewaySnapshot | str:
+    """``raw`` as a snapshot, or why it is not one (``"version: Field required"``)."""
+    try:
+        return GatewaySnapshot.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        at = ".".join(str(part) for part in first["loc"]) or "document"
+        return f"not valid state ({at}: {first['msg']})"
+
+
 def load_state(
     source: StateSource,
     backends: Sequence[Backend],
@@ -153,27 +186,38 @@ def load_state(
     if raw is None:
         return {}
     where = "state" if isinstance(source, Mapping) else f"state {os.fspath(source)}"
-    try:
-        snapshot = GatewaySnapshot.model_validate(raw)
-    except ValidationError as error:
-        first = error.errors()[0]
-        at = ".".join(str(part) for part in first["loc"]) or "document"
-        log.warning("%s ignored, starting cold: not valid state (%s: %s)", where, at, first["msg"])
+    snapshot = parse_state(raw)
+    if isinstance(snapshot, str):
+        log.warning("%s ignored, starting cold: %s", where, snapshot)
         return {}
+    return warm_limits(snapshot, backends, where=where, max_age_s=max_age_s, now=now)
+
+
+def _fresh(age: float, max_age_s: float) -> bool:
+    return math.isfinite(age) and -_CLOCK_SKEW_S <= age <= max_age_s
+
+
+def warm_limits(
+    snapshot: GatewaySnapshot,
+    backends: Sequence[Backend],
+    *,
+    where: str,
+    max_age_s: float,
+    now: float | None = None,
+) -> dict[str, LimitState]:
+    """Of a valid snapshot, the entries the configured backends may start warm from: each
+    judged by its own age, model and base_url (one log line for the stale ones, one per
+    foreign entry)."""
     wall = time.time() if now is None else now
-    age = wall - snapshot.taken_at
-    if not math.isfinite(age) or age > max_age_s or age < -_CLOCK_SKEW_S:
-        log.warning(
-            "%s ignored, starting cold: taken %.0f s ago (state_max_age_s=%g)",
-            where,
-            age,
-            max_age_s,
-        )
-        return {}
     warm: dict[str, LimitState] = {}
+    stale: list[tuple[str, float]] = []
     for backend in backends:
         entry = snapshot.backends.get(backend.name)
         if entry is None or entry.limit is None:
+            continue
+        age = snapshot.entry_age_s(backend.name, wall)
+        if not _fresh(age, max_age_s):
+            stale.append((backend.name, age))
             continue
         if entry.model != backend.model or entry.base_url != backend.base_url:
             log.warning(
@@ -188,7 +232,32 @@ def load_state(
             )
             continue
         warm[backend.name] = entry.limit
+    if stale:
+        log.warning(
+            "%s for %s ignored, starting cold: taken %s s ago (state_max_age_s=%g)",
+            where,
+            ", ".join(repr(name) for name, _ in stale),
+            ", ".join(f"{age:.0f}" for _, age in stale),
+            max_age_s,
+        )
     return warm
+
+
+def merge_state(
+    own: Mapping[str, Any], saved: GatewaySnapshot | None, *, max_age_s: float, now: float
+) -> dict[str, Any]:
+    """``own`` (this gateway's snapshot) over ``saved`` (what the file holds now): the entries
+    of backends this gateway does not have are kept with their own ``taken_at``, unless older
+    than ``max_age_s`` (they would start nothing warm)."""
+    merged = {**own, "backends": dict(own["backends"])}
+    if saved is None:
+        return merged
+    for name in saved.backends.keys() - merged["backends"].keys():
+        age = saved.entry_age_s(name, now)
+        if _fresh(age, max_age_s):
+            entry = saved.backends[name].model_copy(update={"taken_at": now - age})
+            merged["backends"][name] = entry.model_dump(mode="json")
+    return merged
 
 
 def save_state(

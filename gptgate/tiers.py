@@ -11,8 +11,12 @@ Three parts, each replaceable:
   other tier when it has none or all are down (``RouteRequest.prefer``). ``tier="small"`` /
   ``"large"`` are never classified, moved or escalated;
 * **escalation** — a small-tier answer that looks failed (:func:`failure_reason`) is asked
-  again, once, of the large tier. The first answer's tokens stay in the ledger as waste and
-  in the call's ``billed_usage`` and ``cost_usd``.
+  again, once, of the large tier, when that can buy something (gptgate/escalation.py): an
+  answer cut at the call's own ``max_tokens`` binds the large model too, and a kind of
+  failure whose escalations changed nothing stops being escalated (re-probed now and then);
+  a rule whose small answers all needed the large tier goes large at once (the same).
+  The first answer's tokens stay in the ledger as waste and in the call's ``billed_usage``
+  and ``cost_usd``.
 
 A visible stream (``gate.stream``) is classified but never escalated: its text is shown as it
 arrives, and a second answer cannot take back the first.
@@ -33,12 +37,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from opentelemetry import metrics
 
 from .errors import BadRequestError, GateError
+from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
 from .results import ChatResult
 from .telemetry import NAMES
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
 
 if TYPE_CHECKING:
     from .calls import CallRunner, CallSpec
+    from .config import Backend
 
 __all__ = [
     "RULES",
@@ -49,9 +55,12 @@ __all__ = [
     "TierHeuristic",
     "TierStats",
     "Tiering",
+    "answer_room",
+    "changed_nothing",
     "check_accept",
     "check_classifier",
     "failure_reason",
+    "length_has_room",
 ]
 
 log = logging.getLogger("gptgate")
@@ -205,6 +214,16 @@ def _wants_json(params: Mapping[str, Any]) -> bool:
     return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
 
 
+def _invalid_json(result: ChatResult, params: Mapping[str, Any]) -> bool:
+    if not _wants_json(params):
+        return False
+    try:
+        json.loads(result.text)
+    except ValueError:
+        return True
+    return False
+
+
 def failure_reason(
     result: ChatResult, params: Mapping[str, Any], small_output_tokens: int = 512
 ) -> str | None:
@@ -220,12 +239,53 @@ def failure_reason(
         return None
     if not result.text.strip():
         return "empty"
-    if _wants_json(params):
-        try:
-            json.loads(result.text)
-        except ValueError:
-            return "invalid_json"
+    if _invalid_json(result, params):
+        return "invalid_json"
     return None
+
+
+def answer_room(backend: Backend, prompt_tokens: int) -> int | None:
+    """The most tokens ``backend`` can answer after this prompt: its context window's rest
+    or its own output cap, the lower (None: neither is known)."""
+    caps = [backend.max_output_tokens]
+    if backend.context_tokens is not None:
+        caps.append(backend.context_tokens - prompt_tokens)
+    known = [cap for cap in caps if cap is not None]
+    return min(known) if known else None
+
+
+def length_has_room(
+    first: ChatResult, params: Mapping[str, Any], rooms: Sequence[int | None]
+) -> bool:
+    """Could the large tier answer longer than a small answer cut at ``length``? Not when
+    it was cut at the call's own ``max_tokens``: that bound binds the large model too. Yes
+    when it stopped short of it (or none was set: the small model's context or default cap
+    was the limit) and a large backend can answer more than the small answer wrote
+    (``rooms``, per large backend: :func:`answer_room`; None = unknown, taken as room)."""
+    written = first.usage.output_tokens
+    bound = _token_bound(params)
+    if bound is not None and written >= bound:
+        return False
+    return any(room is None or room > written for room in rooms)
+
+
+def changed_nothing(
+    why: str, first: ChatResult, second: ChatResult, params: Mapping[str, Any]
+) -> bool:
+    """The large answer failed the way the small one did: cut at ``length`` no longer than
+    it, empty again, invalid JSON again. A ``rejected`` answer is judged by the caller's
+    ``accept``, which never sees a large answer: it changed nothing only if the text is the
+    same."""
+    if why == "length":
+        return (
+            second.finish_reason == "length"
+            and second.usage.output_tokens <= first.usage.output_tokens
+        )
+    if why == "empty":
+        return failure_reason(second, {}) == "empty"
+    if why == "invalid_json":
+        return _invalid_json(second, params)
+    return second.text == first.text
 
 
 @dataclass(slots=True)
@@ -236,6 +296,12 @@ class _RuleCounts:
     escalation_failed: int = 0
     #: escalation wanted but no large-tier backend could take the call (none up, or private)
     unescalated: int = 0
+    #: escalations whose large answer failed the same way (gptgate/escalation.py)
+    no_change: int = 0
+    #: failed-looking small answers kept: escalating them could not pay, or had not
+    skipped: int = 0
+    #: calls decided small sent to the large tier at once: the rule's small answers needed it
+    sent_large: int = 0
     why: dict[str, int] = field(default_factory=dict)
 
 
@@ -244,7 +310,8 @@ class RuleStats:
     """One rule's (or classifier's) calls under ``tier="auto"``."""
 
     calls: int
-    #: of which routed to the small tier first
+    #: of which answered by the small tier (a call decided small that the large tier served
+    #: while the small one was down is no small answer)
     small: int
     #: small answers asked again of the large tier
     escalated: int
@@ -254,6 +321,16 @@ class RuleStats:
     unescalated: int
     #: why answers were escalated: ``length``, ``empty``, ``invalid_json``, ``rejected``
     escalation_reasons: Mapping[str, int]
+    #: escalations whose large answer failed the same way: cut at ``length`` no longer than
+    #: the small answer, empty again, invalid JSON again (the cost doubled for nothing)
+    escalated_no_change: int = 0
+    #: small answers that looked failed and were kept: cut at the call's own ``max_tokens``
+    #: with no sign the large model would finish within it, or of a kind whose escalations
+    #: changed nothing (gptgate/escalation.py; a probe now and then is escalated)
+    escalation_skipped: int = 0
+    #: calls this rule decided small that went to the large tier at once: (nearly) every one
+    #: of its recent small answers had needed the large tier (gptgate/escalation.py)
+    sent_large: int = 0
 
     @property
     def escalation_rate(self) -> float | None:
@@ -269,22 +346,44 @@ class TierStats:
     #: calls whose classifier raised or answered junk (the heuristic decided instead)
     classifier_errors: int
 
+    def _total(self, count: str) -> int:
+        return sum(int(getattr(r, count)) for r in self.rules.values())
+
     @property
     def calls(self) -> int:
-        return sum(r.calls for r in self.rules.values())
+        return self._total("calls")
 
     @property
     def escalated(self) -> int:
-        return sum(r.escalated for r in self.rules.values())
+        return self._total("escalated")
 
     @property
     def escalation_rate(self) -> float | None:
-        small = sum(r.small for r in self.rules.values())
+        small = self._total("small")
         return self.escalated / small if small else None
+
+    @property
+    def escalated_no_change(self) -> int:
+        return self._total("escalated_no_change")
+
+    @property
+    def escalation_skipped(self) -> int:
+        return self._total("escalation_skipped")
 
 
 #: distinct classifier / accept errors remembered (each warned once); past it, no more warnings
 _MAX_WARNED = 256
+#: what the gateway does when the classifier fails, and when ``accept`` does
+_HEURISTIC = "the call is classified by the default heuristic instead"
+_KEPT = "the small answer is kept, not escalated"
+
+
+def served_by(result: ChatResult, runner: CallRunner, decided: str, reason: str) -> ChatResult:
+    """``result`` labelled by the tier of the backend that produced it: a call decided small
+    that the large tier served (the small one down, or none private) is a large answer."""
+    state = runner.router.by_name.get(result.backend)
+    tier = state.backend.tier if state is not None else decided
+    return dataclasses.replace(result, tier=tier, tier_reason=reason)
 
 
 class Tiering:
@@ -306,6 +405,10 @@ class Tiering:
         )
         self.classifier: TierClassifier = classifier or self.heuristic
         self.accept = accept
+        #: whether escalating pays, per rule and kind of failure; how the large model answers
+        self.learner = EscalationLearner()
+        self.large_answers = LargeAnswers()
+        self.small_tier = SmallTierLearner()
         self._counts: dict[str, _RuleCounts] = {}
         self.classifier_errors = 0
         self._warned: set[tuple[str, str]] = set()
@@ -330,13 +433,15 @@ class Tiering:
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception as error:  # the user's bug: never their traffic's failure
-            self._warn("tier_classifier raised", type(error).__name__, str(error)[:200])
+            self._warn(
+                "tier_classifier raised", type(error).__name__, str(error)[:200], _HEURISTIC
+            )
             return self._fallback(messages, view)
         decision = _as_decision(answer)
         if decision is None:
             self._warn(
                 "tier_classifier answered neither 'small' nor 'large'",
-                type(answer).__name__, repr(answer)[:100],
+                type(answer).__name__, repr(answer)[:100], _HEURISTIC,
             )
             return self._fallback(messages, view)
         return decision
@@ -348,12 +453,13 @@ class Tiering:
         tier, rule = self.heuristic(messages, params)
         return TierDecision(tier, f"fallback.{rule}")
 
-    def _warn(self, what: str, kind: str, detail: str) -> None:
+    def _warn(self, what: str, kind: str, detail: str, outcome: str) -> None:
+        """Once per distinct error: what failed and what the gateway did instead."""
         key = (kind, detail)
         if key in self._warned or len(self._warned) >= _MAX_WARNED:
             return
         self._warned.add(key)
-        log.warning("%s (%s: %s): the call uses the default heuristic", what, kind, detail)
+        log.warning("%s (%s: %s): %s", what, kind, detail, outcome)
 
     def applies(self, spec: CallSpec) -> bool:
         """A ``tier="auto"`` call with no explicit backend, on a gateway with both tiers."""
@@ -386,29 +492,80 @@ class Tiering:
             result = await runner.run(spec)
             if spec.tier_attributes is None:
                 return result
+            self._observe_large(result, spec.route.tier)
             return dataclasses.replace(result, tier=spec.route.tier, tier_reason="explicit")
         counts = self._counts.get(decision.reason)
         if counts is None:
             counts = self._counts[decision.reason] = _RuleCounts()
         counts.calls += 1
+        rule = decision.reason
+        tried_small = probe = False
         if decision.tier == "small":
+            tier, probe = self.small_tier.decide(rule)
+            tried_small = tier == "small"
+            if not tried_small:  # the rule's small answers have all needed the large tier
+                counts.sent_large += 1
+                decision = TierDecision("large", rule)
+                spec = dataclasses.replace(
+                    spec, route=dataclasses.replace(spec.route, prefer="large"),
+                    tier_attributes=_attributes(decision, escalated=False),
+                )
+        needed_large: bool | None = None  # no small answer (the small tier down, a failure)
+        try:
+            start = runner.clock.now()
+            first = served_by(await runner.run(spec), runner, decision.tier, rule)
+            if first.tier != "small":  # decided large, or the small tier was down
+                self._observe_large(first, first.tier)
+                self._count(decision, escalated=False)
+                return first
             counts.small += 1
-        start = runner.clock.now()
-        first = dataclasses.replace(
-            await runner.run(spec), tier=decision.tier, tier_reason=decision.reason
-        )
-        served = runner.router.by_name.get(first.backend)
-        if served is None or served.backend.tier != "small":
-            self._count(decision, escalated=False)
-            return first
-        why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
-        judge = accept or self.accept
-        if why is None and judge is not None and not await self._accepts(judge, first):
-            why = "rejected"
-        if why is None:
-            self._count(decision, escalated=False)
-            return first
-        return await self._escalate(runner, spec, decision, counts, first, why, start)
+            why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
+            judge = accept or self.accept
+            if why is None and judge is not None and not await self._accepts(judge, first):
+                why = "rejected"
+            if why is None:
+                needed_large = False
+                self._count(decision, escalated=False)
+                return first
+            result, needed_large = await self._escalate(
+                runner, spec, decision, counts, first, why, start
+            )
+            return result
+        finally:
+            if tried_small:
+                self.small_tier.observe(rule, needed_large=needed_large, probe=probe)
+
+    def _observe_large(self, result: ChatResult, tier: str | None) -> None:
+        """A large-tier answer: how long the large model answers when nothing stops it."""
+        if tier == "large":
+            self.large_answers.observe(
+                result.usage.output_tokens, finished=result.finish_reason != "length"
+            )
+
+    def _verdict(
+        self, runner: CallRunner, spec: CallSpec, rule: str, first: ChatResult, why: str
+    ) -> tuple[tuple[str, str], Verdict, bool]:
+        """Whether to escalate this answer, the kind it is learned under, and whether a skip
+        is informed (evidence says the large tier would not help, not a mere lack of it). An
+        answer cut at the call's own ``max_tokens`` (``length_at_cap``) is escalated only
+        when the large model has shown it finishes within such a bound, mostly (the small
+        one rambled); every kind stops when its escalations change nothing."""
+        likely = informed = True
+        kind = why
+        if why == "length":
+            rooms = [
+                answer_room(state.backend, first.usage.input_tokens)
+                for state in runner.router.by_name.values()
+                if state.backend.tier == "large"
+            ]
+            if not length_has_room(first, spec.params, rooms):
+                kind = "length_at_cap"
+                share = self.large_answers.share_within(first.usage.output_tokens)
+                likely = share is not None and share >= 0.5
+                informed = share is not None
+        key = (rule, kind)
+        verdict = self.learner.decide(key, likely=likely)
+        return key, verdict, informed or self.learner.has_evidence(key)
 
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
         """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
@@ -417,10 +574,12 @@ class Tiering:
             if inspect.isawaitable(verdict):
                 verdict = await verdict
         except Exception as error:
-            self._warn("accept raised", type(error).__name__, str(error)[:200])
+            self._warn("accept raised", type(error).__name__, str(error)[:200], _KEPT)
             return True
         if not isinstance(verdict, bool):
-            self._warn("accept answered no bool", type(verdict).__name__, repr(verdict)[:100])
+            self._warn(
+                "accept answered no bool", type(verdict).__name__, repr(verdict)[:100], _KEPT
+            )
             return True
         return verdict
 
@@ -433,30 +592,45 @@ class Tiering:
         first: ChatResult,
         why: str,
         start: float,
-    ) -> ChatResult:
-        """Ask the large tier once. The first answer's tokens are waste in the ledger; with
-        no large-tier backend up (or none private, for a private call), or when the large
-        call fails, the first answer is returned as it is."""
+    ) -> tuple[ChatResult, bool | None]:
+        """Ask the large tier once, when that can pay; the answer, and whether the large
+        tier was needed (None: not known). The first answer's tokens are waste in the ledger;
+        with no large-tier backend up (or none private, for a private call), or when the
+        large call fails, the first answer is returned as it is."""
         large = dataclasses.replace(spec.route, tier="large", prefer=None)
         if not runner.router.has_alternative(large, frozenset()):
             counts.unescalated += 1
             self._count(decision, escalated=False)
-            return first
+            return first, None
+        key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
+        if verdict in ("skip", "wait"):
+            counts.skipped += 1
+            self._count(decision, escalated=False)
+            # kept: the large tier would not have helped, as far as the evidence goes
+            return first, False if verdict == "skip" and informed else None
         counts.escalated += 1
         counts.why[why] = counts.why.get(why, 0) + 1
         self._count(decision, escalated=True)
         attributes = _attributes(decision, escalated=True)
         attributes[NAMES["tier"]] = "large"
         attributes[NAMES["escalation_reason"]] = why
+        paid: bool | None = None  # no answer: the learner only forgets the escalation
         try:
             second = await runner.run(
-                dataclasses.replace(spec, route=large, tier_attributes=attributes)
+                dataclasses.replace(
+                    spec, route=large, tier_attributes=attributes, escalation=True
+                )
             )
+            paid = not changed_nothing(why, first, second, spec.params)
         except GateError as error:
             counts.escalation_failed += 1
             log.info("escalation to the large tier failed (%s): small answer kept", error)
-            return first
+            return first, None
+        finally:
+            self.learner.observe(key, paid=paid, probe=verdict == "probe")
         runner.ledger.record_escalated(first.backend, first.usage)
+        self._observe_large(second, "large")
+        counts.no_change += not paid
         return dataclasses.replace(
             second,
             attempts=first.attempts + second.attempts,
@@ -467,7 +641,7 @@ class Tiering:
             tier="large",
             tier_reason=decision.reason,
             escalated=True,
-        )
+        ), paid
 
     def _count(self, decision: TierDecision, *, escalated: bool) -> None:
         key = (decision.tier, decision.reason, escalated)
@@ -488,6 +662,9 @@ class Tiering:
                     escalation_failed=c.escalation_failed,
                     unescalated=c.unescalated,
                     escalation_reasons=dict(c.why),
+                    escalated_no_change=c.no_change,
+                    escalation_skipped=c.skipped,
+                    sent_large=c.sent_large,
                 )
                 for rule, c in self._counts.items()
             },

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,7 +16,7 @@ import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.limits import Limit
 from gptgate.shared.auto import FleetAutoAdmission
-from gptgate.shared.fleet import FleetAdmission, FleetClient
+from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
 
 BASE_URL = "http://127.0.0.1:9/v1"
 
@@ -75,6 +75,12 @@ async def fleet_client(
 
 def admission(client: FleetClient, limit: int) -> FleetAdmission:
     return client.admission(name="b", base_url=BASE_URL, model="m", limit=limit)
+
+
+def leave_all(at: FleetAdmission, leases: Iterable[Lease]) -> None:
+    """End every one of ``leases`` (the test's calls are done)."""
+    for lease in leases:
+        at.leave(lease)
 
 
 def auto(client: FleetClient) -> FleetAutoAdmission:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
+import httpx2
 import openai
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 import gptgate as gg
 from gptgate.budget import BudgetGate, SpendWindows
-from gptgate.sim import SimEngine
+from gptgate.sim import SimEngine, SimTransport
 from gptgate.testing import (
     LoopClock,
     max_rise_within,
@@ -29,6 +30,8 @@ from gptgate.testing import (
     sim_backend,
     spend_curve,
 )
+from tests.mockbackend import USER, Script, ok
+from tests.mockbackend import backend as mock_backend
 
 PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
 TASK = [{"role": "user", "content": "Summarise the incident report in a paragraph. " * 20}]
@@ -524,3 +527,93 @@ def test_a_burst_of_guarded_calls_before_any_cost_is_known_cannot_overshoot() ->
     out = run_virtual(_guarded_burst_on_a_fresh_gateway)
     assert out["refused"] > 0 and out["ok"] + out["refused"] == 50
     assert out["total"] <= 0.02
+
+
+# -- guarded calls under a small budget, and what "raised" counts ------------------------------
+
+SMALL_PRICE = gg.Price(input_per_mtok=1.0, output_per_mtok=10.0)
+
+
+async def _guarded_under(budget: gg.Budget, max_tokens: int, calls: int) -> dict[str, Any]:
+    """``calls`` guarded calls, one after another, each asking for ``max_tokens`` through its
+    own HTTP client (the guard sees only the usage it returns)."""
+    clock = LoopClock()
+    backend, engine = sim_backend("gpu", name="gpu", clock=clock, seed=1, price=SMALL_PRICE)
+    gate = gg.Gateway([backend], clock=clock, budget=budget)
+    client = httpx2.AsyncClient(base_url="http://127.0.0.1:8000/v1",
+                                transport=SimTransport(engine))
+
+    @gate.guard(backend="gpu")
+    async def ask(i: int) -> dict[str, Any]:
+        response = await client.post("/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": f"q{i}"}],
+            "max_tokens": max_tokens,
+        })
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    errors: list[gg.BudgetExceededError] = []
+    async with gate:
+        for i in range(calls):
+            try:
+                await ask(i)
+            except gg.BudgetExceededError as error:
+                errors.append(error)
+        return {"errors": errors, "status": gate.budget_status(),
+                "total": engine.ledger.snapshot().billed_usd(SMALL_PRICE)}
+
+
+@pytest.mark.parametrize("on_exceed", ["raise", "throttle"])
+def test_guarded_calls_that_fit_a_small_budget_run(on_exceed: str) -> None:
+    """$0.01/h: a "typical" guarded call (1,024 + 1,024 tokens: $0.0113) is dearer than the
+    whole budget, but these cost ~$0.0005. Before, every one was refused for good (nothing
+    admitted, nothing learned); now the first reserves at most the budget, and the others
+    what the first cost."""
+    budget = gg.Budget(usd_per_hour=0.01, on_exceed=on_exceed)  # type: ignore[arg-type]
+    out = run_virtual(_guarded_under, budget, 50, 5)
+    assert out["errors"] == []
+    status = out["status"]
+    assert (status.raised, status.reserved_usd) == (0, 0.0)
+    assert status.spent_usd == pytest.approx(out["total"])
+    assert 0 < status.spent_usd <= 0.01
+
+
+def test_a_guarded_call_dearer_than_the_budget_gets_advice_it_can_follow() -> None:
+    """Each call costs more than a $0.0005/h budget: the first runs (its cost unknown), the
+    next are refused saying what a guarded call can change — never "lower max_tokens"."""
+    out = run_virtual(_guarded_under, gg.Budget(usd_per_hour=0.0005, on_exceed="raise"), 500, 3)
+    errors = out["errors"]
+    assert len(errors) == 2 and out["status"].raised == 2
+    text = str(errors[0])
+    assert "guarded call may cost" in text and "raise the budget" in text
+    assert "@gate.guard(backend=...)" in text and "max_tokens" not in text
+    assert "$0.0005/h" in text  # not "$0.00/h": a budget below a cent still reads as one
+
+
+async def _a_hedge_refused_by_the_budget() -> dict[str, Any]:
+    """Room for one call's reservation, not two: a slow call's hedge duplicate is refused
+    while its first attempt still holds the room, and the call ends well on that attempt."""
+    clock = LoopClock()
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep(1.0)
+        return ok()
+
+    script = Script(ok(), slow)
+    price = SMALL_PRICE
+    gate = gg.Gateway([mock_backend(script, name="b", price=price)], clock=clock,
+                      budget=gg.Budget(usd_per_hour=0.0015, on_exceed="raise"))
+    policy = gg.HedgePolicy(min_samples=1, quantile=0.5, budget_ratio=1.0)
+    async with gate:
+        await gate.chat(USER, max_tokens=100, hedge=policy, stream=False)  # fast: p50 to beat
+        result = await gate.chat(USER, max_tokens=100, hedge=policy, stream=False)  # slow: hedged
+        return {"result": result, "status": gate.budget_status(), "sent": len(script.requests)}
+
+
+def test_raised_counts_the_calls_refused_not_a_hedges_duplicate() -> None:
+    """A hedge's duplicate the budget has no room for is not sent, and the call goes on
+    with its first attempt: no call raised. Before, ``raised`` counted it (101 for 100)."""
+    out = run_virtual(_a_hedge_refused_by_the_budget)
+    assert out["result"].text == "hi there" and out["sent"] == 2  # no duplicate sent
+    assert out["status"].raised == 0

@@ -19,6 +19,8 @@ def report():  # type: ignore[no-untyped-def]
         ChaosConfig(
             calls=1_000, burst=150, seed=7, time_scale=5.0, duration_s=40.0, slack_wall_s=0.5,
             garbage_rate=0.03, storm_every_s=12.0, storm_s=2.0,
+            # shared= through a redis-server that is down when the gateway opens
+            redis_up_after_s=10.0,
         )
     )
 
@@ -34,6 +36,9 @@ def _check(report, name: str):  # type: ignore[no-untyped-def]
         "every call ended typed",
         "no call past its deadline",
         "no cut stream returned as a success",
+        "a returned stream holds its guard's permit",
+        "one call per backend before the fleet was seen",
+        "no fleet permit left in Redis",
         "nothing held after close",
         "closing took",
         "retry amplification",
@@ -49,12 +54,17 @@ def test_chaos_threw_everything(report) -> None:  # type: ignore[no-untyped-def]
     """The run really did meet every kind of trouble and every verb (a suite that injects
     nothing passes everything)."""
     assert report.started >= 1_000
-    assert set(report.by_kind) == {"chat", "stream", "map", "submit", "guard"}
+    assert set(report.by_kind) == {
+        "chat", "stream", "map", "submit", "guard", "preview", "guard_stream",
+    }
     faults = report.faults
     assert faults["server_errors"] > 0 and faults["interrupted"] > 0
     assert faults["malformed"] > 0 and faults["rate_limited"] > 0
     assert report.outcomes["cancelled by its caller"] > 0
     assert report.outcomes["gptgate.GatewayClosedError"] > 0
+    assert report.foreign_chunks > 0  # the permit check read guard-returned streams
+    assert report.redis_up and report.fleet_permits_left is not None  # Redis came up late
+    assert report.in_flight_before_redis  # and calls ran before it did
 
 
 def test_chaos_ledger_is_near_the_bill(report) -> None:  # type: ignore[no-untyped-def]

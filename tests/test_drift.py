@@ -4,6 +4,7 @@ band for the window. Baseline files that cannot be used never fail a start."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from datetime import UTC, datetime, timedelta
@@ -18,18 +19,21 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import gptgate as gg
 from gptgate.baseline import BANDS, BackendBaseline, BandFigures, Baseline, BaselineError, band_of
+from gptgate.cache import PrefixGroup
 from gptgate.drift import (
     HIT_RATE,
     LATENCY_P95,
     TOKENS_PER_S,
+    TTFT_P95,
     DriftMonitor,
     DriftPolicy,
 )
 from gptgate.profiling import default_prompts, profile
 from gptgate.sim import SimEngine, SimTransport
+from gptgate.sim.drift_run import run_drift
 from gptgate.sim.profiles import get_profile
 from gptgate.telemetry import NAMES
-from gptgate.testing import LoopClock, run_virtual
+from gptgate.testing import LoopClock, run_virtual, sim_backend
 
 NOW = datetime.now(UTC)
 
@@ -60,14 +64,21 @@ def entry(**bands: BandFigures) -> BackendBaseline:
 POLICY = DriftPolicy(window_s=60, step_s=10, min_samples=5)
 
 
+#: a prompt prefix long enough to be cached (>= 1,024 tokens)
+PREFIX = PrefixGroup(key="p:shared", prefix_tokens=1_200)
+
+
 def feed(
     monitor: DriftMonitor, start: float, end: float, *, latency: float, every: float = 1.0,
     inflight: int = 2, cached: int = 900,
 ) -> float:
-    """One call ending each ``every`` seconds in [start, end); returns end."""
+    """One call ending each ``every`` seconds in [start, end), all with one cacheable prefix;
+    returns end."""
     now = start
     while now < end:
-        monitor.observe(now, inflight, latency, 0.1, int(100 * latency), 1000, cached)
+        monitor.observe(
+            now, inflight, latency, 0.1, int(100 * latency), 1000 + 200, cached, PREFIX
+        )
         now += every
     return end
 
@@ -149,8 +160,123 @@ def test_hit_rate_and_tokens_per_second_drift() -> None:
     assert monitor.status.drifting and monitor.status.metrics == (HIT_RATE,)
     assert monitor.status.expected[HIT_RATE] == pytest.approx(0.75)
     slow = DriftMonitor(backend(), entry(**{"1-4": figures(output_tokens_per_s=500.0)}), POLICY)
-    feed(slow, 0, 80, latency=1.0)  # 100 tokens/s < 0.67 × 500
+    feed(slow, 0, 80, latency=1.0)  # 99 tokens in 0.9 s after the first: 110/s < 0.75 × 500
     assert slow.status.drifting and slow.status.metrics == (TOKENS_PER_S,)
+
+
+# -- like with like: a workload unlike the profile's (issue 30, item 9) -----------------------
+
+#: a profile's band with what like-with-like needs: decode speed 100 tokens/s, answers of 200
+#: tokens, 150 uncached prompt tokens a call
+LIKE = figures(
+    latency_p95_s=2.2, decode_tokens_per_s=100.0, output_tokens_mean=200.0,
+    uncached_input_tokens_mean=150.0,
+)
+
+
+def test_short_prompts_are_not_cache_misses() -> None:
+    """No prefix, or one under 1,024 tokens: nothing a provider caches, no hit rate."""
+    monitor = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    short = PrefixGroup(key="p:short", prefix_tokens=300)
+    for i in range(300):
+        prefix = None if i % 2 else short
+        monitor.observe(float(i), 2, 2.1, 0.1, 200, 340, 0, prefix)
+    assert monitor.status.last_checked is not None
+    assert not monitor.status.drifting and HIT_RATE not in monitor.status.live
+
+
+def test_the_first_call_of_a_prefix_is_no_cache_miss() -> None:
+    """A long prompt seen once (a one-off document) cannot hit: not counted. A long shared
+    prefix served before and now missed is a real drop."""
+    monitor = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    for i in range(300):
+        one_off = PrefixGroup(key=f"p:doc{i}", prefix_tokens=3_000)
+        monitor.observe(float(i), 2, 2.1, 0.1, 200, 3_100, 0, one_off)
+    assert not monitor.status.drifting and HIT_RATE not in monitor.status.live
+    cold = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    for i in range(300):
+        cold.observe(float(i), 2, 0.5, 0.1, 200, 1_300, 0, PREFIX)  # seen, never cached
+    assert cold.status.drifting and cold.status.metrics == (HIT_RATE,)
+    assert cold.status.live[HIT_RATE] == 0.0
+
+
+@pytest.mark.parametrize("ttft", [0.1, None], ids=["streamed", "not-streamed"])
+def test_answer_length_is_not_speed(ttft: float | None) -> None:
+    """Answers of 20 or 1,000 tokens from a backend decoding as profiled (0.1 s to the first
+    token, then 100 tokens/s): neither reads as slower, streamed or not."""
+    monitor = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    for i in range(600):
+        output = 20 if i % 2 else 1_000
+        monitor.observe(float(i), 2, 0.1 + (output - 1) / 100, ttft, output, 150, 0)
+    status = monitor.status
+    assert status.last_checked is not None and not status.drifting and status.episodes == 0
+    assert status.live[TOKENS_PER_S] == pytest.approx(100.0)
+    assert status.live[LATENCY_P95] <= 2.2
+
+
+def test_a_long_uncached_prompt_is_not_a_slow_first_token() -> None:
+    """Prefill of a 3,000-token prompt takes longer anywhere: TTFT and latency are compared
+    over calls whose prompt needs about the profile's prefill."""
+    monitor = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    for i in range(300):
+        monitor.observe(float(i), 2, 0.6 + 1.99, 0.6, 200, 3_000, 0)
+    status = monitor.status
+    assert not status.drifting and TTFT_P95 not in status.live and LATENCY_P95 not in status.live
+
+
+def test_a_decode_slowdown_is_caught_whatever_the_answer_length() -> None:
+    monitor = DriftMonitor(backend(), entry(**{"1-4": LIKE}), POLICY)
+    for i in range(300):
+        output = 20 if i % 2 else 1_000
+        monitor.observe(float(i), 2, 0.1 + 1.5 * (output - 1) / 100, 0.1, output, 150, 0)
+    assert monitor.status.drifting and TOKENS_PER_S in monitor.status.metrics
+
+
+def test_the_uncacheable_prompt_repro_starts_no_episode() -> None:
+    """The repro: profiled with the defaults, then short prompts (max_tokens 256) on the same
+    simulator for 5 minutes: no episode (it was one within 76 s: 'cache_hit_rate 0% < 77%')."""
+
+    async def main() -> Any:
+        clock = LoopClock()
+        sim, _ = sim_backend("gpu", name="gpu", clock=clock, seed=3, concurrency=2)
+        baseline = await profile(gg.Gateway([sim], clock=clock), levels=[2], requests=50)
+        async with gg.Gateway([sim], clock=clock, baseline=baseline) as gate:
+            stop = clock.now() + 300
+
+            async def worker() -> None:
+                i = 0
+                while clock.now() < stop:
+                    await gate.chat([{"role": "user", "content": f"Q{i}: a name for a cat?"}],
+                                    max_tokens=256)
+                    i += 1
+
+            async with anyio.create_task_group() as group:
+                for _ in range(2):
+                    group.start_soon(worker)
+            return gate.stats()["gpu"].drift
+
+    status = run_virtual(main)
+    assert status is not None and status.last_checked is not None
+    assert status.episodes == 0 and HIT_RATE not in status.live
+
+
+# -- the benchmark rows (benchmarks/drift.py), in virtual time --------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_hour_of_traffic_unlike_the_profile_starts_no_episode(seed: int) -> None:
+    run = run_virtual(functools.partial(run_drift, seed=seed, hours=1.0, concurrency=2))
+    assert run.calls > 5_000 and run.episodes == 0
+
+
+def test_a_1_5x_slowdown_is_caught_within_the_window_and_two_steps() -> None:
+    policy = DriftPolicy()
+    run = run_virtual(functools.partial(
+        run_drift, seed=4, hours=0.5, concurrency=2, slowdown=1.5, slow_after_s=900.0,
+    ))
+    assert run.episodes == 1 and TOKENS_PER_S in run.metrics
+    assert run.detected_after_s is not None
+    assert run.detected_after_s <= policy.window_s + 2 * policy.step
 
 
 def test_thresholds_are_configurable() -> None:

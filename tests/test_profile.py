@@ -63,6 +63,14 @@ def test_profile_on_the_simulator_measures_every_band_and_round_trips(tmp_path: 
             assert f.output_tokens_per_s is not None and f.output_tokens_per_s > 0
             # one shared system prompt past the provider's 1,024-token minimum: it is cached
             assert f.cache_hit_rate is not None and f.cache_hit_rate > 0.5
+            # what drift compares like with like by (gptgate/drift_measure.py): decode speed
+            # after the first token (faster than the whole call's), the answers' mean length,
+            # the prompt tokens not served from cache
+            assert f.decode_tokens_per_s is not None
+            assert f.decode_tokens_per_s > f.output_tokens_per_s
+            assert f.output_tokens_mean is not None and 0 < f.output_tokens_mean <= 256
+            assert f.uncached_input_tokens_mean is not None
+            assert 0 < f.uncached_input_tokens_mean < 1_024
     # the shapes the bands exist for: a GPU's tail grows with load, its first token is faster
     assert gpu.bands["41+"].latency_p95_s > 1.5 * gpu.bands["1-4"].latency_p95_s
     assert gpu.bands["1-4"].ttft_p50_s < tpu.bands["1-4"].ttft_p50_s  # type: ignore[operator]

@@ -51,7 +51,8 @@ def test_bad_url_is_a_validation_error_naming_the_field(url: str, why: str) -> N
 
 
 @pytest.mark.parametrize(
-    "options", [{"lease_s": 0}, {"op_budget_s": -1.0}, {"namespace": "has space"}]
+    "options",
+    [{"lease_s": 0}, {"op_budget_s": -1.0}, {"namespace": "has space"}, {"required": "yes"}],
 )
 def test_bad_option_names_it(options: dict[str, object]) -> None:
     with pytest.raises(ValidationError) as caught:

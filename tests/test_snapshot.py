@@ -316,3 +316,159 @@ def test_an_unwritable_path_is_logged_not_raised_on_exit(
     with caplog.at_level(logging.WARNING, logger="gptgate"):
         run_virtual(_save_fails, tmp_path / "missing-dir" / "state.json")
     assert "not saved" in caplog.text
+
+
+# ---------------------------------------------------------------- a file that is not state
+
+
+async def _run_once(path: Path, *backends: str) -> None:
+    """A short run on fixed-limit sims named ``backends`` with ``state=path``."""
+    clock = LoopClock()
+    configured = [
+        sim_backend("gpu", name=name, clock=clock, seed=i, concurrency=4)[0]
+        for i, name in enumerate(backends or ("gpu",))
+    ]
+    async with gg.Gateway(configured, clock=clock, state=path) as gate:
+        await gate.chat([{"role": "user", "content": "hi"}], max_tokens=5)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(json.dumps({"backends": [{"name": "gpu"}], "max_attempts": 3}), id="config"),
+        pytest.param(json.dumps({"version": 2, "taken_at": 0, "backends": {}}), id="newer"),
+        pytest.param("[gateway]\nmax_attempts = 3\n", id="toml"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_a_file_that_is_not_state_is_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    path = tmp_path / "gateway.json"
+    path.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        run_virtual(_run_once, path)
+        run_virtual(_run_once, path)  # a second run: still untouched
+    assert path.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.json"]
+    lines = [r.getMessage() for r in caplog.records]
+    # one line per run, naming the path and saying it is left as it is
+    assert len(lines) == 2 and all(str(path) in line and "not written" in line for line in lines)
+
+
+def test_a_baseline_file_given_as_state_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The baseline `gptgate profile` just wrote, passed as ``state=`` by mistake."""
+
+    async def profile_then_run(path: Path) -> None:
+        clock = LoopClock()
+        backend, _ = sim_backend("gpu", name="gpu", clock=clock, seed=1, concurrency=2)
+        baseline = await gg.profile(gg.Gateway([backend], clock=clock), levels=[2], requests=8)
+        baseline.save(path)
+        async with gg.Gateway([backend], clock=clock, state=path) as gate:
+            await gate.chat([{"role": "user", "content": "hi"}], max_tokens=5)
+
+    path = tmp_path / "baseline.json"
+    run_virtual(profile_then_run, path)
+    gg.Baseline.load(path)  # still a baseline
+    assert "not written" in caplog.text
+
+
+def test_a_file_that_became_something_else_during_the_run_is_not_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "state.json"
+
+    async def overwrite_mid_run() -> None:
+        clock = LoopClock()
+        backend, _ = sim_backend("gpu", name="gpu", clock=clock, concurrency=4)
+        async with gg.Gateway([backend], clock=clock, state=path):
+            path.write_text('{"max_attempts": 3}')
+
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        run_virtual(overwrite_mid_run)
+    assert path.read_text() == '{"max_attempts": 3}'
+    assert str(path) in caplog.text and "not written" in caplog.text
+
+
+# ---------------------------------------------------------------- merged per backend
+
+
+def _entry(document: dict[str, Any], name: str, **changes: Any) -> dict[str, Any]:
+    entry = json.loads(json.dumps(document["backends"]["tpu"]))
+    entry.update(changes)
+    return entry
+
+
+def test_a_run_with_fewer_backends_keeps_the_others_entries(
+    learned: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    document = json.loads(json.dumps(learned[0]))
+    other = _entry(document, "other", base_url="http://127.0.0.9:8000/v1")
+    document["backends"]["other"] = other
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(document))
+    run_virtual(_open, path)  # a gateway configured with "tpu" only
+    after = json.loads(path.read_text())
+    assert sorted(after["backends"]) == ["other", "tpu"]
+    kept = after["backends"]["other"]
+    assert kept["limit"] == other["limit"]
+    # the kept entry keeps its own age: the rewrite does not make it look fresh
+    assert kept["taken_at"] == pytest.approx(document["taken_at"])
+
+
+def test_a_kept_entry_older_than_the_max_age_is_dropped_and_not_made_fresh(
+    learned: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    document = json.loads(json.dumps(learned[0]))
+    old = time.time() - 2 * 86_400
+    document["backends"]["old"] = _entry(document, "old", taken_at=old)
+    document["backends"]["recent"] = _entry(document, "recent", taken_at=time.time() - 60)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(document))
+    run_virtual(_open, path)
+    after = json.loads(path.read_text())
+    assert sorted(after["backends"]) == ["recent", "tpu"]
+
+
+async def _warm_pair(path: Path) -> tuple[bool, bool]:
+    """Whether backends tpu and "copy" (the same server, another name) start warm."""
+    clock = LoopClock()
+    tpu = _backend(clock)
+    copy = tpu.model_copy(update={"name": "copy"})
+    async with gg.Gateway([tpu, copy], clock=clock, state=path) as gate:
+        return tuple(  # type: ignore[return-value]
+            gate.backend_state(n).limiter.limit.warm  # type: ignore[attr-defined]
+            for n in ("tpu", "copy")
+        )
+
+
+def test_a_kept_entry_starts_its_backend_warm_by_its_own_age(
+    learned: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    document = json.loads(json.dumps(learned[0]))
+    document["backends"]["copy"] = _entry(document, "copy", taken_at=time.time() - 2 * 86_400)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(document))
+    assert run_virtual(_warm_pair, path) == (True, False)  # "copy" is stale on its own
+
+
+def test_the_file_is_reread_and_merged_just_before_writing(
+    learned: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    """Two gateways sharing one path, each with its own backend: neither loses the other's."""
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(learned[0]))
+
+    async def meanwhile() -> None:
+        clock = LoopClock()
+        async with gg.Gateway([_backend(clock)], clock=clock, state=path):
+            # another process wrote its own backend while this one ran
+            document = json.loads(path.read_text())
+            document["backends"]["elsewhere"] = _entry(document, "elsewhere")
+            save_state(path, document)
+
+    run_virtual(meanwhile)
+    after = json.loads(path.read_text())
+    assert sorted(after["backends"]) == ["elsewhere", "tpu"]

@@ -188,7 +188,10 @@ async def test_auto_falls_back_to_the_other_tier_when_its_tier_is_down_or_missin
     async with two_tiers(small, large) as gate:
         down(gate, "small")
         result = await gate.chat(ASK, **SMALL_ASK)
-        assert (result.backend, result.tier) == ("large", "small")  # decided small, served large
+        stats = gate.tier_stats().rules["short_ask"]
+    # decided small, served large: labelled by the tier that answered, not a small answer
+    assert (result.backend, result.tier, result.tier_reason) == ("large", "large", "short_ask")
+    assert (stats.calls, stats.small, stats.escalation_rate) == (1, 0, None)
     assert small.requests == [] and len(large.requests) == 1
     # private: no private small backend at all → the private large one
     psmall, plarge = Script(answer("s")), Script(answer("L"))
@@ -198,7 +201,37 @@ async def test_auto_falls_back_to_the_other_tier_when_its_tier_is_down_or_missin
     ])
     async with gate:
         result = await gate.chat(ASK, private=True, **SMALL_ASK)
-    assert (result.backend, result.tier) == ("large", "small") and psmall.requests == []
+    assert (result.backend, result.tier) == ("large", "large") and psmall.requests == []
+
+
+def refused(request: httpx2.Request) -> httpx2.Response:
+    raise httpx2.ConnectError("connection refused", request=request)
+
+
+async def test_auto_moves_off_a_dead_small_tier_at_once_and_at_no_retry_cost() -> None:
+    """Connection refused on the only small backend, its circuit still closed (four failures
+    to go): each call moves to the large tier on its next attempt, without back-off or retry
+    budget (a failover, as between two backends of one tier) — before, every attempt went
+    back to the dead small backend and the call failed."""
+    large = Script(answer("Paris."))
+    gate = two_tiers(Script(refused), large, retry_budget_ratio=0.0,
+                     retry_budget_min_per_s=0.0)
+    async with gate:
+        results = [await gate.chat(ASK, **SMALL_ASK) for _ in range(3)]
+        async with gate.stream(ASK, **SMALL_ASK) as s:
+            text = "".join([part async for part in s])
+        streamed = s.result
+    assert [(r.backend, r.attempts, r.tier) for r in results] == [("large", 2, "large")] * 3
+    assert (text, streamed.backend, streamed.tier) == ("Paris.", "large", "large")
+
+
+async def test_a_failing_small_answer_moves_to_the_large_tier_on_retry() -> None:
+    """A 500 from the only small backend: the retry goes to the large tier (the small one
+    already failed this call), not back to the same backend."""
+    small, large = Script(error(500, "overloaded")), Script(answer("Paris."))
+    async with two_tiers(small, large) as gate:
+        result = await gate.chat(ASK, **SMALL_ASK)
+    assert (result.backend, result.attempts) == ("large", 2) and len(small.requests) == 1
 
 
 def test_router_preference_is_soft_only_while_the_preferred_tier_is_down() -> None:
@@ -214,8 +247,12 @@ def test_router_preference_is_soft_only_while_the_preferred_tier_is_down() -> No
             prefer = RouteRequest(prefer="small")
             assert [s.name for s in router.eligible(prefer)] == ["small"]
             assert router.admits(prefer, small) and not router.admits(prefer, large)
-            # a queued call is not moved to the large tier while the small one is up
-            assert not router.has_alternative(prefer, frozenset({"small"}))
+            # a call merely avoiding the small backend (a hedge) stays in the small tier while
+            # it is up; one the small backend failed has the large tier to go to
+            assert not router.has_alternative(prefer, frozenset({"small"}), failed=frozenset())
+            assert router.has_alternative(prefer, frozenset({"small"}))
+            assert router.choose(prefer, frozenset({"small"}))[0] is large
+            assert router.choose(prefer)[0] is small
             down(gate, "small")
             assert router.admits(prefer, large)
             assert router.has_alternative(prefer, frozenset({"small"}))
@@ -347,8 +384,10 @@ async def test_accept_that_raises_or_answers_junk_keeps_the_answer_and_warns_onc
                 assert (await gate.chat(ASK, accept=broken, **SMALL_ASK)).backend == "small"
             junk = await gate.chat(ASK, accept=lambda r: "yes", **SMALL_ASK)  # type: ignore[arg-type,return-value]
     assert junk.backend == "small" and large.requests == []
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2  # one per distinct error
+    # says what happened: the small answer was kept (no heuristic is involved)
+    assert all("small answer is kept" in w and "heuristic" not in w for w in warnings), warnings
 
 
 async def test_a_failed_escalation_returns_the_small_answer_unmoved_in_the_ledger() -> None:
@@ -360,6 +399,20 @@ async def test_a_failed_escalation_returns_the_small_answer_unmoved_in_the_ledge
     assert (result.backend, result.escalated) == ("small", False)
     assert (rule.escalated, rule.escalation_failed) == (1, 1)
     assert (entry.calls_ok, entry.escalated, entry.wasted_tokens) == (1, 0, 0)
+
+
+async def test_an_escalation_the_budget_refuses_keeps_the_answer_and_no_call_raised() -> None:
+    """The large tier's price does not fit a $0.0005/h budget: the small answer is kept, and
+    ``budget_status().raised`` counts no call (none raised)."""
+    small, large = Script(answer("", "stop")), Script(answer("Paris."))
+    budget = gg.Budget(usd_per_hour=0.0005, on_exceed="raise")
+    async with two_tiers(small, large, budget=budget) as gate:
+        result = await gate.chat(ASK, **SMALL_ASK)
+        rule = gate.tier_stats().rules["short_ask"]
+        status = gate.budget_status()
+    assert (result.backend, result.escalated) == ("small", False) and large.requests == []
+    assert rule.escalation_failed == 1
+    assert status is not None and status.raised == 0
 
 
 async def test_a_visible_stream_is_classified_but_never_escalated() -> None:
@@ -555,4 +608,4 @@ async def test_a_call_too_long_for_the_small_tier_goes_large_whatever_the_classi
     ], tier_classifier=lambda m, p: "small")
     async with gate:
         result = await gate.chat(_user("lorem ipsum " * 1000), max_tokens=100)  # ~3,000 tokens
-    assert (result.backend, result.tier) == ("large", "small") and small.requests == []
+    assert (result.backend, result.tier) == ("large", "large") and small.requests == []

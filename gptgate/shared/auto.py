@@ -121,7 +121,7 @@ class FleetAutoAdmission(FleetAdmission):
     def local_share(self) -> int:
         """This process's part of the fleet's last limit while Redis is away — and less when
         its own calls say so: during an outage it learns alone, as without ``shared=``."""
-        share = max(1, self.fleet_limit // self.live_workers)
+        share = super().local_share
         return share if self._outage is None else min(share, max(1, self._outage.limit))
 
     async def _try(self, lease: Lease) -> bool:

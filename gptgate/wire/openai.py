@@ -34,6 +34,7 @@ from gptgate.errors import (
     StreamInterruptedError,
 )
 from gptgate.results import Usage
+from gptgate.scrub import scrub_known
 from gptgate.tokens import estimate_text_tokens, message_text
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
@@ -631,7 +632,9 @@ _MAX_MESSAGE = 500
 def scrub_secrets(text: str) -> str:
     """Mask what looks like a credential (``sk-…`` keys, ``Bearer …``, ``api_key=…``, a few
     other providers' token shapes) — servers echo keys in error messages, and errors end up
-    in logs and spans."""
+    in logs and spans. The exact secrets the gateway sends go first, whatever their shape
+    (and before a pattern could cut one in two)."""
+    text = scrub_known(text)
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -1,0 +1,176 @@
+"""A stream a guarded function returned unread, whatever client made it: the guard's permit
+follows it until it is read to its end or closed — or dropped unread, or left unread past
+the backend's ``idle_timeout`` (gptgate/stream_watch.py).
+
+Handing the permit back when the function returned let 40 guarded calls under
+``concurrency=5`` put 37 streams on the server at once. Followed here: an ``httpx2``
+response (or an object holding one as ``.response``: the openai and anthropic SDKs'
+streams), whose body is watched in place; an async generator, returned as a watched async
+generator; any other async iterator with ``aclose``/``close``, returned as a proxy that
+reads and closes it (its other attributes are the original's).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+
+from .errors import GatewayClosedError
+from .outcomes import report_failure
+from .stream_watch import OpenBody, WatchedByteStream, closable, watched_iterator
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .errors import GateError
+    from .late_answer import Spawn
+    from .lifecycle import CallRegistry
+    from .limits import Permit
+
+__all__ = ["follow_returned"]
+
+#: an event stream's end marker
+_DONE = b"data: [DONE]"
+#: how a followed stream ended: the error that cut it, or None
+StreamEnd = Callable[[BaseException | None], None]
+
+
+class _PermitFollows:
+    """The guard's permit (and span, through ``on_end``) end with the body."""
+
+    def __init__(
+        self, permit: Permit, on_end: StreamEnd, classify: Callable[[Exception], GateError],
+        clock: Clock,
+    ) -> None:
+        self._permit = permit
+        self._on_end = on_end
+        self._classify = classify
+        self._clock = clock
+        self._complete = False
+
+    def arrived(self, item: object, *, drained: bool) -> None:
+        # the guard counts no tokens of another client's stream; it only notes its end
+        # marker (an SDK closes an event stream at ``[DONE]`` without reading on)
+        if isinstance(item, bytes) and _DONE in item[-32:]:
+            self._complete = True
+
+    def finished(self) -> None:
+        self._permit.ignore()  # no size known: no sample of the load per token
+        self._on_end(None)
+
+    def cut(self, exc: Exception) -> None:
+        permit = self._permit
+        report_failure(permit, self._classify(exc), self._clock.now() - permit.start)
+        self._on_end(exc)
+
+    def left(self) -> None:
+        if self._complete:  # whole: the server is done with it
+            self.finished()
+            return
+        self._permit.abandon()  # the server runs it until it notices
+        self._on_end(None)
+
+    def hung_up(self, complete: bool) -> None:
+        self.left()
+
+
+class _Iterating:
+    """An async iterator with ``aclose``/``close`` as a watched body's inner one."""
+
+    def __init__(self, iterator: Any) -> None:
+        self._iterator = iterator
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterator.__aiter__()  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        close = closable(self._iterator)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+
+
+class WatchedIterator:
+    """The proxy returned for an async iterator that is neither a generator nor an HTTP
+    response: read and closed through the watch, anything else is the original's."""
+
+    def __init__(self, body: OpenBody[Any], original: Any) -> None:
+        self._body = body
+        self._original = original
+
+    def __aiter__(self) -> WatchedIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        piece = await self._body.next()
+        if piece is None:
+            raise StopAsyncIteration
+        return piece[0]
+
+    async def aclose(self) -> None:
+        await self._body.close()
+
+    async def close(self) -> None:
+        await self._body.close()
+
+    async def __aenter__(self) -> WatchedIterator:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._body.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+def follow_returned(
+    result: object,
+    permit: Permit,
+    on_end: StreamEnd,
+    *,
+    classify: Callable[[Exception], GateError],
+    clock: Clock,
+    backend: str,
+    idle_s: float,
+    calls: CallRegistry,
+    spawn: Spawn | None,
+) -> tuple[bool, object]:
+    """Whether ``result`` is a stream still to be read, and what to return in its place
+    (itself, or its watched facade). Followed, the permit and ``on_end`` are the watch's."""
+    listener = _PermitFollows(permit, on_end, classify, clock)
+
+    def body(inner: Any) -> OpenBody[Any]:
+        return OpenBody(inner, listener, clock=clock, backend=backend, unread_s=idle_s)
+
+    def watch(watched: OpenBody[Any], facade: object) -> None:
+        try:
+            watched.watch(facade, calls, spawn)
+        except GatewayClosedError:  # the shutdown's grace ran out as the function returned
+            listener.left()
+            raise
+
+    response = result if isinstance(result, httpx2.Response) else getattr(result, "response", None)
+    if isinstance(response, httpx2.Response):
+        stream = response.stream
+        if response.is_closed or response.is_stream_consumed or not isinstance(
+            stream, httpx2.AsyncByteStream
+        ):
+            return False, result
+        watched = body(stream)
+        response.stream = facade = WatchedByteStream(watched)
+        watch(watched, facade)
+        return True, result
+    if inspect.isasyncgen(result):
+        watched = body(result)
+        generator = watched_iterator(watched)
+        watch(watched, generator)
+        return True, generator
+    if hasattr(result, "__anext__") and closable(result) is not None:
+        watched = body(_Iterating(result))
+        proxy = WatchedIterator(watched, result)
+        watch(watched, proxy)
+        return True, proxy
+    return False, result

@@ -1,0 +1,402 @@
+"""A response body its caller reads at its own pace (an SDK stream), watched so that the
+permit it holds comes back when the body is read to its end or closed — and, when the caller
+left it without closing it (a ``break``), as soon as its object is dropped, or once it has
+sat unread for the backend's ``idle_timeout``: gptgate then hangs up itself.
+
+Why a watchdog: an SDK's stream object sits in a reference cycle (openai's ``AsyncStream``
+and its own generator), so a stream left with ``break`` used to be closed only by Python's
+cycle collector, whenever that ran; its permit was held until then and the next calls failed
+with "no permit". A weak reference to the body's facade (what the SDK's response holds) says
+when the collector found it dropped; once the task that last read it has ended, the watchdog
+asks for that collection itself (at most once a second per clock), so a dropped stream is
+seen within a fraction of a second.
+
+While open, a body is registered with the gateway's calls (gptgate/lifecycle.py): closing
+the gateway gives it the grace, then cancels the read in progress or closes it between reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import math
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import anyio
+import httpx2
+
+from .errors import GateError, GatewayClosedError, RequestTimeout
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .late_answer import Spawn
+    from .lifecycle import CallRegistry, OpenStream
+
+__all__ = [
+    "BodyListener", "Closable", "OpenBody", "WatchedByteStream", "closable", "watched_iterator"
+]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
+
+#: how often a watchdog looks at its body (gateway seconds)
+_TICK_S = 0.1
+#: a body unread this long, the task that last read it over, is worth a cycle collection
+_PROBE_S = 0.2
+#: ... and this long while that task lives on (a worker loop that dropped it and went on)
+_PROBE_LIVE_READER_S = 1.0
+#: at most one such collection per clock this often (gateway seconds)
+_COLLECT_EVERY_S = 5.0
+#: draining what had arrived when gptgate hangs up: a gap this long ends it ...
+_DRAIN_GAP_S = 0.02
+#: ... and so does this much time in all (a server still generating is hung up on)
+_DRAIN_S = 0.2
+_CLOSED = "the gateway closed before the stream was read to its end (shutdown grace ran out)"
+
+
+class Closable(Protocol[T_co]):
+    """What a watched body reads from: an async iterator it can close."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class BodyListener(Protocol[T_contra]):
+    """Told how a watched body went, exactly once among ``finished``, ``cut``, ``left`` and
+    ``hung_up`` (``arrived`` before, for each piece that arrived)."""
+
+    def arrived(self, item: T_contra, *, drained: bool) -> None:
+        """A piece arrived: read by the caller, or ``drained`` by gptgate hanging up."""
+
+    def finished(self) -> None:
+        """Read to its end."""
+
+    def cut(self, exc: Exception) -> None:
+        """It failed under its reader (the server's or the network's doing)."""
+
+    def left(self) -> None:
+        """The caller closed it or cancelled a read before its end, or the shutdown did."""
+
+    def hung_up(self, complete: bool) -> None:
+        """gptgate hung up on it (dropped, or unread too long) after draining what had
+        arrived; ``complete``: that drain reached its end."""
+
+
+class OpenBody(Generic[T]):
+    """One open body, shared by its facade (what the caller's response holds), the watchdog
+    and the gateway's shutdown. It never holds the facade: a facade the caller dropped can be
+    collected, and the weak reference to it says so."""
+
+    def __init__(
+        self,
+        inner: Closable[T],
+        listener: BodyListener[T],
+        *,
+        clock: Clock,
+        backend: str,
+        silence_s: float | None = None,
+        unread_s: float | None = None,
+        drain: bool = False,
+    ) -> None:
+        self._inner = inner
+        self._listener = listener
+        self._clock = clock
+        self._backend = backend
+        #: the longest wait for the server's next piece (None: the SDK's own timeouts)
+        self._silence_s = silence_s
+        #: the longest the caller may leave it unread (None: unbounded)
+        self._unread_s = unread_s
+        self._drain = drain
+        self._pieces: AsyncIterator[T] | None = None
+        self._inner_closed = False
+        self._entry: OpenStream | None = None
+        self._registry: CallRegistry | None = None
+        #: ended one way or another (the listener was told)
+        self.done = False
+        #: what a read after gptgate hung up raises
+        self._refusal: GateError | None = None
+        self.reading = False
+        self.since = clock.now()
+        self.dropped = False
+        self._reader: weakref.ref[asyncio.Task[Any]] | None = None
+        self._follow_reader()
+        #: the cycle collector was asked once in this unread spell
+        self._probed = False
+        self._facade: weakref.ref[object] | None = None
+        #: set when it ends, for the watchdog (None: no watchdog)
+        self._ended: anyio.Event | None = None
+        #: set once gptgate has hung up (a close meanwhile waits for its drain)
+        self._hung: anyio.Event | None = None
+
+    # -- setting up ---------------------------------------------------------------------------
+
+    def watch(
+        self, facade: object, registry: CallRegistry | None, spawn: Spawn | None
+    ) -> None:
+        """Register with the gateway's calls and start the watchdog for ``facade``."""
+        self._facade = weakref.ref(facade, self._facade_dropped)
+        if registry is not None:
+            self._entry = registry.open_body(self._shut)
+            self._registry = registry
+        if spawn is not None:
+            self._ended = anyio.Event()
+            spawn(self._watchdog)
+
+    def _facade_dropped(self, _ref: object) -> None:
+        self.dropped = True  # told by the collector: only a flag, the watchdog acts
+
+    # -- the reader's side ----------------------------------------------------------------
+
+    async def next(self) -> tuple[T] | None:
+        """The next piece (in a 1-tuple), or None at the end."""
+        if self._refusal is not None:
+            raise self._refusal
+        if self.done:
+            return None
+        self.reading = True
+        self._probed = False
+        self._follow_reader()
+        entry = self._entry
+        # one scope per read: the server's silence bound (its deadline) and the shutdown
+        # (which cancels it through the registry entry)
+        silence = self._silence_s
+        deadline = (
+            math.inf if silence is None else anyio.current_time() + self._clock.to_real(silence)
+        )
+        try:
+            with anyio.CancelScope(deadline=deadline) as scope:
+                if entry is not None:
+                    entry.scope = scope
+                try:
+                    piece = await self._read()
+                finally:
+                    if entry is not None:
+                        entry.scope = None
+            if scope.cancelled_caught and not self._shut_down():
+                raise httpx2.ReadTimeout("stream idle between chunks")
+        except Exception as exc:
+            await self._finish(functools.partial(self._listener.cut, exc))
+            raise
+        except BaseException:  # the caller cancelled its read
+            await self._finish(self._listener.left)
+            raise
+        finally:
+            self.reading = False
+            self.since = self._clock.now()
+        if scope.cancelled_caught:  # the shutdown's grace ran out under this read
+            self._refusal = GatewayClosedError(_CLOSED, backend=self._backend)
+            await self._finish(self._listener.left)
+            raise self._refusal
+        if piece is None:
+            await self._finish(self._listener.finished)
+            return None
+        self._listener.arrived(piece[0], drained=False)
+        return piece
+
+    def _shut_down(self) -> bool:
+        return self._registry is not None and self._registry.cancelled
+
+    def _follow_reader(self) -> None:
+        """Remember the task reading (a weak reference, renewed only when it changes)."""
+        task = _task()
+        if task is not None and (self._reader is None or self._reader() is not task):
+            self._reader = weakref.ref(task)
+
+    async def _read(self) -> tuple[T] | None:
+        if self._pieces is None:
+            self._pieces = self._inner.__aiter__()
+        try:
+            return (await self._pieces.__anext__(),)
+        except StopAsyncIteration:
+            return None
+
+    async def close(self) -> None:
+        """The caller (or its SDK) closed the body: before its end, it left it."""
+        if self._hung is not None:  # gptgate is hanging up: its drain reads the body
+            await self._hung.wait()
+            return
+        await self._finish(self._listener.left)
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _set_done(self) -> None:
+        self.done = True
+        if self._ended is not None:
+            self._ended.set()  # the watchdog leaves now
+
+    async def _finish(self, tell: Callable[[], None]) -> None:
+        if not self.done:
+            self._set_done()
+            self._unregister()
+            tell()
+        await self._close_inner()
+
+    async def _close_inner(self) -> None:
+        if self._inner_closed:
+            return
+        self._inner_closed = True
+        # a body already broken is closed all the same
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self._inner.aclose()
+
+    def _unregister(self) -> None:
+        if self._registry is not None and self._entry is not None:
+            self._registry.body_done(self._entry)
+            self._entry = None
+
+    async def _shut(self) -> None:
+        """The shutdown closes a body nobody is reading."""
+        if self.done:
+            return
+        self._refusal = GatewayClosedError(_CLOSED, backend=self._backend)
+        await self._finish(self._listener.left)
+
+    async def hang_up(self, why: str) -> None:
+        """The caller left the body unread: read what had arrived (``drain``), hang up, and
+        give its permit back (the listener's ``hung_up``)."""
+        if self.done:
+            return
+        self._set_done()
+        self._hung = anyio.Event()
+        self._refusal = RequestTimeout(
+            f"the stream was {why}: gptgate hung up and gave its permit back",
+            backend=self._backend,
+        )
+        self._unregister()
+        complete = False
+        try:
+            if self._drain:
+                complete = await self._drained()
+        finally:  # cut short (the gateway closing), it hangs up all the same
+            await self._close_inner()
+            self._listener.hung_up(complete)
+            self._hung.set()
+
+    async def _drained(self) -> bool:
+        """Read what the server had sent (a gap of ``_DRAIN_GAP_S`` ends it): True at the
+        body's end."""
+        if self._pieces is None:
+            self._pieces = self._inner.__aiter__()
+        to_real = self._clock.to_real
+        with anyio.move_on_after(to_real(_DRAIN_S)):
+            while True:
+                with anyio.move_on_after(to_real(_DRAIN_GAP_S)) as gap:
+                    try:
+                        piece = await self._pieces.__anext__()
+                    except StopAsyncIteration:
+                        return True
+                    except Exception:
+                        return False
+                if gap.cancelled_caught:
+                    return False
+                self._listener.arrived(piece, drained=True)
+        return False
+
+    # -- the watchdog -------------------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        """Hang up once the facade was dropped or the body sat unread ``unread_s``."""
+        clock, ended = self._clock, self._ended
+        assert ended is not None
+        while not self.done:
+            with anyio.move_on_after(clock.to_real(_TICK_S)):
+                await ended.wait()
+            if self.done:
+                return
+            if self.dropped:
+                await self.hang_up("dropped by its caller unread")
+                return
+            if self.reading:
+                continue
+            idle = clock.now() - self.since
+            if self._unread_s is not None and idle >= self._unread_s:
+                await self.hang_up(f"left unread {self._unread_s:g}s (the idle bound)")
+                return
+            if self._probed or idle < _PROBE_S:
+                continue
+            reader_gone = self._reader_gone()
+            if reader_gone or idle >= _PROBE_LIVE_READER_S:
+                ran = _collect(clock)
+                if self.dropped:
+                    await self.hang_up("dropped by its caller unread")
+                    return
+                # once the reader is gone: a stream handed to another task stays alive. While
+                # it lives on, again at each collection the rate allows, until the idle bound
+                self._probed = ran and reader_gone
+
+    def _reader_gone(self) -> bool:
+        reader = self._reader() if self._reader is not None else None
+        return reader is None or reader.done()
+
+
+def _task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # not on asyncio: no reader to follow (the idle bound still holds)
+        return None
+
+
+#: the last collection a watchdog asked for: its clock's id and time
+_last_collect: tuple[int, float] = (0, -math.inf)
+
+
+def _collect(clock: Clock) -> bool:
+    """A cycle collection, so that a stream its caller dropped is seen now (its facade's
+    weak reference is told); False when one ran less than ``_COLLECT_EVERY_S`` ago on this
+    clock (the caller asks again at its next tick). A full collection: a stream that lived
+    through two of the young ones sits in the oldest generation already. Rare on purpose —
+    on a large heap it pauses the event loop for tens of milliseconds."""
+    global _last_collect
+    now = clock.now()
+    last_clock, last = _last_collect
+    if last_clock == id(clock) and now - last < _COLLECT_EVERY_S:
+        return False
+    _last_collect = (id(clock), now)
+    gc.collect()
+    return True
+
+
+class WatchedByteStream(httpx2.AsyncByteStream):
+    """The facade an ``httpx2.Response`` holds for a watched body."""
+
+    def __init__(self, body: OpenBody[bytes]) -> None:
+        self._body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        body = self._body
+        try:
+            while (piece := await body.next()) is not None:
+                yield piece[0]
+        finally:
+            if not body.done:  # closed at a yield (the caller's ``break``, a collected
+                await body.close()  # generator): it left the body
+
+    async def aclose(self) -> None:
+        await self._body.close()
+
+
+async def watched_iterator(body: OpenBody[T]) -> AsyncIterator[T]:
+    """The facade of a watched async generator (a guarded function returned one): an async
+    generator too, read and closed as the original."""
+    try:
+        while (piece := await body.next()) is not None:
+            yield piece[0]
+    finally:
+        if not body.done:
+            await body.close()
+
+
+def closable(value: object) -> Callable[[], Awaitable[None]] | None:
+    """How to close an async iterator (``aclose``, else an async ``close``); None if it
+    has neither."""
+    for name in ("aclose", "close"):
+        method = getattr(value, name, None)
+        if callable(method):
+            return method  # type: ignore[no-any-return]
+    return None

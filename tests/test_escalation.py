@@ -1,0 +1,358 @@
+"""Escalation that buys something (issue 31, gptgate/escalation.py, docs/tiers.md): a small
+answer cut at ``length`` is asked again of the large tier only when the large tier could
+answer longer, or has shown it answers within such a bound; escalations that changed nothing
+are counted; and the learner stops escalating a rule whose escalations change nothing, then
+resumes when a probe pays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+
+import gptgate as gg
+from gptgate.escalation import EscalationLearner, LargeAnswers, SmallTierLearner
+from gptgate.ledger import Ledger
+from gptgate.sim import PROFILES
+from gptgate.testing import LoopClock, run_virtual, sim_backend
+from tests.mockbackend import Script, backend, completion
+
+#: a model that talks past any cap: with max_tokens set, every answer is cut at it
+FILLS = {"fills_max_tokens": True}
+#: answers far longer than a small context window
+LONG = {"output_tokens_mean": 400.0, "output_tokens_sigma": 0.2}
+#: answer lengths that vary little (a 40-token answer is not cut at 100)
+SHORT = {"output_tokens_sigma": 0.2}
+
+
+def _ask(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Give one synonym for 'happy'. (#{n})"}]
+
+
+def _cpu_and_tpu(
+    clock: LoopClock, small: dict[str, Any], large: dict[str, Any]
+) -> list[gg.Backend]:
+    """The simulator's ``cpu`` profile as the small tier, ``tpu`` as the large, updated."""
+    cpu, _ = sim_backend(
+        PROFILES["cpu"].model_copy(update=small), name="cpu", clock=clock, seed=1,
+        tier="small", price=gg.Price(input_per_mtok=0.05, output_per_mtok=0.4),
+    )
+    tpu, _ = sim_backend(
+        PROFILES["tpu"].model_copy(update=large), name="tpu", clock=clock, seed=2,
+        tier="large", price=gg.Price(input_per_mtok=1.25, output_per_mtok=10.0),
+    )
+    return [cpu, tpu]
+
+
+async def _fills_server(calls: int) -> tuple[list[gg.ChatResult], gg.TierStats, Ledger]:
+    clock = LoopClock()
+    backends = _cpu_and_tpu(clock, {"replicas": 2, **FILLS}, FILLS)
+    async with gg.Gateway(backends, clock=clock) as gate:
+        results = [await gate.chat(_ask(n), max_tokens=16) for n in range(calls)]
+        return results, gate.tier_stats(), gate.ledger
+
+
+def test_short_asks_on_a_server_that_fills_max_tokens_stay_on_the_small_tier() -> None:
+    """Every answer fills max_tokens=16, on both tiers: escalating on ``length`` would ask the
+    large model for the same 16 tokens, cut the same way. Before: 20 of 20 escalated (0 %
+    served small, twice the cost). Now all 20 stay small, and none is asked again."""
+    results, stats, ledger = run_virtual(_fills_server, 20)
+    assert all(r.finish_reason == "length" and r.usage.output_tokens == 16 for r in results)
+    assert [r.backend for r in results] == ["cpu"] * 20
+    rule = stats.rules["short_ask"]
+    assert (rule.small, rule.escalated, rule.escalated_no_change) == (20, 0, 0)
+    assert rule.escalation_skipped == 20
+    assert "tpu" not in ledger.entries or ledger.entries["tpu"].attempts == 0
+
+
+def test_on_a_long_run_escalations_that_changed_nothing_stay_under_two_percent() -> None:
+    """The learner re-probes now and then (so it can see the large tier start paying): on
+    300 short asks, its probes that changed nothing are ≤ 2 % of the calls."""
+    results, stats, _ = run_virtual(_fills_server, 300)
+    assert stats.escalated_no_change == stats.escalated >= 1  # it did probe
+    assert stats.escalated_no_change <= 0.02 * len(results)
+    assert sum(r.backend == "cpu" for r in results) >= 0.98 * len(results)
+
+
+def test_a_burst_of_short_asks_on_a_server_that_fills_max_tokens_stays_small() -> None:
+    """A gate.map of 100 at once: every small answer is out before any is judged. None is
+    sent large on a guess, and one escalation at a time tries the kind: 1 asked again (the
+    first try), was 100."""
+
+    async def main() -> tuple[list[Any], gg.TierStats]:
+        clock = LoopClock()
+        backends = _cpu_and_tpu(clock, {"replicas": 8, **FILLS}, FILLS)
+        async with gg.Gateway(backends, clock=clock) as gate:
+            results = await gate.map([{"messages": _ask(n), "max_tokens": 16}
+                                      for n in range(100)])
+            return results, gate.tier_stats()
+
+    results, stats = run_virtual(main)
+    rule = stats.rules["short_ask"]
+    assert sum(getattr(r, "backend", None) == "cpu" for r in results) >= 99
+    assert (rule.sent_large, rule.escalated) == (0, rule.escalated_no_change)
+    assert rule.escalated <= 1
+
+
+def test_a_call_without_max_tokens_cut_by_the_small_models_context_still_escalates() -> None:
+    """No max_tokens: the small model's context window (150 tokens) was the limit, the large
+    model's is 128 k: the large tier answers longer, and that is what escalation buys."""
+
+    async def main() -> tuple[gg.ChatResult, gg.TierStats]:
+        clock = LoopClock()
+        backends = _cpu_and_tpu(clock, {"context_tokens": 150, **LONG}, LONG)
+        always_small = gg.TierHeuristic(unbounded_output_large=False)
+        async with gg.Gateway(backends, clock=clock, tier_classifier=always_small) as g:
+            return await g.chat(_ask(0)), g.tier_stats()
+
+    result, stats = run_virtual(main)
+    assert (result.backend, result.escalated, result.tier) == ("tpu", True, "large")
+    assert result.finish_reason == "stop" and result.usage.output_tokens > 150
+    rule = stats.rules["short_ask"]
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_reasons) == (
+        1, 0, {"length": 1}
+    )
+
+
+def test_a_small_model_that_fills_every_cap_next_to_one_that_finishes_sends_the_rule_large(
+) -> None:
+    """Only the small model talks past max_tokens: every small answer is cut, and every
+    escalation pays — an answer on each tier for every call, dearer than everything-large
+    (1.07× in benchmarks/_tiers.py). After four such escalations the rule goes large at
+    once."""
+
+    async def main() -> tuple[list[gg.ChatResult], gg.TierStats]:
+        clock = LoopClock()
+        backends = _cpu_and_tpu(
+            clock, {"output_tokens_mean": 40.0, **SHORT, **FILLS},
+            {"output_tokens_mean": 40.0, **SHORT},
+        )
+        async with gg.Gateway(backends, clock=clock) as gate:
+            for n in range(5):  # large answers that finish: the large model is seen to finish
+                await gate.chat([{"role": "user", "content": f"Fix this python bug #{n}"}],
+                                max_tokens=100)
+            results = [await gate.chat(_ask(n), max_tokens=100) for n in range(30)]
+            return results, gate.tier_stats()
+
+    results, stats = run_virtual(main)
+    rule = stats.rules["short_ask"]
+    assert [r.escalated for r in results[:4]] == [True] * 4
+    assert all(r.backend == "tpu" and r.finish_reason == "stop" for r in results)
+    assert (rule.escalated, rule.escalated_no_change, rule.sent_large) == (4, 0, 26)
+
+
+def _cut(text: str = "cut", tokens: int = 16) -> httpx2.Response:
+    body = completion(text)
+    body["choices"][0]["finish_reason"] = "length"
+    body["usage"]["completion_tokens"] = tokens
+    return httpx2.Response(200, json=body)
+
+
+def _two(small: Script, large: Script) -> gg.Gateway:
+    return gg.Gateway([
+        backend(small, name="small", tier="small"), backend(large, name="large", tier="large"),
+    ], tier_classifier=lambda m, p: "small")
+
+
+@pytest.mark.parametrize(("large_cap", "escalated"), [(4096, True), (256, False), (None, True)])
+async def test_a_small_models_own_cap_escalates_only_to_a_large_tier_that_answers_longer(
+    large_cap: int | None, escalated: bool
+) -> None:
+    """No max_tokens, the small server's own cap (256) cut the answer: the large tier is
+    asked when its known cap is higher (or unknown), not when it is the same."""
+    small = Script(_cut(tokens=256))
+    large = Script(httpx2.Response(200, json=completion("The whole answer.")))
+    gate = gg.Gateway([
+        backend(small, name="small", tier="small", max_output_tokens=256),
+        backend(large, name="large", tier="large", max_output_tokens=large_cap),
+    ], tier_classifier=lambda m, p: "small")
+    async with gate:
+        result = await gate.chat(_ask(0))
+        rule = gate.tier_stats().rules["classifier"]
+    assert result.escalated is escalated
+    assert (rule.escalated, rule.escalation_skipped) == (int(escalated), int(not escalated))
+
+
+async def test_escalations_that_changed_nothing_are_counted_and_then_stopped() -> None:
+    """Empty on both tiers: the first escalation changed nothing (counted); the rule's
+    next empty answers are kept, not asked again, until a probe."""
+    small = Script(httpx2.Response(200, json=completion("")))
+    large = Script(httpx2.Response(200, json=completion("")))
+    async with _two(small, large) as gate:
+        results = [await gate.chat(_ask(n), max_tokens=50) for n in range(5)]
+        rule = gate.tier_stats().rules["classifier"]
+    assert [r.escalated for r in results] == [True, False, False, False, False]
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (1, 1, 4)
+    assert gate.tier_stats().escalated_no_change == 1
+    assert len(large.requests) == 1
+
+
+async def test_a_gateway_stops_escalating_and_resumes_when_a_probe_pays() -> None:
+    """The large tier answers empty twice (the escalation and the first probe change
+    nothing), then well: the second probe pays and the rule's empty answers are escalated
+    again, every one."""
+    empty = httpx2.Response(200, json=completion(""))
+    small = Script(empty)
+    large = Script(empty, empty, httpx2.Response(200, json=completion("Paris.")))
+    async with _two(small, large) as gate:
+        gate._tiering.learner = EscalationLearner(probe_every=3)
+        results = [await gate.chat(_ask(n), max_tokens=50) for n in range(14)]
+        rule = gate.tier_stats().rules["classifier"]
+    # an escalation; 2 kept, a probe; 5 kept, a probe (the gap doubled), then every one
+    assert [r.escalated for r in results] == [
+        True, False, False, True, False, False, False, False, False, True, True, True, True,
+        True,
+    ]
+    assert [r.text for r in results if r.escalated] == ["", ""] + ["Paris."] * 5
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (7, 2, 7)
+
+
+async def test_a_longer_large_answer_is_a_change_even_if_cut_again() -> None:
+    """Cut at 16 of 100 on the small tier (its own cap), at 90 on the large one: the large
+    answered longer, so the escalation bought something."""
+    small, large = Script(_cut(tokens=16)), Script(_cut("longer", tokens=90))
+    async with _two(small, large) as gate:
+        result = await gate.chat(_ask(0), max_tokens=100)
+        rule = gate.tier_stats().rules["classifier"]
+    assert result.escalated and (rule.escalated, rule.escalated_no_change) == (1, 0)
+
+
+@pytest.mark.parametrize(("large_text", "no_change"), [("Lyon.", 1), ("Paris.", 0)])
+async def test_a_rejected_answer_changed_nothing_when_the_large_one_is_the_same(
+    large_text: str, no_change: int
+) -> None:
+    """``accept`` never judges a large answer (docs/tiers.md): a rejected small answer's
+    escalation changed nothing when the large tier answers the very same text."""
+    seen: list[str] = []
+
+    def paris(result: gg.ChatResult) -> bool:
+        seen.append(result.backend)
+        return "Paris" in result.text
+
+    small = Script(httpx2.Response(200, json=completion("Lyon.")))
+    large = Script(httpx2.Response(200, json=completion(large_text)))
+    async with _two(small, large) as gate:
+        await gate.chat(_ask(0), max_tokens=50, accept=paris)
+        rule = gate.tier_stats().rules["classifier"]
+    assert (rule.escalated, rule.escalated_no_change) == (1, no_change)
+    assert seen == ["small"]
+
+
+async def test_a_ramble_at_the_cap_is_escalated_once_the_large_model_has_shown_it_finishes(
+) -> None:
+    """Cut at the call's own max_tokens=16: kept while nothing says the large model would
+    finish within 16 tokens; escalated (and paying) once five large answers finished in 2."""
+    small, large = Script(_cut(tokens=16)), Script(httpx2.Response(200, json=completion("Paris.")))
+    gate = gg.Gateway([
+        backend(small, name="small", tier="small"), backend(large, name="large", tier="large"),
+    ])
+    async with gate:
+        kept = await gate.chat(_ask(0), max_tokens=16)
+        for n in range(5):  # code: decided large, answered in 2 tokens
+            await gate.chat([{"role": "user", "content": f"Fix this python bug #{n}"}],
+                            max_tokens=16)
+        escalated = await gate.chat(_ask(1), max_tokens=16)
+        rule = gate.tier_stats().rules["short_ask"]
+    assert (kept.backend, kept.escalated) == ("small", False)
+    assert (escalated.backend, escalated.escalated, escalated.finish_reason) == (
+        "large", True, "stop"
+    )
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (1, 0, 1)
+
+
+# -- the learner alone -------------------------------------------------------------------------
+
+
+def test_the_learner_stops_a_rule_whose_escalations_change_nothing_and_resumes_after_a_probe(
+) -> None:
+    learner = EscalationLearner(probe_every=4)
+    key = ("short_ask", "empty")
+    assert learner.decide(key, likely=True) == "escalate"  # no evidence: the prior decides
+    learner.observe(key, paid=False, probe=False)
+    verdicts = [learner.decide(key, likely=True) for _ in range(4)]
+    assert verdicts == ["skip", "skip", "skip", "probe"]
+    learner.observe(key, paid=False, probe=True)  # the probe changed nothing: probe less often
+    verdicts = [learner.decide(key, likely=True) for _ in range(8)]
+    assert verdicts == ["skip"] * 7 + ["probe"]
+    learner.observe(key, paid=True, probe=True)  # the large tier pays now: escalate again
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate"] * 3
+    # another rule is learned on its own; a prior of "unlikely" skips until a probe
+    other = ("short_ask", "length_at_cap")
+    assert [learner.decide(other, likely=False) for _ in range(4)] == ["skip"] * 3 + ["probe"]
+
+
+def test_before_any_outcome_one_escalation_at_a_time_tries_a_kind() -> None:
+    """Concurrent calls that failed the same way do not all escalate on the prior alone."""
+    learner = EscalationLearner()
+    key = ("short_ask", "length")
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate", "wait", "wait"]
+    learner.observe(key, paid=None, probe=False)  # the large call failed: no evidence
+    assert learner.decide(key, likely=True) == "escalate"
+    learner.observe(key, paid=True, probe=False)
+    assert [learner.decide(key, likely=True) for _ in range(3)] == ["escalate"] * 3
+
+def test_the_small_tier_learner_sends_a_rule_large_and_tries_the_small_tier_again() -> None:
+    small = SmallTierLearner()
+    assert small.decide("short_ask") == ("small", False)
+    small.observe("short_ask", needed_large=True, probe=False)
+    for _ in range(3):  # one needed answer is not a verdict; four in a row are
+        assert small.decide("short_ask") == ("small", False)
+        small.observe("short_ask", needed_large=True, probe=False)
+    tiers = [small.decide("short_ask") for _ in range(100)]
+    assert tiers[:99] == [("large", False)] * 99 and tiers[99] == ("small", True)
+    small.observe("short_ask", needed_large=False, probe=True)  # the small answer stood
+    assert small.decide("short_ask") == ("small", False)
+    assert small.decide("other_rule") == ("small", False)  # each rule on its own
+
+
+def test_the_small_tier_learner_lets_a_burst_through_and_stops_at_four_of_five() -> None:
+    """A ``gate.map`` of simple asks goes small whole (on most servers it should); one small
+    answer that stood does not keep a rule small whose others all need the large tier."""
+    small = SmallTierLearner()
+    assert [small.decide("short_ask") for _ in range(50)] == [("small", False)] * 50
+    for needed in (True, False, True, True):
+        small.observe("short_ask", needed_large=needed, probe=False)
+        assert small.decide("short_ask") == ("small", False)
+    small.observe("short_ask", needed_large=True, probe=False)
+    assert small.decide("short_ask") == ("large", False)
+    small.observe("short_ask", needed_large=None, probe=False)  # nothing learned
+    assert small.decide("short_ask") == ("large", False)
+
+def test_the_learner_keeps_escalating_a_rule_that_pays_more_often_than_not() -> None:
+    learner = EscalationLearner()
+    key = ("short_ask", "length")
+    for paid in (True, False, True, False, True, True, False):
+        assert learner.decide(key, likely=True) == "escalate"
+        learner.observe(key, paid=paid, probe=False)
+
+
+def test_the_learner_probes_at_most_every_max_probe_every() -> None:
+    learner = EscalationLearner(probe_every=2, max_probe_every=8)
+    key = ("r", "empty")
+    learner.observe(key, paid=False, probe=False)
+    gaps: list[int] = []
+    for _ in range(6):
+        n = 1
+        while learner.decide(key, likely=True) != "probe":
+            n += 1
+        gaps.append(n)
+        learner.observe(key, paid=False, probe=True)
+    assert gaps == [2, 4, 8, 8, 8, 8]
+
+
+def test_bad_learner_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="probe_every"):
+        EscalationLearner(probe_every=0)
+    with pytest.raises(ValueError, match="stop_share"):
+        EscalationLearner(stop_share=1.5)
+
+
+def test_large_answers_tell_whether_the_large_model_finishes_within_a_bound() -> None:
+    lengths = LargeAnswers(min_answers=3)
+    assert lengths.share_within(16) is None  # nothing seen yet
+    for tokens, finished in ((10, True), (12, True), (200, True), (16, False)):
+        lengths.observe(tokens, finished=finished)
+    assert lengths.share_within(16) == 0.5  # 10 and 12 fit; 200 does not; a cut one never
+    assert lengths.share_within(1000) == 0.75
+
