@@ -27,6 +27,8 @@ it pays — so the rule should go large at once. Virtual time: exact and repeata
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -35,7 +37,6 @@ from typing import Any
 import gptgate as gg
 from gptgate.sim import PROFILES, LoopClock, SimProfile, run_virtual
 from gptgate.testing import sim_backend
-from gptgate.tiers import failure_reason
 
 #: answers of chat length (the profiles' default, 215 tokens, is a long-form answer): a short
 #: ask with max_tokens 200-400 is rarely cut, on either model
@@ -195,18 +196,44 @@ class Run:
         return self.cost_usd / self.successes if self.successes else float("inf")
 
 
-def expected_wrong(result: gg.ChatResult, item: Item, hard_failure_rate: float) -> float:
-    """The chance that a small-model answer to a hard request is wrong (the simulator decides
-    per request, out of sight; gptgate/sim/difficulty.py): 1 when it looks failed (cut at
-    ``length``, empty, invalid JSON) and was kept; else it is wrong only if it failed
-    silently — 10% of the failures of a request without ``response_format`` (none with it),
-    among the answers that look fine: ``0.1 r / (1 − 0.9 r)`` at failure rate ``r``."""
-    if result.finish_reason == "length" or failure_reason(result, item.params) is not None:
+def natural_cut(profile: SimProfile, max_tokens: int) -> float:
+    """The chance that an answer of this model runs past ``max_tokens`` by its length alone
+    (the simulator's lognormal answer length, gptgate/sim/text.py ``draw_for``): a cut that
+    is no failure — the large model's answer is cut as often."""
+    if profile.fills_max_tokens:
         return 1.0
-    if "response_format" in item.params:
+    sigma = profile.output_tokens_sigma
+    mu = math.log(profile.output_tokens_mean) - sigma * sigma / 2
+    if sigma == 0:
+        return float(math.exp(mu) > max_tokens)
+    return 1 - statistics.NormalDist().cdf((math.log(max_tokens) - mu) / sigma)
+
+
+def expected_wrong(result: gg.ChatResult, item: Item, small: SimProfile) -> float:
+    """The chance that the small model's answer to a hard request is wrong. The simulator
+    decides per request, out of sight (gptgate/sim/difficulty.py): at the model's
+    hard-failure rate ``r``, 45% ramble to ``max_tokens``, 45% answer empty, 10% answer wrong
+    with nothing to show (a request for JSON: always cut, invalid JSON). What the answer shows
+    updates that prior, with ``c`` the chance of a cut by length alone (:func:`natural_cut`):
+    empty → wrong; cut at ``length`` → (0.45r + 0.1rc) / (0.45r + 0.1rc + (1 − r)c); a
+    complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not → r /
+    (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often."""
+    r = small.hard_failure_rate
+    if r <= 0:
         return 0.0
-    r = hard_failure_rate
-    return 0.1 * r / (1 - 0.9 * r)
+    c = natural_cut(small, int(item.params.get("max_tokens") or small.output_tokens_max))
+    if "response_format" in item.params:
+        try:
+            json.loads(result.text)
+        except ValueError:
+            return r / (r + (1 - r) * c)
+        return 0.0
+    if not result.text.strip():
+        return 1.0
+    if result.finish_reason == "length":
+        failed = 0.45 * r + 0.1 * r * c
+        return failed / (failed + (1 - r) * c)
+    return 0.1 * r / (0.1 * r + 1 - r)
 
 
 async def run(
@@ -253,7 +280,6 @@ async def run(
         tiers = gate.tier_stats()
     answered = [(r, i) for r, i in zip(results, items, strict=True) if isinstance(r, gg.ChatResult)]
     wrong = sum(i.hard and r.backend == "cpu" for r, i in answered)
-    rate = small_profile.hard_failure_rate
     return Run(
         calls=len(items),
         ok=len(answered),
@@ -267,7 +293,9 @@ async def run(
         no_change=tiers.escalated_no_change,
         escalation_failed=sum(r.escalation_failed for r in tiers.rules.values()),
         wrong=sum(
-            expected_wrong(r, i, rate) for r, i in answered if i.hard and r.backend == "cpu"
+            expected_wrong(r, i, small_profile)
+            for r, i in answered
+            if i.hard and r.backend == "cpu"
         ),
     )
 

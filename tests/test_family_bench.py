@@ -195,3 +195,36 @@ def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
             family.main(argv)
         assert exit_info.value.code == 2
     assert "--only takes cache, adaptive, tiers, hedge" in capsys.readouterr().err
+
+
+def test_a_small_models_answer_to_a_hard_request_is_wrong_as_its_evidence_says() -> None:
+    import _tiers
+
+    from gptgate.results import ChatResult, Usage
+    from gptgate.sim import PROFILES
+
+    def answer(text: str, finish: str = "stop") -> ChatResult:
+        return ChatResult(text, finish, "cpu", "cpu", "m", False, 1, Usage(), Usage(), None,
+                          1.0, 0.0, 0.0, "default", "never")
+
+    item = _tiers.Item("why", True, [{"role": "user", "content": "why?"}], {"max_tokens": 300})
+    short = PROFILES["cpu"].model_copy(update={"output_tokens_mean": 30.0})
+    for rate, complete, cut in ((1.0, 1.0, 1.0), (0.0, 0.0, 0.0)):
+        model = short.model_copy(update={"hard_failure_rate": rate})
+        assert _tiers.expected_wrong(answer("fine"), item, model) == pytest.approx(complete)
+        assert _tiers.expected_wrong(answer("x" * 40, "length"), item, model) == pytest.approx(cut)
+    half = short.model_copy(update={"hard_failure_rate": 0.5})
+    assert _tiers.expected_wrong(answer(""), item, half) == 1.0
+    assert _tiers.expected_wrong(answer("fine"), item, half) == pytest.approx(0.05 / 0.55)
+    # answers this short are almost never cut by length: a cut one rambled
+    assert _tiers.expected_wrong(answer("x" * 40, "length"), item, half) > 0.99
+    # a model whose every answer runs to max_tokens: a cut says nothing beyond the prior
+    fills = half.model_copy(update={"fills_max_tokens": True})
+    assert _tiers.expected_wrong(answer("x", "length"), item, fills) == pytest.approx(
+        0.275 / 0.775
+    )
+    asks_json = _tiers.Item(
+        "json", True, item.messages, {"response_format": {"type": "json_object"}}
+    )
+    assert _tiers.expected_wrong(answer('{"a": 1}'), asks_json, half) == 0.0
+    assert _tiers.expected_wrong(answer('{"a": '), asks_json, half) > 0.99
