@@ -27,6 +27,8 @@ it pays — so the rule should go large at once. Virtual time: exact and repeata
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -179,6 +181,11 @@ class Run:
     #: escalations whose large answer failed the way the small one did
     #: (``tier_stats().escalated_no_change``)
     no_change: int = 0
+    #: escalations whose large call failed (the small answer stood)
+    escalation_failed: int = 0
+    #: the hard requests the small model answered that it got wrong, expected
+    #: (:func:`expected_wrong`): ``hard_on_small`` when it fails every hard request
+    wrong: float = 0.0
 
     @property
     def success_rate(self) -> float:
@@ -189,6 +196,46 @@ class Run:
         return self.cost_usd / self.successes if self.successes else float("inf")
 
 
+def natural_cut(profile: SimProfile, max_tokens: int) -> float:
+    """The chance that an answer of this model runs past ``max_tokens`` by its length alone
+    (the simulator's lognormal answer length, gptgate/sim/text.py ``draw_for``): a cut that
+    is no failure — the large model's answer is cut as often."""
+    if profile.fills_max_tokens:
+        return 1.0
+    sigma = profile.output_tokens_sigma
+    mu = math.log(profile.output_tokens_mean) - sigma * sigma / 2
+    if sigma == 0:
+        return float(math.exp(mu) > max_tokens)
+    return 1 - statistics.NormalDist().cdf((math.log(max_tokens) - mu) / sigma)
+
+
+def expected_wrong(result: gg.ChatResult, item: Item, small: SimProfile) -> float:
+    """The chance that the small model's answer to a hard request is wrong. The simulator
+    decides per request, out of sight (gptgate/sim/difficulty.py): at the model's
+    hard-failure rate ``r``, 45% ramble to ``max_tokens``, 45% answer empty, 10% answer wrong
+    with nothing to show (a request for JSON: always cut, invalid JSON). What the answer shows
+    updates that prior, with ``c`` the chance of a cut by length alone (:func:`natural_cut`):
+    empty → wrong; cut at ``length`` → (0.45r + 0.1rc) / (0.45r + 0.1rc + (1 − r)c); a
+    complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not → r /
+    (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often."""
+    r = small.hard_failure_rate
+    if r <= 0:
+        return 0.0
+    c = natural_cut(small, int(item.params.get("max_tokens") or small.output_tokens_max))
+    if "response_format" in item.params:
+        try:
+            json.loads(result.text)
+        except ValueError:
+            return r / (r + (1 - r) * c)
+        return 0.0
+    if not result.text.strip():
+        return 1.0
+    if result.finish_reason == "length":
+        failed = 0.45 * r + 0.1 * r * c
+        return failed / (failed + (1 - r) * c)
+    return 0.1 * r / (0.1 * r + 1 - r)
+
+
 async def run(
     mode: str,
     items: list[Item],
@@ -196,17 +243,18 @@ async def run(
     seed: int,
     small_profile: SimProfile = SMALL,
     large_profile: SimProfile = LARGE,
+    timeout: float = 120.0,
 ) -> Run:
     """The workload through ``tier=mode`` on a small and a large backend (the stock ``cpu``
     and ``tpu`` unless given: benchmarks/family.py passes drawn ones)."""
     clock = LoopClock()
     small, _ = sim_backend(
         small_profile, name="cpu", clock=clock, seed=seed, tier="small", price=SMALL_PRICE,
-        max_concurrency=64, timeout=120.0,
+        max_concurrency=64, timeout=timeout,
     )
     large, _ = sim_backend(
         large_profile, name="tpu", clock=clock, seed=seed + 1, tier="large", price=LARGE_PRICE,
-        max_concurrency=128, timeout=120.0,
+        max_concurrency=128, timeout=timeout,
     )
     arrivals = random.Random(seed + 7)
     results: list[gg.ChatResult | gg.GateError | None] = [None] * len(items)
@@ -243,6 +291,12 @@ async def run(
         escalated=tiers.escalated,
         small=sum(r.backend == "cpu" for r, _ in answered),
         no_change=tiers.escalated_no_change,
+        escalation_failed=sum(r.escalation_failed for r in tiers.rules.values()),
+        wrong=sum(
+            expected_wrong(r, i, small_profile)
+            for r, i in answered
+            if i.hard and r.backend == "cpu"
+        ),
     )
 
 

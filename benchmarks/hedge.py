@@ -116,13 +116,14 @@ async def job(
     backends: int,
     stream: bool,
     profile: str | SimProfile = "gpu",
+    timeout: float = 120.0,
 ) -> Run:
     """The job on ``backends`` backends of ``profile`` (benchmarks/family.py passes drawn
     ones)."""
     clock = LoopClock()
     pairs = [
         sim_backend(profile, name=f"sim{n}", clock=clock, seed=seed + n,
-                    concurrency=concurrency, timeout=120.0)
+                    concurrency=concurrency, timeout=timeout)
         for n in range(backends)
     ]
     firsts: list[float] = []
