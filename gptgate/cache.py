@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 from cachetools import TTLCache
 
+from .cache_pace import pace_slot, should_pace
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -794,26 +795,24 @@ class CacheGate:
             self._wake(state)
 
     async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
-        """On a backend that spreads prefixes, send a group's calls beyond its first ``start``
-        in flight at most ``start`` per prefill time (the warm-up's, admission to first
-        token), not in bursts.
-
-        A call that lands on a replica still cold for the prefix misses, and so does every
-        call that lands there before that first one has been prefilled. A widened window
-        released at once sends a burst of calls that meets each newly reached replica several
-        times over (cold bursts on the ``spread`` profile: 6 duplicate misses on one replica
-        in one instant); spaced out, the replica is warm by the next one. The pause holds the
-        call's ticket: cancelled meanwhile, the slot is handed back."""
-        if (
-            ticket.warmer
-            or state.prefill_s is None
-            or state.in_flight <= state.controller.policy.start  # no wider than a ramp's start
-            or not self._spreading(state.backend)
+        """On a backend that spreads prefixes, and only while the group's hit rate says it
+        pays, send its calls beyond its first ``start`` in flight at most ``start`` per
+        prefill time (gptgate/cache_pace.py). The pause holds the call's ticket: cancelled
+        meanwhile, the slot is handed back."""
+        ctl = state.controller
+        if not should_pace(
+            warmer=ticket.warmer,
+            prefill_s=state.prefill_s,
+            in_flight=state.in_flight,
+            start=ctl.policy.start,
+            spreading=self._spreading(state.backend),
+            last_window_hit_rate=ctl.last_hit_rate,
+            target_hit_rate=ctl.policy.target_hit_rate,
         ):
             return ticket
+        assert state.prefill_s is not None
         now = self._clock.now()
-        at = max(now, state.next_send)
-        state.next_send = at + state.prefill_s / state.controller.policy.start
+        at, state.next_send = pace_slot(now, state.next_send, state.prefill_s, ctl.policy.start)
         if at > now:
             try:
                 await self._clock.sleep(at - now)
