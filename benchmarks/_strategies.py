@@ -62,10 +62,15 @@ def _text(rng: random.Random, tokens: int, head: str) -> str:
     return " ".join(words)[: 4 * tokens]
 
 
-def prompts(count: int, seed: int) -> list[str]:
+def prompts(count: int, seed: int, tokens: int | None = None) -> list[str]:
+    """``count`` system prompts of 1,500–2,500 tokens (or exactly ``tokens``)."""
     rng = random.Random(seed)
     return [
-        _text(rng, rng.randint(1500, 2500) - 4, f"Style guide {k}, brand {rng.randrange(10**6)}:")
+        _text(
+            rng,
+            (tokens or rng.randint(1500, 2500)) - 4,
+            f"Style guide {k}, brand {rng.randrange(10**6)}:",
+        )
         for k in range(count)
     ]
 
@@ -81,10 +86,12 @@ def shuffled_job(prompt_count: int, calls: int, seed: int) -> list[Messages]:
     return items
 
 
-def job(prompt_count: int, calls: int, seed: int) -> list[Messages]:
+def job(
+    prompt_count: int, calls: int, seed: int, prompt_tokens: int | None = None
+) -> list[Messages]:
     """``calls`` calls over ``prompt_count`` system prompts, in prompt order."""
     rng = random.Random(seed + 1)
-    systems = prompts(prompt_count, seed)
+    systems = prompts(prompt_count, seed, prompt_tokens)
     per = [calls // prompt_count + (k < calls % prompt_count) for k in range(prompt_count)]
     return [
         [{"role": "system", "content": systems[k]}, user_message(rng, f"Product {k}.{i}")]

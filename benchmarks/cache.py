@@ -61,6 +61,12 @@ client's time; cold bursts on a spreading server ≤ 1.7× the naive time and �
 ceiling net of one miss per replica the burst spreads to; many prefixes: hit ≥ naive at
 ≤ 1.05× its time and ≥ 85% of the ceiling. Judged at the highest level, pooled over seeds.
 
+**Issue 31's server** (``--hot-ttl``, one table per cache lifetime): the same 600-call job
+over 4 prefixes of 1,300 tokens at c=64, on 8 replicas × 4 slots that spread a prefix to the
+least-loaded other replica once 2 of its calls run on its home replica (``spread_in_flight``),
+with short answers next to the prefix's prefill and copies that live 3 or 5 call latencies
+idle — a server no named profile resembles, judged by the same floor.
+
 **Cold bursts**: the same calls as 10 separate jobs, one prompt at a time, each job's 100 calls
 fired together (``gate.map`` per job), at every level. This is the field report's literal
 setting — a burst of simultaneous calls on a cold prefix — where the naive client collapses as
@@ -87,7 +93,7 @@ the cache gate off (``ramp=None``).
     python benchmarks/cache.py [--calls 1000] [--prompts 10] [--levels 5,10,20,30,50]
                                [--repeats 5] [--many-prompts 50] [--many-repeats 2]
                                [--spread-calls 600] [--spread-prompts 4]
-                               [--spread-c 64] [--spread-repeats 3]
+                               [--spread-c 64] [--spread-repeats 3] [--hot-ttl 3,5]
                                [--batch-items 1000] [--batch-rate 3]
                                [--batch-prompts 8] [--batch-concurrency 50] [--seed 7]
                                [--workers 2] [--png PATH]
@@ -142,6 +148,40 @@ PROFILES: dict[str, SimProfile] = {
     ),
     "spread": get_profile("spread"),
 }
+
+
+def hot_server(ttl_latencies: float) -> SimProfile:
+    """Issue 31's server: 8 replicas × 4 slots; a hot prefix spreads to the least-loaded other
+    replica once 2 of its calls run on its home replica (``spread_in_flight``, not a rate);
+    short answers (60 tokens) next to a long prefix's prefill (2,500 tokens/s), so a miss
+    costs about as much as the rest of the call; a copy idle for ``ttl_latencies`` call
+    latencies (a hit's, alone on a replica) is gone."""
+    base = get_profile("spread").model_copy(
+        update={
+            "name": f"hot{ttl_latencies:g}",
+            "slots": 4,
+            "prefix_overflow_rpm": None,
+            "spread_in_flight": 2,
+            "prefill_tokens_per_s": 2500.0,
+            "output_tokens_mean": 60.0,
+        }
+    )
+    latency = (
+        base.ttft_overhead_s + base.cache_block_tokens / base.prefill_tokens_per_s
+        + base.output_tokens_mean * base.step_time(base.slots)
+    )
+    return base.model_copy(update={"cache_ttl_s": round(ttl_latencies * latency, 3)})
+
+
+#: issue 31's server at a few cache lifetimes (in call latencies), by name; see ``--hot-ttl``
+HOT: dict[str, SimProfile] = {}
+#: the issue's prefixes: 1,300 tokens each
+HOT_PREFIX_TOKENS = 1300
+
+
+def server(name: str) -> SimProfile:
+    return PROFILES[name] if name in PROFILES else HOT[name]
+
 
 # the workload and the clients (naive, hand, gptgate): benchmarks/_strategies.py
 
@@ -256,7 +296,8 @@ PLAIN = {"naive": run_naive, "hand": run_hand}
 
 
 def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
-    profile = PROFILES[task.profile]
+    HOT.update((p.name, p) for p in map(hot_server, args.hot_ttl))  # in a worker process too
+    profile = server(task.profile)
     if task.kind == "policy":
         label = task.client
         policy = POLICIES["large"] if label == GATE_OFF else POLICIES[label]
@@ -275,8 +316,9 @@ def run_task(task: Task, args: argparse.Namespace) -> Run | BatchRow:
         if task.client in PLAIN:
             return run_virtual(PLAIN[task.client], profile, [items], task.c, task.seed)
         return run_virtual(run_gptgate, profile, [items], task.c, task.seed)
-    if task.kind == "spreadjob":
-        items = job(args.spread_prompts, args.spread_calls, task.seed)
+    if task.kind in ("spreadjob", "hotjob"):
+        tokens = HOT_PREFIX_TOKENS if task.kind == "hotjob" else None
+        items = job(args.spread_prompts, args.spread_calls, task.seed, tokens)
         run = PLAIN.get(task.client, run_gptgate)
         return run_virtual(run, profile, [items], task.c, task.seed)
     calls = job(args.prompts, args.calls, task.seed)
@@ -345,6 +387,8 @@ def tasks2(args: argparse.Namespace) -> list[Task]:
                 tasks += [Task("many", name, client, c, seed) for client in CLIENTS]
     for seed in _spread_seeds(args):
         tasks += [Task("spreadjob", "spread", cl, args.spread_c, seed) for cl in CLIENTS]
+        for name in HOT:
+            tasks += [Task("hotjob", name, cl, args.spread_c, seed) for cl in CLIENTS]
     return tasks
 
 
@@ -380,7 +424,7 @@ def comparison(
     levels = list(levels or args.levels)
     hi, base = max(levels), min(levels)
     for name in profiles or PROFILES:
-        profile = PROFILES[name]
+        profile = server(name)
 
         def pooled(client: str, c: int, name: str = name) -> Run:
             parts: list[Run] = [done[Task(kind, name, client, c, seed)] for seed in seeds]
@@ -481,6 +525,24 @@ def section_spread(args: argparse.Namespace, done: dict[Task, Any]) -> None:
                profiles=["spread"])
 
 
+def section_hot(args: argparse.Namespace, done: dict[Task, Any]) -> None:
+    if not HOT:
+        return
+    seeds = _spread_seeds(args)
+    items = [m for s in seeds for m in job(args.spread_prompts, args.spread_calls, s,
+                                           HOT_PREFIX_TOKENS)]
+    top = ceiling(items)
+    print(f"\n## issue 31's server — the same job ({args.spread_calls} calls over "
+          f"{args.spread_prompts} prefixes of {HOT_PREFIX_TOKENS:,} tokens, prompt order, "
+          f"c={args.spread_c}) on a server that spreads a prefix by its calls in flight, "
+          f"one table per cache lifetime; each row = {len(seeds)} jobs (seeds "
+          f"{seeds[0]}–{seeds[-1]}) pooled; ceiling {top:.1%}")
+    for profile in HOT.values():
+        print(knobs(profile) + f" spread_in_flight={profile.spread_in_flight} "
+              f"output_mean={profile.output_tokens_mean:g}")
+    comparison(args, done, "hotjob", seeds, top, levels=[args.spread_c], profiles=list(HOT))
+
+
 def section4(args: argparse.Namespace, done: dict[Task, Any]) -> None:
     print(f"\n## §4 batch policies — a trickling producer: {args.batch_items} items, Poisson at "
           f"{args.batch_rate:g}/s, {args.batch_prompts} system prompts, backend concurrency "
@@ -569,6 +631,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--spread-prompts", type=int, default=4)
     parser.add_argument("--spread-c", type=int, default=64)
     parser.add_argument("--spread-repeats", type=int, default=3)
+    parser.add_argument("--hot-ttl", default="3,5",
+                        help="issue 31's server: cache lifetimes in call latencies ('' = none)")
     parser.add_argument("--batch-items", type=int, default=1000)
     parser.add_argument("--batch-rate", type=float, default=3.0, help="§4 items per second")
     parser.add_argument("--batch-prompts", type=int, default=8)
@@ -580,6 +644,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="also write the hit-rate plot of the §2 sections (matplotlib)")
     args = parser.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",")]
+    args.hot_ttl = [float(x) for x in args.hot_ttl.split(",") if x]
+    HOT.update((p.name, p) for p in map(hot_server, args.hot_ttl))
     wall = time.perf_counter()
     done = run_all(tasks2(args) + tasks4(args), args)
     print(f"$ python benchmarks/cache.py --calls {args.calls} --prompts {args.prompts} "
@@ -587,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"--many-prompts {args.many_prompts} --many-repeats {args.many_repeats} "
           f"--spread-calls {args.spread_calls} --spread-prompts {args.spread_prompts} "
           f"--spread-c {args.spread_c} --spread-repeats {args.spread_repeats} "
+          f"--hot-ttl '{','.join(f'{x:g}' for x in args.hot_ttl)}' "
           f"--batch-items {args.batch_items} --batch-rate {args.batch_rate:g} "
           f"--batch-prompts {args.batch_prompts} --batch-concurrency "
           f"{args.batch_concurrency} --seed {args.seed}"
@@ -594,6 +661,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     section2(args, done)
     section_many(args, done)
     section_spread(args, done)
+    section_hot(args, done)
     section4(args, done)
     if args.png:
         plot_png(args, done, args.png)

@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 from cachetools import TTLCache
 
+from .cache_pace import pace_interval, pace_slot, should_pace
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -51,6 +52,8 @@ _EPS = 1e-9
 _MAX_PROBE_BACKOFF = 8
 #: how long a backend seen spilling a warm prefix to cold replicas counts as spreading
 _SPILL_MEMORY_S = 600.0
+#: weight of a finished call's latency in its group's decayed mean (the pacing's bound)
+_LATENCY_WEIGHT = 0.2
 #: widenings a group may owe for good windows held while its backend was full, at most (so a
 #: width never jumps more than growth³ beyond the last one a window confirmed)
 _MAX_DEFERRED = 3
@@ -469,6 +472,7 @@ class _Group:
         "fleet_members",
         "in_flight",
         "key",
+        "latency_s",
         "misses",
         "next_send",
         "peak",
@@ -512,8 +516,11 @@ class _Group:
         self.spent = 0
         #: the warm-up's time from admission to its prefill (None: not measured yet)
         self.prefill_s: float | None = None
-        #: the earliest clock time the group's next paced call may go out
+        #: the earliest clock time the group's next paced call may go out, and its calls'
+        #: latency, admission to release (a decayed mean; None: none ended yet), which bounds
+        #: the spacing (gptgate/cache_pace.py)
         self.next_send = -math.inf
+        self.latency_s: float | None = None
         #: most calls in flight at once since the ramp's last complete window
         self.peak = 0
         self.waiters: deque[_Waiter] = deque()
@@ -680,6 +687,10 @@ class CacheTicket:
         group = self._group
         assert group is not None and self._gate is not None
         group.in_flight -= 1
+        if not self.warmer:
+            latency = self._gate._clock.now() - self._admitted_at
+            old = group.latency_s
+            group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
         if self.warmer and self._prefilled:
             group.spent = 0
         self._gate._busy[group.backend] -= 1
@@ -794,26 +805,23 @@ class CacheGate:
             self._wake(state)
 
     async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
-        """On a backend that spreads prefixes, send a group's calls beyond its first ``start``
-        in flight at most ``start`` per prefill time (the warm-up's, admission to first
-        token), not in bursts.
-
-        A call that lands on a replica still cold for the prefix misses, and so does every
-        call that lands there before that first one has been prefilled. A widened window
-        released at once sends a burst of calls that meets each newly reached replica several
-        times over (cold bursts on the ``spread`` profile: 6 duplicate misses on one replica
-        in one instant); spaced out, the replica is warm by the next one. The pause holds the
-        call's ticket: cancelled meanwhile, the slot is handed back."""
-        if (
-            ticket.warmer
-            or state.prefill_s is None
-            or state.in_flight <= state.controller.policy.start  # no wider than a ramp's start
-            or not self._spreading(state.backend)
+        """On a backend that spreads prefixes, space a group's calls beyond its first
+        ``start`` in flight: ``start`` per prefill time, never slower than its window's own
+        pace (gptgate/cache_pace.py). The pause holds the call's ticket: cancelled meanwhile,
+        the slot is handed back."""
+        start = state.controller.policy.start
+        if not should_pace(
+            warmer=ticket.warmer,
+            prefill_s=state.prefill_s,
+            in_flight=state.in_flight,
+            start=start,
+            spreading=self._spreading(state.backend),
         ):
             return ticket
+        assert state.prefill_s is not None
+        interval = pace_interval(state.prefill_s, start, state.latency_s, state.window)
         now = self._clock.now()
-        at = max(now, state.next_send)
-        state.next_send = at + state.prefill_s / state.controller.policy.start
+        at, state.next_send = pace_slot(now, state.next_send, interval)
         if at > now:
             try:
                 await self._clock.sleep(at - now)

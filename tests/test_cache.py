@@ -1515,6 +1515,22 @@ async def _spreading_gate_with_a_measured_warm_up(
     return gate
 
 
+async def _send_times(gate: CacheGate, clock: LoopClock, policy: RampPolicy, n: int) -> list[float]:
+    """``n`` calls of group ``g`` entering ``gate`` at once: when each was let through,
+    counted from now."""
+    sent: list[float] = []
+
+    async def call() -> None:
+        await gate.enter("b", group("g"), policy, limit=50)
+        sent.append(clock.now())
+
+    began = clock.now()
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(call)
+    return [round(t - began, 6) for t in sent]
+
+
 def test_a_spreading_backend_gets_a_group_s_calls_spaced_not_in_a_burst() -> None:
     """A widened window released at once sent a burst that met each newly reached replica
     several times before its first call was prefilled (cold bursts on ``spread``: 6 duplicate
@@ -1529,19 +1545,31 @@ def test_a_spreading_backend_gets_a_group_s_calls_spaced_not_in_a_burst() -> Non
         assert clock.now() == 0.5  # no wider than a ramp's start: not paced
         for t in first:  # a good window: the ramp widens to 10
             t.observe(cached_tokens=4096, input_tokens=5000)
-        sent: list[float] = []
-
-        async def call() -> None:
-            await gate.enter("b", group("g"), policy, limit=50)
-            sent.append(clock.now())
-
-        start = clock.now()
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
-                tg.start_soon(call)
-        return [round(t - start, 6) for t in sent]
+        return await _send_times(gate, clock, policy, 5)
 
     assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]
+
+
+def test_the_spacing_never_runs_a_group_slower_than_its_window() -> None:
+    """Spaced at ``start`` per prefill time alone, the pacing capped every group for a whole
+    job whenever its calls were short next to their prefill: on issue 31's server (60-token
+    answers after a 1,300-token prefill) 6.5 calls a second where a window of 16 ran 13, a
+    third of the slots idle and 1.41× the hand warm-up's time. The spacing is now at most
+    the window's own pace: ``window`` calls per call latency (the group's, measured)."""
+
+    async def main() -> list[float]:
+        clock = LoopClock()
+        policy = RampPolicy(start=5, window=5)
+        gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.5)
+        first = [await gate.enter("b", group("g"), policy, limit=50) for _ in range(5)]
+        await clock.sleep(0.2)  # calls of 0.2 s: shorter than half a prefill time
+        for t in first:  # a good window: the ramp widens to 10
+            t.observe(cached_tokens=4096, input_tokens=5000)
+            t.release()
+        return await _send_times(gate, clock, policy, 10)
+
+    # five within start at once, then one every 0.2 s / 10 = 0.02 s (not 0.5 s / 5 = 0.1 s)
+    assert run_virtual(main) == [0.0] * 6 + [0.02, 0.04, 0.06, 0.08]
 
 
 def test_on_a_spreading_backend_a_prefilled_warm_up_holds_no_ramp_slot() -> None:
