@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import gptgate as gg
-from gptgate.sim import PROFILES, LoopClock, run_virtual
+from gptgate.sim import PROFILES, LoopClock, SimProfile, run_virtual
 from gptgate.testing import sim_backend
+from gptgate.tiers import failure_reason
 
 #: answers of chat length (the profiles' default, 215 tokens, is a long-form answer): a short
 #: ask with max_tokens 200-400 is rarely cut, on either model
@@ -155,6 +156,9 @@ class Run:
     hard: int
     hard_on_small: int
     escalated: int
+    #: escalations that bought nothing: the large tier's answer fails the same built-in check
+    #: (:func:`unchanged_by_escalation`), or the large call failed and the small answer stood
+    escalated_in_vain: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -165,14 +169,31 @@ class Run:
         return self.cost_usd / self.successes if self.successes else float("inf")
 
 
-async def run(mode: str, items: list[Item], rate: float, seed: int) -> Run:
+def unchanged_by_escalation(result: gg.ChatResult, params: dict[str, Any]) -> bool:
+    """An escalated answer that changed nothing: the large tier's answer fails the check that
+    escalates (gptgate.tiers.failure_reason, the call's own parameters) — cut at ``length``
+    again, empty again, or invalid JSON again. An escalation fails only on a failed-looking
+    small answer, so this is the same failure on both tiers, twice billed."""
+    return result.escalated and failure_reason(result, params) is not None
+
+
+async def run(
+    mode: str,
+    items: list[Item],
+    rate: float,
+    seed: int,
+    small_profile: SimProfile = SMALL,
+    large_profile: SimProfile = LARGE,
+) -> Run:
+    """The workload through ``tier=mode`` on a small and a large backend (the stock ``cpu``
+    and ``tpu`` unless given: benchmarks/family.py passes drawn ones)."""
     clock = LoopClock()
     small, _ = sim_backend(
-        SMALL, name="cpu", clock=clock, seed=seed, tier="small", price=SMALL_PRICE,
+        small_profile, name="cpu", clock=clock, seed=seed, tier="small", price=SMALL_PRICE,
         max_concurrency=64, timeout=120.0,
     )
     large, _ = sim_backend(
-        LARGE, name="tpu", clock=clock, seed=seed + 1, tier="large", price=LARGE_PRICE,
+        large_profile, name="tpu", clock=clock, seed=seed + 1, tier="large", price=LARGE_PRICE,
         max_concurrency=128, timeout=120.0,
     )
     arrivals = random.Random(seed + 7)
@@ -196,7 +217,9 @@ async def run(mode: str, items: list[Item], rate: float, seed: int) -> Run:
                 group.start_soon(one, index, item)
                 await clock.sleep(arrivals.expovariate(rate))
         cost = gate.ledger.total().cost_usd
-        escalated = gate.tier_stats().escalated
+        tiers = gate.tier_stats()
+        escalated = tiers.escalated
+        escalation_failed = sum(r.escalation_failed for r in tiers.rules.values())
     answered = [(r, i) for r, i in zip(results, items, strict=True) if isinstance(r, gg.ChatResult)]
     wrong = sum(i.hard and r.backend == "cpu" for r, i in answered)
     return Run(
@@ -208,6 +231,9 @@ async def run(mode: str, items: list[Item], rate: float, seed: int) -> Run:
         hard=sum(i.hard for i in items),
         hard_on_small=wrong,
         escalated=escalated,
+        escalated_in_vain=escalation_failed + sum(
+            unchanged_by_escalation(r, i.params) for r, i in answered
+        ),
     )
 
 

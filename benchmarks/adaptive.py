@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
+from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
 LEVELS: tuple[int, ...] = (1, 5, 10, 20, 30, 50, 80)
@@ -102,11 +102,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def backend_for(
-    profile: str, concurrency: int | str, clock: LoopClock, seed: int
+    profile: str | SimProfile, concurrency: int | str, clock: LoopClock, seed: int
 ) -> tuple[gg.Backend, SimEngine]:
     return sim_backend(
         profile,
-        name=profile,
+        name=profile_name(profile),
         clock=clock,
         seed=seed,
         concurrency=concurrency,
@@ -115,8 +115,13 @@ def backend_for(
     )
 
 
+def profile_name(profile: str | SimProfile) -> str:
+    """The backend's name: the profile's (benchmarks/family.py passes drawn profiles)."""
+    return profile if isinstance(profile, str) else profile.name
+
+
 async def run_row(
-    profile: str,
+    profile: str | SimProfile,
     concurrency: int | None,
     requests: int,
     seed: int,
@@ -130,7 +135,7 @@ async def run_row(
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")
         total = clock.now() - start
-        stats = gate.stats()[profile]
+        stats = gate.stats()[profile_name(profile)]
     ok = [r for r in results if isinstance(r, gg.ChatResult)]
     service = [r.latency_s - r.queue_s for r in ok]
     ledger = engine.ledger.snapshot()

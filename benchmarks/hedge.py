@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.sim import LoopClock, run_virtual
+from gptgate.sim import LoopClock, SimProfile, run_virtual
 from gptgate.testing import sim_backend
 
 
@@ -79,11 +79,19 @@ async def streamed(
 
 
 async def job(
-    hedge: bool, calls: int, seed: int, concurrency: int, backends: int, stream: bool
+    hedge: bool,
+    calls: int,
+    seed: int,
+    concurrency: int,
+    backends: int,
+    stream: bool,
+    profile: str | SimProfile = "gpu",
 ) -> Run:
+    """The job on ``backends`` backends of ``profile`` (benchmarks/family.py passes drawn
+    ones)."""
     clock = LoopClock()
     pairs = [
-        sim_backend("gpu", name=f"gpu{n}", clock=clock, seed=seed + n,
+        sim_backend(profile, name=f"sim{n}", clock=clock, seed=seed + n,
                     concurrency=concurrency, timeout=120.0)
         for n in range(backends)
     ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
+from gptgate.sim import PROFILES, LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.sim.cache import PrefixCache, block_digests, canonical_text
 from gptgate.tokens import estimate_prompt_tokens
 
@@ -189,3 +189,39 @@ def test_the_spread_profile_forgets_a_prefix_its_replicas_stop_seeing() -> None:
 
     soon, late = run_virtual(main)
     assert soon >= 1024 and late == 0
+
+
+def _spread_burst(spread_in_flight: int | None) -> tuple[list[int], int]:
+    """A warm prefix, then a burst of 6 calls on it, then one more call alone: the cached
+    tokens of each burst call, and of the lone call after the burst."""
+    profile = get_profile("spread").model_copy(
+        update={"slots": 4, "prefix_overflow_rpm": None, "spread_in_flight": spread_in_flight}
+    )
+
+    async def main() -> tuple[list[int], int]:
+        engine = SimEngine(profile, clock=LoopClock(), seed=5)
+        await _usage(engine, "warm", max_tokens=4)
+        cached: list[int] = []
+
+        async def one(i: int) -> None:
+            cached.append(_cached(await _usage(engine, f"burst {i}", max_tokens=4)))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(one, i)
+        after = _cached(await _usage(engine, "after", max_tokens=4))
+        return cached, after
+
+    return run_virtual(main)
+
+
+def test_a_hot_prefix_spreads_once_its_calls_in_flight_on_home_reach_the_knob() -> None:
+    """spread_in_flight=2: the first two calls of a burst run on the warm home replica, the
+    other four go to cold replicas (misses); once they end, the prefix is back home (a hit).
+    None (every named profile): the burst stays home while it has slots (4 hits, then the
+    full-replica balance sends 2 elsewhere)."""
+    spread, after = _spread_burst(2)
+    assert sum(c > 0 for c in spread) == 2 and after >= 1024
+    kept, _ = _spread_burst(None)
+    assert sum(c > 0 for c in kept) == 4
+    assert all(p.spread_in_flight is None for p in PROFILES.values())

@@ -8,11 +8,14 @@ Seeded and deterministic in content and token counts; time runs on a
 * :class:`SimTransport` — the engine behind an ``httpx2.AsyncClient``, in-process, streaming;
 * :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
   :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
-* :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``.
+* :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
+* :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
+  ranges (docs/guide/simulator.md, "The server family").
 """
 
 from gptgate.sim.app import create_app
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
+from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot, SimLedger
 from gptgate.sim.process import SimProcess
@@ -24,6 +27,7 @@ from gptgate.sim.virtual import LoopClock, run_virtual
 __all__ = [
     "PROFILES",
     "EngineSnapshot",
+    "FamilyDraw",
     "FaultPlan",
     "LedgerSnapshot",
     "LoopClock",
@@ -36,7 +40,10 @@ __all__ = [
     "SimServer",
     "SimStream",
     "SimTransport",
+    "call_latency_s",
     "create_app",
+    "family",
+    "family_draw",
     "get_profile",
     "run_virtual",
     "serve",

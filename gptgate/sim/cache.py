@@ -7,7 +7,9 @@
 * Nothing is cached below ``cache_min_tokens`` (1024); the cached part of a request is the
   longest cached block-aligned prefix; a prefix is inserted only once a request carrying it
   has been prefilled (so a simultaneous burst all misses); entries expire after
-  ``cache_ttl_s`` idle (each hit refreshes them) and the LRU bound evicts the oldest.
+  ``cache_ttl_s`` idle (each hit refreshes them) and the LRU bound evicts the oldest. With
+  ``cache_refresh_on_hit=False`` a hit refreshes nothing: an entry expires ``cache_ttl_s``
+  after it was written, and the bound evicts the oldest written (first in, first out).
 * Requests are routed to a replica by a hash of the first ~256 tokens plus
   ``prompt_cache_key``; above ``prefix_overflow_rpm`` requests/minute for one such key,
   traffic spreads over more replicas, each with its own cold cache.
@@ -21,12 +23,15 @@ sequences counts once. The prefix cache is whatever the running sequences leave 
 no sequence uses stay cached in LRU order (a chain's tail before its head) until running
 sequences need the room, the idle TTL passes or ``cache_max_blocks`` is reached. So the more
 sequences run, the fewer idle prefixes survive between their uses. Running sequences are not
-preempted when they alone exceed the budget (the cache is then simply empty).
+preempted when they alone exceed the budget (the cache is then simply empty). Without refresh
+on hit, a block's lifetime runs from when it was computed: one older than the TTL is a miss
+for a new sequence (recomputed, young again) and dropped when its last user ends.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import random
 from collections import OrderedDict
@@ -92,13 +97,21 @@ def route_key(canonical: str, route_tokens: int, cache_key: str | None) -> int:
 class PrefixCache:
     """One replica's cached prefixes (a set of block digests with idle TTL and LRU bound)."""
 
-    __slots__ = ("_blocks", "_min_blocks")
+    __slots__ = ("_blocks", "_min_blocks", "_refresh")
 
     def __init__(
-        self, *, min_blocks: int, max_blocks: int, ttl_s: float, timer: Callable[[], float]
+        self,
+        *,
+        min_blocks: int,
+        max_blocks: int,
+        ttl_s: float,
+        timer: Callable[[], float],
+        refresh: bool = True,
     ) -> None:
         self._min_blocks = max(1, min_blocks)
         self._blocks: TTLCache[bytes, None] = TTLCache(max_blocks, ttl_s, timer=timer)
+        #: a hit (or a re-insert) makes an entry young again; False: it ages from its write
+        self._refresh = refresh
 
     def lookup(self, digests: Sequence[bytes]) -> int:
         """Number of leading blocks cached (0 below the minimum); refreshes what it used.
@@ -112,7 +125,7 @@ class PrefixCache:
             if digests[i] not in blocks:
                 break
             n = i + 1
-        if n:
+        if n and self._refresh:
             self._touch(digests[low - 1 : n])
         return n
 
@@ -123,8 +136,10 @@ class PrefixCache:
     def _touch(self, chain: Sequence[bytes]) -> None:
         # longest first, so the LRU evicts the tails of a chain before its shared head
         blocks = self._blocks
+        refresh = self._refresh
         for d in reversed(chain):
-            blocks[d] = None  # (re-)setting refreshes both the TTL and the LRU position
+            if refresh or d not in blocks:
+                blocks[d] = None  # (re-)setting refreshes both the TTL and the LRU position
 
     def __len__(self) -> int:
         self._blocks.expire()
@@ -169,8 +184,8 @@ class KVPrefixCache:
     once, since a block enters it when its last user ends). Every operation costs O(blocks of
     the request) dictionary work, like :class:`PrefixCache`."""
 
-    __slots__ = ("_budget", "_free", "_max_blocks", "_min_blocks", "_private", "_refs", "_timer",
-                 "_ttl")
+    __slots__ = ("_ages", "_born", "_budget", "_free", "_max_blocks", "_min_blocks",
+                 "_private", "_refresh", "_refs", "_timer", "_ttl")
 
     def __init__(
         self,
@@ -180,6 +195,7 @@ class KVPrefixCache:
         max_blocks: int,
         ttl_s: float,
         timer: Callable[[], float],
+        refresh: bool = True,
     ) -> None:
         self._budget = budget
         self._min_blocks = max(1, min_blocks)
@@ -189,6 +205,12 @@ class KVPrefixCache:
         self._refs: dict[bytes, int] = {}
         self._free: OrderedDict[bytes, float] = OrderedDict()
         self._private = 0
+        #: without refresh on hit: when each cached block was computed (its age runs from then)
+        self._refresh = refresh
+        self._born: dict[bytes, float] = {}
+        #: (birth, digest) of the blocks put in ``free``, oldest first; an entry whose block
+        #: has left ``free`` since is skipped when it comes up
+        self._ages: list[tuple[float, bytes]] = []
 
     @property
     def budget(self) -> int:
@@ -214,9 +236,12 @@ class KVPrefixCache:
         self._expire()
         n = 0
         refs, free = self._refs, self._free
+        stale = None if self._refresh else self._timer() - self._ttl
         for d in digests:
             if d not in refs and d not in free:
                 break
+            if stale is not None and self._born.get(d, stale) <= stale:
+                break  # in use, but computed longer ago than the lifetime: a miss
             n += 1
         return n if n >= self._min_blocks else 0
 
@@ -240,6 +265,8 @@ class KVPrefixCache:
     def _publish(self, lease: KVLease) -> None:
         refs, free = self._refs, self._free
         digests = lease.digests
+        if not self._refresh:
+            self._note_born(digests[lease.pinned :])
         for d in digests[lease.pinned :]:
             r = refs.get(d)
             if r is None:
@@ -256,6 +283,7 @@ class KVPrefixCache:
     def _release(self, lease: KVLease) -> None:
         now = self._timer()
         refs, free = self._refs, self._free
+        born = None if self._refresh else self._born
         # tail first, so that the LRU evicts the tails of a chain before its shared head
         for d in reversed(lease.digests[: lease.pinned]):
             r = refs[d] - 1
@@ -263,24 +291,54 @@ class KVPrefixCache:
                 refs[d] = r
             else:
                 del refs[d]
-                free[d] = now
+                if born is None:
+                    free[d] = now
+                else:  # it ages from its computation: kept only while younger than the TTL
+                    t = born.get(d, now)
+                    if t > now - self._ttl:
+                        free[d] = t
+                        heapq.heappush(self._ages, (t, d))
+                    else:
+                        born.pop(d, None)
         self._private -= lease.private
         lease.pinned = lease.private = 0
         self._squeeze()
 
+    def _note_born(self, computed: Sequence[bytes]) -> None:
+        """Blocks just computed by a prefill are young, unless a live copy exists (a burst
+        computing the same prefix twice keeps the first copy's age)."""
+        now = self._timer()
+        stale = now - self._ttl
+        born = self._born
+        for d in computed:
+            if born.get(d, stale) <= stale:
+                born[d] = now
+
     def _expire(self) -> None:
         free = self._free
-        if free:
-            horizon = self._timer() - self._ttl
+        if not free:
+            return
+        horizon = self._timer() - self._ttl
+        if self._refresh:
             while free and next(iter(free.values())) <= horizon:
                 free.popitem(last=False)
+            return
+        # without refresh the values are birth times, not in release order: a heap of them
+        ages = self._ages
+        while ages and ages[0][0] <= horizon:
+            t, d = heapq.heappop(ages)
+            if free.get(d) == t:
+                del free[d]
+                self._born.pop(d, None)
 
     def _squeeze(self) -> None:
         self._expire()
         free = self._free
         room = min(self._budget - self.used, self._max_blocks - len(self._refs))
         while len(free) > max(0, room):
-            free.popitem(last=False)
+            d, _ = free.popitem(last=False)
+            if not self._refresh:
+                self._born.pop(d, None)
 
 
 class PrefixRouter:

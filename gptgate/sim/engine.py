@@ -44,6 +44,7 @@ from gptgate.sim.profiles import SimProfile, get_profile
 from gptgate.sim.ratelimit import RateLimiter
 from gptgate.sim.request import BadRequest, ChatRequest, parse_chat
 from gptgate.sim.scheduler import QueueFull, Replica
+from gptgate.sim.spread import InFlightSpread
 from gptgate.sim.text import draw_for
 from gptgate.tokens import CHARS_PER_TOKEN
 
@@ -151,6 +152,8 @@ class SimEngine:
         p = self.profile
         self._rng = random.Random(seed)
         self._fault_rng = random.Random(self.faults.seed)
+        #: its own stream, so a profile without stragglers draws exactly what it always did
+        self._straggler_rng = random.Random(f"{seed}:stragglers")
         self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
@@ -163,6 +166,7 @@ class SimEngine:
         self._router = PrefixRouter(
             p.replicas, p.prefix_overflow_rpm, timer=self.clock.now, rng=self._rng
         )
+        self._spread = None if p.spread_in_flight is None else InFlightSpread(p.spread_in_flight)
         self._limiter = RateLimiter(p.rpm, p.tpm, self.clock.now(), p.model)
         flavor_tag = "b6000-sim" if p.flavor == "llamacpp" else f"fp_sim_{p.name}"
         self._fingerprint = flavor_tag
@@ -175,6 +179,7 @@ class SimEngine:
                 max_blocks=p.cache_max_blocks,
                 ttl_s=p.cache_ttl_s,
                 timer=self.clock.now,
+                refresh=p.cache_refresh_on_hit,
             )
         return KVPrefixCache(
             budget=p.kv_blocks,
@@ -182,6 +187,7 @@ class SimEngine:
             max_blocks=p.cache_max_blocks,
             ttl_s=p.cache_ttl_s,
             timer=self.clock.now,
+            refresh=p.cache_refresh_on_hit,
         )
 
     def __repr__(self) -> str:
@@ -349,24 +355,37 @@ class SimEngine:
                     "rate_limit_exceeded",
                 )
 
+        if p.straggler_rate:
+            await self._straggle()
+
         canonical = None
         if p.replicas > 1 or chat.prompt_tokens >= p.cache_min_tokens:
             canonical = canonical_text(chat.messages)
         replica = self._replicas[0]
+        leave: Callable[[], None] | None = None
         if p.replicas > 1 and canonical is not None:
             key = route_key(canonical, p.prefix_route_tokens, chat.cache_key)
-            replica = self._balance(self._replicas[self._router.pick(key)])
+            home = self._replicas[self._router.pick(key)]
+            spread = self._spread
+            if spread is None:
+                replica = self._balance(home)
+            else:
+                replica = self._balance(spread.choose(key, home, self._replicas))
+                leave = spread.enter(key, replica, home)
         if not replica.refuses:
             self.ledger.note_in_flight(1 + sum(r.active + r.queued for r in self._replicas))
         try:
             await replica.acquire()
-        except QueueFull:
-            return self._queue_full(headers_out)
-        except BaseException:
+        except BaseException as exc:
+            if leave is not None:
+                leave()
+            if isinstance(exc, QueueFull):
+                return self._queue_full(headers_out)
             self.ledger.record("abandoned")
             raise
 
         job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers))
+        job.on_end = leave
         meta = wire.ResponseMeta(
             id=f"chatcmpl-{request_id[4:]}",
             created=int(time.time()),
@@ -384,6 +403,20 @@ class SimEngine:
                 SimStream(gen, lambda: self._finish(job, "abandoned")),
             )
         return await self._json_body(job, meta, headers_out, fault)
+
+    async def _straggle(self) -> None:
+        """A straggler (``straggler_rate``) stalls here, before it is scheduled: it holds no
+        slot and nothing is billed if its client leaves meanwhile."""
+        p = self.profile
+        rng = self._straggler_rng
+        if rng.random() >= p.straggler_rate:
+            return
+        low, high = p.straggler_s
+        try:
+            await self.clock.sleep(rng.uniform(low, high))
+        except BaseException:
+            self.ledger.record("abandoned")
+            raise
 
     def _balance(self, preferred: Replica) -> Replica:
         """Keep prefix affinity while the preferred replica has a free slot; when it is full,
@@ -464,6 +497,8 @@ class SimEngine:
             limit = min(limit, chat.max_tokens)
         failure = failure_mode(hard, p.hard_failure_rate, chat.json_mode, draw.unit)
         wanted = draw.output_tokens
+        if p.fills_max_tokens and chat.max_tokens is not None:
+            wanted = max(wanted, chat.max_tokens + 1)  # it would run on past any cap
         if failure == "ramble":  # a small model that cannot stop: to max_tokens, or 3× as long
             wanted = limit if chat.max_tokens is not None else 3 * wanted
         elif failure == "empty":
@@ -549,6 +584,8 @@ class SimEngine:
             return
         job.finished = True
         job.replica.release()
+        if job.on_end is not None:
+            job.on_end()
         now = self.clock.now()
         if not job.prefilled and now >= job.prefill_done:
             self._mark_prefilled(job)

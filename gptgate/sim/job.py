@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gptgate.sim.cache import KVLease
 from gptgate.sim.difficulty import FailureMode
 from gptgate.sim.scheduler import Replica
@@ -25,6 +27,7 @@ class Job:
         "finished",
         "json_mode",
         "lease",
+        "on_end",
         "prefill_done",
         "prefill_s",
         "prefilled",
@@ -72,6 +75,8 @@ class Job:
         #: this hard request, if it did (gptgate/sim/difficulty.py)
         self.json_mode = False
         self.failure: FailureMode | None = None
+        #: called once when it ends (the hot-prefix spread's in-flight count, sim/spread.py)
+        self.on_end: Callable[[], None] | None = None
 
     def token_time(self, k: int) -> float:
         """When output token ``k`` (1-based) is generated; a stall delays tokens after the first."""

@@ -14,7 +14,8 @@ Timing model (all in simulated seconds):
   ``step_time(b)`` per output token, where ``usl(b) = 1 + σ(b−1) + κ·b(b−1)`` is the Universal
   Scalability Law: aggregate decode throughput ``b / step_time(b)`` rises, flattens, then falls
   past ``knee``;
-* a small lognormal jitter (larger under load with ``load_jitter_sigma``) spreads latencies.
+* a small lognormal jitter (larger under load with ``load_jitter_sigma``) spreads latencies;
+* a ``straggler_rate`` share of requests stalls ``straggler_s`` before it even joins the queue.
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ class SimProfile(BaseModel):
     jitter_sigma: float = Field(0.1, ge=0)
     #: extra jitter sigma at full load, scaled by (batch/slots)²: the P99 tail of a busy GPU
     load_jitter_sigma: float = Field(0.0, ge=0)
+    #: share of requests that stall before being scheduled (a slow balancer hop, a request
+    #: parked on a busy front end): each waits a uniform draw from ``straggler_s`` (lo, hi)
+    #: seconds before it joins its replica's queue, holding no slot. Drawn per arrival, so a
+    #: hedge of a stalled request is a fresh draw (Dean & Barroso's "tail at scale")
+    straggler_rate: float = Field(0.0, ge=0, le=1)
+    straggler_s: tuple[float, float] = (1.0, 1.0)
     #: probability (at full load) that a running request fails part-way (5xx / cut stream)
     overload_error_rate: float = Field(0.0, ge=0, le=1)
     #: load (batch / slots) from which overload failures start, ramping to the rate at 1.0
@@ -72,6 +79,9 @@ class SimProfile(BaseModel):
     #: a non-streamed answer whose client hung up is generated to its end anyway (its slot
     #: busy, all of it billed), as llama-server does (docs/guide/deadlines.md); a stream stops
     finishes_abandoned: bool = False
+    #: a model that talks past any cap: with ``max_tokens`` set, every answer runs to it and
+    #: ends with ``finish_reason="length"`` (without ``max_tokens``, its natural length)
+    fills_max_tokens: bool = False
     #: share of the requests marked ``x-sim-difficulty: hard`` this model gets wrong (a small
     #: model; see gptgate/sim/difficulty.py). 0 = it answers everything well
     hard_failure_rate: float = Field(0.0, ge=0, le=1)
@@ -86,12 +96,19 @@ class SimProfile(BaseModel):
     cache_min_tokens: int = Field(1024, ge=1)
     cache_block_tokens: int = Field(128, ge=1)
     cache_ttl_s: float = Field(300.0, gt=0)
+    #: a hit makes an entry young again (OpenAI's and Anthropic's idle lifetimes); False: an
+    #: entry expires ``cache_ttl_s`` after it was written, however often it is hit
+    cache_refresh_on_hit: bool = True
     #: LRU bound per replica, in blocks
     cache_max_blocks: int = Field(65_536, ge=1)
     #: routing hashes about this many leading tokens (plus prompt_cache_key)
     prefix_route_tokens: int = Field(256, ge=1)
     #: per-prefix requests/minute one replica takes before traffic spreads; None = never
     prefix_overflow_rpm: float | None = Field(None, gt=0)
+    #: a hot prefix spreads to other replicas once this many of its calls run on its home
+    #: replica (routed there, not finished: the least-loaded other replica takes the next
+    #: one, its cache cold; gptgate/sim/spread.py); None = never
+    spread_in_flight: int | None = Field(None, ge=1)
     #: KV-cache budget per replica, in blocks of ``cache_block_tokens``: running sequences
     #: hold blocks for prompt + output, the prefix cache lives in the blocks they leave free
     #: (LRU). None = no KV pressure: the prefix cache is bounded by ``cache_max_blocks`` only
@@ -101,6 +118,9 @@ class SimProfile(BaseModel):
     def _check(self) -> SimProfile:
         if self.cache_min_tokens % self.cache_block_tokens:
             raise ValueError("cache_min_tokens must be a multiple of cache_block_tokens")
+        low, high = self.straggler_s
+        if not (0 <= low <= high and math.isfinite(high)):
+            raise ValueError("straggler_s must be (low, high) seconds with 0 <= low <= high")
         return self
 
     @property

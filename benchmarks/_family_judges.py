@@ -1,0 +1,295 @@
+"""The rules of issue 31, as pure functions of one draw's figures: what benchmarks/family.py
+prints as holds / MISS, importable by a test without running a simulation.
+
+Each judge takes one draw's figures (a small frozen dataclass) and returns one
+:class:`Verdict` per rule it decides. A verdict carries a **margin** in points (percentage
+points of the figure the rule bounds, the tightest of its conditions): positive when the rule
+holds with room, negative when it misses — so "the worst draw" of a rule is the one with the
+smallest margin, whether it holds or not. :func:`summarise` then counts the draws that hold
+against each rule's required share.
+
+The rules (issue 31, "Judged"):
+
+* ``cache`` — ``batch_content`` ≥ the better of the plain client and the hand warm-up in hit
+  rate, less 2 points, and within 5% of that client's time; on ≥ 95% of draws. "The better"
+  is the one with the higher hit rate (the faster on a tie): its own time is the reference.
+* ``cache floor`` — on no draw worse than the plain client by more than 5 points of hits or
+  10% of time.
+  For both, gptgate failing calls the reference client completed is a miss (a job cut short
+  is fast and cheap; it is not the same job).
+* ``adaptive`` — ``concurrency="auto"``'s goodput ≥ 95% of the best fixed limit's, and not
+  dominated: no fixed limit has both ≥ auto's goodput and ≤ 0.8× its p99; on ≥ 95% of draws.
+  Fixed limits that fail more than 1% of their calls are no setting anyone would run and are
+  left out (as benchmarks/adaptive.py does: a limit that fails fast "wins" on goodput).
+* ``tiers`` — ``tier="auto"`` costs ≤ sending everything large and succeeds ≥ 99% as often,
+  on every draw.
+* ``tiers in vain`` — escalations that changed nothing ≤ 2% of the calls, on every draw (an
+  escalation changed nothing when the large answer fails the same built-in check as the small
+  one, or the large call failed: benchmarks/_tiers.py ``unchanged_by_escalation``).
+* ``hedge`` — on a draw with stragglers, p99 ≤ 0.7× unhedged at ≤ 5% extra billed tokens; on
+  one without, p99 and billed tokens at most 2% above unhedged (below is no harm); on every
+  draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: each rule's required share of the draws that hold
+REQUIRED: dict[str, float] = {
+    "cache": 0.95,
+    "cache floor": 1.0,
+    "adaptive": 0.95,
+    "tiers": 1.0,
+    "tiers in vain": 1.0,
+    "hedge": 1.0,
+}
+#: the judge (``--only``) that decides each rule
+JUDGE_OF: dict[str, str] = {
+    "cache": "cache",
+    "cache floor": "cache",
+    "adaptive": "adaptive",
+    "tiers": "tiers",
+    "tiers in vain": "tiers",
+    "hedge": "hedge",
+}
+#: a margin shown for a condition that cannot bind (no fixed limit reaches auto's goodput)
+ROOM = 100.0
+#: a figure exactly on its bound holds (1.02 × 10.0 is 10.200000000000001 in floating point)
+_EPSILON = 1e-9
+
+
+def _holds(*slacks: float) -> tuple[bool, float]:
+    """Whether every condition holds, and the tightest slack (the verdict's margin)."""
+    margin = min(slacks)
+    return margin >= -_EPSILON, margin
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    rule: str
+    ok: bool
+    #: the tightest condition's slack in points (negative: missed by that much)
+    margin: float
+    detail: str
+
+
+# --------------------------------------------------------------------------- cache gate
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One client's run of the prompt-cache job."""
+
+    hit: float
+    time_s: float
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheFigures:
+    plain: Client
+    hand: Client
+    gate: Client
+    calls: int
+    #: the best hit rate any client can reach (block-aligned prefix / input)
+    ceiling: float = 1.0
+
+
+def _lost(gate: Client, other: Client, calls: int) -> tuple[float, str]:
+    """Slack (points of the calls) and a note for calls gptgate failed beyond ``other``'s: a
+    run that fails calls the other completed did not do the same job, however fast."""
+    extra = gate.failed - other.failed
+    return (-100 * extra / calls, f"; {extra} more calls failed") if extra > 0 else (ROOM, "")
+
+
+def judge_cache(f: CacheFigures) -> list[Verdict]:
+    best_name, best = max(
+        (("plain", f.plain), ("hand", f.hand)), key=lambda nc: (nc[1].hit, -nc[1].time_s)
+    )
+    hit_slack = 100 * (f.gate.hit - (best.hit - 0.02))
+    time_ratio = f.gate.time_s / best.time_s
+    time_slack = 100 * (1.05 - time_ratio)
+    lost_slack, lost = _lost(f.gate, best, f.calls)
+    plain_ratio = f.gate.time_s / f.plain.time_s
+    floor_hit = 100 * (f.gate.hit - (f.plain.hit - 0.05))
+    floor_time = 100 * (1.10 - plain_ratio)
+    floor_lost_slack, floor_lost = _lost(f.gate, f.plain, f.calls)
+    return [
+        Verdict(
+            "cache",
+            *_holds(hit_slack, time_slack, lost_slack),
+            f"hit {f.gate.hit:.1%} vs {best_name} {best.hit:.1%} (−2 pts), "
+            f"time {time_ratio:.2f}× {best_name}'s (≤ 1.05×){lost}",
+        ),
+        Verdict(
+            "cache floor",
+            *_holds(floor_hit, floor_time, floor_lost_slack),
+            f"hit {f.gate.hit - f.plain.hit:+.1%} vs plain (≥ −5 pts), "
+            f"time {plain_ratio:.2f}× plain's (≤ 1.10×){floor_lost}",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- adaptive limit
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRun:
+    """One run of the adaptive job: a fixed limit, or ``auto`` (``limit`` None)."""
+
+    limit: int | None
+    goodput: float
+    p99_s: float
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveFigures:
+    fixed: tuple[LimitRun, ...]
+    auto: LimitRun
+    requests: int
+
+
+def usable(fixed: Sequence[LimitRun], requests: int) -> list[LimitRun]:
+    """The fixed limits that complete the job (≤ 1% failed), or all when none does."""
+    return [r for r in fixed if r.failed <= 0.01 * requests] or list(fixed)
+
+
+def judge_adaptive(f: AdaptiveFigures) -> list[Verdict]:
+    grid = usable(f.fixed, f.requests)
+    best = max(grid, key=lambda r: r.goodput)
+    ratio = f.auto.goodput / best.goodput if best.goodput else math.inf
+    goodput_slack = 100 * (ratio - 0.95)
+    # a fixed limit at least as fast as auto: its p99 must not be ≤ 0.8× auto's
+    rivals = [r for r in grid if r.goodput >= f.auto.goodput]
+    dominators = [r for r in rivals if r.p99_s <= 0.8 * f.auto.p99_s]
+    domination_slack = min(
+        (100 * (r.p99_s / f.auto.p99_s - 0.8) for r in rivals if f.auto.p99_s > 0),
+        default=ROOM,
+    )
+    detail = f"goodput {ratio:.1%} of limit {best.limit}'s (≥ 95%)"
+    if dominators:
+        top = min(dominators, key=lambda r: r.p99_s)
+        detail += (f"; dominated by limit {top.limit}: goodput {top.goodput / f.auto.goodput:.2f}×,"
+                   f" p99 {top.p99_s / f.auto.p99_s:.2f}× auto's (≤ 0.8×)")
+    else:
+        detail += "; not dominated"
+    return [
+        Verdict(
+            "adaptive",
+            _holds(goodput_slack)[0] and not dominators,
+            min(goodput_slack, domination_slack),
+            detail,
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- tiers
+
+
+@dataclass(frozen=True, slots=True)
+class TierFigures:
+    calls: int
+    auto_cost: float
+    large_cost: float
+    #: calls answered well (expected: a hard request answered by the small model counts as
+    #: wrong with that model's hard-failure rate)
+    auto_successes: float
+    large_successes: float
+    escalated: int
+    #: escalations that changed nothing (benchmarks/_tiers.py ``unchanged_by_escalation``)
+    in_vain: int
+
+
+def judge_tiers(f: TierFigures) -> list[Verdict]:
+    cost = f.auto_cost / f.large_cost if f.large_cost else math.inf
+    success = f.auto_successes / f.large_successes if f.large_successes else 1.0
+    vain = f.in_vain / f.calls
+    cost_slack, success_slack = 100 * (1 - cost), 100 * (success - 0.99)
+    return [
+        Verdict(
+            "tiers",
+            *_holds(cost_slack, success_slack),
+            f"cost {cost:.2f}× all-large (≤ 1×), success {success:.3f}× (≥ 0.99×)",
+        ),
+        Verdict(
+            "tiers in vain",
+            *_holds(100 * (0.02 - vain)),
+            f"{f.in_vain} of {f.escalated} escalations changed nothing = {vain:.1%} of "
+            f"{f.calls} calls (≤ 2%)",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- hedging
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeFigures:
+    stragglers: bool
+    plain_p99_s: float
+    hedged_p99_s: float
+    plain_billed: int
+    hedged_billed: int
+    hedges: int = 0
+
+
+def judge_hedge(f: HedgeFigures) -> list[Verdict]:
+    p99 = f.hedged_p99_s / f.plain_p99_s if f.plain_p99_s else 1.0
+    extra = f.hedged_billed / f.plain_billed - 1 if f.plain_billed else 0.0
+    if f.stragglers:
+        p99_bound, extra_bound = 0.7, 0.05
+        text = f"stragglers: p99 {p99:.2f}× (≤ 0.7×), extra billed {extra:+.1%} (≤ 5%)"
+    else:
+        p99_bound, extra_bound = 1.02, 0.02
+        text = f"no stragglers: p99 {p99:.2f}× (≤ 1.02×), extra billed {extra:+.1%} (≤ 2%)"
+    p99_slack, extra_slack = 100 * (p99_bound - p99), 100 * (extra_bound - extra)
+    return [
+        Verdict(
+            "hedge",
+            *_holds(p99_slack, extra_slack),
+            f"{text}, {f.hedges} hedges",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSummary:
+    rule: str
+    judged: int
+    held: int
+    required: float
+    #: the draw seed with the smallest margin, and that verdict
+    worst_seed: int | None
+    worst: Verdict | None
+
+    @property
+    def share(self) -> float:
+        return self.held / self.judged if self.judged else 1.0
+
+    @property
+    def holds(self) -> bool:
+        return self.share >= self.required
+
+
+def summarise(verdicts: Iterable[tuple[int, Verdict]]) -> list[RuleSummary]:
+    """Per rule (in :data:`REQUIRED`'s order, those judged): draws held, the required share,
+    and the worst draw. ``verdicts`` are (draw seed, verdict) pairs."""
+    by_rule: dict[str, list[tuple[int, Verdict]]] = {}
+    for seed, verdict in verdicts:
+        by_rule.setdefault(verdict.rule, []).append((seed, verdict))
+    summaries = []
+    for rule, required in REQUIRED.items():
+        judged = by_rule.get(rule)
+        if not judged:
+            continue
+        worst_seed, worst = min(judged, key=lambda sv: (sv[1].margin, sv[0]))
+        held = sum(v.ok for _, v in judged)
+        summaries.append(RuleSummary(rule, len(judged), held, required, worst_seed, worst))
+    return summaries

@@ -1,0 +1,447 @@
+"""Servers of every shape (issue 31): gptgate against the simple strategies, on a seeded family.
+
+Each **draw** is one server shape from the simulator's family (``draw(seed)``: every knob from
+a realistic range — replicas, slots, queue, prefix spreading, cache lifetime, speed, USL
+contention, jitter, stragglers, rate limits, answers that fill ``max_tokens``, a small model's
+hard-failure rate). On every draw the same jobs run through gptgate and through what a user
+would write instead, side by side in one run, on the in-process simulator under virtual time
+(exact, seeded: a draw costs CPU, not wall time), and four judges decide the issue's rules
+(benchmarks/_family_judges.py, where each rule and its required share are spelt out):
+
+* **cache** — a prompt-order job (``--cache-calls`` calls over ``--cache-prompts`` long system
+  prompts) at a cap of ``--cache-c``: ``gate.map(..., scenario="batch_content")`` against the
+  plain client (httpx + ``Semaphore(c)``) and the hand warm-up (each prefix's first call
+  alone, the rest released together when it returns, same cap) — benchmarks/_strategies.py,
+  the clients of benchmarks/cache.py. The plain clients retry a 429/5xx after its
+  ``retry-after`` (the simplest client for a server that refuses);
+* **adaptive** — ``concurrency="auto"`` against a grid of fixed limits (powers of two to 128
+  plus ½, ¾, 1 and 1½ × the draw's replicas × slots) on benchmarks/adaptive.py's job
+  (``--adaptive-requests`` independent calls through ``gate.map``);
+* **tiers** — benchmarks/_tiers.py's mixed workload (``--tier-calls`` calls, 30% hard,
+  Poisson 2/s) through ``tier="auto"`` and through the large tier alone; the large backend is
+  the draw, the small one a second draw of the family (``draw(seed).small``);
+* **hedge** — benchmarks/hedge.py's job (``--hedge-calls`` calls at ``--hedge-c``) with
+  ``hedge=True`` and without.
+
+Output: the draws' shapes, one table per judge (per draw: its figures and holds/MISS), and a
+summary: per rule, the draws that hold against the required share, and the worst draw (the
+smallest margin) with the command that reruns it alone.
+
+    python benchmarks/family.py [--draws 20] [--seed 1] [--only cache,adaptive,tiers,hedge]
+                                [--workers 1] [--cache-calls 400] [--cache-prompts 4]
+                                [--cache-c 64] [--adaptive-requests 400] [--tier-calls 600]
+                                [--hedge-calls 400] [--hedge-c 32]
+
+Draw ``k`` of a run is ``draw(seed + k)``: ``--draws 1 --seed K`` reruns the draw with seed
+``K`` alone. ``--workers`` runs draws on that many processes (the results do not depend on
+it; the default is 1, for a CPU shared with others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import _tiers
+import adaptive
+import hedge
+from _family_judges import (
+    JUDGE_OF,
+    AdaptiveFigures,
+    CacheFigures,
+    Client,
+    HedgeFigures,
+    LimitRun,
+    RuleSummary,
+    TierFigures,
+    Verdict,
+    judge_adaptive,
+    judge_cache,
+    judge_hedge,
+    judge_tiers,
+    summarise,
+)
+from _strategies import Run, ceiling, job, run_gptgate, run_hand, run_naive
+
+from gptgate.sim import PROFILES, SimProfile, run_virtual
+
+JUDGES = ("cache", "adaptive", "tiers", "hedge")
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """The jobs' sizes: small enough that 100 draws take minutes, not hours."""
+
+    cache_calls: int = 400
+    cache_prompts: int = 4
+    cache_c: int = 64
+    adaptive_requests: int = 400
+    tier_calls: int = 600
+    tier_rate: float = 2.0
+    tier_hard_share: float = 0.3
+    hedge_calls: int = 400
+    hedge_c: int = 32
+    #: sends per call of the plain clients (a 429/5xx is retried after its retry-after)
+    plain_attempts: int = 10
+
+
+#: the command-line options of :class:`Sizes` (the others are fixed by the issue's jobs)
+SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "adaptive_requests", "tier_calls",
+                "hedge_calls", "hedge_c")
+
+
+# --------------------------------------------------------------------------- the draws
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One server shape: the server every judge runs on, and the small model of the tiers
+    judge (the server is the large tier)."""
+
+    seed: int
+    server: SimProfile
+    small: SimProfile
+
+
+def draw(seed: int) -> Draw:
+    """The draw with this seed. THE switch between the family and its stand-in."""
+    return _stand_in(seed)
+
+
+_BASES = ("hosted", "tpu", "gpu", "cpu", "llamacpp", "gpu-small", "tier1", "spread", "plateau")
+
+
+def _stand_in(seed: int) -> Draw:
+    """Until ``gptgate.sim.family`` lands: variants of the named profiles (``model_copy``),
+    their capacity, queue, spreading, cache lifetime, speed and jitter redrawn."""
+    rng = random.Random(seed)
+    base = PROFILES[rng.choice(_BASES)]
+    call_s = base.ttft_overhead_s + 215 * base.base_step_s
+    update: dict[str, Any] = {
+        "name": f"draw{seed}",
+        "replicas": rng.choice([1, 1, 2, 4, 8, 16]),
+        "slots": rng.choice([4, 8, 16, 32, 64]),
+        "max_queue": rng.choice([None, 16, 64, 256]),
+        "queue_full_status": rng.choice([429, 503]),
+        "prefix_overflow_rpm": rng.choice([None, 5.0, 15.0, 60.0]),
+        "cache_ttl_s": call_s * 10 ** rng.uniform(math.log10(0.5), 3),
+        "jitter_sigma": rng.uniform(0.05, 0.3),
+        "overload_error_rate": 0.0,
+    }
+    fields = SimProfile.model_fields
+    if "straggler_rate" in fields and rng.random() < 0.5:
+        low = rng.uniform(0.5, 5.0)
+        update |= {"straggler_rate": rng.uniform(0.005, 0.05), "straggler_s": (low, low)}
+    if "fills_max_tokens" in fields:
+        update["fills_max_tokens"] = rng.random() < 0.15
+    server = base.model_copy(update=update)
+    small = PROFILES["cpu"].model_copy(
+        update={
+            "name": f"draw{seed}-small",
+            "replicas": rng.randint(2, 8),
+            "hard_failure_rate": rng.uniform(0.5, 1.0),
+        }
+    )
+    return Draw(seed, server, small)
+
+
+def shape(profile: SimProfile) -> dict[str, str]:
+    """The knobs a reader needs to picture the draw (the table's columns)."""
+
+    def knob(name: str, default: Any = None) -> Any:
+        return getattr(profile, name, default)
+
+    queue = "∞" if profile.max_queue is None else f"{profile.max_queue}→{profile.queue_full_status}"
+    spread_in_flight = knob("spread_in_flight")
+    if spread_in_flight is not None:
+        spread = f"{spread_in_flight} in flight"
+    elif profile.prefix_overflow_rpm is not None:
+        spread = f"{profile.prefix_overflow_rpm:g}/min"
+    else:
+        spread = "never"
+    rate = knob("straggler_rate", 0.0)
+    stall = knob("straggler_s", (0.0, 0.0))
+    limits = "/".join(
+        "-" if v is None else f"{v:,}" for v in (profile.rpm, profile.tpm)
+    )
+    return {
+        "shape": f"{profile.replicas}×{profile.slots}",
+        "queue": queue,
+        "spreads": spread,
+        "ttl s": f"{profile.cache_ttl_s:.3g}" + ("" if knob("cache_refresh_on_hit", True) else "!"),
+        "knee": "∞" if math.isinf(profile.knee) else f"{profile.knee:.0f}",
+        "step ms": f"{profile.base_step_s * 1e3:.3g}",
+        "stragglers": f"{rate:.1%}×{stall[0]:.1f}-{stall[1]:.1f}s" if rate else "-",
+        "rpm/tpm": limits,
+        "fills": "yes" if knob("fills_max_tokens", False) else "-",
+    }
+
+
+# --------------------------------------------------------------------------- the judges' runs
+
+
+def _client(run: Run) -> Client:
+    return Client(run.hit, run.total_s, run.failed)
+
+
+def run_cache(d: Draw, sizes: Sizes) -> CacheFigures:
+    items = job(sizes.cache_prompts, sizes.cache_calls, d.seed)
+    c, attempts = sizes.cache_c, sizes.plain_attempts
+    plain = run_virtual(run_naive, d.server, [items], c, d.seed, attempts)
+    hand = run_virtual(run_hand, d.server, [items], c, d.seed, attempts)
+    gate = run_virtual(run_gptgate, d.server, [items], c, d.seed)
+    return CacheFigures(_client(plain), _client(hand), _client(gate), len(items), ceiling(items))
+
+
+def grid(profile: SimProfile) -> list[int]:
+    """Fixed limits to judge ``auto`` against: powers of two up to the benchmark's bound,
+    closer around the draw's slots (½, ¾, 1, 1½ × replicas × slots), where its edge is."""
+    top = adaptive.MAX_CONCURRENCY
+    capacity = profile.replicas * profile.slots
+    near = {round(capacity * f) for f in (0.5, 0.75, 1.0, 1.5)}
+    powers = {2**k for k in range(int(math.log2(top)) + 1)}
+    return sorted(level for level in powers | near if 1 <= level <= top)
+
+
+def _limit_run(row: adaptive.Row) -> LimitRun:
+    return LimitRun(row.concurrency, row.goodput, row.p99_s, row.failed)
+
+
+def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
+    n = sizes.adaptive_requests
+    fixed = tuple(
+        _limit_run(run_virtual(adaptive.run_row, d.server, c, n, d.seed)) for c in grid(d.server)
+    )
+    auto = _limit_run(run_virtual(adaptive.run_row, d.server, None, n, d.seed))
+    return AdaptiveFigures(fixed, auto, n)
+
+
+def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
+    items = _tiers.workload(sizes.tier_calls, sizes.tier_hard_share, d.seed)
+    # chat-length answers on both tiers (benchmarks/_tiers.py): a cut answer is the draw's
+    # doing (``fills_max_tokens``), not a long-form default meeting a short max_tokens
+    small = d.small.model_copy(update=_tiers._ANSWERS)
+    large = d.server.model_copy(update={**_tiers._ANSWERS, "hard_failure_rate": 0.0})
+    auto, everything_large = (
+        run_virtual(_tiers.run, mode, items, sizes.tier_rate, d.seed, small, large)
+        for mode in ("auto", "large")
+    )
+
+    def successes(run: _tiers.Run) -> float:
+        # a hard request answered by the small model is wrong with its hard-failure rate
+        # (_tiers counts every one wrong: its small model fails them all)
+        return run.ok - run.hard_on_small * small.hard_failure_rate
+
+    return TierFigures(
+        calls=len(items),
+        auto_cost=auto.cost_usd,
+        large_cost=everything_large.cost_usd,
+        auto_successes=successes(auto),
+        large_successes=successes(everything_large),
+        escalated=auto.escalated,
+        in_vain=auto.escalated_in_vain,
+    )
+
+
+def run_hedge(d: Draw, sizes: Sizes) -> HedgeFigures:
+    plain, hedged = (
+        run_virtual(hedge.job, on, sizes.hedge_calls, d.seed, sizes.hedge_c, 1, False, d.server)
+        for on in (False, True)
+    )
+    return HedgeFigures(
+        stragglers=getattr(d.server, "straggler_rate", 0.0) > 0,
+        plain_p99_s=plain.p99_s,
+        hedged_p99_s=hedged.p99_s,
+        plain_billed=plain.billed_tokens,
+        hedged_billed=hedged.billed_tokens,
+        hedges=hedged.hedges,
+    )
+
+
+Figures = CacheFigures | AdaptiveFigures | TierFigures | HedgeFigures
+RUNS: dict[str, Callable[[Draw, Sizes], Any]] = {
+    "cache": run_cache,
+    "adaptive": run_adaptive,
+    "tiers": run_tiers,
+    "hedge": run_hedge,
+}
+JUDGE: dict[str, Callable[[Any], list[Verdict]]] = {
+    "cache": judge_cache,
+    "adaptive": judge_adaptive,
+    "tiers": judge_tiers,
+    "hedge": judge_hedge,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One judge on one draw: its figures, its verdicts and the CPU seconds it took."""
+
+    seed: int
+    judge: str
+    figures: Any
+    verdicts: list[Verdict]
+    cpu_s: float
+
+
+def judge_draw(seed: int, judge: str, sizes: Sizes) -> Outcome:
+    """Run one judge on the draw ``seed``: cheap enough for a test at tiny sizes."""
+    start = time.process_time()
+    figures = RUNS[judge](draw(seed), sizes)
+    return Outcome(seed, judge, figures, JUDGE[judge](figures), time.process_time() - start)
+
+
+def _task(task: tuple[int, str, Sizes]) -> Outcome:
+    return judge_draw(*task)
+
+
+def run_all(seeds: Sequence[int], judges: Sequence[str], sizes: Sizes, workers: int
+            ) -> list[Outcome]:
+    tasks = [(seed, judge, sizes) for seed in seeds for judge in judges]
+    if workers <= 1:
+        return [_task(t) for t in tasks]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_task, tasks, chunksize=1))
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _figures_text(o: Outcome) -> str:
+    f = o.figures
+    if isinstance(f, CacheFigures):
+        return (
+            f"ceiling {f.ceiling:.1%} | plain {f.plain.hit:.1%} {f.plain.time_s:6.1f}s | "
+            f"hand {f.hand.hit:.1%} {f.hand.time_s:6.1f}s | gate {f.gate.hit:.1%} "
+            f"{f.gate.time_s:6.1f}s | failed {f.plain.failed}/{f.hand.failed}/{f.gate.failed}"
+        )
+    if isinstance(f, AdaptiveFigures):
+        best = max(f.fixed, key=lambda r: r.goodput)
+        return (
+            f"auto {f.auto.goodput:6.2f}/s p99 {f.auto.p99_s:6.2f}s | best fixed {best.limit:>3}: "
+            f"{best.goodput:6.2f}/s p99 {best.p99_s:6.2f}s | grid "
+            + ",".join(str(r.limit) for r in f.fixed)
+        )
+    if isinstance(f, TierFigures):
+        return (
+            f"success auto {f.auto_successes:.1f}/large {f.large_successes:.1f} of {f.calls} | "
+            f"cost ${f.auto_cost:.4f}/${f.large_cost:.4f} | escalated {f.escalated}"
+        )
+    assert isinstance(f, HedgeFigures)
+    return (
+        f"stragglers {'yes' if f.stragglers else 'no ':<3} | p99 {f.plain_p99_s:6.2f}→"
+        f"{f.hedged_p99_s:6.2f}s | billed {f.plain_billed:,}→{f.hedged_billed:,} | "
+        f"hedges {f.hedges}"
+    )
+
+
+def print_shapes(seeds: Sequence[int]) -> None:
+    rows = {seed: shape(draw(seed).server) for seed in seeds}
+    cols = list(next(iter(rows.values())))
+    widths = {c: max(len(c), *(len(r[c]) for r in rows.values())) for c in cols}
+    head = f"{'draw':>6} " + " ".join(f"{c:>{widths[c]}}" for c in cols)
+    print(f"## the draws\n{head}\n{'-' * len(head)}")
+    for seed, row in rows.items():
+        print(f"{seed:>6} " + " ".join(f"{row[c]:>{widths[c]}}" for c in cols))
+    print("(queue N→status: bounded, refused with that status; ttl ending in ! is not refreshed "
+          "by a hit; knee: the USL batch of peak throughput per replica)")
+
+
+def print_judge(judge: str, outcomes: Sequence[Outcome]) -> None:
+    mine = [o for o in outcomes if o.judge == judge]
+    if not mine:
+        return
+    cpu = sum(o.cpu_s for o in mine)
+    print(f"\n## {judge} ({cpu:.0f} s CPU, {cpu / len(mine):.1f} s a draw)")
+    for o in mine:
+        marks = " ".join(f"[{'holds' if v.ok else 'MISS'}] {v.rule}: {v.detail}"
+                         for v in o.verdicts)
+        print(f"{o.seed:>6} {_figures_text(o)}\n       {marks}")
+
+
+def rerun(seed: int, judge: str, sizes: Sizes) -> str:
+    return f"python benchmarks/family.py --draws 1 --seed {seed} --only {judge}" + size_flags(sizes)
+
+
+def size_flags(sizes: Sizes) -> str:
+    default = Sizes()
+    return "".join(
+        f" --{name.replace('_', '-')} {getattr(sizes, name)}"
+        for name in SIZE_OPTIONS
+        if getattr(sizes, name) != getattr(default, name)
+    )
+
+
+def print_summary(summaries: Sequence[RuleSummary], sizes: Sizes) -> None:
+    print("\n## summary")
+    head = (f"{'rule':<14} {'draws held':>10} {'share':>7} {'required':>8} {'verdict':>13}  "
+            "worst draw")
+    print(f"{head}\n{'-' * len(head)}")
+    for s in summaries:
+        worst = s.worst
+        assert worst is not None and s.worst_seed is not None
+        print(
+            f"{s.rule:<14} {f'{s.held}/{s.judged}':>10} {s.share:>7.0%} {s.required:>8.0%} "
+            f"{'holds' if s.holds else 'DOES NOT HOLD':>13}  seed {s.worst_seed} "
+            f"(margin {worst.margin:+.1f} pts): {worst.detail}"
+        )
+    print("\nrerun the worst draw of a rule alone:")
+    for s in summaries:
+        assert s.worst_seed is not None
+        print(f"  {s.rule:<14} {rerun(s.worst_seed, JUDGE_OF[s.rule], sizes)}")
+
+
+def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes, list[str]]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--draws", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1, help="the first draw's seed")
+    parser.add_argument("--only", default=",".join(JUDGES),
+                        help="comma-separated judges: " + ", ".join(JUDGES))
+    parser.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    default = Sizes()
+    for name in SIZE_OPTIONS:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(default, name))
+    args = parser.parse_args(argv)
+    judges = [j for j in args.only.split(",") if j]
+    unknown = sorted(set(judges) - set(JUDGES))
+    if unknown or not judges:
+        parser.error(f"--only takes {', '.join(JUDGES)}; got {args.only!r}")
+    if args.draws < 1:
+        parser.error("--draws must be at least 1")
+    for name in SIZE_OPTIONS:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    sizes = dataclasses.replace(default, **{n: getattr(args, n) for n in SIZE_OPTIONS})
+    return args, sizes, judges
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, sizes, judges = parse(argv)
+    only = "" if judges == list(JUDGES) else f" --only {','.join(judges)}"
+    print(f"$ python benchmarks/family.py --draws {args.draws} --seed {args.seed}{only}"
+          f"{size_flags(sizes)} --workers {args.workers}")
+    print(f"sizes: {sizes}; virtual time (exact, seeded)\n")
+    seeds = [args.seed + k for k in range(args.draws)]
+    wall = time.perf_counter()
+    outcomes = run_all(seeds, judges, sizes, args.workers)
+    print_shapes(seeds)
+    for judge in judges:
+        print_judge(judge, outcomes)
+    summaries = summarise((o.seed, v) for o in outcomes for v in o.verdicts)
+    print_summary(summaries, sizes)
+    cpu = sum(o.cpu_s for o in outcomes)
+    print(f"\n(wall time {time.perf_counter() - wall:.0f} s on {args.workers} process(es); "
+          f"{cpu:.0f} s CPU in the judges, {cpu / len(seeds):.1f} s a draw)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""benchmarks/family.py (issue 31): its judges decide the issue's rules right on figures made
+up to sit on each side of every bound, and the harness runs each judge on a real draw, end to
+end, at tiny sizes (virtual time: a second or two of CPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import family  # noqa: E402
+from _family_judges import (  # noqa: E402
+    AdaptiveFigures,
+    CacheFigures,
+    Client,
+    HedgeFigures,
+    LimitRun,
+    TierFigures,
+    Verdict,
+    judge_adaptive,
+    judge_cache,
+    judge_hedge,
+    judge_tiers,
+    summarise,
+)
+
+
+def _by_rule(verdicts: list[Verdict]) -> dict[str, Verdict]:
+    return {v.rule: v for v in verdicts}
+
+
+# --------------------------------------------------------------------------- cache gate
+
+
+def _cache(gate: Client, plain: Client | None = None, hand: Client | None = None) -> dict[
+    str, Verdict
+]:
+    plain = plain or Client(hit=0.60, time_s=100.0)
+    hand = hand or Client(hit=0.80, time_s=120.0)
+    return _by_rule(judge_cache(CacheFigures(plain, hand, gate, calls=400)))
+
+
+def test_cache_gate_is_judged_against_the_better_client_in_hits_and_that_clients_time() -> None:
+    # hand has the better hit rate: the bound is its hits − 2 points at ≤ 1.05× its time
+    assert _cache(Client(0.785, 126.0))["cache"].ok
+    assert not _cache(Client(0.775, 100.0))["cache"].ok  # 2.5 points under hand
+    assert not _cache(Client(0.85, 127.0))["cache"].ok  # 1.058× hand's time
+    # a tie in hits: the faster client is the reference
+    tie = _cache(Client(0.80, 105.5), plain=Client(0.80, 100.0), hand=Client(0.80, 130.0))
+    assert not tie["cache"].ok and "plain" in tie["cache"].detail
+
+
+def test_cache_floor_bounds_the_loss_to_the_plain_client_on_every_draw() -> None:
+    floor = _cache(Client(0.56, 109.0))["cache floor"]  # −4 points, 1.09× plain's time
+    assert floor.ok and floor.margin == pytest.approx(1.0)
+    assert not _cache(Client(0.54, 90.0))["cache floor"].ok  # −6 points
+    assert not _cache(Client(0.90, 111.0))["cache floor"].ok  # 1.11× plain's time
+
+
+def test_cache_gate_failing_calls_the_others_completed_misses_however_fast() -> None:
+    verdicts = _cache(Client(0.95, 30.0, failed=266))
+    assert not verdicts["cache"].ok and not verdicts["cache floor"].ok
+    assert "266 more calls failed" in verdicts["cache"].detail
+
+
+# --------------------------------------------------------------------------- adaptive limit
+
+
+def _adaptive(auto: LimitRun, *fixed: LimitRun) -> Verdict:
+    (verdict,) = judge_adaptive(AdaptiveFigures(tuple(fixed), auto, requests=400))
+    return verdict
+
+
+def test_adaptive_needs_95_percent_of_the_best_fixed_goodput() -> None:
+    grid = (LimitRun(8, 10.0, 3.5), LimitRun(32, 10.5, 5.0))
+    assert _adaptive(LimitRun(None, 9.98, 4.0), *grid).ok
+    missed = _adaptive(LimitRun(None, 9.9, 4.0), *grid)
+    assert not missed.ok and "94.3% of limit 32's" in missed.detail
+
+
+def test_adaptive_is_dominated_by_a_fixed_limit_as_fast_with_a_fifth_less_p99() -> None:
+    # the plateau's edge: fixed 8 has auto's goodput at half its p99
+    verdict = _adaptive(LimitRun(None, 10.0, 4.0), LimitRun(8, 10.0, 2.0), LimitRun(32, 10.1, 5.0))
+    assert not verdict.ok and "dominated by limit 8" in verdict.detail
+    # a lower p99 at lower goodput does not dominate; 0.85× the p99 does not either
+    assert _adaptive(LimitRun(None, 10.0, 4.0), LimitRun(4, 9.9, 1.0), LimitRun(8, 10.0, 3.4)).ok
+
+
+def test_adaptive_leaves_out_fixed_limits_that_fail_their_calls() -> None:
+    # limit 80 "wins" on goodput by failing fast: no setting anyone would run
+    verdict = _adaptive(
+        LimitRun(None, 10.0, 4.0), LimitRun(16, 10.2, 4.0), LimitRun(80, 30.0, 1.0, failed=300)
+    )
+    assert verdict.ok
+
+
+# --------------------------------------------------------------------------- tiers
+
+
+def _tiers(**change: float) -> dict[str, Verdict]:
+    figures = {"calls": 600, "auto_cost": 0.3, "large_cost": 0.6, "auto_successes": 594.0,
+               "large_successes": 600.0, "escalated": 30, "in_vain": 12}
+    figures.update(change)
+    return _by_rule(judge_tiers(TierFigures(**figures)))  # type: ignore[arg-type]
+
+
+def test_tiers_cost_at_most_all_large_at_99_percent_of_its_successes() -> None:
+    assert _tiers()["tiers"].ok  # 0.5× the cost, 0.990× the successes: on the bound
+    assert not _tiers(auto_successes=593.0)["tiers"].ok
+    assert not _tiers(auto_cost=0.61)["tiers"].ok
+    assert _tiers(auto_cost=0.6)["tiers"].ok
+
+
+def test_tiers_escalations_that_changed_nothing_at_most_2_percent_of_calls() -> None:
+    assert _tiers(in_vain=12)["tiers in vain"].ok  # 2.0%
+    missed = _tiers(in_vain=13)["tiers in vain"]
+    assert not missed.ok and "13 of 30 escalations changed nothing" in missed.detail
+
+
+# --------------------------------------------------------------------------- hedging
+
+
+def _hedge(stragglers: bool, p99: float, billed: int) -> Verdict:
+    (verdict,) = judge_hedge(HedgeFigures(stragglers, 10.0, p99, 100_000, billed))
+    return verdict
+
+
+def test_hedging_with_stragglers_cuts_p99_to_07x_at_5_percent_extra() -> None:
+    assert _hedge(True, 7.0, 105_000).ok
+    assert not _hedge(True, 7.6, 101_000).ok  # the issue's 0.76×
+    assert not _hedge(True, 5.0, 105_100).ok
+
+
+def test_hedging_without_stragglers_costs_at_most_2_percent_in_p99_and_tokens() -> None:
+    assert _hedge(False, 10.2, 102_000).ok
+    assert _hedge(False, 8.0, 99_000).ok  # better is no harm
+    assert not _hedge(False, 10.3, 100_000).ok
+    assert not _hedge(False, 10.0, 102_100).ok
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def test_summary_counts_draws_against_the_required_share_and_names_the_worst() -> None:
+    verdicts = [(seed, Verdict("adaptive", True, 1.0, "")) for seed in range(19)]
+    verdicts.append((42, Verdict("adaptive", False, -3.0, "worst")))
+    verdicts += [(1, Verdict("hedge", True, 0.5, "")), (2, Verdict("hedge", False, -0.1, ""))]
+    adaptive, hedge = summarise(verdicts)
+    assert (adaptive.held, adaptive.judged, adaptive.holds) == (19, 20, True)  # 95%
+    assert adaptive.worst_seed == 42 and adaptive.worst is not None
+    assert (hedge.held, hedge.judged, hedge.holds, hedge.worst_seed) == (1, 2, False, 2)
+
+
+# --------------------------------------------------------------------------- the harness
+
+TINY = family.Sizes(
+    cache_calls=40, cache_prompts=2, cache_c=8, adaptive_requests=30, tier_calls=30,
+    hedge_calls=40, hedge_c=8,
+)
+
+
+@pytest.mark.parametrize("judge", family.JUDGES)
+def test_each_judge_runs_one_draw_end_to_end(judge: str) -> None:
+    outcome = family.judge_draw(3, judge, TINY)
+    assert outcome.verdicts and all(v.detail for v in outcome.verdicts)
+    again = family.judge_draw(3, judge, TINY)
+    assert again.figures == outcome.figures  # seeded: the same draw, the same figures
+
+
+def test_draws_are_seeded_and_differ_between_seeds() -> None:
+    assert family.draw(5) == family.draw(5)
+    assert len({family.draw(seed).server for seed in range(6)}) == 6
+
+
+def test_the_command_prints_the_table_the_summary_and_how_to_rerun_the_worst_draw(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--draws", "2", "--seed", "7", "--only", "hedge", "--hedge-calls", "40"]
+    assert family.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("$ python benchmarks/family.py --draws 2 --seed 7 --only hedge "
+                          "--hedge-calls 40")
+    assert "## the draws" in out and "## hedge" in out and "## summary" in out
+    assert "python benchmarks/family.py --draws 1 --seed " in out
+    assert "--only hedge --hedge-calls 40" in out
+
+
+def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--only", "cache,speed"], ["--draws", "0"], ["--cache-calls", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            family.main(argv)
+        assert exit_info.value.code == 2
+    assert "--only takes cache, adaptive, tiers, hedge" in capsys.readouterr().err
