@@ -32,12 +32,17 @@ def test_no_growth_in_flight_is_no_doubling() -> None:
 
 
 def test_after_the_doubling_the_centre_is_the_calls_served_plus_the_queue_tolerance() -> None:
+    def centre(excess: float) -> float:
+        return served_after_doubling(16, 8, excess, queue_tolerance=0.1, probe=0.08)
+
     # 16 in flight at twice the latency of 8: by Little's law 8 are served, the rest wait
-    assert served_after_doubling(16, 8, LN2, queue_tolerance=0.1) == pytest.approx(8.8)
+    assert centre(LN2) == pytest.approx(8.8)
     # a latency that did not grow: every call is served, but no more than the level in force
-    assert served_after_doubling(16, 8, 0.0, queue_tolerance=0.1) == pytest.approx(16.0)
-    # a latency ×8 on a few calls: at most halving the level before
-    assert served_after_doubling(16, 8, math.log(8.0), queue_tolerance=0.1) == pytest.approx(4.0)
+    assert centre(0.0) == pytest.approx(16.0)
+    # a latency ×4 on the first (short) answers reads as 4 served: but 8 were served before
+    # the doubling, so probing's low side stays on 8 (8 / 0.92)
+    assert centre(math.log(4.0)) == pytest.approx(8 / 0.92)
+    assert round(centre(math.log(4.0)) * 0.92) == 8
 
 
 def _calls(lim: LLMLimit, t: float, latencies: list[float], inflight: int) -> float:

@@ -33,17 +33,20 @@ def doubling_queued(
 
 
 def served_after_doubling(
-    n_new: float, n_prev: float, excess: float, *, queue_tolerance: float
+    n_new: float, n_prev: float, excess: float, *, queue_tolerance: float, probe: float
 ) -> float:
-    """The centre after a doubling ran into a queue: the calls the server serves at once.
+    """The centre after a doubling ran into a queue: the calls the server serves at once, but
+    never a centre whose low probe is below the level before the doubling.
 
     By Little's law, ``N`` calls in flight at a latency ``e**excess`` times the level before's
     are served as ``N·e**−excess`` calls at the old latency: the rest wait. As the server-queue
-    guard does, the centre is that count ``× (1 + queue_tolerance)``, at most ``n_new`` and at
-    least half the level before (no more than halving on a few calls' evidence). Landing
-    slightly low costs little: below a plateau's edge ``e`` is ~1, far above the knee's 0.15,
-    so probing climbs back at once — while above it ``e`` is ~0, only 0.15 below, and the walk
-    down takes many windows.
+    guard does, the centre is that count ``× (1 + queue_tolerance)``, at most ``n_new``. But
+    the first calls to complete at the doubled level are the short answers, and the latency
+    normalisation (per reference answer length) inflates a short answer's queue wait: their
+    served count reads low (9.6 for 16 slots, the simulator's plateau with 16), and a short
+    run spent its goodput climbing back (78–87% of fixed 16 in 400 calls). The level before
+    served all it was given, so the centre is at least ``n_prev / (1 − probe)``: probing's
+    low side on that level (8 → 8.7, probing 8 and 9 — not 7, one slot short of the edge).
     """
     served = n_new * math.exp(-excess)
-    return min(max(served * (1.0 + queue_tolerance), 0.5 * n_prev), n_new)
+    return min(max(served * (1.0 + queue_tolerance), n_prev / (1.0 - probe)), n_new)

@@ -572,7 +572,11 @@ class LLMLimit:
         self._elasticity = 1.0 - excess / d_ln_n
         self._slow_start = False
         self._center = served_after_doubling(
-            n_mean, math.exp(prev.ln_n), excess, queue_tolerance=self.queue_tolerance
+            n_mean,
+            math.exp(prev.ln_n),
+            excess,
+            queue_tolerance=self.queue_tolerance,
+            probe=self.probe,
         )
         self._base = self._blend((prev.a, prev.b), (w.a / w.n, w.b / w.n), 0.5)
         self._restart(now)
