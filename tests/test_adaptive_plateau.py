@@ -12,15 +12,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import adaptive
+import pytest
 
 from gptgate.sim import run_virtual
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the mid-window exit that passes this (LLMLimit(doubling_z=2)) is off by default: "
+    "it cost a false attempt timeout in tests/test_limits_timeouts.py's gpu burst "
+    "(docs/adaptive.md, 'At a plateau's edge')",
+)
 def test_auto_at_the_plateaus_edge_is_not_dominated_by_fixed_8() -> None:
     # seed 12, 400 calls: slow start doubled 8 → 16 and held 16 for its whole window (26 calls
     # admitted into the server's queue, each waiting a service time): they alone set the p99,
-    # 1.70 s against fixed 8's 1.24 s (1.37×), at 99.4% of its goodput. Now the doubling's
-    # first calls end slow start: 15 such calls, p99 ≤ 1.25× fixed 8's
+    # 1.70 s against fixed 8's 1.24 s (1.37×), at 99.4% of its goodput. With doubling_z=2 the
+    # doubling's first calls end slow start: ~15 such calls, p99 1.19× fixed 8's (98.3%)
     fixed = run_virtual(adaptive.run_row, "plateau", 8, 400, 12)
     auto = run_virtual(adaptive.run_row, "plateau", None, 400, 12)
     assert auto.failed == 0

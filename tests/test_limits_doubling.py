@@ -1,5 +1,6 @@
 """Slow start's doubling into a server queue (gptgate/limits/doubling.py), on numbers, and
-LLMLimit ending slow start on it mid-window."""
+LLMLimit ending slow start on it mid-window (``doubling_z=2``; off by default, see
+docs/adaptive.md, "At a plateau's edge")."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_slow_start_ends_on_the_first_calls_of_a_doubling_into_a_queue() -> None
     # doubles the latency (every extra call waits a service time). The doubling's window is
     # 16 calls; by then 16 more would have been admitted into the queue. Its first four calls
     # already show it: slow start ends there, at the 8 served (× 1.1)
-    lim = LLMLimit(initial=4, window_samples=16)
+    lim = LLMLimit(initial=4, window_samples=16, doubling_z=2.0)
     t = _calls(lim, 0.0, _noisy(1.0, 4), 4)
     assert lim.limit == 8
     t = _calls(lim, t, _noisy(1.0, 8), 8)
@@ -87,9 +88,17 @@ def test_slow_start_ends_on_the_first_calls_of_a_doubling_into_a_queue() -> None
     assert lim.elasticity == pytest.approx(0.0, abs=0.05)
 
 
+def test_by_default_slow_start_waits_for_the_window() -> None:
+    lim = LLMLimit(initial=4, window_samples=16)
+    t = _calls(lim, 0.0, _noisy(1.0, 4), 4)
+    t = _calls(lim, t, _noisy(1.0, 8), 8)
+    _calls(lim, t, _noisy(2.0, 8), 16)  # half the doubling's window
+    assert lim.in_slow_start and lim.limit == 16
+
+
 def test_a_doubling_that_scales_is_not_ended_early() -> None:
     # the same first calls at 16, at the latency of 8 (the server scales): slow start goes on
-    lim = LLMLimit(initial=4, window_samples=16)
+    lim = LLMLimit(initial=4, window_samples=16, doubling_z=2.0)
     t = _calls(lim, 0.0, _noisy(1.0, 4), 4)
     t = _calls(lim, t, _noisy(1.0, 8), 8)
     _calls(lim, t, _noisy(1.15, 16), 16)  # a batch slows a little: e ≈ 0.8

@@ -95,8 +95,7 @@ def test_slow_start_doubles_per_good_window_up_to_max() -> None:
 
 
 def test_slow_start_exits_at_the_linear_equivalent_of_what_the_last_doubling_bought() -> None:
-    # the end-of-window rule alone (the mid-window queue exit off: its own tests below)
-    s = Script(LLMLimit(initial=4, window_samples=4, doubling_z=math.inf))
+    s = Script(LLMLimit(initial=4, window_samples=4))
     assert s.window(2.0) == 8
     assert s.window(2.0) == 16
     # 16 in flight but the server saturates at 10: latency ×1.6, goodput ×1.25 for ×2
@@ -601,8 +600,7 @@ def test_with_a_known_rate_limit_pacer_wait_is_not_a_queue() -> None:
 
 
 def test_a_jump_in_the_latest_calls_is_caught_before_it_moves_a_long_window() -> None:
-    # slow start ends on its window's close (the mid-window queue exit off), at 8
-    lim = LLMLimit(initial=4, window_samples=4, window_fraction=2.0, doubling_z=math.inf)
+    lim = LLMLimit(initial=4, window_samples=4, window_fraction=2.0)
     s = Script(lim)
     s.window(2.0, n=8)  # slow start windows of 2·L calls: 4 → 8 → 16, saturating at 8
     s.window(2.0, n=16)

@@ -138,7 +138,7 @@ class LLMLimit:
         deadband: float = 1.75,
         evidence_horizon: int = 32,
         guard_z: float = 3.0,
-        doubling_z: float = 2.0,
+        doubling_z: float = math.inf,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -173,6 +173,10 @@ class LLMLimit:
         self.deadband = deadband
         self.evidence_horizon = max(1, evidence_horizon)
         self.guard_z = guard_z
+        #: slow start's mid-window exit on a doubling into a queue (gptgate/limits/doubling.py)
+        #: fires beyond this many standard errors; ``math.inf`` (the default) keeps it off:
+        #: at 2 it holds the plateau's edge (docs/adaptive.md, "At a plateau's edge") but cost
+        #: one false attempt timeout in a 400-call gpu burst and a family draw with stragglers
         self.doubling_z = doubling_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
@@ -625,7 +629,7 @@ class LLMLimit:
             w1, w2 = hist
             x1, x2, x3 = self._ln_x(w1), self._ln_x(w2), self._ln_x(window)
             d_ln_n = w2.ln_n - 0.5 * (w1.ln_n + window.ln_n)
-            if abs(d_ln_n) >= self.probe:
+            if abs(d_ln_n) >= 0.5 * self.probe:
                 # centred difference around the middle window: cancels a linear drift
                 e = (x2 - 0.5 * (x1 + x3)) / d_ln_n
                 # a step change in one window makes the one-sided estimates disagree: then
