@@ -561,6 +561,8 @@ class LLMLimit:
         goodput did not) — then slow start ends at the calls actually served. Waiting for the
         window to close admitted two to three times as many calls into that queue."""
         w = self._w
+        if math.isinf(self.doubling_z):
+            return False  # off (the default)
         if not self._hist or w.n < max(2, self.window_samples // 4) or self._log_var <= 0.0:
             return False
         prev = self._hist[-1]
