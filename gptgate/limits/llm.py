@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .base import Sample
+from .doubling import doubling_queued, served_after_doubling
 from .normalise import LatencyNormaliser
 
 __all__ = ["LLMLimit"]
@@ -137,6 +138,7 @@ class LLMLimit:
         deadband: float = 1.75,
         evidence_horizon: int = 32,
         guard_z: float = 3.0,
+        doubling_z: float = math.inf,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -171,6 +173,11 @@ class LLMLimit:
         self.deadband = deadband
         self.evidence_horizon = max(1, evidence_horizon)
         self.guard_z = guard_z
+        #: slow start's mid-window exit on a doubling into a queue (gptgate/limits/doubling.py)
+        #: fires beyond this many standard errors; ``math.inf`` (the default) keeps it off:
+        #: at 2 it holds the plateau's edge (docs/adaptive.md, "At a plateau's edge") but cost
+        #: one false attempt timeout in a 400-call gpu burst and a family draw with stragglers
+        self.doubling_z = doubling_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
@@ -324,6 +331,8 @@ class LLMLimit:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
             if self._w.n >= self._window_size():
                 self._close_window(now)
+                return
+            if self._slow_start and self._doubling_queued(now):
                 return
         if self._slow_start or sample.start < self._guard_from:
             return
@@ -545,6 +554,39 @@ class LLMLimit:
             self._restart(now)
             return True
         return False
+
+    def _doubling_queued(self, now: float) -> bool:
+        """Slow start, mid-window: True when the calls admitted since the last doubling
+        already show it ran into a server queue (their latency grew with the doubling, their
+        goodput did not) — then slow start ends at the calls actually served. Waiting for the
+        window to close admitted two to three times as many calls into that queue."""
+        w = self._w
+        if math.isinf(self.doubling_z):
+            return False  # off (the default)
+        if not self._hist or w.n < max(2, self.window_samples // 4) or self._log_var <= 0.0:
+            return False
+        prev = self._hist[-1]
+        n_mean = self._n_mean(w)
+        d_ln_n = math.log(n_mean) - prev.ln_n
+        excess = self._ln_r(w.a / w.n, w.b / w.n) - self._ln_r(prev.a, prev.b)
+        se = math.sqrt(self._log_var / w.n)
+        if d_ln_n < 0.1 or not doubling_queued(
+            d_ln_n, excess, se, exit_elasticity=self.slow_start_exit, z=self.doubling_z
+        ):
+            return False
+        self.events["slow_start_exit"] += 1
+        self._elasticity = 1.0 - excess / d_ln_n
+        self._slow_start = False
+        self._center = served_after_doubling(
+            n_mean,
+            math.exp(prev.ln_n),
+            excess,
+            queue_tolerance=self.queue_tolerance,
+            probe=self.probe,
+        )
+        self._base = self._blend((prev.a, prev.b), (w.a / w.n, w.b / w.n), 0.5)
+        self._restart(now)
+        return True
 
     def _slow_start_window(self, now: float, window: _Window, app_limited: bool) -> None:
         hist = self._hist
