@@ -91,7 +91,8 @@ class Progress:
         self.latest_shown = float("-inf")
         #: when the backend last refused a request as too many (429, 503)
         self.latest_refused = float("-inf")
-        self._changed = anyio.Event()
+        #: made when a hedge waits on it: every attempt tells ``shown``, few have a hedge
+        self._changed: anyio.Event | None = None
 
     def sent(self, at: float) -> None:
         self.latest_sent = max(self.latest_sent, at)
@@ -102,11 +103,14 @@ class Progress:
     def shown(self, sent_at: float, now: float, first_token: bool) -> None:
         (self.first_tokens if first_token else self.answers).add(now - sent_at)
         self.latest_shown = max(self.latest_shown, sent_at)
-        self._changed.set()
-        self._changed = anyio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     async def changed(self) -> None:
         """Until a request shows something."""
+        if self._changed is None:
+            self._changed = anyio.Event()
         await self._changed.wait()
 
     def normal_wait(
