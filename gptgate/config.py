@@ -123,6 +123,9 @@ class Backend(BaseModel):
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None
+    #: what a Batch API job (``gate.batch``) pays of ``price``: OpenAI's, Azure's and
+    #: Anthropic's batches run at half price
+    batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)
     provider: str = Field(default="openai", min_length=1)
     #: the model's context window in tokens (prompt + answer), when known: a call that cannot
     #: fit any eligible backend's window is refused before it is sent (RequestTooLargeError)
