@@ -9,11 +9,14 @@ Seeded and deterministic in content and token counts; time runs on a
 * :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
   :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
+* :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
+  virtual time, with failures, expiry and cancellation;
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
   ranges (docs/guide/simulator.md, "The server family").
 """
 
 from gptgate.sim.app import create_app
+from gptgate.sim.batches import SimBatches, SimBatchPlan
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
@@ -31,6 +34,8 @@ __all__ = [
     "FaultPlan",
     "LedgerSnapshot",
     "LoopClock",
+    "SimBatchPlan",
+    "SimBatches",
     "SimEngine",
     "SimLedger",
     "SimProcess",

@@ -1,0 +1,344 @@
+"""``gate.batch``: offline jobs through the Batch API (files, batches, results), durable in a
+``job_dir``, billed at the batch price — over the simulator's Batch API in virtual time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gptgate as gg
+from gptgate.batch_openai import OpenAIBatches
+from gptgate.sim import LoopClock, SimBatches, SimBatchPlan, SimEngine, run_virtual
+from gptgate.testing import sim_backend
+
+PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
+
+
+def _items(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """Prompts that grow with the index: a result's input tokens say which item it answers."""
+    return [
+        {"messages": [{"role": "user", "content": "word " * (4 * (i + 1))}], "max_tokens": 40}
+        for i in range(start, start + n)
+    ]
+
+
+class Sim:
+    """One simulated provider (engine + Batch API) that outlives the gateways using it, as
+    a provider outlives the client processes that crash and restart."""
+
+    def __init__(self, plan: SimBatchPlan | None = None, **backend: Any) -> None:
+        self.clock = LoopClock()
+        options = {"price": PRICE, **backend}
+        self.backend, self.engine = sim_backend("hosted", name="oa", clock=self.clock, **options)
+        self.batches = SimBatches(self.engine, plan or SimBatchPlan(complete_after_s=600)).attach()
+
+    def gate(self, **options: Any) -> gg.Gateway:
+        return gg.Gateway([self.backend], clock=self.clock, **options)
+
+
+def _run(
+    body: Callable[[Sim], Awaitable[Any]], plan: SimBatchPlan | None = None, **backend: Any
+) -> Any:
+    """``body(sim)`` in virtual time (the simulator's clock lives in the loop)."""
+
+    async def main() -> Any:
+        return await body(Sim(plan, **backend))
+
+    return run_virtual(main)
+
+
+def _in_order(results: list[Any]) -> None:
+    """Every item answered, each by the answer to its own prompt (prompts grow with index)."""
+    assert all(isinstance(r, gg.ChatResult) for r in results), [
+        r for r in results if not isinstance(r, gg.ChatResult)
+    ][:3]
+    sizes = [r.usage.input_tokens for r in results]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+
+
+# -- a job end to end ---------------------------------------------------------------------------
+
+
+def test_a_thousand_items_round_trip_in_input_order(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(1000), backend="oa", job_dir=tmp_path / "job", poll_s=30)
+            assert job.status == "validating" and job.counts == gg.BatchCounts(1000, 0, 0)
+            results = await job.wait()
+            _in_order(results)
+            assert job.status == "completed" and job.counts == gg.BatchCounts(1000, 1000, 0)
+            assert all(r.backend == "oa" and r.streamed is False for r in results)
+            assert await job.wait() == results  # collected once, kept
+        assert (sim.batches.creates, sim.batches.uploads) == (1, 1)
+        record = json.loads((tmp_path / "job" / "job.json").read_text())
+        assert record["parts"][0]["status"] == "completed" and record["items"] == 1000
+
+    _run(body)
+
+
+def test_a_job_larger_than_the_provider_limit_is_split_and_merged(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            limits = gg.BatchLimits(max_requests=30, max_bytes=10**9)
+            job = await gate.batch(_items(100), job_dir=tmp_path / "a", limits=limits)
+            assert len(job.batch_ids) == 4
+            _in_order(await job.wait())
+            small = gg.BatchLimits(max_requests=1000, max_bytes=2000)  # ~ a dozen lines a file
+            job = await gate.batch(_items(40), job_dir=tmp_path / "b", limits=small)
+            assert len(job.batch_ids) > 2
+            _in_order(await job.wait())
+        assert sim.batches.creates == 4 + len(job.batch_ids)
+
+    _run(body)
+
+
+# -- durability -----------------------------------------------------------------------------
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+def _crash_at(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    """Kill the submitting 'process' after recording the intent (before the upload), after
+    the upload (before its file id is recorded) or after the create (before the batch id is
+    recorded): the three windows a crash can leave."""
+    upload, create = OpenAIBatches.upload, OpenAIBatches.create
+
+    async def crash_upload(self: OpenAIBatches, *args: Any) -> str:
+        if point == "upload":
+            await upload(self, *args)
+        raise Crash(point)
+
+    async def crash_create(self: OpenAIBatches, *args: Any) -> str:
+        await create(self, *args)
+        raise Crash(point)
+
+    if point in ("intent", "upload"):
+        monkeypatch.setattr(OpenAIBatches, "upload", crash_upload)
+    else:
+        monkeypatch.setattr(OpenAIBatches, "create", crash_create)
+
+
+@pytest.mark.parametrize("point", ["intent", "upload", "create"])
+def test_a_crash_at_any_point_resumes_without_submitting_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    job_dir = tmp_path / "nightly"
+
+    async def body(sim: Sim) -> None:
+        with monkeypatch.context() as patch:
+            _crash_at(patch, point)
+            async with sim.gate() as gate:
+                with pytest.raises(Crash):
+                    await gate.batch(_items(50), job_dir=job_dir)
+        assert (job_dir / "job.json").exists()  # the intent was recorded before any send
+        assert sim.batches.creates == (1 if point == "create" else 0)
+        async with sim.gate() as gate:  # the process restarted
+            job = await gate.batch(_items(50), job_dir=job_dir)
+            assert job.resumed
+            _in_order(await job.wait())
+        async with sim.gate() as gate:  # and again, after the job ended: nothing is sent
+            again = await gate.batch(_items(50), job_dir=job_dir)
+            _in_order(await again.wait())
+        assert (sim.batches.creates, sim.batches.uploads) == (1, 1)
+
+    _run(body)
+
+
+def test_different_items_in_a_used_job_dir_are_refused(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            await gate.batch(_items(10), job_dir=tmp_path)
+            with pytest.raises(gg.BadRequestError, match="another job"):
+                await gate.batch(_items(10, start=1), job_dir=tmp_path)
+            with pytest.raises(gg.BadRequestError, match="another job"):
+                await gate.batch(_items(10), job_dir=tmp_path, temperature=0.5)
+        assert sim.batches.creates == 1
+
+    _run(body)
+
+
+@pytest.mark.parametrize(
+    ("items", "options", "match"),
+    [
+        ([{"max_tokens": 3}], {}, "item 0 needs 'messages'"),
+        (["hi"], {}, "item 0 must be a dict"),
+        ([{"messages": [{"role": "user", "content": "x"}], "stream": True}], {}, "streamed"),
+        ([], {}, "at least one item"),
+        (_items(1), {"retry": "twice"}, "retry must be"),
+        (_items(1), {"poll_s": 0}, "poll_s"),
+        (_items(1), {"backend": "nope"}, "unknown backend"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_sent(
+    tmp_path: Path, items: list[Any], options: dict[str, Any], match: str
+) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            with pytest.raises(gg.BadRequestError, match=match):
+                await gate.batch(items, job_dir=tmp_path, **options)
+        assert (sim.batches.uploads, sim.batches.creates) == (0, 0)
+        assert not (tmp_path / "job.json").exists()
+
+    _run(body)
+
+
+# -- failed, expired and cancelled items ----------------------------------------------------
+
+
+def test_failed_and_expired_items_end_in_typed_errors(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(300), job_dir=tmp_path)
+            results = await job.wait()
+        failed = [r for r in results if isinstance(r, gg.BackendError)]
+        expired = [r for r in results if isinstance(r, gg.RequestTimeout)]
+        assert failed and expired and all(r.status == 500 for r in failed)
+        assert all("expired" in r.message for r in expired)
+        ok = [r for r in results if isinstance(r, gg.ChatResult)]
+        assert len(ok) + len(failed) + len(expired) == 300
+        assert job.status == "expired"
+        assert job.counts == gg.BatchCounts(300, len(ok), 300 - len(ok))
+        assert gate.ledger.entries["oa"].calls_failed == 300 - len(ok)
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.1, expire_rate=0.1, seed=3))
+
+
+def test_cancel_keeps_what_ran_and_ends_the_rest_cancelled(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(200), job_dir=tmp_path, poll_s=60)
+            await sim.clock.sleep(400)
+            await job.cancel()
+            assert job.status == "cancelling"
+            results = await job.wait()
+        assert job.status == "cancelled"
+        done = [r for r in results if isinstance(r, gg.ChatResult)]
+        cancelled = [r for r in results if isinstance(r, gg.BatchCancelledError)]
+        assert 60 <= len(done) <= 100 and len(done) + len(cancelled) == 200
+        assert not cancelled[0].retryable
+
+    _run(body, SimBatchPlan(complete_after_s=1000))
+
+
+def test_failed_items_retried_live_are_billed_once_more_at_the_live_price(
+    tmp_path: Path,
+) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(200), job_dir=tmp_path, retry="live")
+            results = await job.wait()
+            entry = gate.ledger.entries["oa"]
+        _in_order(results)
+        batches = sim.batches
+        retried = 200 - batches.billed_requests
+        assert retried > 10 and sim.engine.ledger.snapshot().requests == retried
+        assert entry.batch_requests == batches.billed_requests
+        batch_usage = gg.Usage(
+            input_tokens=batches.billed_input_tokens, output_tokens=batches.billed_output_tokens
+        )
+        live_usd = sim.engine.ledger.snapshot().billed_usd(PRICE)
+        assert entry.batch_cost_usd == pytest.approx(PRICE.cost(batch_usage) * 0.5)
+        assert entry.cost_usd == pytest.approx(entry.batch_cost_usd + live_usd)
+        assert sum(r.cost_usd for r in results) == pytest.approx(entry.cost_usd)
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.05, expire_rate=0.03, seed=5))
+
+
+def test_failed_items_retried_as_a_batch_go_in_one_more_batch(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(200), job_dir=tmp_path, retry="batch")
+            results = await job.wait()
+        assert sim.batches.creates == 2 and len(job.batch_ids) == 2
+        ok = [r for r in results if isinstance(r, gg.ChatResult)]
+        assert len(ok) >= 195  # a tenth failed, a tenth of those failed again
+        assert sim.engine.ledger.snapshot().requests == 0  # nothing went live
+        record = json.loads((tmp_path / "job.json").read_text())
+        assert [p["round"] for p in record["parts"]] == [0, 1]
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.1, seed=7))
+
+
+# -- money ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("discount", [0.5, 0.25])
+def test_the_ledger_books_batch_tokens_at_the_batch_price(tmp_path: Path, discount: float) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            results = await (await gate.batch(_items(100), job_dir=tmp_path)).wait()
+            entry = gate.ledger.entries["oa"]
+        billed = gg.Usage(
+            input_tokens=sim.batches.billed_input_tokens,
+            output_tokens=sim.batches.billed_output_tokens,
+        )
+        assert entry.batch_requests == 100 and entry.calls_ok == 100
+        assert entry.batch_tokens == billed.total_tokens
+        assert entry.input_tokens == billed.input_tokens
+        assert entry.batch_cost_usd == pytest.approx(PRICE.cost(billed) * discount)
+        assert entry.cost_usd == pytest.approx(entry.batch_cost_usd)
+        assert sum(r.cost_usd for r in results) == pytest.approx(entry.batch_cost_usd)
+
+    _run(body, batch_discount=discount)
+
+
+def test_the_budget_holds_the_estimate_until_the_results_settle_it(tmp_path: Path) -> None:
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate(budget=gg.Budget(usd_per_hour=5.0)) as gate:
+            job = await gate.batch(_items(100), job_dir=tmp_path / "a")
+            status = gate.budget_status()
+            assert status is not None
+            assert status.reserved_usd == pytest.approx(job.estimate(range(100)))
+            assert status.spent_usd == 0
+            await job.wait()
+            status = gate.budget_status()
+            assert status is not None and status.reserved_usd == 0
+            assert status.spent_usd == pytest.approx(gate.ledger.entries["oa"].batch_cost_usd)
+            assert 0 < status.spent_usd < job.estimate(range(100))
+        async with sim.gate(budget=gg.Budget(usd_per_hour=0.01, on_exceed="raise")) as gate:
+            with pytest.raises(gg.BudgetExceededError):
+                await gate.batch(_items(100), job_dir=tmp_path / "b")
+        assert sim.batches.creates == 1 and not (tmp_path / "b" / "job.json").exists()
+
+    _run(body)
+
+
+# -- over loopback HTTP ---------------------------------------------------------------------
+
+
+def test_a_job_over_loopback_http(tmp_path: Path) -> None:
+    import anyio
+
+    from gptgate.sim import SimServer
+
+    clock = gg.ScaledClock(2000)
+    engine = SimEngine("hosted", clock=clock)
+    sim = SimBatches(engine, SimBatchPlan(complete_after_s=120, fail_rate=0.05, seed=2)).attach()
+
+    async def body(base_url: str) -> list[Any]:
+        backend = gg.Backend(name="oa", base_url=base_url, model=engine.profile.model,
+                             price=PRICE)
+        async with gg.Gateway([backend], clock=clock) as gate:
+            job = await gate.batch(_items(200), job_dir=tmp_path, retry="live", poll_s=10)
+            return await job.wait()
+
+    with SimServer(engine) as base_url:
+        results = anyio.run(body, base_url)
+    _in_order(results)
+    assert sim.creates == 1
