@@ -212,7 +212,7 @@ async def submit_batch(
         record = JobRecord(key=key, backend=config.name, items=len(requests), retry=retry,
                            parts=parts, extra=dict(extra or {}))
         store.save(record)  # the intent, before anything is sent
-    elif spending is not None and config.price is not None:
+    elif spending is not None and config.price is not None and not record.settled:
         job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
     job.record = record
     try:
@@ -425,6 +425,17 @@ class BatchJob:
                 self._save()
         return self.status
 
+    async def _poll(self) -> str:
+        """``refresh``, riding out a provider outage: a job runs for hours, and a poll that
+        fails now (after ``_call``'s tries) is simply made again at the next interval."""
+        try:
+            return await self.refresh()
+        except GateError as error:
+            if not error.retryable:
+                raise
+            log.warning("batch job %s: polling failed (%s); polling on", self.id, error)
+            return self.status
+
     async def cancel(self) -> None:
         """Cancel every part still running: what the provider finished is still returned by
         ``wait()``; the rest ends in ``BatchCancelledError``. Nothing is sent again."""
@@ -443,7 +454,7 @@ class BatchJob:
             return list(self._results)
         interval = self._poll_s
         while True:
-            if await self.refresh() in TERMINAL and all(
+            if await self._poll() in TERMINAL and all(
                 p.status in TERMINAL for p in self._job.parts
             ):
                 outcomes = await self._collect()
@@ -577,14 +588,23 @@ class BatchJob:
             for part in parts:
                 await self.submit_part(part)
             return True
-        indices = self._retryable(outcomes, 0)
+        kept = self._store.load_live()  # sent live by an earlier process: not again
+        for index, result in kept.items():
+            outcomes[index] = result
+        indices = [i for i in self._retryable(outcomes, 0) if i not in kept]
         if indices:
+
+            def keep(position: int, outcome: ChatResult | GateError) -> None:
+                if isinstance(outcome, ChatResult):
+                    self._store.append_live(indices[position], outcome)
+
             live = await self._gate.map(
-                [self._requests[i].kwargs for i in indices], scenario=self._scenario
+                [self._requests[i].kwargs for i in indices], scenario=self._scenario,
+                on_result=keep,
             )
             for index, outcome in zip(indices, live, strict=True):
                 outcomes[index] = outcome
-            self._live = set(indices)
+        self._live = set(indices) | set(kept)
         return False
 
     async def _admit(self, indices: list[int]) -> None:
@@ -620,18 +640,21 @@ class BatchJob:
         the budget's holds; the results in input order."""
         ledger = self._gate.ledger
         name = self._backend.name
-        live = self._live
+        live, book = self._live, not self._job.settled
         results: list[ChatResult | GateError] = []
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
             )
-            if index not in live:
+            if book and index not in live:
                 if isinstance(outcome, ChatResult):
                     ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
                 ledger.record_call(name, isinstance(outcome, ChatResult))
             results.append(outcome)
         self.release_holds()
+        if book:
+            self._job.settled = True
+            self._save()
         return results
 
 

@@ -11,6 +11,7 @@ key (gptgate/batch.py), never guessed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -18,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadRequestError
+from .results import ChatResult, Usage
 
 __all__ = ["JobRecord", "JobStore", "PartRecord"]
 
 _VERSION = 1
 _FILE = "job.json"
+#: answers of items sent again live, one JSON line each as it lands
+_LIVE = "live.jsonl"
 
 
 @dataclass(slots=True)
@@ -53,6 +57,9 @@ class JobRecord:
     retry: str | None
     parts: list[PartRecord] = field(default_factory=list)
     cancelled: bool = False
+    #: the results were collected and booked (ledger, budget) once: a process that takes the
+    #: job up again returns them without booking them twice
+    settled: bool = False
     #: anything a caller (the CLI) keeps with the job: its config path, the items file
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -91,6 +98,7 @@ class JobStore:
             return JobRecord(
                 key=obj["key"], backend=obj["backend"], items=obj["items"],
                 retry=obj.get("retry"), parts=parts, cancelled=bool(obj.get("cancelled")),
+                settled=bool(obj.get("settled")),
                 extra=dict(obj.get("extra") or {}),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -108,6 +116,34 @@ class JobStore:
             os.fsync(out.fileno())
         os.replace(temp, self.path)
         _fsync_dir(self.dir)
+
+
+    def append_live(self, index: int, result: ChatResult) -> None:
+        """Keep one live retry's answer (paid for at the live price) before anything else
+        happens: a process that resumes the job returns it instead of paying for it again."""
+        line = json.dumps({"index": index, "result": dataclasses.asdict(result)})
+        with open(self.dir / _LIVE, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def load_live(self) -> dict[int, ChatResult]:
+        """The live answers kept so far (a line cut short by a crash is skipped)."""
+        found: dict[int, ChatResult] = {}
+        try:
+            raw = (self.dir / _LIVE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return found
+        for text in raw.splitlines():
+            try:
+                obj = json.loads(text)
+                fields = obj["result"]
+                fields["usage"] = Usage(**fields["usage"])
+                fields["billed_usage"] = Usage(**fields["billed_usage"])
+                found[int(obj["index"])] = ChatResult(**fields)
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
 
 
 def _fsync_dir(path: Path) -> None:

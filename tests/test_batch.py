@@ -342,3 +342,115 @@ def test_a_job_over_loopback_http(tmp_path: Path) -> None:
         results = anyio.run(body, base_url)
     _in_order(results)
     assert sim.creates == 1
+
+
+def test_a_resumed_job_neither_resends_live_retries_nor_books_them_twice(tmp_path: Path) -> None:
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            first = await (await gate.batch(_items(200), job_dir=tmp_path, retry="live")).wait()
+        sent = sim.engine.ledger.snapshot().requests
+        assert sent > 5
+        async with sim.gate() as gate:  # a later process collects the same job again
+            job = await gate.batch(_items(200), job_dir=tmp_path, retry="live")
+            again = await job.wait()
+            entry = gate.ledger.entries["oa"]
+            assert (entry.cost_usd, entry.batch_requests, entry.calls_ok) == (0, 0, 0)
+        assert sim.engine.ledger.snapshot().requests == sent
+        assert [r.text for r in again] == [r.text for r in first]  # type: ignore[union-attr]
+        assert sim.batches.creates == 1
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.05, seed=11))
+
+
+# -- a real process, SIGKILLed ------------------------------------------------------------------
+
+_CHILD = """
+import os, signal, sys
+import anyio
+import gptgate as gg
+from gptgate.batch_openai import OpenAIBatches
+from tests.test_batch import PRICE, _items
+
+base_url, job_dir, point, model = sys.argv[1:5]
+real = getattr(OpenAIBatches, point)
+
+async def then_die(self, *args):
+    await real(self, *args)
+    os.kill(os.getpid(), signal.SIGKILL)   # no finally, no flush: the process is gone
+
+setattr(OpenAIBatches, point, then_die)
+
+async def main():
+    backend = gg.Backend(name="oa", base_url=base_url, model=model, price=PRICE)
+    async with gg.Gateway([backend]) as gate:
+        await gate.batch(_items(300), job_dir=job_dir)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("point", ["upload", "create"])
+def test_a_process_sigkilled_mid_submit_resumes_with_one_batch(tmp_path: Path, point: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import anyio
+
+    from gptgate.sim import SimServer
+
+    clock = gg.ScaledClock(2000)
+    engine = SimEngine("hosted", clock=clock)
+    sim = SimBatches(engine, SimBatchPlan(complete_after_s=120)).attach()
+    root = Path(__file__).resolve().parent.parent
+
+    async def resume(base_url: str) -> list[Any]:
+        backend = gg.Backend(name="oa", base_url=base_url, model=engine.profile.model, price=PRICE)
+        async with gg.Gateway([backend], clock=clock) as gate:
+            job = await gate.batch(_items(300), job_dir=tmp_path, poll_s=10)
+            assert job.resumed
+            return await job.wait()
+
+    with SimServer(engine) as base_url:
+        child = subprocess.run(
+            [sys.executable, "-c", _CHILD, base_url, str(tmp_path), point, engine.profile.model],
+            env={**os.environ, "PYTHONPATH": str(root)}, cwd=root, capture_output=True,
+            timeout=60,
+        )
+        assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+        assert (sim.uploads, sim.creates) == (1, 1 if point == "create" else 0)
+        results = anyio.run(resume, base_url)
+    _in_order(results)
+    assert (sim.uploads, sim.creates) == (1, 1)
+
+
+def test_a_crash_during_live_retries_does_not_resend_the_answers_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gptgate.batch_store import JobStore
+
+    keep = JobStore.append_live
+    kept: list[int] = []
+
+    def keep_then_die(self: JobStore, index: int, result: gg.ChatResult) -> None:
+        keep(self, index, result)
+        kept.append(index)
+        if len(kept) == 3:
+            raise Crash("during live retries")
+
+    async def body(sim: Sim) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(JobStore, "append_live", keep_then_die)
+            async with sim.gate() as gate:
+                job = await gate.batch(_items(200), job_dir=tmp_path, retry="live")
+                with pytest.raises(Crash):
+                    await job.wait()
+        async with sim.gate() as gate:
+            results = await (await gate.batch(_items(200), job_dir=tmp_path, retry="live")).wait()
+        _in_order(results)
+        failed = 200 - sim.batches.billed_requests
+        # the three kept were not sent again (calls in flight at the crash may have been)
+        assert sim.engine.ledger.snapshot().requests <= 2 * failed - 3
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.06, seed=13))
