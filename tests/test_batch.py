@@ -244,7 +244,7 @@ def test_failed_items_retried_live_are_billed_once_more_at_the_live_price(
         _in_order(results)
         batches = sim.batches
         retried = 200 - batches.billed_requests
-        assert retried > 10 and sim.engine.ledger.snapshot().requests == retried
+        assert retried > 10 and sim.engine.ledger.snapshot().ok == retried
         assert entry.batch_requests == batches.billed_requests
         batch_usage = gg.Usage(
             input_tokens=batches.billed_input_tokens, output_tokens=batches.billed_output_tokens

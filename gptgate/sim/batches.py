@@ -12,7 +12,6 @@ ground truth a test checks a client's durability and ledger against.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from typing import Any
 
 from gptgate.sim import wire
 from gptgate.sim.engine import SimEngine, SimResponse
-from gptgate.sim.text import output_text
+from gptgate.sim.text import draw_for, output_text
 from gptgate.tokens import estimate_prompt_tokens
 
 __all__ = ["SimBatchPlan", "SimBatches"]
@@ -252,19 +251,26 @@ class SimBatches:
         batch.status = "expired" if expired else how
 
     def _answer(self, batch: _Batch, request: dict[str, Any]) -> dict[str, Any]:
-        """A deterministic completion for one request line, billed at the batch price."""
-        raw = json.dumps(request, sort_keys=True).encode()
-        key = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big")
-        cap = request.get("max_completion_tokens") or request.get("max_tokens") or 256
-        output = max(1, min(int(cap), 8 + key % 56))
+        """The completion the engine would give this request live (the same seeded draw of
+        its length and text, from the same body bytes), billed at the batch price."""
+        p = self.engine.profile
+        raw = wire.dumps(request).encode()  # the bytes a client sent live: the same draw
+        draw = draw_for(self.engine.seed, raw, p.output_tokens_mean, p.output_tokens_sigma,
+                        p.output_tokens_max)
         prompt = estimate_prompt_tokens(request.get("messages") or [])
+        cap = request.get("max_completion_tokens") or request.get("max_tokens")
+        limit = max(1, p.context_tokens - prompt)
+        if isinstance(cap, int):
+            limit = min(limit, cap)
+        output = min(draw.output_tokens, limit)
         self.billed_requests += 1
         self.billed_input_tokens += prompt
         self.billed_output_tokens += output
-        meta = wire.ResponseMeta(id=f"chatcmpl-{batch.id}-{key:x}", created=batch.created_at,
-                                 model=str(request.get("model")), fingerprint="fp_sim_batch",
-                                 flavor="openai")
-        body = wire.completion_body(meta, output_text(key, output), "stop",
+        meta = wire.ResponseMeta(id=f"chatcmpl-{batch.id}-{draw.text_key:x}",
+                                 created=batch.created_at, model=str(request.get("model")),
+                                 fingerprint="fp_sim_batch", flavor="openai")
+        finish = "length" if output < draw.output_tokens else "stop"
+        body = wire.completion_body(meta, output_text(draw.text_key, output), finish,
                                     wire.usage(prompt, 0, output))
         return dict(json.loads(body))
 
