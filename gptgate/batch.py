@@ -166,7 +166,6 @@ async def submit_batch(
     limits: BatchLimits | None,
     common: Mapping[str, Any],
     spending: BudgetGate | None,
-    extra: Mapping[str, Any] | None = None,
 ) -> BatchJob:
     """Submit (or resume) the job recorded in ``job_dir``: what ``Gateway.batch`` does."""
     if retry not in (None, "live", "batch"):
@@ -210,7 +209,7 @@ async def submit_batch(
         prefix = f"gptgate-{key[:16]}"
         parts = _split(dict(enumerate(lines)), list(range(len(lines))), api.limits, prefix, 0)
         record = JobRecord(key=key, backend=config.name, items=len(requests), retry=retry,
-                           parts=parts, extra=dict(extra or {}))
+                           parts=parts)
         store.save(record)  # the intent, before anything is sent
     elif spending is not None and config.price is not None and not record.settled:
         job.holds.append(spending.commit(estimate))  # submitted earlier: settles here

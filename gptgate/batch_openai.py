@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 
 from .batch_api import BatchLimits, ItemResult, RemoteBatch
-from .errors import BackendError
+from .errors import BackendError, GatewayClosedError
 from .wire.openai import error_for_exception, error_for_status
 
 __all__ = ["OPENAI_LIMITS", "OpenAIBatches"]
@@ -44,6 +44,12 @@ class OpenAIBatches:
     # -- HTTP -----------------------------------------------------------------------------
 
     async def _request(self, method: str, path: str, **options: Any) -> httpx2.Response:
+        if self._client.is_closed:
+            raise GatewayClosedError(
+                "the gateway that submitted this batch job closed; the job goes on at the "
+                "provider: take it up again with gate.batch(the same items, job_dir=...)",
+                backend=self._backend,
+            )
         try:
             response = await self._client.request(method, path, **options)
         except httpx2.HTTPError as exc:

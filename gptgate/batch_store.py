@@ -16,7 +16,6 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import BadRequestError
 from .results import ChatResult, Usage
@@ -60,8 +59,6 @@ class JobRecord:
     #: the results were collected and booked (ledger, budget) once: a process that takes the
     #: job up again returns them without booking them twice
     settled: bool = False
-    #: anything a caller (the CLI) keeps with the job: its config path, the items file
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def ranges_of(indices: list[int]) -> list[list[int]]:
@@ -99,7 +96,6 @@ class JobStore:
                 key=obj["key"], backend=obj["backend"], items=obj["items"],
                 retry=obj.get("retry"), parts=parts, cancelled=bool(obj.get("cancelled")),
                 settled=bool(obj.get("settled")),
-                extra=dict(obj.get("extra") or {}),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BadRequestError(

@@ -454,3 +454,16 @@ def test_a_crash_during_live_retries_does_not_resend_the_answers_kept(
         assert sim.engine.ledger.snapshot().requests <= 2 * failed - 3
 
     _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.06, seed=13))
+
+
+def test_a_job_outliving_its_gateway_says_how_to_take_it_up_again(tmp_path: Path) -> None:
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(10), job_dir=tmp_path)
+        with pytest.raises(gg.GatewayClosedError, match="take it up again"):
+            await job.wait()
+        async with sim.gate() as gate:
+            _in_order(await (await gate.batch(_items(10), job_dir=tmp_path)).wait())
+        assert sim.batches.creates == 1
+
+    _run(body)
