@@ -377,6 +377,21 @@ class BatchJob:
 
     async def _call(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """An idempotent request (a lookup, a poll), tried again over transient failures."""
+        return await self._tries(call, args)
+
+    async def _once(
+        self, call: Callable[[], Awaitable[str]], find: Callable[[], Awaitable[str | None]]
+    ) -> str:
+        """A request that must happen once (an upload, a create): after a transient failure
+        it may have happened anyway, so look (``find``) before trying again."""
+        return await self._tries(call, (), find)
+
+    async def _tries(
+        self,
+        call: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        find: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
         wait = 1.0
         for attempt in range(_API_TRIES):
             try:
@@ -386,23 +401,7 @@ class BatchJob:
                     raise
                 await self._gate.clock.sleep(error.retry_after or wait)
                 wait *= 2
-        raise AssertionError("unreachable")
-
-    async def _once(
-        self, call: Callable[[], Awaitable[str]], find: Callable[[], Awaitable[str | None]]
-    ) -> str:
-        """A request that must happen once (an upload, a create): after a transient failure
-        it may have happened anyway, so look before trying again."""
-        wait = 1.0
-        for attempt in range(_API_TRIES):
-            try:
-                return await call()
-            except GateError as error:
-                if not error.retryable or attempt == _API_TRIES - 1:
-                    raise
-                await self._gate.clock.sleep(error.retry_after or wait)
-                wait *= 2
-                found = await self._call(find)
+                found = None if find is None else await self._call(find)
                 if found is not None:
                     return found
         raise AssertionError("unreachable")

@@ -467,3 +467,36 @@ def test_a_job_outliving_its_gateway_says_how_to_take_it_up_again(tmp_path: Path
         assert sim.batches.creates == 1
 
     _run(body)
+
+
+def test_a_create_whose_answer_was_lost_is_found_not_repeated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 502 after the provider created the batch (the answer lost on the way): the job
+    looks the batch up by its metadata before trying again, and finds it."""
+    create, upload = OpenAIBatches.create, OpenAIBatches.upload
+    calls = {"create": 0, "upload": 0}
+
+    async def create_then_lose(self: OpenAIBatches, *args: Any) -> str:
+        calls["create"] += 1
+        batch_id = await create(self, *args)
+        if calls["create"] == 1:
+            raise gg.BackendError("bad gateway", status=502)
+        return batch_id
+
+    async def refuse_once(self: OpenAIBatches, *args: Any) -> str:
+        calls["upload"] += 1
+        if calls["upload"] == 1:
+            raise gg.RateLimitedError("slow down", status=429, retry_after=5.0)
+        return await upload(self, *args)
+
+    monkeypatch.setattr(OpenAIBatches, "create", create_then_lose)
+    monkeypatch.setattr(OpenAIBatches, "upload", refuse_once)
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            _in_order(await (await gate.batch(_items(20), job_dir=tmp_path)).wait())
+        assert (sim.batches.uploads, sim.batches.creates) == (1, 1)
+        assert calls == {"create": 1, "upload": 2}
+
+    _run(body)
