@@ -192,26 +192,40 @@ async def submit_batch(
         digest.update(lines[-1] + b"\n")
         requests.append(_Request(body, kwargs, prompt, cap))
     key = digest.hexdigest()
-    store = JobStore(job_dir)
+    job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
+                   scenario=scenario, poll_s=float(poll_s), spending=spending)
+    with job._store.locked():
+        await _take_up(job, key, lines)
+    if job.resumed:
+        log.info("batch job %s resumed from %s", job.id, job.job_dir)
+    return job
+
+
+async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
+    """Record the intent of a new job, or take up the one recorded; then send what is
+    unsent. Runs under ``job_dir``'s lock: what is read here is what is true."""
+    store, config, spending = job._store, job._backend, job._spending
     record = store.load()
-    resumed = record is not None
     if record is not None and record.key != key:
         raise BadRequestError(
-            f"job_dir {os.fspath(job_dir)!r} holds another job ({record.items} items for "
-            f"backend {record.backend!r}): these items differ; use a new job_dir"
+            f"job_dir {job.job_dir!r} holds another job ({record.items} items for backend "
+            f"{record.backend!r}): these items differ; use a new job_dir"
         )
-    job = BatchJob(gate, api, store, config, requests, retry=retry, scenario=scenario,
-                   poll_s=float(poll_s), spending=spending, resumed=resumed)
-    estimate = job.estimate(range(len(requests)))
+    job.resumed = record is not None
+    estimate = job.estimate(range(len(lines)))
+    priced = spending is not None and config.price is not None
     if record is None:
-        if spending is not None and config.price is not None:
+        if priced:
+            assert spending is not None
             job.holds.append(await spending.admit(estimate, priority=0))
         prefix = f"gptgate-{key[:16]}"
-        parts = _split(dict(enumerate(lines)), list(range(len(lines))), api.limits, prefix, 0)
-        record = JobRecord(key=key, backend=config.name, items=len(requests), retry=retry,
+        indices = list(range(len(lines)))
+        parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
+        record = JobRecord(key=key, backend=config.name, items=len(lines), retry=job._retry,
                            parts=parts)
         store.save(record)  # the intent, before anything is sent
-    elif spending is not None and config.price is not None and not record.settled:
+    elif priced and not record.settled:
+        assert spending is not None
         job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
     job.record = record
     try:
@@ -220,9 +234,6 @@ async def submit_batch(
     except BaseException:
         job.release_holds()
         raise
-    if resumed:
-        log.info("batch job %s resumed from %s", job.id, os.fspath(job_dir))
-    return job
 
 
 def _backend(gate: Gateway, name: str | None) -> Backend:
@@ -254,7 +265,6 @@ class BatchJob:
         scenario: Any,
         poll_s: float,
         spending: BudgetGate | None,
-        resumed: bool,
     ) -> None:
         self._gate = gate
         self._api = api
@@ -266,7 +276,7 @@ class BatchJob:
         self._poll_s = poll_s
         self._spending = spending
         #: this process found the job recorded in ``job_dir`` and took it up
-        self.resumed = resumed
+        self.resumed = False
         self.record: JobRecord | None = None
         self.holds: list[BudgetHold | None] = []
         #: per part name: its results, downloaded once
@@ -456,7 +466,9 @@ class BatchJob:
                 p.status in TERMINAL for p in self._job.parts
             ):
                 outcomes = await self._collect()
-                if not await self._retry_round(outcomes):
+                with self._store.locked():  # sends again: one process at a time
+                    more = await self._retry_round(outcomes)
+                if not more:
                     break
                 continue
             await self._gate.clock.sleep(interval)

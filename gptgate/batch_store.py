@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -101,6 +103,31 @@ class JobStore:
             raise BadRequestError(
                 f"{self.path} is not a gptgate batch job record ({exc})"
             ) from None
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold ``job_dir`` while sending (uploads, creates, live retries): a second process
+        on the same job — an old pod still alive beside its replacement — would otherwise
+        look, find nothing, and create the batch twice. It is refused instead. The lock is
+        the kernel's (``flock``): a process that dies, even SIGKILLed, releases it."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock, as before
+            yield
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "a+b") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BadRequestError(
+                    f"{self.dir} is in use: another process (or task) is sending this job "
+                    "right now; wait for it, or take the job up once it has stopped"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def save(self, record: JobRecord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

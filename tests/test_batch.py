@@ -335,13 +335,15 @@ def test_a_job_over_loopback_http(tmp_path: Path) -> None:
         backend = gg.Backend(name="oa", base_url=base_url, model=engine.profile.model,
                              price=PRICE)
         async with gg.Gateway([backend], clock=clock) as gate:
-            job = await gate.batch(_items(200), job_dir=tmp_path, retry="live", poll_s=10)
+            job = await gate.batch(_items(200), job_dir=tmp_path, poll_s=10)
             return await job.wait()
 
     with SimServer(engine) as base_url:
         results = anyio.run(body, base_url)
-    _in_order(results)
-    assert sim.creates == 1
+    failed = [r for r in results if not isinstance(r, gg.ChatResult)]
+    assert failed and all(isinstance(r, gg.BackendError) and r.status == 500 for r in failed)
+    _in_order([r for r in results if isinstance(r, gg.ChatResult)])
+    assert sim.creates == 1 and len(results) == 200
 
 
 def test_a_resumed_job_neither_resends_live_retries_nor_books_them_twice(tmp_path: Path) -> None:
@@ -498,5 +500,42 @@ def test_a_create_whose_answer_was_lost_is_found_not_repeated(
             _in_order(await (await gate.batch(_items(20), job_dir=tmp_path)).wait())
         assert (sim.batches.uploads, sim.batches.creates) == (1, 1)
         assert calls == {"create": 1, "upload": 2}
+
+    _run(body)
+
+
+def test_a_second_process_on_a_job_being_sent_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes on one job (an old pod beside its replacement) would both look, find
+    nothing and create the batch twice: the one that comes second is refused while the
+    first one sends."""
+    import functools
+
+    import anyio
+
+    upload = OpenAIBatches.upload
+    uploading = anyio.Event()
+    go_on = anyio.Event()
+
+    async def slow_upload(self: OpenAIBatches, *args: Any) -> str:
+        uploading.set()
+        await go_on.wait()
+        return await upload(self, *args)
+
+    monkeypatch.setattr(OpenAIBatches, "upload", slow_upload)
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as first, sim.gate() as second, anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(first.batch, _items(10), job_dir=tmp_path))
+            await uploading.wait()
+            with pytest.raises(gg.BadRequestError, match="in use"):
+                await second.batch(_items(10), job_dir=tmp_path)
+            go_on.set()
+        async with sim.gate() as gate:
+            job = await gate.batch(_items(10), job_dir=tmp_path)
+            assert job.resumed
+            _in_order(await job.wait())
+        assert (sim.batches.uploads, sim.batches.creates) == (1, 1)
 
     _run(body)
