@@ -18,8 +18,12 @@ dollar budget. The ledger books batch answers at ``price × batch_discount`` in 
 columns; the dollar budget holds the job's estimated cost from submission to its results.
 
 The provider's protocol is a :class:`~gptgate.batch_api.BatchAPI` (OpenAI's Files + Batches:
-gptgate/batch_openai.py). ``SyncGateway.batch`` wraps :func:`submit_batch` and the job's
-coroutines as they are.
+gptgate/batch_openai.py).
+
+The hook for ``SyncGateway.batch``: run ``Gateway.batch`` on the sync gateway's loop and hand
+back a thin wrapper whose ``wait()``, ``cancel()`` and ``refresh()`` run the job's coroutines
+there too (``id``, ``status``, ``counts``, ``batch_ids`` are plain reads); nothing in here
+assumes the caller's thread.
 """
 
 from __future__ import annotations
