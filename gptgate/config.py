@@ -123,9 +123,6 @@ class Backend(BaseModel):
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None
-    #: what a Batch API job (``gate.batch``) pays of ``price``: OpenAI's, Azure's and
-    #: Anthropic's batches run at half price
-    batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)
     provider: str = Field(default="openai", min_length=1)
     #: the model's context window in tokens (prompt + answer), when known: a call that cannot
     #: fit any eligible backend's window is refused before it is sent (RequestTooLargeError)
@@ -134,6 +131,9 @@ class Backend(BaseModel):
     #: ``--n-predict``, a hosted model's output limit), when known: a small-tier answer cut at
     #: ``length`` is escalated only when a large-tier backend can answer longer (docs/tiers.md)
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    #: what a Batch API job (``gate.batch``) pays of ``price``: OpenAI's, Azure's and
+    #: Anthropic's batches run at half price
+    batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
