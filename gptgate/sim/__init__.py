@@ -9,10 +9,10 @@ Seeded and deterministic in content and token counts; time runs on a
 * :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
   :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
-* :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
-  virtual time, with failures, expiry and cancellation;
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
-  ranges (docs/guide/simulator.md, "The server family").
+  ranges (docs/guide/simulator.md, "The server family");
+* :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
+  virtual time, with failures, expiry and cancellation (docs/batch.md).
 """
 
 from gptgate.sim.app import create_app
