@@ -16,11 +16,11 @@ Seeded and deterministic in content and token counts; time runs on a
 """
 
 from gptgate.sim.app import create_app
-from gptgate.sim.batches import SimBatches, SimBatchPlan
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot, SimLedger
+from gptgate.sim.openai_batches import SimBatches, SimBatchPlan
 from gptgate.sim.process import SimProcess
 from gptgate.sim.profiles import PROFILES, SimProfile, get_profile
 from gptgate.sim.server import SimServer, serve

@@ -238,7 +238,7 @@ class SimEngine:
             # the simulator's own bill, for a client in another process to check its ledger
             body = wire.dumps(dataclasses.asdict(self.ledger.snapshot())).encode()
             return SimResponse(200, [*base, _JSON], body)
-        if self.batch_routes is not None:  # /v1/files and /v1/batches (gptgate/sim/batches.py)
+        if self.batch_routes is not None:  # /v1/files, /v1/batches: gptgate/sim/openai_batches.py
             answer = await self.batch_routes(method, path, headers, body)
             if answer is not None:
                 return answer

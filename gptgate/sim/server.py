@@ -14,9 +14,9 @@ from typing import Any
 
 from gptgate.clock import Clock, ScaledClock, SystemClock
 from gptgate.sim.app import create_app
-from gptgate.sim.batches import SimBatches, SimBatchPlan
 from gptgate.sim.engine import SimEngine, SimReset
 from gptgate.sim.faults import FaultPlan
+from gptgate.sim.openai_batches import SimBatches, SimBatchPlan
 from gptgate.sim.profiles import SimProfile
 
 __all__ = ["SimServer", "serve"]
