@@ -7,7 +7,7 @@ import json
 import socket
 from dataclasses import asdict
 
-from ..sim.batches import SimBatchPlan
+from ..sim.openai_batches import SimBatchPlan
 from ..sim.faults import FaultPlan
 from .common import (
     EXIT_OK,
