@@ -7,8 +7,8 @@ import json
 import socket
 from dataclasses import asdict
 
-from ..sim.openai_batches import SimBatchPlan
 from ..sim.faults import FaultPlan
+from ..sim.openai_batches import SimBatchPlan
 from .common import (
     EXIT_OK,
     Command,
