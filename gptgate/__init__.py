@@ -6,6 +6,8 @@ retries under a budget, a cost ledger and OpenTelemetry traces.
 """
 
 from .baseline import Baseline, BaselineError
+from .batch import BatchCounts, BatchJob
+from .batch_api import BatchLimits
 from .budget import Budget, BudgetStatus
 from .clock import Clock, ScaledClock, SystemClock
 from .config import Backend, GatewayConfig, Price
@@ -14,6 +16,7 @@ from .drift import DriftPolicy, DriftStatus
 from .errors import (
     BackendError,
     BadRequestError,
+    BatchCancelledError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -45,6 +48,10 @@ __all__ = [
     "Band",
     "Baseline",
     "BaselineError",
+    "BatchCancelledError",
+    "BatchCounts",
+    "BatchJob",
+    "BatchLimits",
     "BatchPolicy",
     "Budget",
     "BudgetExceededError",

@@ -270,6 +270,11 @@ class BudgetGate:
         hold.usd = usd
         self.windows.resize(hold.key, usd)
 
+    def commit(self, usd: float) -> BudgetHold | None:
+        """Hold ``usd`` already committed without asking (a batch job submitted by an earlier
+        process, resumed here): its cost settles from its results like any reservation."""
+        return self._grant(usd)
+
     # -- admission ------------------------------------------------------------------------
 
     def unsized_estimate(self, learned_usd: float | None, typical_usd: float) -> float:

@@ -131,6 +131,9 @@ class Backend(BaseModel):
     #: ``--n-predict``, a hosted model's output limit), when known: a small-tier answer cut at
     #: ``length`` is escalated only when a large-tier backend can answer longer (docs/tiers.md)
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    #: what a Batch API job (``gate.batch``) pays of ``price``: OpenAI's, Azure's and
+    #: Anthropic's batches run at half price
+    batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
     headers: dict[str, str] = Field(default_factory=dict)

@@ -12,6 +12,7 @@ from .scrub import scrub_known
 __all__ = [
     "BackendError",
     "BadRequestError",
+    "BatchCancelledError",
     "BudgetExceededError",
     "GateError",
     "GatewayClosedError",
@@ -211,3 +212,10 @@ class SharedUnreachableError(GateError):
     def __init__(self, message: str, *, url: str, **kwargs: object) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.url = url
+
+
+class BatchCancelledError(GateError):
+    """A batch job's item that never ran because the job was cancelled (``job.cancel()``)
+    before the provider reached it. Not retried: the cancellation was asked for."""
+
+    retryable = False

@@ -39,6 +39,8 @@ from opentelemetry import metrics, trace
 
 from .background import Background
 from .baseline import Baseline
+from .batch import BatchJob, RetryMode, submit_batch
+from .batch_api import BatchLimits
 from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
@@ -1378,6 +1380,26 @@ class Gateway:
                 await self._closing.wait()
         finally:
             done.set()
+
+    async def batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        job_dir: str | os.PathLike[str],
+        backend: str | None = None,
+        retry: RetryMode = None,
+        scenario: str | Scenario | None = None,
+        poll_s: float = 30.0,
+        limits: BatchLimits | None = None,
+        **common: Any,
+    ) -> BatchJob:
+        """An offline job through ``backend``'s Batch API at the batch price, durable in
+        ``job_dir``: the same items again resume it, never send it twice (docs/batch.md).
+        ``retry``: send failed items again ``"live"`` (``scenario``) or as a ``"batch"``."""
+        return await submit_batch(
+            self, items, backend=backend, job_dir=job_dir, retry=retry, scenario=scenario,
+            poll_s=poll_s, limits=limits, common=common, spending=self._spending,
+        )
 
     async def warm(
         self,

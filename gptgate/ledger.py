@@ -43,6 +43,11 @@ class LedgerEntry:
     #: answers of this (small-tier) backend asked again of the large tier (docs/tiers.md):
     #: their tokens are in ``wasted_tokens``, and they are not in ``calls_ok``
     escalated: int = 0
+    #: Batch API requests (``gate.batch``) and their tokens and cost, billed at ``price ×
+    #: batch_discount``: also in the totals above, and here on their own
+    batch_requests: int = 0
+    batch_tokens: int = 0
+    batch_cost_usd: float = 0.0
 
     @property
     def hit_rate(self) -> float | None:
@@ -130,6 +135,22 @@ class Ledger:
         if self.on_cost is not None and delta > 0:
             self.on_cost(delta)
         return delta
+
+    def record_batch(self, backend: str, usage: Usage, discount: float) -> float:
+        """Count one Batch API answer, billed at ``discount`` of the live price; returns its
+        cost in dollars (which also reaches ``on_cost``: the dollar budget settles from it)."""
+        entry = self.entries[backend]
+        cost = self.cost(backend, usage) * discount
+        entry.batch_requests += 1
+        entry.batch_tokens += usage.total_tokens
+        entry.batch_cost_usd += cost
+        entry.input_tokens += usage.input_tokens
+        entry.cached_input_tokens += usage.cached_input_tokens
+        entry.output_tokens += usage.output_tokens
+        entry.cost_usd += cost
+        if self.on_cost is not None and cost > 0:
+            self.on_cost(cost)
+        return cost
 
     def record_escalated(self, backend: str, usage: Usage) -> None:
         """A successful answer turned out unusable and was asked again of the large tier:

@@ -30,6 +30,7 @@ EXPECTED: dict[str, str] = {
     "streaming_endpoint": r"^GET /stats -> 3 calls, limit \d+, \$0\.\d+$",
     "hybrid_routing": r"^private=True x20: \{'gpu-onprem': 20\}$",
     "opentelemetry_console": r"^metric gen_ai\.client\.token\.usage \(\{token\}\): \d+ series",
+    "offline_batch": r"^cost: \$0\.\d+ through the Batch API vs \$0\.\d+ live: 0\.5\dx$",
     "fleet_workers": r"^peak in flight at the server: [1-6] / fleet limit 6 \[held\]",
 }
 

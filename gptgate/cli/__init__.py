@@ -14,7 +14,7 @@ import pydantic
 
 from ..errors import GateError
 from ..profiling import add_profile_arguments, run_profile
-from . import demo, plan, sim, sweep
+from . import batch, demo, plan, sim, sweep
 from .common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -37,6 +37,7 @@ COMMANDS: tuple[Command, ...] = (
         "profile", "baseline each backend by concurrency band", add_profile_arguments, run_profile
     ),
     sim.COMMAND,
+    batch.COMMAND,
 )
 
 DESCRIPTION = """\
@@ -45,7 +46,8 @@ gptgate: a client-side gateway for OpenAI-compatible chat APIs.
 Measure where throughput peaks for your workload (demo, sweep), plan capacity from what a
 call really costs at each concurrency (plan), keep a per-backend baseline that a gateway
 watches for drift (profile), and rehearse against a simulated backend that
-fails the way real ones do (sim serve). No key is needed on the built-in simulator.
+fails the way real ones do (sim serve); run offline jobs through a provider's Batch API
+at the batch price (batch). No key is needed on the built-in simulator.
 """
 
 EPILOG = """\
@@ -55,6 +57,7 @@ examples:
   gptgate plan --budget 10/h --from runs/hosted/sweep.csv
   gptgate profile --config gptgate.toml --out baseline.json
   gptgate sim serve --profile gpu --port 8000 --error-rate 0.02
+  gptgate batch submit items.jsonl --config gateway.toml --job-dir jobs/nightly
 
 'gptgate COMMAND --help' shows each command's options and examples.
 exit codes: 0 done, 1 a failed run, 2 bad usage, 130 interrupted (Ctrl-C)

@@ -8,6 +8,7 @@ import socket
 from dataclasses import asdict
 
 from ..sim.faults import FaultPlan
+from ..sim.openai_batches import SimBatchPlan
 from .common import (
     EXIT_OK,
     Command,
@@ -81,6 +82,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--storm-s", type=non_negative_float, default=0.0, metavar="S",
                         help="a storm lasts S seconds: every request gets 429 with a "
                         "retry-after to its end")
+    batch = parser.add_argument_group("batch API", "how /v1/batches runs a job")
+    batch.add_argument("--batch-complete-s", type=non_negative_float, default=60.0,
+                       metavar="S", help="simulated seconds a batch takes (default: 60)")
+    batch.add_argument("--batch-fail-rate", type=rate, default=0.0, metavar="SHARE",
+                       help="each batch item's chance of a 500 (default: 0)")
+    batch.add_argument("--batch-expire-rate", type=rate, default=0.0, metavar="SHARE",
+                       help="each batch item's chance of expiring unrun (default: 0)")
     add_json_flag(parser, "print the address and settings as one JSON line before serving")
 
 
@@ -124,8 +132,11 @@ def serve(args: argparse.Namespace) -> int:
     else:
         print(f"serving the '{args.profile}' simulator at {base_url} (time x{args.time_scale:g});"
               " Ctrl-C stops it", flush=True)
+    batches = SimBatchPlan(complete_after_s=args.batch_complete_s,
+                           fail_rate=args.batch_fail_rate, expire_rate=args.batch_expire_rate,
+                           seed=args.seed)
     serve_sim(args.profile, host=args.host, port=args.port, time_scale=args.time_scale,
-              seed=args.seed, faults=faults)
+              seed=args.seed, faults=faults, batches=batches)
     return EXIT_OK
 
 

@@ -10,7 +10,9 @@ Seeded and deterministic in content and token counts; time runs on a
   :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
-  ranges (docs/guide/simulator.md, "The server family").
+  ranges (docs/guide/simulator.md, "The server family");
+* :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
+  virtual time, with failures, expiry and cancellation (docs/batch.md).
 """
 
 from gptgate.sim.app import create_app
@@ -18,6 +20,7 @@ from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse,
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot, SimLedger
+from gptgate.sim.openai_batches import SimBatches, SimBatchPlan
 from gptgate.sim.process import SimProcess
 from gptgate.sim.profiles import PROFILES, SimProfile, get_profile
 from gptgate.sim.server import SimServer, serve
@@ -31,6 +34,8 @@ __all__ = [
     "FaultPlan",
     "LedgerSnapshot",
     "LoopClock",
+    "SimBatchPlan",
+    "SimBatches",
     "SimEngine",
     "SimLedger",
     "SimProcess",

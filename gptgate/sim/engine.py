@@ -21,7 +21,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,10 @@ class SimEngine:
         self.seed = seed
         self.faults = faults if faults is not None else FaultPlan()
         self.ledger = SimLedger()
+        #: the Batch API's routes once a ``SimBatches`` is attached (None: a 404, as before)
+        self.batch_routes: (
+            Callable[[str, str, Mapping[str, str], bytes], Awaitable[SimResponse | None]] | None
+        ) = None
         p = self.profile
         self._rng = random.Random(seed)
         self._fault_rng = random.Random(self.faults.seed)
@@ -234,6 +238,10 @@ class SimEngine:
             # the simulator's own bill, for a client in another process to check its ledger
             body = wire.dumps(dataclasses.asdict(self.ledger.snapshot())).encode()
             return SimResponse(200, [*base, _JSON], body)
+        if self.batch_routes is not None:  # /v1/files, /v1/batches: gptgate/sim/openai_batches.py
+            answer = await self.batch_routes(method, path, headers, body)
+            if answer is not None:
+                return answer
         self.ledger.record("client_error")
         return self._error(
             404,

@@ -16,6 +16,7 @@ from gptgate.clock import Clock, ScaledClock, SystemClock
 from gptgate.sim.app import create_app
 from gptgate.sim.engine import SimEngine, SimReset
 from gptgate.sim.faults import FaultPlan
+from gptgate.sim.openai_batches import SimBatches, SimBatchPlan
 from gptgate.sim.profiles import SimProfile
 
 __all__ = ["SimServer", "serve"]
@@ -63,11 +64,14 @@ def serve(
     time_scale: float = 1.0,
     seed: int = 0,
     faults: FaultPlan | None = None,
+    batches: SimBatchPlan | None = None,
 ) -> None:
     """Serve a simulated backend until interrupted (``gptgate sim serve``); ``faults``: the
-    random failures and 429 storms to rehearse against."""
+    random failures and 429 storms to rehearse against; ``batches``: how its Batch API
+    (``/v1/files``, ``/v1/batches``) runs jobs."""
     uvicorn = _uvicorn()
     engine = SimEngine(profile, clock=_clock(time_scale), seed=seed, faults=faults)
+    SimBatches(engine, batches).attach()
     _quiet_resets()
     uvicorn.run(create_app(engine), host=host, port=port, lifespan="off", log_level="info")
 

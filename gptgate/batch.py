@@ -1,0 +1,685 @@
+"""``gate.batch(items, backend=..., job_dir=...)``: an offline job through a provider's Batch
+API, at the batch price (half the live one at OpenAI, Azure and Anthropic), durable across
+crashes.
+
+The hard part is not the upload: it is never losing or paying twice for a job that runs for
+hours while processes restart. So the job's *intent* (a key hashed from every request, and the
+parts it is split into) is in ``job_dir`` before anything is sent, each provider id is
+recorded as soon as it is known (gptgate/batch_store.py), and a process that starts again with
+the same items resumes: it polls and collects, and sends nothing already sent. An id it never
+got to record (a crash between an upload or a create and its record) is looked up at the
+provider — input files by name, batches by metadata, both carrying the job's key — before
+anything is sent again.
+
+``BatchJob.wait()`` returns the results in input order, each a ``ChatResult`` or its typed
+error; ``retry="live"`` sends the failed and expired items again through ``gate.chat`` (at
+the live price), ``retry="batch"`` as one more batch, both under the retry budget and the
+dollar budget. The ledger books batch answers at ``price × batch_discount`` in its own
+columns; the dollar budget holds the job's estimated cost from submission to its results.
+
+The provider's protocol is a :class:`~gptgate.batch_api.BatchAPI` (OpenAI's Files + Batches:
+gptgate/batch_openai.py).
+
+The hook for ``SyncGateway.batch``: run ``Gateway.batch`` on the sync gateway's loop and hand
+back a thin wrapper whose ``wait()``, ``cancel()`` and ``refresh()`` run the job's coroutines
+there too (``id``, ``status``, ``counts``, ``batch_ids`` are plain reads); nothing in here
+assumes the caller's thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from .batch_api import TERMINAL, BatchAPI, BatchLimits, ItemResult, RemoteBatch
+from .batch_openai import OPENAI_LIMITS, OpenAIBatches
+from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
+from .budget import BudgetGate, BudgetHold
+from .config import Backend
+from .errors import (
+    BackendError,
+    BadRequestError,
+    BatchCancelledError,
+    GateError,
+    RequestTimeout,
+)
+from .results import ChatResult, Usage
+from .tokens import estimate_prompt_tokens, estimate_text_tokens
+from .wire.openai import build_chat_body, error_for_status, parse_chat_response
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+__all__ = ["BatchCounts", "BatchJob", "RetryMode", "submit_batch"]
+
+log = logging.getLogger("gptgate")
+
+RetryMode = Literal["live", "batch"] | None
+T = TypeVar("T")
+
+#: chat() arguments that steer the live path: kept for a live retry, never in a batch body
+_LIVE_ONLY = frozenset(
+    {"scenario", "priority", "timeout", "max_attempts", "cache_key", "hedge", "accept",
+     "private", "tier", "backend"}
+)
+#: what a request without ``max_tokens`` reserves of the dollar budget (as a live call does)
+_DEFAULT_MAX_TOKENS = 1024
+#: tries of one batch-management request (upload, create, poll) over transient failures
+_API_TRIES = 5
+#: how often the polling interval grows, and its ceiling in multiples of the first
+_POLL_GROWTH, _POLL_CEILING = 1.5, 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """``job.counts``: items in the job, answered, and failed (so far, or in the end)."""
+
+    total: int
+    completed: int
+    failed: int
+
+
+@dataclass(slots=True)
+class _Request:
+    """One item, ready to send either way: its request body and its ``chat`` arguments."""
+
+    body: bytes
+    kwargs: dict[str, Any]
+    prompt_tokens: int
+    max_tokens: int | None
+
+
+def _prepare(
+    index: int, item: object, common: Mapping[str, Any], model: str
+) -> tuple[dict[str, Any], bytes, int, int | None]:
+    """An item's merged ``chat`` arguments, its request body, prompt size and answer cap;
+    a ``BadRequestError`` naming the item when it cannot be one."""
+    if not isinstance(item, Mapping):
+        raise BadRequestError(
+            f"item {index} must be a dict of chat arguments, not {type(item).__name__}"
+        )
+    kwargs = {**common, **item}
+    messages = kwargs.get("messages")
+    if not isinstance(messages, list | tuple) or not messages or not all(
+        isinstance(m, Mapping) for m in messages
+    ):
+        raise BadRequestError(f"item {index} needs 'messages': a non-empty list of dicts")
+    if kwargs.get("stream"):
+        raise BadRequestError(f"item {index}: a Batch API request is never streamed")
+    params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
+    try:
+        body = build_chat_body(model, messages, params, stream=False)
+    except BadRequestError as error:
+        raise BadRequestError(f"item {index}: {error.message}") from None
+    cap = params.get("max_completion_tokens", params.get("max_tokens"))
+    max_tokens = cap if isinstance(cap, int) and not isinstance(cap, bool) else None
+    return kwargs, body, estimate_prompt_tokens(messages), max_tokens
+
+
+def _custom_id(index: int, round_: int) -> str:
+    return str(index) if round_ == 0 else f"{index}-r{round_}"
+
+
+def _index_of(custom_id: str) -> int | None:
+    head = custom_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _split(
+    lines: Mapping[int, bytes], indices: list[int], limits: BatchLimits, prefix: str, round_: int
+) -> list[PartRecord]:
+    """Parts of at most ``limits`` requests and bytes each, in input order."""
+    parts: list[PartRecord] = []
+    current: list[int] = []
+    size = 0
+    for index in indices:
+        length = len(lines[index]) + 1
+        if current and (len(current) >= limits.max_requests or size + length > limits.max_bytes):
+            parts.append(_part(prefix, round_, len(parts), current))
+            current, size = [], 0
+        if length > limits.max_bytes:
+            raise BadRequestError(
+                f"item {index} is {length} bytes: more than a batch file may hold "
+                f"({limits.max_bytes})"
+            )
+        current.append(index)
+        size += length
+    if current:
+        parts.append(_part(prefix, round_, len(parts), current))
+    return parts
+
+
+def _part(prefix: str, round_: int, number: int, indices: list[int]) -> PartRecord:
+    return PartRecord(name=f"{prefix}-r{round_}-p{number}", ranges=ranges_of(indices), round=round_)
+
+
+async def submit_batch(
+    gate: Gateway,
+    items: Iterable[Mapping[str, Any]],
+    *,
+    backend: str | None,
+    job_dir: str | os.PathLike[str],
+    retry: RetryMode,
+    scenario: Any,
+    poll_s: float,
+    limits: BatchLimits | None,
+    common: Mapping[str, Any],
+    spending: BudgetGate | None,
+) -> BatchJob:
+    """Submit (or resume) the job recorded in ``job_dir``: what ``Gateway.batch`` does."""
+    if retry not in (None, "live", "batch"):
+        raise BadRequestError(f"retry must be 'live', 'batch' or None, not {retry!r}")
+    if isinstance(poll_s, bool) or not isinstance(poll_s, int | float) or not poll_s > 0:
+        raise BadRequestError(f"poll_s must be a positive number of seconds, not {poll_s!r}")
+    if not isinstance(job_dir, str | os.PathLike):
+        raise BadRequestError(f"job_dir must be a path, not {type(job_dir).__name__}")
+    config = _backend(gate, backend)
+    state = gate.backend_state(config.name)  # raises while the gateway is not open
+    try:
+        source = list(items)
+    except TypeError:
+        raise BadRequestError("items must be an iterable of dicts of chat arguments") from None
+    if not source:
+        raise BadRequestError("a batch job needs at least one item")
+    api: BatchAPI = OpenAIBatches(state.pool.client, config.name, limits or OPENAI_LIMITS)
+    requests: list[_Request] = []
+    lines: list[bytes] = []
+    digest = hashlib.sha256(f"{config.name}\n{config.model}\n".encode())
+    for index, item in enumerate(source):
+        kwargs, body, prompt, cap = _prepare(index, item, common, config.model)
+        lines.append(api.request_line(_custom_id(index, 0), body))
+        digest.update(lines[-1] + b"\n")
+        requests.append(_Request(body, kwargs, prompt, cap))
+    key = digest.hexdigest()
+    job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
+                   scenario=scenario, poll_s=float(poll_s), spending=spending)
+    with job._store.locked():
+        await _take_up(job, key, lines)
+    if job.resumed:
+        log.info("batch job %s resumed from %s", job.id, job.job_dir)
+    return job
+
+
+async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
+    """Record the intent of a new job, or take up the one recorded; then send what is
+    unsent. Runs under ``job_dir``'s lock: what is read here is what is true."""
+    store, config, spending = job._store, job._backend, job._spending
+    record = store.load()
+    if record is not None and record.key != key:
+        raise BadRequestError(
+            f"job_dir {job.job_dir!r} holds another job ({record.items} items for backend "
+            f"{record.backend!r}): these items differ; use a new job_dir"
+        )
+    job.resumed = record is not None
+    estimate = job.estimate(range(len(lines)))
+    priced = spending is not None and config.price is not None
+    if record is None:
+        if priced:
+            assert spending is not None
+            job.holds.append(await spending.admit(estimate, priority=0))
+        prefix = f"gptgate-{key[:16]}"
+        indices = list(range(len(lines)))
+        parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
+        record = JobRecord(key=key, backend=config.name, items=len(lines), retry=job._retry,
+                           parts=parts)
+        store.save(record)  # the intent, before anything is sent
+    elif priced and not record.settled:
+        assert spending is not None
+        job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
+    job.record = record
+    try:
+        for part in record.parts:
+            await job.submit_part(part)
+    except BaseException:
+        job.release_holds()
+        raise
+
+
+def _backend(gate: Gateway, name: str | None) -> Backend:
+    backends = gate.config.backends
+    if name is None:
+        if len(backends) != 1:
+            raise BadRequestError(
+                "gate.batch needs backend=NAME with more than one backend configured"
+            )
+        return backends[0]
+    if not isinstance(name, str):
+        raise BadRequestError(f"backend must be a backend's name, not {type(name).__name__}")
+    return gate._configured(name)
+
+
+class BatchJob:
+    """One offline job at a provider's Batch API: ``id``, ``status``, ``counts``,
+    ``await wait()``, ``await cancel()`` (from ``await gate.batch(...)``)."""
+
+    def __init__(
+        self,
+        gate: Gateway,
+        api: BatchAPI,
+        store: JobStore,
+        backend: Backend,
+        requests: list[_Request],
+        *,
+        retry: RetryMode,
+        scenario: Any,
+        poll_s: float,
+        spending: BudgetGate | None,
+    ) -> None:
+        self._gate = gate
+        self._api = api
+        self._store = store
+        self._backend = backend
+        self._requests = requests
+        self._retry = retry
+        self._scenario = scenario
+        self._poll_s = poll_s
+        self._spending = spending
+        #: this process found the job recorded in ``job_dir`` and took it up
+        self.resumed = False
+        self.record: JobRecord | None = None
+        self.holds: list[BudgetHold | None] = []
+        #: per part name: its results, downloaded once
+        self._downloaded: dict[str, list[ItemResult]] = {}
+        self._results: list[ChatResult | GateError] | None = None
+        self._submitted_at = gate.clock.now()
+        #: per part name: the provider's batch as last polled
+        self._remote: dict[str, RemoteBatch] = {}
+        #: items whose failure was sent again live (``gate.chat`` booked them itself)
+        self._live: set[int] = set()
+
+    def __repr__(self) -> str:
+        return f"BatchJob(id={self.id!r}, status={self.status!r}, counts={self.counts!r})"
+
+    # -- what a caller reads --------------------------------------------------------------
+
+    @property
+    def _job(self) -> JobRecord:
+        assert self.record is not None
+        return self.record
+
+    @property
+    def id(self) -> str:
+        """The job's own id: the same in every process that resumes it."""
+        return f"gptgate-{self._job.key[:16]}"
+
+    @property
+    def job_dir(self) -> str:
+        return os.fspath(self._store.dir)
+
+    @property
+    def batch_ids(self) -> list[str]:
+        """The provider's batch ids, one per part (and retry round)."""
+        return [p.batch_id for p in self._job.parts if p.batch_id is not None]
+
+    @property
+    def status(self) -> str:
+        """``submitting``, the provider's ``validating`` / ``in_progress`` / ``finalizing``,
+        ``cancelling``; once every part ended: ``completed``, ``cancelled``, ``expired`` or
+        ``failed`` (the worst of the parts)."""
+        parts = self._job.parts
+        running = [p.status or ("validating" if p.batch_id else "submitting")
+                   for p in parts if p.status not in TERMINAL]
+        if running:
+            return "cancelling" if self._job.cancelled else running[0]
+        for worst in ("cancelled", "expired", "failed"):
+            if any(p.status == worst for p in parts):
+                return worst
+        return "completed"
+
+    @property
+    def counts(self) -> BatchCounts:
+        """Total, answered and failed items: exact once ``wait()`` returned, else the
+        provider's last reported counts (an item sent again counts once)."""
+        total = self._job.items
+        if self._results is not None:
+            ok = sum(isinstance(r, ChatResult) for r in self._results)
+            return BatchCounts(total, ok, total - ok)
+        completed = failed = retried = 0
+        for part in self._job.parts:
+            remote = self._remote.get(part.name)
+            if remote is not None:
+                completed += remote.completed
+                failed += remote.failed
+            if part.round > 0:
+                retried += len(part.indices())
+        return BatchCounts(total, completed, max(0, failed - retried))
+
+    # -- submitting -----------------------------------------------------------------------
+
+    def _metadata(self, part: PartRecord) -> dict[str, str]:
+        return {"gptgate_job": self._job.key[:40], "gptgate_part": part.name}
+
+    def _save(self) -> None:
+        self._store.save(self._job)
+
+    async def submit_part(self, part: PartRecord) -> None:
+        """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
+        a crash before its record) found at the provider by the job's key."""
+        if part.batch_id is not None:
+            return
+        meta = self._metadata(part)
+        if self.resumed:
+            found = await self._call(self._api.find_batch, meta)
+            if found is not None:
+                part.batch_id = found
+                self._save()
+                return
+        if part.file_id is None:
+            filename = f"{part.name}.jsonl"
+            found = await self._call(self._api.find_file, filename) if self.resumed else None
+            if found is None:
+                data = b"\n".join(self._line(i, part.round) for i in part.indices()) + b"\n"
+                found = await self._once(
+                    lambda: self._api.upload(filename, data),
+                    lambda: self._api.find_file(filename),
+                )
+            part.file_id = found
+            self._save()
+        file_id = part.file_id
+        part.batch_id = await self._once(
+            lambda: self._api.create(file_id, meta), lambda: self._api.find_batch(meta)
+        )
+        self._save()
+
+    def _line(self, index: int, round_: int) -> bytes:
+        return self._api.request_line(_custom_id(index, round_), self._requests[index].body)
+
+    async def _call(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """An idempotent request (a lookup, a poll), tried again over transient failures."""
+        return await self._tries(call, args)
+
+    async def _once(
+        self, call: Callable[[], Awaitable[str]], find: Callable[[], Awaitable[str | None]]
+    ) -> str:
+        """A request that must happen once (an upload, a create): after a transient failure
+        it may have happened anyway, so look (``find``) before trying again."""
+        return await self._tries(call, (), find)
+
+    async def _tries(
+        self,
+        call: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        find: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        wait = 1.0
+        for attempt in range(_API_TRIES):
+            try:
+                return await call(*args)
+            except GateError as error:
+                if not error.retryable or attempt == _API_TRIES - 1:
+                    raise
+                await self._gate.clock.sleep(error.retry_after or wait)
+                wait *= 2
+                found = None if find is None else await self._call(find)
+                if found is not None:
+                    return found
+        raise AssertionError("unreachable")
+
+    # -- polling --------------------------------------------------------------------------
+
+    async def refresh(self) -> str:
+        """Poll every part still running once; returns the job's status."""
+        for part in self._job.parts:
+            if part.batch_id is None or part.status in TERMINAL:
+                continue
+            remote = await self._call(self._api.retrieve, part.batch_id)
+            self._remote[part.name] = remote
+            if remote.status != part.status:
+                part.status = remote.status
+                part.output_file_id = remote.output_file_id
+                part.error_file_id = remote.error_file_id
+                part.errors = remote.errors
+                self._save()
+        return self.status
+
+    async def _poll(self) -> str:
+        """``refresh``, riding out a provider outage: a job runs for hours, and a poll that
+        fails now (after ``_call``'s tries) is simply made again at the next interval."""
+        try:
+            return await self.refresh()
+        except GateError as error:
+            if not error.retryable:
+                raise
+            log.warning("batch job %s: polling failed (%s); polling on", self.id, error)
+            return self.status
+
+    async def cancel(self) -> None:
+        """Cancel every part still running: what the provider finished is still returned by
+        ``wait()``; the rest ends in ``BatchCancelledError``. Nothing is sent again."""
+        self._job.cancelled = True
+        self._save()
+        for part in self._job.parts:
+            if part.batch_id is not None and part.status not in TERMINAL:
+                await self._call(self._api.cancel, part.batch_id)
+                part.status = "cancelling"
+        self._save()
+
+    async def wait(self) -> list[ChatResult | GateError]:
+        """Poll (with back-off) until every part ended, collect, retry what the ``retry``
+        mode says, book the cost; the results in input order."""
+        if self._results is not None:
+            return list(self._results)
+        interval = self._poll_s
+        while True:
+            if await self._poll() in TERMINAL and all(
+                p.status in TERMINAL for p in self._job.parts
+            ):
+                outcomes = await self._collect()
+                with self._store.locked():  # sends again: one process at a time
+                    more = await self._retry_round(outcomes)
+                if not more:
+                    break
+                continue
+            await self._gate.clock.sleep(interval)
+            interval = min(interval * _POLL_GROWTH, self._poll_s * _POLL_CEILING)
+        results = await self._settle(outcomes)
+        self._results = results
+        return list(results)
+
+    # -- collecting -----------------------------------------------------------------------
+
+    async def _collect(self) -> dict[int, ChatResult | GateError]:
+        """Every item's outcome from every part (a later round's replaces an earlier one)."""
+        outcomes: dict[int, ChatResult | GateError] = {}
+        for part in sorted(self._job.parts, key=lambda p: p.round):
+            if part.name not in self._downloaded:
+                self._downloaded[part.name] = await self._download(part)
+            mine = set(part.indices())
+            seen: set[int] = set()
+            for line in self._downloaded[part.name]:
+                index = _index_of(line.custom_id)
+                if index is None or index not in mine or index in seen:
+                    continue
+                seen.add(index)
+                outcomes[index] = self._outcome(index, line)
+            for index in mine - seen:
+                outcomes[index] = self._missing(part)
+        return outcomes
+
+    async def _download(self, part: PartRecord) -> list[ItemResult]:
+        remote = RemoteBatch(
+            id=part.batch_id or "", status=part.status or "", total=0, completed=0, failed=0,
+            output_file_id=part.output_file_id, error_file_id=part.error_file_id,
+        )
+        return list(await self._call(self._api.results, remote))
+
+    def _outcome(self, index: int, line: ItemResult) -> ChatResult | GateError:
+        name = self._backend.name
+        if line.status is None:
+            return _item_error(line, name)
+        body = json.dumps(line.body).encode()
+        if line.status >= 300:
+            return error_for_status(line.status, None, body, backend=name)
+        try:
+            parsed = parse_chat_response(body, backend=name, status=line.status)
+        except GateError as error:
+            return error
+        request = self._requests[index]
+        usage = parsed.usage or Usage(
+            input_tokens=request.prompt_tokens,
+            output_tokens=estimate_text_tokens(parsed.text),
+            estimated=True,
+        )
+        price = self._backend.price
+        cost = price.cost(usage) * self._backend.batch_discount if price is not None else 0.0
+        return ChatResult(
+            text=parsed.text,
+            finish_reason=parsed.finish_reason,
+            backend=name,
+            hardware=self._backend.hardware,
+            model=parsed.model or self._backend.model,
+            streamed=False,
+            attempts=1,
+            usage=usage,
+            billed_usage=usage,
+            ttft_s=None,
+            latency_s=max(0.0, self._gate.clock.now() - self._submitted_at),
+            queue_s=0.0,
+            cost_usd=cost,
+            scenario="batch",
+            stream_decision="batch api",
+            response_id=parsed.response_id,
+            raw=parsed.raw,
+        )
+
+    def _missing(self, part: PartRecord) -> GateError:
+        """An item with no line in the result files: what its batch's end says."""
+        name = self._backend.name
+        if part.status == "expired":
+            return RequestTimeout(
+                "the batch expired (its 24 h window) before this item ran", backend=name
+            )
+        if part.status in ("cancelled", "cancelling"):
+            return BatchCancelledError("the batch was cancelled before this item ran",
+                                       backend=name)
+        if part.status == "failed":
+            return BadRequestError(f"the provider refused the batch: {part.errors or 'failed'}",
+                                   backend=name)
+        return BackendError("the batch ended without a result for this item", backend=name)
+
+    # -- failed items ---------------------------------------------------------------------
+
+    def _retryable(self, outcomes: Mapping[int, ChatResult | GateError], round_: int) -> list[int]:
+        """Failed items of the latest round that trying again can help, under the retry
+        budget (every batch item counts as a request that funds it)."""
+        budget = self._gate.retry_budget
+        now = self._gate.clock.now()
+        if budget is not None:
+            for _ in range(len(outcomes) if round_ == 0 else 0):
+                budget.record_request(now)
+        chosen: list[int] = []
+        for index in sorted(outcomes):
+            outcome = outcomes[index]
+            if isinstance(outcome, GateError) and outcome.retryable:
+                if budget is not None and not budget.try_spend(now):
+                    continue
+                chosen.append(index)
+        return chosen
+
+    async def _retry_round(self, outcomes: dict[int, ChatResult | GateError]) -> bool:
+        """Send failed items again as the ``retry`` mode says; True when a new batch round
+        was started (poll on), False when the outcomes are final."""
+        job = self._job
+        if self._retry is None or job.cancelled:
+            return False
+        latest = max(p.round for p in job.parts)
+        if self._retry == "batch":
+            if latest >= 1:
+                return False
+            indices = self._retryable(outcomes, 0)
+            if not indices:
+                return False
+            await self._admit(indices)
+            lines = {i: self._line(i, 1) for i in indices}
+            parts = _split(lines, indices, self._api.limits, f"gptgate-{job.key[:16]}", 1)
+            job.parts.extend(parts)
+            self._save()  # the retry round's intent
+            for part in parts:
+                await self.submit_part(part)
+            return True
+        kept = self._store.load_live()  # sent live by an earlier process: not again
+        for index, result in kept.items():
+            outcomes[index] = result
+        indices = [i for i in self._retryable(outcomes, 0) if i not in kept]
+        if indices:
+
+            def keep(position: int, outcome: ChatResult | GateError) -> None:
+                if isinstance(outcome, ChatResult):
+                    self._store.append_live(indices[position], outcome)
+
+            live = await self._gate.map(
+                [self._requests[i].kwargs for i in indices], scenario=self._scenario,
+                on_result=keep,
+            )
+            for index, outcome in zip(indices, live, strict=True):
+                outcomes[index] = outcome
+        self._live = set(indices) | set(kept)
+        return False
+
+    async def _admit(self, indices: list[int]) -> None:
+        if self._spending is not None and self._backend.price is not None:
+            self.holds.append(await self._spending.admit(self.estimate(indices), priority=0))
+
+    # -- money ----------------------------------------------------------------------------
+
+    def estimate(self, indices: Iterable[int]) -> float:
+        """The most these items can cost at the batch price (whole prompt, whole answer)."""
+        price = self._backend.price
+        if price is None:
+            return 0.0
+        tokens_in = tokens_out = 0
+        for index in indices:
+            request = self._requests[index]
+            tokens_in += request.prompt_tokens
+            tokens_out += request.max_tokens or _DEFAULT_MAX_TOKENS
+        usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+        return price.cost(usage) * self._backend.batch_discount
+
+    def release_holds(self) -> None:
+        if self._spending is not None:
+            for hold in self.holds:
+                if hold is not None:
+                    self._spending.release(hold)
+        self.holds.clear()
+
+    async def _settle(
+        self, outcomes: dict[int, ChatResult | GateError]
+    ) -> list[ChatResult | GateError]:
+        """Book every batch answer in the ledger (live retries booked themselves), release
+        the budget's holds; the results in input order."""
+        ledger = self._gate.ledger
+        name = self._backend.name
+        live, book = self._live, not self._job.settled
+        results: list[ChatResult | GateError] = []
+        for index in range(len(self._requests)):
+            outcome = outcomes.get(index) or BackendError(
+                "the batch ended without a result for this item", backend=name
+            )
+            if book and index not in live:
+                if isinstance(outcome, ChatResult):
+                    ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
+                ledger.record_call(name, isinstance(outcome, ChatResult))
+            results.append(outcome)
+        self.release_holds()
+        if book:
+            self._job.settled = True
+            self._save()
+        return results
+
+
+def _item_error(line: ItemResult, backend: str) -> GateError:
+    """A result-file error with no answer: expiry, cancellation, or the provider's reason."""
+    code, message = line.error_code or "unknown", line.error_message or ""
+    if code == "batch_expired":
+        return RequestTimeout(
+            "the batch expired (its 24 h window) before this item ran", backend=backend
+        )
+    if code == "batch_cancelled":
+        return BatchCancelledError("the batch was cancelled before this item ran",
+                                   backend=backend)
+    return BackendError(f"batch item failed: [{code}] {message}".rstrip(), backend=backend)
