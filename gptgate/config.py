@@ -84,6 +84,9 @@ class Backend(BaseModel):
     )
 
     name: str
+    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
+    provider: str = Field(default="openai", min_length=1)
     #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str
     model: str = Field(min_length=1)
@@ -126,9 +129,6 @@ class Backend(BaseModel):
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None
-    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
-    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
-    provider: str = Field(default="openai", min_length=1)
     #: Azure OpenAI: the deployment (``/openai/deployments/{deployment}/...``); None: the
     #: ``/openai/v1/`` API, which takes ``model``
     deployment: str | None = Field(default=None, min_length=1)
