@@ -172,3 +172,12 @@ def test_the_config_file_takes_the_same_names(tmp_path: Any, monkeypatch: Any) -
     path.write_text('[[backends]]\nname = "x"\nprovider = "gemni"\nmodel = "m"\n')
     with pytest.raises(gg.ConfigFileError, match=r"backends\.0\.provider: .*unknown provider"):
         gg.load_config(path)
+
+
+def test_every_provider_has_its_section_in_the_docs() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "providers.md").read_text()
+    for name in gg.PROVIDERS:
+        assert f"`provider=\"{name}\"`" in page or f"provider=\"{name}\"" in page, name
+        assert f"| `{name}` |" in page, name  # the table's row
