@@ -19,7 +19,7 @@ from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
 from .mockbackend import Script, gateway
-from .test_provider_azure import TOOL_CALL, TOOLS, Recorder
+from .test_provider_azure import TOOL_CALL, TOOLS, Recorder, assert_billed_as_the_server_bills
 
 PRESETS = ["openai", "gemini", "groq", "openrouter", "together", "mistral",
            "vllm", "sglang", "llamacpp", "ollama", "lmstudio"]
@@ -65,16 +65,7 @@ async def _chats_and_streams(provider: str) -> tuple[gg.Gateway, SimEngine, int]
 def test_chats_and_streams_are_billed_as_the_server_bills_them(provider: str) -> None:
     gate, engine, answered = run_virtual(_chats_and_streams, provider)
     assert answered == 12
-    server, ours = engine.ledger.snapshot(), gate.ledger.total()
-    assert server.ok == 12 and server.cached_input_tokens > 0
-    assert (ours.input_tokens, ours.cached_input_tokens, ours.output_tokens) == (
-        server.input_tokens, server.cached_input_tokens, server.output_tokens
-    )
-    billed = PRICE.cost(gg.Usage(
-        input_tokens=server.input_tokens, cached_input_tokens=server.cached_input_tokens,
-        output_tokens=server.output_tokens,
-    ))
-    assert ours.cost_usd == pytest.approx(billed, rel=0.005)
+    assert_billed_as_the_server_bills(gate, engine, PRICE, calls=12)
 
 
 class _HeadersOf(Recorder):

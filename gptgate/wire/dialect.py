@@ -206,6 +206,13 @@ def dialect_for(backend: Backend) -> Dialect:
 
     preset = PROVIDERS[backend.provider]
     module_name, _, class_name = DIALECTS[preset.dialect].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:  # the dialect is there; something it needs is not
+            raise
+        raise NotImplementedError(
+            f"provider {preset.name!r}: its {preset.dialect!r} dialect is not in this gptgate"
+        ) from None
     dialect: Dialect = cls(backend, preset)
     return dialect
