@@ -530,3 +530,24 @@ def test_the_simulated_window_takes_its_share_of_the_minute() -> None:
 
     statuses = run_virtual(main)
     assert sorted(statuses) == [200] * 10 + [429] * 2
+
+
+def test_the_pacer_spaces_the_calls_a_short_window_429_held() -> None:
+    from gptgate.limits.pacing import MAX_SPACING_S, RateLimitPacer
+
+    pacer = RateLimitPacer()
+    assert pacer.reserve(0.0, 100) == 0.0  # nothing known, nothing paused
+    pacer.pause_until(1.0, 0.1)  # a 429: pause until t=1, then one call per 0.1 s
+    delays = [pacer.reserve(0.0, 100) for _ in range(4)]
+    assert delays == pytest.approx([1.0, 1.1, 1.2, 1.3])  # one a slot, not all at 1.0
+    pauses = pacer.pauses
+    pacer.pause_until(2.0, 0.1)  # another 429 while they waited
+    assert pacer.pauses == pauses + 1
+    # the waiting calls take new places: the first when the new pause ends, then a slot each
+    assert [pacer.requeue(1.5) for _ in range(2)] == pytest.approx([0.5, 0.6])
+    for _ in range(200):
+        pacer.relax()  # successes narrow the gap to nothing
+    assert pacer.reserve(10.0, 100) == 0.0
+    pacer.pause_until(11.0, 55.0)  # a token budget's minute: the gap is capped
+    pacer.reserve(10.0, 100)
+    assert pacer.reserve(10.0, 100) == pytest.approx(1.0 + MAX_SPACING_S)
