@@ -355,9 +355,19 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_budget(self) -> GatewayConfig:
-        if self.budget is not None and all(b.price is None for b in self.backends):
+        if self.budget is None:
+            return self
+        from .prices import catalog_price  # it builds on this module
+
+        if all(
+            b.price is None and catalog_price(b.provider, b.model, b.base_url) is None
+            for b in self.backends
+        ):
             # nothing would ever be counted: a budget that cannot hold is a silent bill
-            raise ValueError("budget needs a backend with a price (Backend(price=gg.Price(...)))")
+            raise ValueError(
+                "budget needs a backend with a price (Backend(price=gg.Price(...)), or a "
+                "provider and model the genai-prices table knows)"
+            )
         return self
 
     @model_validator(mode="after")
