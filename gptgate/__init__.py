@@ -29,6 +29,7 @@ from .gateway import BackendStats, ChatStream, Gateway
 from .hedge import HedgePolicy
 from .planning import Band, Plan, plan
 from .profiling import ProfileError, profile
+from .providers import PROVIDERS, Provider
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "PROVIDERS",
     "Backend",
     "BackendError",
     "BackendStats",
@@ -66,6 +68,7 @@ __all__ = [
     "Plan",
     "Price",
     "ProfileError",
+    "Provider",
     "RampPolicy",
     "RateLimitedError",
     "RequestTimeout",

@@ -58,16 +58,7 @@ from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
-from .wire import (
-    ChatStreamReader,
-    ParsedChat,
-    build_chat_body,
-    error_for_exception,
-    error_for_status,
-    parse_chat_response,
-    parse_rate_limits,
-    request_id,
-)
+from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 
 if TYPE_CHECKING:
     from .shared.pacing import PaceSeq, PendingTake
@@ -316,7 +307,7 @@ class _Attempt:
         # a prefix's warm-up streams on the wire: its group is released at the first token
         # (the prefix is cached once prefilled) instead of after the whole answer
         streamed = self.streamed = spec.stream or bool(ticket is not None and ticket.warmer)
-        body = build_chat_body(
+        body = backend.pool.dialect.build_body(
             config.model,
             spec.messages,
             spec.params,
@@ -408,12 +399,13 @@ class _Attempt:
             deadline=self.cut_by_deadline and self.attempt_timeout <= own_first_byte,
         )
         runner._observe_limits(backend, response, self.pace_seq)
+        dialect = backend.pool.dialect
         if response.status_code >= 400:
             await response.aread()
-            raise error_for_status(
+            raise dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
             )
-        self.reader = ChatStreamReader(
+        self.reader = dialect.stream_reader(
             runner._timed_chunks(
                 response, self.sent_at + self.attempt_timeout, config.idle_timeout,
                 backend.name, caller_deadline=self.cut_by_deadline,
@@ -449,7 +441,7 @@ class _Attempt:
         self.response = response
         runner._observe_limits(backend, response, self.pace_seq)
         if response.status_code >= 400:
-            raise error_for_status(
+            raise backend.pool.dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
             )
         parsed = runner._parse_body(backend, response, response.content, spec.route.output_tokens)
@@ -634,14 +626,13 @@ class CallRunner:
         self._hedge_progress: dict[str, Progress] = {}
 
     def _chat_url(self, backend: BackendState) -> httpx2.URL:
-        """``{base_url}chat/completions``, joined as httpx2 joins a relative URL to the base
-        (the base's path, ending in ``/``, then the path) — once per client: the join parses
-        the URL again and was a tenth of a call's own CPU."""
+        """The dialect's chat URL under the client's base (``{base_url}chat/completions`` for
+        OpenAI) — once per client: the join parses the URL again and was a tenth of a call's
+        own CPU."""
         client = backend.pool.client
         cached = self._chat_urls.get(backend.name)
         if cached is None or cached[0] is not client:
-            base = client.base_url
-            url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+            url = backend.pool.dialect.chat_url(client.base_url)
             cached = self._chat_urls[backend.name] = (client, url)
         return cached[1]
 
@@ -1051,7 +1042,7 @@ class CallRunner:
     def _observe_limits(
         self, backend: BackendState, response: httpx2.Response, seq: PaceSeq | None = None
     ) -> None:
-        info = parse_rate_limits(response.headers)
+        info = backend.pool.dialect.rate_limits(response.headers)
         if info is not None:
             if backend.fleet_pacer is not None:  # shared=: corrects the fleet's budget too
                 backend.fleet_pacer.observe(self.clock.now(), info, seq)
@@ -1176,7 +1167,7 @@ class CallRunner:
         """Parse a 2xx body; one that is not a chat completion was still generated, and is
         counted as billed (an in-band ``{"error": ...}`` is not: the server refused)."""
         try:
-            return parse_chat_response(
+            return backend.pool.dialect.parse_response(
                 content, backend=backend.name, status=response.status_code,
                 headers=response.headers,
             )

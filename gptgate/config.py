@@ -20,6 +20,7 @@ from pydantic import (
     SecretStr,
     StrictFloat,
     StrictInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -83,11 +84,13 @@ class Backend(BaseModel):
     )
 
     name: str
+    #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str
     model: str = Field(min_length=1)
     hardware: Hardware = "gpu"
     api_key: SecretStr | None = Field(default=None, repr=False)
-    #: where ``api_key=None`` looks; a missing variable sends no Authorization header
+    #: where ``api_key=None`` looks (default: the provider's, ``OPENAI_API_KEY`` for
+    #: ``"openai"``); a missing variable sends no key
     api_key_env: str = Field(default="OPENAI_API_KEY", min_length=1)
     #: "auto" → adaptive limit between min and max; an int → that fixed limit
     #: (ints are strict here and below: ``"8"`` or ``True`` is refused, not read as 8 or 1)
@@ -123,7 +126,17 @@ class Backend(BaseModel):
     private: bool = False
     tier: Tier = "large"
     price: Price | None = None
+    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
     provider: str = Field(default="openai", min_length=1)
+    #: Azure OpenAI: the deployment (``/openai/deployments/{deployment}/...``); None: the
+    #: ``/openai/v1/`` API, which takes ``model``
+    deployment: str | None = Field(default=None, min_length=1)
+    #: Azure OpenAI: the ``api-version`` of the deployments API
+    api_version: str | None = Field(default=None, min_length=1)
+    #: Azure OpenAI: a sync or async callable returning an Entra ID bearer token (a str, or
+    #: an object with ``token`` and ``expires_on``), asked again when the token expires
+    azure_ad_token_provider: Any = Field(default=None, repr=False, exclude=True)
     #: the model's context window in tokens (prompt + answer), when known: a call that cannot
     #: fit any eligible backend's window is refused before it is sent (RequestTooLargeError)
     context_tokens: StrictInt | None = Field(default=None, ge=1)
@@ -136,6 +149,39 @@ class Backend(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     #: an ``httpx2.AsyncBaseTransport`` to use instead of the network (the simulator, a mock)
     transport: Any = Field(default=None, repr=False, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_defaults(cls, data: Any) -> Any:
+        """The preset's ``base_url`` and key variable where the caller gave none (an
+        explicit value always wins; an unknown provider is left for its field's check)."""
+        if isinstance(data, dict):
+            from .providers import provider_defaults
+
+            data = provider_defaults(data)
+        return data
+
+    @field_validator("provider")
+    @classmethod
+    def _check_provider(cls, value: str) -> str:
+        from .providers import PROVIDERS
+
+        if value not in PROVIDERS:
+            raise ValueError(f"unknown provider {value!r}; known: {', '.join(PROVIDERS)}")
+        return value
+
+    @field_validator("deployment", "api_version", "azure_ad_token_provider")
+    @classmethod
+    def _azure_only(cls, value: Any, info: ValidationInfo) -> Any:
+        provider = info.data.get("provider")  # absent: its own check failed, said there
+        if value is not None and provider is not None and provider != "azure":
+            raise ValueError(f"{info.field_name} is for provider='azure' only")
+        if info.field_name == "azure_ad_token_provider" and value is not None:
+            if not callable(value):
+                raise ValueError("azure_ad_token_provider must be a callable returning a token")
+        elif isinstance(value, str) and not re.fullmatch(r"[\w.:-]+", value):
+            raise ValueError(f"{info.field_name} must be letters, digits, '_', '.', ':', '-'")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -25,6 +25,7 @@ import httpx2
 from .clock import Clock
 from .config import Backend
 from .scrub import remember_headers, remember_secret
+from .wire.dialect import Dialect, dialect_for
 
 __all__ = ["BackendPool", "PoolStatistics"]
 
@@ -203,14 +204,16 @@ class BackendPool:
         key = backend.resolve_api_key()  # once, at open; held only by the client's headers
         remember_secret(key)  # masked in every error from now on, whatever its shape
         remember_headers(backend.headers)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
+        #: the backend's wire (gptgate/wire/dialect.py): its URL, auth, body and answers
+        self.dialect: Dialect = dialect_for(backend)
+        headers.update(self.dialect.auth_headers(key))
         self.client = httpx2.AsyncClient(
             base_url=backend.base_url,
             transport=self._transport,
             timeout=timeout,
             headers=headers,
             limits=limits,
+            auth=self.dialect.auth(),
         )
         if backend.pseudo_concurrency:
             log.warning(

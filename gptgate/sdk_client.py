@@ -48,7 +48,6 @@ from .routing import BackendState
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
-from .wire import error_for_status
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -217,7 +216,9 @@ class _Attempt:
 
     def status_failed(self, status: int, headers: Mapping[str, str]) -> None:
         """An HTTP error response: the server refused (nothing billed)."""
-        error = error_for_status(status, headers, b"", backend=self.state.name)
+        error = self.state.pool.dialect.error_for_status(
+            status, headers, b"", backend=self.state.name
+        )
         self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())

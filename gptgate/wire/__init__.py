@@ -3,6 +3,7 @@
 No I/O lives here; the gateway hands in bytes and headers and gets typed values or errors.
 """
 
+from gptgate.wire.dialect import DIALECTS, Dialect, OpenAIDialect, dialect_for
 from gptgate.wire.openai import (
     ChatStreamReader,
     ParsedChat,
@@ -25,13 +26,17 @@ from gptgate.wire.ratelimits import (
 from gptgate.wire.sse import SSEDecoder, SSEEvent
 
 __all__ = [
+    "DIALECTS",
     "ChatStreamReader",
+    "Dialect",
+    "OpenAIDialect",
     "ParsedChat",
     "RateLimitInfo",
     "SSEDecoder",
     "SSEEvent",
     "StreamAccumulator",
     "build_chat_body",
+    "dialect_for",
     "error_for_exception",
     "error_for_status",
     "parse_chat_response",

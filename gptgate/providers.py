@@ -1,0 +1,135 @@
+"""``gg.PROVIDERS``: what each ``Backend(provider=...)`` name changes.
+
+A provider is a preset, not a plugin: the wire dialect that speaks to it, where a hosted one
+lives, which environment variable holds its key, the parameters it refuses (a 400) or drops
+without a word, and which family of rate-limit headers it sends. ``Backend`` reads the
+defaults from here at construction; the dialect (``gptgate/wire/dialect.py``) reads the
+parameter rules before every send. Everything not listed is today's OpenAI-compatible path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults"]
+
+#: the ``api-version`` of Azure's deployments API when none is given (the GA version the
+#: openai SDK's docs use; ``OPENAI_API_VERSION`` overrides it, as it does the SDK's)
+AZURE_API_VERSION = "2024-10-21"
+
+#: which headers a provider paces its clients with (``gptgate/wire/ratelimits.py``):
+#: ``"openai"`` ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; ``"azure"`` the
+#: same, plus ``retry-after-ms``, values of -1 and 1 s / 10 s RPM windows; ``"anthropic"``
+#: ``anthropic-ratelimit-*`` with RFC 3339 resets; None: nothing (self-hosted servers)
+RateLimitFamily = Literal["openai", "azure", "anthropic"] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One provider's preset (read-only; listed in ``gg.PROVIDERS``)."""
+
+    name: str
+    #: the wire dialect: ``"openai"`` (any OpenAI-compatible server), ``"azure"``,
+    #: ``"anthropic"`` (native Messages API)
+    dialect: str
+    #: the default ``base_url``; None: it must be given (an Azure resource is the user's own)
+    base_url: str | None
+    #: where ``api_key=None`` looks for the key
+    api_key_env: str
+    rate_limits: RateLimitFamily = None
+    #: parameters the provider answers with a 400: refused before sending instead
+    rejects: frozenset[str] = field(default_factory=frozenset)
+    #: parameters the provider accepts and silently ignores: refused too (the caller thinks
+    #: they took effect); ``extra_body=`` still sends them on purpose
+    ignores: frozenset[str] = field(default_factory=frozenset)
+    #: the most inputs one embeddings request takes, when known
+    max_embedding_inputs: int | None = None
+    #: a hosted service (billed per token) rather than a server of one's own
+    hosted: bool = True
+
+    def unsupported(self, param: str) -> str | None:
+        """Why ``param`` may not be sent to this provider, or None when it may."""
+        if param in self.rejects:
+            return "rejects"
+        if param in self.ignores:
+            return "silently ignores"
+        return None
+
+
+def _local(name: str, port: int, env: str, ignores: frozenset[str] = frozenset()) -> Provider:
+    return Provider(
+        name, "openai", f"http://localhost:{port}/v1", env, ignores=ignores, hosted=False
+    )
+
+
+_OPENAI_EXTRAS = frozenset({"store", "metadata", "service_tier"})
+
+PROVIDERS: Mapping[str, Provider] = MappingProxyType({
+    p.name: p
+    for p in (
+        Provider(
+            "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai",
+            max_embedding_inputs=2048,
+        ),
+        Provider(
+            "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048
+        ),
+        Provider(
+            "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
+            "anthropic",
+        ),
+        Provider("deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
+        Provider(
+            "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",
+            "GEMINI_API_KEY",
+            rejects=_OPENAI_EXTRAS | {"frequency_penalty", "presence_penalty", "logit_bias"},
+            max_embedding_inputs=100,
+        ),
+        Provider(
+            "groq", "openai", "https://api.groq.com/openai/v1", "GROQ_API_KEY", "openai",
+            rejects=frozenset({"logprobs", "top_logprobs", "logit_bias"}),
+        ),
+        Provider("openrouter", "openai", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+        Provider("together", "openai", "https://api.together.xyz/v1", "TOGETHER_API_KEY", "openai"),
+        Provider(
+            "mistral", "openai", "https://api.mistral.ai/v1", "MISTRAL_API_KEY",
+            rejects=_OPENAI_EXTRAS | {"logit_bias", "logprobs", "top_logprobs"},
+        ),
+        _local("vllm", 8000, "VLLM_API_KEY"),
+        _local("sglang", 30000, "SGLANG_API_KEY"),
+        _local("llamacpp", 8080, "LLAMA_API_KEY"),
+        # its OpenAI endpoint drops Ollama's own options: a num_ctx there does nothing, and
+        # the prompt is cut to the default context without a word
+        _local("ollama", 11434, "OLLAMA_API_KEY", ignores=frozenset({"num_ctx", "options"})),
+        _local("lmstudio", 1234, "LMSTUDIO_API_KEY"),
+    )
+})
+
+
+def provider_defaults(data: dict[str, object]) -> dict[str, object]:
+    """A ``Backend``'s fields with its provider's defaults filled in where absent: the
+    ``base_url`` (Azure's from ``AZURE_OPENAI_ENDPOINT``, as the openai SDK reads it), the
+    key's variable, and for an Azure deployment its ``model`` and ``api_version``."""
+    provider = data.get("provider", "openai")
+    preset = PROVIDERS.get(provider) if isinstance(provider, str) else None
+    if preset is None:
+        return data
+    data = dict(data)
+    if data.get("base_url") is None:
+        url = os.environ.get("AZURE_OPENAI_ENDPOINT") if preset.name == "azure" else None
+        url = url or preset.base_url
+        if url is not None:
+            data["base_url"] = url
+        else:
+            data.pop("base_url", None)  # "Field required", named
+    data.setdefault("api_key_env", preset.api_key_env)
+    deployment = data.get("deployment")
+    if preset.name == "azure" and deployment is not None:
+        data.setdefault("model", deployment)
+        if data.get("api_version") is None:
+            data["api_version"] = os.environ.get("OPENAI_API_VERSION") or AZURE_API_VERSION
+    return data

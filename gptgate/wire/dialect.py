@@ -1,0 +1,202 @@
+"""The dialect seam: everything that differs between providers' wires, behind one protocol.
+
+The call path (``gptgate/calls.py``, ``pool.py``, ``sdk_client.py``) never names a wire
+format: it asks its backend's dialect for the URL, the auth headers, the body, the parsed
+answer, the stream reader, the error and the rate-limit budget — the way httpx puts every
+network behind a transport. :class:`OpenAIDialect` is the default (any OpenAI-compatible
+server; the functions of ``wire/openai.py`` bound as they are, so the default path costs no
+more than before); a provider's preset (``gptgate/providers.py``) picks the dialect and its
+parameter rules. A new dialect is a module with a class of this shape and a line in
+:data:`DIALECTS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx2
+
+from gptgate.errors import BadRequestError, GateError
+from gptgate.results import Usage
+from gptgate.wire.openai import (
+    ChatStreamReader,
+    ParsedChat,
+    build_chat_body,
+    error_for_status,
+    parse_chat_response,
+    parse_usage,
+)
+from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
+
+if TYPE_CHECKING:
+    from gptgate.config import Backend
+    from gptgate.providers import Provider
+
+__all__ = ["DIALECTS", "Dialect", "OpenAIDialect", "dialect_for"]
+
+
+class Dialect(Protocol):
+    """What the call path asks of a backend's wire. Pure: no I/O but ``auth``'s token
+    provider (which the client runs as it sends)."""
+
+    #: the dialect's name (``"openai"``, ``"azure"``, ``"anthropic"``)
+    name: str
+    #: the provider's name, for messages (``"gemini"``)
+    provider: str
+
+    def chat_url(self, base: httpx2.URL) -> httpx2.URL:
+        """The absolute chat URL under the client's ``base_url`` (which ends in ``/``)."""
+        ...
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        """The headers that carry a static API key (none without a key)."""
+        ...
+
+    def auth(self) -> httpx2.Auth | None:
+        """Per-request auth (a token refreshed on expiry), or None: the headers suffice."""
+        ...
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`BadRequestError` naming a parameter the provider rejects or ignores."""
+        ...
+
+    def build_body(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+        *,
+        stream: bool,
+        prompt_cache_key: str | None = None,
+    ) -> bytes:
+        """The request body of one attempt (parameters checked first: nothing is sent)."""
+        ...
+
+    def parse_response(
+        self,
+        body: bytes,
+        *,
+        backend: str,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+    ) -> ParsedChat:
+        """A non-streamed 2xx answer, or the mapped error it carries."""
+        ...
+
+    def stream_reader(
+        self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
+    ) -> ChatStreamReader:
+        """A reader of one streamed answer's deltas (the commit-point rules included)."""
+        ...
+
+    def parse_usage(self, obj: Any) -> Usage | None:
+        """Token counts from the dialect's usage object."""
+        ...
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:
+        """The request/token budget a response's headers state, or None."""
+        ...
+
+    def error_for_status(
+        self, status: int, headers: Mapping[str, str] | None, body: bytes, *, backend: str
+    ) -> GateError:
+        """The typed error of a non-2xx response."""
+        ...
+
+
+class OpenAIDialect:
+    """The OpenAI chat-completions wire (``{base_url}chat/completions``, a Bearer key).
+
+    The methods are ``wire/openai.py``'s functions themselves, except the parameter check,
+    which only a provider with rules runs (:attr:`checked`): the default dialect's path is
+    today's, call for call."""
+
+    name = "openai"
+
+    def __init__(self, backend: Backend, preset: Provider) -> None:
+        self.provider = preset.name
+        self.preset = preset
+        self.backend = backend.name
+        #: the provider refuses or ignores some parameters: look before each send
+        self.checked = bool(preset.rejects or preset.ignores)
+
+    parse_response = staticmethod(parse_chat_response)
+    parse_usage = staticmethod(parse_usage)
+    rate_limits = staticmethod(parse_rate_limits)
+    error_for_status = staticmethod(error_for_status)
+
+    def chat_url(self, base: httpx2.URL) -> httpx2.URL:
+        return base.copy_with(raw_path=base.raw_path + b"chat/completions")
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    def auth(self) -> httpx2.Auth | None:
+        return None
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        preset = self.preset
+        for param in params:
+            why = preset.unsupported(param)
+            if why is not None:
+                raise BadRequestError(
+                    f"bad request: provider {preset.name!r} {why} the parameter {param!r}; "
+                    f"nothing was sent (to send it anyway: extra_body={{{param!r}: ...}})",
+                    backend=self.backend,
+                )
+
+    def build_body(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+        *,
+        stream: bool,
+        prompt_cache_key: str | None = None,
+    ) -> bytes:
+        if self.checked:
+            self.check_params(params)
+        extra = params.get("extra_body")
+        if extra is not None:
+            params = _with_extra_body(params, extra)
+        return build_chat_body(
+            model, messages, params, stream=stream, prompt_cache_key=prompt_cache_key
+        )
+
+    def stream_reader(
+        self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
+    ) -> ChatStreamReader:
+        return ChatStreamReader(chunks, backend=backend, request_id=request_id)
+
+
+def _with_extra_body(params: Mapping[str, Any], extra: Any) -> dict[str, Any]:
+    """``extra_body=``: its keys go into the body as they are (the openai SDK's meaning),
+    unchecked — the way to send what a provider's rules would refuse."""
+    if not isinstance(extra, Mapping):
+        raise BadRequestError("extra_body must be a mapping of body keys to values")
+    merged = {k: v for k, v in params.items() if k != "extra_body"}
+    merged.update(extra)
+    return merged
+
+
+#: dialect name → ``module:Class`` (imported on first use: a dialect's module costs nothing
+#: to a gateway that never speaks it)
+DIALECTS: dict[str, str] = {
+    "openai": "gptgate.wire.dialect:OpenAIDialect",
+    "azure": "gptgate.wire.azure:AzureDialect",
+    "anthropic": "gptgate.wire.anthropic:AnthropicDialect",
+}
+
+
+def dialect_for(backend: Backend) -> Dialect:
+    """The dialect instance that speaks to ``backend`` (one per backend: Azure's carries its
+    deployment and token provider)."""
+    from gptgate.providers import PROVIDERS
+
+    preset = PROVIDERS[backend.provider]
+    module_name, _, class_name = DIALECTS[preset.dialect].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    dialect: Dialect = cls(backend, preset)
+    return dialect
