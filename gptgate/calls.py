@@ -810,7 +810,7 @@ class CallRunner:
         if price is None:
             return 0.0
         output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
-        return price.cost(Usage(input_tokens=spec.prompt_tokens, output_tokens=output))
+        return price.most_cost(spec.prompt_tokens, output)
 
     async def admit_budget(
         self, spec: CallSpec, backend: BackendState, counted: bool = True
@@ -849,9 +849,7 @@ class CallRunner:
             return None
         entry = self.ledger.entries.get(backend.name)
         learned = entry.cost_usd / entry.attempts if entry is not None and entry.attempts else None
-        typical = price.cost(
-            Usage(input_tokens=_DEFAULT_MAX_TOKENS, output_tokens=_DEFAULT_MAX_TOKENS)
-        )
+        typical = price.most_cost(_DEFAULT_MAX_TOKENS, _DEFAULT_MAX_TOKENS)
         return await self.spending.admit(
             self.spending.unsized_estimate(learned, typical),
             priority=priority, deadline=deadline, guarded=True,

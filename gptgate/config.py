@@ -46,25 +46,51 @@ def pool_size_for(max_concurrency: int) -> int:
 
 
 class Price(BaseModel):
-    """Dollars per million tokens. ``cached_input_per_mtok`` defaults to the input price."""
+    """Dollars per million tokens: the one place a call's cost is computed.
+
+    ``cached_input_per_mtok`` prices prompt tokens read from the provider's cache and
+    ``cache_write_per_mtok`` those written to it; each defaults to the input price (a
+    provider that bills no difference). Anthropic bills writes at 1.25× its input price (2×
+    for the 1-hour cache) and reads at 0.1×; OpenAI bills reads at 0.5× or less and writes
+    at the input price; DeepSeek bills cache hits at about a tenth of a miss.
+    Reasoning tokens are output tokens and cost the output price.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
     cached_input_per_mtok: StrictFloat | None = Field(default=None, ge=0)
     output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    cache_write_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+
+    @property
+    def cache_read_rate(self) -> float:
+        rate = self.cached_input_per_mtok
+        return self.input_per_mtok if rate is None else rate
+
+    @property
+    def cache_write_rate(self) -> float:
+        rate = self.cache_write_per_mtok
+        return self.input_per_mtok if rate is None else rate
 
     def cost(self, usage: Usage) -> float:
-        cached_rate = (
-            self.input_per_mtok
-            if self.cached_input_per_mtok is None
-            else self.cached_input_per_mtok
-        )
+        """The dollars ``usage`` costs: prompt tokens neither read from nor written to the
+        cache at the input price, reads and writes at theirs, output at the output price."""
+        read = min(usage.cached_input_tokens, usage.input_tokens)
+        write = min(usage.cache_write_input_tokens, usage.input_tokens - read)
+        plain = usage.input_tokens - read - write
         return (
-            usage.uncached_input_tokens * self.input_per_mtok
-            + usage.cached_input_tokens * cached_rate
+            plain * self.input_per_mtok
+            + read * self.cache_read_rate
+            + write * self.cache_write_rate
             + usage.output_tokens * self.output_per_mtok
         ) / 1_000_000
+
+    def most_cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The dearest outcome of a prompt and an answer of these sizes (what a budget
+        reserves): the whole prompt at the dearer of the input and cache-write prices."""
+        rate = max(self.input_per_mtok, self.cache_write_rate)
+        return (input_tokens * rate + output_tokens * self.output_per_mtok) / 1_000_000
 
 
 class Backend(BaseModel):

@@ -202,6 +202,10 @@ class BackendStats:
     #: this process's own limit, before the fleet's: the configured ``concurrency`` or the
     #: adaptive limit (with ``shared=`` auto, the fleet's published one), within the pool
     local_limit: int = 0
+    #: of ``input_tokens``: written to the provider's prompt cache (Anthropic bills them
+    #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -1465,6 +1469,8 @@ class Gateway:
                 hedges=state.hedges,
                 escalated=entry.escalated,
                 drift=state.drift.status if state.drift is not None else None,
+                cache_write_input_tokens=entry.cache_write_input_tokens,
+                reasoning_tokens=entry.reasoning_tokens,
             )
         return snapshot
 

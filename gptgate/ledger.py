@@ -27,9 +27,13 @@ class LedgerEntry:
     streamed_attempts: int = 0
     plain_attempts: int = 0
     interrupted_streams: int = 0
+    #: all prompt tokens; of them, those read from and written to the provider's cache
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    #: all answer tokens; of them, those spent reasoning
     output_tokens: int = 0
+    reasoning_tokens: int = 0
     #: tokens of attempts that produced no result (timeouts after send, cut streams)
     wasted_tokens: int = 0
     #: of those, the estimated tokens of attempts that answered nothing before the client left
@@ -96,9 +100,7 @@ class Ledger:
             entry.interrupted_streams += 1
         if usage.estimated:
             entry.estimated_attempts += 1
-        entry.input_tokens += usage.input_tokens
-        entry.cached_input_tokens += usage.cached_input_tokens
-        entry.output_tokens += usage.output_tokens
+        _count(entry, usage, 1)
         entry.cost_usd += cost
         if wasted:
             entry.wasted_tokens += usage.total_tokens
@@ -119,9 +121,8 @@ class Ledger:
         delta = self.cost(backend, actual) - self.cost(backend, booked)
         if booked.estimated and not actual.estimated:
             entry.estimated_attempts -= 1
-        entry.input_tokens += actual.input_tokens - booked.input_tokens
-        entry.cached_input_tokens += actual.cached_input_tokens - booked.cached_input_tokens
-        entry.output_tokens += actual.output_tokens - booked.output_tokens
+        _count(entry, booked, -1)
+        _count(entry, actual, 1)
         entry.cost_usd += delta
         entry.wasted_tokens += actual.total_tokens - booked.total_tokens
         entry.wasted_cost_usd += delta
@@ -163,3 +164,12 @@ class Ledger:
         if not per_call:
             raise ValueError("no successful priced calls observed yet")
         return BudgetPlan(budget_per_hour_usd, per_call, int(budget_per_hour_usd // per_call))
+
+
+def _count(entry: LedgerEntry, usage: Usage, sign: int) -> None:
+    """Add (``sign=1``) or take back (``-1``) an attempt's tokens."""
+    entry.input_tokens += sign * usage.input_tokens
+    entry.cached_input_tokens += sign * usage.cached_input_tokens
+    entry.cache_write_input_tokens += sign * usage.cache_write_input_tokens
+    entry.output_tokens += sign * usage.output_tokens
+    entry.reasoning_tokens += sign * usage.reasoning_tokens

@@ -46,6 +46,7 @@ class ResponseTap:
         "response_id",
         "response_model",
         "ttft_s",
+        "usage",
     )
 
     def __init__(self, content_type: str, start: float) -> None:
@@ -59,6 +60,8 @@ class ResponseTap:
         self.ttft_s: float | None = None
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        #: the whole usage the response reported (cache reads and writes, reasoning), or None
+        self.usage: Usage | None = None
         #: characters of answer text seen in a stream's deltas (an estimate's base when no
         #: usage comes: the SDK's default is a stream without ``include_usage``)
         self.content_chars = 0
@@ -105,7 +108,7 @@ class ResponseTap:
     def _give_up(self) -> None:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self._decoder = self._buffer = None
-        self.ttft_s = self.input_tokens = self.output_tokens = None
+        self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.content_chars = 0
 
     def _event(self, data: str, now: float) -> None:
@@ -137,6 +140,7 @@ class ResponseTap:
             self.finish_reason = reason
         usage = parse_usage(obj.get("usage"))
         if usage is not None:
+            self.usage = usage
             self.input_tokens = usage.input_tokens
             self.output_tokens = usage.output_tokens
 

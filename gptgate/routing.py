@@ -24,6 +24,7 @@ from .limits import Limiter
 from .limits.pacing import RateLimitPacer
 from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
+from .results import Usage
 
 if TYPE_CHECKING:
     from .drift import DriftMonitor
@@ -406,11 +407,8 @@ class Router:
         price = state.backend.price
         if price is None or request.latency_sensitive:
             return 0.0
-        cost = (
-            request.input_tokens * price.input_per_mtok
-            + request.output_tokens * price.output_per_mtok
-        ) / 1_000_000
-        return cost * self.dollars_to_seconds
+        usage = Usage(input_tokens=request.input_tokens, output_tokens=request.output_tokens)
+        return price.cost(usage) * self.dollars_to_seconds
 
     def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
         score = state.predicted_s(request.latency_sensitive) + self._cost_s(state, request)

@@ -232,8 +232,8 @@ class _Attempt:
         assert tap is not None
         latency = self._elapsed()
         usage: Usage | None = None
-        if tap.input_tokens is not None or tap.output_tokens is not None:
-            usage = Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+        if tap.usage is not None:
+            usage = tap.usage
             if self.generative:
                 self._billed().observe(latency, usage.output_tokens, None)
         elif self.generative and tap.content_chars:
@@ -504,9 +504,7 @@ async def _read_in_background(
         tap = ResponseTap(response.headers.get("content-type", ""), attempt.start)
         tap.feed(response.content, clock.now())
         tap.close(clock.now())
-        if tap.input_tokens is None and tap.output_tokens is None:
-            return None
-        return Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+        return tap.usage
 
     return await read_to_its_end(
         late, send, usage_of,
@@ -599,13 +597,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return None
         body = _json_body(request)
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
-        usage = Usage(
-            input_tokens=_prompt_tokens(body),
-            output_tokens=(_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0,
-        )
+        output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
         deadline = self._wait_deadline(request)
         return await runner.admit_cost(
-            state, state.backend.price.cost(usage), self._priority, deadline
+            state, state.backend.price.most_cost(_prompt_tokens(body), output),
+            self._priority, deadline,
         )
 
     async def _send(
