@@ -38,6 +38,7 @@ __all__ = [
     "PrefixGroup",
     "RampController",
     "cacheable_tokens",
+    "prefix_end",
     "prefix_key",
 ]
 
@@ -100,6 +101,17 @@ def prefix_key(
     hasher = hashlib.blake2b(digest_size=16)
     _feed(hasher, prefix)
     return PrefixGroup(key=f"p:{hasher.hexdigest()}", prefix_tokens=tokens)
+
+
+def prefix_end(messages: Sequence[Mapping[str, Any]], min_tokens: int) -> int | None:
+    """The index of the last message of the prefix :func:`prefix_key` groups calls on (every
+    message but the last), when that prefix has at least ``min_tokens`` estimated tokens;
+    else None. A provider that caches only at explicit markers (Anthropic's
+    ``cache_control``) gets its marker there, so the group the gate warms is the prefix the
+    provider caches."""
+    if len(messages) <= 1 or estimate_prompt_tokens(messages[:-1]) < min_tokens:
+        return None
+    return len(messages) - 2
 
 
 def _feed(hasher: Any, value: object) -> None:

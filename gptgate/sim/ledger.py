@@ -37,6 +37,8 @@ class LedgerSnapshot:
     malformed: int = 0
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    #: the part of ``input_tokens`` written to the cache (Anthropic's cache_control writes)
+    cache_write_input_tokens: int = 0
     output_tokens: int = 0
     wasted_input_tokens: int = 0
     wasted_output_tokens: int = 0
@@ -92,6 +94,7 @@ class SimLedger:
         input_tokens: int = 0,
         cached_input_tokens: int = 0,
         output_tokens: int = 0,
+        cache_write_input_tokens: int = 0,
     ) -> None:
         """Count one finished request and the tokens it is billed."""
         c = self._counts
@@ -99,6 +102,7 @@ class SimLedger:
         c[self._FIELDS[outcome]] += 1
         c["input_tokens"] += input_tokens
         c["cached_input_tokens"] += cached_input_tokens
+        c["cache_write_input_tokens"] += cache_write_input_tokens
         c["output_tokens"] += output_tokens
         if outcome != "ok":
             c["wasted_input_tokens"] += input_tokens

@@ -36,8 +36,9 @@ class SimProfile(BaseModel):
     name: str
     model: str
     hardware: Literal["tpu", "gpu", "cpu"]
-    #: wire dialect: "openai" (hosted/vLLM-like) or "llamacpp" (llama-server quirks)
-    flavor: Literal["openai", "llamacpp"] = "openai"
+    #: wire dialect: "openai" (hosted/vLLM-like), "llamacpp" (llama-server quirks) or
+    #: "anthropic" (the Messages API, caching only at cache_control markers)
+    flavor: Literal["openai", "llamacpp", "anthropic"] = "openai"
 
     # -- capacity ------------------------------------------------------------------------
     replicas: int = Field(1, ge=1)
