@@ -37,8 +37,9 @@ class SimProfile(BaseModel):
     model: str
     hardware: Literal["tpu", "gpu", "cpu"]
     #: wire dialect: "openai" (hosted/vLLM-like), "llamacpp" (llama-server quirks) or
-    #: "anthropic" (the Messages API, caching only at cache_control markers)
-    flavor: Literal["openai", "llamacpp", "anthropic"] = "openai"
+    #: "anthropic" (the Messages API, caching only at cache_control markers) or "deepseek"
+    #: (its top-level cache usage, usage on the last stream chunk, Bearer auth checked)
+    flavor: Literal["openai", "llamacpp", "anthropic", "deepseek"] = "openai"
 
     # -- capacity ------------------------------------------------------------------------
     replicas: int = Field(1, ge=1)
