@@ -59,9 +59,14 @@ class Price(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
+    #: dollars per million prompt tokens neither read from nor written to the cache
     input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens read from the provider's cache; None → the input price
     cached_input_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    #: dollars per million output tokens (reasoning tokens included)
     output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens written to the cache (Anthropic: 1.25× its input
+    #: price, 2× for the 1-hour cache); None → the input price
     cache_write_per_mtok: StrictFloat | None = Field(default=None, ge=0)
 
     @property
@@ -152,6 +157,9 @@ class Backend(BaseModel):
     abandoned_answers: Literal["stop", "finish"] = "stop"
     private: bool = False
     tier: Tier = "large"
+    #: dollars per million tokens; None → the provider's list price from the genai-prices
+    #: table (the `prices` extra) when it knows a hosted provider's model, else $0 (one log
+    #: line) — see docs/providers.md "Usage and prices"
     price: Price | None = None
     #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
     #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
