@@ -171,3 +171,28 @@ async def test_without_a_price_the_tables_deepseek_price_matches_the_bill(
         table = gate.ledger.price("ds")
     assert table is not None and table.cache_read_rate < table.input_per_mtok
     _assert_ledger_is_the_bill(stats, sim, table)
+
+
+async def test_the_openai_sdk_on_gate_http_client_is_billed_as_deepseek_bills_it(
+    server: tuple[str, SimEngine],
+) -> None:
+    """SDK traffic: the response tap kept only input and output tokens, so every cache hit
+    was billed at the miss price."""
+    openai = pytest.importorskip("openai")
+    root, sim = server
+    async with _gateway(root, DEEPSEEK_PRICE) as gate:
+        client = openai.AsyncOpenAI(
+            base_url=root, api_key="sk-test", http_client=gate.http_client("ds")
+        )
+        for i in range(4):
+            await client.chat.completions.create(
+                model="deepseek-chat", messages=_messages(i), max_tokens=40  # type: ignore[arg-type]
+            )
+        async with await client.chat.completions.create(
+            model="deepseek-chat", messages=_messages(9), max_tokens=40,  # type: ignore[arg-type]
+            stream=True, stream_options={"include_usage": True},
+        ) as stream:
+            async for _ in stream:
+                pass
+        stats = gate.stats()["ds"]
+    _assert_ledger_is_the_bill(stats, sim, DEEPSEEK_PRICE)
