@@ -42,6 +42,8 @@ _TABLE_PROVIDER = {
     "mistral": "mistral",
 }
 _OPENAI_HOST = "api.openai.com"
+#: the table's price fields that map onto ``gg.Price`` (input, cache read, cache write, output)
+_TABLE_FIELDS = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
 
 
 def _rate(value: Any, input_tokens: int) -> float | None:
@@ -72,19 +74,21 @@ class CatalogPrice:
         self._cache: dict[tuple[int, int], Price] = {}
 
     def at(self, when: datetime, input_tokens: int = 0) -> Price:
-        table = self._model.get_prices(when)
-        tiers = getattr(table.input_mtok, "tiers", None)
-        tier = sum(1 for t in tiers if input_tokens > t.start) if tiers else 0
-        key = (id(table), tier)
+        table = self._model.get_prices(when)  # the time-of-day variant in force
+        values = [getattr(table, name, None) for name in _TABLE_FIELDS]
+        # thresholds crossed, over every tiered field: the same count, the same rates
+        crossed = sum(
+            1 for v in values for tier in getattr(v, "tiers", ()) if input_tokens > tier.start
+        )
+        key = (id(table), crossed)
         price = self._cache.get(key)
         if price is None:
+            plain, read, write, output = (_rate(v, input_tokens) for v in values)
             price = self._cache[key] = Price(
-                input_per_mtok=_rate(table.input_mtok, input_tokens) or 0.0,
-                cached_input_per_mtok=_rate(getattr(table, "cache_read_mtok", None), input_tokens),
-                cache_write_per_mtok=_rate(
-                    getattr(table, "cache_write_mtok", None), input_tokens
-                ),
-                output_per_mtok=_rate(getattr(table, "output_mtok", None), input_tokens) or 0.0,
+                input_per_mtok=plain or 0.0,
+                cached_input_per_mtok=read,
+                cache_write_per_mtok=write,
+                output_per_mtok=output or 0.0,
             )
         return price
 
