@@ -122,6 +122,9 @@ class Backend(BaseModel):
     )
 
     name: str
+    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
+    provider: str = Field(default="openai", min_length=1)
     #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str
     model: str = Field(min_length=1)
@@ -167,9 +170,6 @@ class Backend(BaseModel):
     #: table (the `prices` extra) when it knows a hosted provider's model, else $0 (one log
     #: line) — see docs/providers.md "Usage and prices"
     price: Price | None = None
-    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
-    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
-    provider: str = Field(default="openai", min_length=1)
     #: Azure OpenAI: the deployment (``/openai/deployments/{deployment}/...``); None: the
     #: ``/openai/v1/`` API, which takes ``model``
     deployment: str | None = Field(default=None, min_length=1)

@@ -100,7 +100,7 @@ class DeepSeekEngine(SimEngine):
     (``SimEngine(profile)`` builds one when the profile's flavor is ``"deepseek"``)."""
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
     ) -> SimResponse:
         auth = headers.get("authorization", "")
         if path in _CHAT_PATHS and not (auth.startswith("Bearer ") and auth[7:].strip()):
@@ -111,7 +111,7 @@ class DeepSeekEngine(SimEngine):
                 "Authentication Fails (no such user)", "authentication_error",
                 code="invalid_request_error",
             )
-        return await super().handle(method, path, headers, body)
+        return await super().handle(method, path, headers, body, query)
 
     def _usage(self, job: Job, output: int) -> dict[str, Any]:
         reasoning = output * 3 // 4 if self.profile.model.startswith("deepseek-reasoner") else 0
