@@ -1259,6 +1259,7 @@ class CallRunner:
             scenario=spec.scenario.name,
             stream_decision=spec.stream_decision,
             response_id=parsed.response_id,
+            raw=parsed.raw,
         )
 
     def _record_failure(

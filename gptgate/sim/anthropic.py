@@ -3,8 +3,10 @@
 Same serving model as :class:`~gptgate.sim.engine.SimEngine` (slots, timing, rate-limit
 buckets, faults); what differs is what a gateway must get right on Anthropic:
 
-* ``POST /v1/messages`` with ``x-api-key`` and ``anthropic-version`` (a Bearer header alone is
-  a 401, a missing version a 400); Messages bodies and SSE events (anthropic_wire.py);
+* ``POST /v1/messages`` with the key in ``x-api-key`` (or ``Authorization: Bearer``, as the
+  anthropic SDK 2.x sends it) and an ``anthropic-version``: a key in any other header (Azure's
+  ``api-key``) or none is a 401, a missing version a 400; Messages bodies and SSE events
+  (anthropic_wire.py);
 * caching **only at ``cache_control`` markers** (≤ 4): a marked prefix shorter than
   ``cache_min_tokens`` is not cached; a request reads the longest cached prefix ending at a
   block boundary up to 20 blocks before one of its markers, and writes every longer marked
@@ -119,7 +121,8 @@ class AnthropicEngine(SimEngine):
         base = [("request-id", request_id)]
         if method.upper() != "POST":
             return self._error(405, base, "Method not allowed", "invalid_request_error")
-        if not headers.get("x-api-key"):
+        bearer = headers.get("authorization", "")
+        if not headers.get("x-api-key") and not bearer.lower().startswith("bearer "):
             self.ledger.record("client_error")
             return self._error(401, base, "x-api-key header is required", "authentication_error")
         if not headers.get("anthropic-version"):

@@ -116,6 +116,11 @@ class AnthropicDialect:
         self.backend = backend.name
         self.max_tokens = backend.max_output_tokens or DEFAULT_MAX_TOKENS
         self.min_cacheable = min_cacheable_tokens(backend.model)
+        #: a Backend(headers={"anthropic-version": ...}) of the caller's wins
+        self.version = next(
+            (v for k, v in backend.headers.items() if k.lower() == "anthropic-version"),
+            ANTHROPIC_VERSION,
+        )
 
     parse_response = staticmethod(parse_message)
     parse_usage = staticmethod(parse_anthropic_usage)
@@ -130,7 +135,7 @@ class AnthropicDialect:
         return base.copy_with(raw_path=path + suffix)
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        headers = {"anthropic-version": self.version}
         if key:
             headers["x-api-key"] = key
         return headers
