@@ -106,8 +106,6 @@ class AnthropicEngine(SimEngine):
         self._prompt_cache: TTLCache[bytes, None] = TTLCache(
             p.cache_max_blocks, p.cache_ttl_s, timer=self.clock.now
         )
-        #: wall-clock epoch of clock time 0, for the RFC 3339 resets
-        self._epoch = time.time() - self.clock.now()
         self._write_tokens = 0
 
     # -- HTTP surface --------------------------------------------------------------------
@@ -179,7 +177,9 @@ class AnthropicEngine(SimEngine):
             bucket.refill(now)
             out.append((f"anthropic-ratelimit-{name}-limit", str(int(bucket.limit))))
             out.append((f"anthropic-ratelimit-{name}-remaining", str(max(0, int(bucket.tokens)))))
-            reset = _rfc3339(self._epoch + now + bucket.reset_s())
+            # the instant is wall time now plus the wait in the engine's seconds, so a client
+            # on the same (scaled or virtual) clock reads back the wait it must pace by
+            reset = _rfc3339(time.time() + bucket.reset_s())
             out.append((f"anthropic-ratelimit-{name}-reset", reset))
         return out
 
