@@ -7,7 +7,9 @@ matter, in virtual time where pacing is measured."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -384,3 +386,15 @@ def test_answers_map_stop_reasons_and_usage_on_top_of_input() -> None:
         dialect.parse_response(error, backend="a")
     status_error = dialect.error_for_status(529, {}, error, backend="a")
     assert isinstance(status_error, gg.BackendError) and status_error.retryable
+
+
+def test_batch_content_reads_the_shared_prefix_where_a_plain_client_reads_nothing() -> None:
+    """Issue 32: ``batch_content`` with a shared ~2,000-token system prompt reaches ≥ 90% of
+    the cache-read ceiling (every call but one reading the prefix); the plain client without
+    markers reads 0 (benchmarks/cache_anthropic.py, smaller)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import cache_anthropic
+
+    ceiling, (plain, _, gate) = cache_anthropic.measure(calls=80, concurrency=16, seed=2)
+    assert plain.ledger.cached_input_tokens == 0
+    assert gate.ledger.cached_input_tokens >= 0.9 * ceiling
