@@ -16,6 +16,10 @@ import anthropic
 import anyio
 import httpx2
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 import gptgate as gg
 from gptgate.sim import ANTHROPIC_PROFILE, LoopClock, SimEngine, SimServer, run_virtual
@@ -60,12 +64,12 @@ def server() -> Iterator[tuple[str, SimEngine]]:
         yield base_url.removesuffix("/v1"), sim  # Anthropic's base_url is the server root
 
 
-def _gateway(root: str, **options: Any) -> gg.Gateway:
+def _gateway(root: str, **gateway: Any) -> gg.Gateway:
     backend = gg.Backend(
         name="claude", provider="anthropic", base_url=root, model=MODEL, api_key="sk-ant-test",
-        price=PRICE, concurrency=8, timeout=60.0, **options,
+        price=PRICE, concurrency=8, timeout=60.0,
     )
-    return gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3)
+    return gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3, **gateway)
 
 
 # -------------------------------------------------------------------- over loopback HTTP
@@ -98,7 +102,10 @@ async def test_the_anthropic_sdk_on_the_gateway_client_is_governed_traced_and_bi
     server: tuple[str, SimEngine],
 ) -> None:
     root, sim = server
-    gate = _gateway(root)
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    gate = _gateway(root, tracer_provider=tracer_provider)
     client = anthropic.AsyncAnthropic(
         api_key="sk-ant-test", base_url=root, http_client=gate.http_client("claude"),
         max_retries=0,
@@ -123,6 +130,18 @@ async def test_the_anthropic_sdk_on_the_gateway_client_is_governed_traced_and_bi
     assert (entry.input_tokens, entry.cached_input_tokens, entry.cache_write_input_tokens) == (
         snap.input_tokens, snap.cached_input_tokens, snap.cache_write_input_tokens)
     assert _close(entry.cost_usd, bill_usd(snap, 3.0, 15.0))
+    clients = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CLIENT]
+    assert len(clients) == 3
+    for span in clients:
+        attributes = span.attributes
+        assert attributes is not None
+        assert span.name == f"chat {MODEL}" and attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.request.max_tokens"] == 30
+        assert attributes["gen_ai.usage.input_tokens"] > 1900  # reads and writes included
+        assert attributes["gen_ai.response.finish_reasons"]
+        assert "sk-ant-test" not in json.dumps(dict(attributes))
+    assert [s.attributes["gen_ai.request.stream"] for s in clients if s.attributes] == [
+        False, False, True]
 
 
 # -------------------------------------------------------------------- in virtual time
