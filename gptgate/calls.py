@@ -284,7 +284,8 @@ class _Attempt:
             )
         else:
             pace = backend.pacer.reserve(clock.now(), self.reserved)
-        if pace > 0:
+        pauses = backend.pacer.pauses
+        while pace > 0:
             if spec.deadline is not None and clock.now() + pace > spec.deadline:
                 raise OverloadedError(
                     "rate-limit budget exhausted until past the deadline",
@@ -292,6 +293,9 @@ class _Attempt:
                     retry_after=pace,
                 )
             await clock.sleep(pace)
+            # a 429 came while this call waited: its place is behind that pause now
+            pace = 0.0 if pauses == backend.pacer.pauses else backend.pacer.requeue(clock.now())
+            pauses = backend.pacer.pauses
 
     # -- Wire ------------------------------------------------------------------------------
 
@@ -1040,6 +1044,8 @@ class CallRunner:
     def _observe_limits(
         self, backend: BackendState, response: httpx2.Response, seq: PaceSeq | None = None
     ) -> None:
+        if response.status_code < 400:
+            backend.pacer.relax()
         info = backend.pool.dialect.rate_limits(response.headers)
         if info is not None:
             if backend.fleet_pacer is not None:  # shared=: corrects the fleet's budget too
@@ -1259,7 +1265,7 @@ class CallRunner:
             scenario=spec.scenario.name,
             stream_decision=spec.stream_decision,
             response_id=parsed.response_id,
-            raw=parsed.raw,
+            raw=parsed.raw,  # tool calls, logprobs, a provider's extras: never dropped
         )
 
     def _record_failure(

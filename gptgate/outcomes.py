@@ -121,8 +121,9 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
     state.failures += 1
     if isinstance(error, RateLimitedError):
         state.rate_limited += 1
-        if error.retry_after:
-            state.pacer.pause_until(now + error.retry_after)
+        if error.retry_after:  # short windows (Azure): the held calls go a retry-after apart
+            spacing = error.retry_after if state.pool.dialect.short_windows else None
+            state.pacer.pause_until(now + error.retry_after, spacing)
     elif isinstance(error, RequestTimeout):
         state.timeouts += 1
     if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(

@@ -15,7 +15,13 @@ token bucket and *corrects* it with every report:
   level may go negative, so later callers queue behind (GCRA-style) instead of racing;
 * :meth:`reconcile` returns what the call did not use once ``usage`` comes back;
 * :meth:`pause_until` holds the *backend* until a 429's retry-after, once for a whole storm,
-  instead of every call sleeping and retrying on its own.
+  instead of every call sleeping and retrying on its own;
+* with ``spacing_s`` (a provider that enforces its RPM over windows of seconds, Azure's 1 s or
+  10 s, and whose headers do not state a limit), the calls the pause held go one
+  retry-after apart instead of all at once — released together, all but one met the next
+  429 (a burst that burns every retry in 0.15 s) — and each success narrows the gap again
+  (:meth:`relax`). A call that was waiting when a later 429 came takes a new place behind
+  it (:meth:`requeue`, told by :attr:`pauses`).
 
 Before any header has been seen nothing is delayed (the pacer knows no budget). A pure object:
 plain numbers in, seconds out; the wire layer parses headers, the gateway sleeps.
@@ -27,7 +33,14 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["PacerStatistics", "RateLimitPacer"]
+__all__ = ["MAX_SPACING_S", "PacerStatistics", "RateLimitPacer"]
+
+#: the widest gap between sends after a short-window 429: a retry-after of a minute (a
+#: token budget's reset) says when to resume, not how fast — a 10 s window refills a
+#: request within about a second at any rate worth pacing
+MAX_SPACING_S = 1.0
+#: each success narrows the gap by this factor, so the pace creeps back up to the server's
+_RELAX = 0.95
 
 
 class _Bucket:
@@ -130,6 +143,11 @@ class RateLimitPacer:
         self._delayed = 0
         self._total_delay = 0.0
         self._mean_tokens = 0.0  # EWMA of the tokens a call reserves
+        #: short windows: seconds between sends since the last 429, and the next free slot
+        self._spacing = 0.0
+        self._next_send = -math.inf
+        #: pauses set so far: a call that waited across a new one takes a new place
+        self.pauses = 0
 
     @property
     def paused_until(self) -> float:
@@ -189,6 +207,8 @@ class RateLimitPacer:
         tok.advance(now)
         delay = max(req.delay(now, 1.0), tok.delay(now, float(max(0, tokens))))
         delay = max(delay, self._paused_until - now)
+        if self._spacing:
+            delay = self._slot(now, delay)
         req.take(1.0)
         tok.take(float(max(0, tokens)))
         self._reserved += 1
@@ -213,9 +233,30 @@ class RateLimitPacer:
         """Adjust a reservation with the tokens the backend reported using (refund or charge)."""
         self._tokens.take(float(actual - reserved))
 
-    def pause_until(self, t: float) -> None:
-        """Hold the whole backend until ``t`` (a 429's retry-after); later pauses only extend."""
+    def _slot(self, now: float, delay: float) -> float:
+        at = max(now + delay, self._next_send)
+        self._next_send = at + self._spacing
+        return at - now
+
+    def requeue(self, now: float) -> float:
+        """A new delay for a call that was already waiting when a pause came (it keeps its
+        reservation): behind the pause, and in its own slot with ``spacing_s``."""
+        delay = max(0.0, self._paused_until - now)
+        return self._slot(now, delay) if self._spacing else delay
+
+    def relax(self) -> None:
+        """A success: the gap between sends after a short-window 429 narrows."""
+        if self._spacing:
+            self._spacing = self._spacing * _RELAX if self._spacing > 1e-3 else 0.0
+
+    def pause_until(self, t: float, spacing_s: float | None = None) -> None:
+        """Hold the whole backend until ``t`` (a 429's retry-after); later pauses only extend.
+        ``spacing_s``: then send one call per ``spacing_s`` (short windows, see above)."""
         self._paused_until = max(self._paused_until, t)
+        self.pauses += 1
+        if spacing_s:
+            self._spacing = max(self._spacing, min(spacing_s, MAX_SPACING_S))
+            self._next_send = max(self._next_send, t)
 
     def statistics(self, now: float) -> PacerStatistics:
         self._requests.advance(now)

@@ -111,10 +111,10 @@ class AnthropicEngine(SimEngine):
     # -- HTTP surface --------------------------------------------------------------------
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
     ) -> SimResponse:
         if path != MESSAGES_PATH:
-            return await super().handle(method, path, headers, body)
+            return await super().handle(method, path, headers, body, query)
         request_id = f"req_{self.seed & 0xFFFF:04x}{next(self._ids):012x}"
         base = [("request-id", request_id)]
         if method.upper() != "POST":

@@ -46,7 +46,10 @@ def create_app(engine: SimEngine) -> ASGIApp:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_disconnect, receive, tg.cancel_scope)
             try:
-                response = await engine.handle(scope["method"], scope["path"], headers, body)
+                response = await engine.handle(
+                    scope["method"], scope["path"], headers, body,
+                    scope.get("query_string", b"").decode("latin-1"),
+                )
             except SimReset:  # dropped before any response
                 reset = not _drop_connection(scope.get("client"))
                 tg.cancel_scope.cancel()

@@ -27,6 +27,7 @@ from typing import Any
 
 from gptgate.clock import Clock, SystemClock
 from gptgate.sim import wire
+from gptgate.sim.azure import AzureRefusal, azure_route
 from gptgate.sim.cache import (
     KVLease,
     KVPrefixCache,
@@ -177,7 +178,10 @@ class SimEngine:
             p.replicas, p.prefix_overflow_rpm, timer=self.clock.now, rng=self._rng
         )
         self._spread = None if p.spread_in_flight is None else InFlightSpread(p.spread_in_flight)
-        self._limiter = RateLimiter(p.rpm, p.tpm, self.clock.now(), p.model)
+        self._limiter = RateLimiter(
+            p.rpm, p.tpm, self.clock.now(), p.model, window_s=p.rpm_window_s,
+            azure=p.flavor == "azure",
+        )
         flavor_tag = "b6000-sim" if p.flavor == "llamacpp" else f"fp_sim_{p.name}"
         self._fingerprint = flavor_tag
 
@@ -229,11 +233,18 @@ class SimEngine:
     # -- the HTTP surface ----------------------------------------------------------------
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
     ) -> SimResponse:
         """Answer one HTTP request. Header names are looked up in lower case."""
         request_id = f"req_{self.seed & 0xFFFF:04x}{next(self._ids):012x}"
         base = [("x-request-id", request_id)]
+        if self.profile.flavor == "azure":
+            base.append(("apim-request-id", request_id))
+            routed = azure_route(path, query, headers, self.profile)
+            if isinstance(routed, AzureRefusal):
+                self.ledger.record("client_error")
+                return self._error(routed.status, base, routed.message, "", code=routed.code)
+            path = routed
         if path in _CHAT_PATHS:
             if method.upper() != "POST":
                 return self._error(405, base, "Method not allowed", "invalid_request_error")
@@ -401,7 +412,7 @@ class SimEngine:
             created=int(time.time()),
             model=p.model,
             fingerprint=self._fingerprint,
-            flavor=p.flavor,
+            flavor="openai" if p.flavor == "azure" else p.flavor,
         )
         if chat.stream:
             writer = self._writer(meta, chat, job)

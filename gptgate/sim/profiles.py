@@ -37,8 +37,15 @@ class SimProfile(BaseModel):
     model: str
     hardware: Literal["tpu", "gpu", "cpu"]
     #: wire dialect: "openai" (hosted/vLLM-like), "llamacpp" (llama-server quirks) or
-    #: "anthropic" (the Messages API, caching only at cache_control markers)
-    flavor: Literal["openai", "llamacpp", "anthropic"] = "openai"
+    #: "azure" (Azure OpenAI's paths, ``api-key`` auth and headers: gptgate/sim/azure.py) or
+    #: "anthropic" (the Messages API, caching only at cache_control markers:
+    #: gptgate/sim/anthropic.py)
+    flavor: Literal["openai", "llamacpp", "azure", "anthropic"] = "openai"
+    #: the key the server expects in its dialect's header (Azure: ``api-key``); None: any
+    #: non-empty one (a request without the header is refused either way on "azure")
+    api_key: str | None = None
+    #: bearer tokens (Entra ID) an "azure" server accepts; empty: any JWT-shaped token
+    bearer_tokens: tuple[str, ...] = ()
 
     # -- capacity ------------------------------------------------------------------------
     replicas: int = Field(1, ge=1)
@@ -89,6 +96,9 @@ class SimProfile(BaseModel):
 
     # -- rate limits (None = no limit and no x-ratelimit-* headers) ------------------------
     rpm: int | None = Field(None, ge=1)
+    #: the window RPM is enforced over: a full minute's budget at once (OpenAI), or Azure's
+    #: 1 s / 10 s windows (600 RPM → 10 requests a second, never 600 in a burst)
+    rpm_window_s: float = Field(60.0, gt=0, le=60)
     tpm: int | None = Field(None, ge=1)
     #: tokens a request without max_tokens reserves against TPM, on top of its prompt
     tpm_default_max_tokens: int = Field(1024, ge=0)

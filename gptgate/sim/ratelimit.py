@@ -35,9 +35,10 @@ class TokenBucket:
 
     __slots__ = ("limit", "rate", "tokens", "updated")
 
-    def __init__(self, limit: int, now: float) -> None:
-        self.limit = float(limit)
-        self.rate = self.limit / 60.0
+    def __init__(self, limit: int, now: float, window_s: float = 60.0) -> None:
+        self.rate = limit / 60.0
+        #: a short window holds only its share of the minute's budget (Azure)
+        self.limit = max(1.0, self.rate * window_s) if window_s < 60.0 else float(limit)
         self.tokens = self.limit
         self.updated = now
 
@@ -74,12 +75,17 @@ _ADMITTED = RateDecision(None, 0.0, "")
 class RateLimiter:
     """RPM and TPM buckets for one engine (either may be None = unlimited)."""
 
-    __slots__ = ("model", "requests", "tokens")
+    __slots__ = ("azure", "model", "requests", "tokens")
 
-    def __init__(self, rpm: int | None, tpm: int | None, now: float, model: str) -> None:
-        self.requests = TokenBucket(rpm, now) if rpm else None
+    def __init__(
+        self, rpm: int | None, tpm: int | None, now: float, model: str,
+        *, window_s: float = 60.0, azure: bool = False,
+    ) -> None:
+        self.requests = TokenBucket(rpm, now, window_s) if rpm else None
         self.tokens = TokenBucket(tpm, now) if tpm else None
         self.model = model
+        #: Azure's header family (``remaining`` only, -1 when unlimited)
+        self.azure = azure
 
     @property
     def enabled(self) -> bool:
@@ -123,7 +129,10 @@ class RateLimiter:
         return RateDecision(kind, wait, message)
 
     def headers(self, now: float) -> list[tuple[str, str]]:
-        """The six ``x-ratelimit-*`` headers describing both budgets now."""
+        """The six ``x-ratelimit-*`` headers describing both budgets now (Azure: the two
+        ``remaining`` ones)."""
+        if self.azure:
+            return self._azure_headers(now)
         out: list[tuple[str, str]] = []
         for name, bucket in (("requests", self.requests), ("tokens", self.tokens)):
             if bucket is None:
@@ -132,4 +141,17 @@ class RateLimiter:
             out.append((f"x-ratelimit-limit-{name}", str(int(bucket.limit))))
             out.append((f"x-ratelimit-remaining-{name}", str(max(0, int(bucket.tokens)))))
             out.append((f"x-ratelimit-reset-{name}", format_duration(bucket.reset_s())))
+        return out
+
+    def _azure_headers(self, now: float) -> list[tuple[str, str]]:
+        """Azure's two: what is left, per minute — so a short window's requests figure claims
+        capacity (a minute's worth) while the window itself is empty; -1 for no limit."""
+        out: list[tuple[str, str]] = []
+        for name, bucket in (("requests", self.requests), ("tokens", self.tokens)):
+            if bucket is None:
+                out.append((f"x-ratelimit-remaining-{name}", "-1"))
+                continue
+            bucket.refill(now)
+            per_minute = bucket.tokens * (bucket.rate * 60.0 / bucket.limit)
+            out.append((f"x-ratelimit-remaining-{name}", str(max(0, int(per_minute)))))
         return out

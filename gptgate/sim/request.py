@@ -100,7 +100,8 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     prompt_tokens = estimate_prompt_tokens(messages)
     requested = prompt_tokens + (max_tokens or 0)
-    if prompt_tokens >= p.context_tokens or (p.flavor == "openai" and requested > p.context_tokens):
+    too_long = p.flavor != "llamacpp" and requested > p.context_tokens
+    if prompt_tokens >= p.context_tokens or too_long:
         if p.flavor == "llamacpp":
             raise BadRequest(
                 "the request exceeds the available context size, try increasing it",

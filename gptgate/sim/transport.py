@@ -56,7 +56,8 @@ class SimTransport(httpx2.AsyncBaseTransport):
         body = await request.aread()
         try:
             response = await self.engine.handle(
-                request.method, request.url.path, request.headers, body
+                request.method, request.url.path, request.headers, body,
+                request.url.query.decode("ascii", "replace"),
             )
         except SimReset as exc:  # dropped before any response
             raise httpx2.RemoteProtocolError(

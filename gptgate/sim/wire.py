@@ -45,6 +45,9 @@ def error_body(
     ``{"error": {code: <status>, message, type}}``."""
     if flavor == "llamacpp":
         err: dict[str, Any] = {"code": status, "message": message, "type": type_}
+    elif flavor == "azure":  # {"code": "429" | "DeploymentNotFound", "message": ...}
+        err = {"code": code if code and not code.startswith("rate_limit") else str(status),
+               "message": message}
     else:
         err = {"message": message, "type": type_, "param": param, "code": code}
     if extra:

@@ -45,6 +45,9 @@ class Dialect(Protocol):
     name: str
     #: the provider's name, for messages (``"gemini"``)
     provider: str
+    #: the provider enforces its RPM over windows of seconds (Azure): after a 429, the calls
+    #: held by the pause go one retry-after apart, not all at once (limits/pacing.py)
+    short_windows: bool
 
     def chat_url(self, base: httpx2.URL) -> httpx2.URL:
         """The absolute chat URL under the client's ``base_url`` (which ends in ``/``)."""
@@ -114,6 +117,7 @@ class OpenAIDialect:
     today's, call for call."""
 
     name = "openai"
+    short_windows = False
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         self.provider = preset.name

@@ -25,6 +25,7 @@ __all__ = [
     "parse_retry_after",
     "parse_should_retry",
     "request_id",
+    "retry_after_from_resets",
 ]
 
 # Go-style durations as OpenAI prints them ("6m0s", "20ms", "1h2m3.5s"); "ms" must be tried
@@ -82,6 +83,27 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     if when.tzinfo is None:  # "-0000" or no zone: RFC 9110 dates are GMT anyway
         when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+#: where a 429 without ``retry-after`` says when the budget refills (Azure sends the token one
+#: as ``x-ratelimit-reset-tokens`` or ``x-rate-limit-reset-tokens``, in seconds)
+_RESET_HEADERS = (
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "x-rate-limit-reset-tokens",
+)
+
+
+def retry_after_from_resets(headers: Mapping[str, str]) -> float | None:
+    """A 429's wait read from its reset headers when it has no ``retry-after`` (Azure sends
+    only ``x-rate-limit-reset-tokens: 55`` on some): the longest one stated, or None."""
+    waits = [
+        seconds
+        for name in _RESET_HEADERS
+        if (value := headers.get(name)) is not None
+        and (seconds := parse_duration(value)) is not None
+    ]
+    return max(waits) if waits else None
 
 
 def parse_should_retry(headers: Mapping[str, str]) -> bool | None:
