@@ -810,7 +810,7 @@ class CallRunner:
     def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
         """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
         and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves)."""
-        price = backend.backend.price
+        price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
         output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
@@ -835,7 +835,7 @@ class CallRunner:
         counted: bool = True,
     ) -> BudgetHold | None:
         """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request)."""
-        if self.spending is None or backend.backend.price is None:
+        if self.spending is None or self.ledger.price(backend.name) is None:
             return None
         return await self.spending.admit(
             usd, priority=priority, deadline=deadline, counted=counted
@@ -848,7 +848,7 @@ class CallRunner:
         so it reserves the backend's mean cost per attempt so far, or before any a typical
         call's (``_DEFAULT_MAX_TOKENS`` of prompt and of answer; reserving nothing let a first
         burst of guarded calls all pass together) within what the budget holds."""
-        price = backend.backend.price
+        price = self.ledger.price(backend.name)
         if self.spending is None or price is None:
             return None
         entry = self.ledger.entries.get(backend.name)

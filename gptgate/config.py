@@ -52,15 +52,21 @@ class Price(BaseModel):
     ``cache_write_per_mtok`` those written to it; each defaults to the input price (a
     provider that bills no difference). Anthropic bills writes at 1.25× its input price (2×
     for the 1-hour cache) and reads at 0.1×; OpenAI bills reads at 0.5× or less and writes
-    at the input price; DeepSeek bills cache hits at about a tenth of a miss.
+    at the input price; DeepSeek bills a cache hit at a fraction of a miss ($0.07 against
+    $0.27 for deepseek-chat).
     Reasoning tokens are output tokens and cost the output price.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
+    #: dollars per million prompt tokens neither read from nor written to the cache
     input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens read from the provider's cache; None → the input price
     cached_input_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    #: dollars per million output tokens (reasoning tokens included)
     output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens written to the cache (Anthropic: 1.25× its input
+    #: price, 2× for the 1-hour cache); None → the input price
     cache_write_per_mtok: StrictFloat | None = Field(default=None, ge=0)
 
     @property
@@ -151,6 +157,9 @@ class Backend(BaseModel):
     abandoned_answers: Literal["stop", "finish"] = "stop"
     private: bool = False
     tier: Tier = "large"
+    #: dollars per million tokens; None → the provider's list price from the genai-prices
+    #: table (the `prices` extra) when it knows a hosted provider's model, else $0 (one log
+    #: line) — see docs/providers.md "Usage and prices"
     price: Price | None = None
     #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
     #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
@@ -401,9 +410,19 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_budget(self) -> GatewayConfig:
-        if self.budget is not None and all(b.price is None for b in self.backends):
+        if self.budget is None:
+            return self
+        from .prices import catalog_price  # it builds on this module
+
+        if all(
+            b.price is None and catalog_price(b.provider, b.model, b.base_url) is None
+            for b in self.backends
+        ):
             # nothing would ever be counted: a budget that cannot hold is a silent bill
-            raise ValueError("budget needs a backend with a price (Backend(price=gg.Price(...)))")
+            raise ValueError(
+                "budget needs a backend with a price (Backend(price=gg.Price(...)), or a "
+                "provider and model the genai-prices table knows)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -61,6 +61,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .opened import Opened
 from .pool import BackendPool, PoolStatistics
+from .prices import price_source
 from .relocate import Relocator
 from .results import ChatResult
 from .retry import RetryPolicy
@@ -516,7 +517,8 @@ class Gateway:
         )
         self._states: dict[str, BackendState] = {}
         self._runner: CallRunner | None = None
-        self._ledger = Ledger({b.name: b.price for b in config.backends})
+        #: price=None: the genai-prices table's, when it knows the model (gptgate/prices.py)
+        self._ledger = Ledger({b.name: price_source(b) for b in config.backends})
         #: the dollar budget (docs/budget.md): told every cost the ledger counts
         self._spending = (
             BudgetGate(config.budget, self.clock, meter_provider)
@@ -632,7 +634,7 @@ class Gateway:
             )
         for name, state in self._states.items():
             state.drift = self._drift.get(name)
-        router = Router(list(self._states.values()), self.clock)
+        router = Router(list(self._states.values()), self.clock, price_of=self._ledger.price)
         #: moves queued calls off a backend whose circuit opens, and onto idle backends
         self.relocator = Relocator(router, self.clock)
         for state in self._states.values():

@@ -4,14 +4,22 @@ Cost is a first-class signal: a retry after a timeout, an interrupted stream, a 
 miss — each is counted here in tokens and dollars, so ``stats()`` shows the real bill and
 ``plan()`` sizes a budget with the price actually paid at the current concurrency (planning
 with the low-concurrency price overruns the budget: $0.0215 a call at 10, $0.0225 at 50).
+
+Token counts are the normalised :class:`~gptgate.results.Usage` (every prompt token in
+``input_tokens``, cache reads and writes as parts of it, whatever shape the provider reported
+them in), and every dollar comes from :meth:`gptgate.Price.cost` — a backend's own ``price=``,
+or the genai-prices table's for its provider and model (:mod:`gptgate.prices`), priced at the
+moment of the attempt (DeepSeek's off-peak hours) and for its prompt's size (long-context tiers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from .config import Price
+from .prices import CatalogPrice, PriceSource
 from .results import Usage
 
 __all__ = ["BudgetPlan", "Ledger", "LedgerEntry"]
@@ -65,14 +73,28 @@ class BudgetPlan:
 
 
 class Ledger:
-    def __init__(self, prices: dict[str, Price | None]) -> None:
-        self._prices = prices
+    def __init__(
+        self,
+        prices: Mapping[str, PriceSource],
+        *,
+        utc_now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._prices = dict(prices)
+        #: the wall clock a table price is looked up at (a test pins it)
+        self._utc_now = utc_now or (lambda: datetime.now(UTC))
         self.entries: dict[str, LedgerEntry] = {name: LedgerEntry() for name in prices}
         #: told every attempt's cost as it is counted (the dollar budget's spend)
         self.on_cost: Callable[[float], None] | None = None
 
+    def price(self, backend: str, input_tokens: int = 0) -> Price | None:
+        """``backend``'s price now, for a prompt of ``input_tokens``; None: it costs nothing."""
+        source = self._prices.get(backend)
+        if isinstance(source, CatalogPrice):
+            return source.at(self._utc_now(), input_tokens)
+        return source
+
     def cost(self, backend: str, usage: Usage) -> float:
-        price = self._prices.get(backend)
+        price = self.price(backend, usage.input_tokens)
         return price.cost(usage) if price is not None else 0.0
 
     def record_attempt(

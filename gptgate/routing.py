@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from cachetools import TTLCache
 
 from .clock import Clock
-from .config import Backend
+from .config import Backend, Price
 from .errors import NoBackendError
 from .limits import Limiter
 from .limits.pacing import RateLimitPacer
@@ -238,8 +238,11 @@ class Router:
         dollars_to_seconds: float = 100.0,
         affinity_groups: int = 100_000,
         affinity_ttl_s: float = 600.0,
+        price_of: Callable[[str, int], Price | None] | None = None,
     ) -> None:
         self.states = list(states)
+        #: a backend's price for a prompt size (the ledger's); None: each backend's ``price=``
+        self._price_of = price_of
         self.by_name = {s.name: s for s in self.states}
         self.by_limiter = {s.limiter: s for s in self.states}
         self.clock = clock
@@ -404,8 +407,14 @@ class Router:
 
     def _cost_s(self, state: BackendState, request: RouteRequest) -> float:
         """The call's price in seconds of latency, for work where nobody waits."""
-        price = state.backend.price
-        if price is None or request.latency_sensitive:
+        if request.latency_sensitive:
+            return 0.0
+        price = (
+            self._price_of(state.name, request.input_tokens)
+            if self._price_of is not None
+            else state.backend.price
+        )
+        if price is None:
             return 0.0
         usage = Usage(input_tokens=request.input_tokens, output_tokens=request.output_tokens)
         return price.cost(usage) * self.dollars_to_seconds

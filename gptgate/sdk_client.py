@@ -596,15 +596,18 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         """The dollar budget's reservation for the request: its prompt and, for a chat or
         completion, ``max_tokens`` (1024 without) at the backend's price; waited for
         (throttle) no longer than the request's pool timeout, as a permit is."""
-        if runner.spending is None or state.backend.price is None:
+        if runner.spending is None:
             return None
         body = _json_body(request)
+        prompt = _prompt_tokens(body)
+        price = runner.ledger.price(state.name, prompt)
+        if price is None:
+            return None
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
         deadline = self._wait_deadline(request)
         return await runner.admit_cost(
-            state, state.backend.price.most_cost(_prompt_tokens(body), output),
-            self._priority, deadline,
+            state, price.most_cost(prompt, output), self._priority, deadline
         )
 
     async def _send(

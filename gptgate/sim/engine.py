@@ -135,7 +135,8 @@ class SimEngine:
     ``profile`` is a :class:`SimProfile` or a preset name; ``clock`` the time base (default:
     real time); ``seed`` fixes content, lengths and jitter; ``faults`` adds random failures.
     Not thread-safe: use one engine from one event loop. A profile of flavor ``"anthropic"``
-    builds the Messages-API engine (gptgate/sim/anthropic.py) instead.
+    builds the Messages-API engine (gptgate/sim/anthropic.py) instead; ``"deepseek"``
+    DeepSeek's shape (gptgate/sim/deepseek.py).
     """
 
     def __new__(cls, profile: SimProfile | str, **kwargs: Any) -> SimEngine:
@@ -145,6 +146,10 @@ class SimEngine:
                 from gptgate.sim.anthropic import AnthropicEngine
 
                 return super().__new__(AnthropicEngine)
+            if p.flavor == "deepseek":
+                from gptgate.sim.deepseek import DeepSeekEngine
+
+                return super().__new__(DeepSeekEngine)
         return super().__new__(cls)
 
     def __init__(

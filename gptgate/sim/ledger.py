@@ -58,6 +58,20 @@ class LedgerSnapshot:
 
         return price.cost(Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens))
 
+    def bill_usd(self, price: Price) -> float:
+        """What the provider bills for this work at ``price``: cache reads and writes at
+        their own rates (:meth:`gptgate.Price.cost`, the gateway ledger's own function)."""
+        from ..results import Usage
+
+        return price.cost(
+            Usage(
+                input_tokens=self.input_tokens,
+                cached_input_tokens=self.cached_input_tokens,
+                cache_write_input_tokens=self.cache_write_input_tokens,
+                output_tokens=self.output_tokens,
+            )
+        )
+
     @property
     def cache_hit_rate(self) -> float:
         """Share of billed input tokens that were served from the prefix cache."""
