@@ -31,7 +31,7 @@ from gptgate.wire.anthropic import (
     min_cacheable_tokens,
     parse_anthropic_rate_limits,
 )
-from gptgate.wire.dialect import dialect_for
+from gptgate.wire.dialect import Dialect, dialect_for
 
 SCALE = 50.0
 MODEL = "claude-sonnet-4-5"
@@ -210,9 +210,11 @@ def test_extra_body_sends_anthropic_only_fields_and_stop_maps_to_stop_sequences(
     async def main(gate: gg.Gateway, engine: SimEngine) -> None:
         handle = engine.handle
 
-        async def spy(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Any:
+        async def spy(
+            method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
+        ) -> Any:
             seen.append(json.loads(body))
-            return await handle(method, path, headers, body)
+            return await handle(method, path, headers, body, query)
 
         engine.handle = spy  # type: ignore[method-assign]
         await gate.chat(_ask(0), stop="END", user="u-1", extra_body={"top_k": 5})
@@ -237,8 +239,10 @@ def test_a_429_burst_is_paced_from_anthropic_headers() -> None:
     async def main(gate: gg.Gateway, engine: SimEngine) -> list[Any]:
         handle = engine.handle
 
-        async def spy(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Any:
-            response: SimResponse = await handle(method, path, headers, body)
+        async def spy(
+            method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
+        ) -> Any:
+            response: SimResponse = await handle(method, path, headers, body, query)
             statuses.append(response.status)
             return response
 
@@ -417,3 +421,10 @@ def test_batch_content_reads_the_shared_prefix_where_a_plain_client_reads_nothin
     ceiling, (plain, _, gate) = cache_anthropic.measure(calls=80, concurrency=16, seed=2)
     assert plain.ledger.cached_input_tokens == 0
     assert gate.ledger.cached_input_tokens >= 0.9 * ceiling
+
+
+def test_the_dialect_has_every_member_of_the_seam() -> None:
+    dialect = _dialect()
+    members = set(Dialect.__annotations__) | {n for n in vars(Dialect) if not n.startswith("_")}
+    assert members and all(hasattr(dialect, name) for name in members), sorted(
+        name for name in members if not hasattr(dialect, name))

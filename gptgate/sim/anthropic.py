@@ -80,15 +80,19 @@ ANTHROPIC_PROFILE = SimProfile(
 
 
 def bill_usd(snap: LedgerSnapshot, input_per_mtok: float, output_per_mtok: float) -> float:
-    """What Anthropic bills for ``snap``: uncached input at the input price, cache writes at
-    1.25× it, cache reads at 0.1× it, output at the output price."""
-    read = snap.cached_input_tokens
-    write = snap.cache_write_input_tokens
-    plain = snap.input_tokens - read - write
-    return (
-        (plain + CACHE_WRITE_MULTIPLIER * write + CACHE_READ_MULTIPLIER * read) * input_per_mtok
-        + snap.output_tokens * output_per_mtok
-    ) / 1_000_000
+    """What Anthropic bills for ``snap`` at a model's input and output prices: uncached input
+    at the input price, cache writes at 1.25× it, cache reads at 0.1× it (its published
+    multipliers, whatever price a client was configured with)."""
+    from gptgate.config import Price
+
+    return snap.bill_usd(
+        Price(
+            input_per_mtok=input_per_mtok,
+            output_per_mtok=output_per_mtok,
+            cached_input_per_mtok=CACHE_READ_MULTIPLIER * input_per_mtok,
+            cache_write_per_mtok=CACHE_WRITE_MULTIPLIER * input_per_mtok,
+        )
+    )
 
 
 def _rfc3339(epoch: float) -> str:

@@ -110,6 +110,8 @@ class AnthropicDialect:
     """The Messages API (see the module docstring)."""
 
     name = "anthropic"
+    #: Anthropic's token buckets refill continuously (no 1 s / 10 s windows as on Azure)
+    short_windows = False
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         self.provider = preset.name
