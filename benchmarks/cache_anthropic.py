@@ -19,6 +19,10 @@ one cache, Sonnet's 1,024-token minimum) under virtual time.
   ``Backend(provider="anthropic")``: OpenAI-style messages, the marker placed by the dialect,
   single-flight warm-up then the ramp.
 
+**Below the minimum.** The same job on a model whose minimum is above the prompt
+(``claude-haiku-4-5``: 4,096 tokens) caches nothing for anyone; the gate must then step aside
+(its warm-up would wait for hits that cannot come): gptgate's time against the plain client's.
+
 **The ceiling** is every call but one reading the whole prefix: ``(calls − 1) × prefix``
 tokens, ``prefix`` being what one call writes (read from the server's own usage). The rule
 printed (issue 32): gptgate reaches ≥ 90% of it, where the plain client reads 0. Dollars are
@@ -38,12 +42,18 @@ import anyio
 import httpx2
 
 import gptgate as gg
-from gptgate.sim import ANTHROPIC_PROFILE, LoopClock, SimEngine, SimTransport, run_virtual
+from gptgate.sim import (
+    ANTHROPIC_PROFILE,
+    LoopClock,
+    SimEngine,
+    SimProfile,
+    SimTransport,
+    run_virtual,
+)
 from gptgate.sim.anthropic import bill_usd
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.testing import sim_backend
 
-MODEL = ANTHROPIC_PROFILE.model
 SYSTEM = (
     "You are the style editor of a product catalogue. Keep sentences short, prefer concrete "
     "nouns, never use superlatives, and end every description with one practical tip. "
@@ -65,9 +75,11 @@ def questions(calls: int) -> list[str]:
     return [f"Describe product #{i}: a {colours[i % 3]} kettle." for i in range(calls)]
 
 
-async def plain(calls: int, concurrency: int, seed: int, marker: bool) -> Row:
+async def plain(
+    profile: SimProfile, calls: int, concurrency: int, seed: int, marker: bool
+) -> Row:
     clock = LoopClock()
-    engine = SimEngine(ANTHROPIC_PROFILE, clock=clock, seed=seed)
+    engine = SimEngine(profile, clock=clock, seed=seed)
     gate = anyio.Semaphore(concurrency)
     system: Any = (
         [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
@@ -78,7 +90,7 @@ async def plain(calls: int, concurrency: int, seed: int, marker: bool) -> Row:
     ) as client:
 
         async def call(question: str) -> None:
-            body = {"model": MODEL, "max_tokens": MAX_TOKENS, "system": system,
+            body = {"model": profile.model, "max_tokens": MAX_TOKENS, "system": system,
                     "messages": [{"role": "user", "content": question}]}
             async with gate:
                 for _ in range(5):  # a 429/529 is retried after a second, like an SDK
@@ -96,12 +108,11 @@ async def plain(calls: int, concurrency: int, seed: int, marker: bool) -> Row:
     return Row(name, engine.ledger.snapshot(), seconds)
 
 
-async def gateway(calls: int, concurrency: int, seed: int) -> Row:
+async def gateway(profile: SimProfile, calls: int, concurrency: int, seed: int) -> Row:
     clock = LoopClock()
     backend, engine = sim_backend(
-        ANTHROPIC_PROFILE, name="claude", clock=clock, seed=seed, provider="anthropic",
+        profile, name="claude", clock=clock, seed=seed, provider="anthropic",
         base_url="http://127.0.0.1:8000", api_key="sk-ant-sim", concurrency=concurrency,
-        model=MODEL,
     )
     items = [
         {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}],
@@ -121,7 +132,7 @@ async def gateway(calls: int, concurrency: int, seed: int) -> Row:
 async def prefix_tokens(seed: int) -> int:
     """What one call writes to the cache: the marked prefix, in the server's tokens."""
     engine = SimEngine(ANTHROPIC_PROFILE, clock=LoopClock(), seed=seed)
-    body = {"model": MODEL, "max_tokens": 1,
+    body = {"model": ANTHROPIC_PROFILE.model, "max_tokens": 1,
             "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": "x"}]}
     async with httpx2.AsyncClient(transport=SimTransport(engine), base_url="http://sim") as c:
@@ -129,14 +140,23 @@ async def prefix_tokens(seed: int) -> int:
     return int(r.json()["usage"]["cache_creation_input_tokens"])
 
 
-def measure(calls: int, concurrency: int, seed: int) -> tuple[int, list[Row]]:
+def measure(
+    calls: int, concurrency: int, seed: int, profile: SimProfile = ANTHROPIC_PROFILE
+) -> tuple[int, list[Row]]:
+    """(the read ceiling, the three clients' rows) on ``profile``."""
     prefix = run_virtual(prefix_tokens, seed)
     rows = [
-        run_virtual(plain, calls, concurrency, seed, False),
-        run_virtual(plain, calls, concurrency, seed, True),
-        run_virtual(gateway, calls, concurrency, seed),
+        run_virtual(plain, profile, calls, concurrency, seed, False),
+        run_virtual(plain, profile, calls, concurrency, seed, True),
+        run_virtual(gateway, profile, calls, concurrency, seed),
     ]
     return (calls - 1) * prefix, rows
+
+
+#: a model whose minimum (4,096 tokens) is above the shared prompt: nothing can be cached
+HAIKU = ANTHROPIC_PROFILE.model_copy(
+    update={"name": "anthropic-haiku", "model": "claude-haiku-4-5", "cache_min_tokens": 4096}
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -162,6 +182,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             and plain_row.ledger.cached_input_tokens == 0)
     print(f"rule (gptgate >= 90% of the ceiling, plain client 0): "
           f"{'holds' if held else 'DOES NOT HOLD'}")
+    _, (bare, _, gated) = measure(args.calls, args.concurrency, args.seed, HAIKU)
+    ratio = gated.seconds / bare.seconds
+    print(f"below the minimum ({HAIKU.model}: {HAIKU.cache_min_tokens:,} tokens, nothing "
+          f"cacheable): gptgate {gated.seconds:.1f} s, plain {bare.seconds:.1f} s "
+          f"(x{ratio:.2f}: the gate {'steps aside' if ratio <= 1.1 else 'HOLDS CALLS BACK'})")
 
 
 if __name__ == "__main__":

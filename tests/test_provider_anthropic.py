@@ -428,3 +428,15 @@ def test_the_dialect_has_every_member_of_the_seam() -> None:
     members = set(Dialect.__annotations__) | {n for n in vars(Dialect) if not n.startswith("_")}
     assert members and all(hasattr(dialect, name) for name in members), sorted(
         name for name in members if not hasattr(dialect, name))
+
+
+def test_the_gate_steps_aside_when_the_prefix_is_below_the_models_minimum() -> None:
+    """Claude Haiku 4.5 caches nothing under 4,096 tokens: a ~2,000-token shared prompt gets
+    no marker, and the cache gate must not warm it up and ramp waiting for hits that cannot
+    come. Before: gptgate took 109.5 s where the plain client took 19.4 s (200 calls, c=32)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import cache_anthropic
+
+    _, (plain, _, gate) = cache_anthropic.measure(80, 16, 2, cache_anthropic.HAIKU)
+    assert gate.ledger.cached_input_tokens == 0 == gate.ledger.cache_write_input_tokens
+    assert gate.seconds <= 1.1 * plain.seconds, (gate.seconds, plain.seconds)
