@@ -34,7 +34,7 @@ from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
-from gptgate.wire.openai import _ENCODER, ChatStreamReader, error_for_status
+from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
 from gptgate.wire.ratelimits import RateLimitInfo, _count
 from gptgate.wire.usage import parse_anthropic_usage
 
@@ -174,14 +174,7 @@ class AnthropicDialect:
         )
         if stream:
             body["stream"] = True
-        try:
-            return _ENCODER.encode(body).encode()
-        except UnicodeEncodeError as exc:
-            raise BadRequestError(
-                f"request is not valid UTF-8 text: a lone surrogate {exc.object[exc.start]!r}"
-            ) from None
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise BadRequestError(f"request is not JSON-serializable: {exc}") from None
+        return encode_body(body)
 
     def stream_reader(
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
