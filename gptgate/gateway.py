@@ -611,6 +611,10 @@ class Gateway:
             if previous is not None:
                 self._earlier[backend.name].add(previous)
             pool = BackendPool(backend, self.clock)
+            # a provider caching only longer prefixes (Anthropic per model) is gated by them
+            self.cache_gate.set_min_prefix_tokens(
+                backend.name, getattr(pool.dialect, "min_cacheable", 0)
+            )
             limiter = Limiter(
                 self._warm_limit(backend, warm),
                 clock=self.clock,

@@ -64,6 +64,7 @@ _OPERATIONS = (
     ("/completions", "text_completion"),
     ("/embeddings", "embeddings"),
     ("/responses", "chat"),
+    ("/v1/messages", "chat"),  # Anthropic's Messages API
 )
 #: operations whose answers, with a known size, teach the limit its latency per token
 _GENERATIVE = frozenset({"chat", "text_completion"})
@@ -413,7 +414,9 @@ def _json_body(request: httpx2.Request) -> dict[str, Any]:
 def _prompt_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
-        return estimate_prompt_tokens([m for m in messages if isinstance(m, Mapping)])
+        system = body.get("system")  # Anthropic's system prompt, beside the messages
+        extra = [{"role": "system", "content": system}] if system else []
+        return estimate_prompt_tokens([*extra, *(m for m in messages if isinstance(m, Mapping))])
     for key in ("prompt", "input"):
         value = body.get(key)
         if isinstance(value, str):

@@ -47,9 +47,13 @@ def _post(
 
 def test_the_flavor_builds_the_messages_engine_and_rejects_wrong_auth_headers() -> None:
     assert isinstance(SimEngine(ANTHROPIC_PROFILE), AnthropicEngine)
-    (bearer,), _ = _post([_body()], headers={"authorization": "Bearer sk-ant-test"})
-    assert bearer.status_code == 401
-    assert bearer.json()["error"]["type"] == "authentication_error"
+    wrong = {"api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}  # Azure's header
+    (azure,), _ = _post([_body()], headers=wrong)
+    assert azure.status_code == 401
+    assert azure.json()["error"]["type"] == "authentication_error"
+    bearer = {"authorization": "Bearer sk-ant-test", "anthropic-version": "2023-06-01"}
+    (sdk,), _ = _post([_body()], headers=bearer)  # what the anthropic SDK 2.x sends
+    assert sdk.status_code == 200
     (versionless,), _ = _post([_body()], headers={"x-api-key": "sk-ant-test"})
     assert versionless.status_code == 400
     assert "anthropic-version" in versionless.json()["error"]["message"]

@@ -3,8 +3,10 @@
 Same serving model as :class:`~gptgate.sim.engine.SimEngine` (slots, timing, rate-limit
 buckets, faults); what differs is what a gateway must get right on Anthropic:
 
-* ``POST /v1/messages`` with ``x-api-key`` and ``anthropic-version`` (a Bearer header alone is
-  a 401, a missing version a 400); Messages bodies and SSE events (anthropic_wire.py);
+* ``POST /v1/messages`` with the key in ``x-api-key`` (or ``Authorization: Bearer``, as the
+  anthropic SDK 2.x sends it) and an ``anthropic-version``: a key in any other header (Azure's
+  ``api-key``) or none is a 401, a missing version a 400; Messages bodies and SSE events
+  (anthropic_wire.py);
 * caching **only at ``cache_control`` markers** (≤ 4): a marked prefix shorter than
   ``cache_min_tokens`` is not cached; a request reads the longest cached prefix ending at a
   block boundary up to 20 blocks before one of its markers, and writes every longer marked
@@ -78,15 +80,19 @@ ANTHROPIC_PROFILE = SimProfile(
 
 
 def bill_usd(snap: LedgerSnapshot, input_per_mtok: float, output_per_mtok: float) -> float:
-    """What Anthropic bills for ``snap``: uncached input at the input price, cache writes at
-    1.25× it, cache reads at 0.1× it, output at the output price."""
-    read = snap.cached_input_tokens
-    write = snap.cache_write_input_tokens
-    plain = snap.input_tokens - read - write
-    return (
-        (plain + CACHE_WRITE_MULTIPLIER * write + CACHE_READ_MULTIPLIER * read) * input_per_mtok
-        + snap.output_tokens * output_per_mtok
-    ) / 1_000_000
+    """What Anthropic bills for ``snap`` at a model's input and output prices: uncached input
+    at the input price, cache writes at 1.25× it, cache reads at 0.1× it (its published
+    multipliers, whatever price a client was configured with)."""
+    from gptgate.config import Price
+
+    return snap.bill_usd(
+        Price(
+            input_per_mtok=input_per_mtok,
+            output_per_mtok=output_per_mtok,
+            cached_input_per_mtok=CACHE_READ_MULTIPLIER * input_per_mtok,
+            cache_write_per_mtok=CACHE_WRITE_MULTIPLIER * input_per_mtok,
+        )
+    )
 
 
 def _rfc3339(epoch: float) -> str:
@@ -104,8 +110,6 @@ class AnthropicEngine(SimEngine):
         self._prompt_cache: TTLCache[bytes, None] = TTLCache(
             p.cache_max_blocks, p.cache_ttl_s, timer=self.clock.now
         )
-        #: wall-clock epoch of clock time 0, for the RFC 3339 resets
-        self._epoch = time.time() - self.clock.now()
         self._write_tokens = 0
 
     # -- HTTP surface --------------------------------------------------------------------
@@ -119,7 +123,8 @@ class AnthropicEngine(SimEngine):
         base = [("request-id", request_id)]
         if method.upper() != "POST":
             return self._error(405, base, "Method not allowed", "invalid_request_error")
-        if not headers.get("x-api-key"):
+        bearer = headers.get("authorization", "")
+        if not headers.get("x-api-key") and not bearer.lower().startswith("bearer "):
             self.ledger.record("client_error")
             return self._error(401, base, "x-api-key header is required", "authentication_error")
         if not headers.get("anthropic-version"):
@@ -176,7 +181,9 @@ class AnthropicEngine(SimEngine):
             bucket.refill(now)
             out.append((f"anthropic-ratelimit-{name}-limit", str(int(bucket.limit))))
             out.append((f"anthropic-ratelimit-{name}-remaining", str(max(0, int(bucket.tokens)))))
-            reset = _rfc3339(self._epoch + now + bucket.reset_s())
+            # the instant is wall time now plus the wait in the engine's seconds, so a client
+            # on the same (scaled or virtual) clock reads back the wait it must pace by
+            reset = _rfc3339(time.time() + bucket.reset_s())
             out.append((f"anthropic-ratelimit-{name}-reset", reset))
         return out
 

@@ -34,7 +34,7 @@ from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
-from gptgate.wire.openai import _ENCODER, ChatStreamReader, error_for_status
+from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
 from gptgate.wire.ratelimits import RateLimitInfo, _count
 from gptgate.wire.usage import parse_anthropic_usage
 
@@ -110,12 +110,19 @@ class AnthropicDialect:
     """The Messages API (see the module docstring)."""
 
     name = "anthropic"
+    #: Anthropic's token buckets refill continuously (no 1 s / 10 s windows as on Azure)
+    short_windows = False
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         self.provider = preset.name
         self.backend = backend.name
         self.max_tokens = backend.max_output_tokens or DEFAULT_MAX_TOKENS
         self.min_cacheable = min_cacheable_tokens(backend.model)
+        #: a Backend(headers={"anthropic-version": ...}) of the caller's wins
+        self.version = next(
+            (v for k, v in backend.headers.items() if k.lower() == "anthropic-version"),
+            ANTHROPIC_VERSION,
+        )
 
     parse_response = staticmethod(parse_message)
     parse_usage = staticmethod(parse_anthropic_usage)
@@ -130,7 +137,7 @@ class AnthropicDialect:
         return base.copy_with(raw_path=path + suffix)
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        headers = {"anthropic-version": self.version}
         if key:
             headers["x-api-key"] = key
         return headers
@@ -167,14 +174,7 @@ class AnthropicDialect:
         )
         if stream:
             body["stream"] = True
-        try:
-            return _ENCODER.encode(body).encode()
-        except UnicodeEncodeError as exc:
-            raise BadRequestError(
-                f"request is not valid UTF-8 text: a lone surrogate {exc.object[exc.start]!r}"
-            ) from None
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise BadRequestError(f"request is not JSON-serializable: {exc}") from None
+        return encode_body(body)
 
     def stream_reader(
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None

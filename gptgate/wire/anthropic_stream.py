@@ -24,8 +24,8 @@ from gptgate.wire.openai import (
     ParsedChat,
     StreamAccumulator,
     _in_band_error,
-    _loads_body,
     _malformed,
+    load_answer,
 )
 from gptgate.wire.sse import SSEEvent
 from gptgate.wire.usage import parse_anthropic_usage
@@ -98,15 +98,9 @@ def parse_message(
 ) -> ParsedChat:
     """A non-streamed Messages answer; its ``{"type": "error"}`` body raises the mapped error,
     anything that is not a message a :class:`BackendError`."""
-    try:
-        obj = _loads_body(body)
-    except ValueError:
-        raise _malformed("response is not JSON", backend, status, headers) from None
-    if not isinstance(obj, dict):
-        raise _malformed("response is not a JSON object", backend, status, headers)
-    if obj.get("type") == "error" or obj.get("error"):
-        raise _in_band_error(obj.get("error") or obj, backend=backend, status=status,
-                             headers=headers)
+    obj = load_answer(body, backend=backend, status=status, headers=headers)
+    if obj.get("type") == "error":  # an error object without its "error" member
+        raise _in_band_error(obj, backend=backend, status=status, headers=headers)
     content = obj.get("content")
     if not isinstance(content, list):
         raise _malformed("response has no content", backend, status, headers)

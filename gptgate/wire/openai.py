@@ -117,6 +117,12 @@ def build_chat_body(
         del body["stream_options"]
     if prompt_cache_key is not None and "prompt_cache_key" not in body:
         body["prompt_cache_key"] = prompt_cache_key
+    return encode_body(body)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON, or :class:`BadRequestError` saying why it cannot be (see
+    :func:`build_chat_body`); every dialect's body goes through here."""
     try:
         return _ENCODER.encode(body).encode()
     except UnicodeEncodeError as exc:
@@ -168,15 +174,7 @@ def parse_chat_response(
     Raises the mapped error for an ``{"error": ...}`` body sent with a success status, and
     :class:`BackendError` for a body that is not a chat completion.
     """
-    try:
-        obj = _loads_body(body)
-    except ValueError:
-        raise _malformed("response is not JSON", backend, status, headers) from None
-    if not isinstance(obj, dict):
-        raise _malformed("response is not a JSON object", backend, status, headers)
-    error = obj.get("error")
-    if error:
-        raise _in_band_error(error, backend=backend, status=status, headers=headers)
+    obj = load_answer(body, backend=backend, status=status, headers=headers)
     choices = obj.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _malformed("response has no choices", backend, status, headers)
@@ -194,6 +192,23 @@ def parse_chat_response(
         model=_optional_str(obj.get("model")),
         raw=obj,
     )
+
+
+def load_answer(
+    body: bytes, *, backend: str, status: int, headers: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A 2xx body as a JSON object: :class:`BackendError` when it is not one, the mapped
+    error when it carries an ``error`` (any dialect's answer parser starts here)."""
+    try:
+        obj = _loads_body(body)
+    except ValueError:
+        raise _malformed("response is not JSON", backend, status, headers) from None
+    if not isinstance(obj, dict):
+        raise _malformed("response is not a JSON object", backend, status, headers)
+    error = obj.get("error")
+    if error:
+        raise _in_band_error(error, backend=backend, status=status, headers=headers)
+    return obj
 
 
 def _malformed(
