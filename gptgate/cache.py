@@ -38,6 +38,7 @@ __all__ = [
     "PrefixGroup",
     "RampController",
     "cacheable_tokens",
+    "prefix_end",
     "prefix_key",
 ]
 
@@ -100,6 +101,17 @@ def prefix_key(
     hasher = hashlib.blake2b(digest_size=16)
     _feed(hasher, prefix)
     return PrefixGroup(key=f"p:{hasher.hexdigest()}", prefix_tokens=tokens)
+
+
+def prefix_end(messages: Sequence[Mapping[str, Any]], min_tokens: int) -> int | None:
+    """The index of the last message of the prefix :func:`prefix_key` groups calls on (every
+    message but the last), when that prefix has at least ``min_tokens`` estimated tokens;
+    else None. A provider that caches only at explicit markers (Anthropic's
+    ``cache_control``) gets its marker there, so the group the gate warms is the prefix the
+    provider caches."""
+    if len(messages) <= 1 or estimate_prompt_tokens(messages[:-1]) < min_tokens:
+        return None
+    return len(messages) - 2
 
 
 def _feed(hasher: Any, value: object) -> None:
@@ -747,6 +759,18 @@ class CacheGate:
         self._crowded_until: dict[str, float] = {}
         #: ``shared=``: one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
         self._fleet_warmup: FleetWarmup | None = None
+        #: per backend: the shortest prefix its provider caches, when above the policy's
+        self._min_prefix: dict[str, int] = {}
+
+    def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
+        """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
+        on Haiku 4.5): its shorter groups bypass the gate, or their warm-up and ramp would
+        hold calls back for hits that cannot come."""
+        self._min_prefix[backend] = tokens
+
+    def _min_prefix_of(self, backend: str, policy: RampPolicy) -> int:
+        """The shortest prefix the gate warms on ``backend``: shorter groups bypass it."""
+        return max(policy.min_prefix_tokens, self._min_prefix.get(backend, 0))
 
     async def enter(
         self, backend: str, group: PrefixGroup | None, policy: RampPolicy, limit: int
@@ -757,7 +781,7 @@ class CacheGate:
         ``policy.min_prefix_tokens``). Waiters are served FIFO per group; cancellation while
         waiting leaves no trace (a slot granted in the same instant is handed back).
         """
-        if group is None or group.prefix_tokens < policy.min_prefix_tokens:
+        if group is None or group.prefix_tokens < self._min_prefix_of(backend, policy):
             return CacheTicket(None, None, False)
         state = self._lookup(backend, group, policy, limit)
         self._limits[backend] = max(1, limit)
@@ -860,7 +884,7 @@ class CacheGate:
         light pre-warm such as ``gate.warm``, a keep-warm refresh): its group skips the
         single-flight warm-up and starts ramping; a warm-up in flight stops holding the others.
         A bypassed group (``None``, or shorter than ``policy.min_prefix_tokens``) is ignored."""
-        if group is None or group.prefix_tokens < policy.min_prefix_tokens:
+        if group is None or group.prefix_tokens < self._min_prefix_of(backend, policy):
             return
         state = self._lookup(backend, group, policy, limit)
         state.touch(self._clock.now())

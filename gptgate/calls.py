@@ -810,11 +810,11 @@ class CallRunner:
     def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
         """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
         and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves)."""
-        price = backend.backend.price
+        price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
         output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
-        return price.cost(Usage(input_tokens=spec.prompt_tokens, output_tokens=output))
+        return price.most_cost(spec.prompt_tokens, output)
 
     async def admit_budget(
         self, spec: CallSpec, backend: BackendState, counted: bool = True
@@ -835,7 +835,7 @@ class CallRunner:
         counted: bool = True,
     ) -> BudgetHold | None:
         """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request)."""
-        if self.spending is None or backend.backend.price is None:
+        if self.spending is None or self.ledger.price(backend.name) is None:
             return None
         return await self.spending.admit(
             usd, priority=priority, deadline=deadline, counted=counted
@@ -848,14 +848,12 @@ class CallRunner:
         so it reserves the backend's mean cost per attempt so far, or before any a typical
         call's (``_DEFAULT_MAX_TOKENS`` of prompt and of answer; reserving nothing let a first
         burst of guarded calls all pass together) within what the budget holds."""
-        price = backend.backend.price
+        price = self.ledger.price(backend.name)
         if self.spending is None or price is None:
             return None
         entry = self.ledger.entries.get(backend.name)
         learned = entry.cost_usd / entry.attempts if entry is not None and entry.attempts else None
-        typical = price.cost(
-            Usage(input_tokens=_DEFAULT_MAX_TOKENS, output_tokens=_DEFAULT_MAX_TOKENS)
-        )
+        typical = price.most_cost(_DEFAULT_MAX_TOKENS, _DEFAULT_MAX_TOKENS)
         return await self.spending.admit(
             self.spending.unsized_estimate(learned, typical),
             priority=priority, deadline=deadline, guarded=True,

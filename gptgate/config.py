@@ -46,25 +46,63 @@ def pool_size_for(max_concurrency: int) -> int:
 
 
 class Price(BaseModel):
-    """Dollars per million tokens. ``cached_input_per_mtok`` defaults to the input price."""
+    """Dollars per million tokens: the one place a call's cost is computed.
+
+    ``cached_input_per_mtok`` prices prompt tokens read from the provider's cache and
+    ``cache_write_per_mtok`` those written to it; each defaults to the input price (a
+    provider that bills no difference). Anthropic bills writes at 1.25× its input price (2×
+    for the 1-hour cache) and reads at 0.1×; OpenAI bills reads at 0.5× or less and writes
+    at the input price; DeepSeek bills a cache hit at a fraction of a miss ($0.07 against
+    $0.27 for deepseek-chat).
+    Reasoning tokens are output tokens and cost the output price.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
+    #: dollars per million prompt tokens neither read from nor written to the cache
     input_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens read from the provider's cache; None → the input price
     cached_input_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    #: dollars per million output tokens (reasoning tokens included)
     output_per_mtok: StrictFloat = Field(default=0.0, ge=0)
+    #: dollars per million prompt tokens written to the cache (Anthropic: 1.25× its input
+    #: price, 2× for the 1-hour cache); None → the input price
+    cache_write_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+
+    @property
+    def cache_read_rate(self) -> float:
+        rate = self.cached_input_per_mtok
+        return self.input_per_mtok if rate is None else rate
+
+    @property
+    def cache_write_rate(self) -> float:
+        rate = self.cache_write_per_mtok
+        return self.input_per_mtok if rate is None else rate
 
     def cost(self, usage: Usage) -> float:
-        cached_rate = (
-            self.input_per_mtok
-            if self.cached_input_per_mtok is None
-            else self.cached_input_per_mtok
-        )
-        return (
-            usage.uncached_input_tokens * self.input_per_mtok
-            + usage.cached_input_tokens * cached_rate
+        """The dollars ``usage`` costs: prompt tokens neither read from nor written to the
+        cache at the input price, reads and writes at theirs, output at the output price."""
+        total = usage.input_tokens
+        read = usage.cached_input_tokens
+        if read > total:
+            read = total
+        read_rate = self.cached_input_per_mtok
+        dollars = (
+            (total - read) * self.input_per_mtok
+            + (read * read_rate if read_rate is not None else read * self.input_per_mtok)
             + usage.output_tokens * self.output_per_mtok
-        ) / 1_000_000
+        )
+        write = usage.cache_write_input_tokens
+        if write:  # on every call path but Anthropic's (and OpenRouter's), none
+            write = min(write, total - read)
+            dollars += write * (self.cache_write_rate - self.input_per_mtok)
+        return dollars / 1_000_000
+
+    def most_cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The dearest outcome of a prompt and an answer of these sizes (what a budget
+        reserves): the whole prompt at the dearer of the input and cache-write prices."""
+        rate = max(self.input_per_mtok, self.cache_write_rate)
+        return (input_tokens * rate + output_tokens * self.output_per_mtok) / 1_000_000
 
 
 class Backend(BaseModel):
@@ -128,6 +166,9 @@ class Backend(BaseModel):
     abandoned_answers: Literal["stop", "finish"] = "stop"
     private: bool = False
     tier: Tier = "large"
+    #: dollars per million tokens; None → the provider's list price from the genai-prices
+    #: table (the `prices` extra) when it knows a hosted provider's model, else $0 (one log
+    #: line) — see docs/providers.md "Usage and prices"
     price: Price | None = None
     #: Azure OpenAI: the deployment (``/openai/deployments/{deployment}/...``); None: the
     #: ``/openai/v1/`` API, which takes ``model``
@@ -378,9 +419,19 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_budget(self) -> GatewayConfig:
-        if self.budget is not None and all(b.price is None for b in self.backends):
+        if self.budget is None:
+            return self
+        from .prices import catalog_price  # it builds on this module
+
+        if all(
+            b.price is None and catalog_price(b.provider, b.model, b.base_url) is None
+            for b in self.backends
+        ):
             # nothing would ever be counted: a budget that cannot hold is a silent bill
-            raise ValueError("budget needs a backend with a price (Backend(price=gg.Price(...)))")
+            raise ValueError(
+                "budget needs a backend with a price (Backend(price=gg.Price(...)), or a "
+                "provider and model the genai-prices table knows)"
+            )
         return self
 
     @model_validator(mode="after")

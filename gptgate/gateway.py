@@ -63,6 +63,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .opened import Opened
 from .pool import BackendPool, PoolStatistics
+from .prices import price_source
 from .relocate import Relocator
 from .results import ChatResult
 from .retry import RetryPolicy
@@ -204,6 +205,10 @@ class BackendStats:
     #: this process's own limit, before the fleet's: the configured ``concurrency`` or the
     #: adaptive limit (with ``shared=`` auto, the fleet's published one), within the pool
     local_limit: int = 0
+    #: of ``input_tokens``: written to the provider's prompt cache (Anthropic bills them
+    #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -514,7 +519,8 @@ class Gateway:
         )
         self._states: dict[str, BackendState] = {}
         self._runner: CallRunner | None = None
-        self._ledger = Ledger({b.name: b.price for b in config.backends})
+        #: price=None: the genai-prices table's, when it knows the model (gptgate/prices.py)
+        self._ledger = Ledger({b.name: price_source(b) for b in config.backends})
         #: the dollar budget (docs/budget.md): told every cost the ledger counts
         self._spending = (
             BudgetGate(config.budget, self.clock, meter_provider)
@@ -607,6 +613,10 @@ class Gateway:
             if previous is not None:
                 self._earlier[backend.name].add(previous)
             pool = BackendPool(backend, self.clock)
+            # a provider caching only longer prefixes (Anthropic per model) is gated by them
+            self.cache_gate.set_min_prefix_tokens(
+                backend.name, getattr(pool.dialect, "min_cacheable", 0)
+            )
             limiter = Limiter(
                 self._warm_limit(backend, warm),
                 clock=self.clock,
@@ -630,7 +640,7 @@ class Gateway:
             )
         for name, state in self._states.items():
             state.drift = self._drift.get(name)
-        router = Router(list(self._states.values()), self.clock)
+        router = Router(list(self._states.values()), self.clock, price_of=self._ledger.price)
         #: moves queued calls off a backend whose circuit opens, and onto idle backends
         self.relocator = Relocator(router, self.clock)
         for state in self._states.values():
@@ -1487,6 +1497,8 @@ class Gateway:
                 hedges=state.hedges,
                 escalated=entry.escalated,
                 drift=state.drift.status if state.drift is not None else None,
+                cache_write_input_tokens=entry.cache_write_input_tokens,
+                reasoning_tokens=entry.reasoning_tokens,
             )
         return snapshot
 

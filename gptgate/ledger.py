@@ -4,14 +4,22 @@ Cost is a first-class signal: a retry after a timeout, an interrupted stream, a 
 miss — each is counted here in tokens and dollars, so ``stats()`` shows the real bill and
 ``plan()`` sizes a budget with the price actually paid at the current concurrency (planning
 with the low-concurrency price overruns the budget: $0.0215 a call at 10, $0.0225 at 50).
+
+Token counts are the normalised :class:`~gptgate.results.Usage` (every prompt token in
+``input_tokens``, cache reads and writes as parts of it, whatever shape the provider reported
+them in), and every dollar comes from :meth:`gptgate.Price.cost` — a backend's own ``price=``,
+or the genai-prices table's for its provider and model (:mod:`gptgate.prices`), priced at the
+moment of the attempt (DeepSeek's off-peak hours) and for its prompt's size (long-context tiers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from .config import Price
+from .prices import CatalogPrice, PriceSource
 from .results import Usage
 
 __all__ = ["BudgetPlan", "Ledger", "LedgerEntry"]
@@ -27,9 +35,13 @@ class LedgerEntry:
     streamed_attempts: int = 0
     plain_attempts: int = 0
     interrupted_streams: int = 0
+    #: all prompt tokens; of them, those read from and written to the provider's cache
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    #: all answer tokens; of them, those spent reasoning
     output_tokens: int = 0
+    reasoning_tokens: int = 0
     #: tokens of attempts that produced no result (timeouts after send, cut streams)
     wasted_tokens: int = 0
     #: of those, the estimated tokens of attempts that answered nothing before the client left
@@ -66,15 +78,33 @@ class BudgetPlan:
 
 
 class Ledger:
-    def __init__(self, prices: dict[str, Price | None]) -> None:
-        self._prices = prices
+    def __init__(
+        self,
+        prices: Mapping[str, PriceSource],
+        *,
+        utc_now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._prices = dict(prices)
+        #: the wall clock a table price is looked up at (a test pins it)
+        self._utc_now = utc_now or (lambda: datetime.now(UTC))
         self.entries: dict[str, LedgerEntry] = {name: LedgerEntry() for name in prices}
         #: told every attempt's cost as it is counted (the dollar budget's spend)
         self.on_cost: Callable[[float], None] | None = None
 
+    def price(self, backend: str, input_tokens: int = 0) -> Price | None:
+        """``backend``'s price now, for a prompt of ``input_tokens``; None: it costs nothing."""
+        source = self._prices.get(backend)
+        if isinstance(source, CatalogPrice):
+            return source.at(self._utc_now(), input_tokens)
+        return source
+
     def cost(self, backend: str, usage: Usage) -> float:
-        price = self._prices.get(backend)
-        return price.cost(usage) if price is not None else 0.0
+        source = self._prices.get(backend)
+        if source is None:
+            return 0.0
+        if isinstance(source, CatalogPrice):
+            return source.at(self._utc_now(), usage.input_tokens).cost(usage)
+        return source.cost(usage)
 
     def record_attempt(
         self,
@@ -101,9 +131,7 @@ class Ledger:
             entry.interrupted_streams += 1
         if usage.estimated:
             entry.estimated_attempts += 1
-        entry.input_tokens += usage.input_tokens
-        entry.cached_input_tokens += usage.cached_input_tokens
-        entry.output_tokens += usage.output_tokens
+        _count(entry, usage, 1)
         entry.cost_usd += cost
         if wasted:
             entry.wasted_tokens += usage.total_tokens
@@ -124,9 +152,8 @@ class Ledger:
         delta = self.cost(backend, actual) - self.cost(backend, booked)
         if booked.estimated and not actual.estimated:
             entry.estimated_attempts -= 1
-        entry.input_tokens += actual.input_tokens - booked.input_tokens
-        entry.cached_input_tokens += actual.cached_input_tokens - booked.cached_input_tokens
-        entry.output_tokens += actual.output_tokens - booked.output_tokens
+        _count(entry, booked, -1)
+        _count(entry, actual, 1)
         entry.cost_usd += delta
         entry.wasted_tokens += actual.total_tokens - booked.total_tokens
         entry.wasted_cost_usd += delta
@@ -184,3 +211,12 @@ class Ledger:
         if not per_call:
             raise ValueError("no successful priced calls observed yet")
         return BudgetPlan(budget_per_hour_usd, per_call, int(budget_per_hour_usd // per_call))
+
+
+def _count(entry: LedgerEntry, usage: Usage, sign: int) -> None:
+    """Add (``sign=1``) or take back (``-1``) an attempt's tokens."""
+    entry.input_tokens += sign * usage.input_tokens
+    entry.cached_input_tokens += sign * usage.cached_input_tokens
+    entry.cache_write_input_tokens += sign * usage.cache_write_input_tokens
+    entry.output_tokens += sign * usage.output_tokens
+    entry.reasoning_tokens += sign * usage.reasoning_tokens

@@ -19,6 +19,7 @@ from typing import Any
 
 from .results import Usage
 from .wire import SSEDecoder, parse_usage
+from .wire.anthropic_stream import FINISH_REASONS
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
@@ -34,6 +35,7 @@ class ResponseTap:
     __slots__ = (
         "_buffer",
         "_decoder",
+        "_messages_usage",
         "_size",
         "_sse",
         "_start",
@@ -46,6 +48,7 @@ class ResponseTap:
         "response_id",
         "response_model",
         "ttft_s",
+        "usage",
     )
 
     def __init__(self, content_type: str, start: float) -> None:
@@ -56,9 +59,13 @@ class ResponseTap:
             [] if self._decoder is None and "json" in content_type else None
         )
         self._size = 0
+        #: an Anthropic stream's usage so far (message_start's, updated by message_delta's)
+        self._messages_usage: dict[str, Any] | None = None
         self.ttft_s: float | None = None
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        #: the whole usage the response reported (cache reads and writes, reasoning), or None
+        self.usage: Usage | None = None
         #: characters of answer text seen in a stream's deltas (an estimate's base when no
         #: usage comes: the SDK's default is a stream without ``include_usage``)
         self.content_chars = 0
@@ -105,7 +112,7 @@ class ResponseTap:
     def _give_up(self) -> None:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self._decoder = self._buffer = None
-        self.ttft_s = self.input_tokens = self.output_tokens = None
+        self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.content_chars = 0
 
     def _event(self, data: str, now: float) -> None:
@@ -115,8 +122,12 @@ class ResponseTap:
         chunk = _loads(data)
         if not isinstance(chunk, dict):
             return
-        if chunk.get("type") == "response.completed":
+        kind = chunk.get("type")
+        if kind == "response.completed":
             self.complete = True
+        elif isinstance(kind, str) and kind.startswith(("message_", "content_block_")):
+            self._messages_event(kind, chunk, now)
+            return
         content = _content_chars(chunk)
         if content:
             self.content_chars += content
@@ -124,6 +135,31 @@ class ResponseTap:
                 self.ttft_s = max(0.0, now - self._start)
         response = chunk.get("response")  # the Responses API wraps its object in events
         self._take_usage(response if isinstance(response, dict) else chunk)
+
+    def _messages_event(self, kind: str, chunk: dict[str, Any], now: float) -> None:
+        """One event of an Anthropic Messages stream: text and tool-argument deltas, the
+        usage of message_start updated by message_delta's, message_stop the end."""
+        if kind == "message_stop":
+            self.complete = True
+        elif kind == "content_block_delta":
+            delta = chunk.get("delta")
+            piece = None
+            if isinstance(delta, dict):
+                piece = delta.get("text") or delta.get("partial_json")
+            if isinstance(piece, str) and piece:
+                self.content_chars += len(piece)
+                if self.ttft_s is None:
+                    self.ttft_s = max(0.0, now - self._start)
+        elif kind in ("message_start", "message_delta"):
+            obj = chunk.get("message") if kind == "message_start" else chunk
+            if not isinstance(obj, dict):
+                return
+            usage = obj.get("usage")
+            merged = self._messages_usage = {
+                **(self._messages_usage or {}), **(usage if isinstance(usage, dict) else {})
+            }
+            delta = obj.get("delta")
+            self._take_usage({**obj, **(delta if isinstance(delta, dict) else {}), "usage": merged})
 
     def _take_usage(self, obj: Any) -> None:
         if not isinstance(obj, dict):
@@ -137,6 +173,7 @@ class ResponseTap:
             self.finish_reason = reason
         usage = parse_usage(obj.get("usage"))
         if usage is not None:
+            self.usage = usage
             self.input_tokens = usage.input_tokens
             self.output_tokens = usage.output_tokens
 
@@ -193,5 +230,8 @@ def _finish_reason(obj: dict[str, Any]) -> str | None:
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         reason = choices[0].get("finish_reason")
         return reason if isinstance(reason, str) else None
+    stop = obj.get("stop_reason")  # Anthropic's Messages API
+    if isinstance(stop, str):
+        return FINISH_REASONS.get(stop, stop)
     status = obj.get("status")  # the Responses API: "completed", "incomplete"
     return status if isinstance(status, str) and "output" in obj else None

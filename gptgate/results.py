@@ -15,16 +15,26 @@ __all__ = ["ChatResult", "Outcome", "OutcomeKind", "Usage"]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one attempt or one call. ``estimated`` marks counts we had to guess
-    (a stream cut before its usage chunk, a server that never reports usage)."""
+    """Token counts of one attempt or one call, the same on every provider.
+
+    ``input_tokens`` is always *all* the prompt's tokens; ``cached_input_tokens`` the part read
+    from the provider's prompt cache and ``cache_write_input_tokens`` the part written to it
+    (both inside ``input_tokens``: providers that report them on top of the input, as
+    Anthropic does, are added up when read, so nothing is counted twice).
+    ``reasoning_tokens`` is the part of ``output_tokens`` spent thinking (billed as output).
+    ``estimated`` marks counts we had to guess (a stream cut before its usage chunk, a server
+    that never reports usage)."""
 
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def uncached_input_tokens(self) -> int:
+        """Prompt tokens not read from the cache (the server prefilled them)."""
         return max(0, self.input_tokens - self.cached_input_tokens)
 
     @property
@@ -37,6 +47,9 @@ class Usage:
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             estimated=self.estimated or other.estimated,
+            cache_write_input_tokens=self.cache_write_input_tokens
+            + other.cache_write_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 

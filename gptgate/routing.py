@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Literal
 from cachetools import TTLCache
 
 from .clock import Clock
-from .config import Backend
+from .config import Backend, Price
 from .errors import NoBackendError
 from .limits import Limiter
 from .limits.pacing import RateLimitPacer
 from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
+from .results import Usage
 
 if TYPE_CHECKING:
     from .drift import DriftMonitor
@@ -237,8 +238,11 @@ class Router:
         dollars_to_seconds: float = 100.0,
         affinity_groups: int = 100_000,
         affinity_ttl_s: float = 600.0,
+        price_of: Callable[[str, int], Price | None] | None = None,
     ) -> None:
         self.states = list(states)
+        #: a backend's price for a prompt size (the ledger's); None: each backend's ``price=``
+        self._price_of = price_of
         self.by_name = {s.name: s for s in self.states}
         self.by_limiter = {s.limiter: s for s in self.states}
         self.clock = clock
@@ -403,14 +407,17 @@ class Router:
 
     def _cost_s(self, state: BackendState, request: RouteRequest) -> float:
         """The call's price in seconds of latency, for work where nobody waits."""
-        price = state.backend.price
-        if price is None or request.latency_sensitive:
+        if request.latency_sensitive:
             return 0.0
-        cost = (
-            request.input_tokens * price.input_per_mtok
-            + request.output_tokens * price.output_per_mtok
-        ) / 1_000_000
-        return cost * self.dollars_to_seconds
+        price = (
+            self._price_of(state.name, request.input_tokens)
+            if self._price_of is not None
+            else state.backend.price
+        )
+        if price is None:
+            return 0.0
+        usage = Usage(input_tokens=request.input_tokens, output_tokens=request.output_tokens)
+        return price.cost(usage) * self.dollars_to_seconds
 
     def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
         score = state.predicted_s(request.latency_sensitive) + self._cost_s(state, request)

@@ -64,6 +64,7 @@ _OPERATIONS = (
     ("/completions", "text_completion"),
     ("/embeddings", "embeddings"),
     ("/responses", "chat"),
+    ("/v1/messages", "chat"),  # Anthropic's Messages API
 )
 #: operations whose answers, with a known size, teach the limit its latency per token
 _GENERATIVE = frozenset({"chat", "text_completion"})
@@ -232,8 +233,8 @@ class _Attempt:
         assert tap is not None
         latency = self._elapsed()
         usage: Usage | None = None
-        if tap.input_tokens is not None or tap.output_tokens is not None:
-            usage = Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+        if tap.usage is not None:
+            usage = tap.usage
             if self.generative:
                 self._billed().observe(latency, usage.output_tokens, None)
         elif self.generative and tap.content_chars:
@@ -413,7 +414,9 @@ def _json_body(request: httpx2.Request) -> dict[str, Any]:
 def _prompt_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
-        return estimate_prompt_tokens([m for m in messages if isinstance(m, Mapping)])
+        system = body.get("system")  # Anthropic's system prompt, beside the messages
+        extra = [{"role": "system", "content": system}] if system else []
+        return estimate_prompt_tokens([*extra, *(m for m in messages if isinstance(m, Mapping))])
     for key in ("prompt", "input"):
         value = body.get(key)
         if isinstance(value, str):
@@ -504,9 +507,7 @@ async def _read_in_background(
         tap = ResponseTap(response.headers.get("content-type", ""), attempt.start)
         tap.feed(response.content, clock.now())
         tap.close(clock.now())
-        if tap.input_tokens is None and tap.output_tokens is None:
-            return None
-        return Usage(input_tokens=tap.input_tokens or 0, output_tokens=tap.output_tokens or 0)
+        return tap.usage
 
     return await read_to_its_end(
         late, send, usage_of,
@@ -595,17 +596,18 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         """The dollar budget's reservation for the request: its prompt and, for a chat or
         completion, ``max_tokens`` (1024 without) at the backend's price; waited for
         (throttle) no longer than the request's pool timeout, as a permit is."""
-        if runner.spending is None or state.backend.price is None:
+        if runner.spending is None:
             return None
         body = _json_body(request)
+        prompt = _prompt_tokens(body)
+        price = runner.ledger.price(state.name, prompt)
+        if price is None:
+            return None
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
-        usage = Usage(
-            input_tokens=_prompt_tokens(body),
-            output_tokens=(_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0,
-        )
+        output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
         deadline = self._wait_deadline(request)
         return await runner.admit_cost(
-            state, state.backend.price.cost(usage), self._priority, deadline
+            state, price.most_cost(prompt, output), self._priority, deadline
         )
 
     async def _send(

@@ -42,7 +42,11 @@ NAMES: dict[str, str] = {
     "finish_reasons": "gen_ai.response.finish_reasons",
     "input_tokens": "gen_ai.usage.input_tokens",
     "output_tokens": "gen_ai.usage.output_tokens",
+    # the cache and reasoning counts are parts of the input and output counts, as the
+    # GenAI conventions ask (never added on top)
     "cached_tokens": "gen_ai.usage.cache_read.input_tokens",
+    "cache_write_tokens": "gen_ai.usage.cache_creation.input_tokens",
+    "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
     "token_type": "gen_ai.token.type",
     "input_messages": "gen_ai.input.messages",
     "output_text": "gen_ai.output.messages",
@@ -78,12 +82,18 @@ NAMES: dict[str, str] = {
 }
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
-    """A span's ``gen_ai.usage.*`` attributes."""
-    return {
+    """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
+    most providers have neither)."""
+    attributes = {
         NAMES["input_tokens"]: usage.input_tokens,
         NAMES["output_tokens"]: usage.output_tokens,
         NAMES["cached_tokens"]: usage.cached_input_tokens,
     }
+    if usage.cache_write_input_tokens:
+        attributes[NAMES["cache_write_tokens"]] = usage.cache_write_input_tokens
+    if usage.reasoning_tokens:
+        attributes[NAMES["reasoning_tokens"]] = usage.reasoning_tokens
+    return attributes
 
 
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 … 81.92 s

@@ -24,6 +24,7 @@ TIME_CAP_S = 60.0
 EXPECTED: dict[str, str] = {
     "quickstart": r"^stats +-> 22 calls, 0 failed, limit \d+ .* tokens, \$0\.\d+$",
     "openai_sdk": r"^stats +-> 14 calls through the gateway \(0 failed\)",
+    "anthropic_api": r"^ledger +-> (\$0\.\d{4}) for 23 calls; the server billed \1$",
     "guard_existing_function": r"^guarded calls: 40/40 succeeded; the server answered [1-9]\d* "
     r"with a 5xx and the guard retried them \([1-9]\d* retries\)$",
     "batch_map": r"^10,000 of 10,000 items done \(0 failed\)",

@@ -24,10 +24,6 @@ _MARKER = re.compile(r"^<!-- fields: ([\w.]+) -->$", re.MULTILINE)
 
 #: what a field without a ``#:`` comment in the source means (keyed "Model.field")
 NOTES: dict[str, str] = {
-    "Price.input_per_mtok": "dollars per million uncached input tokens",
-    "Price.cached_input_per_mtok": "dollars per million cached input tokens; None → the input "
-    "price",
-    "Price.output_per_mtok": "dollars per million output tokens",
     "Backend.name": "how calls, stats and spans name this backend: 1–64 letters, digits, "
     "`_ . : -`; unique within a gateway",
     "Backend.base_url": "absolute `http(s)://host[:port]/path`: no credentials, no query or "
@@ -43,7 +39,6 @@ NOTES: dict[str, str] = {
     "Backend.connect_timeout": "seconds to open a connection",
     "Backend.private": "compliance: a `private=True` call goes only to backends marked private",
     "Backend.tier": "`small` or `large`: the model's tier for `tier=` and `tier=\"auto\"`",
-    "Backend.price": "dollars per million tokens; None → costs are reported as 0",
     "Backend.provider": "`gen_ai.provider.name` on spans and metrics",
     "Backend.headers": "extra HTTP headers on every request (values are never logged)",
     "GatewayConfig.backends": "the backends, at least one, names unique",

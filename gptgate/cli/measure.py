@@ -28,7 +28,7 @@ from ..clock import Clock, SystemClock
 from ..config import Backend, Price
 from ..errors import GateError
 from ..gateway import Gateway
-from ..results import ChatResult
+from ..results import ChatResult, Usage
 from .common import RunFailed, UsageError, one_line
 
 __all__ = [
@@ -337,11 +337,9 @@ async def measure_level(
     else:  # the client's ledger: every attempt that may have been billed
         tokens = (stats.input_tokens, stats.cached_input_tokens, stats.output_tokens)
     price = target.price
-    cost = (
-        price.input_per_mtok * (tokens[0] - tokens[1])
-        + price.cached_input_per_mtok * tokens[1]
-        + price.output_per_mtok * tokens[2]
-    ) / 1_000_000
+    cost = price.cost(
+        Usage(input_tokens=tokens[0], cached_input_tokens=tokens[1], output_tokens=tokens[2])
+    )
     return LevelResult(
         concurrency=concurrency,
         requests=len(items),

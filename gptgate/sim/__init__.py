@@ -9,13 +9,17 @@ Seeded and deterministic in content and token counts; time runs on a
 * :func:`create_app`, :class:`SimServer`, :func:`serve` — the engine over real HTTP (uvicorn);
   :class:`SimProcess` — the same in a child process that a test can SIGKILL and restart;
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
+  :data:`ANTHROPIC_PROFILE` — the Messages API (gptgate/sim/anthropic.py);
+  :data:`DEEPSEEK_PROFILE` — DeepSeek's usage and cache (gptgate/sim/deepseek.py);
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
   ranges (docs/guide/simulator.md, "The server family");
 * :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
   virtual time, with failures, expiry and cancellation (docs/batch.md).
 """
 
+from gptgate.sim.anthropic import ANTHROPIC_PROFILE
 from gptgate.sim.app import create_app
+from gptgate.sim.deepseek import DEEPSEEK_PRICE, DEEPSEEK_PROFILE
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
@@ -28,6 +32,9 @@ from gptgate.sim.transport import SimTransport
 from gptgate.sim.virtual import LoopClock, run_virtual
 
 __all__ = [
+    "ANTHROPIC_PROFILE",
+    "DEEPSEEK_PRICE",
+    "DEEPSEEK_PROFILE",
     "PROFILES",
     "EngineSnapshot",
     "FamilyDraw",

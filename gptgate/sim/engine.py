@@ -134,8 +134,23 @@ class SimEngine:
 
     ``profile`` is a :class:`SimProfile` or a preset name; ``clock`` the time base (default:
     real time); ``seed`` fixes content, lengths and jitter; ``faults`` adds random failures.
-    Not thread-safe: use one engine from one event loop.
+    Not thread-safe: use one engine from one event loop. A profile of flavor ``"anthropic"``
+    builds the Messages-API engine (gptgate/sim/anthropic.py) instead; ``"deepseek"``
+    DeepSeek's shape (gptgate/sim/deepseek.py).
     """
+
+    def __new__(cls, profile: SimProfile | str, **kwargs: Any) -> SimEngine:
+        if cls is SimEngine:
+            p = get_profile(profile) if isinstance(profile, str) else profile
+            if p.flavor == "anthropic":
+                from gptgate.sim.anthropic import AnthropicEngine
+
+                return super().__new__(AnthropicEngine)
+            if p.flavor == "deepseek":
+                from gptgate.sim.deepseek import DeepSeekEngine
+
+                return super().__new__(DeepSeekEngine)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -330,7 +345,7 @@ class SimEngine:
             storm = self.faults.storm_left(self.clock.now() - self._started)
             if storm > 0:
                 self.ledger.record("rate_limited")
-                hdrs = [*base, *self._limiter.headers(self.clock.now())]
+                hdrs = [*base, *self._limit_headers(self.clock.now())]
                 return self._retry_error(
                     429, hdrs, storm, "Rate limit reached (a storm).", "requests",
                     "rate_limit_exceeded",
@@ -348,7 +363,7 @@ class SimEngine:
                 self.ledger.record("abandoned")
 
         try:
-            chat = parse_chat(body, p)
+            chat = self._parse(body)
         except BadRequest as exc:
             outcome: Outcome = "server_error" if exc.status >= 500 else "client_error"
             self.ledger.record(outcome)
@@ -362,7 +377,7 @@ class SimEngine:
             now = self.clock.now()
             reserve = chat.prompt_tokens + (chat.max_tokens or p.tpm_default_max_tokens)
             decision = limiter.admit(reserve, now)
-            headers_out = [*base, *limiter.headers(now)]
+            headers_out = [*base, *self._limit_headers(now)]
             if decision.kind is not None:
                 self.ledger.record("rate_limited")
                 return self._retry_error(
@@ -413,7 +428,7 @@ class SimEngine:
             flavor="openai" if p.flavor == "azure" else p.flavor,
         )
         if chat.stream:
-            writer = wire.ChunkWriter(meta, chat.include_usage)
+            writer = self._writer(meta, chat, job)
             gen = self._stream_body(job, writer, fault)
             return SimResponse(
                 200,
@@ -449,7 +464,7 @@ class SimEngine:
     def _fault_status(self, status: int, base: list[tuple[str, str]]) -> SimResponse:
         if status == 429:
             self.ledger.record("rate_limited")
-            hdrs = [*base, *self._limiter.headers(self.clock.now())]
+            hdrs = [*base, *self._limit_headers(self.clock.now())]
             return self._retry_error(
                 429,
                 hdrs,
@@ -526,18 +541,7 @@ class SimEngine:
         cut = tokens < wanted or (failure == "ramble" and chat.max_tokens is not None)
         finish_reason = "length" if cut else "stop"
 
-        digests: list[bytes] = []
-        cached = 0
-        lease: KVLease | None = None
-        cache = replica.cache
-        if canonical is not None and chat.prompt_tokens >= p.cache_min_tokens:
-            digests = block_digests(canonical, p.cache_block_tokens)
-            if isinstance(cache, PrefixCache):
-                cached = cache.lookup(digests) * p.cache_block_tokens
-        if isinstance(cache, KVPrefixCache):
-            blocks = -(-(chat.prompt_tokens + tokens) // p.cache_block_tokens)
-            lease = cache.admit(digests, blocks)
-            cached = lease.pinned * p.cache_block_tokens
+        digests, cached, lease = self._prefix(chat, replica, canonical, tokens)
         batch = replica.active
         load = batch / replica.slots
         usl = p.usl(batch)
@@ -574,6 +578,41 @@ class SimEngine:
         job.json_mode = chat.json_mode
         job.failure = failure
         return job
+
+    def _prefix(
+        self, chat: ChatRequest, replica: Replica, canonical: str | None, tokens: int
+    ) -> tuple[list[bytes], int, KVLease | None]:
+        """(block digests to publish once prefilled, cached prompt tokens, KV lease)."""
+        p = self.profile
+        digests: list[bytes] = []
+        cached = 0
+        lease: KVLease | None = None
+        cache = replica.cache
+        if canonical is not None and chat.prompt_tokens >= p.cache_min_tokens:
+            digests = block_digests(canonical, p.cache_block_tokens)
+            if isinstance(cache, PrefixCache):
+                cached = cache.lookup(digests) * p.cache_block_tokens
+        if isinstance(cache, KVPrefixCache):
+            blocks = -(-(chat.prompt_tokens + tokens) // p.cache_block_tokens)
+            lease = cache.admit(digests, blocks)
+            cached = lease.pinned * p.cache_block_tokens
+        return digests, cached, lease
+
+    # -- dialect hooks (the Messages API overrides them: gptgate/sim/anthropic.py) -------
+
+    def _parse(self, body: bytes) -> ChatRequest:
+        return parse_chat(body, self.profile)
+
+    def _limit_headers(self, now: float) -> list[tuple[str, str]]:
+        return self._limiter.headers(now)
+
+    def _writer(self, meta: wire.ResponseMeta, chat: ChatRequest, job: Job) -> wire.ChunkWriter:
+        return wire.ChunkWriter(meta, chat.include_usage)
+
+    def _completion_body(self, meta: wire.ResponseMeta, job: Job, text: str) -> bytes:
+        return wire.completion_body(
+            meta, text, job.finish_reason, self._usage(job, job.tokens), self._timings(job)
+        )
 
     @staticmethod
     def _text(job: Job) -> str:
@@ -623,6 +662,7 @@ class SimEngine:
             outcome,
             input_tokens=job.prompt_tokens,
             cached_input_tokens=job.cached_tokens,
+            cache_write_input_tokens=job.cache_write_tokens,
             output_tokens=output,
         )
 
@@ -669,9 +709,7 @@ class SimEngine:
                 )
             await self._sleep_until(job.token_time(job.tokens))
             text = self._text(job)
-            body = wire.completion_body(
-                meta, text, job.finish_reason, self._usage(job, job.tokens), self._timings(job)
-            )
+            body = self._completion_body(meta, job, text)
             kind = fault.kind if fault is not None else None
             if kind == "garbage":
                 self._finish(job, "malformed")
@@ -749,7 +787,7 @@ class SimEngine:
                     parts.append(writer.finish(job.finish_reason, timings))
                     if writer.include_usage:
                         parts.append(writer.usage_chunk(self._usage(job, job.tokens), timings))
-                    parts.append(wire.DONE)
+                    parts.append(writer.done())
                     self._finish(job, "malformed" if kind == "garbage" else "ok")
                 yield "".join(parts).encode()
         finally:

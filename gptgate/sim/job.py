@@ -18,7 +18,9 @@ class Job:
     leaves at time ``t`` — is a pure function of these numbers, so nothing ticks per token."""
 
     __slots__ = (
+        "cache_write_tokens",
         "cached_tokens",
+        "dialect",
         "digests",
         "emitted",
         "fail_at",
@@ -57,6 +59,8 @@ class Job:
         self.replica = replica
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
+        #: prompt tokens written to the cache (Anthropic bills them 1.25×; 0 elsewhere)
+        self.cache_write_tokens = 0
         self.digests = digests
         self.tokens = tokens
         self.finish_reason = finish_reason
@@ -75,6 +79,8 @@ class Job:
         #: this hard request, if it did (gptgate/sim/difficulty.py)
         self.json_mode = False
         self.failure: FailureMode | None = None
+        #: what a dialect engine keeps per request (the Messages API's tool call)
+        self.dialect: object = None
         #: called once when it ends (the hot-prefix spread's in-flight count, sim/spread.py)
         self.on_end: Callable[[], None] | None = None
 

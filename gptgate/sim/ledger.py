@@ -37,6 +37,8 @@ class LedgerSnapshot:
     malformed: int = 0
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    #: the part of ``input_tokens`` written to the cache (Anthropic's cache_control writes)
+    cache_write_input_tokens: int = 0
     output_tokens: int = 0
     wasted_input_tokens: int = 0
     wasted_output_tokens: int = 0
@@ -55,6 +57,20 @@ class LedgerSnapshot:
         from ..results import Usage
 
         return price.cost(Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens))
+
+    def bill_usd(self, price: Price) -> float:
+        """What the provider bills for this work at ``price``: cache reads and writes at
+        their own rates (:meth:`gptgate.Price.cost`, the gateway ledger's own function)."""
+        from ..results import Usage
+
+        return price.cost(
+            Usage(
+                input_tokens=self.input_tokens,
+                cached_input_tokens=self.cached_input_tokens,
+                cache_write_input_tokens=self.cache_write_input_tokens,
+                output_tokens=self.output_tokens,
+            )
+        )
 
     @property
     def cache_hit_rate(self) -> float:
@@ -92,6 +108,7 @@ class SimLedger:
         input_tokens: int = 0,
         cached_input_tokens: int = 0,
         output_tokens: int = 0,
+        cache_write_input_tokens: int = 0,
     ) -> None:
         """Count one finished request and the tokens it is billed."""
         c = self._counts
@@ -99,6 +116,7 @@ class SimLedger:
         c[self._FIELDS[outcome]] += 1
         c["input_tokens"] += input_tokens
         c["cached_input_tokens"] += cached_input_tokens
+        c["cache_write_input_tokens"] += cache_write_input_tokens
         c["output_tokens"] += output_tokens
         if outcome != "ok":
             c["wasted_input_tokens"] += input_tokens

@@ -36,9 +36,12 @@ class SimProfile(BaseModel):
     name: str
     model: str
     hardware: Literal["tpu", "gpu", "cpu"]
-    #: wire dialect: "openai" (hosted/vLLM-like), "llamacpp" (llama-server quirks) or
-    #: "azure" (Azure OpenAI's paths, ``api-key`` auth and headers: gptgate/sim/azure.py)
-    flavor: Literal["openai", "llamacpp", "azure"] = "openai"
+    #: wire dialect: "openai" (hosted/vLLM-like), "llamacpp" (llama-server quirks),
+    #: "azure" (Azure OpenAI's paths, ``api-key`` auth and headers: gptgate/sim/azure.py),
+    #: "anthropic" (the Messages API, caching only at cache_control markers:
+    #: gptgate/sim/anthropic.py) or "deepseek" (its top-level cache usage, usage on the last
+    #: stream chunk, Bearer auth checked)
+    flavor: Literal["openai", "llamacpp", "azure", "anthropic", "deepseek"] = "openai"
     #: the key the server expects in its dialect's header (Azure: ``api-key``); None: any
     #: non-empty one (a request without the header is refused either way on "azure")
     api_key: str | None = None

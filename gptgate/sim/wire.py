@@ -179,6 +179,10 @@ class ChunkWriter:
             obj["timings"] = timings_obj
         return f"data: {dumps(obj)}\n\n"
 
+    def done(self) -> str:
+        """The stream's last event."""
+        return DONE
+
     def garbage(self) -> str:
         """One malformed event: a JSON object cut short (what a broken proxy might emit)."""
         return f'data: {{"id":{dumps(self._meta.id)},"choices":[{{"delta":{{"content":"\n\n'

@@ -15,7 +15,6 @@ that matter most:
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from gptgate.tokens import estimate_text_tokens, message_text
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.sse import SSEDecoder, SSEEvent
+from gptgate.wire.usage import parse_usage
 
 __all__ = [
     "ChatStreamReader",
@@ -117,6 +117,12 @@ def build_chat_body(
         del body["stream_options"]
     if prompt_cache_key is not None and "prompt_cache_key" not in body:
         body["prompt_cache_key"] = prompt_cache_key
+    return encode_body(body)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as UTF-8 JSON, or :class:`BadRequestError` saying why it cannot be (see
+    :func:`build_chat_body`); every dialect's body goes through here."""
     try:
         return _ENCODER.encode(body).encode()
     except UnicodeEncodeError as exc:
@@ -145,43 +151,6 @@ class ParsedChat:
     raw: dict[str, Any] | None
 
 
-def _token_count(value: Any) -> int | None:
-    if type(value) is int:  # the common case; the exact check also rejects bool
-        return value if value >= 0 else 0
-    if isinstance(value, float) and math.isfinite(value):
-        return max(0, int(value))
-    return None
-
-
-def parse_usage(obj: Any) -> Usage | None:
-    """Token counts from a chat ``usage`` object (or a Responses-API style one).
-
-    Returns None when ``obj`` is not a dict or carries no token count at all (so a caller can
-    tell "no usage reported" from "zero tokens"). A missing or null ``cached_tokens`` is 0; a
-    cached count above the input count (seen on proxies) is clamped to it.
-    """
-    if not isinstance(obj, dict):
-        return None
-    input_tokens = _token_count(obj.get("prompt_tokens"))
-    if input_tokens is None:
-        input_tokens = _token_count(obj.get("input_tokens"))
-    output_tokens = _token_count(obj.get("completion_tokens"))
-    if output_tokens is None:
-        output_tokens = _token_count(obj.get("output_tokens"))
-    if input_tokens is None and output_tokens is None:
-        return None
-    details = obj.get("prompt_tokens_details")
-    if not isinstance(details, dict):
-        details = obj.get("input_tokens_details")
-    cached = _token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    input_tokens = input_tokens or 0
-    return Usage(
-        input_tokens=input_tokens,
-        cached_input_tokens=min(cached or 0, input_tokens),
-        output_tokens=output_tokens or 0,
-    )
-
-
 def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -205,15 +174,7 @@ def parse_chat_response(
     Raises the mapped error for an ``{"error": ...}`` body sent with a success status, and
     :class:`BackendError` for a body that is not a chat completion.
     """
-    try:
-        obj = _loads_body(body)
-    except ValueError:
-        raise _malformed("response is not JSON", backend, status, headers) from None
-    if not isinstance(obj, dict):
-        raise _malformed("response is not a JSON object", backend, status, headers)
-    error = obj.get("error")
-    if error:
-        raise _in_band_error(error, backend=backend, status=status, headers=headers)
+    obj = load_answer(body, backend=backend, status=status, headers=headers)
     choices = obj.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _malformed("response has no choices", backend, status, headers)
@@ -231,6 +192,23 @@ def parse_chat_response(
         model=_optional_str(obj.get("model")),
         raw=obj,
     )
+
+
+def load_answer(
+    body: bytes, *, backend: str, status: int, headers: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A 2xx body as a JSON object: :class:`BackendError` when it is not one, the mapped
+    error when it carries an ``error`` (any dialect's answer parser starts here)."""
+    try:
+        obj = _loads_body(body)
+    except ValueError:
+        raise _malformed("response is not JSON", backend, status, headers) from None
+    if not isinstance(obj, dict):
+        raise _malformed("response is not a JSON object", backend, status, headers)
+    error = obj.get("error")
+    if error:
+        raise _in_band_error(error, backend=backend, status=status, headers=headers)
+    return obj
 
 
 def _malformed(
@@ -374,6 +352,10 @@ class StreamAccumulator:
                 "total_tokens": self.usage.total_tokens,
                 "prompt_tokens_details": {"cached_tokens": self.usage.cached_input_tokens},
             }
+            if self.usage.reasoning_tokens:
+                raw["usage"]["completion_tokens_details"] = {
+                    "reasoning_tokens": self.usage.reasoning_tokens
+                }
         return ParsedChat(
             text=text,
             finish_reason=self.finish_reason,

@@ -1,0 +1,121 @@
+"""The simulator shaped like DeepSeek's API (``SimProfile(flavor="deepseek")``).
+
+DeepSeek speaks OpenAI's chat-completions wire; what differs is where a gateway's bill goes
+wrong (issue 32: a ledger reading only OpenAI's field counted 0 of 434,496 cached tokens and
+billed 7× the real bill):
+
+* usage reports the context cache at the top level — ``prompt_cache_hit_tokens`` +
+  ``prompt_cache_miss_tokens`` = ``prompt_tokens`` — and no ``prompt_tokens_details``;
+  ``deepseek-reasoner`` also reports ``completion_tokens_details.reasoning_tokens``;
+* a stream carries its usage on its last chunk, the one with the ``finish_reason`` (not on a
+  separate ``"choices": []`` chunk);
+* the chat path is ``/chat/completions`` under ``https://api.deepseek.com`` (``/v1/…`` works
+  too) and the key a Bearer header: a request without one is a 401 ``authentication_error``;
+* the cache is built in 64-token units from the prompt's start (nothing below 64 tokens)
+  and kept for hours, one for the whole account; a hit costs about a quarter of a miss
+  (:data:`DEEPSEEK_PRICE`, deepseek-chat's list price in standard hours). No rate-limit
+  headers: a full queue is a 429.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gptgate.config import Price
+from gptgate.sim.engine import SimEngine, SimResponse
+from gptgate.sim.job import Job
+from gptgate.sim.profiles import SimProfile
+from gptgate.sim.request import ChatRequest
+from gptgate.sim.wire import ChunkWriter, ResponseMeta, dumps
+
+__all__ = ["DEEPSEEK_PRICE", "DEEPSEEK_PROFILE", "DeepSeekEngine", "deepseek_usage"]
+
+_CHAT_PATHS = frozenset({"/chat/completions", "/v1/chat/completions"})
+
+#: deepseek-chat's list price (standard hours): $0.27 a cache miss, $0.07 a hit, $1.10 output
+DEEPSEEK_PRICE = Price(input_per_mtok=0.27, cached_input_per_mtok=0.07, output_per_mtok=1.10)
+
+#: a DeepSeek-shaped hosted server: one account-wide cache of 64-token units kept for hours
+DEEPSEEK_PROFILE = SimProfile(
+    name="deepseek",
+    model="deepseek-chat",
+    hardware="gpu",
+    flavor="deepseek",
+    replicas=1,
+    slots=64,
+    max_queue=64,
+    queue_full_status=429,
+    ttft_overhead_s=0.4,
+    prefill_tokens_per_s=20_000.0,
+    base_step_s=0.015,
+    cache_min_tokens=64,
+    cache_block_tokens=64,
+    cache_ttl_s=6 * 3600.0,
+)
+
+
+def deepseek_usage(
+    prompt_tokens: int, hit_tokens: int, completion_tokens: int, reasoning_tokens: int = 0
+) -> dict[str, Any]:
+    """DeepSeek's usage object: the cache at the top level, no ``prompt_tokens_details``."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_cache_hit_tokens": hit_tokens,
+        "prompt_cache_miss_tokens": prompt_tokens - hit_tokens,
+    }
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
+
+
+class _FinalChunkUsage(ChunkWriter):
+    """DeepSeek's stream end: the usage rides on the ``finish_reason`` chunk."""
+
+    __slots__ = ("_reason",)
+
+    def __init__(self, meta: ResponseMeta, include_usage: bool) -> None:
+        super().__init__(meta, include_usage)
+        self._reason = "stop"
+
+    def finish(self, reason: str, timings_obj: dict[str, Any] | None = None) -> str:
+        if not self.include_usage:
+            return super().finish(reason, timings_obj)
+        self._reason = reason  # written with the usage, next
+        return ""
+
+    def usage_chunk(
+        self, usage_obj: dict[str, Any], timings_obj: dict[str, Any] | None = None
+    ) -> str:
+        return (
+            f'{self._head}{{}},"logprobs":null,"finish_reason":{dumps(self._reason)}}}],'
+            f'"usage":{dumps(usage_obj)}}}\n\n'
+        )
+
+
+class DeepSeekEngine(SimEngine):
+    """:class:`SimEngine` with DeepSeek's usage, stream end and auth check
+    (``SimEngine(profile)`` builds one when the profile's flavor is ``"deepseek"``)."""
+
+    async def handle(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, query: str = ""
+    ) -> SimResponse:
+        auth = headers.get("authorization", "")
+        if path in _CHAT_PATHS and not (auth.startswith("Bearer ") and auth[7:].strip()):
+            self.ledger.record("client_error")
+            request_id = f"req_{self.seed & 0xFFFF:04x}{next(self._ids):012x}"
+            return self._error(
+                401, [("x-request-id", request_id)],
+                "Authentication Fails (no such user)", "authentication_error",
+                code="invalid_request_error",
+            )
+        return await super().handle(method, path, headers, body, query)
+
+    def _usage(self, job: Job, output: int) -> dict[str, Any]:
+        reasoning = output * 3 // 4 if self.profile.model.startswith("deepseek-reasoner") else 0
+        return deepseek_usage(job.prompt_tokens, job.cached_tokens, output, reasoning)
+
+    def _writer(self, meta: ResponseMeta, chat: ChatRequest, job: Job) -> ChunkWriter:
+        return _FinalChunkUsage(meta, chat.include_usage)

@@ -1,0 +1,182 @@
+"""The ``"anthropic"`` dialect: Anthropic's native Messages API behind the dialect seam.
+
+Why native and not Anthropic's OpenAI-compatible endpoint: that one is "not production-ready"
+in Anthropic's own words, ignores ``response_format`` and ``logprobs`` without a word, and has
+no prompt caching. Here:
+
+* ``base_url`` is the server root, as the anthropic SDK takes it (default
+  ``https://api.anthropic.com``); requests go to ``{base_url}/v1/messages`` (a ``base_url``
+  already ending in ``/v1`` is taken as meant), the key in ``x-api-key``, with
+  ``anthropic-version``;
+* requests and answers are mapped to and from OpenAI's shapes (anthropic_messages.py,
+  anthropic_stream.py); ``max_tokens`` defaults to ``Backend.max_output_tokens``, else
+  :data:`DEFAULT_MAX_TOKENS`;
+* the prompt cache works only at ``cache_control`` markers: one goes at the end of the prefix
+  the cache gate groups calls on (:func:`gptgate.cache.prefix_end`), when that prefix reaches
+  the model's minimum cacheable length and the request has fewer than 4 markers;
+* usage is read with cache reads and writes *added* to ``input_tokens``
+  (:func:`~gptgate.wire.usage.parse_anthropic_usage`);
+* ``anthropic-ratelimit-*`` headers feed the pacer: ``-reset`` is an RFC 3339 instant, turned
+  into seconds from now; the token budget is the tighter of ``tokens`` and ``input-tokens``.
+  A 529 ``overloaded_error`` is a congestion signal like a 503.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+
+from gptgate.cache import prefix_end
+from gptgate.errors import BadRequestError
+from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
+from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
+from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
+from gptgate.wire.ratelimits import RateLimitInfo, _count
+from gptgate.wire.usage import parse_anthropic_usage
+
+if TYPE_CHECKING:
+    from gptgate.config import Backend
+    from gptgate.providers import Provider
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicDialect",
+    "min_cacheable_tokens",
+    "parse_anthropic_rate_limits",
+]
+
+#: the ``anthropic-version`` header every request carries (the API's stable version)
+ANTHROPIC_VERSION = "2023-06-01"
+
+#: a prompt prefix shorter than this is never cached (Anthropic's prompt-caching docs);
+#: first match by model-name fragment wins, 1,024 otherwise (Sonnet, Opus 4/4.1)
+_MIN_CACHEABLE = (
+    ("opus-4-5", 4096), ("haiku-4-5", 4096), ("haiku", 2048),
+)
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix ``model`` caches, in tokens."""
+    name = model.lower().replace(".", "-")
+    for fragment, tokens in _MIN_CACHEABLE:
+        if fragment in name:
+            return tokens
+    return 1024
+
+
+def _reset_s(value: str | None, now: float) -> float | None:
+    """Seconds from ``now`` (epoch) to an RFC 3339 instant; 0 when it has passed."""
+    if not value:
+        return None
+    try:
+        instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if instant.tzinfo is None:
+        return None
+    return max(0.0, instant.timestamp() - now)
+
+
+def parse_anthropic_rate_limits(
+    headers: Mapping[str, str], *, now: float | None = None
+) -> RateLimitInfo | None:
+    """The budget in ``anthropic-ratelimit-*`` headers, or None when there are none."""
+    get = headers.get
+    prefix = "anthropic-ratelimit-"
+    if all(get(f"{prefix}{f}-remaining") is None for f in ("requests", "tokens", "input-tokens")):
+        return None
+    now = time.time() if now is None else now
+    family = "tokens"
+    remaining = _count(get(prefix + "tokens-remaining"))
+    inputs = _count(get(prefix + "input-tokens-remaining"))
+    if inputs is not None and (remaining is None or inputs < remaining):
+        family, remaining = "input-tokens", inputs
+    return RateLimitInfo(
+        limit_requests=_count(get(prefix + "requests-limit")),
+        remaining_requests=_count(get(prefix + "requests-remaining")),
+        reset_requests_s=_reset_s(get(prefix + "requests-reset"), now),
+        limit_tokens=_count(get(f"{prefix}{family}-limit")),
+        remaining_tokens=remaining,
+        reset_tokens_s=_reset_s(get(f"{prefix}{family}-reset"), now),
+    )
+
+
+class AnthropicDialect:
+    """The Messages API (see the module docstring)."""
+
+    name = "anthropic"
+    #: Anthropic's token buckets refill continuously (no 1 s / 10 s windows as on Azure)
+    short_windows = False
+
+    def __init__(self, backend: Backend, preset: Provider) -> None:
+        self.provider = preset.name
+        self.backend = backend.name
+        self.max_tokens = backend.max_output_tokens or DEFAULT_MAX_TOKENS
+        self.min_cacheable = min_cacheable_tokens(backend.model)
+        #: a Backend(headers={"anthropic-version": ...}) of the caller's wins
+        self.version = next(
+            (v for k, v in backend.headers.items() if k.lower() == "anthropic-version"),
+            ANTHROPIC_VERSION,
+        )
+
+    parse_response = staticmethod(parse_message)
+    parse_usage = staticmethod(parse_anthropic_usage)
+    error_for_status = staticmethod(error_for_status)
+
+    def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:
+        return parse_anthropic_rate_limits(headers)
+
+    def chat_url(self, base: httpx2.URL) -> httpx2.URL:
+        path = base.raw_path
+        suffix = b"messages" if path.endswith(b"/v1/") else b"v1/messages"
+        return base.copy_with(raw_path=path + suffix)
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": self.version}
+        if key:
+            headers["x-api-key"] = key
+        return headers
+
+    def auth(self) -> httpx2.Auth | None:
+        return None
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        for param, value in params.items():
+            why = unsupported(param, value)
+            if why is not None:
+                raise BadRequestError(
+                    f"bad request: provider 'anthropic' {why} the parameter {param!r}; "
+                    f"nothing was sent (to send it anyway: extra_body={{{param!r}: ...}})",
+                    backend=self.backend,
+                )
+        extra = params.get("extra_body")
+        if extra is not None and not isinstance(extra, Mapping):
+            raise BadRequestError("extra_body must be a mapping of body keys to values")
+
+    def build_body(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+        *,
+        stream: bool,
+        prompt_cache_key: str | None = None,
+    ) -> bytes:
+        self.check_params(params)
+        body = to_messages_request(
+            model, messages, params, self.max_tokens,
+            mark_after=prefix_end(messages, self.min_cacheable),
+        )
+        if stream:
+            body["stream"] = True
+        return encode_body(body)
+
+    def stream_reader(
+        self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
+    ) -> ChatStreamReader:
+        return MessagesStreamReader(chunks, backend=backend, request_id=request_id)

@@ -1,0 +1,113 @@
+"""Reading a provider's ``usage`` object into one :class:`~gptgate.results.Usage`.
+
+Providers report the prompt cache three ways, and a reader that assumes one shape on another
+bills the wrong thing (LiteLLM #5017 and #16009: DeepSeek's cache unread; #9812, #11364,
+#5443: Anthropic's cache tokens counted twice or not at all):
+
+- **OpenAI** (and Azure, vLLM, OpenRouter, …): ``prompt_tokens`` is every prompt token and
+  ``prompt_tokens_details.cached_tokens`` the *part* read from cache
+  (``cache_write_tokens`` there, on OpenRouter, the part written);
+  ``completion_tokens_details.reasoning_tokens`` is part of ``completion_tokens``. The
+  Responses API says the same with ``input_tokens`` / ``input_tokens_details``.
+- **DeepSeek**: top-level ``prompt_cache_hit_tokens`` + ``prompt_cache_miss_tokens`` =
+  ``prompt_tokens``.
+- **Anthropic** (native Messages API): ``input_tokens`` is only the prompt *after* the last
+  cache breakpoint; ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` come *on
+  top* of it. Recognised by those keys without a ``prompt_tokens`` (a proxy that adds them
+  beside an OpenAI-style ``prompt_tokens`` means them as parts, and is read so).
+
+Every reader returns None when the object carries no token count at all (so a caller can tell
+"no usage reported" from "zero tokens"), and clamps the parts to their whole: a count that
+claims more cache than prompt (seen on proxies) is never billed below zero.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..results import Usage
+
+__all__ = ["parse_anthropic_usage", "parse_usage", "token_count"]
+
+def token_count(value: Any) -> int | None:
+    """A non-negative token count, or None for anything that is not a number."""
+    if type(value) is int:  # the common case; the exact check also rejects bool
+        return value if value >= 0 else 0
+    if isinstance(value, float) and math.isfinite(value):
+        return max(0, int(value))
+    return None
+
+
+def _details(obj: dict[str, Any], name: str, alias: str) -> dict[str, Any] | None:
+    details = obj.get(name)
+    if isinstance(details, dict):
+        return details
+    details = obj.get(alias)
+    return details if isinstance(details, dict) else None
+
+
+def _normalised(
+    input_tokens: int, read: int, write: int, output_tokens: int, reasoning: int
+) -> Usage:
+    """A Usage whose parts fit their wholes (reads first, then writes, within the prompt)."""
+    if read > input_tokens:
+        read = input_tokens
+    if write > input_tokens - read:
+        write = input_tokens - read
+    return Usage(
+        input_tokens=input_tokens,
+        cached_input_tokens=read,
+        output_tokens=output_tokens,
+        cache_write_input_tokens=write,
+        reasoning_tokens=reasoning if reasoning <= output_tokens else output_tokens,
+    )
+
+
+def parse_anthropic_usage(obj: Any) -> Usage | None:
+    """Anthropic's usage: cache reads and writes are added to ``input_tokens`` (they are
+    billed prompt tokens it leaves out), so ``Usage.input_tokens`` is the whole prompt."""
+    if not isinstance(obj, dict):
+        return None
+    uncached = token_count(obj.get("input_tokens"))
+    output = token_count(obj.get("output_tokens"))
+    read = token_count(obj.get("cache_read_input_tokens")) or 0
+    write = token_count(obj.get("cache_creation_input_tokens")) or 0
+    if uncached is None and output is None and not read and not write:
+        return None
+    return _normalised((uncached or 0) + read + write, read, write, output or 0, 0)
+
+
+def parse_usage(obj: Any) -> Usage | None:
+    """Token counts from any provider's ``usage`` object (the shapes above)."""
+    if not isinstance(obj, dict):
+        return None
+    prompt = token_count(obj.get("prompt_tokens"))
+    if prompt is None:
+        if "cache_read_input_tokens" in obj or "cache_creation_input_tokens" in obj:
+            return parse_anthropic_usage(obj)
+        prompt = token_count(obj.get("input_tokens"))
+    output = token_count(obj.get("completion_tokens"))
+    if output is None:
+        output = token_count(obj.get("output_tokens"))
+    hit = token_count(obj.get("prompt_cache_hit_tokens"))  # DeepSeek
+    if prompt is None and hit is not None:
+        prompt = hit + (token_count(obj.get("prompt_cache_miss_tokens")) or 0)
+    if prompt is None and output is None:
+        return None
+    read = hit
+    write = None
+    details = _details(obj, "prompt_tokens_details", "input_tokens_details")
+    if details is not None:
+        if read is None:
+            read = token_count(details.get("cached_tokens"))
+        write = token_count(details.get("cache_write_tokens"))
+    if read is None:  # a proxy's OpenAI-style body with Anthropic's names, as parts
+        read = token_count(obj.get("cache_read_input_tokens"))
+    if write is None:
+        write = token_count(obj.get("cache_creation_input_tokens"))
+    reasoning = None
+    details = _details(obj, "completion_tokens_details", "output_tokens_details")
+    if details is not None:
+        reasoning = token_count(details.get("reasoning_tokens"))
+    return _normalised(prompt or 0, read or 0, write or 0, output or 0, reasoning or 0)
