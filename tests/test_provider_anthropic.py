@@ -226,6 +226,12 @@ def test_extra_body_sends_anthropic_only_fields_and_stop_maps_to_stop_sequences(
     assert first["metadata"] == {"user_id": "u-1"}
     assert first["max_tokens"] == gg.wire.anthropic.DEFAULT_MAX_TOKENS  # required: defaulted
     assert second["max_tokens"] == 12
+    dialect = _dialect()
+    body = _body(dialect, _ask(0), max_completion_tokens=None, max_tokens=7)
+    assert body["max_tokens"] == 7
+    only = "'anthropic' accepts only 0 to 1 for the parameter 'temperature'"
+    with pytest.raises(gg.BadRequestError, match=only):
+        dialect.build_body(MODEL, _ask(0), {"temperature": 1.5}, stream=False)
     assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}  # the gate's marker
 
 
