@@ -82,15 +82,21 @@ class Price(BaseModel):
     def cost(self, usage: Usage) -> float:
         """The dollars ``usage`` costs: prompt tokens neither read from nor written to the
         cache at the input price, reads and writes at theirs, output at the output price."""
-        read = min(usage.cached_input_tokens, usage.input_tokens)
-        write = min(usage.cache_write_input_tokens, usage.input_tokens - read)
-        plain = usage.input_tokens - read - write
-        return (
-            plain * self.input_per_mtok
-            + read * self.cache_read_rate
-            + write * self.cache_write_rate
+        total = usage.input_tokens
+        read = usage.cached_input_tokens
+        if read > total:
+            read = total
+        read_rate = self.cached_input_per_mtok
+        dollars = (
+            (total - read) * self.input_per_mtok
+            + (read * read_rate if read_rate is not None else read * self.input_per_mtok)
             + usage.output_tokens * self.output_per_mtok
-        ) / 1_000_000
+        )
+        write = usage.cache_write_input_tokens
+        if write:  # on every call path but Anthropic's (and OpenRouter's), none
+            write = min(write, total - read)
+            dollars += write * (self.cache_write_rate - self.input_per_mtok)
+        return dollars / 1_000_000
 
     def most_cost(self, input_tokens: int, output_tokens: int) -> float:
         """The dearest outcome of a prompt and an answer of these sizes (what a budget
@@ -116,6 +122,9 @@ class Backend(BaseModel):
     )
 
     name: str
+    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
+    provider: str = Field(default="openai", min_length=1)
     #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str
     model: str = Field(min_length=1)
@@ -161,9 +170,6 @@ class Backend(BaseModel):
     #: table (the `prices` extra) when it knows a hosted provider's model, else $0 (one log
     #: line) — see docs/providers.md "Usage and prices"
     price: Price | None = None
-    #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
-    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
-    provider: str = Field(default="openai", min_length=1)
     #: Azure OpenAI: the deployment (``/openai/deployments/{deployment}/...``); None: the
     #: ``/openai/v1/`` API, which takes ``model``
     deployment: str | None = Field(default=None, min_length=1)

@@ -94,8 +94,12 @@ class Ledger:
         return source
 
     def cost(self, backend: str, usage: Usage) -> float:
-        price = self.price(backend, usage.input_tokens)
-        return price.cost(usage) if price is not None else 0.0
+        source = self._prices.get(backend)
+        if source is None:
+            return 0.0
+        if isinstance(source, CatalogPrice):
+            return source.at(self._utc_now(), usage.input_tokens).cost(usage)
+        return source.cost(usage)
 
     def record_attempt(
         self,

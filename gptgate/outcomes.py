@@ -122,7 +122,7 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
     if isinstance(error, RateLimitedError):
         state.rate_limited += 1
         if error.retry_after:  # short windows (Azure): the held calls go a retry-after apart
-            spacing = error.retry_after if state.pool.dialect.short_windows else None
+            spacing = error.retry_after if state.pool.dialect.spaced_after_429 else None
             state.pacer.pause_until(now + error.retry_after, spacing)
     elif isinstance(error, RequestTimeout):
         state.timeouts += 1

@@ -32,6 +32,9 @@ EXPECTED: dict[str, str] = {
     "hybrid_routing": r"^private=True x20: \{'gpu-onprem': 20\}$",
     "opentelemetry_console": r"^metric gen_ai\.client\.token\.usage \(\{token\}\): \d+ series",
     "fleet_workers": r"^peak in flight at the server: [1-6] / fleet limit 6 \[held\]",
+    "azure": r"^burst  -> 60 calls into a 10 req/s deployment: 0 failed, \d+ answered 429, "
+    r"longest run of 429s [12]$",
+    "self_hosted": r"^self-hosted: 40 calls, 0 failed, on 3 servers$",
 }
 
 

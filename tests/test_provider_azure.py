@@ -289,13 +289,20 @@ async def _mixed_calls() -> tuple[gg.Gateway, SimEngine, list[str]]:
 def test_chats_and_streams_are_billed_as_the_server_bills_them() -> None:
     gate, engine, texts = run_virtual(_mixed_calls)
     assert len(texts) == 24 and all(texts)
-    server = engine.ledger.snapshot()
-    ours = gate.ledger.total()
-    assert server.ok == 24 and server.cached_input_tokens > 0  # the shared prefix was cached
+    assert_billed_as_the_server_bills(gate, engine, PRICE, calls=24)
+
+
+def assert_billed_as_the_server_bills(
+    gate: gg.Gateway, engine: SimEngine, price: gg.Price, *, calls: int
+) -> None:
+    """The ledger's tokens are the server's, and its dollars the server's tokens at the
+    provider's prices (cached input at its own rate), within 0.5%."""
+    server, ours = engine.ledger.snapshot(), gate.ledger.total()
+    assert server.ok == calls and server.cached_input_tokens > 0  # the shared prefix cached
     assert (ours.input_tokens, ours.cached_input_tokens, ours.output_tokens) == (
         server.input_tokens, server.cached_input_tokens, server.output_tokens
     )
-    billed = PRICE.cost(gg.Usage(
+    billed = price.cost(gg.Usage(
         input_tokens=server.input_tokens, cached_input_tokens=server.cached_input_tokens,
         output_tokens=server.output_tokens,
     ))
@@ -462,3 +469,64 @@ async def test_the_sdk_with_a_wrong_key_is_refused_by_the_server(
         with pytest.raises(openai.AuthenticationError):
             await client.chat.completions.create(model="gpt-5.5", messages=USER, max_tokens=5)
         assert gate.stats()["az"].failures == 1
+
+
+# -- the simulator's Azure flavor -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "headers", "status"),
+    [
+        ("/openai/deployments/gpt-5.5/chat/completions", "api-version=2024-10-21",
+         {"api-key": KEY}, 200),
+        ("/openai/v1/chat/completions", "", {"api-key": KEY}, 200),
+        ("/openai/deployments/gpt-5.5/chat/completions", "api-version=2024-10-21",
+         {"authorization": f"Bearer {KEY}"}, 401),  # a key sent the OpenAI way
+        ("/openai/deployments/gpt-5.5/chat/completions", "api-version=2024-10-21",
+         {"api-key": "other-key"}, 401),
+        ("/openai/deployments/gpt-5.5/chat/completions", "", {"api-key": KEY}, 404),
+        ("/v1/chat/completions", "", {"api-key": KEY}, 404),
+        ("/openai/deployments/other/chat/completions", "api-version=2024-10-21",
+         {"api-key": KEY}, 404),
+    ],
+)
+def test_the_simulated_resource_checks_paths_and_auth_as_azure_does(
+    path: str, query: str, headers: dict[str, str], status: int
+) -> None:
+    async def main() -> Any:
+        engine = SimEngine(_profile(rpm=600, rpm_window_s=1.0), clock=LoopClock(), seed=1)
+        body = json.dumps({"model": "x", "messages": USER, "max_tokens": 5}).encode()
+        return await engine.handle("POST", path, headers, body, query)
+
+    response = run_virtual(main)
+    assert response.status == status
+    names = {name for name, _ in response.headers}
+    assert "apim-request-id" in names
+    if status == 200:  # Azure's two: what is left, no limit and no reset
+        assert {"x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens"} <= names
+        assert not {"x-ratelimit-limit-requests", "x-ratelimit-reset-requests"} & names
+        assert ("x-ratelimit-remaining-tokens", "-1") in response.headers  # no TPM limit
+    elif status == 404 and path.startswith("/openai/deployments/gpt"):
+        error = json.loads(response.body)["error"]
+        assert error == {"code": "404", "message": "Resource not found"}
+
+
+def test_the_simulated_window_takes_its_share_of_the_minute() -> None:
+    async def main() -> list[int]:
+        engine = SimEngine(_profile(rpm=600, rpm_window_s=1.0), clock=LoopClock(), seed=1)
+        body = json.dumps({"model": "x", "messages": USER, "max_tokens": 1}).encode()
+        statuses: list[int] = []
+
+        async def one() -> None:
+            response = await engine.handle(
+                "POST", "/openai/v1/chat/completions", {"api-key": KEY}, body
+            )
+            statuses.append(response.status)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(12):  # at one instant: 10 fit the 1 s window of 600 RPM
+                tg.start_soon(one)
+        return statuses
+
+    statuses = run_virtual(main)
+    assert sorted(statuses) == [200] * 10 + [429] * 2

@@ -152,3 +152,32 @@ async def test_the_provider_key_variable_is_sent_and_not_openais(
     assert request.headers["authorization"] == "Bearer local-token"
     assert str(request.url) == "http://localhost:8000/v1/chat/completions"
     assert json.loads(request.content)["messages"] == USER
+
+
+def test_the_config_file_takes_the_same_names(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("AZURE_OPENAI_ENDPOINT", raising=False)
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        '[[backends]]\nname = "az"\nprovider = "azure"\n'
+        'base_url = "https://res.openai.azure.com"\ndeployment = "gpt-4o-prod"\n'
+        'api_version = "2025-01-01-preview"\n\n'
+        '[[backends]]\nname = "g"\nprovider = "gemini"\nmodel = "gemini-2.5-flash"\n'
+    )
+    config = gg.load_config(path)
+    az, gemini = config.backends
+    assert (az.provider, az.deployment, az.api_version, az.model, az.api_key_env) == (
+        "azure", "gpt-4o-prod", "2025-01-01-preview", "gpt-4o-prod", "AZURE_OPENAI_API_KEY"
+    )
+    assert gemini.base_url == gg.PROVIDERS["gemini"].base_url
+    path.write_text('[[backends]]\nname = "x"\nprovider = "gemni"\nmodel = "m"\n')
+    with pytest.raises(gg.ConfigFileError, match=r"backends\.0\.provider: .*unknown provider"):
+        gg.load_config(path)
+
+
+def test_every_provider_has_its_section_in_the_docs() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "providers.md").read_text()
+    for name in gg.PROVIDERS:
+        assert f"`provider=\"{name}\"`" in page or f"provider=\"{name}\"" in page, name
+        assert f"| `{name}` |" in page, name  # the table's row

@@ -134,3 +134,18 @@ async def test_stats_spans_and_cost_carry_cached_and_reasoning_tokens() -> None:
     attrs = dict(attempt.attributes or {})
     assert attrs[NAMES["cached_tokens"]] == 1_536
     assert attrs[NAMES["reasoning_tokens"]] == 256
+
+
+def test_a_config_file_takes_the_cache_write_price(tmp_path: Any) -> None:
+    from gptgate.config_file import load_config
+
+    path = tmp_path / "gate.toml"
+    path.write_text(
+        '[[backends]]\nname = "claude"\nprovider = "anthropic"\nmodel = "claude-sonnet-4-5"\n'
+        "api_key_env = \"X\"\n"
+        "price = { input_per_mtok = 3, cached_input_per_mtok = 0.3, cache_write_per_mtok = 3.75,"
+        " output_per_mtok = 15 }\n",
+        encoding="utf-8",
+    )
+    price = load_config(path).backends[0].price
+    assert price == SONNET

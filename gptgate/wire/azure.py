@@ -12,7 +12,7 @@ What differs from :class:`~gptgate.wire.dialect.OpenAIDialect`, and why:
   (the Azure error users report most), and a 429 without ``retry-after`` takes the wait from
   the reset headers Azure sends instead;
 * its RPM is enforced over 1 s or 10 s windows: after a 429 the pacer sends the held calls
-  one retry-after apart (``short_windows``) instead of all at once.
+  one retry-after apart (``spaced_after_429``) instead of all at once.
 """
 
 from __future__ import annotations
@@ -118,7 +118,6 @@ class AzureDialect(OpenAIDialect):
     """Azure OpenAI: see the module docstring."""
 
     name = "azure"
-    short_windows = True
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         super().__init__(backend, preset)

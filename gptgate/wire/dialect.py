@@ -45,9 +45,10 @@ class Dialect(Protocol):
     name: str
     #: the provider's name, for messages (``"gemini"``)
     provider: str
-    #: the provider enforces its RPM over windows of seconds (Azure): after a 429, the calls
-    #: held by the pause go one retry-after apart, not all at once (limits/pacing.py)
-    short_windows: bool
+    #: a 429 is the provider's only usable pacing signal (Azure's RPM over windows of
+    #: seconds; a hosted API that states no limit in its headers): after one, the calls its
+    #: pause held go one retry-after apart, not all at once (limits/pacing.py)
+    spaced_after_429: bool
 
     def chat_url(self, base: httpx2.URL) -> httpx2.URL:
         """The absolute chat URL under the client's ``base_url`` (which ends in ``/``)."""
@@ -117,7 +118,6 @@ class OpenAIDialect:
     today's, call for call."""
 
     name = "openai"
-    short_windows = False
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         self.provider = preset.name
@@ -125,6 +125,11 @@ class OpenAIDialect:
         self.backend = backend.name
         #: the provider refuses or ignores some parameters: look before each send
         self.checked = bool(preset.rejects or preset.ignores)
+        #: a hosted API without limit headers: its 429s are rate limits to pace by (a
+        #: self-hosted server's are a full queue, which the adaptive limit answers)
+        self.spaced_after_429 = preset.rate_limits == "azure" or (
+            preset.hosted and preset.rate_limits is None
+        )
 
     parse_response = staticmethod(parse_chat_response)
     parse_usage = staticmethod(parse_usage)
@@ -201,6 +206,13 @@ def dialect_for(backend: Backend) -> Dialect:
 
     preset = PROVIDERS[backend.provider]
     module_name, _, class_name = DIALECTS[preset.dialect].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:  # the dialect is there; something it needs is not
+            raise
+        raise NotImplementedError(
+            f"provider {preset.name!r}: its {preset.dialect!r} dialect is not in this gptgate"
+        ) from None
     dialect: Dialect = cls(backend, preset)
     return dialect

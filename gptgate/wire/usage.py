@@ -30,9 +30,6 @@ from ..results import Usage
 
 __all__ = ["parse_anthropic_usage", "parse_usage", "token_count"]
 
-_ANTHROPIC_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
-
-
 def token_count(value: Any) -> int | None:
     """A non-negative token count, or None for anything that is not a number."""
     if type(value) is int:  # the common case; the exact check also rejects bool
@@ -42,26 +39,28 @@ def token_count(value: Any) -> int | None:
     return None
 
 
-def _detail(obj: dict[str, Any], names: tuple[str, str], key: str) -> int | None:
-    for name in names:
-        details = obj.get(name)
-        if isinstance(details, dict):
-            count = token_count(details.get(key))
-            if count is not None:
-                return count
-    return None
+def _details(obj: dict[str, Any], name: str, alias: str) -> dict[str, Any] | None:
+    details = obj.get(name)
+    if isinstance(details, dict):
+        return details
+    details = obj.get(alias)
+    return details if isinstance(details, dict) else None
 
 
 def _normalised(
     input_tokens: int, read: int, write: int, output_tokens: int, reasoning: int
 ) -> Usage:
-    read = min(read, input_tokens)
+    """A Usage whose parts fit their wholes (reads first, then writes, within the prompt)."""
+    if read > input_tokens:
+        read = input_tokens
+    if write > input_tokens - read:
+        write = input_tokens - read
     return Usage(
         input_tokens=input_tokens,
         cached_input_tokens=read,
-        cache_write_input_tokens=min(write, input_tokens - read),
         output_tokens=output_tokens,
-        reasoning_tokens=min(reasoning, output_tokens),
+        cache_write_input_tokens=write,
+        reasoning_tokens=reasoning if reasoning <= output_tokens else output_tokens,
     )
 
 
@@ -84,28 +83,31 @@ def parse_usage(obj: Any) -> Usage | None:
     if not isinstance(obj, dict):
         return None
     prompt = token_count(obj.get("prompt_tokens"))
-    if prompt is None and any(key in obj for key in _ANTHROPIC_KEYS):
-        return parse_anthropic_usage(obj)
-    hit = token_count(obj.get("prompt_cache_hit_tokens"))  # DeepSeek
     if prompt is None:
+        if "cache_read_input_tokens" in obj or "cache_creation_input_tokens" in obj:
+            return parse_anthropic_usage(obj)
         prompt = token_count(obj.get("input_tokens"))
-    if prompt is None and hit is not None:
-        prompt = hit + (token_count(obj.get("prompt_cache_miss_tokens")) or 0)
     output = token_count(obj.get("completion_tokens"))
     if output is None:
         output = token_count(obj.get("output_tokens"))
+    hit = token_count(obj.get("prompt_cache_hit_tokens"))  # DeepSeek
+    if prompt is None and hit is not None:
+        prompt = hit + (token_count(obj.get("prompt_cache_miss_tokens")) or 0)
     if prompt is None and output is None:
         return None
-    prompt_details = ("prompt_tokens_details", "input_tokens_details")
     read = hit
-    if read is None:
-        read = _detail(obj, prompt_details, "cached_tokens")
+    write = None
+    details = _details(obj, "prompt_tokens_details", "input_tokens_details")
+    if details is not None:
+        if read is None:
+            read = token_count(details.get("cached_tokens"))
+        write = token_count(details.get("cache_write_tokens"))
     if read is None:  # a proxy's OpenAI-style body with Anthropic's names, as parts
         read = token_count(obj.get("cache_read_input_tokens"))
-    write = _detail(obj, prompt_details, "cache_write_tokens")
     if write is None:
         write = token_count(obj.get("cache_creation_input_tokens"))
-    reasoning = _detail(
-        obj, ("completion_tokens_details", "output_tokens_details"), "reasoning_tokens"
-    )
+    reasoning = None
+    details = _details(obj, "completion_tokens_details", "output_tokens_details")
+    if details is not None:
+        reasoning = token_count(details.get("reasoning_tokens"))
     return _normalised(prompt or 0, read or 0, write or 0, output or 0, reasoning or 0)

@@ -1,0 +1,156 @@
+"""The OpenAI-compatible presets of ``gg.PROVIDERS`` (issue 32), each over the simulator as
+that provider answers: a chat and a stream billed as the server bills them (tokens and
+dollars), tools through and tool calls back, a 429 burst with the provider's own headers
+paced so that no more than 2 consecutive 429s are sent, and the parameters it refuses or
+ignores refused before anything is sent. (Azure: tests/test_provider_azure.py; DeepSeek's
+and Anthropic's own dialects have their own files.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+import gptgate as gg
+from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
+from gptgate.testing import sim_backend
+
+from .mockbackend import Script, gateway
+from .test_provider_azure import TOOL_CALL, TOOLS, Recorder, assert_billed_as_the_server_bills
+
+PRESETS = ["openai", "gemini", "groq", "openrouter", "together", "mistral",
+           "vllm", "sglang", "llamacpp", "ollama", "lmstudio"]
+PRICE = gg.Price(input_per_mtok=1.0, cached_input_per_mtok=0.25, output_per_mtok=4.0)
+SYSTEM = {"role": "system", "content": "You answer questions about pools. " * 300}
+
+
+def _sim(provider: str, clock: LoopClock, **update: Any) -> tuple[gg.Backend, SimEngine]:
+    flavor = "llamacpp" if provider == "llamacpp" else "openai"
+    profile = get_profile("gpu").model_copy(update={
+        "flavor": flavor, "rpm": None, "tpm": None, "max_queue": None,
+        "output_tokens_mean": 30.0, **update,
+    })
+    return sim_backend(
+        profile, name="p", clock=clock, seed=2, provider=provider,
+        base_url="http://127.0.0.1:8000/v1", concurrency=8, price=PRICE,
+    )
+
+
+async def _chats_and_streams(provider: str) -> tuple[gg.Gateway, SimEngine, int]:
+    clock = LoopClock()
+    backend, engine = _sim(provider, clock)
+    answered = 0
+    async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+
+        async def one(i: int) -> None:
+            nonlocal answered
+            messages = [SYSTEM, {"role": "user", "content": f"question {i}"}]
+            if i % 2:
+                async with gate.stream(messages, max_tokens=30) as s:
+                    text = "".join([t async for t in s])
+            else:
+                text = (await gate.chat(messages, max_tokens=30)).text
+            answered += bool(text)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i)
+    return gate, engine, answered
+
+
+@pytest.mark.parametrize("provider", PRESETS)
+def test_chats_and_streams_are_billed_as_the_server_bills_them(provider: str) -> None:
+    gate, engine, answered = run_virtual(_chats_and_streams, provider)
+    assert answered == 12
+    assert_billed_as_the_server_bills(gate, engine, PRICE, calls=12)
+
+
+class _HeadersOf(Recorder):
+    """A provider that states no limit: its 429s carry ``retry-after`` only."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        for name in [n for n in response.headers if n.startswith("x-ratelimit-")]:
+            del response.headers[name]
+        return response
+
+
+async def _burst(provider: str) -> tuple[list[Any], Recorder]:
+    clock = LoopClock()
+    preset = gg.PROVIDERS[provider]
+    if preset.hosted:  # a rate limit: 2 requests a second, 40 at once to begin with
+        backend, _ = _sim(provider, clock, rpm=120)
+    else:  # a self-hosted server's 429: its queue is full
+        backend, _ = _sim(provider, clock, slots=4, max_queue=4, queue_full_status=429)
+    inner = backend.transport
+    recorder = Recorder(inner) if preset.rate_limits else _HeadersOf(inner)
+    backend = backend.model_copy(update={"transport": recorder, "concurrency": 16})
+    async with gg.Gateway([backend], clock=clock, seed=1, max_attempts=6) as gate:
+        items = [{"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 20}
+                 for i in range(150)]
+        results = await gate.map(items)
+    return results, recorder
+
+
+@pytest.mark.parametrize("provider", PRESETS)
+def test_a_429_burst_sends_no_more_than_two_429s_in_a_row(provider: str) -> None:
+    results, recorder = run_virtual(_burst, provider)
+    if not gg.PROVIDERS[provider].rate_limits:  # headers that state the limit pace below it
+        assert 429 in recorder.statuses  # the limit was really hit
+    assert recorder.longest_429_run() <= 2
+    assert [r for r in results if isinstance(r, BaseException)] == []
+
+
+def _refused(provider: str) -> list[str]:
+    preset = gg.PROVIDERS[provider]
+    return sorted(preset.rejects | preset.ignores)
+
+
+@pytest.mark.parametrize(
+    ("provider", "param"),
+    [(p, param) for p in PRESETS for param in _refused(p)],
+)
+async def test_a_parameter_the_provider_refuses_is_refused_before_sending(
+    provider: str, param: str
+) -> None:
+    script = Script()
+    backend = gg.Backend(
+        name="p", provider=provider, model="m", transport=httpx2.MockTransport(script)
+    )
+    async with gateway(backend) as gate:
+        with pytest.raises(gg.BadRequestError) as info:
+            await gate.chat([{"role": "user", "content": "hi"}], **{param: 1})
+    assert f"provider {provider!r}" in info.value.message and repr(param) in info.value.message
+    assert script.requests == []
+
+
+def test_the_rules_name_what_the_providers_document() -> None:
+    assert {"frequency_penalty", "store"} <= gg.PROVIDERS["gemini"].rejects
+    assert {"logprobs", "logit_bias"} <= gg.PROVIDERS["groq"].rejects
+    assert "num_ctx" in gg.PROVIDERS["ollama"].ignores
+    assert not gg.PROVIDERS["openai"].rejects and not gg.PROVIDERS["vllm"].rejects
+
+
+@pytest.mark.parametrize("provider", PRESETS)
+async def test_tools_go_through_and_tool_calls_come_back(provider: str) -> None:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        assert body["tools"] == TOOLS
+        message = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
+        return httpx2.Response(200, json={"id": "c", "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 9}})
+
+    script = Script(answer)
+    backend = gg.Backend(
+        name="p", provider=provider, model="m", transport=httpx2.MockTransport(script)
+    )
+    async with gateway(backend) as gate:
+        r = await gate.chat([{"role": "user", "content": "weather?"}], tools=TOOLS)
+    assert r.finish_reason == "tool_calls" and r.raw is not None
+    assert r.raw["choices"][0]["message"]["tool_calls"] == [TOOL_CALL]
+    (request,) = script.requests
+    assert str(request.url).startswith(gg.PROVIDERS[provider].base_url or "")
