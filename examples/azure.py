@@ -20,9 +20,10 @@ How to run
 
 No Azure account, no network: the server is gptgate's simulator with its Azure flavor
 (``SimProfile(flavor="azure")``: Azure's paths, ``api-key`` check, headers and 1 s RPM
-window), in this process and then over loopback HTTP (``SimServer``), 20x faster than real
-time. Against your resource: drop ``transport=`` and ``clock=``, put your endpoint in
-``base_url`` (or ``AZURE_OPENAI_ENDPOINT``) and export ``AZURE_OPENAI_API_KEY`` — or pass
+window), first in this process in virtual time (``run_virtual``: the same burst on every
+run), then over loopback HTTP (``SimServer``) 20x faster than real time. Against your
+resource: drop ``transport=`` and ``clock=``, put your endpoint in ``base_url`` (or
+``AZURE_OPENAI_ENDPOINT``) and export ``AZURE_OPENAI_API_KEY`` — or pass
 ``azure_ad_token_provider=`` (azure-identity's ``get_bearer_token_provider(...)``).
 """
 
@@ -34,7 +35,7 @@ import httpx2
 import openai
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, SimTransport, get_profile
+from gptgate.sim import LoopClock, SimEngine, SimServer, SimTransport, get_profile, run_virtual
 
 SCALE = 20.0
 KEY = "example-azure-key-0001"  # the simulated resource's key (yours: AZURE_OPENAI_API_KEY)
@@ -70,7 +71,7 @@ def longest_run_of_429s(statuses: list[int]) -> int:
 
 
 async def in_process() -> None:
-    clock = gg.ScaledClock(SCALE)
+    clock = LoopClock()  # virtual time (run_virtual): the burst is the same on every run
     engine = SimEngine(PROFILE, clock=clock, seed=7)
     counting = Counting(SimTransport(engine))
     backend = gg.Backend(
@@ -121,7 +122,7 @@ async def with_the_sdk(root: str, engine: SimEngine) -> None:
 
 
 def main() -> None:
-    asyncio.run(in_process())
+    run_virtual(in_process)
     engine = SimEngine(PROFILE.model_copy(update={"rpm": None}), clock=gg.ScaledClock(SCALE))
     with SimServer(engine, time_scale=SCALE) as base_url:
         asyncio.run(with_the_sdk(base_url.removesuffix("/v1"), engine))

@@ -16,9 +16,10 @@ How to run
     python examples/self_hosted.py
 
 No GPU, no network: the servers are gptgate's simulator in this process (the llama.cpp one
-with its ``llamacpp`` flavor), 20x faster than real time. Against your own: drop
-``transport=`` and ``clock=``, and give ``base_url=`` where your server is not on
-localhost's default port.
+with its ``llamacpp`` flavor), in virtual time: a sleep of the simulated servers takes no
+wall time. Against your own: drop ``transport=`` and ``clock=``, run ``main()`` with
+``asyncio.run``, and give ``base_url=`` where your server is not on localhost's default
+port.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ import asyncio
 from collections import Counter
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimTransport
-
-SCALE = 20.0
+from gptgate.sim import LoopClock, SimEngine, SimTransport, run_virtual
 
 
 async def main() -> None:
@@ -37,7 +36,7 @@ async def main() -> None:
         preset = gg.PROVIDERS[name]
         print(f"preset {name:<9} -> {preset.base_url:<28} key from ${preset.api_key_env}")
 
-    clock = gg.ScaledClock(SCALE)
+    clock = LoopClock()  # virtual time (run_virtual): the same run every time
     vllm_engine = SimEngine("gpu", clock=clock, seed=1)
     llama_engine = SimEngine("llamacpp", clock=clock, seed=2)
     vllm = gg.Backend(
@@ -81,4 +80,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_virtual(main)
