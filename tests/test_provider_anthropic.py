@@ -226,6 +226,12 @@ def test_extra_body_sends_anthropic_only_fields_and_stop_maps_to_stop_sequences(
     assert first["metadata"] == {"user_id": "u-1"}
     assert first["max_tokens"] == gg.wire.anthropic.DEFAULT_MAX_TOKENS  # required: defaulted
     assert second["max_tokens"] == 12
+    dialect = _dialect()
+    body = _body(dialect, _ask(0), max_completion_tokens=None, max_tokens=7)
+    assert body["max_tokens"] == 7
+    only = "'anthropic' accepts only 0 to 1 for the parameter 'temperature'"
+    with pytest.raises(gg.BadRequestError, match=only):
+        dialect.build_body(MODEL, _ask(0), {"temperature": 1.5}, stream=False)
     assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}  # the gate's marker
 
 
@@ -440,3 +446,49 @@ def test_the_gate_steps_aside_when_the_prefix_is_below_the_models_minimum() -> N
     _, (plain, _, gate) = cache_anthropic.measure(80, 16, 2, cache_anthropic.HAIKU)
     assert gate.ledger.cached_input_tokens == 0 == gate.ledger.cache_write_input_tokens
     assert gate.seconds <= 1.1 * plain.seconds, (gate.seconds, plain.seconds)
+
+
+def _sse(*events: tuple[str, dict[str, Any]]) -> list[bytes]:
+    return [f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+            for name, data in events]
+
+
+async def _read(chunks: list[bytes]) -> tuple[list[str], Any]:
+    async def stream() -> Any:
+        for chunk in chunks:
+            yield chunk
+
+    reader = _dialect().stream_reader(stream(), backend="a", request_id="r1")
+    seen: list[str] = []
+    async for delta in reader:
+        seen.append(delta)
+    return seen, reader.result()
+
+
+START = ("message_start", {"message": {"id": "msg_1", "model": MODEL, "usage": {
+    "input_tokens": 5, "cache_read_input_tokens": 2000, "cache_creation_input_tokens": 0,
+    "output_tokens": 1}}})
+OVERLOADED = ("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}})
+
+
+async def test_a_stream_folds_events_and_an_overload_is_retryable_before_the_first_token() -> None:
+    seen, result = await _read(_sse(
+        START, ("content_block_start", {"index": 0, "content_block": {"type": "text",
+                                                                      "text": ""}}),
+        ("ping", {}), ("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
+                                                                       "text": "Hel"}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "lo"}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        ("message_stop", {}),
+    ))
+    assert seen == ["Hel", "lo"] and result.text == "Hello" and result.finish_reason == "stop"
+    assert (result.usage.input_tokens, result.usage.cached_input_tokens,
+            result.usage.output_tokens) == (2005, 2000, 9)
+    with pytest.raises(gg.BackendError) as early:
+        await _read(_sse(START, OVERLOADED))
+    assert early.value.retryable and not isinstance(early.value, gg.StreamInterruptedError)
+    with pytest.raises(gg.StreamInterruptedError) as late:
+        await _read(_sse(START, ("content_block_delta", {
+            "index": 0, "delta": {"type": "text_delta", "text": "Par"}}), OVERLOADED))
+    assert late.value.partial_text == "Par"

@@ -110,8 +110,9 @@ class AnthropicDialect:
     """The Messages API (see the module docstring)."""
 
     name = "anthropic"
-    #: Anthropic's token buckets refill continuously (no 1 s / 10 s windows as on Azure)
-    short_windows = False
+    #: Anthropic states its budget in every response's headers (continuously refilled
+    #: buckets, no 1 s / 10 s windows as on Azure): the pacer reads them, not the 429s
+    spaced_after_429 = False
 
     def __init__(self, backend: Backend, preset: Provider) -> None:
         self.provider = preset.name

@@ -53,6 +53,8 @@ def unsupported(param: str, value: Any) -> str | None:
     if param in PASSED or param in _MAPPED:
         if param == "n" and value not in (None, 1):
             return "rejects"  # one answer per request
+        if param == "temperature" and isinstance(value, int | float) and value > 1:
+            return "accepts only 0 to 1 for"  # OpenAI's range is 0-2, Anthropic's 0-1
         return None
     return "rejects"
 
@@ -215,7 +217,9 @@ def to_messages_request(
     cache breakpoint at the end of message ``mark_after`` when given."""
     system, turns, last = _split(messages)
     body: dict[str, Any] = {"model": model}
-    max_tokens = params.get("max_completion_tokens", params.get("max_tokens"))
+    max_tokens = params.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = params.get("max_tokens")
     body["max_tokens"] = default_max_tokens if max_tokens is None else max_tokens
     if system:
         body["system"] = system
