@@ -32,6 +32,7 @@ from .profiling import ProfileError, profile
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
+from .sync import SyncChatStream, SyncGateway
 from .tiers import TierHeuristic, TierStats
 
 __version__ = "0.1.0"
@@ -75,6 +76,8 @@ __all__ = [
     "Shared",
     "SharedUnreachableError",
     "StreamInterruptedError",
+    "SyncChatStream",
+    "SyncGateway",
     "SystemClock",
     "TierHeuristic",
     "TierStats",
