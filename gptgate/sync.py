@@ -23,6 +23,7 @@ the parent.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import queue
@@ -413,10 +414,8 @@ _LIVE: weakref.WeakSet[SyncGateway] = weakref.WeakSet()
 
 def _close_all() -> None:
     for gate in list(_LIVE):
-        try:
+        with contextlib.suppress(Exception):  # at exit: nothing to tell anyone
             gate.close(grace_s=_EXIT_GRACE_S)
-        except Exception:  # at exit: nothing to tell anyone
-            pass
 
 
 def _forked_all() -> None:

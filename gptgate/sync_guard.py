@@ -13,6 +13,7 @@ its end, closed, or dropped.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import queue
@@ -122,10 +123,8 @@ class ThreadCall(Generic[R]):
 
 
 def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closed meanwhile: its close gave the permit back
         call_on(loop, then)
-    except Exception:  # the gateway closed meanwhile: its close gave the permit back
-        pass
 
 
 class _EndWatch(httpx2.SyncByteStream):

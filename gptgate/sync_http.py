@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextvars import ContextVar
+
 import httpx2
 
 from .errors import GatewayClosedError

@@ -17,17 +17,17 @@ and the owner builds a fresh one on its next use (gptgate/sync.py).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 
 from .background import _spawn_detached
 from .errors import GateError, GatewayClosedError
@@ -88,14 +88,12 @@ class _Portals:
     """Every live portal of the process: stopped at exit, forgotten in a forked child."""
 
     def __init__(self) -> None:
-        self.live: weakref.WeakSet[LoopPortal] = weakref.WeakSet()  # type: ignore[type-var]
+        self.live: weakref.WeakSet[LoopPortal] = weakref.WeakSet()
 
     def stop_all(self) -> None:
         for portal in list(self.live):
-            try:
+            with contextlib.suppress(Exception):  # at exit: nothing to tell anyone
                 portal.stop()
-            except Exception:  # at exit: nothing to tell anyone
-                pass
 
     def forget_all(self) -> None:
         for portal in list(self.live):
@@ -108,11 +106,15 @@ os.register_at_fork(after_in_child=_PORTALS.forget_all)
 
 
 class OwnLoop:
-    """An event loop in a background thread of ours, started on first use."""
+    """An event loop in a background thread of ours, started on first use.
+
+    Started by hand rather than with ``anyio.from_thread.start_blocking_portal``: that context
+    manager's generator, dropped in a forked child, would run its ``finally`` — a call to a
+    portal whose thread does not exist there — and hang the child."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cm: AbstractContextManager[BlockingPortal] | None = None
+        self._thread: threading.Thread | None = None
         self._portal: BlockingPortal | None = None
         self._stopped = False
         self.thread_id: int | None = None
@@ -126,24 +128,47 @@ class OwnLoop:
             if self._stopped:
                 raise GatewayClosedError(CLOSED)
             if self._portal is None:
-                cm = start_blocking_portal(name="gptgate-sync")
-                portal = cm.__enter__()
-                self.thread_id = portal.call(threading.get_ident)
-                self._cm, self._portal = cm, portal
+                self._portal = self._start()
             return self._portal
+
+    def _start(self) -> BlockingPortal:
+        ready: Future[BlockingPortal] = Future()
+
+        async def hold() -> None:
+            async with BlockingPortal() as portal:
+                self.thread_id = threading.get_ident()
+                ready.set_result(portal)
+                await portal.sleep_until_stopped()
+
+        def run() -> None:
+            try:
+                anyio.run(hold)
+            except BaseException as error:  # pragma: no cover - the loop failed to start
+                if not ready.done():
+                    ready.set_exception(error)
+
+        self._thread = threading.Thread(target=run, name="gptgate-sync", daemon=True)
+        self._thread.start()
+        return ready.result()
 
     def stop(self) -> None:
         with self._lock:
             self._stopped = True
-            cm, self._cm, self._portal = self._cm, None, None
-        if cm is not None:
-            if threading.get_ident() == self.thread_id:
-                raise GateError(ON_ITS_OWN_LOOP)
-            cm.__exit__(None, None, None)  # the loop ends and its thread is joined
+            portal, self._portal = self._portal, None
+            thread, self._thread = self._thread, None
+        if portal is None or thread is None:
+            return
+        if threading.get_ident() == self.thread_id:
+            raise GateError(ON_ITS_OWN_LOOP)
+        # a stream still open is hung up on; the loop ends and its thread is joined
+        with contextlib.suppress(RuntimeError):  # stopped meanwhile
+            portal.call(portal.stop, True)
+        thread.join()
 
     def forget(self) -> None:
         self._lock = threading.Lock()  # another thread may have held it at the fork
-        self._cm = self._portal = None
+        self._portal = None
+        self._thread = None
         self.thread_id = None
 
 
@@ -211,10 +236,9 @@ class AppLoop:
             self._stopped = True
             portal, self._portal = self._portal, None
         if portal is not None and portal._event_loop_thread_id is not None:
-            try:  # the app's loop goes on: only our portal's task ends
+            # the app's loop goes on: only our portal's task ends (unless the loop has ended)
+            with contextlib.suppress(RuntimeError):
                 portal.call(portal.stop, True)
-            except RuntimeError:  # its loop has ended, or this is the loop itself
-                pass
 
     def forget(self) -> None:
         self._lock = threading.Lock()
