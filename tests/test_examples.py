@@ -30,6 +30,8 @@ EXPECTED: dict[str, str] = {
     "streaming_endpoint": r"^GET /stats -> 3 calls, limit \d+, \$0\.\d+$",
     "hybrid_routing": r"^private=True x20: \{'gpu-onprem': 20\}$",
     "opentelemetry_console": r"^metric gen_ai\.client\.token\.usage \(\{token\}\): \d+ series",
+    "flask_app": r"^peak in flight at the server: [1-4] / limit 4 \[held\]$",
+    "notebook_sync": r"^from inside a running event loop: 43 calls, gateway threads left: 0$",
     "fleet_workers": r"^peak in flight at the server: [1-6] / fleet limit 6 \[held\]",
 }
 

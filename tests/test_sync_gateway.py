@@ -509,3 +509,14 @@ def test_fork_of_a_driven_app_gateway_is_a_typed_error_in_the_child(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child GateError True"]
+
+
+def test_the_flask_example_under_a_threaded_wsgi_server_holds_the_limit() -> None:
+    """examples/flask_app.py: 24 concurrent requests through werkzeug's threaded server, each
+    request thread calling one SyncGateway(concurrency=4)."""
+    pytest.importorskip("flask")
+    from examples.flask_app import LIMIT, drive
+
+    answered, peak, stats = drive(24)
+    assert answered == 24 and stats["calls"] == 24 and stats["in_flight"] == 0
+    assert 1 <= peak <= LIMIT
