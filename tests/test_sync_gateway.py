@@ -520,3 +520,35 @@ def test_the_flask_example_under_a_threaded_wsgi_server_holds_the_limit() -> Non
     answered, peak, stats = drive(24)
     assert answered == 24 and stats["calls"] == 24 and stats["in_flight"] == 0
     assert 1 <= peak <= LIMIT
+
+
+def test_a_stream_a_guarded_sync_function_returns_keeps_the_permit_until_read(
+    server: tuple[str, SimEngine],
+) -> None:
+    base_url, sim = server
+    with sync_gate(base_url, concurrency=1) as gate:
+        own = openai.OpenAI(api_key="sk-test", base_url=base_url, max_retries=0)
+
+        @gate.guard(backend="sim")
+        def start_stream() -> Any:
+            return own.chat.completions.create(
+                model="m", messages=USER, max_tokens=20, stream=True  # type: ignore[arg-type]
+            )
+
+        first = start_stream()  # returned unread: it still holds the only permit
+        assert gate.stats()["sim"].in_flight == 1
+        second: list[Any] = []
+        waiting = threading.Thread(target=lambda: second.append(start_stream()))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while gate.stats()["sim"].queued < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert gate.stats()["sim"].queued == 1 and not second  # waits for the first's end
+        assert "".join(c.choices[0].delta.content or "" for c in first if c.choices)
+        waiting.join(30)
+        assert len(second) == 1
+        second[0].close()  # closed unread: the permit comes back as well
+        while gate.stats()["sim"].in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert_idle(gate)
+    assert sim.ledger.snapshot().peak_in_flight == 1
