@@ -588,20 +588,12 @@ def main() -> None:
     if per_call:
         print_clients(per_call, sdk, otel, sdk_otel)
     if sync:
-        print(f"\n{'sync code (plain threads)':<32} {'CPU ms/call':>12} {'vs openai':>10}")
-        print("-" * 56)
-        for name, (value, vs) in sync.items():
-            print(f"{name:<32} {value:>12.3f} {vs:>9.2f}x")
-        ratio = list(sync.values())[1][1]
+        ratio = print_pair("sync code (plain threads)", "vs openai", sync)
         verdict = "meets" if ratio <= 1.3 else "MISSES"
         print(f"SyncGateway.chat / openai.OpenAI = {ratio:.2f} ({verdict} the ≤ 1.3× target; "
               "a separate alternated pair)")
     if shared:
-        print(f"\n{'gate.chat':<32} {'CPU ms/call':>12} {'vs without':>10}")
-        print("-" * 56)
-        for name, (value, vs) in shared.items():
-            print(f"{name:<32} {value:>12.3f} {vs:>9.2f}x")
-        ratio = list(shared.values())[1][1]
+        ratio = print_pair("gate.chat", "vs without", shared)
         verdict = "meets" if ratio <= 1.3 else "MISSES"
         print(f"shared= / without = {ratio:.2f} ({verdict} the ≤ 1.3× target; a real "
               "redis-server on loopback, a separate alternated pair)")
@@ -610,6 +602,15 @@ def main() -> None:
                  if any(SHARED_OUTAGES[1:]) else ""))
         reused = ", ".join(f"{share:.0%}" for share in SHARED_REUSED)
         print(f"calls on a permit the process's last call ended, per shared= run: {reused}")
+
+
+def print_pair(title: str, versus: str, rows: dict[str, tuple[float, float]]) -> float:
+    """An alternated pair's table; returns the second row's ratio to the first."""
+    print(f"\n{title:<32} {'CPU ms/call':>12} {versus:>10}")
+    print("-" * 56)
+    for name, (value, vs) in rows.items():
+        print(f"{name:<32} {value:>12.3f} {vs:>9.2f}x")
+    return list(rows.values())[1][1]
 
 
 def print_clients(

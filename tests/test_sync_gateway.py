@@ -88,6 +88,13 @@ def assert_idle(gate: gg.SyncGateway) -> None:
     assert (stats.in_flight, stats.queued, stats.pool.checked_out) == (0, 0, 0)
 
 
+def until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``done`` (a state the loop's thread reaches soon) for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def sync_threads_left() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("gptgate-sync")]
 
@@ -182,9 +189,7 @@ def test_a_sync_sdk_stream_left_early_hangs_up_and_gives_its_permit_back(
             )
             next(iter(chunks))
             chunks.close()
-        deadline = time.monotonic() + 10
-        while gate.stats()["sim"].in_flight and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
 
 
@@ -343,13 +348,10 @@ def test_an_interrupted_caller_gives_its_place_back(
     with sync_gate(base_url, concurrency=1) as gate:
         holder = threading.Thread(target=lambda: gate.chat(USER, max_tokens=2000))
         holder.start()
-        deadline = time.monotonic() + 10
-        while gate.stats()["sim"].in_flight < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        until(lambda: gate.stats()["sim"].in_flight >= 1)
 
         def interrupt_once_queued() -> None:
-            while gate.stats()["sim"].queued < 1 and time.monotonic() < deadline:
-                time.sleep(0.005)
+            until(lambda: gate.stats()["sim"].queued >= 1)
             # a real SIGINT (Ctrl-C): it wakes the main thread from its blocking wait
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
@@ -370,9 +372,7 @@ def test_a_caller_timeout_is_the_gateways_typed_error(
     with sync_gate(base_url, concurrency=1) as gate:
         with pytest.raises(gg.RequestTimeout):
             gate.chat(USER, max_tokens=4000, timeout=1.0, stream=False)
-        deadline = time.monotonic() + 10
-        while gate.stats()["sim"].in_flight and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: gate.stats()["sim"].in_flight == 0)
         assert gate.chat(USER, max_tokens=5).text
 
 
@@ -458,18 +458,23 @@ print("parent again", bool(gate.chat([{"role": "user", "content": "p"}], max_tok
 """
 
 
-def test_fork_after_preload_style_creation_works_in_the_child(
-    server: tuple[str, SimEngine], tmp_path: Path
-) -> None:
-    base_url, _ = server
-    script = tmp_path / "preload.py"
-    script.write_text(textwrap.dedent(FORK_SCRIPT))
+def run_script(source: str, base_url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``source`` in a fresh interpreter (it forks): a hang fails at the timeout, not forever."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
     done = subprocess.run(
         [sys.executable, "-W", "ignore::DeprecationWarning", str(script), base_url],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_fork_after_preload_style_creation_works_in_the_child(
+    server: tuple[str, SimEngine], tmp_path: Path
+) -> None:
+    done = run_script(FORK_SCRIPT, server[0], tmp_path)
     # the child's gateway is a fresh one (its own pools and loop): one call, none in flight
     assert done.stdout.splitlines() == ["child True 1 0", "parent again True 0"]
     assert done.stderr == ""
@@ -499,15 +504,7 @@ asyncio.run(main())
 def test_fork_of_a_driven_app_gateway_is_a_typed_error_in_the_child(
     server: tuple[str, SimEngine], tmp_path: Path
 ) -> None:
-    base_url, _ = server
-    script = tmp_path / "driven.py"
-    script.write_text(textwrap.dedent(DRIVEN_FORK_SCRIPT))
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", str(script), base_url],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_script(DRIVEN_FORK_SCRIPT, server[0], tmp_path)
     assert done.stdout.splitlines() == ["child GateError True"]
 
 
@@ -540,15 +537,12 @@ def test_a_stream_a_guarded_sync_function_returns_keeps_the_permit_until_read(
         second: list[Any] = []
         waiting = threading.Thread(target=lambda: second.append(start_stream()))
         waiting.start()
-        deadline = time.monotonic() + 10
-        while gate.stats()["sim"].queued < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        until(lambda: gate.stats()["sim"].queued >= 1)
         assert gate.stats()["sim"].queued == 1 and not second  # waits for the first's end
         assert "".join(c.choices[0].delta.content or "" for c in first if c.choices)
         waiting.join(30)
         assert len(second) == 1
         second[0].close()  # closed unread: the permit comes back as well
-        while gate.stats()["sim"].in_flight and time.monotonic() < deadline:
-            time.sleep(0.005)
+        until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
     assert sim.ledger.snapshot().peak_in_flight == 1
