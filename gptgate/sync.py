@@ -38,7 +38,7 @@ import httpx2
 import sniffio
 
 from .budget import BudgetStatus
-from .errors import BadRequestError, GateError
+from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
 from .results import ChatResult
 from .scenarios import Scenario
@@ -133,6 +133,9 @@ class SyncChatStream:
                     self._deltas.put(delta)
         except Exception as error:
             self._deltas.put(_Failed(error))
+        except BaseException:  # cancelled: by close() (no reader left) or the loop stopping
+            self._deltas.put(_Failed(GatewayClosedError("the SyncGateway closed mid-stream")))
+            raise
         finally:
             self._deltas.put(_END)
             self._ended.set()

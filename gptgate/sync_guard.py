@@ -26,7 +26,7 @@ import httpx2
 
 from .guard import _GUARD_PERMIT
 from .sync_http import GUARDED_HERE
-from .sync_portal import LoopPortal, call_on, spawn_on
+from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
 __all__ = ["ThreadCall", "sync_guard"]
 
@@ -98,7 +98,7 @@ class ThreadCall(Generic[R]):
             while True:
                 message = self.inbox.get()
                 if message is _DONE:
-                    return task.result()
+                    return wait(task)
                 number = self._try
                 token = GUARDED_HERE.set(message)  # type: ignore[arg-type]
                 try:

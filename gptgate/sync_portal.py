@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -75,9 +75,11 @@ class LoopPortal(Protocol):
 def wait(future: Future[T]) -> T:
     """The result of a task started on the portal. If the waiting thread is interrupted, the
     task is cancelled (its permit and connection are given back on the loop) and the
-    interruption goes on."""
+    interruption goes on. A task the closing SyncGateway cancelled is a GatewayClosedError."""
     try:
         return future.result()
+    except CancelledError:  # the portal stopped under it: close() ran out of grace
+        raise GatewayClosedError(CLOSED) from None
     except BaseException:
         if not future.done():
             future.cancel()  # anyio cancels the task's scope on the loop

@@ -546,3 +546,35 @@ def test_a_stream_a_guarded_sync_function_returns_keeps_the_permit_until_read(
         until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
     assert sim.ledger.snapshot().peak_in_flight == 1
+
+
+def test_closing_under_calls_and_streams_in_flight_ends_them_with_a_typed_error(
+    long_server: tuple[str, SimEngine],
+) -> None:
+    base_url, _ = long_server
+    gate = sync_gate(base_url)
+    seen: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            gate.chat(USER, max_tokens=2000)
+        except BaseException as error:
+            seen.append(error)
+
+    def stream() -> None:
+        try:
+            with gate.stream(USER, max_tokens=2000) as s:
+                for _ in s:
+                    pass
+        except BaseException as error:
+            seen.append(error)
+
+    workers = [threading.Thread(target=call), threading.Thread(target=stream)]
+    for worker in workers:
+        worker.start()
+    until(lambda: gate.stats()["sim"].in_flight == 2)
+    gate.close(grace_s=0.0)
+    for worker in workers:
+        worker.join(30)
+    assert len(seen) == 2 and all(isinstance(e, gg.GateError) for e in seen), seen
+    assert sync_threads_left() == []
