@@ -256,7 +256,9 @@ class SyncGateway:
             sniffio.current_async_library()
         except sniffio.AsyncLibraryNotFoundError:
             return self._gateway  # a plain thread: for reading its config, not for awaiting
-        if threading.get_ident() != self._loop.thread_id:
+        # a driven gateway's loop is known once it is open there, used or not
+        owner = self._loop.thread_id or self._gateway._opened.loop
+        if threading.get_ident() != owner:
             raise GateError(_FOREIGN_LOOP)
         return self._gateway
 

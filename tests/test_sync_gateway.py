@@ -376,17 +376,19 @@ def test_a_caller_timeout_is_the_gateways_typed_error(
         assert gate.chat(USER, max_tokens=5).text
 
 
+@pytest.mark.parametrize("built", ["in the lifespan", "at import"])
 def test_sync_worker_threads_drive_an_async_apps_open_gateway(
-    server: tuple[str, SimEngine],
+    server: tuple[str, SimEngine], built: str
 ) -> None:
     """FastAPI-style: the app opens its Gateway on its loop; 8 sync endpoints' worker threads
     go through that loop (one limit with the app's own async calls)."""
     base_url, sim = server
+    gate = gg.Gateway([backend(base_url)], clock=gg.ScaledClock(SCALE), seed=3)
+    at_import = gg.SyncGateway(gateway=gate)  # not on any loop: found from a worker thread
 
     async def app() -> tuple[list[object], gg.GateError | None]:
-        gate = gg.Gateway([backend(base_url)], clock=gg.ScaledClock(SCALE), seed=3)
         async with gate:
-            sync_side = gg.SyncGateway(gateway=gate)  # built in the lifespan, on the loop
+            sync_side = gg.SyncGateway(gateway=gate) if built == "in the lifespan" else at_import
             assert sync_side.gateway is gate  # usable from its own loop
 
             def endpoint() -> list[str]:  # a sync endpoint, run in a worker thread
