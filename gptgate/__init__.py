@@ -36,6 +36,7 @@ from .providers import PROVIDERS, Provider
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
+from .sync import SyncChatStream, SyncGateway
 from .tiers import TierHeuristic, TierStats
 
 __version__ = "0.1.0"
@@ -85,6 +86,8 @@ __all__ = [
     "Shared",
     "SharedUnreachableError",
     "StreamInterruptedError",
+    "SyncChatStream",
+    "SyncGateway",
     "SystemClock",
     "TierHeuristic",
     "TierStats",

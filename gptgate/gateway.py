@@ -1579,18 +1579,24 @@ class Gateway:
         often made at import time): the backend's live state is looked up at each request,
         which raises ``GatewayClosedError`` while the gateway is not open. An unknown name
         fails here."""
-        config = self._configured(backend)
+        transport = self.sdk_transport(backend, priority=priority, scenario=scenario)
+        timeout = client_options.pop("timeout", httpx2.Timeout(self._configured(backend).timeout))
+        return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
+
+    def sdk_transport(
+        self, backend: str, *, priority: int | None, scenario: str | Scenario | None
+    ) -> GuardTransport:
+        """The transport behind ``http_client`` (SyncGateway's sync client wraps it)."""
+        self._configured(backend)
         resolved = resolve_scenario(scenario) if scenario is not None else None
         if priority is None:
             priority = resolved.priority if resolved is not None else 5
         elif isinstance(priority, bool) or not isinstance(priority, int):
             raise BadRequestError(f"priority must be an int, got {priority!r}")
-        transport = GuardTransport(
+        return GuardTransport(
             self, backend, priority, resolved.name if resolved is not None else None,
             resolved.deadline_s if resolved is not None else None,
         )
-        timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
-        return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
 
     def __repr__(self) -> str:
         names = ", ".join(self._states or (b.name for b in self.config.backends))

@@ -28,8 +28,9 @@ Phase = Literal["closed", "opening", "open", "closing"]
 OTHER_LOOP = (
     "this gateway belongs to another event loop (thread) while it is open there: a Gateway "
     "serves one event loop at a time. Use one event loop per gateway (a Gateway per loop or "
-    "thread, or send the call to the loop that opened it), or gg.SyncGateway (coming, "
-    "issue 33) to share one gateway between threads"
+    "thread, or send the call to the loop that opened it), or gg.SyncGateway (one loop in "
+    "a background thread for sync code; gg.SyncGateway(gateway=...) to drive this one from "
+    "other threads) to share one gateway between threads"
 )
 _REFUSED_HERE = {
     "open": "the gateway is already open in this event loop: open it once (one `async with`)",

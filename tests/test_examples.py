@@ -32,6 +32,8 @@ EXPECTED: dict[str, str] = {
     "hybrid_routing": r"^private=True x20: \{'gpu-onprem': 20\}$",
     "opentelemetry_console": r"^metric gen_ai\.client\.token\.usage \(\{token\}\): \d+ series",
     "offline_batch": r"^cost: \$0\.\d+ through the Batch API vs \$0\.\d+ live: 0\.5\dx$",
+    "flask_app": r"^peak in flight at the server: [1-4] / limit 4 \[held\]$",
+    "notebook_sync": r"^from inside a running event loop: 43 calls, gateway threads left: 0$",
     "fleet_workers": r"^peak in flight at the server: [1-6] / fleet limit 6 \[held\]",
     "azure": r"^burst  -> 60 calls into a 10 req/s deployment: 0 failed, \d+ answered 429, "
     r"longest run of 429s [12]$",

@@ -1,0 +1,434 @@
+"""``gg.SyncGateway``: the gateway for sync code — Flask and Django views, Celery tasks,
+scripts, notebooks, the sync SDKs — with the same limits, budget and ledger from any thread.
+
+What a Flask user writes without it (each request thread running ``asyncio.run`` on a shared
+gateway) cannot work: a gateway's queues and pools belong to one event loop. Here one loop
+runs in one background thread (gptgate/sync_portal.py), started on first use; every blocking
+verb is a task on it, so any number of threads share one limiter, router, budget and ledger.
+``SyncGateway(gateway=app_gate)`` instead drives an async app's open gateway on the app's own
+loop, from its worker threads.
+
+Verbs with the same arguments, results and typed errors as ``Gateway``'s: ``chat``,
+``stream`` (a context manager and a plain iterator), ``map``, ``warm``, ``guard`` (on plain
+functions, gptgate/sync_guard.py), ``http_client`` (an ``httpx2.Client``,
+gptgate/sync_http.py), ``stats``, ``snapshot``, ``budget_status``, ``tier_stats``. A verb the
+async gateway gains later (``embed``, ``batch``) is one line here: ``self._run(gw.verb, ...)``.
+
+Fork (gunicorn ``--preload``, Celery prefork): a SyncGateway built before the fork builds a
+fresh gateway (pools, Redis connections) and loop in the child on its first use there; one
+that drives an app's gateway raises a typed error naming the fix, since that loop stayed in
+the parent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import httpx2
+import sniffio
+
+from .budget import BudgetStatus
+from .errors import BadRequestError, GateError, GatewayClosedError
+from .gateway import BackendStats, ChatStream, Gateway
+from .results import ChatResult
+from .scenarios import Scenario
+from .sync_guard import sync_guard
+from .sync_http import PortalTransport
+from .sync_portal import (
+    AppLoop,
+    LoopPortal,
+    OwnLoop,
+    call_on,
+    run_on,
+    spawn_on,
+)
+from .tiers import TierStats
+
+__all__ = ["SyncChatStream", "SyncGateway"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: how long a closing stream waits for its task to hang up (shielded, quick)
+_CLOSE_WAIT_S = 10.0
+#: at interpreter exit, the grace calls still in flight get
+_EXIT_GRACE_S = 2.0
+
+_FOREIGN_LOOP = (
+    "sync_gate.gateway is the async Gateway of a SyncGateway: it belongs to the SyncGateway's "
+    "event loop, not to this one. From this loop either call the SyncGateway's blocking verbs "
+    "in a worker thread (anyio.to_thread.run_sync), or open a Gateway on this loop and share "
+    "it with sync threads through gg.SyncGateway(gateway=...)"
+)
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
+class SyncChatStream:
+    """``with gate.stream(m) as s: for text in s: ...``; then ``s.result``.
+
+    Nothing is sent until iteration starts. One task on the loop reads the stream (the async
+    :class:`~gptgate.ChatStream`) and hands the text to this thread as it arrives; leaving the
+    block, breaking out of the loop or an interruption hangs up and gives the permit back
+    before returning. The same errors as the async stream (``StreamInterruptedError`` with
+    the partial text after the first token)."""
+
+    def __init__(self, loop: LoopPortal, stream: ChatStream) -> None:
+        self._loop = loop
+        self._stream = stream
+        self._deltas: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._task: Future[None] | None = None
+        self._ended = threading.Event()
+
+    def __enter__(self) -> SyncChatStream:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[str]:
+        if self._task is not None:
+            raise RuntimeError("a ChatStream can be iterated only once")
+        self._task = spawn_on(self._loop, self._pump)
+        return self._read()
+
+    def _read(self) -> Iterator[str]:
+        try:
+            while True:
+                delta = self._deltas.get()
+                if delta is _END:
+                    return
+                if isinstance(delta, _Failed):
+                    raise delta.error
+                yield delta  # type: ignore[misc]
+        finally:
+            self.close()
+
+    async def _pump(self) -> None:
+        """On the loop: read the whole stream in this one task."""
+        try:
+            async with self._stream as stream:
+                async for delta in stream:
+                    self._deltas.put(delta)
+        except Exception as error:
+            self._deltas.put(_Failed(error))
+        except BaseException:  # cancelled: by close() (no reader left) or the loop stopping
+            self._deltas.put(_Failed(GatewayClosedError("the SyncGateway closed mid-stream")))
+            raise
+        finally:
+            self._deltas.put(_END)
+            self._ended.set()
+
+    def close(self) -> None:
+        """Hang up now if the answer is still arriving; returns once the permit and the
+        connection are given back."""
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        self._ended.wait(_CLOSE_WAIT_S)
+
+    @property
+    def text(self) -> str:
+        """What has arrived so far."""
+        return self._stream.text
+
+    @property
+    def result(self) -> ChatResult:
+        """The ChatResult once the stream has completed."""
+        return self._stream.result
+
+
+class SyncGateway:
+    """A thread-safe, blocking face of :class:`~gptgate.Gateway` (docs: "Sync code").
+
+    ``SyncGateway(backends=[...], **options)`` takes exactly ``Gateway``'s arguments and owns
+    its gateway, opened on first use on a background loop and closed by :meth:`close`, the
+    ``with`` block or interpreter exit. ``SyncGateway(gateway=app_gate)`` drives an async
+    app's gateway (opened and closed by the app) from its worker threads."""
+
+    def __init__(
+        self,
+        backends: Sequence[Any] | None = None,
+        *,
+        gateway: Gateway | None = None,
+        **options: Any,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._opened = False
+        self._stale = False
+        self._loop: LoopPortal
+        if gateway is not None:
+            if backends is not None or options:
+                raise TypeError("pass either gateway= or Gateway's arguments, not both")
+            if not isinstance(gateway, Gateway):
+                raise BadRequestError(
+                    f"gateway must be a gptgate.Gateway, got {type(gateway).__name__}"
+                )
+            self._make: Callable[[], Gateway] | None = None
+            self._gateway = gateway
+            self._loop = AppLoop()
+        else:
+            self._make = functools.partial(Gateway, backends, **options)
+            self._gateway = self._make()  # bad configuration fails here, as Gateway's does
+            self._loop = OwnLoop()
+        _LIVE.add(self)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> SyncGateway:
+        self._ready()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _ready(self) -> Gateway:
+        """The gateway, open (opened here on first use of an owned one)."""
+        if self._opened and not self._stale:
+            return self._gateway
+        with self._lock:
+            if self._stale:  # forked: this process starts afresh
+                assert self._make is not None
+                self._gateway, self._opened, self._stale = self._make(), False, False
+            if self._make is not None and not self._opened:
+                if self._closed:
+                    self._loop.portal()  # raises GatewayClosedError
+                run_on(self._loop, self._gateway.start)
+            self._opened = True
+        return self._gateway
+
+    def close(self, grace_s: float | None = None) -> None:
+        """Close: an owned gateway is closed as ``aclose(grace_s)`` closes it (calls in
+        flight get the grace, new ones are refused) and the loop's thread is joined; a driven
+        app gateway stays open (the app closes it). Later calls raise ``GatewayClosedError``.
+        Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            opened = self._opened and self._make is not None and not self._stale
+        try:
+            if opened:
+                run_on(self._loop, self._gateway.aclose, grace_s)
+        finally:
+            self._loop.stop()
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's loop is gone; an owned gateway is rebuilt on first
+        use (fresh pools and Redis), a driven one refuses with a typed error (AppLoop)."""
+        self._lock = threading.Lock()
+        if self._make is not None:
+            self._stale = True
+            self._loop = OwnLoop()
+
+    @property
+    def gateway(self) -> Gateway:
+        """The async Gateway this drives, for async code on its own loop; from any other
+        event loop a typed error (it would hang on that loop's queues)."""
+        try:
+            sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            return self._gateway  # a plain thread: for reading its config, not for awaiting
+        # a driven gateway's loop is known once it is open there, used or not
+        owner = self._loop.thread_id or self._gateway._opened.loop
+        if threading.get_ident() != owner:
+            raise GateError(_FOREIGN_LOOP)
+        return self._gateway
+
+    # -- calls --------------------------------------------------------------------------
+
+    def _run(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return run_on(self._loop, functools.partial(verb, *args, **kwargs))
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        """One chat completion, blocking: ``Gateway.chat``'s arguments, result and errors."""
+        gateway = self._ready()
+        return self._run(gateway.chat, messages, scenario=scenario, **kwargs)  # type: ignore[no-any-return]
+
+    def stream(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        **kwargs: Any,
+    ) -> SyncChatStream:
+        """Stream the answer: ``with gate.stream(m) as s: for text in s: ...``
+        (``Gateway.stream``'s arguments; bad ones raise here)."""
+        gateway = self._ready()
+        stream = call_on(
+            self._loop, functools.partial(gateway.stream, messages, scenario=scenario, **kwargs)
+        )
+        return SyncChatStream(self._loop, stream)
+
+    def map(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        scenario: str | Scenario | None = None,
+        **kwargs: Any,
+    ) -> list[ChatResult | GateError]:
+        """Many calls, blocking: ``Gateway.map``'s arguments and result (in order; a failed
+        item holds its error). ``items`` is iterated and ``on_result`` called on the loop's
+        thread: keep both quick and non-blocking."""
+        gateway = self._ready()
+        return self._run(gateway.map, items, scenario=scenario, **kwargs)  # type: ignore[no-any-return]
+
+    def warm(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        backend: str | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+    ) -> list[ChatResult | GateError]:
+        """Pre-warm a prompt prefix on every eligible backend (``Gateway.warm``)."""
+        gateway = self._ready()
+        return self._run(  # type: ignore[no-any-return]
+            gateway.warm, messages, backend=backend, private=private, tier=tier
+        )
+
+    def guard(
+        self,
+        *,
+        scenario: str | Scenario | None = None,
+        backend: str | None = None,
+        private: bool = False,
+        tier: Literal["small", "large", "auto"] = "auto",
+        retry: bool = True,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a plain function (a sync SDK call inside): it runs in the caller's thread
+        holding a permit, retried and classified as ``Gateway.guard`` does for async ones."""
+        options = {
+            "scenario": scenario, "backend": backend, "private": private, "tier": tier,
+            "retry": retry,
+        }
+        built: dict[int, Callable[..., Any]] = {}
+
+        def async_guard(body: Callable[..., Any]) -> Callable[..., Any]:
+            gateway = self._gateway  # on the loop, opened by the caller (loop_ready)
+            key = id(gateway)
+            if key not in built:  # per gateway: a forked child has a fresh one
+                built.clear()
+                built[key] = gateway.guard(**options)(body)  # type: ignore[arg-type]
+            return built[key]
+
+        def guarded_per_call(body: Callable[..., Any]) -> Callable[..., Any]:
+            async def call(thread_call: Any) -> Any:
+                return await async_guard(body)(thread_call)
+
+            return call
+
+        return sync_guard(self._loop_ready, guarded_per_call)
+
+    def _loop_ready(self) -> LoopPortal:
+        self._ready()
+        return self._loop
+
+    def http_client(
+        self,
+        backend: str,
+        *,
+        priority: int | None = None,
+        scenario: str | Scenario | None = None,
+        **client_options: Any,
+    ) -> httpx2.Client:
+        """An ``httpx2.Client`` for a sync SDK (``openai.OpenAI(http_client=...)``): its
+        requests go through the backend's pool and limiter on the gateway's loop, each an
+        attempt with a span, a ledger entry and ``stats()`` counters (``Gateway.http_client``).
+        It may be built before first use; an unknown backend or bad priority fails here."""
+        self._gateway.sdk_transport(backend, priority=priority, scenario=scenario)  # checks
+        transports: dict[int, httpx2.AsyncBaseTransport] = {}
+
+        def transport() -> httpx2.AsyncBaseTransport:
+            gateway = self._ready()
+            key = id(gateway)
+            if key not in transports:  # per gateway: a forked child has a fresh one
+                transports.clear()
+                transports[key] = gateway.sdk_transport(
+                    backend, priority=priority, scenario=scenario
+                )
+            return transports[key]
+
+        config = next(b for b in self._gateway.config.backends if b.name == backend)
+        timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
+        return httpx2.Client(
+            transport=PortalTransport(self._loop_ready, transport), timeout=timeout,
+            **client_options,
+        )
+
+    # -- observability (read on the loop: a consistent snapshot) ------------------------
+
+    def stats(self) -> dict[str, BackendStats]:
+        """Per backend: limit, in flight, queued, latency, tokens, cost (``Gateway.stats``)."""
+        return call_on(self._loop, self._ready().stats)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a later gateway needs to start warm (``Gateway.snapshot``)."""
+        return call_on(self._loop, self._ready().snapshot)
+
+    def budget_status(self) -> BudgetStatus | None:
+        """The dollar budget's state, or None without one (``Gateway.budget_status``)."""
+        return call_on(self._loop, self._ready().budget_status)
+
+    def tier_stats(self) -> TierStats:
+        """``tier="auto"`` calls per classifier rule (``Gateway.tier_stats``)."""
+        return call_on(self._loop, self._ready().tier_stats)
+
+    def __repr__(self) -> str:
+        names = ", ".join(b.name for b in self._gateway.config.backends)
+        mode = "owned" if self._make is not None else "driven"
+        return f"SyncGateway(backends=[{names}], {mode}, closed={self._closed})"
+
+
+#: every SyncGateway of the process: closed at interpreter exit, refreshed after fork
+_LIVE: weakref.WeakSet[SyncGateway] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for gate in list(_LIVE):
+        with contextlib.suppress(Exception):  # at exit: nothing to tell anyone
+            gate.close(grace_s=_EXIT_GRACE_S)
+
+
+def _forked_all() -> None:
+    for gate in list(_LIVE):
+        gate._forked()
+
+
+# registered after sync_portal's hooks, so it runs before them at exit (LIFO): the gateways
+# close while their loops still run
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_forked_all)

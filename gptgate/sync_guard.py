@@ -1,0 +1,215 @@
+"""``@sync_gate.guard(...)`` on a plain function: it runs in the caller's thread (its thread
+locals, a Flask request context, a sync SDK client) while it holds a permit taken through the
+SyncGateway's loop.
+
+The async guard (gptgate/guard.py) does the routing, admission, retries, span and ledger on
+the loop; its body is this handoff: the loop tells the caller's thread "your try, go", waits
+(shielded: a sync function cannot be cut, so its permit is held until it returns) for what the
+function returned or raised, and classifies that as for an async guard. A retry is another
+"go". A caller interrupted while it waits for a permit cancels its task: nothing is held.
+A returned stream (a sync SDK's ``Stream``, a generator) keeps the permit until it is read to
+its end, closed, or dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import queue
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import anyio
+import httpx2
+
+from .guard import _GUARD_PERMIT
+from .sync_http import GUARDED_HERE
+from .sync_portal import LoopPortal, call_on, spawn_on, wait
+
+__all__ = ["ThreadCall", "sync_guard"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: the loop's last message to the caller's thread: the guarded call has ended
+_DONE = object()
+
+
+class _CallerLeft(Exception):
+    """The caller's thread was interrupted inside the function: the try ends here."""
+
+
+class ThreadCall(Generic[R]):
+    """One guarded call of a sync function, shared by the caller's thread and the loop."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        self._fn = fn
+        #: loop → thread: a try's permit (run the function now), or ``_DONE``
+        self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._try = 0
+        self._replied: anyio.Event | None = None
+        self._outcome: tuple[Any, BaseException | None] = (None, None)
+        #: set when a returned stream has been read, closed or dropped
+        self._stream_end: anyio.Event | None = None
+
+    # -- on the loop --------------------------------------------------------------------
+
+    async def body(self) -> R:
+        """One try, holding its permit: hand it to the caller's thread and wait."""
+        self._try += 1
+        self._replied = replied = anyio.Event()
+        self._stream_end = None
+        self.inbox.put(_GUARD_PERMIT.get())
+        with anyio.CancelScope(shield=True):  # the function runs on until it returns
+            await replied.wait()
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        if self._stream_end is not None:  # the permit follows the stream to its end
+            await self._stream_end.wait()
+        return value  # type: ignore[no-any-return]
+
+    def _deliver(self, number: int, value: object, error: BaseException | None,
+                 streaming: bool) -> None:
+        if number != self._try or self._replied is None:
+            return  # a stale try's answer
+        self._outcome = (value, error)
+        if streaming:
+            self._stream_end = anyio.Event()
+        self._replied.set()
+
+    def _stream_ended(self) -> None:
+        if self._stream_end is not None:
+            self._stream_end.set()
+
+    async def done(self, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
+        try:
+            return await guarded(self)
+        finally:
+            self.inbox.put(_DONE)
+
+    # -- in the caller's thread ---------------------------------------------------------
+
+    def run(self, loop: LoopPortal, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
+        task: Future[R] = spawn_on(loop, self.done, guarded)
+        try:
+            while True:
+                message = self.inbox.get()
+                if message is _DONE:
+                    return wait(task)
+                number = self._try
+                token = GUARDED_HERE.set(message)  # type: ignore[arg-type]
+                try:
+                    value = self._fn()
+                except Exception as error:
+                    call_on(loop, self._deliver, number, None, error, False)
+                    continue
+                except BaseException:
+                    task.cancel()  # interrupted: the loop must not wait for the function
+                    call_on(loop, self._deliver, number, None, _CallerLeft(), False)
+                    raise
+                finally:
+                    GUARDED_HERE.reset(token)
+                held = _hold_stream(value, lambda: _tell(loop, self._stream_ended))
+                call_on(loop, self._deliver, number, value, None, held is not None)
+                if held is not None:
+                    return held  # type: ignore[no-any-return]
+        except BaseException:
+            if not task.done():
+                task.cancel()
+            raise
+
+
+def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):  # closed meanwhile: its close gave the permit back
+        call_on(loop, then)
+
+
+class _EndWatch(httpx2.SyncByteStream):
+    """A response body that says once when it has been read to its end, closed or dropped."""
+
+    def __init__(self, inner: httpx2.SyncByteStream, ended: Callable[[], None]) -> None:
+        self._inner = inner
+        self._ended: Callable[[], None] | None = ended
+
+    def _end(self) -> None:
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            ended()
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        finally:
+            self._end()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._end()
+
+    def __del__(self) -> None:
+        self._end()
+
+
+def _watched_generator(inner: Iterator[Any], ended: Callable[[], None]) -> Iterator[Any]:
+    try:
+        yield from inner
+    finally:
+        close = getattr(inner, "close", None)
+        try:
+            if close is not None:
+                close()
+        finally:
+            ended()
+
+
+def _hold_stream(value: object, ended: Callable[[], None]) -> Any:
+    """``value`` if it is a stream still to be read, watched so that ``ended`` is told once
+    it is over (the caller gets the same object back); else None."""
+    response = value if isinstance(value, httpx2.Response) else getattr(value, "response", None)
+    if isinstance(response, httpx2.Response):
+        stream = response.stream
+        if response.is_closed or response.is_stream_consumed or not isinstance(
+            stream, httpx2.SyncByteStream
+        ):
+            return None
+        response.stream = _EndWatch(stream, ended)
+        return value
+    if inspect.isgenerator(value):
+        return _watched_generator(value, ended)
+    return None
+
+
+def sync_guard(
+    loop: Callable[[], LoopPortal],
+    async_guard: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The decorator: ``async_guard`` is the gateway's ``guard(...)`` with the same options,
+    looked up per call (a SyncGateway rebuilds its gateway after fork)."""
+
+    def decorator(fn: Callable[P, R]) -> Callable[P, R]:
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"SyncGateway.guard wraps plain functions; {getattr(fn, '__qualname__', fn)!r} "
+                "is async: decorate it with the async gateway's guard (sync_gate.gateway.guard)"
+            )
+
+        async def on_loop(call: ThreadCall[R]) -> R:
+            return await call.body()
+
+        on_loop.__qualname__ = getattr(fn, "__qualname__", None) or repr(fn)  # the span's name
+        guarded = async_guard(on_loop)
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            call: ThreadCall[R] = ThreadCall(functools.partial(fn, *args, **kwargs))
+            return call.run(loop(), guarded)
+
+        return wrapper
+
+    return decorator
+
