@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -290,3 +292,18 @@ def test_a_failing_metrics_endpoint_leaves_calls_alone(
     assert transport.metrics_reads >= 2
     lines = [r for r in caplog.records if "server signals unreadable" in r.getMessage()]
     assert len(lines) == 1
+
+
+def test_two_backends_one_with_half_the_slots_signals_keep_its_queue_short() -> None:
+    """benchmarks/signals.py's job, shortened: with signals the small backend's server-side
+    queue stays below a slot on average (latency alone let it reach several) at no loss of
+    goodput, and the p99 is no worse."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from signals import job  # type: ignore[import-not-found]
+
+    off = run_virtual(job, False, 1200, 1.0, 1, 1.0, "plateau", 0.3)
+    on = run_virtual(job, True, 1200, 1.0, 1, 1.0, "plateau", 0.3)
+    assert on.failed == off.failed == 0
+    assert on.small_waiting <= 8 and on.small_waiting < 0.5 * off.small_waiting
+    assert on.goodput >= 0.99 * off.goodput
+    assert on.p99_s <= off.p99_s
