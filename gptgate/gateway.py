@@ -665,7 +665,7 @@ class Gateway:
             spawn=self._spawn,
         )
         await self._start_fleet(task_group)
-        self._signals.start(self._states.values(), self.clock, task_group)
+        self._signals.start(self._states.values(), self.clock, task_group, self._fleet)
         self._open = True
         if self.config.keep_warm:
             task_group.start_soon(self._keep_warm_loop)

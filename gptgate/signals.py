@@ -39,6 +39,8 @@ from .signals_parse import ServerLoad, combine, merge_props, parse_metrics, pars
 if TYPE_CHECKING:
     from .limits import Limit
     from .routing import BackendState
+    from .shared.fleet import FleetClient
+    from .signals_fleet import SignalShare
 
 __all__ = ["ServerSignals", "SignalGauges", "SignalLimit", "SignalReader", "server_wait_s"]
 
@@ -91,6 +93,8 @@ class SignalReader:
         self.failures = 0
         self._failing = False
         self._llamacpp = backend.provider == "llamacpp"
+        #: ``shared=``: the fleet's lease on reading this server (gptgate/signals_fleet.py)
+        self.share: SignalShare | None = None
 
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
@@ -124,16 +128,21 @@ class SignalReader:
         )
 
     # ---- reading -------------------------------------------------------------------------
-    def observe(self, load: ServerLoad) -> None:
-        """A good read: remember it and move the knee."""
+    def observe(self, load: ServerLoad, age_s: float = 0.0) -> None:
+        """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
         in_flight = self._in_flight()
-        queued = (load.waiting or 0) > 0 or (load.kv_usage or 0.0) >= KV_FULL
-        if queued:
-            self.knee = max(1, in_flight - (load.waiting or 0))
+        waiting = load.waiting or 0
+        if waiting > 0 or (load.kv_usage or 0.0) >= KV_FULL:
+            # our share of what runs: all of it when we are the server's only client
+            running = load.running
+            if running is not None and running + waiting > 0:
+                self.knee = max(1, math.floor(in_flight * running / (running + waiting)))
+            else:
+                self.knee = max(1, in_flight - waiting)
         elif self.knee is not None and in_flight >= self.knee:
             self.knee += 1  # quiet at the cap: room for one more
         self.load = load
-        self.read_at = self.clock.now()
+        self.read_at = self.clock.now() - age_s
         self.reads += 1
         if self._failing:
             log.info("gptgate: backend %r: server signals readable again", self.backend.name)
@@ -177,14 +186,25 @@ class SignalReader:
             headers=headers,
         ) as client:
             while True:
-                try:
-                    with anyio.fail_after(timeout):
-                        load = await self.read_once(client)
-                except Exception as error:
-                    self._failed(error)
-                else:
-                    self.observe(load)
+                await self._one_turn(client, timeout)
                 await self.clock.sleep(self.interval_s)
+
+    async def _one_turn(self, client: httpx2.AsyncClient, timeout: float) -> None:
+        if self.share is not None:
+            role, published = await self.share.turn()
+            if role == "follow":  # another process of the fleet reads this server
+                if published is not None:
+                    self.observe(*published)
+                return
+        try:
+            with anyio.fail_after(timeout):
+                load = await self.read_once(client)
+        except Exception as error:
+            self._failed(error)
+            return
+        self.observe(load)
+        if self.share is not None:
+            await self.share.publish(load)
 
     def _failed(self, error: Exception) -> None:
         self.failures += 1
@@ -250,7 +270,11 @@ class SignalGauges:
         self._made = False
 
     def start(
-        self, states: Iterable[BackendState], clock: Clock, task_group: anyio.abc.TaskGroup
+        self,
+        states: Iterable[BackendState],
+        clock: Clock,
+        task_group: anyio.abc.TaskGroup,
+        fleet: FleetClient | None = None,
     ) -> None:
         self.readers = {}
         for state in states:
@@ -260,6 +284,12 @@ class SignalGauges:
             limiter = state.limiter
             reader = SignalReader(state.backend, clock, functools.partial(_in_flight, limiter))
             state.signals = reader
+            if fleet is not None:
+                from .signals_fleet import SignalShare
+
+                backend = state.backend
+                key = fleet._backend_key(backend.name, backend.base_url, backend.model)
+                reader.share = SignalShare(fleet, key, reader.interval_s)
             if not isinstance(limiter.limit, FixedLimit):
                 limiter.limit = SignalLimit(limiter.limit, reader)
             self.readers[state.name] = reader
