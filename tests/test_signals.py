@@ -19,6 +19,7 @@ from gptgate.signals_parse import ServerLoad, merge_props, parse_metrics, parse_
 from gptgate.sim import SimEngine, SimTransport
 from gptgate.sim.signals import metrics_text
 from gptgate.testing import LoopClock, run_virtual, sim_backend
+from tests.test_limits_limiter import FakeClock
 
 # -- the parsers, on each server's own text ---------------------------------------------------
 
@@ -146,22 +147,8 @@ def test_signals_interval_is_checked() -> None:
 # -- the limit's hook -------------------------------------------------------------------------
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-    def to_real(self, seconds: float) -> float:
-        return seconds
-
-
-def _reader(in_flight: list[int], provider: str = "vllm") -> tuple[SignalReader, _Clock]:
-    clock = _Clock()
+def _reader(in_flight: list[int], provider: str = "vllm") -> tuple[SignalReader, FakeClock]:
+    clock = FakeClock()
     backend = gg.Backend(name="v", provider=provider, model="m", signals=True)
     return SignalReader(backend, clock, lambda: in_flight[0]), clock
 
