@@ -41,6 +41,8 @@ from .tiers import TierHeuristic, TierStats
 
 __version__ = "0.1.0"
 
+from .signals import ServerSignals
+
 __all__ = [
     "PRESETS",
     "PROVIDERS",
@@ -83,6 +85,7 @@ __all__ = [
     "RequestTooLargeError",
     "ScaledClock",
     "Scenario",
+    "ServerSignals",
     "Shared",
     "SharedUnreachableError",
     "StreamInterruptedError",

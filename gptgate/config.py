@@ -191,6 +191,11 @@ class Backend(BaseModel):
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
+    #: read the server's own load (vLLM/SGLang ``/metrics``, llama.cpp ``/slots``) into the
+    #: limit and the router, every ``signals_interval_s`` (docs/signals.md; the ``signals``
+    #: extra)
+    signals: bool = False
+    signals_interval_s: StrictFloat = Field(default=2.0, ge=0.05, le=3600)
     #: an ``httpx2.AsyncBaseTransport`` to use instead of the network (the simulator, a mock)
     transport: Any = Field(default=None, repr=False, exclude=True)
 

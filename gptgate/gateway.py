@@ -74,6 +74,7 @@ from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
 from .shared.pacing import FleetPacer, FleetPacerStatistics
 from .shared.warmup import FleetWarmup, fleet_keys
+from .signals import ServerSignals, SignalGauges
 from .snapshot import (
     MAX_HIT_RATES,
     BackendSnapshot,
@@ -209,6 +210,9 @@ class BackendStats:
     #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    #: ``Backend(signals=True)``: the server's own load at the last read (docs/signals.md);
+    #: every field None when off or never read
+    server: ServerSignals = field(default_factory=ServerSignals)
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -496,6 +500,8 @@ class Gateway:
         #: per backend, built on the first start and kept across re-opening
         self._drift: dict[str, DriftMonitor] | None = None
         self._meter_provider = meter_provider
+        #: ``Backend(signals=True)``: the servers' own load, as OTel gauges (gptgate/signals.py)
+        self._signals = SignalGauges(meter_provider)
         classifier = check_classifier(tier_classifier) if tier_classifier is not None else None
         accept = check_accept(tier_accept, "tier_accept")
         if config is None:
@@ -671,6 +677,7 @@ class Gateway:
             spawn=self._spawn,
         )
         await self._start_fleet(task_group)
+        self._signals.start(self._states.values(), self.clock, task_group, self._fleet)
         self._open = True
         if self.config.keep_warm:
             task_group.start_soon(self._keep_warm_loop)
@@ -1499,6 +1506,7 @@ class Gateway:
                 drift=state.drift.status if state.drift is not None else None,
                 cache_write_input_tokens=entry.cache_write_input_tokens,
                 reasoning_tokens=entry.reasoning_tokens,
+                server=state.signals.snapshot() if state.signals else ServerSignals(),
             )
         return snapshot
 

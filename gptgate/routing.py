@@ -25,6 +25,7 @@ from .limits.pacing import RateLimitPacer
 from .limits.timeouts import AdaptiveTimeout
 from .pool import BackendPool
 from .results import Usage
+from .signals import SignalReader, server_wait_s
 
 if TYPE_CHECKING:
     from .drift import DriftMonitor
@@ -185,6 +186,8 @@ class BackendState:
         self.fleet_pacer: FleetPacer | None = None
         self.rate_limited = 0
         self.timeouts = 0
+        #: ``Backend(signals=True)``: the server's own load (gptgate/signals.py)
+        self.signals: SignalReader | None = None
         #: attempts counted in ``calls`` that never reached the server (refused, connect or
         #: pool timeout): no load on it, and no retry budget spent (a free failover)
         self.unsent = 0
@@ -421,6 +424,7 @@ class Router:
 
     def _score(self, state: BackendState, request: RouteRequest, affine: str | None) -> float:
         score = state.predicted_s(request.latency_sensitive) + self._cost_s(state, request)
+        score += server_wait_s(state.signals, state.service_time(False))
         if affine == state.name:
             # the prefix is cached there: prefill is skipped, roughly half the call time
             score -= 0.5 * state.service_time(False)

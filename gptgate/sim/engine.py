@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gptgate.clock import Clock, SystemClock
-from gptgate.sim import wire
+from gptgate.sim import signals, wire
 from gptgate.sim.azure import AzureRefusal, azure_route
 from gptgate.sim.cache import (
     KVLease,
@@ -45,6 +45,7 @@ from gptgate.sim.profiles import SimProfile, get_profile
 from gptgate.sim.ratelimit import RateLimiter
 from gptgate.sim.request import BadRequest, ChatRequest, parse_chat
 from gptgate.sim.scheduler import QueueFull, Replica
+from gptgate.sim.signals import SIGNAL_PATHS
 from gptgate.sim.spread import InFlightSpread
 from gptgate.sim.text import draw_for
 from gptgate.tokens import CHARS_PER_TOKEN
@@ -260,6 +261,8 @@ class SimEngine:
             return await self._chat(headers, body, base, request_id)
         if path in _MODEL_PATHS and method.upper() == "GET":
             return self._models(base)
+        if path in SIGNAL_PATHS and method.upper() == "GET":
+            return self._signals(path, base)
         if path in _LEDGER_PATHS and method.upper() == "GET":
             # the simulator's own bill, for a client in another process to check its ledger
             body = wire.dumps(dataclasses.asdict(self.ledger.snapshot())).encode()
@@ -276,6 +279,18 @@ class SimEngine:
             "invalid_request_error",
             code="unknown_url",
         )
+
+    def _signals(self, path: str, base: list[tuple[str, str]]) -> SimResponse:
+        """The load reports of self-hosted servers (gptgate/sim/signals.py)."""
+        now = self.snapshot()
+        slots = sum(r.slots for r in now.replicas)
+        if path == "/metrics":
+            text = signals.metrics_text(self.profile.model, now.active, now.queued, slots)
+            return SimResponse(200, [*base, ("content-type", "text/plain; version=0.0.4")],
+                               text.encode())
+        body = (signals.slots_json(now.active, slots) if path == "/slots"
+                else signals.props_json(self.profile.model, slots))
+        return SimResponse(200, [*base, _JSON], body.encode())
 
     def _models(self, base: list[tuple[str, str]]) -> SimResponse:
         body = wire.dumps(

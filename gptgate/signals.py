@@ -1,0 +1,338 @@
+"""``Backend(signals=True)``: read a self-hosted server's own load into the limit and router.
+
+A background reader per backend fetches ``/metrics`` (vLLM, SGLang, llama.cpp with
+``--metrics``) and, for llama.cpp, ``/slots`` and ``/props`` every ``signals_interval_s``,
+each read bounded in time. A failed read (500, timeout, garbage) changes nothing for the
+calls: the snapshot ages, goes stale after three intervals, and one log line says so.
+
+While the snapshot is fresh:
+
+- the limit (``concurrency="auto"``) is capped by :class:`SignalLimit`: a waiting queue at the
+  server is the knee's evidence (more in flight would only wait there), so the cap is what we
+  had in flight less what waits, then grows by one per quiet read; the slot count is a
+  ceiling. Stale or absent signals: the latency-only controller alone, as before.
+- the router adds :func:`server_wait_s`: the work waiting per slot times the service time, and
+  a little for a fuller KV cache — a warm prefix (worth half a service time) beats a short
+  queue, not a long one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import httpx2
+from opentelemetry import metrics
+
+from .clock import Clock
+from .config import Backend
+from .limits import FixedLimit, Limiter
+from .limits.base import Sample
+from .signals_parse import ServerLoad, combine, merge_props, parse_metrics, parse_slots
+
+if TYPE_CHECKING:
+    from .limits import Limit
+    from .routing import BackendState
+    from .shared.fleet import FleetClient
+    from .signals_fleet import SignalShare
+
+__all__ = ["ServerSignals", "SignalGauges", "SignalLimit", "SignalReader", "server_wait_s"]
+
+log = logging.getLogger("gptgate")
+
+#: a snapshot older than this many intervals is stale: the limit and router ignore it
+STALE_INTERVALS = 3.0
+#: the most one read may take, whatever the interval (a hung /metrics must not pile up)
+MAX_READ_S = 5.0
+#: KV cache this full preempts or queues new sequences: evidence like a waiting queue
+KV_FULL = 0.98
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSignals:
+    """``gate.stats()[name].server``: the server's own view of its load at the last good
+    read. Every field is ``None`` when signals are off, never read, or not reported."""
+
+    running: int | None = None
+    waiting: int | None = None
+    kv_usage: float | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    #: seconds since the last good read
+    age_s: float | None = None
+
+
+def _root(base_url: str) -> str:
+    """The server's root: ``/metrics`` lives beside ``/v1``, not under it."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class SignalReader:
+    """Reads one backend's signals in the background; the latest good read and the cap it
+    implies for the limit."""
+
+    def __init__(
+        self, backend: Backend, clock: Clock, in_flight: Callable[[], int] = lambda: 0
+    ) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.interval_s = backend.signals_interval_s
+        self._in_flight = in_flight
+        self.load: ServerLoad | None = None
+        self.read_at: float | None = None
+        #: the concurrency past which the server queued (None: no queue seen yet)
+        self.knee: int | None = None
+        self.reads = 0
+        self.failures = 0
+        self._failing = False
+        self._llamacpp = backend.provider == "llamacpp"
+        #: ``shared=``: the fleet's lease on reading this server (gptgate/signals_fleet.py)
+        self.share: SignalShare | None = None
+
+    # ---- what the limit and router see ---------------------------------------------------
+    def fresh(self, now: float | None = None) -> ServerLoad | None:
+        """The last read, or None when it is older than three intervals (or absent)."""
+        if self.load is None or self.read_at is None:
+            return None
+        now = self.clock.now() if now is None else now
+        if now - self.read_at > STALE_INTERVALS * self.interval_s:
+            return None
+        return self.load
+
+    def cap(self) -> int | None:
+        """The most calls in flight the server's signals allow now; None: no opinion."""
+        load = self.fresh()
+        if load is None:
+            return None
+        caps = [c for c in (self.knee, load.slots_total) if c is not None]
+        return min(caps) if caps else None
+
+    def snapshot(self) -> ServerSignals:
+        load = self.load
+        if load is None or self.read_at is None:
+            return ServerSignals()
+        return ServerSignals(
+            running=load.running,
+            waiting=load.waiting,
+            kv_usage=load.kv_usage,
+            slots_total=load.slots_total,
+            slots_busy=load.slots_busy,
+            age_s=max(0.0, self.clock.now() - self.read_at),
+        )
+
+    # ---- reading -------------------------------------------------------------------------
+    def observe(self, load: ServerLoad, age_s: float = 0.0) -> None:
+        """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
+        in_flight = self._in_flight()
+        waiting = load.waiting or 0
+        if waiting > 0 or (load.kv_usage or 0.0) >= KV_FULL:
+            # our share of what runs: all of it when we are the server's only client
+            running = load.running
+            if running is not None and running + waiting > 0:
+                self.knee = max(1, math.floor(in_flight * running / (running + waiting)))
+            else:
+                self.knee = max(1, in_flight - waiting)
+        elif self.knee is not None and in_flight >= self.knee:
+            self.knee += 1  # quiet at the cap: room for one more
+        self.load = load
+        self.read_at = self.clock.now() - age_s
+        self.reads += 1
+        if self._failing:
+            log.info("gptgate: backend %r: server signals readable again", self.backend.name)
+        self._failing = False
+
+    async def read_once(self, client: httpx2.AsyncClient) -> ServerLoad:
+        load = ServerLoad()
+        metrics_error: Exception | None = None
+        try:
+            response = await client.get("/metrics")
+            response.raise_for_status()
+            load = parse_metrics(response.text)
+        except Exception as error:  # llama.cpp without --metrics: /slots may still answer
+            if not self._llamacpp:
+                raise
+            metrics_error = error
+        if self._llamacpp:
+            try:
+                slots = await client.get("/slots")
+                slots.raise_for_status()
+                load = combine(parse_slots(slots.content), load)
+            except Exception:
+                props = await client.get("/props")
+                props.raise_for_status()
+                load = merge_props(load, props.content)
+        if load.empty:
+            raise metrics_error or ValueError("no load metric this gateway knows")
+        return load
+
+    async def run(self) -> None:
+        """Read every interval until cancelled (the gateway's close)."""
+        timeout = min(MAX_READ_S, max(0.05, self.clock.to_real(self.interval_s)))
+        headers = dict(self.backend.headers)
+        key = self.backend.api_key
+        if key is not None:
+            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+        async with httpx2.AsyncClient(
+            base_url=_root(self.backend.base_url),
+            transport=self.backend.transport,
+            timeout=timeout,
+            headers=headers,
+        ) as client:
+            while True:
+                await self._one_turn(client, timeout)
+                await self.clock.sleep(self.interval_s)
+
+    async def _one_turn(self, client: httpx2.AsyncClient, timeout: float) -> None:
+        if self.share is not None:
+            role, published = await self.share.turn()
+            if role == "follow":  # another process of the fleet reads this server
+                if published is not None:
+                    self.observe(*published)
+                return
+        try:
+            with anyio.fail_after(timeout):
+                load = await self.read_once(client)
+        except Exception as error:
+            self._failed(error)
+            return
+        self.observe(load)
+        if self.share is not None:
+            await self.share.publish(load)
+
+    def _failed(self, error: Exception) -> None:
+        self.failures += 1
+        if not self._failing:
+            # one line per outage, never the key: the URL and the error's type and text
+            log.warning(
+                "gptgate: backend %r: server signals unreadable (%s: %s); the limit and "
+                "router use latency alone until they come back",
+                self.backend.name, type(error).__name__, str(error)[:200],
+            )
+        self._failing = True
+
+
+class SignalLimit:
+    """An adaptive limit capped by the server's signals (anything else goes to ``inner``).
+
+    A wrapper, not a change to the controller: the latency-based limit keeps learning; while
+    the signals are fresh its value is held at or below :meth:`SignalReader.cap`."""
+
+    def __init__(self, inner: Limit, reader: SignalReader) -> None:
+        self.inner = inner
+        self.reader = reader
+
+    @property
+    def limit(self) -> int:
+        own = self.inner.limit
+        cap = self.reader.cap()
+        if cap is None:
+            return own
+        low = int(getattr(self.inner, "min_limit", 1))
+        return max(low, min(own, cap))
+
+    def update(self, sample: Sample, now: float) -> None:
+        self.inner.update(sample, now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"SignalLimit({self.inner!r}, cap={self.reader.cap()})"
+
+
+def server_wait_s(reader: SignalReader | None, service_s: float) -> float:
+    """The router's term: predicted seconds of waiting at the server per the signals
+    (waiting per slot × service time), plus a quarter service time at a full KV cache."""
+    load = reader.fresh() if reader is not None else None
+    if load is None:
+        return 0.0
+    slots = load.slots_total or max(load.running or 0, 1)
+    wait = (load.waiting or 0) / slots * service_s
+    kv = 0.25 * (load.kv_usage or 0.0) * service_s
+    return wait + kv if math.isfinite(wait + kv) else 0.0
+
+
+class SignalGauges:
+    """Starts a reader per ``signals=True`` backend at each open, and publishes what they
+    read as OTel gauges (``gptgate.server.requests.running`` / ``.waiting``,
+    ``gptgate.server.kv_cache.usage``, ``gptgate.server.slots``), per backend."""
+
+    def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
+        self.readers: dict[str, SignalReader] = {}
+        self._meter_provider = meter_provider
+        self._made = False
+
+    def start(
+        self,
+        states: Iterable[BackendState],
+        clock: Clock,
+        task_group: anyio.abc.TaskGroup,
+        fleet: FleetClient | None = None,
+    ) -> None:
+        self.readers = {}
+        for state in states:
+            if not state.backend.signals:
+                continue
+            _require_parser()
+            limiter = state.limiter
+            reader = SignalReader(state.backend, clock, functools.partial(_in_flight, limiter))
+            state.signals = reader
+            if fleet is not None:
+                from .signals_fleet import SignalShare
+
+                backend = state.backend
+                key = fleet._backend_key(backend.name, backend.base_url, backend.model)
+                reader.share = SignalShare(fleet, key, reader.interval_s)
+            if not isinstance(limiter.limit, FixedLimit):
+                limiter.limit = SignalLimit(limiter.limit, reader)
+            self.readers[state.name] = reader
+            task_group.start_soon(reader.run)
+        if self.readers and not self._made:
+            self._made = True
+            self._gauges()
+
+    def _gauges(self) -> None:
+        meter = metrics.get_meter("gptgate", meter_provider=self._meter_provider)
+        for name, field_name, unit in (
+            ("gptgate.server.requests.running", "running", "{request}"),
+            ("gptgate.server.requests.waiting", "waiting", "{request}"),
+            ("gptgate.server.kv_cache.usage", "kv_usage", "1"),
+            ("gptgate.server.slots", "slots_total", "{slot}"),
+        ):
+            meter.create_observable_gauge(
+                name, callbacks=[self._observer(field_name)], unit=unit,
+                description=f"The server's own {field_name.replace('_', ' ')} (fresh reads only)",
+            )
+
+    def _observer(
+        self, field_name: str
+    ) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
+        def observe(options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            for backend, reader in self.readers.items():
+                load = reader.fresh()
+                value = getattr(load, field_name) if load is not None else None
+                if value is not None:
+                    yield metrics.Observation(value, {"gptgate.backend": backend})
+
+        return observe
+
+
+def _in_flight(limiter: Limiter) -> int:
+    return limiter.in_flight
+
+
+def _require_parser() -> None:
+    try:
+        import prometheus_client.parser  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "Backend(signals=True) reads Prometheus text with prometheus-client: "
+            "pip install 'gptgate[signals]'"
+        ) from None

@@ -1,0 +1,296 @@
+"""``Backend(signals=True)``: the server's own load read into stats, the limit and the router."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from pydantic import ValidationError
+
+import gptgate as gg
+from gptgate.limits import LLMLimit
+from gptgate.signals import ServerSignals, SignalLimit, SignalReader, server_wait_s
+from gptgate.signals_parse import ServerLoad, merge_props, parse_metrics, parse_slots
+from gptgate.sim import SimEngine, SimTransport
+from gptgate.sim.signals import metrics_text
+from gptgate.testing import LoopClock, run_virtual, sim_backend
+from tests.test_limits_limiter import FakeClock
+
+# -- the parsers, on each server's own text ---------------------------------------------------
+
+# vLLM V1 (0.10+): kv_cache_usage_perc; prefix_cache_* counters
+VLLM_NEW = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12.0
+vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 4.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.42
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 8192.0
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 3.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 5.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 5.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 0.7
+"""
+
+# vLLM V0 (≤ 0.9): gpu_cache_usage_perc, gpu_prefix_cache_hit_rate
+VLLM_OLD = """\
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 8.0
+# HELP vllm:num_requests_swapped Number of requests swapped to CPU.
+# TYPE vllm:num_requests_swapped gauge
+vllm:num_requests_swapped{model_name="m"} 0.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 0.0
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.9
+# HELP vllm:gpu_prefix_cache_hit_rate GPU prefix cache block hit rate.
+# TYPE vllm:gpu_prefix_cache_hit_rate gauge
+vllm:gpu_prefix_cache_hit_rate{model_name="m"} 0.5
+"""
+
+SGLANG = """\
+# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="qwen"} 30.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="qwen"} 7.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="qwen"} 0.61
+# HELP sglang:cache_hit_rate The prefix cache hit rate.
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{model_name="qwen"} 0.25
+"""
+
+LLAMACPP_METRICS = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 1024
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 5
+"""
+
+LLAMACPP_SLOTS = """[
+ {"id": 0, "id_task": 12, "n_ctx": 4096, "speculative": false, "is_processing": true,
+  "params": {"n_predict": -1}, "next_token": {"has_next_token": true, "n_remain": -1,
+  "n_decoded": 31}},
+ {"id": 1, "id_task": -1, "n_ctx": 4096, "speculative": false, "is_processing": false,
+  "params": {"n_predict": -1}, "next_token": {"has_next_token": true, "n_remain": -1,
+  "n_decoded": 0}},
+ {"id": 2, "id_task": 13, "n_ctx": 4096, "speculative": false, "is_processing": true,
+  "params": {"n_predict": -1}, "next_token": {"has_next_token": true, "n_remain": -1,
+  "n_decoded": 4}}
+]"""
+
+
+def test_vllm_current_metrics_sum_every_engine() -> None:
+    assert parse_metrics(VLLM_NEW) == ServerLoad(running=16, waiting=3, kv_usage=0.42)
+
+
+def test_vllm_older_generation_names_are_read() -> None:
+    assert parse_metrics(VLLM_OLD) == ServerLoad(running=8, waiting=0, kv_usage=0.9)
+
+
+def test_sglang_names() -> None:
+    assert parse_metrics(SGLANG) == ServerLoad(
+        running=30, waiting=7, kv_usage=0.61, cache_hit_rate=0.25
+    )
+
+
+def test_llamacpp_metrics_slots_and_props() -> None:
+    assert parse_metrics(LLAMACPP_METRICS) == ServerLoad(running=2, waiting=5)
+    assert parse_slots(LLAMACPP_SLOTS) == ServerLoad(running=2, slots_total=3, slots_busy=2)
+    assert merge_props(ServerLoad(), '{"total_slots": 4}').slots_total == 4
+
+
+def test_the_simulator_speaks_the_parsed_format() -> None:
+    load = parse_metrics(metrics_text("m", running=5, waiting=2, slots=8))
+    assert load == ServerLoad(running=5, waiting=2, kv_usage=5 / 8)
+
+
+@pytest.mark.parametrize("text", ["not prometheus {{{", "vllm:num_requests_running{ 1"])
+def test_garbage_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_metrics(text)
+    with pytest.raises(ValueError):
+        parse_slots('{"slots": 1}')
+
+
+def test_signals_interval_is_checked() -> None:
+    with pytest.raises(ValidationError, match="signals_interval_s"):
+        gg.Backend(name="v", provider="vllm", model="m", signals=True, signals_interval_s=0)
+
+
+# -- the limit's hook -------------------------------------------------------------------------
+
+
+def _reader(in_flight: list[int], provider: str = "vllm") -> tuple[SignalReader, FakeClock]:
+    clock = FakeClock()
+    backend = gg.Backend(name="v", provider=provider, model="m", signals=True)
+    return SignalReader(backend, clock, lambda: in_flight[0]), clock
+
+
+def test_a_waiting_queue_caps_the_limit_at_what_runs_and_staleness_lifts_it() -> None:
+    in_flight = [20]
+    reader, clock = _reader(in_flight)
+    limit = SignalLimit(LLMLimit(initial=32, max_limit=64), reader)
+    assert limit.limit == 32  # never read: the latency controller alone
+    reader.observe(ServerLoad(running=12, waiting=8))
+    assert limit.limit == 12  # 20 in flight, 8 of them wait: the knee is 12
+    clock.t += 2.0
+    in_flight[0] = 12
+    reader.observe(ServerLoad(running=12, waiting=0))
+    assert limit.limit == 13  # quiet at the cap: one more
+    clock.t += 3 * reader.interval_s + 0.01
+    assert reader.fresh() is None
+    assert limit.limit == 32  # stale: latency alone again, no error
+    assert limit.events == LLMLimit().events  # anything else is the controller's
+
+
+def test_the_slot_count_is_a_ceiling() -> None:
+    reader, _ = _reader([2], provider="llamacpp")
+    limit = SignalLimit(LLMLimit(initial=16, max_limit=64), reader)
+    reader.observe(ServerLoad(running=2, slots_total=4, slots_busy=2))
+    assert limit.limit == 4
+
+
+# -- the router's term ------------------------------------------------------------------------
+
+
+def test_router_term_waiting_per_slot_and_kv_room() -> None:
+    reader, _ = _reader([0])
+    assert server_wait_s(None, 1.0) == 0.0
+    assert server_wait_s(reader, 1.0) == 0.0  # never read
+    reader.observe(ServerLoad(running=8, waiting=4, kv_usage=0.0))
+    assert server_wait_s(reader, 2.0) == pytest.approx(1.0)  # half a queue per slot × 2 s
+    reader.observe(ServerLoad(running=8, waiting=0, kv_usage=1.0))
+    assert server_wait_s(reader, 2.0) == pytest.approx(0.5)
+
+
+# -- end to end over the simulator ------------------------------------------------------------
+
+
+def _signal_gateway(clock: LoopClock, **options: Any) -> tuple[gg.Gateway, SimEngine]:
+    profile = gg.sim.get_profile("gpu").model_copy(update={"slots": 4})
+    backend, engine = sim_backend(
+        profile, name="v", clock=clock, seed=1, signals=True, signals_interval_s=0.5, **options
+    )
+    return gg.Gateway([backend], clock=clock, seed=1), engine
+
+
+def test_stats_show_the_servers_load_while_calls_run() -> None:
+    async def main() -> tuple[list[ServerSignals], gg.BackendStats]:
+        clock = LoopClock()
+        gate, _ = _signal_gateway(clock, concurrency=12)
+        seen: list[ServerSignals] = []
+        async with gate:
+            assert gate.stats()["v"].server == ServerSignals()  # never read yet
+            async with anyio.create_task_group() as tg:
+                for _ in range(24):
+                    tg.start_soon(gate.chat, [{"role": "user", "content": "hi"}])
+                for _ in range(6):
+                    await anyio.sleep(0.5)
+                    seen.append(gate.stats()["v"].server)
+            return seen, gate.stats()["v"]
+
+    seen, stats = run_virtual(main)
+    assert any(s.running == 4 and (s.waiting or 0) > 0 for s in seen)
+    assert all(s.age_s is not None and s.age_s <= 0.5 for s in seen)
+    assert stats.failures == 0
+
+
+def test_signals_off_leave_server_empty() -> None:
+    async def main() -> ServerSignals:
+        backend, _ = sim_backend("gpu", name="v", clock=LoopClock())
+        async with gg.Gateway([backend], clock=LoopClock()) as gate:
+            await gate.chat([{"role": "user", "content": "hi"}])
+            await anyio.sleep(5)
+            return gate.stats()["v"].server
+
+    assert run_virtual(main) == ServerSignals()
+
+
+class _BrokenMetrics(httpx2.AsyncBaseTransport):
+    """The simulator for chat; ``/metrics`` answers ``mode`` (500, garbage, or a hang)."""
+
+    def __init__(self, engine: SimEngine, mode: str) -> None:
+        self.inner = SimTransport(engine)
+        self.mode = mode
+        self.metrics_reads = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path != "/metrics" or self.mode == "ok":
+            return await self.inner.handle_async_request(request)
+        self.metrics_reads += 1
+        if self.mode == "hang":
+            await anyio.sleep(3600)
+        if self.mode == "garbage":
+            return httpx2.Response(200, text="<html>nope {{{")
+        return httpx2.Response(500, text="internal error")
+
+
+@pytest.mark.parametrize("mode", ["500", "garbage", "hang"])
+def test_a_failing_metrics_endpoint_leaves_calls_alone(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> tuple[gg.BackendStats, _BrokenMetrics, int]:
+        clock = LoopClock()
+        engine = SimEngine("gpu", clock=clock, seed=1)
+        transport = _BrokenMetrics(engine, "ok")
+        backend = gg.Backend(
+            name="v", provider="vllm", base_url="http://127.0.0.1:8000/v1", model="m",
+            transport=transport, signals=True, signals_interval_s=0.5,
+        )
+        async with gg.Gateway([backend], clock=clock) as gate:
+            await anyio.sleep(0.6)
+            assert gate.stats()["v"].server.running is not None
+            transport.mode = mode
+            results = [await gate.chat([{"role": "user", "content": "hi"}]) for _ in range(20)]
+            await anyio.sleep(10)
+            return gate.stats()["v"], transport, len(results)
+
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        stats, transport, answered = run_virtual(main)
+    assert answered == 20 and stats.failures == 0
+    assert stats.server.age_s is not None and stats.server.age_s > 1.5  # stale, not erased
+    assert transport.metrics_reads >= 2
+    lines = [r for r in caplog.records if "server signals unreadable" in r.getMessage()]
+    assert len(lines) == 1
+
+
+def test_two_backends_one_with_half_the_slots_signals_keep_its_queue_short() -> None:
+    """benchmarks/signals.py's job, shortened: with signals the small backend's server-side
+    queue stays below a slot on average (latency alone let it reach several) at no loss of
+    goodput, and the p99 is no worse."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from signals import job  # type: ignore[import-not-found]
+
+    off = run_virtual(job, False, 1200, 1.0, 1, 1.0, "plateau", 0.3)
+    on = run_virtual(job, True, 1200, 1.0, 1, 1.0, "plateau", 0.3)
+    assert on.failed == off.failed == 0
+    assert on.small_waiting <= 8 and on.small_waiting < 0.5 * off.small_waiting
+    assert on.goodput >= 0.99 * off.goodput
+    assert on.p99_s <= off.p99_s
