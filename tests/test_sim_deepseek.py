@@ -225,3 +225,36 @@ async def test_tools_go_to_deepseeks_root_path_and_tool_calls_come_back(
         bill.input_tokens, bill.cached_input_tokens, bill.output_tokens
     )
     assert stats.cost_usd == pytest.approx(bill.bill_usd(DEEPSEEK_PRICE), rel=0.005)
+
+
+# -- a 429 burst ----------------------------------------------------------------------------
+
+
+async def _burst() -> tuple[list[Any], Any]:
+    from gptgate.testing import sim_backend
+
+    from .test_provider_azure import Recorder
+
+    clock = LoopClock()
+    profile = DEEPSEEK_PROFILE.model_copy(update={"slots": 4, "max_queue": 4})
+    backend, _ = sim_backend(profile, name="ds", clock=clock, seed=2, provider="deepseek",
+                             base_url="http://127.0.0.1:8000", api_key="sk-test",
+                             concurrency=16, price=DEEPSEEK_PRICE)
+    recorder = Recorder(backend.transport)
+    backend = backend.model_copy(update={"transport": recorder})
+    async with gg.Gateway([backend], clock=clock, seed=1, max_attempts=6) as gate:
+        items = [{"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 20}
+                 for i in range(150)]
+        results = await gate.map(items)
+    return results, recorder
+
+
+def test_a_429_burst_without_limit_headers_sends_no_more_than_two_429s_in_a_row() -> None:
+    """DeepSeek states no limit in headers: its full queue answers 429 with nothing else.
+    The calls after one are spaced by its retry-after (``spaced_after_429``), not sent all
+    at once: 3 429s on this burst, where 27 were sent without the spacing."""
+    results, recorder = run_virtual(_burst)
+    assert 429 in recorder.statuses  # the queue really filled
+    assert recorder.longest_429_run() <= 2
+    assert recorder.statuses.count(429) <= 6
+    assert [r for r in results if isinstance(r, BaseException)] == []
