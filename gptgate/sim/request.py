@@ -131,5 +131,5 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
         prompt_tokens=prompt_tokens,
         cache_key=cache_key if isinstance(cache_key, str) else None,
         json_mode=wants_json(data),
-        tool_call=pick_tool_call(data),
+        tool_call=pick_tool_call(data) if "tools" in data else None,
     )
