@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_REASONING, ModelRule
+
 __all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults"]
 
 #: the ``api-version`` of Azure's deployments API when none is given (the GA version the
@@ -50,6 +52,11 @@ class Provider:
     max_embedding_inputs: int | None = None
     #: a hosted service (billed per token) rather than a server of one's own
     hosted: bool = True
+    #: rules of one family of its models (gptgate/model_rules.py), the first match checked
+    models: tuple[ModelRule, ...] = ()
+    #: the model rules hold at the preset's own ``base_url`` only: ``"openai"`` is also the
+    #: default for any compatible server, whose model names mean nothing to OpenAI's rules
+    models_at_own_url_only: bool = False
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -73,16 +80,20 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
     for p in (
         Provider(
             "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai",
-            max_embedding_inputs=2048,
+            max_embedding_inputs=2048, models=(OPENAI_REASONING,), models_at_own_url_only=True,
         ),
         Provider(
-            "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048
+            "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048,
+            models=(OPENAI_REASONING,),
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
             "anthropic",
         ),
-        Provider("deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
+        Provider(
+            "deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
+            models=(DEEPSEEK_REASONER,),
+        ),
         Provider(
             "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",
             "GEMINI_API_KEY",

@@ -96,3 +96,20 @@ def test_resets_reach_the_client() -> None:
         pytest.raises(httpx2.TransportError),
     ):
         httpx2.post(f"{base_url}/chat/completions", json={"messages": MESSAGES}, timeout=10)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "azure", "deepseek"])
+async def test_a_providers_dialect_is_served_at_the_root_its_preset_takes(provider: str) -> None:
+    """``--profile anthropic|azure|deepseek``: the printed base_url is the server root, which
+    ``Backend(provider=...)`` takes as its preset's, and a chat over it is answered."""
+    import gptgate as gg
+    from gptgate.sim import get_profile
+
+    with cli_server("--profile", provider, "--time-scale", "100") as (base_url, info):
+        assert info["profile"] == provider and not base_url.endswith("/v1")
+        extra = {"deployment": get_profile(provider).model} if provider == "azure" else {}
+        backend = gg.Backend(name="p", provider=provider, base_url=base_url,
+                             model=get_profile(provider).model, api_key="sk-test", **extra)
+        async with gg.Gateway([backend], seed=1) as gate:
+            result = await gate.chat(MESSAGES, max_tokens=20)
+    assert result.text and result.usage.output_tokens > 0

@@ -311,46 +311,32 @@ def assert_billed_as_the_server_bills(
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
-TOOL_CALL = {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
 
 
-async def test_tools_reach_the_deployment_and_tool_calls_come_back() -> None:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        body = json.loads(request.content)
-        assert body["tools"] == TOOLS and body["tool_choice"] == "required"
-        message = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
-        usage = {"prompt_tokens": 20, "completion_tokens": 9}
-        if body.get("stream"):
-            chunks = [
-                {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
-                    {"index": 0, **TOOL_CALL, "function": {"name": "get_weather",
-                                                          "arguments": ""}}]}}]},
-                {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [
-                    {"index": 0, "function": {"arguments": '{"city":"Oslo"}'}}]}}]},
-                {"id": "c", "choices": [{"index": 0, "delta": {},
-                                         "finish_reason": "tool_calls"}]},
-                {"id": "c", "choices": [], "usage": usage},
-            ]
-            sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-            return httpx2.Response(200, content=sse.encode(),
-                                   headers={"content-type": "text/event-stream"})
-        return httpx2.Response(200, json={"id": "c", "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls"}], "usage": usage})
+async def _tool_calls() -> tuple[list[gg.ChatResult], Recorder]:
+    clock = LoopClock()
+    backend, _ = _azure(clock)
+    backend, recorder = _recorded(backend)
+    async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+        results = [await gate.chat(USER, tools=TOOLS, tool_choice="required", stream=stream)
+                   for stream in (False, True)]
+    return results, recorder
 
-    script = Script(answer)
-    backend = gg.Backend(
-        name="az", provider="azure", base_url="https://r.openai.azure.com", deployment="d",
-        api_key=KEY, transport=httpx2.MockTransport(script),
-    )
-    async with gateway(backend) as gate:
-        for stream in (False, True):
-            r = await gate.chat(USER, tools=TOOLS, tool_choice="required", stream=stream)
-            assert r.finish_reason == "tool_calls"
-            assert r.raw is not None
-            (call,) = r.raw["choices"][0]["message"]["tool_calls"]
-            assert call["function"] == TOOL_CALL["function"] and call["id"] == "call_1"
-    assert {r.url.path for r in script.requests} == {"/openai/deployments/d/chat/completions"}
+
+def test_tools_reach_the_deployment_and_tool_calls_come_back() -> None:
+    """Over the simulator's Azure flavor, a chat and a stream: the tools reach the
+    deployment's path and one tool call comes back (a stream's pieces folded into it)."""
+    results, recorder = run_virtual(_tool_calls)
+    for r in results:
+        assert r.finish_reason == "tool_calls"
+        assert r.raw is not None
+        (call,) = r.raw["choices"][0]["message"]["tool_calls"]
+        assert call["function"] == {"name": "get_weather", "arguments": '{"city":"sim"}'}
+    assert recorder.statuses == [200, 200]
+    assert {r.url.path for r in recorder.requests} == {
+        f"/openai/deployments/{_profile().model}/chat/completions"}
+    bodies = [json.loads(r.content) for r in recorder.requests]
+    assert all(b["tools"] == TOOLS and b["tool_choice"] == "required" for b in bodies)
 
 
 # -- short-window 429s ----------------------------------------------------------------------

@@ -19,7 +19,12 @@ from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
 from .mockbackend import Script, gateway
-from .test_provider_azure import TOOL_CALL, TOOLS, Recorder, assert_billed_as_the_server_bills
+from .test_provider_azure import (
+    TOOLS,
+    Recorder,
+    _recorded,
+    assert_billed_as_the_server_bills,
+)
 
 PRESETS = ["openai", "gemini", "groq", "openrouter", "together", "mistral",
            "vllm", "sglang", "llamacpp", "ollama", "lmstudio"]
@@ -134,23 +139,29 @@ def test_the_rules_name_what_the_providers_document() -> None:
     assert not gg.PROVIDERS["openai"].rejects and not gg.PROVIDERS["vllm"].rejects
 
 
-@pytest.mark.parametrize("provider", PRESETS)
-async def test_tools_go_through_and_tool_calls_come_back(provider: str) -> None:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        body = json.loads(request.content)
-        assert body["tools"] == TOOLS
-        message = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
-        return httpx2.Response(200, json={"id": "c", "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 9}})
+async def _tool_calls(provider: str) -> tuple[list[gg.ChatResult], list[httpx2.Request]]:
+    clock = LoopClock()
+    backend, _ = _sim(provider, clock)
+    backend, recorder = _recorded(backend)
+    async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+        messages = [{"role": "user", "content": "weather?"}]
+        results = [await gate.chat(messages, tools=TOOLS, stream=s) for s in (False, True)]
+        (call,) = results[0].raw["choices"][0]["message"]["tool_calls"]  # type: ignore[index]
+        answered = await gate.chat([*messages, {
+            "role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}], tools=TOOLS)
+    return [*results, answered], recorder.requests
 
-    script = Script(answer)
-    backend = gg.Backend(
-        name="p", provider=provider, model="m", transport=httpx2.MockTransport(script)
-    )
-    async with gateway(backend) as gate:
-        r = await gate.chat([{"role": "user", "content": "weather?"}], tools=TOOLS)
-    assert r.finish_reason == "tool_calls" and r.raw is not None
-    assert r.raw["choices"][0]["message"]["tool_calls"] == [TOOL_CALL]
-    (request,) = script.requests
-    assert str(request.url).startswith(gg.PROVIDERS[provider].base_url or "")
+
+@pytest.mark.parametrize("provider", PRESETS)
+def test_tools_go_through_and_tool_calls_come_back(provider: str) -> None:
+    """Over the simulator: a chat and a stream answered with a tool call (the stream's
+    ``delta.tool_calls`` pieces folded into one call), then a text answer to its result."""
+    (chat, streamed, answered), requests = run_virtual(_tool_calls, provider)
+    for r in (chat, streamed):
+        assert r.finish_reason == "tool_calls" and r.raw is not None
+        (call,) = r.raw["choices"][0]["message"]["tool_calls"]
+        assert call["function"] == {"name": "get_weather", "arguments": '{"city":"sim"}'}
+        assert call["id"].startswith("call_")
+    assert answered.finish_reason == "stop" and answered.text
+    assert all(json.loads(q.content)["tools"] == TOOLS for q in requests)

@@ -198,31 +198,63 @@ async def test_the_openai_sdk_on_gate_http_client_is_billed_as_deepseek_bills_it
     _assert_ledger_is_the_bill(stats, sim, DEEPSEEK_PRICE)
 
 
-async def test_tools_go_to_deepseeks_root_path_with_a_bearer_key() -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}}]
-    call = {"id": "call_0", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
-    seen: list[httpx2.Request] = []
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        seen.append(request)
-        return httpx2.Response(200, json={
-            "id": "c", "object": "chat.completion", "model": "deepseek-chat",
-            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                "role": "assistant", "content": "", "tool_calls": [call]}}],
-            "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320,
-                      "prompt_cache_hit_tokens": 256, "prompt_cache_miss_tokens": 44},
-        })
 
-    backend = gg.Backend(name="ds", provider="deepseek", model="deepseek-chat",
-                         api_key="sk-test", transport=httpx2.MockTransport(answer))
-    async with gg.Gateway([backend], seed=1) as gate:
-        result = await gate.chat(_messages(0), tools=tools, max_tokens=50)
-    (request,) = seen
-    assert str(request.url) == "https://api.deepseek.com/chat/completions"
-    assert request.headers["authorization"] == "Bearer sk-test"
-    assert json.loads(request.content)["tools"] == tools
-    assert result.finish_reason == "tool_calls" and result.raw is not None
-    assert result.raw["choices"][0]["message"]["tool_calls"] == [call]
-    assert result.usage.cached_input_tokens == 256
+async def test_tools_go_to_deepseeks_root_path_and_tool_calls_come_back(
+    server: tuple[str, SimEngine],
+) -> None:
+    """Over loopback HTTP: a chat and a stream answered with a tool call in DeepSeek's shape
+    (the stream's usage on its finish chunk), billed with the cache hits counted."""
+    root, sim = server
+    async with _gateway(root, DEEPSEEK_PRICE) as gate:
+        results = [await gate.chat(_messages(0), tools=TOOLS, max_tokens=50)]
+        async with gate.stream(_messages(1), tools=TOOLS, max_tokens=50) as s:
+            _ = [t async for t in s]
+        assert s.result is not None
+        results.append(s.result)
+        stats = gate.stats()["ds"]
+    for r in results:
+        assert r.finish_reason == "tool_calls" and r.raw is not None
+        (call,) = r.raw["choices"][0]["message"]["tool_calls"]
+        assert call["function"] == {"name": "get_weather", "arguments": '{"city":"sim"}'}
+    assert results[1].usage.cached_input_tokens > 0 and not results[1].usage.estimated
+    bill = sim.ledger.snapshot()
+    assert (stats.input_tokens, stats.cached_input_tokens, stats.output_tokens) == (
+        bill.input_tokens, bill.cached_input_tokens, bill.output_tokens
+    )
+    assert stats.cost_usd == pytest.approx(bill.bill_usd(DEEPSEEK_PRICE), rel=0.005)
+
+
+# -- a 429 burst ----------------------------------------------------------------------------
+
+
+async def _burst() -> tuple[list[Any], Any]:
+    from gptgate.testing import sim_backend
+
+    from .test_provider_azure import Recorder
+
+    clock = LoopClock()
+    profile = DEEPSEEK_PROFILE.model_copy(update={"slots": 4, "max_queue": 4})
+    backend, _ = sim_backend(profile, name="ds", clock=clock, seed=2, provider="deepseek",
+                             base_url="http://127.0.0.1:8000", api_key="sk-test",
+                             concurrency=16, price=DEEPSEEK_PRICE)
+    recorder = Recorder(backend.transport)
+    backend = backend.model_copy(update={"transport": recorder})
+    async with gg.Gateway([backend], clock=clock, seed=1, max_attempts=6) as gate:
+        items = [{"messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 20}
+                 for i in range(150)]
+        results = await gate.map(items)
+    return results, recorder
+
+
+def test_a_429_burst_without_limit_headers_sends_no_more_than_two_429s_in_a_row() -> None:
+    """DeepSeek states no limit in headers: its full queue answers 429 with nothing else.
+    The calls after one are spaced by its retry-after (``spaced_after_429``), not sent all
+    at once: 3 429s on this burst, where 27 were sent without the spacing."""
+    results, recorder = run_virtual(_burst)
+    assert 429 in recorder.statuses  # the queue really filled
+    assert recorder.longest_429_run() <= 2
+    assert recorder.statuses.count(429) <= 6
+    assert [r for r in results if isinstance(r, BaseException)] == []

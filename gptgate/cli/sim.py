@@ -62,7 +62,8 @@ _OPTIONS = {
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="gpu",
-                        help="hosted, tpu, gpu, cpu or llamacpp (default: gpu)")
+                        help="hosted, tpu, gpu, cpu, llamacpp, or a provider's dialect: "
+                        "anthropic, azure, deepseek (default: gpu)")
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     parser.add_argument("--port", type=port_number, default=8000, help="1-65535 (default: 8000)")
     parser.add_argument("--time-scale", type=positive_float, default=1.0, metavar="X",
@@ -119,12 +120,14 @@ def serve(args: argparse.Namespace) -> int:
     from ..sim import serve as serve_sim
 
     try:
-        get_profile(args.profile)
+        profile = get_profile(args.profile)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     faults = fault_plan(args)
     _check_listen(args.host, args.port)
-    base_url = f"http://{args.host}:{args.port}/v1"
+    # the base_url each provider's preset and SDK take: the server root for these three
+    root = profile.flavor in ("anthropic", "azure", "deepseek")
+    base_url = f"http://{args.host}:{args.port}" + ("" if root else "/v1")
     info = {"base_url": base_url, "profile": args.profile, "time_scale": args.time_scale,
             "faults": asdict(faults)}
     if args.json:

@@ -11,6 +11,8 @@ Seeded and deterministic in content and token counts; time runs on a
 * :data:`PROFILES` / :func:`get_profile` — ``hosted``, ``tpu``, ``gpu``, ``cpu``, ``llamacpp``;
   :data:`ANTHROPIC_PROFILE` — the Messages API (gptgate/sim/anthropic.py);
   :data:`DEEPSEEK_PROFILE` — DeepSeek's usage and cache (gptgate/sim/deepseek.py);
+  :data:`AZURE_PROFILE` — Azure OpenAI's paths, auth and 10 s windows (gptgate/sim/azure.py);
+  ``get_profile("anthropic" | "azure" | "deepseek")`` names these three;
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
   ranges (docs/guide/simulator.md, "The server family");
 * :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
@@ -19,6 +21,7 @@ Seeded and deterministic in content and token counts; time runs on a
 
 from gptgate.sim.anthropic import ANTHROPIC_PROFILE
 from gptgate.sim.app import create_app
+from gptgate.sim.azure import AZURE_PROFILE
 from gptgate.sim.deepseek import DEEPSEEK_PRICE, DEEPSEEK_PROFILE
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
@@ -33,6 +36,7 @@ from gptgate.sim.virtual import LoopClock, run_virtual
 
 __all__ = [
     "ANTHROPIC_PROFILE",
+    "AZURE_PROFILE",
     "DEEPSEEK_PRICE",
     "DEEPSEEK_PROFILE",
     "PROFILES",

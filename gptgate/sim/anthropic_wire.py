@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.sim.tools import sample_arguments
 from gptgate.sim.wire import ChunkWriter, ResponseMeta, dumps
 
 __all__ = [
@@ -58,21 +59,9 @@ def usage(uncached: int, write: int, read: int, output: int) -> dict[str, Any]:
     }
 
 
-def _sample(schema: Any) -> Any:
-    kind = schema.get("type") if isinstance(schema, Mapping) else None
-    return {"string": "sim", "integer": 1, "number": 1.5, "boolean": True}.get(str(kind))
-
-
 def tool_input(tool: Mapping[str, Any]) -> dict[str, Any]:
     """A plausible ``input`` for a tool call: a sample value per required property."""
-    schema = tool.get("input_schema")
-    if not isinstance(schema, Mapping):
-        return {}
-    props = schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
-    required = schema.get("required")
-    names = required if isinstance(required, list) else list(props)
-    return {str(n): _sample(props.get(n)) for n in names}
+    return sample_arguments(tool.get("input_schema"))
 
 
 def _message_id(meta: ResponseMeta) -> str:

@@ -22,12 +22,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from gptgate.sim.profiles import SimProfile
+from gptgate.sim.profiles import PROFILES, SimProfile
 
-__all__ = ["AZURE_API_VERSIONS", "AzureRefusal", "azure_route"]
+__all__ = ["AZURE_API_VERSIONS", "AZURE_PROFILE", "AzureRefusal", "azure_route"]
 
 #: the ``api-version`` values the simulated resource serves
 AZURE_API_VERSIONS = frozenset({"2024-06-01", "2024-10-21", "2025-01-01-preview"})
+
+#: an Azure OpenAI resource with one deployment, ``gpt-4o`` (Standard: 450k TPM, 2,700 RPM
+#: enforced over 10 s windows); any ``api-key`` or JWT-shaped Entra token is accepted
+AZURE_PROFILE = PROFILES["hosted"].model_copy(update={
+    "name": "azure", "flavor": "azure", "model": "gpt-4o",
+    "rpm": 2_700, "rpm_window_s": 10.0, "tpm": 450_000,
+})
 
 _DEPLOYMENT = re.compile(r"^/openai/deployments/([^/]+)/(chat/completions|embeddings)$")
 _V1 = re.compile(r"^/openai/v1/(chat/completions|models)$")

@@ -48,6 +48,7 @@ from gptgate.sim.scheduler import QueueFull, Replica
 from gptgate.sim.signals import SIGNAL_PATHS
 from gptgate.sim.spread import InFlightSpread
 from gptgate.sim.text import draw_for
+from gptgate.sim.tools import size_tool_job, tool_answer, with_tool_call
 from gptgate.tokens import CHARS_PER_TOKEN
 
 __all__ = [
@@ -443,7 +444,7 @@ class SimEngine:
             flavor="openai" if p.flavor == "azure" else p.flavor,
         )
         if chat.stream:
-            writer = self._writer(meta, chat, job)
+            writer = with_tool_call(self._writer(meta, chat, job), job)
             gen = self._stream_body(job, writer, fault)
             return SimResponse(
                 200,
@@ -592,6 +593,8 @@ class SimEngine:
         job.lease = lease
         job.json_mode = chat.json_mode
         job.failure = failure
+        if chat.tool_call is not None:
+            size_tool_job(job, chat.tool_call, chat.max_tokens)
         return job
 
     def _prefix(
@@ -625,8 +628,9 @@ class SimEngine:
         return wire.ChunkWriter(meta, chat.include_usage)
 
     def _completion_body(self, meta: wire.ResponseMeta, job: Job, text: str) -> bytes:
+        finish, calls = tool_answer(job, meta.id)
         return wire.completion_body(
-            meta, text, job.finish_reason, self._usage(job, job.tokens), self._timings(job)
+            meta, text, finish, self._usage(job, job.tokens), self._timings(job), calls
         )
 
     @staticmethod

@@ -20,12 +20,13 @@ Timing model (all in simulated seconds):
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["PROFILES", "SimProfile", "get_profile"]
+__all__ = ["DIALECT_PROFILES", "PROFILES", "SimProfile", "get_profile"]
 
 
 class SimProfile(BaseModel):
@@ -331,10 +332,23 @@ PROFILES: dict[str, SimProfile] = {
 }
 
 
+#: the dialect flavors' presets, defined beside their engines and imported on first use
+#: (``gptgate sim serve --profile anthropic``; ``SimEngine("deepseek")``)
+DIALECT_PROFILES = {
+    "anthropic": "gptgate.sim.anthropic:ANTHROPIC_PROFILE",
+    "azure": "gptgate.sim.azure:AZURE_PROFILE",
+    "deepseek": "gptgate.sim.deepseek:DEEPSEEK_PROFILE",
+}
+
+
 def get_profile(name: str) -> SimProfile:
     """The preset called ``name``; a ``KeyError`` lists the known names."""
+    if name in DIALECT_PROFILES:
+        module, _, attr = DIALECT_PROFILES[name].partition(":")
+        profile: SimProfile = getattr(importlib.import_module(module), attr)
+        return profile
     try:
         return PROFILES[name]
     except KeyError:
-        known = ", ".join(sorted(PROFILES))
+        known = ", ".join(sorted([*PROFILES, *DIALECT_PROFILES]))
         raise KeyError(f"unknown simulator profile {name!r}; known: {known}") from None

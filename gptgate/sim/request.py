@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gptgate.sim.difficulty import wants_json
 from gptgate.sim.profiles import SimProfile
 from gptgate.tokens import estimate_prompt_tokens
+
+if TYPE_CHECKING:
+    from gptgate.sim.tools import ToolCall
 
 __all__ = ["BadRequest", "ChatRequest", "parse_chat"]
 
@@ -49,6 +52,8 @@ class ChatRequest:
     cache_key: str | None
     #: ``response_format`` asks for a JSON object
     json_mode: bool = False
+    #: the tool call this request is answered with (gptgate/sim/tools.py), if any
+    tool_call: ToolCall | None = None
 
 
 def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
@@ -116,6 +121,8 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
             code="context_length_exceeded",
         )
     cache_key = data.get("prompt_cache_key")
+    from gptgate.sim.tools import pick_tool_call  # tools.py raises this module's BadRequest
+
     return ChatRequest(
         messages=messages,
         stream=stream,
@@ -124,4 +131,5 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
         prompt_tokens=prompt_tokens,
         cache_key=cache_key if isinstance(cache_key, str) else None,
         json_mode=wants_json(data),
+        tool_call=pick_tool_call(data) if "tools" in data else None,
     )

@@ -106,8 +106,11 @@ def completion_body(
     finish_reason: str,
     usage_obj: dict[str, Any],
     timings_obj: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls is not None:  # a tool call answers instead of text (gptgate/sim/tools.py)
+        message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
     if meta.flavor == "openai":
         message["refusal"] = None
         message["annotations"] = []
@@ -149,6 +152,14 @@ class ChunkWriter:
 
     def _chunk(self, delta: str, finish: str = "null", extra: str = "") -> str:
         return f'{self._head}{delta},"logprobs":null,"finish_reason":{finish}}}]{extra}{self._tail}'
+
+    @property
+    def meta(self) -> ResponseMeta:
+        return self._meta
+
+    def delta(self, delta_json: str) -> str:
+        """One chunk carrying ``delta_json`` as its delta (a tool call's pieces)."""
+        return self._chunk(delta_json)
 
     def role(self) -> str:
         if self._llama:

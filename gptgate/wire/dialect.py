@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx2
 
 from gptgate.errors import BadRequestError, GateError
+from gptgate.model_rules import ModelRule, check_model_params, model_rules_of, rule_for
 from gptgate.results import Usage
 from gptgate.wire.openai import (
     ChatStreamReader,
@@ -130,6 +131,9 @@ class OpenAIDialect:
         self.spaced_after_429 = preset.rate_limits == "azure" or (
             preset.hosted and preset.rate_limits is None
         )
+        #: per-model rules (gptgate/model_rules.py), the matching one looked up once a model
+        self._model_rules = model_rules_of(preset, backend.base_url)
+        self._rule_of: dict[str, ModelRule | None] = {}
 
     parse_response = staticmethod(parse_chat_response)
     parse_usage = staticmethod(parse_usage)
@@ -167,6 +171,8 @@ class OpenAIDialect:
     ) -> bytes:
         if self.checked:
             self.check_params(params)
+        if self._model_rules:
+            self._check_model(model, params)
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
@@ -178,6 +184,13 @@ class OpenAIDialect:
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
     ) -> ChatStreamReader:
         return ChatStreamReader(chunks, backend=backend, request_id=request_id)
+
+    def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
+        if model not in self._rule_of:
+            self._rule_of[model] = rule_for(self._model_rules, model)
+        rule = self._rule_of[model]
+        if rule is not None:
+            check_model_params(rule, self.provider, model, params, self.backend)
 
 
 def _with_extra_body(params: Mapping[str, Any], extra: Any) -> dict[str, Any]:
