@@ -45,6 +45,7 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
+from .embed import Embedder
 from .drift import DriftMonitor, DriftPolicy, DriftStatus, check_baseline_arg, drift_monitors
 from .errors import (
     BadRequestError,
@@ -560,6 +561,8 @@ class Gateway:
         self._noticed_by = -math.inf
         #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
         self._fleet_options: dict[str, Any] = {}
+        #: ``gate.embed`` (gptgate/embed.py); a SyncGateway's embed calls the same verb
+        self._embedder = Embedder(self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -1088,6 +1091,22 @@ class Gateway:
             result = await self._tiering.run(runner, spec, judge)
         assert result is not None
         return result
+
+    async def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        model: str | None = None,
+        private: bool = False,
+        backend: str | None = None,
+        **params: Any,
+    ) -> Any:
+        """Embedding vectors: a list in order for a list of texts, one vector for one string.
+        Concurrent calls are merged into one request per ``embed_window_s`` and split at the
+        backends' caps (docs/embeddings.md); ``params`` (``dimensions``, …) pass through."""
+        return await self._embedder.embed(
+            texts, model=model, private=private, backend=backend, **params
+        )
 
     def stream(
         self,
