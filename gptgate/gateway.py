@@ -45,8 +45,8 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .embed import Embedder
 from .drift import DriftMonitor, DriftPolicy, DriftStatus, check_baseline_arg, drift_monitors
+from .embed import Embedder
 from .errors import (
     BadRequestError,
     GateError,
@@ -64,6 +64,8 @@ from .opened import Opened
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
 from .relocate import Relocator
+from .response_cache import CacheMode, ResponseCache, ResponseCacheStatistics
+from .response_cache_calls import CachedCalls
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -208,6 +210,9 @@ class BackendStats:
     #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    #: ``response_cache=``: this backend's answers served again from the cache (hits, joined
+    #: calls in flight), sent (misses) and stored (bytes); None without a response cache
+    response_cache: ResponseCacheStatistics | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -481,6 +486,7 @@ class Gateway:
         tier_accept: Accept | None = None,
         baseline: str | os.PathLike[str] | Baseline | None = None,
         drift_policy: DriftPolicy | None = None,
+        response_cache: ResponseCache | None = None,
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
@@ -563,6 +569,8 @@ class Gateway:
         self._fleet_options: dict[str, Any] = {}
         #: ``gate.embed`` (gptgate/embed.py); a SyncGateway's embed calls the same verb
         self._embedder = Embedder(self)
+        #: ``response_cache=`` (gptgate/response_cache.py, docs/response-cache.md)
+        self._cached = CachedCalls(self, response_cache)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -603,6 +611,7 @@ class Gateway:
 
     async def _open_here(self) -> None:
         await self._connect_fleet()  # first: Shared(required=True) may fail the start
+        await self._cached.start()  # a response cache's Redis (required=True may fail it)
         self._closing = anyio.Event()
         self._calls = CallRegistry()
         self._hosts_done = []
@@ -716,6 +725,7 @@ class Gateway:
                 if self._fleet is not None:
                     fleet, self._fleet = self._fleet, None
                     await fleet.aclose()
+                await self._cached.aclose()
                 if save:
                     self._save_state()
             finally:
@@ -1052,6 +1062,7 @@ class Gateway:
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
         accept: Accept | None = None,
+        cache: CacheMode | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
@@ -1062,8 +1073,18 @@ class Gateway:
         (True or a HedgePolicy; default: the scenario's) sends one duplicate once the call
         has waited past its backend's p95 (docs/guide.md "Hedging"). ``accept(result) -> bool``
         judges a ``tier="auto"`` call's small-tier answer: False asks the large tier once
-        (docs/tiers.md; default: the gateway's ``tier_accept``).
+        (docs/tiers.md; default: the gateway's ``tier_accept``). ``cache`` ("use",
+        "refresh", "bypass"; default: use when deterministic) reads and fills the
+        ``response_cache`` (docs/response-cache.md).
         """
+        if self._cached.applies(cache, params):
+            key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
+            return await self._cached.chat(key, cache, functools.partial(
+                self.chat, messages, scenario=scenario, stream=stream, private=private,
+                tier=tier, backend=backend, priority=priority, timeout=timeout,
+                max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
+                cache="bypass", **params,
+            ))
         runner = self.runner
         judge = check_accept(accept)
         if judge is not None and (tier != "auto" or backend is not None):
@@ -1122,6 +1143,7 @@ class Gateway:
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
         accept: object = None,
+        cache: CacheMode | None = None,
         **params: Any,
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
@@ -1151,6 +1173,9 @@ class Gateway:
             cache_key=cache_key,
             hedge=hedge,
         )
+        if self._cached.applies(cache, params):  # a cached answer replayed (response cache)
+            key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
+            return self._cached.stream(runner, spec, key, cache)
         return ChatStream(runner, spec, self.clock, self._calls, self._tiering)
 
     async def map(
@@ -1496,6 +1521,7 @@ class Gateway:
                 drift=state.drift.status if state.drift is not None else None,
                 cache_write_input_tokens=entry.cache_write_input_tokens,
                 reasoning_tokens=entry.reasoning_tokens,
+                response_cache=self._cached.statistics(name),
             )
         return snapshot
 

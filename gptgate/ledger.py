@@ -55,6 +55,8 @@ class LedgerEntry:
     #: answers of this (small-tier) backend asked again of the large tier (docs/tiers.md):
     #: their tokens are in ``wasted_tokens``, and they are not in ``calls_ok``
     escalated: int = 0
+    #: answers of this backend served again by the response cache, at $0 (docs/response-cache.md)
+    response_cache_hits: int = 0
 
     @property
     def hit_rate(self) -> float | None:

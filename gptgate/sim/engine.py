@@ -37,8 +37,8 @@ from gptgate.sim.cache import (
     canonical_text,
     route_key,
 )
-from gptgate.sim.embeddings import EMBEDDING_PATHS, answer_embeddings
 from gptgate.sim.difficulty import answer_text, failure_mode, is_hard
+from gptgate.sim.embeddings import EMBEDDING_PATHS, answer_embeddings
 from gptgate.sim.faults import Fault, FaultPlan, FaultSpecError
 from gptgate.sim.job import Job, group_ends
 from gptgate.sim.ledger import Outcome, SimLedger
