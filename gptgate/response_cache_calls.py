@@ -96,7 +96,10 @@ class CachedCalls:
         """Record a served answer: its span and its $0 ledger line."""
         gate = self._gate
         telemetry = gate._telemetry
-        span = telemetry.start_call(result.scenario, result.model)
+        requested = next(
+            (b.model for b in gate.config.backends if b.name == result.backend), result.model
+        )
+        span = telemetry.start_call(result.scenario, requested)
         if span.is_recording():
             span.set_attributes({
                 CACHE_HIT: True,

@@ -133,11 +133,10 @@ def test_a_failed_merged_request_fails_only_its_own_callers_with_the_typed_error
             except gg.GateError as error:
                 results[text] = error
 
-        async with gate:
-            async with anyio.create_task_group() as tg:
-                for text in ("a", "b", "c", "poison"):
-                    tg.start_soon(one, text)
-                    await anyio.lowlevel.checkpoint()
+        async with gate, anyio.create_task_group() as tg:
+            for text in ("a", "b", "c", "poison"):
+                tg.start_soon(one, text)
+                await anyio.lowlevel.checkpoint()
         assert sent.sent == [["a", "b"], ["c", "poison"]]
         assert results["a"] == vector_for("a", DIMS) and results["b"] == vector_for("b", DIMS)
         assert isinstance(results["c"], gg.BackendError)
@@ -170,10 +169,9 @@ def test_window_zero_sends_each_call_alone() -> None:
     async def main() -> None:
         clock = LoopClock()
         gate, sent, _ = _gate(clock, window_s=0.0)
-        async with gate:
-            async with anyio.create_task_group() as tg:
-                for i in range(5):
-                    tg.start_soon(gate.embed, f"t{i}")
+        async with gate, anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(gate.embed, f"t{i}")
         assert sorted(sent.sent) == [[f"t{i}"] for i in range(5)]
 
     run_virtual(main)
