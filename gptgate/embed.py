@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .gateway import Gateway
     from .routing import BackendState
 
-__all__ = ["DEFAULT_MAX_INPUTS", "Embedder", "embedding_caps"]
+__all__ = ["DEFAULT_MAX_INPUTS", "Embedder", "embedding_caps", "embeddings_url"]
 
 #: a backend whose provider states no input cap takes this many inputs a request
 DEFAULT_MAX_INPUTS = 256
@@ -185,8 +185,7 @@ class Embedder:
 
     async def _post(self, state: BackendState, body: bytes, count: int) -> list[Vector]:
         client = state.pool.client
-        url = client.base_url.copy_with(raw_path=client.base_url.raw_path + b"embeddings")
-        request = client.build_request("POST", url, content=body)
+        request = client.build_request("POST", embeddings_url(state), content=body)
         transport = GuardTransport(self._gate, state, _PRIORITY)
         try:
             response = await transport.handle_async_request(request)
@@ -203,6 +202,28 @@ class Embedder:
                 response.status_code, response.headers, content, backend=state.name
             )
         return _vectors(content, count, state.name)
+
+
+def embeddings_url(state: BackendState) -> httpx2.URL:
+    """The backend's embeddings URL: its dialect's chat URL with ``chat/completions`` made
+    ``embeddings`` (``{base_url}embeddings``; on Azure the deployment named by
+    ``embedding_model``, with the ``api-version``)."""
+    dialect = state.pool.dialect
+    chat = dialect.chat_url(state.pool.client.base_url)
+    path, mark, query = chat.raw_path.partition(b"?")
+    if not path.endswith(b"chat/completions"):
+        raise BadRequestError(
+            f"backend {state.name!r}: provider {dialect.provider!r} serves no embeddings",
+            backend=state.name,
+        )
+    path = path[: -len(b"chat/completions")] + b"embeddings"
+    config = state.backend
+    deployment = getattr(dialect, "deployment", None)
+    if deployment is not None and config.embedding_model is not None:
+        chat_part = b"/deployments/" + httpx2.URL(deployment).raw_path + b"/"
+        embed_part = b"/deployments/" + httpx2.URL(config.embedding_model).raw_path + b"/"
+        path = path.replace(chat_part, embed_part)
+    return chat.copy_with(raw_path=path + mark + query)
 
 
 def _vectors(content: bytes, count: int, backend: str) -> list[Vector]:

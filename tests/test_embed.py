@@ -266,3 +266,40 @@ def test_over_loopback_http_the_vectors_and_the_bill_match() -> None:
             assert gate.ledger.entries["emb"].input_tokens == engine.ledger.snapshot().input_tokens
 
         anyio.run(main)
+
+
+def test_on_azure_the_embedding_deployment_is_called_with_its_api_version_and_key() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        profile = SimEngine("gpu").profile.model_copy(
+            update={"flavor": "azure", "api_key": "azure-key-0123", "model": "emb-deploy"}
+        )
+        engine = SimEngine(profile, clock=clock, seed=1)
+        sent: list[httpx2.Request] = []
+        inner = SimTransport(engine)
+
+        async def handle(request: httpx2.Request) -> httpx2.Response:
+            sent.append(request)
+            return await inner.handle_async_request(request)
+
+        gate = gg.Gateway(
+            [gg.Backend(name="az", provider="azure", base_url="http://127.0.0.1:8000",
+                        deployment="chat-deploy", embedding_model="emb-deploy",
+                        api_key="azure-key-0123", transport=_Handler(handle))],
+            clock=clock,
+        )
+        async with gate:
+            assert await gate.embed("hello") == vector_for("hello", DIMS)
+        assert sent[0].url.path == "/openai/deployments/emb-deploy/embeddings"
+        assert sent[0].url.params["api-version"] and sent[0].headers["api-key"]
+
+    run_virtual(main)
+
+
+class _Handler(httpx2.AsyncBaseTransport):
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response: httpx2.Response = await self.handle(request)
+        return response
