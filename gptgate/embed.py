@@ -111,11 +111,14 @@ class Embedder:
             coalescer = self._coalescers[key] = self._coalescer(
                 resolved, private, backend, params, eligible
             )
-        waiter = coalescer.add(items, [estimate_text_tokens(t) for t in items])
-        try:
-            await waiter.done.wait()
-        finally:
-            waiter.cancelled = True  # texts still queued are not sent for a caller who left
+        # registered like a chat call: a closing gateway gives it the grace, then ends it
+        # with GatewayClosedError
+        with self._gate.calls.call():
+            waiter = coalescer.add(items, [estimate_text_tokens(t) for t in items])
+            try:
+                await waiter.done.wait()
+            finally:
+                waiter.cancelled = True  # its texts still queued are not sent
         vectors = waiter.result()
         return vectors[0] if isinstance(texts, str) else vectors
 

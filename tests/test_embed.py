@@ -303,3 +303,20 @@ class _Handler(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = await self.handle(request)
         return response
+
+
+def test_closing_gives_an_embed_in_flight_its_grace() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        gate, sent, _ = _gate(clock)
+        got: list[Any] = []
+        await gate.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _append(got, gate.embed("late")))
+            await clock.sleep(0.01)  # merged and sent: the answer takes 20 ms
+            await gate.aclose(grace_s=1.0)
+        assert got == [vector_for("late", DIMS)] and len(sent.sent) == 1
+        with pytest.raises(gg.GatewayClosedError):
+            await gate.embed("after")
+
+    run_virtual(main)
