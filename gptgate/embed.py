@@ -156,7 +156,12 @@ class Embedder:
         self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any]
     ) -> list[Vector]:
         """One request's texts, retried (failing over) under the gateway's policy."""
+        from .gateway import _ACCEPTED  # (gateway imports this module)
+
         gate = self._gate
+        # texts queued before a close began are accepted work: sent within the grace (this
+        # task is the delivery's own, so the mark stays with it)
+        _ACCEPTED.set(True)
         runner = gate.runner
         failed: set[str] = set()
         body = json.dumps({"model": model, "input": texts, **params}).encode()

@@ -126,11 +126,21 @@ class Coalescer:
         return caps.max_tokens is not None and self._queued_tokens >= caps.max_tokens
 
     async def _after_window(self) -> None:
+        """The window's end: what is queued goes now, from this task (a closing gateway
+        spawns nothing new, yet the calls queued before it began have their grace)."""
         try:
             await self._clock.sleep(self.window_s)
         finally:
             self._timer = False
-            self.flush()
+            batches = []
+            while self._queue:
+                batch = self._take()
+                if batch:
+                    self._count(batch)
+                    batches.append(batch)
+            async with anyio.create_task_group() as tg:
+                for batch in batches:
+                    tg.start_soon(self._deliver, batch)
 
     def _take(self) -> list[_Entry]:
         """The next request's entries: up to the input cap and the token cap (a text alone
@@ -158,8 +168,7 @@ class Coalescer:
         batch = self._take()
         if not batch:
             return
-        self.requests += 1
-        self.inputs += len(batch)
+        self._count(batch)
 
         async def send() -> None:
             await self._deliver(batch)
@@ -168,6 +177,10 @@ class Coalescer:
             error = GatewayClosedError("the gateway is closing: the embeddings were not sent")
             for entry in batch:
                 entry.waiter.fail(error)
+
+    def _count(self, batch: list[_Entry]) -> None:
+        self.requests += 1
+        self.inputs += len(batch)
 
     async def _deliver(self, batch: list[_Entry]) -> None:
         """One request; its vectors to each caller in it, or its error to each of them."""

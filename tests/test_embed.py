@@ -313,7 +313,7 @@ def test_closing_gives_an_embed_in_flight_its_grace() -> None:
         await gate.start()
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: _append(got, gate.embed("late")))
-            await clock.sleep(0.01)  # merged and sent: the answer takes 20 ms
+            await clock.sleep(0.001)  # queued: the 5 ms window is still open
             await gate.aclose(grace_s=1.0)
         assert got == [vector_for("late", DIMS)] and len(sent.sent) == 1
         with pytest.raises(gg.GatewayClosedError):
