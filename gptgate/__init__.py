@@ -33,6 +33,7 @@ from .hedge import HedgePolicy
 from .planning import Band, Plan, plan
 from .profiling import ProfileError, profile
 from .providers import PROVIDERS, Provider
+from .response_cache import ResponseCache, ResponseCacheStatistics
 from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
@@ -83,6 +84,8 @@ __all__ = [
     "RateLimitedError",
     "RequestTimeout",
     "RequestTooLargeError",
+    "ResponseCache",
+    "ResponseCacheStatistics",
     "ScaledClock",
     "Scenario",
     "ServerSignals",

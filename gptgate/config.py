@@ -190,6 +190,13 @@ class Backend(BaseModel):
     batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)
     #: send ``prompt_cache_key`` for the call's prefix group
     supports_prompt_cache_key: bool = False
+    #: the model this backend's ``/embeddings`` serves; None: ``gate.embed`` never routes
+    #: here (docs/embeddings.md)
+    embedding_model: str | None = Field(default=None, min_length=1)
+    #: the most inputs, and tokens, one embeddings request may carry; None: the provider
+    #: preset's (``gg.PROVIDERS``), else 256 inputs and no token cap
+    embedding_max_inputs: StrictInt | None = Field(default=None, ge=1)
+    embedding_max_tokens: StrictInt | None = Field(default=None, ge=1)
     headers: dict[str, str] = Field(default_factory=dict)
     #: read the server's own load (vLLM/SGLang ``/metrics``, llama.cpp ``/slots``) into the
     #: limit and the router, every ``signals_interval_s`` (docs/signals.md; the ``signals``
@@ -384,6 +391,9 @@ class GatewayConfig(BaseModel):
     shared: Shared | None = None
     #: a dollar budget per sliding hour, counted from the cost ledger (docs/budget.md)
     budget: Budget | None = None
+    #: ``gate.embed``: how long concurrent calls wait to be merged into one request (0: off;
+    #: docs/embeddings.md)
+    embed_window_s: StrictFloat = Field(default=0.005, ge=0, le=1.0)
 
     @model_validator(mode="before")
     @classmethod

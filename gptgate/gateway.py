@@ -48,6 +48,7 @@ from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
 from .drift import DriftMonitor, DriftPolicy, DriftStatus, check_baseline_arg, drift_monitors
+from .embed import Embedder
 from .errors import (
     BadRequestError,
     GateError,
@@ -65,6 +66,8 @@ from .opened import Opened
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
 from .relocate import Relocator
+from .response_cache import CacheMode, ResponseCache, ResponseCacheStatistics
+from .response_cache_calls import CachedCalls
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -213,6 +216,9 @@ class BackendStats:
     #: ``Backend(signals=True)``: the server's own load at the last read (docs/signals.md);
     #: every field None when off or never read
     server: ServerSignals = field(default_factory=ServerSignals)
+    #: ``response_cache=``: this backend's answers served again from the cache (hits, joined
+    #: calls in flight), sent (misses) and stored (bytes); None without a response cache
+    response_cache: ResponseCacheStatistics | None = None
 
 
 def _fleet_statistics(admission: object) -> FleetStatistics | None:
@@ -486,6 +492,7 @@ class Gateway:
         tier_accept: Accept | None = None,
         baseline: str | os.PathLike[str] | Baseline | None = None,
         drift_policy: DriftPolicy | None = None,
+        response_cache: ResponseCache | None = None,
         **options: Any,
     ) -> None:
         #: warm start: a path (read on start, written on exit) or a dict from ``snapshot()``
@@ -568,6 +575,10 @@ class Gateway:
         self._noticed_by = -math.inf
         #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
         self._fleet_options: dict[str, Any] = {}
+        #: ``gate.embed`` (gptgate/embed.py); a SyncGateway's embed calls the same verb
+        self._embedder = Embedder(self)
+        #: ``response_cache=`` (gptgate/response_cache.py, docs/response-cache.md)
+        self._cached = CachedCalls(self, response_cache)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -608,6 +619,7 @@ class Gateway:
 
     async def _open_here(self) -> None:
         await self._connect_fleet()  # first: Shared(required=True) may fail the start
+        await self._cached.start()  # a response cache's Redis (required=True may fail it)
         self._closing = anyio.Event()
         self._calls = CallRegistry()
         self._hosts_done = []
@@ -722,6 +734,7 @@ class Gateway:
                 if self._fleet is not None:
                     fleet, self._fleet = self._fleet, None
                     await fleet.aclose()
+                await self._cached.aclose()
                 if save:
                     self._save_state()
             finally:
@@ -1058,6 +1071,7 @@ class Gateway:
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
         accept: Accept | None = None,
+        cache: CacheMode | None = None,
         **params: Any,
     ) -> ChatResult:
         """One chat completion. Any OpenAI parameter (``max_tokens``, ``tools``, …) passes
@@ -1068,8 +1082,18 @@ class Gateway:
         (True or a HedgePolicy; default: the scenario's) sends one duplicate once the call
         has waited past its backend's p95 (docs/guide.md "Hedging"). ``accept(result) -> bool``
         judges a ``tier="auto"`` call's small-tier answer: False asks the large tier once
-        (docs/tiers.md; default: the gateway's ``tier_accept``).
+        (docs/tiers.md; default: the gateway's ``tier_accept``). ``cache`` ("use",
+        "refresh", "bypass"; default: use when deterministic) reads and fills the
+        ``response_cache`` (docs/response-cache.md).
         """
+        if self._cached.applies(cache, params):
+            key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
+            return await self._cached.chat(key, cache, functools.partial(
+                self.chat, messages, scenario=scenario, stream=stream, private=private,
+                tier=tier, backend=backend, priority=priority, timeout=timeout,
+                max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
+                cache="bypass", **params,
+            ))
         runner = self.runner
         judge = check_accept(accept)
         if judge is not None and (tier != "auto" or backend is not None):
@@ -1098,6 +1122,22 @@ class Gateway:
         assert result is not None
         return result
 
+    async def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        model: str | None = None,
+        private: bool = False,
+        backend: str | None = None,
+        **params: Any,
+    ) -> Any:
+        """Embedding vectors: a list in order for a list of texts, one vector for one string.
+        Concurrent calls are merged into one request per ``embed_window_s`` and split at the
+        backends' caps (docs/embeddings.md); ``params`` (``dimensions``, …) pass through."""
+        return await self._embedder.embed(
+            texts, model=model, private=private, backend=backend, **params
+        )
+
     def stream(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -1112,6 +1152,7 @@ class Gateway:
         cache_key: str | None = None,
         hedge: bool | HedgePolicy | None = None,
         accept: object = None,
+        cache: CacheMode | None = None,
         **params: Any,
     ) -> ChatStream:
         """Stream the answer to the caller: ``async with gate.stream(m) as s: async for t in s``.
@@ -1141,6 +1182,9 @@ class Gateway:
             cache_key=cache_key,
             hedge=hedge,
         )
+        if self._cached.applies(cache, params):  # a cached answer replayed (response cache)
+            key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
+            return self._cached.stream(runner, spec, key, cache)
         return ChatStream(runner, spec, self.clock, self._calls, self._tiering)
 
     async def map(
@@ -1507,6 +1551,7 @@ class Gateway:
                 cache_write_input_tokens=entry.cache_write_input_tokens,
                 reasoning_tokens=entry.reasoning_tokens,
                 server=state.signals.snapshot() if state.signals else ServerSignals(),
+                response_cache=self._cached.statistics(name),
             )
         return snapshot
 

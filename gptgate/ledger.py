@@ -60,6 +60,8 @@ class LedgerEntry:
     batch_requests: int = 0
     batch_tokens: int = 0
     batch_cost_usd: float = 0.0
+    #: answers of this backend served again by the response cache, at $0 (docs/response-cache.md)
+    response_cache_hits: int = 0
 
     @property
     def hit_rate(self) -> float | None:

@@ -50,6 +50,8 @@ class Provider:
     ignores: frozenset[str] = field(default_factory=frozenset)
     #: the most inputs one embeddings request takes, when known
     max_embedding_inputs: int | None = None
+    #: the most tokens (all inputs together) one embeddings request takes, when known
+    max_embedding_tokens: int | None = None
     #: a hosted service (billed per token) rather than a server of one's own
     hosted: bool = True
     #: rules of one family of its models (gptgate/model_rules.py), the first match checked
@@ -67,9 +69,13 @@ class Provider:
         return None
 
 
-def _local(name: str, port: int, env: str, ignores: frozenset[str] = frozenset()) -> Provider:
+def _local(
+    name: str, port: int, env: str, ignores: frozenset[str] = frozenset(),
+    max_embedding_inputs: int | None = None,
+) -> Provider:
     return Provider(
-        name, "openai", f"http://localhost:{port}/v1", env, ignores=ignores, hosted=False
+        name, "openai", f"http://localhost:{port}/v1", env, ignores=ignores, hosted=False,
+        max_embedding_inputs=max_embedding_inputs,
     )
 
 
@@ -80,11 +86,12 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
     for p in (
         Provider(
             "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai",
-            max_embedding_inputs=2048, models=(OPENAI_REASONING,), models_at_own_url_only=True,
+            max_embedding_inputs=2048, max_embedding_tokens=300_000, models=(OPENAI_REASONING,),
+            models_at_own_url_only=True,
         ),
         Provider(
             "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048,
-            models=(OPENAI_REASONING,),
+            max_embedding_tokens=300_000, models=(OPENAI_REASONING,),
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
@@ -112,7 +119,8 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         ),
         _local("vllm", 8000, "VLLM_API_KEY"),
         _local("sglang", 30000, "SGLANG_API_KEY"),
-        _local("llamacpp", 8080, "LLAMA_API_KEY"),
+        # llama-server embeds at most --batch-size tokens per input; its parallel slots cap inputs
+        _local("llamacpp", 8080, "LLAMA_API_KEY", max_embedding_inputs=32),
         # its OpenAI endpoint drops Ollama's own options: a num_ctx there does nothing, and
         # the prompt is cut to the default context without a word
         _local("ollama", 11434, "OLLAMA_API_KEY", ignores=frozenset({"num_ctx", "options"})),

@@ -87,6 +87,9 @@ class ChatResult:
     tier: str | None = None
     tier_reason: str | None = None
     escalated: bool = False
+    #: served by the response cache (``Gateway(response_cache=...)``): nothing was sent or
+    #: billed for it (``cost_usd`` 0; ``backend`` is the one that first answered)
+    from_cache: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

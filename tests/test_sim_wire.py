@@ -184,7 +184,7 @@ def test_paths_models_and_404() -> None:
             return [
                 await c.get("/v1/models"),
                 await c.post("/chat/completions", json={"messages": MESSAGES}),
-                await c.post("/v1/embeddings", json={"input": "x"}),
+                await c.post("/v1/audio/speech", json={"input": "x"}),  # served: /v1/embeddings
             ]
 
     models, unprefixed, missing = run_virtual(main)

@@ -38,6 +38,7 @@ from gptgate.sim.cache import (
     route_key,
 )
 from gptgate.sim.difficulty import answer_text, failure_mode, is_hard
+from gptgate.sim.embeddings import EMBEDDING_PATHS, answer_embeddings
 from gptgate.sim.faults import Fault, FaultPlan, FaultSpecError
 from gptgate.sim.job import Job, group_ends
 from gptgate.sim.ledger import Outcome, SimLedger
@@ -260,6 +261,8 @@ class SimEngine:
             if method.upper() != "POST":
                 return self._error(405, base, "Method not allowed", "invalid_request_error")
             return await self._chat(headers, body, base, request_id)
+        if path in EMBEDDING_PATHS and method.upper() == "POST":
+            return await answer_embeddings(self, body, base)
         if path in _MODEL_PATHS and method.upper() == "GET":
             return self._models(base)
         if path in SIGNAL_PATHS and method.upper() == "GET":

@@ -43,6 +43,14 @@ class SimProfile(BaseModel):
     #: gptgate/sim/anthropic.py) or "deepseek" (its top-level cache usage, usage on the last
     #: stream chunk, Bearer auth checked)
     flavor: Literal["openai", "llamacpp", "azure", "anthropic", "deepseek"] = "openai"
+    #: ``/v1/embeddings`` (gptgate/sim/embeddings.py): the most inputs a request may carry
+    #: (a 400 beyond), the vector's size, and the time of one request: a fixed part plus a
+    #: small part per input (a GPU embeds a batch nearly as fast as one text; the request's
+    #: round trip and scheduling are what it pays per request)
+    embedding_max_inputs: int = Field(default=2048, ge=1)
+    embedding_dimensions: int = Field(default=8, ge=1)
+    embedding_request_s: float = Field(default=0.02, ge=0)
+    embedding_per_input_s: float = Field(default=0.00002, ge=0)
     #: the key the server expects in its dialect's header (Azure: ``api-key``); None: any
     #: non-empty one (a request without the header is refused either way on "azure")
     api_key: str | None = None

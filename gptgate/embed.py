@@ -1,0 +1,250 @@
+"""``gate.embed``: embeddings through the gateway, merged across callers and split at caps.
+
+Which backends serve embeddings is explicit: those with ``Backend(embedding_model=...)``
+(a chat deployment's server often serves an embedding model beside it; a dedicated one
+states both). A call names the model or takes the first such backend's. Texts are queued
+in a :class:`~gptgate.embed_batcher.Coalescer` per (model, privacy, extra parameters): what
+arrives within ``embed_window_s`` goes as one request, up to the smallest input and token cap
+of the backends it may go to (``Backend.embedding_max_inputs`` / ``embedding_max_tokens``,
+else the provider preset's). Each request is routed (privacy, health, predicted wait),
+retried under the gateway's retry policy and budget, and sent through the backend's guarded
+transport (the one behind ``gate.http_client``): its limiter's permit, the dollar budget, a
+CLIENT span ``embeddings {model}``, a ledger entry of its input tokens at the backend's price,
+and ``stats()`` counters — as for a chat attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+
+from .embed_batcher import Coalescer, EmbedCaps, Vector
+from .errors import BackendError, BadRequestError, GateError, NoBackendError
+from .guard import classify_exception
+from .providers import PROVIDERS
+from .sdk_client import GuardTransport
+from .tokens import estimate_text_tokens
+
+if TYPE_CHECKING:
+    from .config import Backend
+    from .gateway import Gateway
+    from .routing import BackendState
+
+__all__ = ["DEFAULT_MAX_INPUTS", "Embedder", "embedding_caps", "embeddings_url"]
+
+#: a backend whose provider states no input cap takes this many inputs a request
+DEFAULT_MAX_INPUTS = 256
+#: ``gate.embed``'s priority in the limiters' queues, as ``gate.chat``'s default scenario
+_PRIORITY = 5
+
+
+def embedding_caps(backend: Backend) -> EmbedCaps:
+    """A backend's caps per embeddings request: its own fields, else its provider's."""
+    preset = PROVIDERS.get(backend.provider)
+    inputs = backend.embedding_max_inputs or (preset and preset.max_embedding_inputs)
+    tokens = backend.embedding_max_tokens or (preset and preset.max_embedding_tokens)
+    return EmbedCaps(max_inputs=inputs or DEFAULT_MAX_INPUTS, max_tokens=tokens or None)
+
+
+def _check_texts(texts: object) -> list[str]:
+    items = [texts] if isinstance(texts, str) else texts
+    if not isinstance(items, Sequence) or isinstance(items, (bytes, bytearray)):
+        raise BadRequestError(
+            f"embed takes a string or a list of strings, got {type(texts).__name__}"
+        )
+    for index, text in enumerate(items):
+        if not isinstance(text, str) or not text:
+            raise BadRequestError(
+                f"embed: input {index} must be a non-empty string (providers refuse an empty "
+                f"one with a 400 that would fail every caller merged with it); nothing was sent"
+            )
+    return list(items)
+
+
+class Embedder:
+    """The gateway's embeddings: coalescers per request shape, routing, the wire."""
+
+    def __init__(self, gate: Gateway) -> None:
+        self._gate = gate
+        self._coalescers: dict[tuple[str, bool, str | None, str], Coalescer] = {}
+        self._clients: dict[str, httpx2.AsyncClient] = {}
+
+    def _eligible(self, model: str | None, private: bool, backend: str | None) -> list[Backend]:
+        found = [
+            b for b in self._gate.config.backends
+            if b.embedding_model is not None
+            and (model is None or b.embedding_model == model)
+            and (not private or b.private)
+            and (backend is None or b.name == backend)
+        ]
+        if not found:
+            raise NoBackendError(
+                f"no backend serves embeddings for model={model!r} (private={private}, "
+                f"backend={backend!r}): set Backend(embedding_model=...) on those that do"
+            )
+        return found
+
+    async def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        model: str | None = None,
+        private: bool = False,
+        backend: str | None = None,
+        **params: Any,
+    ) -> list[Vector] | Vector:
+        """The vectors of ``texts`` in order (one vector for one string)."""
+        self._gate.runner  # noqa: B018 - GatewayClosedError before anything is queued
+        items = _check_texts(texts)
+        if not items:
+            return []
+        eligible = self._eligible(model, private, backend)
+        resolved = model or eligible[0].embedding_model
+        assert resolved is not None
+        extra = json.dumps(params, sort_keys=True, default=str)
+        key = (resolved, private, backend, extra)
+        coalescer = self._coalescers.get(key)
+        if coalescer is None:
+            coalescer = self._coalescers[key] = self._coalescer(
+                resolved, private, backend, params, eligible
+            )
+        # registered like a chat call: a closing gateway gives it the grace, then ends it
+        # with GatewayClosedError
+        with self._gate.calls.call():
+            waiter = coalescer.add(items, [estimate_text_tokens(t) for t in items])
+            try:
+                await waiter.done.wait()
+            finally:
+                waiter.cancelled = True  # its texts still queued are not sent
+        vectors = waiter.result()
+        return vectors[0] if isinstance(texts, str) else vectors
+
+    def statistics(self) -> dict[str, int]:
+        """Requests sent and texts in them, over every coalescer."""
+        coalescers = self._coalescers.values()
+        return {
+            "requests": sum(c.requests for c in coalescers),
+            "inputs": sum(c.inputs for c in coalescers),
+        }
+
+    def _coalescer(
+        self, model: str, private: bool, backend: str | None, params: dict[str, Any],
+        eligible: list[Backend],
+    ) -> Coalescer:
+        caps = [embedding_caps(b) for b in eligible]
+        token_caps = [c.max_tokens for c in caps if c.max_tokens is not None]
+        merged = EmbedCaps(
+            max_inputs=min(c.max_inputs for c in caps),
+            max_tokens=min(token_caps) if token_caps else None,
+        )
+        names = frozenset(b.name for b in eligible)
+
+        async def send(texts: list[str]) -> list[Vector]:
+            return await self._send(names, model, texts, params)
+
+        return Coalescer(
+            send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
+        )
+
+    def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        return self._gate._spawn(task)
+
+    async def _send(
+        self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any]
+    ) -> list[Vector]:
+        """One request's texts, retried (failing over) under the gateway's policy."""
+        from .gateway import _ACCEPTED  # (gateway imports this module)
+
+        gate = self._gate
+        # texts queued before a close began are accepted work: sent within the grace (this
+        # task is the delivery's own, so the mark stays with it)
+        _ACCEPTED.set(True)
+        runner = gate.runner
+        failed: set[str] = set()
+        body = json.dumps({"model": model, "input": texts, **params}).encode()
+        deadline_s = gate.config.deadline_s
+        deadline = None if deadline_s is None else gate.clock.now() + deadline_s
+
+        async def attempt(number: int) -> list[Vector]:
+            state = self._choose(names, failed)
+            if number > 1:
+                state.retries += 1
+            try:
+                return await self._post(state, body, len(texts))
+            except GateError as error:
+                if not isinstance(error, BadRequestError):
+                    failed.add(state.name)
+                raise
+
+        return await runner.retry.run(attempt, deadline=deadline, budget=runner.budget)
+
+    def _choose(self, names: frozenset[str], failed: set[str]) -> BackendState:
+        """The eligible backend with the shortest predicted wait, one whose circuit is closed
+        and which has not failed this request if there is one."""
+        gate = self._gate
+        now = gate.clock.now()
+        states = [gate.backend_state(name) for name in sorted(names)]
+        ready = [s for s in states if s.breaker.allows(now)] or states
+        fresh = [s for s in ready if s.name not in failed] or ready
+        return min(fresh, key=lambda s: s.predicted_s(False))
+
+    async def _post(self, state: BackendState, body: bytes, count: int) -> list[Vector]:
+        client = state.pool.client
+        request = client.build_request("POST", embeddings_url(state), content=body)
+        transport = GuardTransport(self._gate, state, _PRIORITY)
+        try:
+            response = await transport.handle_async_request(request)
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+        except GateError:
+            raise
+        except Exception as exc:
+            raise classify_exception(exc, state.name) from exc
+        if response.status_code >= 400:
+            raise state.pool.dialect.error_for_status(
+                response.status_code, response.headers, content, backend=state.name
+            )
+        return _vectors(content, count, state.name)
+
+
+def embeddings_url(state: BackendState) -> httpx2.URL:
+    """The backend's embeddings URL: its dialect's chat URL with ``chat/completions`` made
+    ``embeddings`` (``{base_url}embeddings``; on Azure the deployment named by
+    ``embedding_model``, with the ``api-version``)."""
+    dialect = state.pool.dialect
+    chat = dialect.chat_url(state.pool.client.base_url)
+    path, mark, query = chat.raw_path.partition(b"?")
+    if not path.endswith(b"chat/completions"):
+        raise BadRequestError(
+            f"backend {state.name!r}: provider {dialect.provider!r} serves no embeddings",
+            backend=state.name,
+        )
+    path = path[: -len(b"chat/completions")] + b"embeddings"
+    config = state.backend
+    deployment = getattr(dialect, "deployment", None)
+    if deployment is not None and config.embedding_model is not None:
+        chat_part = b"/deployments/" + httpx2.URL(deployment).raw_path + b"/"
+        embed_part = b"/deployments/" + httpx2.URL(config.embedding_model).raw_path + b"/"
+        path = path.replace(chat_part, embed_part)
+    return chat.copy_with(raw_path=path + mark + query)
+
+
+def _vectors(content: bytes, count: int, backend: str) -> list[Vector]:
+    """The vectors of an embeddings answer, in input order (``data[i].index``)."""
+    try:
+        data = json.loads(content)["data"]
+        ordered = sorted(data, key=lambda item: item["index"])
+        vectors = [item["embedding"] for item in ordered]
+    except (ValueError, KeyError, TypeError):
+        raise BackendError("malformed embeddings answer", backend=backend) from None
+    if len(vectors) != count or not all(isinstance(v, list) for v in vectors):
+        raise BackendError(
+            f"embeddings answer holds {len(vectors)} vectors for {count} inputs",
+            backend=backend,
+        )
+    return vectors

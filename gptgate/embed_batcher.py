@@ -1,0 +1,199 @@
+"""The embeddings coalescer: many callers' texts, few requests, each caller's answer whole.
+
+Why: every provider takes a list of inputs per ``/embeddings`` request, and the cost of a
+request (a round trip, a permit, a slot at the server) dwarfs the cost of one more input.
+Callers that each embed one text from many tasks (RAG ingestion, search) send one request per
+text; this collects what arrives within ``window_s`` (or until a request is full) and sends it
+as one request, splitting what exceeds the backend's caps into several. Pure of I/O: it is
+given ``send`` (texts → vectors, a ``GateError`` on failure) and ``spawn`` (run a task that no
+single caller owns, so a caller cancelled mid-wait strands nobody).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .clock import Clock
+from .errors import GateError, GatewayClosedError
+
+__all__ = ["Coalescer", "EmbedCaps", "Waiter"]
+
+Vector = list[float]
+Send = Callable[[list[str]], Awaitable[list[Vector]]]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedCaps:
+    """What one request may carry: inputs and (estimated) tokens; None: no token cap."""
+
+    max_inputs: int
+    max_tokens: int | None = None
+
+
+class Waiter:
+    """One caller's texts: their vectors fill in as requests return, or the first error."""
+
+    __slots__ = ("cancelled", "done", "error", "left", "vectors")
+
+    def __init__(self, count: int) -> None:
+        self.vectors: list[Vector | None] = [None] * count
+        self.left = count
+        self.error: GateError | None = None
+        self.done = anyio.Event()
+        self.cancelled = False
+
+    def fill(self, index: int, vector: Vector) -> None:
+        if self.done.is_set():
+            return
+        self.vectors[index] = vector
+        self.left -= 1
+        if self.left == 0:
+            self.done.set()
+
+    def fail(self, error: GateError) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.done.set()
+
+    def result(self) -> list[Vector]:
+        """The vectors in the caller's order, or its request's typed error (a copy: the same
+        error may reach several callers' tasks, each with its own traceback)."""
+        if self.error is not None:
+            raise copy.copy(self.error)
+        return [v for v in self.vectors if v is not None]
+
+
+@dataclass(slots=True)
+class _Entry:
+    waiter: Waiter
+    index: int
+    text: str
+    tokens: int
+
+
+class Coalescer:
+    """Queues texts for one (model, privacy) and sends them in requests within ``caps``."""
+
+    def __init__(
+        self, send: Send, spawn: Spawn, clock: Clock, caps: EmbedCaps, window_s: float
+    ) -> None:
+        self._send = send
+        self._spawn = spawn
+        self._clock = clock
+        self.caps = caps
+        self.window_s = window_s
+        self._queue: deque[_Entry] = deque()
+        self._queued_tokens = 0
+        self._timer = False
+        #: requests sent and inputs in them (for stats and the benchmark)
+        self.requests = 0
+        self.inputs = 0
+
+    def add(self, texts: Sequence[str], tokens: Sequence[int]) -> Waiter:
+        """Queue one caller's texts; full requests go at once, the rest after the window."""
+        waiter = Waiter(len(texts))
+        for index, (text, count) in enumerate(zip(texts, tokens, strict=True)):
+            self._queue.append(_Entry(waiter, index, text, count))
+            self._queued_tokens += count
+        while self._full():
+            self._flush_one()
+        if self._queue:
+            if self.window_s <= 0:
+                self.flush()
+            elif not self._timer:
+                self._timer = True
+                if not self._spawn(self._after_window):
+                    self._timer = False
+                    self.flush()
+        return waiter
+
+    def flush(self) -> None:
+        """Send everything queued now (split at the caps)."""
+        while self._queue:
+            self._flush_one()
+
+    def _full(self) -> bool:
+        caps = self.caps
+        if len(self._queue) >= caps.max_inputs:
+            return True
+        return caps.max_tokens is not None and self._queued_tokens >= caps.max_tokens
+
+    async def _after_window(self) -> None:
+        """The window's end: what is queued goes now, from this task (a closing gateway
+        spawns nothing new, yet the calls queued before it began have their grace)."""
+        try:
+            await self._clock.sleep(self.window_s)
+        finally:
+            self._timer = False
+            batches = []
+            while self._queue:
+                batch = self._take()
+                if batch:
+                    self._count(batch)
+                    batches.append(batch)
+            async with anyio.create_task_group() as tg:
+                for batch in batches:
+                    tg.start_soon(self._deliver, batch)
+
+    def _take(self) -> list[_Entry]:
+        """The next request's entries: up to the input cap and the token cap (a text alone
+        over the token cap still goes, alone: the server decides), skipping the texts of
+        callers who have left."""
+        caps = self.caps
+        batch: list[_Entry] = []
+        tokens = 0
+        queue = self._queue
+        while queue and len(batch) < caps.max_inputs:
+            entry = queue[0]
+            if entry.waiter.cancelled:
+                queue.popleft()
+                self._queued_tokens -= entry.tokens
+                continue
+            if batch and caps.max_tokens is not None and tokens + entry.tokens > caps.max_tokens:
+                break
+            queue.popleft()
+            self._queued_tokens -= entry.tokens
+            tokens += entry.tokens
+            batch.append(entry)
+        return batch
+
+    def _flush_one(self) -> None:
+        batch = self._take()
+        if not batch:
+            return
+        self._count(batch)
+
+        async def send() -> None:
+            await self._deliver(batch)
+
+        if not self._spawn(send):
+            error = GatewayClosedError("the gateway is closing: the embeddings were not sent")
+            for entry in batch:
+                entry.waiter.fail(error)
+
+    def _count(self, batch: list[_Entry]) -> None:
+        self.requests += 1
+        self.inputs += len(batch)
+
+    async def _deliver(self, batch: list[_Entry]) -> None:
+        """One request; its vectors to each caller in it, or its error to each of them."""
+        try:
+            vectors = await self._send([e.text for e in batch])
+        except GateError as error:
+            for entry in batch:
+                entry.waiter.fail(error)
+            return
+        except BaseException:
+            closed = GatewayClosedError("the gateway closed before the embeddings returned")
+            for entry in batch:
+                entry.waiter.fail(closed)
+            raise
+        for entry, vector in zip(batch, vectors, strict=True):
+            entry.waiter.fill(entry.index, vector)

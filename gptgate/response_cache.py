@@ -1,0 +1,336 @@
+"""``gg.ResponseCache``: an exact-match cache of whole chat answers, with single-flight.
+
+Why: a job retried, a page reloaded, a pipeline re-run send the same deterministic request
+again and pay for it again. The key is a hash of everything that decides the answer — the
+backends the request may reach (their tier and model), the messages, and every parameter
+(tools, ``response_format``, each sampling parameter) — never of what only decides *how* it
+is sent (scenario, priority, timeout, hedging). Only an exact match hits: no similarity,
+which is how LiteLLM's semantic cache returned other questions' answers.
+
+When it is used (``cache=`` on ``gate.chat`` / ``gate.stream`` / map items):
+``None`` (default) only for a deterministic request (``temperature=0`` or a ``seed``);
+``"use"`` read and write whatever the request; ``"refresh"`` call anyway and overwrite;
+``"bypass"`` neither. Never stored: an error, a cut stream, an answer without a finish
+reason, and — into a ``shared=`` Redis — a private backend's answer unless
+``share_private=True``. Identical requests in flight at once share one call
+(single-flight); a leader cancelled mid-call hands the call to one of its followers.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from cachetools import TTLCache
+
+from .errors import BadRequestError, GateError
+from .results import ChatResult, Usage
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .config import Backend
+    from .response_cache_redis import RedisAnswers
+    from .shared import Shared
+
+__all__ = [
+    "CacheMode",
+    "ResponseCache",
+    "ResponseCacheStatistics",
+    "check_cache_mode",
+    "decode_result",
+    "encode_result",
+    "request_key",
+]
+
+CacheMode = Literal["use", "refresh", "bypass"]
+_MODES = ("use", "refresh", "bypass")
+#: the call options that decide how a request is sent, not what it answers: not in the key
+ROUTE_OPTIONS = ("tier", "backend", "private")
+
+
+def check_cache_mode(cache: object) -> CacheMode | None:
+    if cache is None or cache in _MODES:
+        return cache  # type: ignore[return-value]
+    modes = ", ".join(map(repr, _MODES))
+    raise BadRequestError(f"cache must be one of {modes} or None, got {cache!r}")
+
+
+def deterministic(params: Mapping[str, Any]) -> bool:
+    """``temperature=0`` or a ``seed``: the same request asks for the same answer."""
+    temperature = params.get("temperature")
+    return (temperature is not None and temperature == 0) or params.get("seed") is not None
+
+
+def _canonical(value: Any) -> Any:
+    """JSON-able with a stable form: mappings sorted, tuples as lists, the rest by repr."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda i: str(i[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    dump = getattr(value, "model_dump", None)  # a pydantic response_format class instance
+    if callable(dump):
+        return _canonical(dump())
+    return repr(value)
+
+
+def request_key(
+    backends: Sequence[Backend],
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    *,
+    tier: str = "auto",
+    backend: str | None = None,
+    private: bool = False,
+) -> str:
+    """The cache key of a request: a SHA-256 of the models it may reach (tier and model of
+    each eligible backend), the messages and every parameter, normalised."""
+    reach = sorted(
+        {
+            (b.tier, b.model)
+            for b in backends
+            if (tier == "auto" or b.tier == tier)
+            and (backend is None or b.name == backend)
+            and (not private or b.private)
+        }
+    )
+    document = {
+        "reach": reach,
+        "tier": tier,
+        "backend": backend,
+        "private": private,
+        "messages": _canonical(messages),
+        "params": _canonical(params),
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_result(result: ChatResult) -> bytes:
+    """A cacheable answer as JSON bytes (what the store holds and ``bytes`` counts)."""
+    return json.dumps(asdict(result), separators=(",", ":"), default=str).encode()
+
+
+def decode_result(data: bytes) -> ChatResult:
+    fields = json.loads(data)
+    fields["usage"] = Usage(**fields["usage"])
+    fields["billed_usage"] = Usage(**fields["billed_usage"])
+    return ChatResult(**fields)
+
+
+def served_from_cache(result: ChatResult, latency_s: float) -> ChatResult:
+    """A cached answer as a new call's result: nothing billed, nothing sent."""
+    return replace(
+        result, from_cache=True, cost_usd=0.0, attempts=0, queue_s=0.0, ttft_s=None,
+        latency_s=latency_s, billed_usage=Usage(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCacheStatistics:
+    """Counters of one backend's answers (or of all, from ``ResponseCache.statistics()``):
+    ``hits`` served from the store, ``shared`` served by joining an identical call in flight
+    (single-flight), ``misses`` sent, ``stored`` answers written and their ``bytes``."""
+
+    hits: int = 0
+    shared: int = 0
+    misses: int = 0
+    stored: int = 0
+    bytes: int = 0
+    #: answers the store holds now (this process's memory)
+    entries: int = 0
+    #: ``shared=``: Redis operations that failed or overran (the local store answered)
+    shared_errors: int = 0
+
+    @property
+    def hit_rate(self) -> float | None:
+        total = self.hits + self.shared + self.misses
+        return (self.hits + self.shared) / total if total else None
+
+
+class _Counts:
+    __slots__ = ("bytes", "hits", "misses", "shared", "stored")
+
+    def __init__(self) -> None:
+        self.hits = self.shared = self.misses = self.stored = self.bytes = 0
+
+
+class _Flight:
+    """One call in flight that identical requests wait for."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: ChatResult | None = None
+        self.error: GateError | None = None
+
+
+class ResponseCache:
+    """Whole answers by exact request (see the module docstring).
+
+    ``ttl_s``: how long an answer is served; ``max_entries``: the in-memory store's bound (least
+    recently used out first). ``shared``: a Redis URL or ``gg.Shared`` that a fleet's gateways
+    share answers through (under ``{namespace}:rc:``); Redis down or slower than its
+    ``op_budget_s`` is an outage as for the fleet: one warning, this process's memory answers
+    alone until Redis does again. ``share_private``: store private backends' answers in the
+    shared Redis too (by default they stay in this process's memory)."""
+
+    def __init__(
+        self,
+        ttl_s: float = 3600.0,
+        max_entries: int = 10_000,
+        *,
+        shared: Shared | str | None = None,
+        share_private: bool = False,
+    ) -> None:
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not ttl_s > 0:
+            raise BadRequestError(
+                f"ResponseCache ttl_s must be a number > 0, got {ttl_s!r}"
+            )
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise BadRequestError(
+                f"ResponseCache max_entries must be an int >= 1, got {max_entries!r}"
+            )
+        self.ttl_s = float(ttl_s)
+        self.max_entries = max_entries
+        self.share_private = share_private
+        self._shared_config = shared
+        self.redis: RedisAnswers | None = None
+        if shared is not None:
+            from .response_cache_redis import RedisAnswers
+            from .shared import Shared as SharedConfig
+
+            config = shared if isinstance(shared, SharedConfig) else SharedConfig(shared)
+            self.redis = RedisAnswers(config, ttl_s=self.ttl_s)
+        self._timer: Callable[[], float] = time.monotonic
+        self._store: TTLCache[str, bytes] = self._new_store()
+        self._flights: dict[str, _Flight] = {}
+        self._counts: dict[str, _Counts] = {}
+
+    def _new_store(self) -> TTLCache[str, bytes]:
+        return TTLCache(maxsize=self.max_entries, ttl=self.ttl_s, timer=lambda: self._timer())
+
+    def bind(self, clock: Clock) -> None:
+        """Count the TTL on the gateway's clock (a test's virtual time)."""
+        self._timer = clock.now
+
+    def count(self, backend: str) -> _Counts:
+        counts = self._counts.get(backend)
+        if counts is None:
+            counts = self._counts[backend] = _Counts()
+        return counts
+
+    def statistics(self, backend: str | None = None) -> ResponseCacheStatistics:
+        """Counters of one backend's answers, or of all of them."""
+        chosen = [self._counts.get(backend, _Counts())] if backend else list(self._counts.values())
+        return ResponseCacheStatistics(
+            hits=sum(c.hits for c in chosen),
+            shared=sum(c.shared for c in chosen),
+            misses=sum(c.misses for c in chosen),
+            stored=sum(c.stored for c in chosen),
+            bytes=sum(c.bytes for c in chosen),
+            entries=len(self._store),
+            shared_errors=self.redis.errors if self.redis is not None else 0,
+        )
+
+    def clear(self) -> None:
+        """Forget every answer this process holds (a shared Redis keeps its own)."""
+        self._store.clear()
+
+    # -- the store ------------------------------------------------------------------------
+
+    async def get(self, key: str) -> ChatResult | None:
+        data = self._store.get(key)
+        if data is None and self.redis is not None:
+            data = await self.redis.get(key)
+            if data is not None:
+                self._store[key] = data
+        return decode_result(data) if data is not None else None
+
+    async def put(self, key: str, result: ChatResult, *, private: bool) -> None:
+        """Store a whole answer (nothing else is ever given here)."""
+        data = encode_result(replace(result, from_cache=False))
+        self._store[key] = data
+        counts = self.count(result.backend)
+        counts.stored += 1
+        counts.bytes += len(data)
+        if self.redis is not None and (self.share_private or not private):
+            await self.redis.put(key, data)
+
+    # -- one call -------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        key: str,
+        mode: CacheMode | None,
+        call: Callable[[], Awaitable[ChatResult]],
+        *,
+        clock: Clock,
+        is_private: Callable[[str], bool],
+        on_hit: Callable[[ChatResult], None],
+    ) -> ChatResult:
+        """The answer to one request: from the store, from an identical call in flight, or
+        from ``call()`` (then stored when whole)."""
+        start = clock.now()
+        if mode != "refresh":
+            cached = await self.get(key)
+            if cached is not None:
+                result = served_from_cache(cached, clock.now() - start)
+                self.count(result.backend).hits += 1
+                on_hit(result)
+                return result
+        while True:
+            flight = self._flights.get(key)
+            if flight is None:
+                return await self._lead(key, call, is_private)
+            await flight.done.wait()
+            if flight.result is not None:
+                result = served_from_cache(flight.result, clock.now() - start)
+                self.count(result.backend).shared += 1
+                on_hit(result)
+                return result
+            if flight.error is not None:
+                raise copy.copy(flight.error)
+            # the leader was cancelled before an answer: one of us leads now
+
+    async def _lead(
+        self,
+        key: str,
+        call: Callable[[], Awaitable[ChatResult]],
+        is_private: Callable[[str], bool],
+    ) -> ChatResult:
+        flight = self._flights[key] = _Flight()
+        try:
+            result = await call()
+            flight.result = result
+        except GateError as error:
+            flight.error = error
+            raise
+        finally:
+            del self._flights[key]
+            flight.done.set()
+        self.count(result.backend).misses += 1
+        if cacheable(result):
+            await self.put(key, result, private=is_private(result.backend))
+        return result
+
+    async def aclose(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    def __repr__(self) -> str:
+        shared = f", shared={self.redis.shared!r}" if self.redis is not None else ""
+        return f"ResponseCache(ttl_s={self.ttl_s:g}, max_entries={self.max_entries}{shared})"
+
+
+def cacheable(result: ChatResult) -> bool:
+    """A whole answer: it ended on the server's own terms (a finish reason), not a cut."""
+    return result.finish_reason is not None and not result.from_cache

@@ -1,0 +1,124 @@
+"""The gateway's side of the response cache: when a call uses it, and what a hit records.
+
+``Gateway.chat`` / ``Gateway.stream`` ask :meth:`CachedCalls.applies`; when it says yes they
+hand the call here. A hit is a call all the same: an INTERNAL span ``chat {model}`` with
+``gptgate.cache_hit=true`` and the answer's model, backend and finish reason, a ledger line at
+$0 (``LedgerEntry.response_cache_hits``), and the counters of ``stats()[backend].response_cache``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadRequestError
+from .response_cache import (
+    CacheMode,
+    ResponseCache,
+    ResponseCacheStatistics,
+    check_cache_mode,
+    deterministic,
+    request_key,
+)
+from .results import ChatResult
+from .telemetry import NAMES
+
+if TYPE_CHECKING:
+    from .calls import CallRunner, CallSpec
+    from .gateway import ChatStream, Gateway
+
+__all__ = ["CACHE_HIT", "CachedCalls"]
+
+#: the span attribute of an answer served from the response cache
+CACHE_HIT = "gptgate.cache_hit"
+
+
+class CachedCalls:
+    """A gateway's response cache (None: calls go straight through, ``cache="bypass"``)."""
+
+    def __init__(self, gate: Gateway, cache: ResponseCache | None) -> None:
+        if cache is not None and not isinstance(cache, ResponseCache):
+            raise BadRequestError(
+                f"response_cache must be a gptgate.ResponseCache, got {type(cache).__name__}"
+            )
+        self._gate = gate
+        self.cache = cache
+        if cache is not None:
+            cache.bind(gate.clock)
+
+    def applies(self, mode: object, params: Mapping[str, Any]) -> bool:
+        """Does this call go through the cache? ``cache="use"``/``"refresh"`` without a
+        ``ResponseCache`` is a ``BadRequestError`` (it would silently do nothing)."""
+        checked = check_cache_mode(mode)
+        if self.cache is None:
+            if checked in ("use", "refresh"):
+                raise BadRequestError(
+                    f"cache={checked!r} needs Gateway(response_cache=gg.ResponseCache(...))"
+                )
+            return False
+        if checked is None:
+            return deterministic(params)
+        return checked != "bypass"
+
+    def key(
+        self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], *,
+        tier: str, backend: str | None, private: bool,
+    ) -> str:
+        return request_key(
+            self._gate.config.backends, messages, params, tier=tier, backend=backend,
+            private=private,
+        )
+
+    async def chat(
+        self, key: str, mode: CacheMode | None, call: Callable[[], Awaitable[ChatResult]]
+    ) -> ChatResult:
+        assert self.cache is not None
+        return await self.cache.serve(
+            key, mode, call, clock=self._gate.clock, is_private=self.is_private,
+            on_hit=self.hit,
+        )
+
+    def stream(
+        self, runner: CallRunner, spec: CallSpec, key: str, mode: CacheMode | None
+    ) -> ChatStream:
+        from .response_cache_stream import ReplayingStream  # it subclasses gateway's class
+
+        gate = self._gate
+        return ReplayingStream(
+            runner, spec, gate.clock, gate._calls, gate._tiering, cached=self, key=key,
+            mode=mode,
+        )
+
+    def is_private(self, backend: str) -> bool:
+        return any(b.private for b in self._gate.config.backends if b.name == backend)
+
+    def hit(self, result: ChatResult) -> None:
+        """Record a served answer: its span and its $0 ledger line."""
+        gate = self._gate
+        telemetry = gate._telemetry
+        requested = next(
+            (b.model for b in gate.config.backends if b.name == result.backend), result.model
+        )
+        span = telemetry.start_call(result.scenario, requested)
+        if span.is_recording():
+            span.set_attributes({
+                CACHE_HIT: True,
+                NAMES["backend"]: result.backend,
+                NAMES["response_model"]: result.model,
+                NAMES["finish_reasons"]: [result.finish_reason or ""],
+            })
+        telemetry.end_call(span, cost_usd=0.0)
+        entry = gate.ledger.entries.get(result.backend)
+        if entry is not None:
+            entry.response_cache_hits += 1
+
+    def statistics(self, backend: str) -> ResponseCacheStatistics | None:
+        return self.cache.statistics(backend) if self.cache is not None else None
+
+    async def start(self) -> None:
+        if self.cache is not None and self.cache.redis is not None:
+            await self.cache.redis.start()
+
+    async def aclose(self) -> None:
+        if self.cache is not None:
+            await self.cache.aclose()

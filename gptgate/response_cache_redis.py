@@ -1,0 +1,113 @@
+"""The response cache's shared store: answers in a fleet's Redis (``ResponseCache(shared=)``).
+
+The same outage rules as the fleet's (gptgate/shared/fleet.py): every operation is bounded by
+``op_budget_s``; one that fails or overruns is an outage — one warning, and for the next
+``retry_s`` this process asks Redis nothing (its own memory answers: a miss costs a call, never
+an error). ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached.
+The URL's password never reaches a log or an error (``Shared.mask``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import SharedUnreachableError
+
+if TYPE_CHECKING:
+    from .shared import Shared
+
+__all__ = ["RedisAnswers"]
+
+_log = logging.getLogger("gptgate")
+
+
+class RedisAnswers:
+    """Cached answers under ``{namespace}:rc:{key}``, with a TTL of their own in Redis."""
+
+    def __init__(self, shared: Shared, *, ttl_s: float, retry_s: float = 5.0) -> None:
+        self.shared = shared
+        self.ttl_ms = max(1, math.ceil(ttl_s * 1000))
+        self.retry_s = retry_s
+        #: operations that failed or overran (``ResponseCacheStatistics.shared_errors``)
+        self.errors = 0
+        self._redis: Any = None
+        self._down_until = -math.inf
+        self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+
+    def _client(self) -> Any:
+        if self._redis is None:
+            from redis.asyncio import Redis  # only with shared=: an optional extra
+            from redis.exceptions import RedisError
+
+            backstop = max(1.0, 10 * self.shared.op_budget_s)
+            self._errors = (RedisError, OSError, TimeoutError)
+            self._redis = Redis.from_url(
+                self.shared.url, socket_timeout=backstop, socket_connect_timeout=backstop,
+                health_check_interval=0,
+            )
+        return self._redis
+
+    def key(self, key: str) -> str:
+        return f"{self.shared.namespace}:rc:{key}"
+
+    @property
+    def up(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    async def start(self) -> None:
+        """Reach Redis once: ``required=True`` fails the start without it; otherwise an
+        unreachable Redis is an outage from the start."""
+        try:
+            await self._op(self._client().ping())
+        except SharedUnreachableError:
+            if self.shared.required:
+                raise
+
+    async def get(self, key: str) -> bytes | None:
+        if not self.up:
+            return None
+        try:
+            value = await self._op(self._client().get(self.key(key)))
+        except SharedUnreachableError:
+            return None
+        return value if isinstance(value, bytes) else None
+
+    async def put(self, key: str, data: bytes) -> None:
+        if not self.up:
+            return
+        try:
+            await self._op(self._client().set(self.key(key), data, px=self.ttl_ms))
+        except SharedUnreachableError:
+            return
+
+    async def _op(self, awaitable: Any) -> Any:
+        try:
+            with anyio.fail_after(self.shared.op_budget_s):
+                return await awaitable
+        except self._errors as error:
+            self._down(error)
+            raise SharedUnreachableError(
+                f"response cache: shared state {self.shared.display_url} unreachable",
+                url=self.shared.display_url,
+            ) from None
+
+    def _down(self, error: BaseException) -> None:
+        self.errors += 1
+        if self.up:  # one warning per outage
+            _log.warning(
+                "response cache: Redis %s unreachable (%s); answers are cached in this "
+                "process only for the next %.0f s", self.shared.display_url,
+                self.shared.mask(f"{type(error).__name__}: {error}"), self.retry_s,
+            )
+        self._down_until = time.monotonic() + self.retry_s
+
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            redis, self._redis = self._redis, None
+            with anyio.CancelScope(shield=True):
+                await redis.aclose()

@@ -1,0 +1,113 @@
+"""``/v1/embeddings`` on the simulator: deterministic vectors, an input cap, a bill.
+
+Why its own module: an embeddings request is one step (no prefill/decode timeline, no
+stream), so the engine's chat machinery has nothing to offer it but the ledger. The vector of
+a text is a function of the text alone (a hash seeds it), so a test can compare what a
+coalescing client got against one request per text; a request over the profile's
+``embedding_max_inputs`` is the provider's 400, as OpenAI answers more than 2,048 inputs.
+Each request holds one of the engine's slots for ``embedding_request_s`` plus
+``embedding_per_input_s`` per input: the per-request overhead is what merging saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import struct
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from gptgate.sim import wire
+from gptgate.tokens import estimate_text_tokens
+
+if TYPE_CHECKING:
+    from gptgate.sim.engine import SimEngine, SimResponse
+
+__all__ = ["EMBEDDING_PATHS", "answer_embeddings", "vector_for"]
+
+EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
+_JSON = ("content-type", "application/json")
+_SLOTS: weakref.WeakKeyDictionary[SimEngine, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def vector_for(text: str, dimensions: int) -> list[float]:
+    """The simulator's embedding of ``text``: unit-free floats in [-1, 1), from its hash."""
+    out: list[float] = []
+    counter = 0
+    while len(out) < dimensions:
+        digest = hashlib.blake2b(f"{counter}:{text}".encode(), digest_size=32).digest()
+        out.extend(v / 2**31 for v in struct.unpack("<8i", digest))
+        counter += 1
+    return out[:dimensions]
+
+
+def _inputs(body: bytes) -> tuple[str, list[str]] | str:
+    """The request's model and inputs, or why it is a 400."""
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        return "We could not parse the JSON body of your request."
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+        return "you must provide a model parameter"
+    raw = data.get("input")
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not texts:
+        return "'$.input' is invalid: expected a string or a non-empty array of strings"
+    if not all(isinstance(t, str) and t for t in texts):
+        return "'$.input' is invalid: every input must be a non-empty string"
+    return data["model"], texts
+
+
+async def answer_embeddings(
+    engine: SimEngine, body: bytes, base: list[tuple[str, str]]
+) -> SimResponse:
+    """One embeddings request: a 400 for a bad or over-cap body, else the vectors in order
+    and ``usage.prompt_tokens`` (billed in the engine's ledger)."""
+    from gptgate.sim.engine import SimResponse
+
+    profile = engine.profile
+    parsed = _inputs(body)
+    if isinstance(parsed, str):
+        engine.ledger.record("client_error")
+        return _bad_request(base, parsed, profile.flavor)
+    model, texts = parsed
+    if len(texts) > profile.embedding_max_inputs:
+        engine.ledger.record("client_error")
+        message = (
+            f"'$.input' is too long: {len(texts)} inputs, the most one request takes is "
+            f"{profile.embedding_max_inputs}"
+        )
+        return _bad_request(base, message, profile.flavor)
+    slots = _SLOTS.get(engine)
+    if slots is None:
+        slots = _SLOTS[engine] = asyncio.Semaphore(profile.slots * profile.replicas)
+    tokens = sum(estimate_text_tokens(t) for t in texts)
+    async with slots:
+        try:
+            await engine.clock.sleep(
+                profile.embedding_request_s + profile.embedding_per_input_s * len(texts)
+            )
+        except BaseException:
+            engine.ledger.record("abandoned", input_tokens=tokens)
+            raise
+    engine.ledger.record("ok", input_tokens=tokens)
+    dims = profile.embedding_dimensions
+    payload = {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": vector_for(t, dims)}
+            for i, t in enumerate(texts)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    out = wire.dumps(payload).encode()
+    return SimResponse(200, [*base, _JSON, ("content-length", str(len(out)))], out)
+
+
+def _bad_request(base: list[tuple[str, str]], message: str, flavor: str) -> SimResponse:
+    from gptgate.sim.engine import SimResponse
+
+    out = wire.error_body(400, message, "invalid_request_error", param="input", flavor=flavor)
+    return SimResponse(400, [*base, _JSON, ("content-length", str(len(out)))], out)
