@@ -236,3 +236,24 @@ def test_the_anthropic_ledger_equals_the_bill_at_half_price_cache_included(
         assert entry.cost_usd == pytest.approx(bill, rel=1e-9)
 
     _claude(body)
+
+
+# -- the body through the dialect -----------------------------------------------------------
+
+
+def test_a_batch_body_is_built_by_the_dialect_extra_body_merged(tmp_path: Path) -> None:
+    """``extra_body=`` means what it means live: its keys go into the body (before, the
+    batch path wrote a literal ``"extra_body"`` key, which OpenAI refuses)."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        backend, engine = sim_backend("hosted", name="oa", clock=clock)
+        batches = SimBatches(engine, SimBatchPlan(complete_after_s=60)).attach()
+        async with gg.Gateway([backend], clock=clock) as gate:
+            job = await gate.batch(_items(3), job_dir=tmp_path, extra_body={"top_k": 5})
+            _in_order(await job.wait())
+        sent = next(f for f in batches.files.values() if f.purpose == "batch")
+        body = json.loads(sent.data.splitlines()[0])["body"]
+        assert body["top_k"] == 5 and "extra_body" not in body
+
+    run_virtual(main)
