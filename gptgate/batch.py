@@ -545,8 +545,7 @@ class BatchJob:
             output_tokens=estimate_text_tokens(parsed.text),
             estimated=True,
         )
-        price = self._backend.price
-        cost = price.cost(usage) * self._backend.batch_discount if price is not None else 0.0
+        cost = self._gate.ledger.batch_cost(name, usage, self._backend.batch_discount)
         return ChatResult(
             text=parsed.text,
             finish_reason=parsed.finish_reason,

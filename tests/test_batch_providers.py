@@ -257,3 +257,30 @@ def test_a_batch_body_is_built_by_the_dialect_extra_body_merged(tmp_path: Path) 
         assert body["top_k"] == 5 and "extra_body" not in body
 
     run_virtual(main)
+
+
+# -- batch prices from genai-prices ---------------------------------------------------------
+
+
+def test_a_table_batch_price_wins_over_the_fixed_discount() -> None:
+    """Where genai-prices states a model's batch price (a ``processing: batch`` variant, in
+    force from its start date), a batch answer is booked at it — the provider's own discount,
+    cache reads and writes included — whatever ``batch_discount`` says; before that date, or
+    for a model without one, at ``batch_discount`` of the live price."""
+    from datetime import UTC, datetime
+
+    from gptgate.ledger import Ledger
+    from gptgate.prices import catalog_price
+
+    source = catalog_price("anthropic", "claude-fable-5")
+    assert source is not None
+    usage = gg.Usage(input_tokens=1_000_000, cached_input_tokens=600_000,
+                     cache_write_input_tokens=200_000, output_tokens=100_000)
+    stated = Ledger({"c": source}, utc_now=lambda: datetime(2026, 11, 1, tzinfo=UTC))
+    live = stated.cost("c", usage)
+    cost = stated.record_batch("c", usage, discount=0.25)
+    # 0.2M uncached at $5, 0.2M written at $6.25, 0.6M read at $0.5, 0.1M out at $25
+    assert cost == pytest.approx(0.2 * 5 + 0.2 * 6.25 + 0.6 * 0.5 + 0.1 * 25)
+    assert cost == pytest.approx(live * 0.5) and stated.entries["c"].batch_cost_usd == cost
+    before = Ledger({"c": source}, utc_now=lambda: datetime(2026, 9, 1, tzinfo=UTC))
+    assert before.record_batch("c", usage, discount=0.25) == pytest.approx(live * 0.25)
