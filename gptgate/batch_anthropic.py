@@ -35,7 +35,7 @@ from typing import Any
 import httpx2
 
 from .batch_api import BatchLimits, CreateIntent, ItemResult, RemoteBatch
-from .batch_openai import OpenAIBatches
+from .batch_openai import OpenAIBatches, result_records
 from .errors import BackendError
 
 __all__ = ["ANTHROPIC_LIMITS", "CLOCK_SKEW_S", "AnthropicBatches", "BatchLookupError"]
@@ -198,13 +198,7 @@ def _dict(value: Any) -> dict[str, Any]:
 def _result_lines(data: bytes) -> Iterator[ItemResult]:
     """``{"custom_id", "result": {"type", "message" | "error"}}`` lines; a line that is not
     one is skipped (its item then ends as "no result")."""
-    for raw in data.splitlines():
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-            continue
+    for obj in result_records(data):
         cid = obj["custom_id"]
         result = _dict(obj.get("result"))
         kind = result.get("type")

@@ -21,7 +21,7 @@ from .batch_api import BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .errors import BackendError, GatewayClosedError
 from .wire.openai import error_for_exception, error_for_status
 
-__all__ = ["OPENAI_LIMITS", "OpenAIBatches"]
+__all__ = ["OPENAI_LIMITS", "OpenAIBatches", "result_records"]
 
 #: 50,000 requests or 200 MB an input file (platform.openai.com/docs/guides/batch)
 OPENAI_LIMITS = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
@@ -208,16 +208,22 @@ def _remote(obj: Mapping[str, Any], backend: str) -> RemoteBatch:
     )
 
 
-def _result_lines(data: bytes) -> Iterator[ItemResult]:
-    """``{"custom_id", "response": {"status_code", "body"}, "error"}`` lines; a line that is
-    not one is skipped (its item then ends as "no result")."""
+def result_records(data: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects with a ``custom_id`` in a result file; a line that is not one is
+    skipped (its item then ends as "no result")."""
     for raw in data.splitlines():
         try:
             obj = json.loads(raw)
         except ValueError:
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-            continue
+        if isinstance(obj, dict) and isinstance(obj.get("custom_id"), str):
+            yield obj
+
+
+def _result_lines(data: bytes) -> Iterator[ItemResult]:
+    """``{"custom_id", "response": {"status_code", "body"}, "error"}`` lines; a line that is
+    not one is skipped (its item then ends as "no result")."""
+    for obj in result_records(data):
         response, error = obj.get("response"), obj.get("error")
         if isinstance(response, dict) and isinstance(response.get("status_code"), int):
             yield ItemResult(obj["custom_id"], response["status_code"], response.get("body"))
