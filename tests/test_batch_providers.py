@@ -284,3 +284,32 @@ def test_a_table_batch_price_wins_over_the_fixed_discount() -> None:
     assert cost == pytest.approx(live * 0.5) and stated.entries["c"].batch_cost_usd == cost
     before = Ledger({"c": source}, utc_now=lambda: datetime(2026, 9, 1, tzinfo=UTC))
     assert before.record_batch("c", usage, discount=0.25) == pytest.approx(live * 0.25)
+
+
+def test_an_anthropic_job_over_loopback_http(tmp_path: Path) -> None:
+    """Over real sockets: the batches URL under the server root, ``x-api-key`` and
+    ``anthropic-version`` on every request, the absolute ``results_url`` fetched."""
+    import anyio
+
+    from gptgate.sim import SimServer
+
+    clock = gg.ScaledClock(2000)
+    profile = ANTHROPIC_PROFILE.model_copy(update={"rpm": None, "tpm": None})
+    engine = SimEngine(profile, clock=clock, seed=4)
+    assert isinstance(engine, AnthropicEngine)
+    sim = SimMessageBatches(engine, SimBatchPlan(complete_after_s=120, fail_rate=0.05,
+                                                 seed=2)).attach()
+
+    async def body(base_url: str) -> list[Any]:
+        backend = gg.Backend(name="claude", provider="anthropic", base_url=base_url,
+                             model=profile.model, api_key="sk-ant-test", price=CLAUDE)
+        async with gg.Gateway([backend], clock=clock) as gate:
+            job = await gate.batch(_items(100), job_dir=tmp_path, poll_s=10)
+            return await job.wait()
+
+    with SimServer(engine) as base_url:
+        results = anyio.run(body, base_url)
+    failed = [r for r in results if not isinstance(r, gg.ChatResult)]
+    assert failed and all(isinstance(r, gg.BackendError) and r.status == 500 for r in failed)
+    _in_order([r for r in results if isinstance(r, gg.ChatResult)])
+    assert sim.creates == 1 and len(results) == 100
