@@ -32,12 +32,13 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .batch_api import TERMINAL, BatchAPI, BatchLimits, ItemResult, RemoteBatch
-from .batch_openai import OPENAI_LIMITS, OpenAIBatches
+from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
+from .batch_apis import batch_api_for, batch_model
 from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
 from .config import Backend
@@ -50,7 +51,7 @@ from .errors import (
 )
 from .results import ChatResult, Usage
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
-from .wire.openai import build_chat_body, error_for_status, parse_chat_response
+from .wire.dialect import Dialect
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -95,10 +96,11 @@ class _Request:
 
 
 def _prepare(
-    index: int, item: object, common: Mapping[str, Any], model: str
+    index: int, item: object, common: Mapping[str, Any], model: str, dialect: Dialect
 ) -> tuple[dict[str, Any], bytes, int, int | None]:
-    """An item's merged ``chat`` arguments, its request body, prompt size and answer cap;
-    a ``BadRequestError`` naming the item when it cannot be one."""
+    """An item's merged ``chat`` arguments, its request body (built by the backend's
+    dialect, as a live call's: its parameter checks and ``extra_body`` apply), prompt size and
+    answer cap; a ``BadRequestError`` naming the item when it cannot be one."""
     if not isinstance(item, Mapping):
         raise BadRequestError(
             f"item {index} must be a dict of chat arguments, not {type(item).__name__}"
@@ -113,7 +115,7 @@ def _prepare(
         raise BadRequestError(f"item {index}: a Batch API request is never streamed")
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
-        body = build_chat_body(model, messages, params, stream=False)
+        body = dialect.build_body(model, messages, params, stream=False)
     except BadRequestError as error:
         raise BadRequestError(f"item {index}: {error.message}") from None
     cap = params.get("max_completion_tokens", params.get("max_tokens"))
@@ -186,18 +188,19 @@ async def submit_batch(
         raise BadRequestError("items must be an iterable of dicts of chat arguments") from None
     if not source:
         raise BadRequestError("a batch job needs at least one item")
-    api: BatchAPI = OpenAIBatches(state.pool.client, config.name, limits or OPENAI_LIMITS)
+    dialect = state.pool.dialect
+    api = batch_api_for(dialect, state.pool.client, config, limits)
     requests: list[_Request] = []
     lines: list[bytes] = []
     digest = hashlib.sha256(f"{config.name}\n{config.model}\n".encode())
     for index, item in enumerate(source):
-        kwargs, body, prompt, cap = _prepare(index, item, common, config.model)
+        kwargs, body, prompt, cap = _prepare(index, item, common, batch_model(config), dialect)
         lines.append(api.request_line(_custom_id(index, 0), body))
         digest.update(lines[-1] + b"\n")
         requests.append(_Request(body, kwargs, prompt, cap))
     key = digest.hexdigest()
     job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
-                   scenario=scenario, poll_s=float(poll_s), spending=spending)
+                   scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect)
     with job._store.locked():
         await _take_up(job, key, lines)
     if job.resumed:
@@ -269,8 +272,11 @@ class BatchJob:
         scenario: Any,
         poll_s: float,
         spending: BudgetGate | None,
+        dialect: Dialect,
     ) -> None:
         self._gate = gate
+        #: the backend's wire: it reads the answers as it built the requests
+        self._dialect = dialect
         self._api = api
         self._store = store
         self._backend = backend
@@ -359,32 +365,46 @@ class BatchJob:
 
     async def submit_part(self, part: PartRecord) -> None:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
-        a crash before its record) found at the provider by the job's key."""
+        a crash before its record) found at the provider by the job's key — or, where
+        batches carry no metadata, by the create's recorded intent (``CreateIntent``)."""
         if part.batch_id is not None:
             return
         meta = self._metadata(part)
         if self.resumed:
-            found = await self._call(self._api.find_batch, meta)
+            found = await self._call(self._api.find_batch, meta, self._intent(part))
             if found is not None:
                 part.batch_id = found
                 self._save()
                 return
-        if part.file_id is None:
+        data = b""
+        if self._api.uploads and part.file_id is None:
             filename = f"{part.name}.jsonl"
             found = await self._call(self._api.find_file, filename) if self.resumed else None
             if found is None:
-                data = b"\n".join(self._line(i, part.round) for i in part.indices()) + b"\n"
+                data = self._data(part)
                 found = await self._once(
                     lambda: self._api.upload(filename, data),
                     lambda: self._api.find_file(filename),
                 )
             part.file_id = found
             self._save()
-        file_id = part.file_id
+        elif not self._api.uploads:
+            data = self._data(part)
+        file_id = part.file_id or ""
+        part.created_after = time.time()
+        self._save()  # when the create may have happened from: the lookup's lower bound
         part.batch_id = await self._once(
-            lambda: self._api.create(file_id, meta), lambda: self._api.find_batch(meta)
+            lambda: self._api.create(file_id, meta, data),
+            lambda: self._api.find_batch(meta, self._intent(part)),
         )
         self._save()
+
+    def _data(self, part: PartRecord) -> bytes:
+        return b"\n".join(self._line(i, part.round) for i in part.indices()) + b"\n"
+
+    def _intent(self, part: PartRecord) -> CreateIntent:
+        taken = frozenset(p.batch_id for p in self._job.parts if p.batch_id is not None)
+        return CreateIntent(len(part.indices()), part.created_after, taken)
 
     def _line(self, index: int, round_: int) -> bytes:
         return self._api.request_line(_custom_id(index, round_), self._requests[index].body)
@@ -514,9 +534,9 @@ class BatchJob:
             return _item_error(line, name)
         body = json.dumps(line.body).encode()
         if line.status >= 300:
-            return error_for_status(line.status, None, body, backend=name)
+            return self._dialect.error_for_status(line.status, None, body, backend=name)
         try:
-            parsed = parse_chat_response(body, backend=name, status=line.status)
+            parsed = self._dialect.parse_response(body, backend=name, status=line.status)
         except GateError as error:
             return error
         request = self._requests[index]
@@ -525,8 +545,7 @@ class BatchJob:
             output_tokens=estimate_text_tokens(parsed.text),
             estimated=True,
         )
-        price = self._backend.price
-        cost = price.cost(usage) * self._backend.batch_discount if price is not None else 0.0
+        cost = self._gate.ledger.batch_cost(name, usage, self._backend.batch_discount)
         return ChatResult(
             text=parsed.text,
             finish_reason=parsed.finish_reason,

@@ -3,7 +3,8 @@
 A job (gptgate/batch.py) knows nothing of URLs or file formats: it asks its ``BatchAPI`` to
 write request lines, upload a file, create, look up, poll, cancel and download batches, and to
 read the result lines back as :class:`ItemResult`. OpenAI's Files + Batches API (Azure's too)
-is gptgate/batch_openai.py; Anthropic's Message Batches is one more module of this shape.
+is gptgate/batch_openai.py; Anthropic's Message Batches gptgate/batch_anthropic.py;
+gptgate/batch_apis.py picks one by the backend's dialect.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["TERMINAL", "BatchAPI", "BatchLimits", "ItemResult", "RemoteBatch"]
+__all__ = ["TERMINAL", "BatchAPI", "BatchLimits", "CreateIntent", "ItemResult", "RemoteBatch"]
 
 #: a batch in one of these states will not change again
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled", "ended"})
@@ -24,6 +25,18 @@ class BatchLimits:
 
     max_requests: int
     max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateIntent:
+    """What a part's create was, for an API whose batches carry no metadata (Anthropic's) to
+    find one created before a crash lost its id: how many requests, not before when (wall
+    clock, recorded in ``job_dir`` before the create was sent), and the ids other parts of
+    the job already hold (never this part's)."""
+
+    requests: int
+    not_before: float | None
+    taken: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,9 @@ class BatchAPI(Protocol):
     """One provider's Batch API, over the backend's pooled client."""
 
     limits: BatchLimits
+    #: True: the requests go up as a file (``upload``), then ``create`` names it; False: the
+    #: requests go inline in ``create``'s ``data`` (Anthropic's Message Batches)
+    uploads: bool
 
     def request_line(self, custom_id: str, body: bytes) -> bytes:
         """One JSONL line (no newline) asking for the chat completion ``body``."""
@@ -73,11 +89,14 @@ class BatchAPI(Protocol):
     async def upload(self, filename: str, data: bytes) -> str:
         ...
 
-    async def find_batch(self, metadata: Mapping[str, str]) -> str | None:
-        """The id of a batch created with ``metadata`` (a crash after its creation)."""
+    async def find_batch(self, metadata: Mapping[str, str], intent: CreateIntent) -> str | None:
+        """The id of a batch created with ``metadata`` (a crash after its creation); an API
+        without metadata matches ``intent`` instead."""
         ...
 
-    async def create(self, file_id: str, metadata: Mapping[str, str]) -> str:
+    async def create(self, file_id: str, metadata: Mapping[str, str], data: bytes) -> str:
+        """Create the batch of the uploaded ``file_id``, or (``uploads`` False) of the request
+        lines ``data``."""
         ...
 
     async def retrieve(self, batch_id: str) -> RemoteBatch:

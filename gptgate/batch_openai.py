@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx2
 
-from .batch_api import BatchLimits, ItemResult, RemoteBatch
+from .batch_api import BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .errors import BackendError, GatewayClosedError
 from .wire.openai import error_for_exception, error_for_status
 
-__all__ = ["OPENAI_LIMITS", "OpenAIBatches"]
+__all__ = ["OPENAI_LIMITS", "OpenAIBatches", "result_records"]
 
 #: 50,000 requests or 200 MB an input file (platform.openai.com/docs/guides/batch)
 OPENAI_LIMITS = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
@@ -34,12 +34,28 @@ _MAX_PAGES = 50
 class OpenAIBatches:
     """``BatchAPI`` over ``client`` (the backend's pooled client: base URL and key)."""
 
+    #: the input goes up as a file first (Anthropic's batches take their requests inline)
+    uploads = True
+
     def __init__(
-        self, client: httpx2.AsyncClient, backend: str, limits: BatchLimits = OPENAI_LIMITS
+        self,
+        client: httpx2.AsyncClient,
+        backend: str,
+        limits: BatchLimits = OPENAI_LIMITS,
+        *,
+        root: str = "/",
+        params: Mapping[str, str] | None = None,
+        endpoint: str = _ENDPOINT,
     ) -> None:
         self._client = client
         self._backend = backend
         self.limits = limits
+        #: where ``files`` and ``batches`` live (relative to the client's ``base_url``, or an
+        #: absolute URL: Azure's ``{endpoint}/openai/``), the query every request carries
+        #: (Azure's ``api-version``) and the endpoint the request lines name
+        self._root = root
+        self._params = dict(params or {})
+        self._endpoint = endpoint
 
     # -- HTTP -----------------------------------------------------------------------------
 
@@ -50,6 +66,10 @@ class OpenAIBatches:
                 "provider: take it up again with gate.batch(the same items, job_dir=...)",
                 backend=self._backend,
             )
+        if not path.startswith(("http://", "https://")):  # else a result URL, as given
+            path = (self._root + path.lstrip("/")).rstrip("/") or "/"
+        if self._params:
+            options["params"] = {**self._params, **options.get("params", {})}
         try:
             response = await self._client.request(method, path, **options)
         except httpx2.HTTPError as exc:
@@ -92,7 +112,8 @@ class OpenAIBatches:
 
     def request_line(self, custom_id: str, body: bytes) -> bytes:
         head = json.dumps(
-            {"custom_id": custom_id, "method": "POST", "url": _ENDPOINT}, separators=(",", ":")
+            {"custom_id": custom_id, "method": "POST", "url": self._endpoint},
+            separators=(",", ":"),
         )
         return head[:-1].encode() + b',"body":' + body + b"}"
 
@@ -120,19 +141,19 @@ class OpenAIBatches:
         )
         return _id(obj, "file", self._backend)
 
-    async def find_batch(self, metadata: Mapping[str, str]) -> str | None:
+    async def find_batch(self, metadata: Mapping[str, str], intent: CreateIntent) -> str | None:
         for obj in await self._pages("/batches", {"limit": 100}):
             meta = obj.get("metadata")
             if isinstance(meta, dict) and all(meta.get(k) == v for k, v in metadata.items()):
                 return _id(obj, "batch", self._backend)
         return None
 
-    async def create(self, file_id: str, metadata: Mapping[str, str]) -> str:
+    async def create(self, file_id: str, metadata: Mapping[str, str], data: bytes) -> str:
         obj = await self._json(
             "POST", "/batches",
             json={
                 "input_file_id": file_id,
-                "endpoint": _ENDPOINT,
+                "endpoint": self._endpoint,
                 "completion_window": "24h",
                 "metadata": dict(metadata),
             },
@@ -187,16 +208,22 @@ def _remote(obj: Mapping[str, Any], backend: str) -> RemoteBatch:
     )
 
 
-def _result_lines(data: bytes) -> Iterator[ItemResult]:
-    """``{"custom_id", "response": {"status_code", "body"}, "error"}`` lines; a line that is
-    not one is skipped (its item then ends as "no result")."""
+def result_records(data: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects with a ``custom_id`` in a result file; a line that is not one is
+    skipped (its item then ends as "no result")."""
     for raw in data.splitlines():
         try:
             obj = json.loads(raw)
         except ValueError:
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-            continue
+        if isinstance(obj, dict) and isinstance(obj.get("custom_id"), str):
+            yield obj
+
+
+def _result_lines(data: bytes) -> Iterator[ItemResult]:
+    """``{"custom_id", "response": {"status_code", "body"}, "error"}`` lines; a line that is
+    not one is skipped (its item then ends as "no result")."""
+    for obj in result_records(data):
         response, error = obj.get("response"), obj.get("error")
         if isinstance(response, dict) and isinstance(response.get("status_code"), int):
             yield ItemResult(obj["custom_id"], response["status_code"], response.get("body"))

@@ -45,6 +45,9 @@ class PartRecord:
     output_file_id: str | None = None
     error_file_id: str | None = None
     errors: str | None = None
+    #: wall-clock seconds just before the create was (first) sent: a batch API without
+    #: metadata (Anthropic's) finds a create whose answer a crash lost among those after it
+    created_after: float | None = None
 
     def indices(self) -> list[int]:
         return [i for start, stop in self.ranges for i in range(start, stop)]

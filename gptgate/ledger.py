@@ -165,11 +165,23 @@ class Ledger:
             self.on_cost(delta)
         return delta
 
+    def batch_cost(self, backend: str, usage: Usage, discount: float) -> float:
+        """One Batch API answer's cost: genai-prices' batch price when the table states one
+        for the model (the provider's own discount, cache reads and writes included), else
+        ``discount`` of the live price."""
+        source = self._prices.get(backend)
+        if isinstance(source, CatalogPrice):
+            now = self._utc_now()
+            if source.has_batch(now):
+                return source.at(now, usage.input_tokens, batch=True).cost(usage)
+        return self.cost(backend, usage) * discount
+
     def record_batch(self, backend: str, usage: Usage, discount: float) -> float:
-        """Count one Batch API answer, billed at ``discount`` of the live price; returns its
-        cost in dollars (which also reaches ``on_cost``: the dollar budget settles from it)."""
+        """Count one Batch API answer, billed at the batch price (:meth:`batch_cost`);
+        returns its cost in dollars (which also reaches ``on_cost``: the dollar budget
+        settles from it)."""
         entry = self.entries[backend]
-        cost = self.cost(backend, usage) * discount
+        cost = self.batch_cost(backend, usage, discount)
         entry.batch_requests += 1
         entry.batch_tokens += usage.total_tokens
         entry.batch_cost_usd += cost

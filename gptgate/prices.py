@@ -44,6 +44,8 @@ _TABLE_PROVIDER = {
 _OPENAI_HOST = "api.openai.com"
 #: the table's price fields that map onto ``gg.Price`` (input, cache read, cache write, output)
 _TABLE_FIELDS = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
+#: the table's price-variant key for the Batch APIs' prices
+_BATCH = "batch"
 
 
 def _rate(value: Any, input_tokens: int) -> float | None:
@@ -71,16 +73,28 @@ class CatalogPrice:
         self.model_id: str = model.id
         self._model = model
         #: a few distinct prices at most (peak/off-peak, tiers): converted once each
-        self._cache: dict[tuple[int, int], Price] = {}
+        self._cache: dict[tuple[int, int, bool], Price] = {}
 
-    def at(self, when: datetime, input_tokens: int = 0) -> Price:
-        table = self._model.get_prices(when)  # the time-of-day variant in force
+    def has_batch(self, when: datetime) -> bool:
+        """The table states this model's Batch API price at ``when`` (a ``processing:
+        batch`` variant in force): :meth:`at` with ``batch=True`` is that price, discounted
+        as the provider discounts it — cache reads and writes included."""
+        return any(
+            variant.when.get("processing") == _BATCH
+            and (variant.constraint is None or variant.constraint.active(when))
+            for variant in self._model.price_variants or ()
+        )
+
+    def at(self, when: datetime, input_tokens: int = 0, *, batch: bool = False) -> Price:
+        # the time-of-day variant in force; with ``batch``, the batch variant over it
+        batch = batch and self.has_batch(when)
+        table = self._model.get_prices(when, {"processing": _BATCH} if batch else None)
         values = [getattr(table, name, None) for name in _TABLE_FIELDS]
         # thresholds crossed, over every tiered field: the same count, the same rates
         crossed = sum(
             1 for v in values for tier in getattr(v, "tiers", ()) if input_tokens > tier.start
         )
-        key = (id(table), crossed)
+        key = (id(self._model.get_prices(when)), crossed, batch)
         price = self._cache.get(key)
         if price is None:
             plain, read, write, output = (_rate(v, input_tokens) for v in values)

@@ -16,10 +16,12 @@ Seeded and deterministic in content and token counts; time runs on a
 * :func:`family` / :func:`family_draw` — a seeded family of server shapes drawn from realistic
   ranges (docs/guide/simulator.md, "The server family");
 * :class:`SimBatches` — OpenAI's Files + Batches API (``/v1/files``, ``/v1/batches``) in
-  virtual time, with failures, expiry and cancellation (docs/batch.md).
+  virtual time, with failures, expiry and cancellation (docs/batch.md); on the azure flavor
+  at Azure's paths; :class:`SimMessageBatches` — Anthropic's Message Batches.
 """
 
 from gptgate.sim.anthropic import ANTHROPIC_PROFILE
+from gptgate.sim.anthropic_batches import SimMessageBatches
 from gptgate.sim.app import create_app
 from gptgate.sim.azure import AZURE_PROFILE
 from gptgate.sim.deepseek import DEEPSEEK_PRICE, DEEPSEEK_PROFILE
@@ -49,6 +51,7 @@ __all__ = [
     "SimBatches",
     "SimEngine",
     "SimLedger",
+    "SimMessageBatches",
     "SimProcess",
     "SimProfile",
     "SimReset",

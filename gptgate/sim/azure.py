@@ -4,8 +4,9 @@ its rate-limit headers, so the Azure dialect is tested over loopback as the othe
 What Azure does differently, and this reproduces:
 
 * paths: ``/openai/deployments/{deployment}/chat/completions?api-version=...`` (the deployment
-  is the profile's ``model``) or the newer ``/openai/v1/chat/completions``; anything else —
-  a ``base_url`` with ``/v1`` on it, a missing ``api-version`` — is a bare 404
+  is the profile's ``model``) or the newer ``/openai/v1/chat/completions``; the Batch API's
+  ``/openai/files`` and ``/openai/batches`` (with ``api-version``) or ``/openai/v1/...``;
+  anything else — a ``base_url`` with ``/v1`` on it, a missing ``api-version`` — is a bare 404
   ``Resource not found``, the error users meet most;
 * auth: the key in an ``api-key`` header, or an Entra ID token as ``Authorization: Bearer``;
   a key sent as a Bearer token (the OpenAI habit) is a 401;
@@ -37,7 +38,9 @@ AZURE_PROFILE = PROFILES["hosted"].model_copy(update={
 })
 
 _DEPLOYMENT = re.compile(r"^/openai/deployments/([^/]+)/(chat/completions|embeddings)$")
-_V1 = re.compile(r"^/openai/v1/(chat/completions|models)$")
+_V1 = re.compile(r"^/openai/v1/(chat/completions|models|(?:files|batches)(?:/.*)?)$")
+#: the Batch API's files and batches (gptgate/sim/openai_batches.py), by api-version
+_BATCH = re.compile(r"^/openai/((?:files|batches)(?:/.*)?)$")
 
 _NOT_FOUND = "Resource not found"
 _DENIED = (
@@ -73,7 +76,7 @@ def azure_route(
 ) -> str | AzureRefusal:
     """The OpenAI path an Azure request stands for (``/v1/chat/completions``), or the refusal
     Azure would answer it with."""
-    deployment = _DEPLOYMENT.match(path)
+    deployment = _DEPLOYMENT.match(path) or _BATCH.match(path)
     v1 = _V1.match(path)
     if deployment is None and v1 is None:
         return AzureRefusal(404, "404", _NOT_FOUND)
@@ -82,6 +85,8 @@ def azure_route(
         return AzureRefusal(404, "404", _NOT_FOUND)
     if not _authorized(headers, profile):
         return AzureRefusal(401, "401", _DENIED)
+    if deployment is not None and deployment.re is _BATCH:
+        return "/v1/" + deployment.group(1)
     if deployment is not None:
         if deployment.group(1) != profile.model:
             return AzureRefusal(

@@ -93,6 +93,11 @@ class SimBatches:
         self._rng = random.Random(self.plan.seed)
         self._ids = 0
 
+    @property
+    def _endpoint(self) -> str:
+        """The endpoint a batch names: Azure's is ``/chat/completions``."""
+        return "/chat/completions" if self.engine.profile.flavor == "azure" else _ENDPOINT
+
     def attach(self) -> SimBatches:
         self.engine.batch_routes = self.handle
         return self
@@ -168,7 +173,7 @@ class SimBatches:
             return _error(400, "We could not parse the JSON body of your request.")
         if not isinstance(req, dict):
             return _error(400, "The request body must be a JSON object.")
-        if req.get("endpoint") != _ENDPOINT:
+        if req.get("endpoint") != self._endpoint:
             return _error(400, f"Invalid endpoint {req.get('endpoint')!r}.")
         if req.get("completion_window") != "24h":
             return _error(400, "completion_window must be '24h'.")
@@ -177,7 +182,7 @@ class SimBatches:
             return _error(400, f"No such File object: {req.get('input_file_id')}")
         metadata = req.get("metadata") or {}
         self.creates += 1
-        lines, errors = _read_input(file.data)
+        lines, errors = _read_input(file.data, self._endpoint)
         batch = _Batch(self._next_id("batch_sim"), file.id, dict(metadata),
                        self.engine.clock.now(), self._epoch(), lines)
         batch.counts["total"] = len(lines)
@@ -189,7 +194,7 @@ class SimBatches:
     def _view(self, batch: _Batch) -> dict[str, Any]:
         self._advance(batch)
         return {
-            "id": batch.id, "object": "batch", "endpoint": _ENDPOINT,
+            "id": batch.id, "object": "batch", "endpoint": self._endpoint,
             "input_file_id": batch.input_file_id, "completion_window": "24h",
             "status": batch.status, "output_file_id": batch.output_file_id,
             "error_file_id": batch.error_file_id, "created_at": batch.created_at,
@@ -304,7 +309,7 @@ def _error_line(cid: str, code: str, message: str) -> str:
                        "error": {"code": code, "message": message}})
 
 
-def _read_input(data: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read_input(data: bytes, endpoint: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request lines of an input file, and what is wrong with it (as OpenAI reports)."""
     lines: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
@@ -319,7 +324,7 @@ def _read_input(data: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                            "message": "This line is not parseable as valid JSON."})
             continue
         cid = obj.get("custom_id") if isinstance(obj, dict) else None
-        if not isinstance(cid, str) or cid in seen or obj.get("url") != _ENDPOINT or \
+        if not isinstance(cid, str) or cid in seen or obj.get("url") != endpoint or \
                 not isinstance(obj.get("body"), dict):
             errors.append({"code": "invalid_request", "line": number,
                            "message": "custom_id missing or repeated, or wrong url/body."})

@@ -13,6 +13,8 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from gptgate.clock import Clock, ScaledClock, SystemClock
+from gptgate.sim.anthropic import AnthropicEngine
+from gptgate.sim.anthropic_batches import SimMessageBatches
 from gptgate.sim.app import create_app
 from gptgate.sim.engine import SimEngine, SimReset
 from gptgate.sim.faults import FaultPlan
@@ -68,10 +70,14 @@ def serve(
 ) -> None:
     """Serve a simulated backend until interrupted (``gptgate sim serve``); ``faults``: the
     random failures and 429 storms to rehearse against; ``batches``: how its Batch API
-    (``/v1/files``, ``/v1/batches``) runs jobs."""
+    (``/v1/files``, ``/v1/batches``; an Anthropic profile's ``/v1/messages/batches``) runs
+    jobs."""
     uvicorn = _uvicorn()
     engine = SimEngine(profile, clock=_clock(time_scale), seed=seed, faults=faults)
-    SimBatches(engine, batches).attach()
+    if isinstance(engine, AnthropicEngine):  # its Message Batches (/v1/messages/batches)
+        SimMessageBatches(engine, batches).attach()
+    else:
+        SimBatches(engine, batches).attach()
     _quiet_resets()
     uvicorn.run(create_app(engine), host=host, port=port, lifespan="off", log_level="info")
 
