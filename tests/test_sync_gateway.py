@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import openai
 import pytest
 
@@ -580,3 +581,50 @@ def test_closing_under_calls_and_streams_in_flight_ends_them_with_a_typed_error(
         worker.join(30)
     assert len(seen) == 2 and all(isinstance(e, gg.GateError) for e in seen), seen
     assert sync_threads_left() == []
+
+
+class _CutMidStream(httpx2.SyncByteStream):
+    """A response body the network cuts after its first event."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b'data: {"choices": []}\n\n'
+        raise httpx2.ReadError("connection reset while reading the stream")
+
+
+def test_a_returned_stream_cut_while_read_blames_the_backend_not_the_app(
+    server: tuple[str, SimEngine],
+) -> None:
+    """A guarded sync function's returned stream that fails while the caller reads it is the
+    backend's failure (classified as for an async guard), never retried (the caller holds the
+    stream); the application's own error in a returned generator blames nothing."""
+    base_url, _ = server
+
+    def cut(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, stream=_CutMidStream())
+
+    own = httpx2.Client(transport=httpx2.MockTransport(cut))
+    with sync_gate(base_url, concurrency=1) as gate:
+
+        @gate.guard(backend="sim")
+        def start_stream() -> httpx2.Response:
+            request = own.build_request("POST", f"{base_url}/chat/completions")
+            return own.send(request, stream=True)
+
+        @gate.guard(backend="sim")
+        def own_generator() -> Iterator[int]:
+            yield 1
+            raise KeyError("the app's own bug")
+
+        for _ in range(2):  # concurrency=1: a permit kept would hang the second
+            response = start_stream()
+            with pytest.raises(httpx2.ReadError):
+                for _ in response.iter_bytes():
+                    pass
+        until(lambda: gate.stats()["sim"].failures == 2)
+        stats = gate.stats()["sim"]
+        assert (stats.calls, stats.failures, stats.retries) == (2, 2, 0)
+        with pytest.raises(KeyError, match="own bug"):
+            list(own_generator())
+        until(lambda: gate.stats()["sim"].in_flight == 0)
+        assert gate.stats()["sim"].failures == 2  # the app's bug blames no backend
+        assert_idle(gate)
