@@ -38,6 +38,7 @@ from .results import ChatResult, Outcome, Usage
 from .scenarios import PRESETS, BatchPolicy, RampPolicy, Scenario
 from .shared import Shared
 from .sync import SyncChatStream, SyncGateway
+from .sync_batch import SyncBatchJob
 from .tiers import TierHeuristic, TierStats
 
 __version__ = "0.1.0"
@@ -92,6 +93,7 @@ __all__ = [
     "Shared",
     "SharedUnreachableError",
     "StreamInterruptedError",
+    "SyncBatchJob",
     "SyncChatStream",
     "SyncGateway",
     "SystemClock",

@@ -217,6 +217,16 @@ def _is_the_applications(view: GateError) -> bool:
     return type(view) is GateError
 
 
+class ReturnedStreamCut(Exception):
+    """A stream a guarded sync function returned failed while its caller read it
+    (gptgate/sync_guard.py): classified as the try's failure, never tried again (the caller
+    holds the stream)."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
 class _ForeignFailure(GateError):
     """Carries the original exception through the retry policy."""
 
@@ -397,7 +407,9 @@ class _GuardRun:
         if isinstance(exc, RequestTimeout) and exc.deadline:
             permit.abandon()  # the caller's deadline says nothing of the backend
             return
-        view = classify_exception(exc, state.name)
+        cut = exc.original if isinstance(exc, ReturnedStreamCut) else None
+        original = exc if cut is None else cut
+        view = classify_exception(original, state.name)
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
@@ -405,7 +417,10 @@ class _GuardRun:
         if not call.wire_attempts and not isinstance(view, OverloadedError):
             count_failure(state, view, self.clock.now())  # the wire counts what it saw
         self.failed.add(state.name)
-        raise _ForeignFailure(view, exc) from exc  # the retry policy decides on its view
+        failure = _ForeignFailure(view, original)
+        if cut is not None:
+            failure.retryable = False  # the caller has read part of it: no second try
+        raise failure from original  # the retry policy decides on its view
 
     def _succeeded(
         self, state: BackendState, call: GuardedCall, result: R, latency: float

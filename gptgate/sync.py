@@ -11,8 +11,9 @@ loop, from its worker threads.
 Verbs with the same arguments, results and typed errors as ``Gateway``'s: ``chat``,
 ``stream`` (a context manager and a plain iterator), ``map``, ``warm``, ``guard`` (on plain
 functions, gptgate/sync_guard.py), ``http_client`` (an ``httpx2.Client``,
-gptgate/sync_http.py), ``stats``, ``snapshot``, ``budget_status``, ``tier_stats``. A verb the
-async gateway gains later (``embed``, ``batch``) is one line here: ``self._run(gw.verb, ...)``.
+gptgate/sync_http.py), ``batch`` (a job with blocking ``wait``/``cancel``/``refresh``,
+gptgate/sync_batch.py), ``stats``, ``snapshot``, ``budget_status``, ``tier_stats``. A verb the
+async gateway gains later (``embed``) is one line here: ``self._run(gw.verb, ...)``.
 
 Fork (gunicorn ``--preload``, Celery prefork): a SyncGateway built before the fork builds a
 fresh gateway (pools, Redis connections) and loop in the child on its first use there; one
@@ -37,11 +38,14 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import httpx2
 import sniffio
 
+from .batch import RetryMode
+from .batch_api import BatchLimits
 from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
 from .results import ChatResult
 from .scenarios import Scenario
+from .sync_batch import SyncBatchJob
 from .sync_guard import sync_guard
 from .sync_http import PortalTransport
 from .sync_portal import (
@@ -305,6 +309,28 @@ class SyncGateway:
         thread: keep both quick and non-blocking."""
         gateway = self._ready()
         return self._run(gateway.map, items, scenario=scenario, **kwargs)  # type: ignore[no-any-return]
+
+    def batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        job_dir: str | os.PathLike[str],
+        backend: str | None = None,
+        retry: RetryMode = None,
+        scenario: str | Scenario | None = None,
+        poll_s: float = 30.0,
+        limits: BatchLimits | None = None,
+        **common: Any,
+    ) -> SyncBatchJob:
+        """An offline job through ``backend``'s Batch API at the batch price, durable in
+        ``job_dir`` (``Gateway.batch``'s arguments and errors); returns once it is submitted
+        (or resumed), with blocking ``wait()``, ``cancel()`` and ``refresh()``."""
+        gateway = self._ready()
+        job = self._run(
+            gateway.batch, items, job_dir=job_dir, backend=backend, retry=retry,
+            scenario=scenario, poll_s=poll_s, limits=limits, **common,
+        )
+        return SyncBatchJob(self._loop, job)
 
     def warm(
         self,

@@ -24,7 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import anyio
 import httpx2
 
-from .guard import _GUARD_PERMIT
+from .guard import _GUARD_PERMIT, ReturnedStreamCut
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
@@ -53,6 +53,8 @@ class ThreadCall(Generic[R]):
         self._outcome: tuple[Any, BaseException | None] = (None, None)
         #: set when a returned stream has been read, closed or dropped
         self._stream_end: anyio.Event | None = None
+        #: what cut that stream while it was read, if anything
+        self._stream_error: Exception | None = None
 
     # -- on the loop --------------------------------------------------------------------
 
@@ -60,7 +62,7 @@ class ThreadCall(Generic[R]):
         """One try, holding its permit: hand it to the caller's thread and wait."""
         self._try += 1
         self._replied = replied = anyio.Event()
-        self._stream_end = None
+        self._stream_end, self._stream_error = None, None
         self.inbox.put(_GUARD_PERMIT.get())
         with anyio.CancelScope(shield=True):  # the function runs on until it returns
             await replied.wait()
@@ -69,6 +71,8 @@ class ThreadCall(Generic[R]):
             raise error
         if self._stream_end is not None:  # the permit follows the stream to its end
             await self._stream_end.wait()
+            if self._stream_error is not None:  # the guard classifies it, as a try's failure
+                raise ReturnedStreamCut(self._stream_error)
         return value  # type: ignore[no-any-return]
 
     def _deliver(self, number: int, value: object, error: BaseException | None,
@@ -80,8 +84,9 @@ class ThreadCall(Generic[R]):
             self._stream_end = anyio.Event()
         self._replied.set()
 
-    def _stream_ended(self) -> None:
+    def _stream_ended(self, error: Exception | None) -> None:
         if self._stream_end is not None:
+            self._stream_error = error
             self._stream_end.set()
 
     async def done(self, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
@@ -112,7 +117,9 @@ class ThreadCall(Generic[R]):
                     raise
                 finally:
                     GUARDED_HERE.reset(token)
-                held = _hold_stream(value, lambda: _tell(loop, self._stream_ended))
+                held = _hold_stream(
+                    value, lambda error: _tell(loop, functools.partial(self._stream_ended, error))
+                )
                 call_on(loop, self._deliver, number, value, None, held is not None)
                 if held is not None:
                     return held  # type: ignore[no-any-return]
@@ -127,21 +134,29 @@ def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
         call_on(loop, then)
 
 
+#: how a returned stream ended: the error that cut it while it was read, or None
+StreamEnd = Callable[[Exception | None], None]
+
+
 class _EndWatch(httpx2.SyncByteStream):
-    """A response body that says once when it has been read to its end, closed or dropped."""
+    """A response body that says once when it has been read to its end, closed or dropped,
+    or what cut it while it was read."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, ended: Callable[[], None]) -> None:
+    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd) -> None:
         self._inner = inner
-        self._ended: Callable[[], None] | None = ended
+        self._ended: StreamEnd | None = ended
 
-    def _end(self) -> None:
+    def _end(self, error: Exception | None = None) -> None:
         ended, self._ended = self._ended, None
         if ended is not None:
-            ended()
+            ended(error)
 
     def __iter__(self) -> Iterator[bytes]:
         try:
             yield from self._inner
+        except Exception as error:
+            self._end(error)
+            raise
         finally:
             self._end()
 
@@ -155,21 +170,26 @@ class _EndWatch(httpx2.SyncByteStream):
         self._end()
 
 
-def _watched_generator(inner: Iterator[Any], ended: Callable[[], None]) -> Iterator[Any]:
+def _watched_generator(inner: Iterator[Any], ended: StreamEnd) -> Iterator[Any]:
+    error: Exception | None = None
     try:
         yield from inner
+    except Exception as cut:
+        error = cut
+        raise
     finally:
         close = getattr(inner, "close", None)
         try:
             if close is not None:
                 close()
         finally:
-            ended()
+            ended(error)
 
 
-def _hold_stream(value: object, ended: Callable[[], None]) -> Any:
+def _hold_stream(value: object, ended: StreamEnd) -> Any:
     """``value`` if it is a stream still to be read, watched so that ``ended`` is told once
-    it is over (the caller gets the same object back); else None."""
+    it is over, and by what error if one cut it (the caller gets the same object back);
+    else None."""
     response = value if isinstance(value, httpx2.Response) else getattr(value, "response", None)
     if isinstance(response, httpx2.Response):
         stream = response.stream

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import openai
 import pytest
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, get_profile
+from gptgate.sim import SimBatches, SimBatchPlan, SimEngine, SimServer, get_profile
 
 SCALE = 50.0
 USER = [{"role": "user", "content": "Tell me about connection pools."}]
@@ -580,3 +581,128 @@ def test_closing_under_calls_and_streams_in_flight_ends_them_with_a_typed_error(
         worker.join(30)
     assert len(seen) == 2 and all(isinstance(e, gg.GateError) for e in seen), seen
     assert sync_threads_left() == []
+
+
+class _CutMidStream(httpx2.SyncByteStream):
+    """A response body the network cuts after its first event."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b'data: {"choices": []}\n\n'
+        raise httpx2.ReadError("connection reset while reading the stream")
+
+
+def test_a_returned_stream_cut_while_read_blames_the_backend_not_the_app(
+    server: tuple[str, SimEngine],
+) -> None:
+    """A guarded sync function's returned stream that fails while the caller reads it is the
+    backend's failure (classified as for an async guard), never retried (the caller holds the
+    stream); the application's own error in a returned generator blames nothing."""
+    base_url, _ = server
+
+    def cut(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, stream=_CutMidStream())
+
+    own = httpx2.Client(transport=httpx2.MockTransport(cut))
+    with sync_gate(base_url, concurrency=1) as gate:
+
+        @gate.guard(backend="sim")
+        def start_stream() -> httpx2.Response:
+            request = own.build_request("POST", f"{base_url}/chat/completions")
+            return own.send(request, stream=True)
+
+        @gate.guard(backend="sim")
+        def own_generator() -> Iterator[int]:
+            yield 1
+            raise KeyError("the app's own bug")
+
+        for _ in range(2):  # concurrency=1: a permit kept would hang the second
+            response = start_stream()
+            with pytest.raises(httpx2.ReadError):
+                for _ in response.iter_bytes():
+                    pass
+        until(lambda: gate.stats()["sim"].failures == 2)
+        stats = gate.stats()["sim"]
+        assert (stats.calls, stats.failures, stats.retries) == (2, 2, 0)
+        with pytest.raises(KeyError, match="own bug"):
+            list(own_generator())
+        until(lambda: gate.stats()["sim"].in_flight == 0)
+        assert gate.stats()["sim"].failures == 2  # the app's bug blames no backend
+        assert_idle(gate)
+
+
+# -- batch ------------------------------------------------------------------------------------
+
+PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
+
+
+@pytest.fixture
+def batch_server() -> Iterator[tuple[str, SimEngine, SimBatches]]:
+    """The simulator's Batch API over loopback: a batch ends 50 s of its clock (1 s real)
+    after its creation."""
+    profile = get_profile("gpu").model_copy(update={"rpm": None, "tpm": None})
+    sim = SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=5)
+    batches = SimBatches(sim, SimBatchPlan(complete_after_s=50.0)).attach()
+    with SimServer(sim, time_scale=SCALE) as base_url:
+        yield base_url, sim, batches
+
+
+def _batch_items(n: int) -> list[dict[str, Any]]:
+    """Prompts that grow with the index: a result's input tokens say which item it answers."""
+    return [
+        {"messages": [{"role": "user", "content": "word " * (4 * (i + 1))}], "max_tokens": 20}
+        for i in range(n)
+    ]
+
+
+def test_a_batch_job_from_sync_threads_round_trips_billed_at_the_batch_price(
+    batch_server: tuple[str, SimEngine, SimBatches], tmp_path: Path,
+) -> None:
+    base_url, sim, batches = batch_server
+    items = _batch_items(40)
+    with sync_gate(base_url, price=PRICE) as gate:
+        job = gate.batch(items, backend="sim", job_dir=tmp_path / "job", poll_s=5.0)
+        assert isinstance(job, gg.SyncBatchJob) and job.id.startswith("gptgate-")
+        assert job.status == "validating" and job.counts == gg.BatchCounts(40, 0, 0)
+        assert len(job.batch_ids) == 1 and not job.resumed
+        # 4 threads wait for the same job while this one watches it: one result for all
+        seen = in_threads(lambda i: job.wait(), threads=4)
+        results = seen[0]
+        assert all(r == results for r in seen), [(type(r[0]), r[0]) for r in seen]  # type: ignore[index]
+        assert all(isinstance(r, gg.ChatResult) for r in results), results[:2]  # type: ignore[index]
+        sizes = [r.usage.input_tokens for r in results]  # type: ignore[union-attr]
+        assert sizes == sorted(sizes) and len(set(sizes)) == 40  # in input order
+        assert job.status == "completed" and job.counts == gg.BatchCounts(40, 40, 0)
+        assert job.refresh() == "completed"
+        again = gate.batch(items, backend="sim", job_dir=tmp_path / "job", poll_s=5.0)
+        assert again.resumed and again.id == job.id
+        assert [r.text for r in again.wait()] == [r.text for r in results]  # type: ignore[union-attr]
+        entry = gate.gateway.ledger.entries["sim"]
+    assert (batches.creates, batches.uploads) == (1, 1)  # resumed: nothing sent twice
+    assert entry.batch_requests == batches.billed_requests == 40
+    billed = gg.Usage(
+        input_tokens=batches.billed_input_tokens, output_tokens=batches.billed_output_tokens
+    )
+    assert entry.batch_cost_usd == pytest.approx(PRICE.cost(billed) * 0.5)
+    assert sim.ledger.snapshot().requests == 0  # nothing went live
+
+
+def test_a_batch_job_cancelled_from_another_thread_ends_its_waiter(
+    batch_server: tuple[str, SimEngine, SimBatches], tmp_path: Path,
+) -> None:
+    base_url, _, batches = batch_server
+    with sync_gate(base_url) as gate:
+        job = gate.batch(_batch_items(20), backend="sim", job_dir=tmp_path, poll_s=5.0)
+        waited: list[Any] = []
+        waiter = threading.Thread(target=lambda: waited.append(job.wait()))
+        waiter.start()
+        job.cancel()
+        assert job.status in ("cancelling", "cancelled")
+        waiter.join(30)
+        assert len(waited) == 1 and job.status == "cancelled"
+        results = waited[0]
+        assert len(results) == 20
+        assert all(isinstance(r, (gg.ChatResult, gg.BatchCancelledError)) for r in results)
+        assert any(isinstance(r, gg.BatchCancelledError) for r in results)
+        with pytest.raises(gg.BadRequestError):
+            gate.batch([], backend="sim", job_dir=tmp_path / "empty")
+    assert batches.creates == 1
