@@ -310,6 +310,22 @@ class SyncGateway:
         gateway = self._ready()
         return self._run(gateway.map, items, scenario=scenario, **kwargs)  # type: ignore[no-any-return]
 
+    def embed(
+        self,
+        texts: str | Sequence[str],
+        *,
+        model: str | None = None,
+        private: bool = False,
+        backend: str | None = None,
+        **params: Any,
+    ) -> Any:
+        """Embedding vectors, blocking (``Gateway.embed``'s arguments and result): threads
+        calling at once are merged into few requests exactly as tasks are."""
+        gateway = self._ready()
+        return self._run(
+            gateway.embed, texts, model=model, private=private, backend=backend, **params
+        )
+
     def batch(
         self,
         items: Iterable[Mapping[str, Any]],

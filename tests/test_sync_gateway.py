@@ -706,3 +706,26 @@ def test_a_batch_job_cancelled_from_another_thread_ends_its_waiter(
         with pytest.raises(gg.BadRequestError):
             gate.batch([], backend="sim", job_dir=tmp_path / "empty")
     assert batches.creates == 1
+
+
+def test_threads_embedding_at_once_are_merged_into_few_requests(
+    server: tuple[str, SimEngine],
+) -> None:
+    """SyncGateway.embed: 32 threads × 5 single texts come back right, in few requests."""
+    from gptgate.sim.embeddings import vector_for
+
+    base_url, sim = server
+    gate = gg.SyncGateway(
+        [backend(base_url, embedding_model="e")], clock=gg.ScaledClock(SCALE), seed=3,
+        embed_window_s=0.05,
+    )
+    with gate:
+        got = in_threads(lambda i: [gate.embed(f"text {i}.{k}") for k in range(CALLS)])
+        one = gate.embed(["a", "b"])
+        assert_idle(gate)
+    dims = len(one[0])
+    for i, vectors in enumerate(got):
+        assert vectors == [vector_for(f"text {i}.{k}", dims) for k in range(CALLS)]
+    assert one == [vector_for("a", dims), vector_for("b", dims)]
+    requests = sim.ledger.snapshot().requests
+    assert requests < THREADS * CALLS / 4  # merged: far fewer requests than texts
