@@ -784,3 +784,23 @@ def test_on_a_flat_plateau_the_centre_leaves_the_middle_for_its_edge() -> None:
     assert 1.75 * math.sqrt(1.5 * lim._log_var / 4) / span > 0.15  # one estimate: no move
     assert centres[9] == pytest.approx(16.0)  # the first ten estimates: inside the band
     assert min(centres[40:]) >= 7.5 and max(centres[40:]) <= 9.0  # at the plateau's edge
+
+
+def test_refusals_admitted_at_the_instant_of_a_cut_belong_to_its_overload_event() -> None:
+    """A doubling into a bounded queue: the server refuses the extra calls at once (503), so
+    they are admitted and answered at the same instant as the cut they cause. They are the
+    same overload event: one cut, not one per pair of refusals (family draw 3, 13×3 slots with
+    one queued call each, went 64 → 29 → 21 → 15 → 11 → 8 → 6 → 4 at one instant and spent
+    the rest of the run climbing back: 22.6% of the best fixed limit's goodput)."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 32
+    burst = s.t
+    for _ in range(12):  # twelve refusals of the doubling's burst, all at one instant
+        s.limit.update(
+            Sample(start=burst, latency_s=0.0, inflight=32, kind="dropped"), burst
+        )
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == 16.0

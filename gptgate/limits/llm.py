@@ -304,7 +304,7 @@ class LLMLimit:
         if self._ok == 0:
             self._ok_first = now
         self._ok += 1
-        if sample.start >= self._last_cut:
+        if sample.start > self._last_cut:
             self._loss_ok += 1
         self._rtt += (sample.latency_s - self._rtt) * (0.1 if self._rtt else 1.0)
         self._latency += (sample.latency_s - self._latency) * (0.02 if self._latency else 1.0)
@@ -433,8 +433,12 @@ class LLMLimit:
 
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
-        if sample.start < self._last_cut:
-            return  # the same overload event as the last cut
+        if sample.start <= self._last_cut:
+            # the same overload event as the last cut — a call admitted at the very instant of
+            # the cut was admitted before it (a refusal answers at once: on a bounded queue a
+            # doubling's burst of 503s, all admitted and refused at one instant, used to cut
+            # 64 → 29 → 21 → … → 4 in one go, and probing took the rest of the run to climb back)
+            return
         if sample.start >= self._window_start:
             self._drops += 1  # lowers this window's goodput
         if not sample.congestion:
