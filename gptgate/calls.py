@@ -1076,6 +1076,9 @@ class CallRunner:
                     fleet.sustained_rate(whole=whole) if fleet
                     else backend.pacer.sustained_rate()
                 )
+                set_budget = getattr(limit, "set_rate_budget", None)
+                if set_budget is not None and fleet is None:  # the ceiling binds once it is spent
+                    set_budget(backend.pacer.funded_calls(self.clock.now()))
 
     def _pace_after_failure(
         self,

@@ -804,3 +804,24 @@ def test_refusals_admitted_at_the_instant_of_a_cut_belong_to_its_overload_event(
         )
     assert s.limit.events["loss"] == 1
     assert s.limit.center == 16.0
+
+
+def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
+    """A rate budget starts full (a minute's worth): while it funds more calls than the
+    sustained ceiling, the pacer sends them at once, and a limit capped at rate × latency
+    only left the server idle (a 400-call job on 10×20 slots under 2.7M TPM: 27% of a fixed
+    limit of 128's goodput, the whole job inside the first minute's budget)."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)  # sustained: 2 × 2/s × 2 s = 8
+    lim.set_rate_budget(1_000.0)  # but the bucket funds 1,000 calls now
+    assert s.window(2.0) == 8
+    assert lim.ceiling == 64  # the limit's own bound
+    assert s.window(2.0) == 16  # slow start goes on past the sustained ceiling
+    assert s.window(2.0) == 32
+    lim.set_rate_budget(20.0)  # the budget runs down: it, then the sustained rate, binds
+    assert lim.ceiling == 20
+    lim.set_rate_budget(0.0)
+    assert lim.ceiling == 8
+    lim.set_rate_budget(None)  # not reported: the sustained ceiling, as before
+    assert lim.ceiling == 8

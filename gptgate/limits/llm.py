@@ -195,6 +195,7 @@ class LLMLimit:
         self._low = min_limit
         self._high = max_limit
         self._rate: float | None = None  # calls/s a rate limit sustains (set_rate_ceiling)
+        self._budget: float | None = None  # calls its budget funds now (set_rate_budget)
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
         self._slow_start = True
@@ -278,6 +279,15 @@ class LLMLimit:
         """
         self._rate = calls_per_s if calls_per_s is not None and calls_per_s > 0.0 else None
 
+    def set_rate_budget(self, calls: float | None) -> None:
+        """How many calls the rate budget (RPM/TPM bucket) funds right now; ``None`` when
+        unknown. The rate ceiling holds only once that budget is spent: a bucket starts full
+        (a minute's budget), and while it lasts the pacer sends every call at once, so capping
+        the limit at the sustained rate only left the server idle — a 400-call job on a
+        200-slot server under a 2.7M TPM limit ran at 27% of a fixed limit of 128, the whole
+        job inside the first minute's budget."""
+        self._budget = calls if calls is not None and calls >= 0.0 else None
+
     @property
     def _rate_bound(self) -> bool:
         """Whether the rate ceiling, rather than a fixed bound, is the one in force."""
@@ -288,8 +298,21 @@ class LLMLimit:
         """The highest limit in force: the window's high bound, or the rate ceiling if lower."""
         high = self._high
         if self._rate is not None and self._latency > 0.0:
-            high = min(high, math.ceil(self.rate_headroom * self._rate * self._latency))
+            sustained = self.rate_headroom * self._rate * self._latency
+            # while the budget funds more calls than that, the pacer does not hold them back
+            funded = self._budget if self._budget is not None else 0.0
+            high = min(high, math.ceil(max(sustained, funded)))
         return max(self._low, high)
+
+    @property
+    def _rate_limited(self) -> bool:
+        """Whether a known rate limit, not the server, bounds the goodput now: a rate is
+        known and its budget is spent down to the sustained ceiling (or is not reported)."""
+        if self._rate is None:
+            return False
+        if self._budget is None:
+            return True
+        return self._budget <= self.rate_headroom * self._rate * max(self._latency, 0.0)
 
     def update(self, sample: Sample, now: float) -> None:
         if sample.kind == "ignored":
@@ -528,7 +551,7 @@ class LLMLimit:
             # most halving per event (Gradient2's floor): part of a jump may be a slower
             # backend rather than a queue
             cut = n_mean * max(0.5, math.exp(-excess))
-            if self._rate is not None and (
+            if self._rate is not None and self._rate_limited and (
                 self._throughput >= 0.9 * self._rate or (self._pinned and self._rate_bound)
             ):
                 # goodput is at the rate limit, or the centre is held at the rate ceiling (the
