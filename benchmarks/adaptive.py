@@ -44,6 +44,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
+from gptgate.limits import Sample
 from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
@@ -175,6 +176,53 @@ async def run_row(
         rate_limited=ledger.rate_limited,
         failed=len(results) - len(ok),
         final_limit=stats.limit,
+    )
+
+
+class RampLimit:
+    """An oracle's cold start, the bound for any: from ``initial`` it doubles as soon as the
+    first call admitted at the current level completes (one latency per doubling, as TCP's
+    slow start, with no window to measure) and stops exactly at ``top`` — the best fixed
+    limit, known in advance. A job shorter than a few waves of ``top`` is mostly this ramp:
+    what it reaches is as much of the best fixed limit's goodput as a limit starting cold at
+    ``initial`` can (benchmarks/family.py prints it beside ``auto``)."""
+
+    def __init__(self, top: int, initial: int = 4) -> None:
+        self.top = top
+        self._limit = min(initial, top)
+        self._level_from = -float("inf")  # when the current level began
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def update(self, sample: Sample, now: float) -> None:
+        if sample.kind == "ok" and self._limit < self.top and sample.start >= self._level_from:
+            self._limit = min(2 * self._limit, self.top)
+            self._level_from = now
+
+
+async def ramp_row(
+    profile: str | SimProfile, top: int, requests: int, seed: int, timeout: float = 120.0
+) -> Row:
+    """The job under :class:`RampLimit` to ``top``: the cold-start bound."""
+    clock = LoopClock()
+    backend, engine = backend_for(profile, top, clock, seed, timeout)
+    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
+        gate.backend_state(profile_name(profile)).limiter.limit = RampLimit(top)
+        start = clock.now()
+        results = await gate.map(workload(requests, seed), scenario="default")
+        total = clock.now() - start
+    ok = [r for r in results if isinstance(r, gg.ChatResult)]
+    service = [r.latency_s - r.queue_s for r in ok]
+    return Row(
+        label=f"ramp to {top}", concurrency=top, total_s=total,
+        goodput=len(ok) / total if total else 0.0,
+        mean_s=statistics.fmean(service) if service else float("nan"),
+        p50_s=percentile(service, 0.5), p99_s=percentile(service, 0.99),
+        billed_per_ok=engine.ledger.snapshot().billed_tokens / len(ok) if ok else float("inf"),
+        retries=0, rate_limited=engine.ledger.snapshot().rate_limited,
+        failed=len(results) - len(ok), final_limit=top,
     )
 
 
