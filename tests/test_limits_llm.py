@@ -821,7 +821,8 @@ def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
     assert s.window(2.0) == 32
     lim.set_rate_budget(20.0)  # the budget runs down: it, then the sustained rate, binds
     assert lim.ceiling == 20
+    assert lim.limit == 20  # at once: calls past the budget would wait for the pacer
     lim.set_rate_budget(0.0)
-    assert lim.ceiling == 8
+    assert (lim.ceiling, lim.limit) == (8, 8)
     lim.set_rate_budget(None)  # not reported: the sustained ceiling, as before
     assert lim.ceiling == 8

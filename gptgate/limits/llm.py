@@ -287,6 +287,14 @@ class LLMLimit:
         200-slot server under a 2.7M TPM limit ran at 27% of a fixed limit of 128, the whole
         job inside the first minute's budget."""
         self._budget = calls if calls is not None and calls >= 0.0 else None
+        # follow a budget running out at once, not at the next window: calls admitted past
+        # what it funds would wait for the pacer holding their permits (tier1: p99 1.54×
+        # fixed 20's and 429s at the budget's end when the limit came down a window late)
+        limit = self._clamp(self._limit)
+        if limit < self._limit:
+            self._limit = limit
+            if self.trace:
+                self.trace.append((self.trace[-1][0], limit))
 
     @property
     def _rate_bound(self) -> bool:
