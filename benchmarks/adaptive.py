@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.limits import Sample
+from gptgate.limits import Limit, Sample
 from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
@@ -151,11 +151,15 @@ async def run_row(
     state: dict[str, Any] | None = None,
     label: str | None = None,
     timeout: float = 120.0,
+    limit: Limit | None = None,
 ) -> Row:
-    """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given)."""
+    """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given); with
+    ``limit``, that limit object instead (pool sized for ``concurrency``)."""
     clock = LoopClock()
     backend, engine = backend_for(profile, concurrency or "auto", clock, seed, timeout)
     async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
+        if limit is not None:
+            gate.backend_state(profile_name(profile)).limiter.limit = limit
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")
         total = clock.now() - start
@@ -206,24 +210,8 @@ async def ramp_row(
     profile: str | SimProfile, top: int, requests: int, seed: int, timeout: float = 120.0
 ) -> Row:
     """The job under :class:`RampLimit` to ``top``: the cold-start bound."""
-    clock = LoopClock()
-    backend, engine = backend_for(profile, top, clock, seed, timeout)
-    async with gg.Gateway([backend], clock=clock, seed=seed) as gate:
-        gate.backend_state(profile_name(profile)).limiter.limit = RampLimit(top)
-        start = clock.now()
-        results = await gate.map(workload(requests, seed), scenario="default")
-        total = clock.now() - start
-    ok = [r for r in results if isinstance(r, gg.ChatResult)]
-    service = [r.latency_s - r.queue_s for r in ok]
-    return Row(
-        label=f"ramp to {top}", concurrency=top, total_s=total,
-        goodput=len(ok) / total if total else 0.0,
-        mean_s=statistics.fmean(service) if service else float("nan"),
-        p50_s=percentile(service, 0.5), p99_s=percentile(service, 0.99),
-        billed_per_ok=engine.ledger.snapshot().billed_tokens / len(ok) if ok else float("inf"),
-        retries=0, rate_limited=engine.ledger.snapshot().rate_limited,
-        failed=len(results) - len(ok), final_limit=top,
-    )
+    return await run_row(profile, top, requests, seed, label=f"ramp to {top}", timeout=timeout,
+                         limit=RampLimit(top))
 
 
 async def warm_row(profile: str | SimProfile, requests: int, seed: int) -> Row:
