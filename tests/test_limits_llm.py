@@ -826,3 +826,9 @@ def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
     assert (lim.ceiling, lim.limit) == (8, 8)
     lim.set_rate_budget(None)  # not reported: the sustained ceiling, as before
     assert lim.ceiling == 8
+    lim.set_rate_budget(1_000.0, demand=400)  # it covers the work waiting: lifted again
+    assert lim.ceiling == 64
+    # a budget short of twice the work waiting: the job ends at the sustained rate whatever
+    # the limit, and a burst above it would only queue at the server
+    lim.set_rate_budget(700.0, demand=400)
+    assert (lim.ceiling, lim.limit) == (8, 8)
