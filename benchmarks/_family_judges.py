@@ -155,6 +155,9 @@ class AdaptiveFigures:
     fixed: tuple[LimitRun, ...]
     auto: LimitRun
     requests: int
+    #: the cold-start bound: an oracle doubling once per latency from 4 straight to the best
+    #: fixed limit (benchmarks/adaptive.py ``RampLimit``); informative, not judged
+    ramp: LimitRun | None = None
 
 
 def usable(fixed: Sequence[LimitRun], requests: int) -> list[LimitRun]:
@@ -175,6 +178,8 @@ def judge_adaptive(f: AdaptiveFigures) -> list[Verdict]:
         default=ROOM,
     )
     detail = f"goodput {ratio:.1%} of limit {best.limit}'s (≥ 95%)"
+    if f.ramp is not None and best.goodput:
+        detail += f" [cold-start bound {f.ramp.goodput / best.goodput:.1%}]"
     if dominators:
         top = min(dominators, key=lambda r: r.p99_s)
         detail += (f"; dominated by limit {top.limit}: goodput {top.goodput / f.auto.goodput:.2f}×,"

@@ -44,6 +44,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
+from gptgate.limits import Limit, Sample
 from gptgate.sim import LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
@@ -150,11 +151,15 @@ async def run_row(
     state: dict[str, Any] | None = None,
     label: str | None = None,
     timeout: float = 120.0,
+    limit: Limit | None = None,
 ) -> Row:
-    """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given)."""
+    """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given); with
+    ``limit``, that limit object instead (pool sized for ``concurrency``)."""
     clock = LoopClock()
     backend, engine = backend_for(profile, concurrency or "auto", clock, seed, timeout)
     async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
+        if limit is not None:
+            gate.backend_state(profile_name(profile)).limiter.limit = limit
         start = clock.now()
         results = await gate.map(workload(requests, seed), scenario="default")
         total = clock.now() - start
@@ -176,6 +181,37 @@ async def run_row(
         failed=len(results) - len(ok),
         final_limit=stats.limit,
     )
+
+
+class RampLimit:
+    """An oracle's cold start, the bound for any: from ``initial`` it doubles as soon as the
+    first call admitted at the current level completes (one latency per doubling, as TCP's
+    slow start, with no window to measure) and stops exactly at ``top`` — the best fixed
+    limit, known in advance. A job shorter than a few waves of ``top`` is mostly this ramp:
+    what it reaches is as much of the best fixed limit's goodput as a limit starting cold at
+    ``initial`` can (benchmarks/family.py prints it beside ``auto``)."""
+
+    def __init__(self, top: int, initial: int = 4) -> None:
+        self.top = top
+        self._limit = min(initial, top)
+        self._level_from = -float("inf")  # when the current level began
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def update(self, sample: Sample, now: float) -> None:
+        if sample.kind == "ok" and self._limit < self.top and sample.start >= self._level_from:
+            self._limit = min(2 * self._limit, self.top)
+            self._level_from = now
+
+
+async def ramp_row(
+    profile: str | SimProfile, top: int, requests: int, seed: int, timeout: float = 120.0
+) -> Row:
+    """The job under :class:`RampLimit` to ``top``: the cold-start bound."""
+    return await run_row(profile, top, requests, seed, label=f"ramp to {top}", timeout=timeout,
+                         limit=RampLimit(top))
 
 
 async def warm_row(profile: str | SimProfile, requests: int, seed: int) -> Row:

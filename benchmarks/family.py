@@ -73,6 +73,7 @@ from _family_judges import (
     judge_hedge,
     judge_tiers,
     summarise,
+    usable,
 )
 from _strategies import Run, ceiling, job, run_gptgate, run_hand, run_naive
 
@@ -194,7 +195,17 @@ def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
     row = functools.partial(adaptive.run_row, timeout=sizes.timeout_s)
     fixed = tuple(_limit_run(run_virtual(row, d.server, c, n, d.seed)) for c in grid(d.server))
     auto = _limit_run(run_virtual(row, d.server, None, n, d.seed))
-    return AdaptiveFigures(fixed, auto, n)
+    # the bound for any cold start: an oracle ramp from 4 straight to the best usable fixed
+    # limit, or to the smallest within 95% of it (a ramp's last doubling may overshoot one)
+    grid_ok = usable(fixed, n)
+    best = max(grid_ok, key=lambda r: r.goodput)
+    edge = min((r for r in grid_ok if r.goodput >= 0.95 * best.goodput),
+               key=lambda r: r.limit or 0)
+    ramps = [
+        _limit_run(run_virtual(adaptive.ramp_row, d.server, top, n, d.seed, sizes.timeout_s))
+        for top in sorted({r.limit for r in (best, edge) if r.limit is not None})
+    ]
+    return AdaptiveFigures(fixed, auto, n, max(ramps, key=lambda r: r.goodput))
 
 
 def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:

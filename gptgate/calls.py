@@ -1071,6 +1071,10 @@ class CallRunner:
                     fleet.sustained_rate(whole=whole) if fleet
                     else backend.pacer.sustained_rate()
                 )
+                set_budget = getattr(limit, "set_rate_budget", None)
+                if set_budget is not None and fleet is None:  # the ceiling binds once it is spent
+                    set_budget(backend.pacer.funded_calls(self.clock.now()),
+                               demand=backend.limiter.queued + backend.limiter.in_flight)
 
     def _pace_after_failure(
         self,

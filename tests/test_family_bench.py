@@ -98,6 +98,35 @@ def test_adaptive_leaves_out_fixed_limits_that_fail_their_calls() -> None:
     assert verdict.ok
 
 
+def test_adaptive_shows_the_cold_start_bound_and_does_not_judge_it() -> None:
+    grid = (LimitRun(64, 20.0, 3.0), LimitRun(128, 20.0, 3.2))
+    auto, ramp = LimitRun(None, 12.0, 3.0), LimitRun(64, 15.0, 3.0)
+    (verdict,) = judge_adaptive(AdaptiveFigures(grid, auto, 400, ramp))
+    (without,) = judge_adaptive(AdaptiveFigures(grid, auto, 400))
+    assert "cold-start bound 75.0%" in verdict.detail
+    assert (verdict.ok, verdict.margin) == (without.ok, without.margin)
+
+
+def test_the_ramp_oracle_doubles_once_per_latency_straight_to_its_top() -> None:
+    """The cold-start bound's limit: from 4, doubled by the first completion of a call
+    admitted at the current level, never past ``top``."""
+    from adaptive import RampLimit
+
+    from gptgate.limits import Sample
+
+    ramp = RampLimit(20)
+    assert ramp.limit == 4
+    ramp.update(Sample(start=0.0, latency_s=1.0, inflight=4, kind="ok"), 1.0)
+    assert ramp.limit == 8
+    ramp.update(Sample(start=0.5, latency_s=1.0, inflight=4, kind="ok"), 1.5)
+    assert ramp.limit == 8  # admitted before the level began: the same latency
+    ramp.update(Sample(start=1.0, latency_s=1.0, inflight=8, kind="dropped"), 2.0)
+    assert ramp.limit == 8
+    ramp.update(Sample(start=1.0, latency_s=1.0, inflight=8, kind="ok"), 2.0)
+    ramp.update(Sample(start=2.0, latency_s=1.0, inflight=16, kind="ok"), 3.0)
+    assert ramp.limit == 20
+
+
 # --------------------------------------------------------------------------- tiers
 
 

@@ -784,3 +784,51 @@ def test_on_a_flat_plateau_the_centre_leaves_the_middle_for_its_edge() -> None:
     assert 1.75 * math.sqrt(1.5 * lim._log_var / 4) / span > 0.15  # one estimate: no move
     assert centres[9] == pytest.approx(16.0)  # the first ten estimates: inside the band
     assert min(centres[40:]) >= 7.5 and max(centres[40:]) <= 9.0  # at the plateau's edge
+
+
+def test_refusals_admitted_at_the_instant_of_a_cut_belong_to_its_overload_event() -> None:
+    """A doubling into a bounded queue: the server refuses the extra calls at once (503), so
+    they are admitted and answered at the same instant as the cut they cause. They are the
+    same overload event: one cut, not one per pair of refusals (family draw 3, 13×3 slots with
+    one queued call each, went 64 → 29 → 21 → 15 → 11 → 8 → 6 → 4 at one instant and spent
+    the rest of the run climbing back: 22.6% of the best fixed limit's goodput)."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    s.window(2.0)
+    assert s.limit.limit == 32
+    burst = s.t
+    for _ in range(12):  # twelve refusals of the doubling's burst, all at one instant
+        s.limit.update(
+            Sample(start=burst, latency_s=0.0, inflight=32, kind="dropped"), burst
+        )
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == 16.0
+
+
+def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
+    """A rate budget starts full (a minute's worth): while it funds more calls than the
+    sustained ceiling, the pacer sends them at once, and a limit capped at rate × latency
+    only left the server idle (a 400-call job on 10×20 slots under 2.7M TPM: 27% of a fixed
+    limit of 128's goodput, the whole job inside the first minute's budget)."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(2.0)  # sustained: 2 × 2/s × 2 s = 8
+    lim.set_rate_budget(1_000.0)  # but the bucket funds 1,000 calls now
+    assert s.window(2.0) == 8
+    assert lim.ceiling == 64  # the limit's own bound
+    assert s.window(2.0) == 16  # slow start goes on past the sustained ceiling
+    assert s.window(2.0) == 32
+    lim.set_rate_budget(20.0)  # the budget runs down: it, then the sustained rate, binds
+    assert lim.ceiling == 20
+    assert lim.limit == 20  # at once: calls past the budget would wait for the pacer
+    lim.set_rate_budget(0.0)
+    assert (lim.ceiling, lim.limit) == (8, 8)
+    lim.set_rate_budget(None)  # not reported: the sustained ceiling, as before
+    assert lim.ceiling == 8
+    lim.set_rate_budget(1_000.0, demand=400)  # it covers the work waiting: lifted again
+    assert lim.ceiling == 64
+    # a budget short of twice the work waiting: the job ends at the sustained rate whatever
+    # the limit, and a burst above it would only queue at the server
+    lim.set_rate_budget(700.0, demand=400)
+    assert (lim.ceiling, lim.limit) == (8, 8)

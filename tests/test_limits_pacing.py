@@ -96,3 +96,19 @@ def test_sustained_rate_is_the_tighter_budget_in_calls_per_second() -> None:
     pacer.reserve(0.0, 2_000)
     pacer.reserve(0.0, 1_000)
     assert pacer.sustained_rate() == pytest.approx(900 / 1_500)
+
+
+def test_funded_calls_are_what_the_budgets_send_without_waiting() -> None:
+    pacer = RateLimitPacer(margin=0.9)
+    assert pacer.funded_calls(0.0) is None  # no budget known
+    pacer.observe(0.0, limit_requests=600, remaining_requests=600,
+                  limit_tokens=100_000, remaining_tokens=100_000)
+    assert pacer.funded_calls(0.0) == pytest.approx(540.0)  # 600 − the 10% headroom
+    assert pacer.reserve(0.0, 10_000) == 0.0
+    # the token bucket (90,000 − 10,000 left) over the mean reservation (10,000) binds
+    assert pacer.funded_calls(0.0) == pytest.approx(8.0)
+    for _ in range(9):
+        pacer.reserve(0.0, 10_000)
+    assert pacer.funded_calls(0.0) == 0.0  # spent (the level is below zero: never negative)
+    # refilled at 1,500 tokens/s: 20 s later 30,000 − the 10,000 owed fund two calls
+    assert pacer.funded_calls(20.0) == pytest.approx(2.0)

@@ -195,6 +195,20 @@ class RateLimitPacer:
             rate = min(rate, self._tokens.rate / self._mean_tokens)
         return rate if rate < math.inf else None
 
+    def funded_calls(self, now: float) -> float | None:
+        """Calls the budgets fund right now without waiting (the request bucket's level, the
+        token bucket's over the mean reservation, whichever is lower); None while no limit is
+        known. A bucket starts full: until it is spent the sustained rate does not bind."""
+        if not self.known:
+            return None
+        req, tok = self._requests, self._tokens
+        req.advance(now)
+        tok.advance(now)
+        calls = req.level
+        if tok.known and self._mean_tokens > 0.0:
+            calls = min(calls, tok.level / self._mean_tokens)
+        return max(0.0, calls) if calls < math.inf else None
+
     def reserve(self, now: float, tokens: int) -> float:
         """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
 
