@@ -33,6 +33,19 @@ Key = tuple[str, str]
 
 
 @dataclass(slots=True)
+class _Budget:
+    """A waste budget's credit (:class:`EscalationLearner`)."""
+
+    credit: float
+
+
+#: kinds that draw on one waste budget: an answer cut at ``length`` is one symptom, whether
+#: it stopped short of the call's cap or at it — each its own budget, a server whose answers
+#: are often cut wasted up to twice the budget (family draw 36: 16 of 600 calls)
+_BUDGET_OF = {"length_at_cap": "length"}
+
+
+@dataclass(slots=True)
 class _Kind:
     #: recent escalations: True = the large answer differed (it paid), False = changed nothing
     outcomes: deque[bool]
@@ -42,9 +55,9 @@ class _Kind:
     pending: int = 0
     #: escalations observed, with an outcome or without (the large call failed)
     settled: int = 0
-    #: the waste budget's credit (starts full), and the escalations in flight that reserved
-    #: part of it (their expected waste, ``reserved`` in all); probes are not budgeted
-    credit: float = 0.0
+    #: the waste budget (shared by the kinds of :data:`_BUDGET_OF`), and the escalations in
+    #: flight that reserved part of it (what each may waste, ``reserved`` in all)
+    budget: _Budget = field(default_factory=lambda: _Budget(0.0))
     reserved: float = 0.0
     budgeted: int = 0
     #: set when an escalation of the kind settles: the answers told to ``wait`` decide again
@@ -66,12 +79,14 @@ class EscalationLearner:
     And a **waste budget** per kind: a kind whose escalations pay often enough to go on
     (say half the time) still wastes the other half, and on a server whose answers are
     often cut by the call's own cap on either tier that was 67 escalations that changed
-    nothing in 600 calls (11 %). So each escalation reserves its expected waste (the
-    kind's smoothed unchanged share) from a credit that grows by ``waste_share`` per small
+    nothing in 600 calls (11 %). So each escalation reserves what it may waste
+    (:meth:`waste_bound`) from a credit that grows by ``waste_share`` per small
     answer of the rule, up to ``waste_burst``; past it the answer is kept, the escalation
-    waits for credit. Escalations that changed nothing then stay under ``waste_share`` of
-    the rule's calls plus ``waste_burst``, whatever the server; a kind that pays (empty
-    answers: the large tier answers) reserves almost nothing and is never held back."""
+    waits for credit. Probes draw on it too, and an escalation whose large call failed
+    counts as waste. Escalations that bought nothing then stay under ``waste_share`` of the
+    rule's calls plus ``waste_burst`` per kind of failure (``length`` cut short of the cap
+    and at it share one), whatever the server; a kind that pays (empty answers: the large
+    tier answers) reserves almost nothing and is never held back by another's waste."""
 
     window: int = 16
     stop_share: float = 2 / 3
@@ -87,6 +102,7 @@ class EscalationLearner:
     waste_share: float | None = 0.01
     waste_burst: float = 3.0
     _kinds: dict[Key, _Kind] = field(default_factory=dict, init=False, repr=False)
+    _budgets: dict[Key, _Budget] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_outcomes <= self.window:
@@ -105,8 +121,12 @@ class EscalationLearner:
     def _kind(self, key: Key) -> _Kind:
         kind = self._kinds.get(key)
         if kind is None:
+            shared = (key[0], _BUDGET_OF.get(key[1], key[1]))
+            budget = self._budgets.get(shared)
+            if budget is None:
+                budget = self._budgets[shared] = _Budget(self.waste_burst)
             kind = self._kinds[key] = _Kind(
-                deque(maxlen=self.window), self.probe_every, credit=self.waste_burst
+                deque(maxlen=self.window), self.probe_every, budget=budget
             )
         return kind
 
@@ -118,30 +138,32 @@ class EscalationLearner:
         unchanged = outcomes.count(False)
         return (unchanged + 0.5) / (len(outcomes) + 1) < self.stop_share
 
-    def unchanged_share(self, key: Key) -> float:
-        """The smoothed share of this kind's recent escalations that changed nothing (½
-        before any): what one more is expected to waste."""
+    def waste_bound(self, key: Key) -> float:
+        """What one more escalation of this kind may waste, reserved while it is out: the
+        share of its recent escalations that changed nothing, counting one more that did
+        ((unchanged + 1) / (n + 1): 1 before any outcome, ½ after one that paid). Not the
+        mean: a server slow to answer has many escalations out on thin evidence (family
+        draw 36: one that paid, then 18 out at once, 16 of them in vain)."""
         outcomes = self._kind(key).outcomes
-        return (outcomes.count(False) + 0.5) / (len(outcomes) + 1)
+        return min(1.0, (outcomes.count(False) + 1) / (len(outcomes) + 1))
 
     def earn(self, rule: str) -> None:
-        """One small answer of ``rule``: each of its kinds' waste budget grows by
-        ``waste_share``."""
+        """One small answer of ``rule``: each of its waste budgets grows by ``waste_share``."""
         if self.waste_share is None:
             return
-        for key, kind in self._kinds.items():
-            if key[0] == rule:
-                kind.credit = min(self.waste_burst, kind.credit + self.waste_share)
+        for (owner, _), budget in self._budgets.items():
+            if owner == rule:
+                budget.credit = min(self.waste_burst, budget.credit + self.waste_share)
 
     def _afford(self, kind: _Kind, expected: float) -> bool:
-        """Whether the kind's waste budget has room for one more escalation (its expected
-        waste); if so, that much is reserved until it settles. Per kind: one whose
-        escalations pay (empty answers) is never held back by another's waste."""
+        """Whether the kind's waste budget has room for one more escalation (what it may
+        waste); if so, that much is reserved until it settles. Per kind of failure: one
+        whose escalations pay (empty answers) is never held back by another's waste."""
         if self.waste_share is None:
             return True
-        if kind.credit < expected:
+        if kind.budget.credit < expected:
             return False
-        kind.credit -= expected
+        kind.budget.credit -= expected
         kind.reserved += expected
         kind.budgeted += 1
         return True
@@ -152,11 +174,11 @@ class EscalationLearner:
         on_trial = kind.settled < self.trial_outcomes and self.trial_in_flight is not None
         if on_trial and kind.pending >= (self.trial_in_flight or 0):
             return "wait"
-        expected = self.unchanged_share(key)
+        expected = self.waste_bound(key)
         if not self.pays(key, likely=likely):
             kind.skipped += 1
-            if kind.skipped < kind.probe_every:  # a probe is budgeted by its gap alone
-                return "skip"
+            if kind.skipped < kind.probe_every or not self._afford(kind, expected):
+                return "skip"  # a probe over budget: tried again at the next answer
             kind.skipped = 0
             kind.pending += 1
             return "probe"
@@ -184,11 +206,13 @@ class EscalationLearner:
         """One escalation's outcome: did the large answer differ from the failed small one?
         None: it brought no answer (the large call failed or was cancelled)."""
         kind = self._kind(key)
-        if kind.budgeted and not probe:  # the reservation given back, the waste charged
+        if kind.budgeted:  # the reservation given back, the waste charged: an escalation
+            # that changed nothing, or whose large call failed (it bought nothing either)
             share = kind.reserved / kind.budgeted
             kind.reserved -= share
             kind.budgeted -= 1
-            kind.credit = min(self.waste_burst, kind.credit + share - (paid is False))
+            credit = kind.budget.credit + share - (paid is not True)
+            kind.budget.credit = min(self.waste_burst, credit)
         kind.pending = max(0, kind.pending - 1)
         kind.settled += 1
         changed, kind.changed = kind.changed, None

@@ -268,7 +268,7 @@ async def test_a_ramble_at_the_cap_is_escalated_once_the_large_model_has_shown_i
 
 def test_the_learner_stops_a_rule_whose_escalations_change_nothing_and_resumes_after_a_probe(
 ) -> None:
-    learner = EscalationLearner(probe_every=4)
+    learner = EscalationLearner(probe_every=4, waste_share=None)  # the budget: tested below
     key = ("short_ask", "empty")
     assert learner.decide(key, likely=True) == "escalate"  # no evidence: the prior decides
     learner.observe(key, paid=False, probe=False)
@@ -330,7 +330,7 @@ def test_the_learner_keeps_escalating_a_rule_that_pays_more_often_than_not() -> 
 
 
 def test_the_learner_probes_at_most_every_max_probe_every() -> None:
-    learner = EscalationLearner(probe_every=2, max_probe_every=8)
+    learner = EscalationLearner(probe_every=2, max_probe_every=8, waste_share=None)
     key = ("r", "empty")
     learner.observe(key, paid=False, probe=False)
     gaps: list[int] = []
@@ -383,6 +383,7 @@ def test_a_kind_that_pays_half_the_time_wastes_at_most_its_budget() -> None:
 
 
 def test_a_kind_that_pays_is_not_held_back_by_another_kinds_waste() -> None:
+    """Per kind of failure: a length cut short of the cap and at it share one budget."""
     learner = EscalationLearner()
     cut, empty = ("short_ask", "length_at_cap"), ("short_ask", "empty")
     for _ in range(8):  # the cut kind: half in vain, until its budget is spent
@@ -391,6 +392,7 @@ def test_a_kind_that_pays_is_not_held_back_by_another_kinds_waste() -> None:
             learner.decide(cut, likely=True)
             learner.observe(cut, paid=True, probe=False)
     assert learner.decide(cut, likely=True) == "skip"  # over budget (it pays, mostly)
+    assert learner.decide(("short_ask", "length"), likely=True) == "skip"  # the same budget
     for _ in range(50):  # every empty answer is mended by the large tier: never held back
         assert learner.decide(empty, likely=True) == "escalate"
         learner.observe(empty, paid=True, probe=False)
