@@ -246,6 +246,9 @@ class HedgeFigures:
     hedges: int = 0
     #: the job's concurrency
     c: int = 0
+    #: the plain job's p99 on the same server with its stalls removed (each request's own
+    #: jitter kept): about the best hedging the stalls alone can reach — shown, not judged
+    floor_p99_s: float | None = None
 
 
 def judge_hedge(f: HedgeFigures) -> list[Verdict]:

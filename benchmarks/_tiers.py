@@ -209,19 +209,31 @@ def natural_cut(profile: SimProfile, max_tokens: int) -> float:
     return 1 - statistics.NormalDist().cdf((math.log(max_tokens) - mu) / sigma)
 
 
-def expected_wrong(result: gg.ChatResult, item: Item, small: SimProfile) -> float:
+def expected_wrong(
+    result: gg.ChatResult, item: Item, small: SimProfile, large: SimProfile | None = None
+) -> float:
     """The chance that the small model's answer to a hard request is wrong. The simulator
     decides per request, out of sight (gptgate/sim/difficulty.py): at the model's
     hard-failure rate ``r``, 45% ramble to ``max_tokens``, 45% answer empty, 10% answer wrong
     with nothing to show (a request for JSON: always cut, invalid JSON). What the answer shows
     updates that prior, with ``c`` the chance of a cut by length alone (:func:`natural_cut`):
-    empty → wrong; cut at ``length`` → (0.45r + 0.1rc) / (0.45r + 0.1rc + (1 − r)c); a
-    complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not → r /
-    (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often."""
+    empty → wrong; cut at ``length`` → (0.45r·(1 − L) + 0.1rc) / (0.45r + 0.1rc + (1 − r)c);
+    a complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not → r /
+    (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often.
+
+    ``L`` is the chance that the large model's answer to the same request is cut at the same
+    ``max_tokens`` (:func:`natural_cut` of ``large``; 0 when not given): a ramble is wrong
+    only where the large model would have finished. Where it would be cut too, the two
+    answers are the same on the wire — each stopped at the cap the call asked for — and the
+    issue counts an escalation from one to the other as one that "bought nothing" (issue 31:
+    "the large model, which has the same ``max_tokens`` and is cut the same way"); so a
+    success by the rule "succeeds ≥ 99 % as often as everything-large" counts the two alike.
+    The silent 10 % stays wrong: its text is wrong whatever its length."""
     r = small.hard_failure_rate
     if r <= 0:
         return 0.0
-    c = natural_cut(small, int(item.params.get("max_tokens") or small.output_tokens_max))
+    cap = int(item.params.get("max_tokens") or small.output_tokens_max)
+    c = natural_cut(small, cap)
     if "response_format" in item.params:
         try:
             json.loads(result.text)
@@ -231,8 +243,9 @@ def expected_wrong(result: gg.ChatResult, item: Item, small: SimProfile) -> floa
     if not result.text.strip():
         return 1.0
     if result.finish_reason == "length":
-        failed = 0.45 * r + 0.1 * r * c
-        return failed / (failed + (1 - r) * c)
+        large_cut = natural_cut(large, cap) if large is not None else 0.0
+        rambled, silent = 0.45 * r, 0.1 * r * c
+        return (rambled * (1 - large_cut) + silent) / (rambled + silent + (1 - r) * c)
     return 0.1 * r / (0.1 * r + 1 - r)
 
 
@@ -293,7 +306,7 @@ async def run(
         no_change=tiers.escalated_no_change,
         escalation_failed=sum(r.escalation_failed for r in tiers.rules.values()),
         wrong=sum(
-            expected_wrong(r, i, small_profile)
+            expected_wrong(r, i, small_profile, large_profile)
             for r, i in answered
             if i.hard and r.backend == "cpu"
         ),

@@ -19,11 +19,15 @@ tokens. ``--profile`` picks another simulator profile (default gpu), or ``family
 draw of the server family (with its own stragglers, if any). On any profile but gpu without
 stalls the targets are issue 31's for a server without stragglers: p99 ≤ 1.02× at ≤ 2%
 extra billed. ``--floor`` adds the plain job's p99 on the same server without its stalls:
-about what hedging the stalls alone can reach.
+about what hedging the stalls alone can reach. ``--paired`` draws each request's stall and
+jitter from its own seeded stream (``SimProfile.paired_draws``): without it they are drawn in
+arrival order, so a hedge's duplicates re-draw every later request's and the plain and hedged
+jobs differ by a re-roll of the whole job as well as by the hedging (on family draw 19, one
+duplicate moved the p99 of 400 calls by 9%). benchmarks/family.py always pairs.
 
     python benchmarks/hedge.py [--calls 1000] [--seeds 11,12,13] [--concurrency 32]
                                [--backends 1] [--stream] [--profile gpu]
-                               [--stall-rate 0.03 --stall-s 3] [--floor]
+                               [--stall-rate 0.03 --stall-s 3] [--floor] [--paired]
 """
 
 from __future__ import annotations
@@ -161,10 +165,14 @@ def main() -> int:
                         help="how long a stall lasts: S seconds, or LO,HI (uniform)")
     parser.add_argument("--floor", action="store_true",
                         help="add the plain p99 without the stalls (hedging's floor)")
+    parser.add_argument("--paired", action="store_true",
+                        help="each request's stall and jitter its own draw, in both jobs")
     args = parser.parse_args()
     low, _, high = args.stall_s.partition(",")
     stall_s = (float(low), float(high or low))
     profile = server(args.profile, args.stall_rate, stall_s)
+    if args.paired:
+        profile = profile.model_copy(update={"paired_draws": True})
     how = "gate.stream" if args.stream else "gate.map"
     low, high = profile.straggler_s
     stalls = (f", {profile.straggler_rate:.1%} stall {low:.1f}–{high:.1f} s"

@@ -519,6 +519,7 @@ class Tiering:
                 self._count(decision, escalated=False)
                 return first
             counts.small += 1
+            self.learner.earn(rule)
             why = failure_reason(first, spec.params, self.heuristic.max_output_tokens)
             judge = accept or self.accept
             if why is None and judge is not None and not await self._accepts(judge, first):
@@ -603,10 +604,16 @@ class Tiering:
             self._count(decision, escalated=False)
             return first, None
         key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
+        while verdict == "wait" and key[1] != "length_at_cap":
+            # the kind's first escalation is out: an empty answer, invalid JSON, one cut short
+            # of its cap or rejected is no answer — held, and decided on the trial's outcome
+            await self.learner.trial_settled(key)
+            key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
         if verdict in ("skip", "wait"):
+            # kept: the large tier would not have helped, as far as the evidence goes — or
+            # (wait) the answer stopped at the cap the call asked for, an answer all the same
             counts.skipped += 1
             self._count(decision, escalated=False)
-            # kept: the large tier would not have helped, as far as the evidence goes
             return first, False if verdict == "skip" and informed else None
         counts.escalated += 1
         counts.why[why] = counts.why.get(why, 0) + 1

@@ -252,6 +252,15 @@ def test_a_small_models_answer_to_a_hard_request_is_wrong_as_its_evidence_says()
     assert _tiers.expected_wrong(answer("x", "length"), item, fills) == pytest.approx(
         0.275 / 0.775
     )
+    # where the large model is cut at the same max_tokens too, a ramble is the same answer on
+    # the wire as the large one (issue 31: escalating it "bought nothing"): only the silent
+    # share stays wrong (0.1 × 0.5 of 0.775)
+    assert _tiers.expected_wrong(answer("x", "length"), item, fills, fills) == pytest.approx(
+        0.05 / 0.775
+    )
+    assert _tiers.expected_wrong(answer("x", "length"), item, fills, short) == pytest.approx(
+        0.275 / 0.775, rel=1e-3
+    )
     asks_json = _tiers.Item(
         "json", True, item.messages, {"response_format": {"type": "json_object"}}
     )

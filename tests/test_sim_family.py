@@ -462,3 +462,27 @@ def test_engine_without_refresh_misses_at_ttl_from_the_first_write(kv_blocks: in
     ages = run_virtual(main, keep.model_copy(update={"cache_refresh_on_hit": False}))
     assert ages[0] == 0 and all(ages[1:4])
     assert ages[4] == 0  # 12 s after the first write: expired, however often it was hit
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_paired_draws_give_every_request_its_own_stall_and_jitter(paired: bool) -> None:
+    """``paired_draws``: one extra request (a hedge's duplicate) leaves every other request's
+    stall and jitter as they were — the plain and hedged runs of a job meet the same luck.
+    Drawn in arrival order (the default), the extra request shifts every later draw."""
+
+    async def main(extra: bool) -> list[float]:
+        engine = SimEngine(
+            _plain(straggler_rate=0.3, straggler_s=(1.0, 3.0), jitter_sigma=0.3,
+                   output_tokens_mean=4.0, paired_draws=paired),
+            clock=LoopClock(),
+            seed=5,
+        )
+        times = [await _timed(engine, "q0", max_tokens=4)]
+        if extra:  # the duplicate: the same body again, a fresh draw of its own
+            await _timed(engine, "q0", max_tokens=4)
+        times += [await _timed(engine, f"q{n}", max_tokens=4) for n in range(1, 40)]
+        return times
+
+    alone, with_extra = run_virtual(main, False), run_virtual(main, True)
+    same = all(abs(a - b) < 1e-9 for a, b in zip(alone, with_extra, strict=True))
+    assert same is paired

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import itertools
 import math
 import random
@@ -177,6 +178,8 @@ class SimEngine:
         self._fault_rng = random.Random(self.faults.seed)
         #: its own stream, so a profile without stragglers draws exactly what it always did
         self._straggler_rng = random.Random(f"{seed}:stragglers")
+        #: ``paired_draws``: how many times each request body came
+        self._bodies_seen: dict[str, int] = {}
         self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
@@ -408,8 +411,9 @@ class SimEngine:
                     "rate_limit_exceeded",
                 )
 
+        draws = self._paired(body) if p.paired_draws else None
         if p.straggler_rate:
-            await self._straggle()
+            await self._straggle(draws)
 
         canonical = None
         if p.replicas > 1 or chat.prompt_tokens >= p.cache_min_tokens:
@@ -437,7 +441,8 @@ class SimEngine:
             self.ledger.record("abandoned")
             raise
 
-        job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers))
+        job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers),
+                          draws=draws)
         job.on_end = leave
         meta = wire.ResponseMeta(
             id=f"chatcmpl-{request_id[4:]}",
@@ -457,11 +462,18 @@ class SimEngine:
             )
         return await self._json_body(job, meta, headers_out, fault)
 
-    async def _straggle(self) -> None:
+    def _paired(self, body: bytes) -> random.Random:
+        """This request's own stream (``paired_draws``): keyed by its body and how many times
+        the body came before."""
+        key = hashlib.blake2b(body, digest_size=16).hexdigest()
+        seen = self._bodies_seen[key] = self._bodies_seen.get(key, 0) + 1
+        return random.Random(f"{self.seed}:{key}:{seen}")
+
+    async def _straggle(self, draws: random.Random | None = None) -> None:
         """A straggler (``straggler_rate``) stalls here, before it is scheduled: it holds no
         slot and nothing is billed if its client leaves meanwhile."""
         p = self.profile
-        rng = self._straggler_rng
+        rng = draws or self._straggler_rng
         if rng.random() >= p.straggler_rate:
             return
         low, high = p.straggler_s
@@ -539,6 +551,7 @@ class SimEngine:
         fault: Fault | None,
         *,
         hard: bool = False,
+        draws: random.Random | None = None,
     ) -> Job:
         """Compute the admitted request's timeline from the load it meets now."""
         p = self.profile
@@ -565,7 +578,7 @@ class SimEngine:
         load = batch / replica.slots
         usl = p.usl(batch)
         factor = self._capacity
-        rng = self._rng
+        rng = draws or self._rng
         sigma = p.jitter_sigma + p.load_jitter_sigma * load * load
         jitter = rng.lognormvariate(-sigma * sigma / 2.0, sigma) if sigma else 1.0
         uncached = chat.prompt_tokens - cached

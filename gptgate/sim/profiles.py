@@ -83,6 +83,12 @@ class SimProfile(BaseModel):
     #: hedge of a stalled request is a fresh draw (Dean & Barroso's "tail at scale")
     straggler_rate: float = Field(0.0, ge=0, le=1)
     straggler_s: tuple[float, float] = (1.0, 1.0)
+    #: draw each request's stall and jitter from its own seeded stream, keyed by its body and
+    #: how many times that body came before (a duplicate or a retry is a fresh draw), not in
+    #: arrival order from one stream: two runs of one job that differ by a few requests (a
+    #: hedge's duplicates) then meet the same stalls and jitter on every other request — a
+    #: paired comparison (benchmarks/hedge.py --paired). Off: every named profile unchanged
+    paired_draws: bool = False
     #: probability (at full load) that a running request fails part-way (5xx / cut stream)
     overload_error_rate: float = Field(0.0, ge=0, le=1)
     #: load (batch / slots) from which overload failures start, ramping to the rate at 1.0
