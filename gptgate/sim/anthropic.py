@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import time
 from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
@@ -229,8 +230,9 @@ class AnthropicEngine(SimEngine):
         fault: Fault | None,
         *,
         hard: bool = False,
+        draws: random.Random | None = None,
     ) -> Job:
-        job = super()._start(chat, body, replica, canonical, fault, hard=hard)
+        job = super()._start(chat, body, replica, canonical, fault, hard=hard, draws=draws)
         job.cache_write_tokens = self._write_tokens
         tool = getattr(chat, "tool", None)
         if tool is not None:  # a tool call is as long as its arguments, not a drawn answer
