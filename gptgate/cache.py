@@ -285,6 +285,19 @@ class RampController:
         self._ceiling = None
         self._probing = False
 
+    def adopt(self, width: int) -> None:
+        """A good window ran ``width`` wide, beyond the ramp's own width (the backend's share
+        of a running group): that width is confirmed, the ramp holds it from now on — so a
+        group left alone does not fall back to a width it has long outgrown. Never past the
+        limit nor a known ceiling; the effective window is unchanged (no new epoch)."""
+        if self._ceiling is not None:
+            width = min(width, self._ceiling - 1)
+        width = min(width, self._limit)
+        if width > self._window:
+            self._window = width
+            self._grew_from = None
+            self._deferred = 0
+
     @property
     def ceiling(self) -> int | None:
         """The narrowest width seen failing lately (None: none known)."""
@@ -674,6 +687,7 @@ class CacheTicket:
         # the limiter, and make this prefix burstier (more duplicate misses on cold replicas)
         room = self._gate._busy.get(group.backend, 0) < group.controller.limit
         if group.controller.on_sample(cached, cacheable, epoch=self._epoch, may_widen=room):
+            self._gate._confirm_share(group)
             self._gate._learn(group, before)
         if group.controller.window > before:
             self._gate._wake(group)
@@ -1030,6 +1044,15 @@ class CacheGate:
         if running is not None and running.get(state.key) is state:
             del running[state.key]
         self._reshare(state.backend)
+
+    def _confirm_share(self, state: _Group) -> None:
+        """A ramp window of ``state`` completed: if it was good while the group ran on its
+        share of the backend, wider than its ramp, the ramp takes the width it used (its peak
+        in flight, within the share) as its own."""
+        ctl = state.controller
+        rate = ctl.last_hit_rate
+        if state.share and rate is not None and ctl.meets_target(rate):
+            ctl.adopt(min(state.window, state.peak))
 
     def _learn(self, state: _Group, width: int) -> None:
         """A ramp window of ``state`` completed at ``width``: what it says about the backend.

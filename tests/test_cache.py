@@ -1600,3 +1600,49 @@ def test_on_a_spreading_backend_a_prefilled_warm_up_holds_no_ramp_slot() -> None
         return admitted
 
     assert run_virtual(main) == 5
+
+
+async def test_a_group_left_alone_keeps_the_width_its_share_ran_at() -> None:
+    """Issue 31, family draw 10: two prefixes at limit 64 each ran 32 wide (their share) with
+    their hits; when the other one finished, the one left fell back to its ramp's own width
+    (5, never widened: the backend was full) and ramped again from there — half the slots idle
+    for the job's last third, 1.13× the hand warm-up's time. A width a good window confirmed
+    is the ramp's width."""
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5, window=5)
+    held: dict[str, list[CacheTicket]] = {"w": [], "x": []}
+
+    async def call(name: str) -> None:
+        held[name].append(await gate.enter("b", group(name), policy, limit=64))
+
+    async with anyio.create_task_group() as tg:
+        for name, calls in (("w", 80), ("x", 33)):
+            for _ in range(calls):
+                tg.start_soon(call, name)
+        await settle(10)
+        for name in "wx":
+            warm = held[name].pop(0)
+            warm.prefilled()
+            warm.observe(cached_tokens=0, input_tokens=5000)
+            warm.release()
+        await settle(10)
+        assert [len(held[n]) for n in "wx"] == [32, 32]  # each its share
+        for t in held["w"][:10]:  # two good windows at the share's width, no room to widen
+            t.observe(cached_tokens=4096, input_tokens=5000)
+            t.release()
+        del held["w"][:10]
+        await settle(10)
+        for t in held["x"]:  # the other prefix is done
+            t.observe(cached_tokens=4096, input_tokens=5000)
+            t.release()
+        held["x"].clear()
+        await settle(10)
+        for t in held["w"][:10]:  # calls end without usage: no sample, only room
+            t.release()
+        del held["w"][:10]
+        await settle(10)
+        assert len(held["w"]) >= 32, len(held["w"])  # before: 22, its ramp's 5 exceeded
+        tg.cancel_scope.cancel()
+    for t in held["w"]:
+        t.release()
+    assert gate.in_flight("b") == 0
