@@ -67,6 +67,21 @@ def test_cache_gate_failing_calls_the_others_completed_misses_however_fast() -> 
     assert "266 more calls failed" in verdicts["cache"].detail
 
 
+def test_a_reference_that_gave_up_on_calls_is_timed_for_the_whole_job() -> None:
+    """Family draw 6: the hand warm-up failed 218 of 400 calls (a bounded queue refusing
+    past its retries), gptgate none; the hand's 1,913 s were the time of 182 calls, and
+    gptgate's 3,958 s for all 400 read as 2.07× it. A job cut short is not the same job either
+    way: the reference's time is its time per completed call, over the whole job."""
+    hand = Client(0.89, 1913.0, failed=218)
+    plain = Client(0.873, 2351.7, failed=155)
+    verdicts = _cache(Client(0.916, 3958.3), plain=plain, hand=hand)
+    assert verdicts["cache"].ok, verdicts["cache"].detail  # 0.94× hand's 400-call time
+    assert verdicts["cache floor"].ok, verdicts["cache floor"].detail  # 1.03× plain's
+    assert "218 of its calls failed" in verdicts["cache"].detail
+    # a gate slower per completed call still misses
+    assert not _cache(Client(0.916, 4500.0), plain=plain, hand=hand)["cache"].ok
+
+
 # --------------------------------------------------------------------------- adaptive limit
 
 
