@@ -1646,3 +1646,22 @@ async def test_a_group_left_alone_keeps_the_width_its_share_ran_at() -> None:
     for t in held["w"]:
         t.release()
     assert gate.in_flight("b") == 0
+
+
+def test_ramp_adopts_a_confirmed_width_within_its_limit_and_ceiling() -> None:
+    ctl = RampController(RampPolicy(start=5, window=5), limit=64)
+    epoch = ctl.epoch
+    ctl.adopt(32)
+    assert ctl.window == 32 and ctl.epoch == epoch  # the effective window did not change
+    ctl.adopt(16)
+    assert ctl.window == 32  # never narrows
+    ctl.adopt(100)
+    assert ctl.window == 64  # never past the limit
+    capped = RampController(RampPolicy(start=5, window=5), limit=64)
+    for _ in range(5):  # a good window at 5 widens to 10 …
+        capped.on_sample(4096, 4096)
+    for _ in range(5):  # … which fails: 10 is a ceiling, back to 5
+        capped.on_sample(0, 4096, epoch=capped.epoch)
+    assert capped.window == 5 and capped.ceiling == 10
+    capped.adopt(32)
+    assert capped.window == 9  # just under the known ceiling

@@ -5,7 +5,6 @@ end, at tiny sizes (virtual time: a second or two of CPU)."""
 from __future__ import annotations
 
 import dataclasses
-
 import sys
 from pathlib import Path
 
