@@ -1665,3 +1665,41 @@ def test_ramp_adopts_a_confirmed_width_within_its_limit_and_ceiling() -> None:
     assert capped.window == 5 and capped.ceiling == 10
     capped.adopt(32)
     assert capped.window == 9  # just under the known ceiling
+
+
+@pytest.mark.parametrize("queued", [True, False])
+def test_a_warm_up_that_waited_does_not_set_the_spacing(queued: bool) -> None:
+    """Family draw 23: the last prefix's warm-up stalled 4.5 s before the server scheduled it
+    (a straggler; the other three took 0.16–0.19 s), and its time from admission to first
+    token (the spacing's prefill time) spaced its calls up to 9 s apart — 47.5 s against the
+    hand warm-up's 20.4 s. The same when a warm-up waits at the limiter behind a full
+    backend. The backend's fastest warm-up (per prefix token) is the prefill time."""
+
+    async def main() -> list[float]:
+        clock = LoopClock()
+        policy = RampPolicy(start=5, window=5)
+        gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.5)
+        busy = await gate.enter("b", group("g"), policy, limit=50)
+        # queued: the backend is full when h warms up; else h's warm-up is a straggler
+        warm = await gate.enter("b", group("h"), policy, limit=1 if queued else 50)
+        await clock.sleep(40.0)  # its wait, then its prefill
+        warm.prefilled()
+        warm.release()
+        busy.release()
+        first = [await gate.enter("b", group("h"), policy, limit=50) for _ in range(5)]
+        for t in first:  # a good window: the ramp widens to 10
+            t.observe(cached_tokens=4096, input_tokens=5000)
+        sent: list[float] = []
+
+        async def call() -> None:
+            await gate.enter("b", group("h"), policy, limit=50)
+            sent.append(clock.now())
+
+        began = clock.now()
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(call)
+        return [round(t - began, 6) for t in sent]
+
+    # g's warm-up: 0.5 s for the same prefix size → 0.1 s apart (before: 40 s / 5 = 8 s)
+    assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]
