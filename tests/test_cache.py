@@ -1515,13 +1515,15 @@ async def _spreading_gate_with_a_measured_warm_up(
     return gate
 
 
-async def _send_times(gate: CacheGate, clock: LoopClock, policy: RampPolicy, n: int) -> list[float]:
-    """``n`` calls of group ``g`` entering ``gate`` at once: when each was let through,
+async def _send_times(
+    gate: CacheGate, clock: LoopClock, policy: RampPolicy, n: int, name: str = "g"
+) -> list[float]:
+    """``n`` calls of group ``name`` entering ``gate`` at once: when each was let through,
     counted from now."""
     sent: list[float] = []
 
     async def call() -> None:
-        await gate.enter("b", group("g"), policy, limit=50)
+        await gate.enter("b", group(name), policy, limit=50)
         sent.append(clock.now())
 
     began = clock.now()
@@ -1689,17 +1691,7 @@ def test_a_warm_up_that_waited_does_not_set_the_spacing(queued: bool) -> None:
         first = [await gate.enter("b", group("h"), policy, limit=50) for _ in range(5)]
         for t in first:  # a good window: the ramp widens to 10
             t.observe(cached_tokens=4096, input_tokens=5000)
-        sent: list[float] = []
-
-        async def call() -> None:
-            await gate.enter("b", group("h"), policy, limit=50)
-            sent.append(clock.now())
-
-        began = clock.now()
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
-                tg.start_soon(call)
-        return [round(t - began, 6) for t in sent]
+        return await _send_times(gate, clock, policy, 5, "h")
 
     # g's warm-up: 0.5 s for the same prefix size → 0.1 s apart (before: 40 s / 5 = 8 s)
     assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]
