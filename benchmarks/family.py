@@ -13,7 +13,9 @@ would write instead, side by side in one run, on the in-process simulator under 
   ``gate.map(..., scenario="batch_content")`` against the plain client (httpx +
   ``Semaphore(c)``) and the hand warm-up (each prefix's first call alone, the rest released
   together when it returns, same cap) — benchmarks/_strategies.py, the clients of
-  benchmarks/cache.py. The plain clients retry a 429/5xx after its ``retry-after`` (the
+  benchmarks/cache.py. Each client runs the job ``--cache-repeats`` times on other engine
+  seeds, pooled (one job's time is one long answer's luck: ±20% for the same client). The
+  plain clients retry a 429/5xx after its ``retry-after`` (the
   simplest client for a server that refuses); every client waits up to an hour for a call;
 * **adaptive** — ``concurrency="auto"`` against a grid of fixed limits (powers of two to 128
   plus ½, ¾, 1 and 1½ × the draw's replicas × slots) on benchmarks/adaptive.py's job
@@ -33,7 +35,8 @@ smallest margin) with the command that reruns it alone.
 
     python benchmarks/family.py [--draws 20] [--seed 1] [--only cache,adaptive,tiers,hedge]
                                 [--workers 1] [--cache-calls 400] [--cache-prompts 4]
-                                [--cache-c 64] [--adaptive-requests 400]
+                                [--cache-c 64] [--cache-repeats 3]
+                                [--adaptive-requests 400]
                                 [--adaptive-waves 0] [--tier-calls 600]
                                 [--hedge-calls 400] [--hedge-c 32]
 
@@ -48,6 +51,7 @@ import argparse
 import dataclasses
 import functools
 import math
+import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -89,6 +93,10 @@ class Sizes:
     cache_calls: int = 400
     cache_prompts: int = 4
     cache_c: int = 64
+    #: runs of the cache job per client, pooled (each on its own engine seed): one job's time
+    #: is set by which long answer starts last — the same client moves ±20% between engine
+    #: seeds on a draw (draw 7: plain 13.6–20.7 s), four times the rule's 5%
+    cache_repeats: int = 3
     adaptive_requests: int = 400
     #: the adaptive job is at least this many waves of the draw's replicas × slots (≤ 128):
     #: 0 = ``adaptive_requests`` calls on every draw; 10 = long enough on a big server for the
@@ -108,7 +116,7 @@ class Sizes:
 
 
 #: the command-line options of :class:`Sizes` (the others are fixed by the issue's jobs)
-SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "adaptive_requests",
+SIZE_OPTIONS = ("cache_calls", "cache_prompts", "cache_c", "cache_repeats", "adaptive_requests",
                 "adaptive_waves", "tier_calls", "hedge_calls", "hedge_c")
 
 
@@ -163,15 +171,28 @@ def cap(profile: SimProfile, wanted: int) -> int:
     return max(1, min(wanted, profile.replicas * (profile.slots + profile.max_queue)))
 
 
+#: the engine seeds of a draw's cache repeats are ``seed + REPEAT_SEED_STEP × k``
+REPEAT_SEED_STEP = 10_000
+
+
 def run_cache(d: Draw, sizes: Sizes) -> CacheFigures:
+    """The cache job through the three clients, ``sizes.cache_repeats`` times each on engine
+    seeds ``seed + 10,000 × k`` (the simulator's jitter and answer lengths), pooled: totals of
+    time, tokens and failed calls over the repeats."""
     items = job(sizes.cache_prompts, sizes.cache_calls, d.seed)
     c, attempts, timeout = cap(d.server, sizes.cache_c), sizes.plain_attempts, sizes.timeout_s
-    plain = run_virtual(run_naive, d.server, [items], c, d.seed, attempts, timeout)
-    hand = run_virtual(run_hand, d.server, [items], c, d.seed, attempts, timeout)
     gptgate = functools.partial(run_gptgate, timeout=sizes.timeout_s)
-    gate = run_virtual(gptgate, d.server, [items], c, d.seed)
+    seeds = [d.seed + REPEAT_SEED_STEP * k for k in range(max(1, sizes.cache_repeats))]
+
+    def pooled(client: Callable[..., Any], *extra: Any) -> Run:
+        runs = [run_virtual(client, d.server, [items], c, seed, *extra) for seed in seeds]
+        return functools.reduce(operator.add, runs)
+
+    plain = pooled(run_naive, attempts, timeout)
+    hand = pooled(run_hand, attempts, timeout)
+    gate = pooled(gptgate)
     return CacheFigures(
-        _client(plain), _client(hand), _client(gate), len(items), ceiling(items), c
+        _client(plain), _client(hand), _client(gate), len(items) * len(seeds), ceiling(items), c
     )
 
 

@@ -297,6 +297,19 @@ class RampController:
         self._ceiling = None
         self._probing = False
 
+    def adopt(self, width: int) -> None:
+        """A good window ran ``width`` wide, beyond the ramp's own width (the backend's share
+        of a running group): that width is confirmed, the ramp holds it from now on — so a
+        group left alone does not fall back to a width it has long outgrown. Never past the
+        limit nor a known ceiling; the effective window is unchanged (no new epoch)."""
+        if self._ceiling is not None:
+            width = min(width, self._ceiling - 1)
+        width = min(width, self._limit)
+        if width > self._window:
+            self._window = width
+            self._grew_from = None
+            self._deferred = 0
+
     @property
     def ceiling(self) -> int | None:
         """The narrowest width seen failing lately (None: none known)."""
@@ -620,8 +633,8 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_released", "fleet_claim",
-        "warmer",
+        "_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_queued", "_released",
+        "fleet_claim", "warmer",
     )
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
@@ -635,6 +648,9 @@ class CacheTicket:
         self.fleet_claim = ""
         self._epoch = group.controller.epoch if group is not None else 0
         self._admitted_at = gate._clock.now() if gate is not None else 0.0
+        #: admitted while the backend's limit was taken by other calls: it waits at the
+        #: limiter, so its time to the first token is not the server's prefill time
+        self._queued = gate is not None and group is not None and gate._full(group.backend)
 
     @property
     def bypassed(self) -> bool:
@@ -658,7 +674,8 @@ class CacheTicket:
             group.warming = False
             group.spent = 1
             assert self._gate is not None
-            group.prefill_s = self._gate._clock.now() - self._admitted_at
+            measured = self._gate._clock.now() - self._admitted_at
+            group.prefill_s = self._gate._prefill(group, measured, queued=self._queued)
             self._gate._wake(group)
 
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
@@ -686,6 +703,7 @@ class CacheTicket:
         # the limiter, and make this prefix burstier (more duplicate misses on cold replicas)
         room = self._gate._busy.get(group.backend, 0) < group.controller.limit
         if group.controller.on_sample(cached, cacheable, epoch=self._epoch, may_widen=room):
+            self._gate._confirm_share(group)
             self._gate._learn(group, before)
         if group.controller.window > before:
             self._gate._wake(group)
@@ -757,6 +775,9 @@ class CacheGate:
         self._shares: dict[str, list[int]] = {}
         # per backend: until when it counts as crowded (more prefix groups than its limit)
         self._crowded_until: dict[str, float] = {}
+        # per backend: the fastest warm-up prefill seen, seconds per prefix token (a warm-up
+        # that waited behind a full backend borrows it: gptgate/cache_pace.py)
+        self._prefill_per_token: dict[str, float] = {}
         #: ``shared=``: one warm-up per prefix across the fleet (gptgate/shared/warmup.py)
         self._fleet_warmup: FleetWarmup | None = None
         #: per backend: the shortest prefix its provider caches, when above the policy's
@@ -853,6 +874,29 @@ class CacheGate:
                 ticket.release()
                 raise
         return ticket
+
+    def _full(self, backend: str) -> bool:
+        """Whether the calls admitted here before the last one take the backend's limit: the
+        last one waits at the limiter."""
+        return self._busy.get(backend, 0) - 1 >= self._limits.get(backend, math.inf)
+
+    def _prefill(self, state: _Group, measured: float, *, queued: bool) -> float | None:
+        """The prefill time the pacing spaces ``state``'s calls by: the backend's fastest
+        warm-up per prefix token, scaled to this prefix — its own warm-up's time (admission
+        to first token) counts unless it waited behind a full backend. A warm-up that waited
+        at the limiter, or stalled before the server scheduled it (a straggler), measured
+        the wait, not the prefill: family draw 23, whose last prefix's warm-up stalled 4.5 s
+        (the others took 0.16–0.19 s), spaced its calls up to 9 s apart and took 2.3× the hand
+        warm-up's time. None: nothing measured yet — no spacing (a full backend's limiter lets
+        calls out one by one anyway)."""
+        tokens = max(1, state.prefix_tokens)
+        best = self._prefill_per_token.get(state.backend)
+        if not queued and measured > 0:
+            best = min(best, measured / tokens) if best is not None else measured / tokens
+            self._prefill_per_token[state.backend] = best
+        if best is None:
+            return None if queued else measured
+        return best * tokens
 
     def update_limit(self, backend: str, limit: int) -> None:
         """``backend``'s concurrency limit moved (``concurrency="auto"``).
@@ -1054,6 +1098,15 @@ class CacheGate:
         if running is not None and running.get(state.key) is state:
             del running[state.key]
         self._reshare(state.backend)
+
+    def _confirm_share(self, state: _Group) -> None:
+        """A ramp window of ``state`` completed: if it was good while the group ran on its
+        share of the backend, wider than its ramp, the ramp takes the width it used (its peak
+        in flight, within the share) as its own."""
+        ctl = state.controller
+        rate = ctl.last_hit_rate
+        if state.share and rate is not None and ctl.meets_target(rate):
+            ctl.adopt(min(state.window, state.peak))
 
     def _learn(self, state: _Group, width: int) -> None:
         """A ramp window of ``state`` completed at ``width``: what it says about the backend.

@@ -4,7 +4,9 @@ On a backend that spreads a hot prefix over replicas, the cache gate spaces a gr
 beyond its first ``start`` in flight: a burst released at once meets each newly reached
 replica several times before that replica's first call is prefilled, and every one of those
 calls misses; spaced out, the replica is warm by the next one. The spacing is ``start`` calls
-per prefill time (the warm-up's, admission to first token) …
+per prefill time (the backend's fastest warm-up per prefix token, admission to first token,
+scaled to the group's prefix: a warm-up that stalled as a straggler or waited behind a full
+backend measured its wait — gptgate/cache.py ``CacheGate._prefill``) …
 
 … but never slower than the group's window runs on its own: ``window`` calls per call latency
 (the group's measured latency, admission to release). Spaced at the prefill time alone, the

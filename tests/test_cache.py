@@ -1515,13 +1515,15 @@ async def _spreading_gate_with_a_measured_warm_up(
     return gate
 
 
-async def _send_times(gate: CacheGate, clock: LoopClock, policy: RampPolicy, n: int) -> list[float]:
-    """``n`` calls of group ``g`` entering ``gate`` at once: when each was let through,
+async def _send_times(
+    gate: CacheGate, clock: LoopClock, policy: RampPolicy, n: int, name: str = "g"
+) -> list[float]:
+    """``n`` calls of group ``name`` entering ``gate`` at once: when each was let through,
     counted from now."""
     sent: list[float] = []
 
     async def call() -> None:
-        await gate.enter("b", group("g"), policy, limit=50)
+        await gate.enter("b", group(name), policy, limit=50)
         sent.append(clock.now())
 
     began = clock.now()
@@ -1600,3 +1602,96 @@ def test_on_a_spreading_backend_a_prefilled_warm_up_holds_no_ramp_slot() -> None
         return admitted
 
     assert run_virtual(main) == 5
+
+
+async def test_a_group_left_alone_keeps_the_width_its_share_ran_at() -> None:
+    """Issue 31, family draw 10: two prefixes at limit 64 each ran 32 wide (their share) with
+    their hits; when the other one finished, the one left fell back to its ramp's own width
+    (5, never widened: the backend was full) and ramped again from there — half the slots idle
+    for the job's last third, 1.13× the hand warm-up's time. A width a good window confirmed
+    is the ramp's width."""
+    gate = CacheGate(clock=FakeClock())
+    policy = RampPolicy(start=5, window=5)
+    held: dict[str, list[CacheTicket]] = {"w": [], "x": []}
+
+    async def call(name: str) -> None:
+        held[name].append(await gate.enter("b", group(name), policy, limit=64))
+
+    async with anyio.create_task_group() as tg:
+        for name, calls in (("w", 80), ("x", 33)):
+            for _ in range(calls):
+                tg.start_soon(call, name)
+        await settle(10)
+        for name in "wx":
+            warm = held[name].pop(0)
+            warm.prefilled()
+            warm.observe(cached_tokens=0, input_tokens=5000)
+            warm.release()
+        await settle(10)
+        assert [len(held[n]) for n in "wx"] == [32, 32]  # each its share
+        for t in held["w"][:10]:  # two good windows at the share's width, no room to widen
+            t.observe(cached_tokens=4096, input_tokens=5000)
+            t.release()
+        del held["w"][:10]
+        await settle(10)
+        for t in held["x"]:  # the other prefix is done
+            t.observe(cached_tokens=4096, input_tokens=5000)
+            t.release()
+        held["x"].clear()
+        await settle(10)
+        for t in held["w"][:10]:  # calls end without usage: no sample, only room
+            t.release()
+        del held["w"][:10]
+        await settle(10)
+        assert len(held["w"]) >= 32, len(held["w"])  # before: 22, its ramp's 5 exceeded
+        tg.cancel_scope.cancel()
+    for t in held["w"]:
+        t.release()
+    assert gate.in_flight("b") == 0
+
+
+def test_ramp_adopts_a_confirmed_width_within_its_limit_and_ceiling() -> None:
+    ctl = RampController(RampPolicy(start=5, window=5), limit=64)
+    epoch = ctl.epoch
+    ctl.adopt(32)
+    assert ctl.window == 32 and ctl.epoch == epoch  # the effective window did not change
+    ctl.adopt(16)
+    assert ctl.window == 32  # never narrows
+    ctl.adopt(100)
+    assert ctl.window == 64  # never past the limit
+    capped = RampController(RampPolicy(start=5, window=5), limit=64)
+    for _ in range(5):  # a good window at 5 widens to 10 …
+        capped.on_sample(4096, 4096)
+    for _ in range(5):  # … which fails: 10 is a ceiling, back to 5
+        capped.on_sample(0, 4096, epoch=capped.epoch)
+    assert capped.window == 5 and capped.ceiling == 10
+    capped.adopt(32)
+    assert capped.window == 9  # just under the known ceiling
+
+
+@pytest.mark.parametrize("queued", [True, False])
+def test_a_warm_up_that_waited_does_not_set_the_spacing(queued: bool) -> None:
+    """Family draw 23: the last prefix's warm-up stalled 4.5 s before the server scheduled it
+    (a straggler; the other three took 0.16–0.19 s), and its time from admission to first
+    token (the spacing's prefill time) spaced its calls up to 9 s apart — 47.5 s against the
+    hand warm-up's 20.4 s. The same when a warm-up waits at the limiter behind a full
+    backend. The backend's fastest warm-up (per prefix token) is the prefill time."""
+
+    async def main() -> list[float]:
+        clock = LoopClock()
+        policy = RampPolicy(start=5, window=5)
+        gate = await _spreading_gate_with_a_measured_warm_up(clock, policy, prefill_s=0.5)
+        busy = await gate.enter("b", group("g"), policy, limit=50)
+        # queued: the backend is full when h warms up; else h's warm-up is a straggler
+        warm = await gate.enter("b", group("h"), policy, limit=1 if queued else 50)
+        await clock.sleep(40.0)  # its wait, then its prefill
+        warm.prefilled()
+        warm.release()
+        busy.release()
+        first = [await gate.enter("b", group("h"), policy, limit=50) for _ in range(5)]
+        for t in first:  # a good window: the ramp widens to 10
+            t.observe(cached_tokens=4096, input_tokens=5000)
+        return await _send_times(gate, clock, policy, 5, "h")
+
+    # g's warm-up: 0.5 s for the same prefix size → 0.1 s apart (before: 40 s / 5 = 8 s)
+    assert run_virtual(main) == [0.0, 0.1, 0.2, 0.3, 0.4]

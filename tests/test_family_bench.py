@@ -4,6 +4,7 @@ end, at tiny sizes (virtual time: a second or two of CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -65,6 +66,21 @@ def test_cache_gate_failing_calls_the_others_completed_misses_however_fast() -> 
     verdicts = _cache(Client(0.95, 30.0, failed=266))
     assert not verdicts["cache"].ok and not verdicts["cache floor"].ok
     assert "266 more calls failed" in verdicts["cache"].detail
+
+
+def test_a_reference_that_gave_up_on_calls_is_timed_for_the_whole_job() -> None:
+    """Family draw 6: the hand warm-up failed 218 of 400 calls (a bounded queue refusing
+    past its retries), gptgate none; the hand's 1,913 s were the time of 182 calls, and
+    gptgate's 3,958 s for all 400 read as 2.07× it. A job cut short is not the same job either
+    way: the reference's time is its time per completed call, over the whole job."""
+    hand = Client(0.89, 1913.0, failed=218)
+    plain = Client(0.873, 2351.7, failed=155)
+    verdicts = _cache(Client(0.916, 3958.3), plain=plain, hand=hand)
+    assert verdicts["cache"].ok, verdicts["cache"].detail  # 0.94× hand's 400-call time
+    assert verdicts["cache floor"].ok, verdicts["cache floor"].detail  # 1.03× plain's
+    assert "218 of its calls failed" in verdicts["cache"].detail
+    # a gate slower per completed call still misses
+    assert not _cache(Client(0.916, 4500.0), plain=plain, hand=hand)["cache"].ok
 
 
 # --------------------------------------------------------------------------- adaptive limit
@@ -198,6 +214,19 @@ def test_each_judge_runs_one_draw_end_to_end(judge: str) -> None:
     assert outcome.verdicts and all(v.detail for v in outcome.verdicts)
     again = family.judge_draw(3, judge, TINY)
     assert again.figures == outcome.figures  # seeded: the same draw, the same figures
+
+
+def test_the_cache_judge_pools_repeats_of_the_job_on_other_engine_seeds() -> None:
+    """One job's time is one long answer's luck: on family draw 7 the plain client alone took
+    13.6–20.7 s over four engine seeds (jitter, answer lengths), the hand warm-up 11.2–17.2 s —
+    a 5% bound judged on one of them judges the draw of the simulator. The judge pools
+    ``cache_repeats`` runs per client (seeds ``seed + 10_000 × k``), as benchmarks/cache.py
+    pools its repeats."""
+    one = family.run_cache(family.draw(3), dataclasses.replace(TINY, cache_repeats=1))
+    two = family.run_cache(family.draw(3), dataclasses.replace(TINY, cache_repeats=2))
+    assert one.calls == TINY.cache_calls and two.calls == 2 * TINY.cache_calls
+    assert two.plain.time_s > one.plain.time_s  # the second run's time is added
+    assert two.gate.time_s > one.gate.time_s
 
 
 def test_draws_are_seeded_and_differ_between_seeds() -> None:
