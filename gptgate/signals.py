@@ -89,6 +89,7 @@ class SignalReader:
         self.read_at: float | None = None
         #: the concurrency past which the server queued (None: no queue seen yet)
         self.knee: int | None = None
+        self._others = 0  # what other clients ran at the last read (floor)
         self.reads = 0
         self.failures = 0
         self._failing = False
@@ -114,6 +115,21 @@ class SignalReader:
         caps = [c for c in (self.knee, load.slots_total) if c is not None]
         return min(caps) if caps else None
 
+    def floor(self) -> int | None:
+        """The slots the server says are ours to fill now: its slot count less what other
+        clients run, while it queues nothing and its KV cache has room; None: no opinion.
+
+        The latency controller reads a rise in latency as queueing. On a server that reports
+        free slots and no queue the rise is batching, not queueing (llama-server, 8 slots:
+        latency-only settled at 2–5 in flight; issue 35), so the slots are the target."""
+        load = self.fresh()
+        if load is None or load.slots_total is None:
+            return None
+        if (load.waiting or 0) > 0 or (load.kv_usage or 0.0) >= KV_FULL:
+            return None
+        free = load.slots_total - self._others
+        return free if free > 0 else None
+
     def snapshot(self) -> ServerSignals:
         load = self.load
         if load is None or self.read_at is None:
@@ -132,6 +148,9 @@ class SignalReader:
         """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
         in_flight = self._in_flight()
         waiting = load.waiting or 0
+        # other clients' calls, counted when the server counted (not against a later
+        # in-flight count: calls ending since the read would pass for someone else's)
+        self._others = max(0, (load.running or load.slots_busy or 0) - in_flight)
         if waiting > 0 or (load.kv_usage or 0.0) >= KV_FULL:
             # our share of what runs: all of it when we are the server's only client
             running = load.running
@@ -222,7 +241,8 @@ class SignalLimit:
     """An adaptive limit capped by the server's signals (anything else goes to ``inner``).
 
     A wrapper, not a change to the controller: the latency-based limit keeps learning; while
-    the signals are fresh its value is held at or below :meth:`SignalReader.cap`."""
+    the signals are fresh its value is held at or below :meth:`SignalReader.cap`, and raised
+    to :meth:`SignalReader.floor` (the server's free slots) while the server queues nothing."""
 
     def __init__(self, inner: Limit, reader: SignalReader) -> None:
         self.inner = inner
@@ -231,6 +251,9 @@ class SignalLimit:
     @property
     def limit(self) -> int:
         own = self.inner.limit
+        floor = self.reader.floor()
+        if floor is not None:  # free slots and no queue: fill them (within max_concurrency)
+            own = max(own, min(floor, int(getattr(self.inner, "max_limit", floor))))
         cap = self.reader.cap()
         if cap is None:
             return own

@@ -177,6 +177,27 @@ def test_the_slot_count_is_a_ceiling() -> None:
     assert limit.limit == 4
 
 
+def test_free_slots_and_no_queue_raise_the_limit_to_the_slots_left_for_us() -> None:
+    """llama-server, 8 slots: latency alone settled at 2–5 in flight (issue 35); the server
+    says its slots are free and nothing waits, so the limit is what is free for us."""
+    in_flight = [2]
+    reader, clock = _reader(in_flight, provider="llamacpp")
+    limit = SignalLimit(LLMLimit(initial=4, max_limit=64), reader)
+    assert limit.limit == 4  # never read: latency alone
+    reader.observe(ServerLoad(running=2, slots_total=8, slots_busy=2))
+    assert limit.limit == 8
+    reader.observe(ServerLoad(running=5, slots_total=8, slots_busy=5))
+    assert limit.limit == 5  # another client runs 3 of the 8
+    reader.observe(ServerLoad(running=8, waiting=2, slots_total=8, slots_busy=8))
+    assert limit.limit <= 8 and reader.floor() is None  # a queue: the knee decides, no floor
+    clock.t += 3 * reader.interval_s + 0.01
+    assert limit.limit == 4  # stale: latency alone again
+    fresh, _ = _reader([0], provider="llamacpp")
+    capped = SignalLimit(LLMLimit(initial=4, max_limit=6), fresh)
+    fresh.observe(ServerLoad(running=0, slots_total=8, slots_busy=0))
+    assert capped.limit == 6  # never past max_concurrency
+
+
 # -- the router's term ------------------------------------------------------------------------
 
 
