@@ -85,6 +85,31 @@ class RedisAnswers:
         except SharedUnreachableError:
             return
 
+    def flight_key(self, key: str) -> str:
+        return f"{self.shared.namespace}:rcf:{key}"
+
+    async def claim(self, key: str) -> bool:
+        """Lead this request fleet-wide for up to ``lease_s`` (a process that dies holding it
+        keeps the others waiting no longer). Redis away: this process leads (as alone)."""
+        if not self.up:
+            return True
+        try:
+            lease_ms = max(1, math.ceil(self.shared.lease_s * 1000))
+            claimed = await self._op(
+                self._client().set(self.flight_key(key), b"1", nx=True, px=lease_ms)
+            )
+        except SharedUnreachableError:
+            return True
+        return bool(claimed)
+
+    async def release(self, key: str) -> None:
+        if not self.up:
+            return
+        try:
+            await self._op(self._client().delete(self.flight_key(key)))
+        except SharedUnreachableError:
+            return
+
     async def _op(self, awaitable: Any) -> Any:
         try:
             with anyio.fail_after(self.shared.op_budget_s):

@@ -358,3 +358,40 @@ def test_an_unreachable_redis_is_an_outage_and_required_fails_the_start() -> Non
                 pass
 
     anyio.run(main)
+
+
+def test_identical_calls_from_two_gateways_on_one_redis_send_one_request(
+    redis_url: str,
+) -> None:
+    """Two processes (two gateways here) sending the same deterministic request at once each
+    sent it: 2 processes x 20 prompts were 40 requests, as many as without a shared cache. One
+    of them leads it fleet-wide now (a claim in Redis); the other waits for its answer."""
+    space = namespace()
+
+    async def main() -> tuple[int, list[bool]]:
+        clock = gg.ScaledClock(10.0)
+        counting = Counting(SimEngine("gpu", clock=clock, seed=3))
+
+        def gate() -> gg.Gateway:
+            shared = gg.Shared(redis_url, namespace=space)
+            return gg.Gateway(
+                [_backend(counting)], clock=clock,
+                response_cache=gg.ResponseCache(ttl_s=60, shared=shared),
+            )
+
+        one, two = gate(), gate()
+        results: list[gg.ChatResult] = []
+
+        async def ask(g: gg.Gateway) -> None:
+            results.append(await g.chat(M, temperature=0, max_tokens=20))
+
+        async with one, two, anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(ask, one)
+                group.start_soon(ask, two)
+        assert len({r.text for r in results}) == 1
+        return counting.requests, [r.from_cache for r in results]
+
+    requests, from_cache = anyio.run(main)
+    assert requests == 1
+    assert from_cache.count(False) == 1
