@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -215,13 +216,20 @@ class ResponseCache:
         self._store: TTLCache[str, bytes] = self._new_store()
         self._flights: dict[str, _Flight] = {}
         self._counts: dict[str, _Counts] = {}
+        self._pid = os.getpid()
 
     def _new_store(self) -> TTLCache[str, bytes]:
         return TTLCache(maxsize=self.max_entries, ttl=self.ttl_s, timer=lambda: self._timer())
 
     def bind(self, clock: Clock) -> None:
-        """Count the TTL on the gateway's clock (a test's virtual time)."""
+        """Count the TTL on the gateway's clock (a test's virtual time). A gateway rebuilt in
+        a forked child (``SyncGateway`` after ``fork()``) starts with no calls in flight and
+        its own counters: the parent's flights wait on the parent's event loop."""
         self._timer = clock.now
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._flights = {}
+            self._counts = {}
 
     def count(self, backend: str) -> _Counts:
         counts = self._counts.get(backend)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,14 @@ class RedisAnswers:
         #: operations that failed or overran (``ResponseCacheStatistics.shared_errors``)
         self.errors = 0
         self._redis: Any = None
+        self._pid = os.getpid()
         self._down_until = -math.inf
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
     def _client(self) -> Any:
+        if self._pid != os.getpid():  # a forked child: the parent's sockets and loop are not ours
+            self._redis, self._pid = None, os.getpid()
+            self._down_until = -math.inf
         if self._redis is None:
             from redis.asyncio import Redis  # only with shared=: an optional extra
             from redis.exceptions import RedisError
