@@ -285,9 +285,11 @@ class ResponseCache:
         clock: Clock,
         is_private: Callable[[str], bool],
         on_hit: Callable[[ChatResult], None],
+        fleet: bool = True,
     ) -> ChatResult:
-        """The answer to one request: from the store, from an identical call in flight, or
-        from ``call()`` (then stored when whole)."""
+        """The answer to one request: from the store, from an identical call in flight (in
+        this process, or with ``fleet`` in another of a shared Redis), or from ``call()``
+        (then stored when whole)."""
         start = clock.now()
         if mode != "refresh":
             cached = await self.get(key)
@@ -306,7 +308,8 @@ class ResponseCache:
         while True:
             flight = self._flights.get(key)
             if flight is None:
-                result, sent = await self._lead(key, call, is_private, fleet=mode != "refresh")
+                fleet_wide = fleet and mode != "refresh"
+                result, sent = await self._lead(key, call, is_private, fleet=fleet_wide)
                 return result if sent else joined(result)
             await flight.done.wait()
             if flight.result is not None:

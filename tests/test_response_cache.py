@@ -3,6 +3,7 @@ single-flight, streams replayed, Redis shared by two gateways, nothing cached on
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 from typing import Any
@@ -437,3 +438,33 @@ def test_a_shared_cache_works_in_a_forked_child(redis_url: str, tmp_path: Any) -
     assert done.stdout.splitlines() == ["child True 0", "parent True"]
     assert "Error" not in done.stderr and "Warning" not in done.stderr, done.stderr
     assert engine.ledger.snapshot().ok == 2
+
+
+def test_a_fleet_of_private_backends_does_not_wait_for_each_others_calls(
+    redis_url: str,
+) -> None:
+    """Private answers never reach Redis (without ``share_private``): two gateways whose
+    backends are all private each send their own call at once, neither waiting for a claim."""
+    space = namespace()
+
+    async def main() -> tuple[int, int]:
+        clock = gg.ScaledClock(10.0)
+        counting = Counting(SimEngine("gpu", clock=clock, seed=3))
+
+        def gate() -> gg.Gateway:
+            shared = gg.Shared(redis_url, namespace=space)
+            return gg.Gateway(
+                [_backend(counting, private=True)], clock=clock,
+                response_cache=gg.ResponseCache(ttl_s=60, shared=shared),
+            )
+
+        one, two = gate(), gate()
+        async with one, two:
+            async with anyio.create_task_group() as group:
+                group.start_soon(functools.partial(one.chat, M, temperature=0, max_tokens=20))
+                group.start_soon(functools.partial(two.chat, M, temperature=0, max_tokens=20))
+            peak = counting.inner.engine.ledger.snapshot().peak_in_flight
+        return counting.requests, peak
+
+    requests, peak = anyio.run(main)
+    assert (requests, peak) == (2, 2)  # side by side, not one after the other
