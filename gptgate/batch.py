@@ -66,7 +66,7 @@ T = TypeVar("T")
 #: chat() arguments that steer the live path: kept for a live retry, never in a batch body
 _LIVE_ONLY = frozenset(
     {"scenario", "priority", "timeout", "max_attempts", "cache_key", "hedge", "accept",
-     "private", "tier", "backend"}
+     "private", "tier", "backend", "cache"}
 )
 #: what a request without ``max_tokens`` reserves of the dollar budget (as a live call does)
 _DEFAULT_MAX_TOKENS = 1024

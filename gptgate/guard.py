@@ -12,6 +12,7 @@ together", says what users can count on.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
@@ -149,7 +150,7 @@ def _headers_of(exc: BaseException) -> Mapping[str, str] | None:
 
 def _sdk_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     """The timeout and connection exception classes of the HTTP stacks SDKs are built on
-    (httpx2, and httpx and openai when installed) — by type, never by name: a user's own
+    (httpx2, and httpx, openai and anthropic when installed) — by type, never by name: a user's own
     ``CacheConnectionError`` is no LLM failure."""
     timeouts: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
     transport: list[type[BaseException]] = [httpx2.TransportError]
@@ -160,13 +161,13 @@ def _sdk_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseExce
     else:
         timeouts.append(httpx.TimeoutException)
         transport.append(httpx.TransportError)
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - optional
-        pass
-    else:
-        timeouts.append(openai.APITimeoutError)
-        transport.append(openai.APIConnectionError)
+    for sdk in ("openai", "anthropic"):  # their connection errors wrap no HTTP stack's
+        try:
+            module = importlib.import_module(sdk)
+        except ImportError:  # pragma: no cover - optional
+            continue
+        timeouts.append(module.APITimeoutError)
+        transport.append(module.APIConnectionError)
     return tuple(timeouts), tuple(transport)
 
 

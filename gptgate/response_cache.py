@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -30,6 +31,7 @@ import anyio
 from cachetools import TTLCache
 
 from .errors import BadRequestError, GateError
+from .response_cache_fleet import answer_or_claim
 from .results import ChatResult, Usage
 
 if TYPE_CHECKING:
@@ -214,13 +216,20 @@ class ResponseCache:
         self._store: TTLCache[str, bytes] = self._new_store()
         self._flights: dict[str, _Flight] = {}
         self._counts: dict[str, _Counts] = {}
+        self._pid = os.getpid()
 
     def _new_store(self) -> TTLCache[str, bytes]:
         return TTLCache(maxsize=self.max_entries, ttl=self.ttl_s, timer=lambda: self._timer())
 
     def bind(self, clock: Clock) -> None:
-        """Count the TTL on the gateway's clock (a test's virtual time)."""
+        """Count the TTL on the gateway's clock (a test's virtual time). A gateway rebuilt in
+        a forked child (``SyncGateway`` after ``fork()``) starts with no calls in flight and
+        its own counters: the parent's flights wait on the parent's event loop."""
         self._timer = clock.now
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._flights = {}
+            self._counts = {}
 
     def count(self, backend: str) -> _Counts:
         counts = self._counts.get(backend)
@@ -276,9 +285,11 @@ class ResponseCache:
         clock: Clock,
         is_private: Callable[[str], bool],
         on_hit: Callable[[ChatResult], None],
+        fleet: bool = True,
     ) -> ChatResult:
-        """The answer to one request: from the store, from an identical call in flight, or
-        from ``call()`` (then stored when whole)."""
+        """The answer to one request: from the store, from an identical call in flight (in
+        this process, or with ``fleet`` in another of a shared Redis), or from ``call()``
+        (then stored when whole)."""
         start = clock.now()
         if mode != "refresh":
             cached = await self.get(key)
@@ -287,16 +298,22 @@ class ResponseCache:
                 self.count(result.backend).hits += 1
                 on_hit(result)
                 return result
+
+        def joined(answer: ChatResult) -> ChatResult:
+            result = served_from_cache(answer, clock.now() - start)
+            self.count(result.backend).shared += 1
+            on_hit(result)
+            return result
+
         while True:
             flight = self._flights.get(key)
             if flight is None:
-                return await self._lead(key, call, is_private)
+                fleet_wide = fleet and mode != "refresh"
+                result, sent = await self._lead(key, call, is_private, fleet=fleet_wide)
+                return result if sent else joined(result)
             await flight.done.wait()
             if flight.result is not None:
-                result = served_from_cache(flight.result, clock.now() - start)
-                self.count(result.backend).shared += 1
-                on_hit(result)
-                return result
+                return joined(flight.result)
             if flight.error is not None:
                 raise copy.copy(flight.error)
             # the leader was cancelled before an answer: one of us leads now
@@ -306,21 +323,35 @@ class ResponseCache:
         key: str,
         call: Callable[[], Awaitable[ChatResult]],
         is_private: Callable[[str], bool],
-    ) -> ChatResult:
+        *,
+        fleet: bool,
+    ) -> tuple[ChatResult, bool]:
+        """The answer, and whether this process sent the call (else another process of the
+        fleet did: gptgate/response_cache_fleet.py)."""
         flight = self._flights[key] = _Flight()
+        redis = self.redis if fleet else None
+        claimed = False
         try:
-            result = await call()
-            flight.result = result
+            data = await answer_or_claim(redis, key) if redis is not None else None
+            if data is not None:
+                self._store[key] = data
+                flight.result = decode_result(data)
+                return flight.result, False
+            claimed = redis is not None
+            result = flight.result = await call()
+            self.count(result.backend).misses += 1
+            if cacheable(result):  # stored before the claim goes: the fleet finds it
+                await self.put(key, result, private=is_private(result.backend))
         except GateError as error:
             flight.error = error
             raise
         finally:
             del self._flights[key]
             flight.done.set()
-        self.count(result.backend).misses += 1
-        if cacheable(result):
-            await self.put(key, result, private=is_private(result.backend))
-        return result
+            if claimed and redis is not None:
+                with anyio.CancelScope(shield=True):  # bounded by op_budget_s
+                    await redis.release(key)
+        return result, True
 
     async def aclose(self) -> None:
         if self.redis is not None:

@@ -75,7 +75,15 @@ class CachedCalls:
         assert self.cache is not None
         return await self.cache.serve(
             key, mode, call, clock=self._gate.clock, is_private=self.is_private,
-            on_hit=self.hit,
+            on_hit=self.hit, fleet=self.answers_reach_redis(),
+        )
+
+    def answers_reach_redis(self) -> bool:
+        """Can an answer be shared through Redis at all? Not when every backend is private
+        (and ``share_private`` is off): then waiting for another process's call is in vain."""
+        assert self.cache is not None
+        return self.cache.share_private or any(
+            not b.private for b in self._gate.config.backends
         )
 
     def stream(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,14 @@ class RedisAnswers:
         #: operations that failed or overran (``ResponseCacheStatistics.shared_errors``)
         self.errors = 0
         self._redis: Any = None
+        self._pid = os.getpid()
         self._down_until = -math.inf
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
     def _client(self) -> Any:
+        if self._pid != os.getpid():  # a forked child: the parent's sockets and loop are not ours
+            self._redis, self._pid = None, os.getpid()
+            self._down_until = -math.inf
         if self._redis is None:
             from redis.asyncio import Redis  # only with shared=: an optional extra
             from redis.exceptions import RedisError
@@ -82,6 +87,31 @@ class RedisAnswers:
             return
         try:
             await self._op(self._client().set(self.key(key), data, px=self.ttl_ms))
+        except SharedUnreachableError:
+            return
+
+    def flight_key(self, key: str) -> str:
+        return f"{self.shared.namespace}:rcf:{key}"
+
+    async def claim(self, key: str) -> bool:
+        """Lead this request fleet-wide for up to ``lease_s`` (a process that dies holding it
+        keeps the others waiting no longer). Redis away: this process leads (as alone)."""
+        if not self.up:
+            return True
+        try:
+            lease_ms = max(1, math.ceil(self.shared.lease_s * 1000))
+            claimed = await self._op(
+                self._client().set(self.flight_key(key), b"1", nx=True, px=lease_ms)
+            )
+        except SharedUnreachableError:
+            return True
+        return bool(claimed)
+
+    async def release(self, key: str) -> None:
+        if not self.up:
+            return
+        try:
+            await self._op(self._client().delete(self.flight_key(key)))
         except SharedUnreachableError:
             return
 

@@ -539,3 +539,27 @@ def test_a_second_process_on_a_job_being_sent_is_refused(
         assert (sim.batches.uploads, sim.batches.creates) == (1, 1)
 
     _run(body)
+
+
+def test_every_chat_option_of_an_item_stays_out_of_the_batch_body(tmp_path: Path) -> None:
+    """``cache="use"`` in a batch item (a ``gate.map`` item, with ``response_cache=`` on) went
+    into the uploaded request body as ``"cache": "use"`` — a parameter OpenAI answers with a
+    400 for every item. Each of ``Gateway.chat``'s own options steers the live path only."""
+    import inspect
+
+    from gptgate.batch import _LIVE_ONLY
+
+    own = set(inspect.signature(gg.Gateway.chat).parameters) - {"self", "messages", "stream",
+                                                                  "params"}
+    assert own <= _LIVE_ONLY
+
+    async def body(sim: Sim) -> list[dict[str, Any]]:
+        items = [{**item, "cache": "use", "hedge": False} for item in _items(2)]
+        async with sim.gate(response_cache=gg.ResponseCache()) as gate:
+            job = await gate.batch(items, backend="oa", job_dir=tmp_path)
+            _in_order(await job.wait())
+        lines = b"".join(f.data for f in sim.batches.files.values() if f.purpose == "batch")
+        return [json.loads(line)["body"] for line in lines.splitlines()]
+
+    bodies = _run(body)
+    assert len(bodies) == 2 and not any("cache" in b or "hedge" in b for b in bodies)

@@ -126,3 +126,43 @@ def test_after_retrying_the_original_exception_keeps_its_cause() -> None:
     error = run_virtual(_retried_chain)
     assert isinstance(error.__cause__, OSError)
     assert str(error.__cause__) == "the socket said no"
+
+
+def test_the_anthropic_sdks_connection_errors_are_the_backends() -> None:
+    """``anthropic.APIConnectionError`` (a killed server under the sync Anthropic SDK in a
+    ``@gate.guard``) derives from no HTTP stack's error: it was taken for the application's
+    own — never retried, no failure of the backend's — where openai's same error was."""
+    anthropic = pytest.importorskip("anthropic")
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/messages")
+    assert isinstance(
+        classify_exception(anthropic.APITimeoutError(request=request), "b"), gg.RequestTimeout
+    )
+    assert isinstance(
+        classify_exception(anthropic.APIConnectionError(request=request), "b"), gg.BackendError
+    )
+
+
+async def _guarded_anthropic_connection_error() -> tuple[int, int]:
+    anthropic = pytest.importorskip("anthropic")
+    clock = LoopClock()
+    backend, _ = sim_backend("gpu", name="gpu", clock=clock)
+    async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+        calls = 0
+
+        @gate.guard(backend="gpu")
+        async def ask() -> str:
+            nonlocal calls
+            calls += 1
+            raise anthropic.APIConnectionError(
+                request=httpx2.Request("POST", "http://127.0.0.1/v1/messages")
+            )
+
+        with pytest.raises(anthropic.APIConnectionError):  # the caller sees the SDK's own
+            await ask()
+        return calls, gate.stats()["gpu"].failures
+
+
+def test_a_guarded_anthropic_connection_error_is_retried_and_counted() -> None:
+    calls, failures = run_virtual(_guarded_anthropic_connection_error)
+    assert calls > 1
+    assert failures == calls

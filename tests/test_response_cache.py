@@ -3,6 +3,7 @@ single-flight, streams replayed, Redis shared by two gateways, nothing cached on
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 from typing import Any
@@ -19,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import gptgate as gg
 from gptgate.response_cache import request_key
 from gptgate.response_cache_calls import CACHE_HIT
-from gptgate.sim import LoopClock, SimEngine, SimTransport, run_virtual
+from gptgate.sim import LoopClock, SimEngine, SimServer, SimTransport, run_virtual
 from tests.fleettools import namespace
 
 PRICE = gg.Price(input_per_mtok=1.0, output_per_mtok=4.0)
@@ -358,3 +359,112 @@ def test_an_unreachable_redis_is_an_outage_and_required_fails_the_start() -> Non
                 pass
 
     anyio.run(main)
+
+
+def test_identical_calls_from_two_gateways_on_one_redis_send_one_request(
+    redis_url: str,
+) -> None:
+    """Two processes (two gateways here) sending the same deterministic request at once each
+    sent it: 2 processes x 20 prompts were 40 requests, as many as without a shared cache. One
+    of them leads it fleet-wide now (a claim in Redis); the other waits for its answer."""
+    space = namespace()
+
+    async def main() -> tuple[int, list[bool]]:
+        clock = gg.ScaledClock(10.0)
+        counting = Counting(SimEngine("gpu", clock=clock, seed=3))
+
+        def gate() -> gg.Gateway:
+            shared = gg.Shared(redis_url, namespace=space)
+            return gg.Gateway(
+                [_backend(counting)], clock=clock,
+                response_cache=gg.ResponseCache(ttl_s=60, shared=shared),
+            )
+
+        one, two = gate(), gate()
+        results: list[gg.ChatResult] = []
+
+        async def ask(g: gg.Gateway) -> None:
+            results.append(await g.chat(M, temperature=0, max_tokens=20))
+
+        async with one, two, anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(ask, one)
+                group.start_soon(ask, two)
+        assert len({r.text for r in results}) == 1
+        return counting.requests, [r.from_cache for r in results]
+
+    requests, from_cache = anyio.run(main)
+    assert requests == 1
+    assert from_cache.count(False) == 1
+
+
+FORK_SCRIPT = """
+import os, sys
+import gptgate as gg
+
+cache = gg.ResponseCache(ttl_s=60, shared=gg.Shared({redis!r}, namespace={space!r}))
+gate = gg.SyncGateway([gg.Backend(name="sim", base_url=sys.argv[1], model="m")],
+                      response_cache=cache)
+asked = [{{"role": "user", "content": "parent"}}]
+gate.chat(asked, temperature=0, max_tokens=5)  # the parent's Redis client is made and used
+pid = os.fork()
+if pid == 0:
+    try:
+        hit = gate.chat(asked, temperature=0, max_tokens=5).from_cache
+        gate.chat([{{"role": "user", "content": "child"}}], temperature=0, max_tokens=5)
+        print("child", hit, cache.statistics().shared_errors, flush=True)
+    except BaseException as error:
+        print("child", repr(error), flush=True)
+    finally:
+        os._exit(0)
+os.waitpid(pid, 0)
+child = gate.chat([{{"role": "user", "content": "child"}}], temperature=0, max_tokens=5)
+print("parent", child.from_cache, flush=True)
+gate.close()
+"""
+
+
+def test_a_shared_cache_works_in_a_forked_child(redis_url: str, tmp_path: Any) -> None:
+    """gunicorn --preload / Celery prefork: a child's first call through a ``SyncGateway``
+    whose ``ResponseCache(shared=)`` the parent had used raised ``RuntimeError`` ("attached
+    to a different loop"): the child used the parent's Redis client. Each process has its own
+    client now, and the child's answers reach the parent through Redis."""
+    from tests.test_sync_gateway import run_script
+
+    engine = SimEngine("gpu", clock=gg.ScaledClock(20.0), seed=3)
+    with SimServer(engine, time_scale=20.0) as base_url:
+        source = FORK_SCRIPT.format(redis=redis_url, space=namespace())
+        done = run_script(source, base_url, tmp_path)
+    assert done.stdout.splitlines() == ["child True 0", "parent True"]
+    assert "Error" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    assert engine.ledger.snapshot().ok == 2
+
+
+def test_a_fleet_of_private_backends_does_not_wait_for_each_others_calls(
+    redis_url: str,
+) -> None:
+    """Private answers never reach Redis (without ``share_private``): two gateways whose
+    backends are all private each send their own call at once, neither waiting for a claim."""
+    space = namespace()
+
+    async def main() -> tuple[int, int]:
+        clock = gg.ScaledClock(10.0)
+        counting = Counting(SimEngine("gpu", clock=clock, seed=3))
+
+        def gate() -> gg.Gateway:
+            shared = gg.Shared(redis_url, namespace=space)
+            return gg.Gateway(
+                [_backend(counting, private=True)], clock=clock,
+                response_cache=gg.ResponseCache(ttl_s=60, shared=shared),
+            )
+
+        one, two = gate(), gate()
+        async with one, two:
+            async with anyio.create_task_group() as group:
+                group.start_soon(functools.partial(one.chat, M, temperature=0, max_tokens=20))
+                group.start_soon(functools.partial(two.chat, M, temperature=0, max_tokens=20))
+            peak = counting.inner.engine.ledger.snapshot().peak_in_flight
+        return counting.requests, peak
+
+    requests, peak = anyio.run(main)
+    assert (requests, peak) == (2, 2)  # side by side, not one after the other
