@@ -37,6 +37,7 @@ import httpx2
 from cachetools import TTLCache
 from opentelemetry import metrics, trace
 
+from .backend_stats import BackendStats, fleet_statistics, limit_phase
 from .background import Background
 from .baseline import Baseline
 from .batch import BatchJob, RetryMode, submit_batch
@@ -47,7 +48,7 @@ from .cache import CacheGate, prefix_key
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
-from .drift import DriftMonitor, DriftPolicy, DriftStatus, check_baseline_arg, drift_monitors
+from .drift import DriftMonitor, DriftPolicy, check_baseline_arg, drift_monitors
 from .embed import Embedder
 from .errors import (
     BadRequestError,
@@ -66,7 +67,7 @@ from .opened import Opened
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
 from .relocate import Relocator
-from .response_cache import CacheMode, ResponseCache, ResponseCacheStatistics
+from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
 from .results import ChatResult
 from .retry import RetryPolicy
@@ -74,8 +75,8 @@ from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
 from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
-from .shared.fleet import FleetAdmission, FleetClient, FleetStatistics
-from .shared.pacing import FleetPacer, FleetPacerStatistics
+from .shared.fleet import FleetAdmission, FleetClient
+from .shared.pacing import FleetPacer
 from .shared.warmup import FleetWarmup, fleet_keys
 from .signals import ServerSignals, SignalGauges
 from .snapshot import (
@@ -136,108 +137,6 @@ def _check_grace(grace_s: object) -> float:
     return float(grace_s)
 
 
-@dataclass(frozen=True, slots=True)
-class BackendStats:
-    """A snapshot of one backend, for dashboards and alerts (``gate.stats()``).
-
-    Every counter (``calls``, ``failures``, ``retries``, ``shed``, tokens, …) is monotonic over
-    the Gateway's lifetime, across re-opening it. ``calls`` counts attempts sent to the backend
-    (a call shed by the limiter or the cache gate, or whose deadline passed first, is in
-    ``shed`` or nowhere); ``failures`` counts sent attempts the backend failed (not those cut by
-    the caller's own deadline); ``retries`` counts retry attempts sent to this backend — where
-    the retry went, not where the failed attempt was.
-    """
-
-    name: str
-    hardware: str
-    #: the limit in force: what admission applies now — with ``shared=`` the lower of this
-    #: process's own limit and the fleet's (the fleet's limit, or this process's share of it
-    #: during an outage; 1 before the fleet was seen: docs/guide/many-processes.md)
-    limit: int
-    in_flight: int
-    queued: int
-    admitted: int
-    shed: int
-    pool: PoolStatistics
-    latency_p50_s: float | None
-    latency_p95_s: float | None
-    latency_p99_s: float | None
-    ttft_p50_s: float | None
-    ttft_p95_s: float | None
-    calls: int
-    failures: int
-    retries: int
-    rate_limited: int
-    timeouts: int
-    cache_hit_rate: float | None
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    wasted_tokens: int
-    streamed_attempts: int
-    plain_attempts: int
-    cost_usd: float
-    circuit: str
-    #: calls held by the prompt-cache gate: behind a warm-up, at a ramp window, or waiting for
-    #: their prefix group's turn (see docs/caching.md) — not yet at the limiter
-    cache_waiting: int = 0
-    #: where the limit is: ``"fixed"``, or for ``concurrency="auto"`` ``"slow start"`` (still
-    #: doubling) or ``"probing"`` (around the knee it found); ``"adaptive"`` for another Limit
-    limit_phase: str = "fixed"
-    #: estimated tokens of attempts that answered nothing before they ended (a timeout or a
-    #: cancellation with no byte of answer): counted in the tokens above, possibly not billed
-    uncertain_tokens: int = 0
-    #: why the adaptive limit moved, counts per cause (``LLMLimit``: ``slow_start_exit``,
-    #: ``loss``, ``queue``, ``delay``; empty for a fixed limit) — "why is the limit 12?"
-    limit_events: Mapping[str, int] = field(default_factory=dict)
-    #: tail-hedge duplicates sent to this backend (docs/guide.md "Hedging")
-    hedges: int = 0
-    #: answers of this backend asked again of the large tier (tiered serving, docs/tiers.md)
-    escalated: int = 0
-    #: the fleet's view with ``shared=`` (fleet-wide permits, outage state); None without
-    fleet: FleetStatistics | None = None
-    #: against its baseline with ``Gateway(baseline=...)`` (docs/drift.md); None when not
-    #: checked (no baseline, or none that fits this backend)
-    drift: DriftStatus | None = None
-    #: ``shared=``: the prompt-cache hit rate over every process of the fleet (None without)
-    fleet_cache_hit_rate: float | None = None
-    #: ``shared=``: this process's calls paced by the fleet's RPM/TPM budget (None without)
-    fleet_pacing: FleetPacerStatistics | None = None
-    #: of ``in_flight``: slots still taken by requests we hung up on (a timeout, a cancelled
-    #: call, a stream left), for the backend's ``abandon_grace_s`` — it still runs them
-    abandoned_holding: int = 0
-    #: this process's own limit, before the fleet's: the configured ``concurrency`` or the
-    #: adaptive limit (with ``shared=`` auto, the fleet's published one), within the pool
-    local_limit: int = 0
-    #: of ``input_tokens``: written to the provider's prompt cache (Anthropic bills them
-    #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
-    cache_write_input_tokens: int = 0
-    reasoning_tokens: int = 0
-    #: ``Backend(signals=True)``: the server's own load at the last read (docs/signals.md);
-    #: every field None when off or never read
-    server: ServerSignals = field(default_factory=ServerSignals)
-    #: ``response_cache=``: this backend's answers served again from the cache (hits, joined
-    #: calls in flight), sent (misses) and stored (bytes); None without a response cache
-    response_cache: ResponseCacheStatistics | None = None
-
-
-def _fleet_statistics(admission: object) -> FleetStatistics | None:
-    statistics = getattr(admission, "statistics", None)
-    return statistics() if callable(statistics) else None
-
-
-def _limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:
-    """The phase and the per-cause move counts of a backend's limit, for ``stats()``."""
-    if isinstance(limit, FixedLimit):
-        return "fixed", {}
-    events = getattr(limit, "events", None)
-    counts = {str(k): int(v) for k, v in events.items()} if isinstance(events, Mapping) else {}
-    slow_start = getattr(limit, "in_slow_start", None)
-    if slow_start is None:
-        return "adaptive", counts
-    return ("slow start" if slow_start else "probing"), counts
-
-
 @dataclass(slots=True)
 class _EarlierSessions:
     """A backend's counters from before the last ``start()`` (which builds its live state
@@ -270,7 +169,7 @@ class _EarlierSessions:
         self.pool_wait_total_s += pool.wait_total_s
         self.pool_wait_max_s = max(self.pool_wait_max_s, pool.wait_max_s)
         self.pool_stale_retries += pool.stale_retries
-        self.limit_events = self.events(_limit_phase(state.limiter.limit)[1])
+        self.limit_events = self.events(limit_phase(state.limiter.limit)[1])
 
     def events(self, live: Mapping[str, int]) -> dict[str, int]:
         names = [*live, *(k for k in self.limit_events if k not in live)]
@@ -1505,9 +1404,9 @@ class Gateway:
         for name, state in self._states.items():
             limiter = state.limiter.statistics()
             entry = self._ledger.entries[name]
-            phase, events = _limit_phase(state.limiter.limit)
+            phase, events = limit_phase(state.limiter.limit)
             earlier = self._earlier[name]
-            fleet = _fleet_statistics(state.limiter.admission)
+            fleet = fleet_statistics(state.limiter.admission)
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
