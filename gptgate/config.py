@@ -299,6 +299,16 @@ class Backend(BaseModel):
         return (low, high)
 
     @model_validator(mode="after")
+    def _check_served(self) -> Backend:
+        from .providers import PROVIDERS, unserved
+
+        why = unserved(PROVIDERS[self.provider], self.base_url, signals=self.signals,
+                       embedding_model=self.embedding_model)
+        if why is not None:
+            raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
     def _check_bounds(self) -> Backend:
         if self.min_concurrency > self.max_concurrency:
             raise ValueError("min_concurrency must be <= max_concurrency")

@@ -17,7 +17,8 @@ from typing import Literal
 
 from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_REASONING, ModelRule
 
-__all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults"]
+__all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults",
+           "unserved"]
 
 #: the ``api-version`` of Azure's deployments API when none is given (the GA version the
 #: openai SDK's docs use; ``OPENAI_API_VERSION`` overrides it, as it does the SDK's)
@@ -54,6 +55,8 @@ class Provider:
     max_embedding_tokens: int | None = None
     #: a hosted service (billed per token) rather than a server of one's own
     hosted: bool = True
+    #: whether it has an embeddings endpoint at all (Anthropic and DeepSeek have none)
+    serves_embeddings: bool = True
     #: rules of one family of its models (gptgate/model_rules.py), the first match checked
     models: tuple[ModelRule, ...] = ()
     #: the model rules hold at the preset's own ``base_url`` only: ``"openai"`` is also the
@@ -95,11 +98,11 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
-            "anthropic",
+            "anthropic", serves_embeddings=False,
         ),
         Provider(
             "deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
-            models=(DEEPSEEK_REASONER,),
+            models=(DEEPSEEK_REASONER,), serves_embeddings=False,
         ),
         Provider(
             "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",
@@ -127,6 +130,27 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         _local("lmstudio", 1234, "LMSTUDIO_API_KEY"),
     )
 })
+
+
+def unserved(preset: Provider, base_url: str, *, signals: bool, embedding_model: str | None
+             ) -> str | None:
+    """Why a backend asks ``preset`` at ``base_url`` for what it does not serve, or None.
+
+    Said at construction rather than at the first call: ``signals=True`` on a hosted API
+    would poll a ``/metrics`` that is not there for the process's whole life (a stale reading
+    and one log line), and an ``embedding_model`` on a provider without embeddings would
+    route ``gate.embed`` to a backend that can only fail it. Both hold only at the preset's
+    own service: the same preset pointed at another server (a proxy, the simulator) may."""
+    own = preset.base_url is None or base_url.rstrip("/") == preset.base_url.rstrip("/")
+    if signals and preset.hosted and own:
+        return (f"signals=True reads a self-hosted server's load (vLLM, SGLang, llama.cpp); "
+                f"provider={preset.name!r} serves no /metrics: drop signals=True")
+    if embedding_model is not None and not preset.serves_embeddings and (
+        own or preset.dialect == "anthropic"
+    ):
+        return (f"provider={preset.name!r} has no embeddings endpoint: put embedding_model= "
+                "on a backend of a provider that serves embeddings")
+    return None
 
 
 def provider_defaults(data: dict[str, object]) -> dict[str, object]:

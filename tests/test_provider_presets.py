@@ -165,3 +165,40 @@ def test_tools_go_through_and_tool_calls_come_back(provider: str) -> None:
         assert call["id"].startswith("call_")
     assert answered.finish_reason == "stop" and answered.text
     assert all(json.loads(q.content)["tools"] == TOOLS for q in requests)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"provider": "openai", "signals": True}, "serves no /metrics"),
+        ({"provider": "anthropic", "model": "claude-haiku-4-5", "signals": True}, "/metrics"),
+        ({"provider": "azure", "base_url": "https://r.openai.azure.com", "deployment": "d",
+          "signals": True}, "/metrics"),
+        ({"provider": "anthropic", "model": "claude-haiku-4-5", "embedding_model": "e",
+          "base_url": "http://127.0.0.1:9/v1"}, "no embeddings endpoint"),
+        ({"provider": "deepseek", "embedding_model": "e"}, "no embeddings endpoint"),
+    ],
+)
+def test_asking_a_hosted_provider_for_what_it_does_not_serve_fails_at_construction(
+    fields: dict[str, Any], says: str,
+) -> None:
+    """Not at the first call, nor as a reading that stays stale for the process's life."""
+    with pytest.raises(ValueError, match=says):
+        gg.Backend(**{"name": "b", "model": "m", **fields})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"provider": "openai", "base_url": "http://127.0.0.1:8000/v1", "signals": True},
+        {"provider": "vllm", "signals": True},
+        {"provider": "deepseek", "base_url": "http://127.0.0.1:9/v1", "embedding_model": "e"},
+        {"provider": "openai", "embedding_model": "text-embedding-3-small"},
+    ],
+)
+def test_the_same_asks_of_a_server_that_may_serve_them_are_accepted(
+    fields: dict[str, Any],
+) -> None:
+    """The ``openai`` preset is every compatible server's; a preset pointed elsewhere (a
+    proxy, the simulator) may serve what its own service does not."""
+    gg.Backend(**{"name": "b", "model": "m", **fields})
