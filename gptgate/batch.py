@@ -37,6 +37,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import anyio
+
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
 from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
@@ -297,6 +299,9 @@ class BatchJob:
         self._remote: dict[str, RemoteBatch] = {}
         #: items whose failure was sent again live (``gate.chat`` booked them itself)
         self._live: set[int] = set()
+        #: one waiter polls, collects, retries and books; the others wait for its results
+        #: (each doing it too would trip the job's own send lock and book the job twice)
+        self._waiting = anyio.Lock()
 
     def __repr__(self) -> str:
         return f"BatchJob(id={self.id!r}, status={self.status!r}, counts={self.counts!r})"
@@ -481,9 +486,14 @@ class BatchJob:
 
     async def wait(self) -> list[ChatResult | GateError]:
         """Poll (with back-off) until every part ended, collect, retry what the ``retry``
-        mode says, book the cost; the results in input order."""
-        if self._results is not None:
+        mode says, book the cost; the results in input order. Tasks awaiting one job share
+        one collection; a waiter cancelled mid-way hands the work to the next."""
+        async with self._waiting:
+            if self._results is None:
+                self._results = await self._wait()
             return list(self._results)
+
+    async def _wait(self) -> list[ChatResult | GateError]:
         interval = self._poll_s
         while True:
             if await self._poll() in TERMINAL and all(
@@ -497,9 +507,7 @@ class BatchJob:
                 continue
             await self._gate.clock.sleep(interval)
             interval = min(interval * _POLL_GROWTH, self._poll_s * _POLL_CEILING)
-        results = await self._settle(outcomes)
-        self._results = results
-        return list(results)
+        return await self._settle(outcomes)
 
     # -- collecting -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import gptgate as gg
@@ -253,6 +254,31 @@ def test_failed_items_retried_live_are_billed_once_more_at_the_live_price(
         assert entry.batch_cost_usd == pytest.approx(PRICE.cost(batch_usage) * 0.5)
         assert entry.cost_usd == pytest.approx(entry.batch_cost_usd + live_usd)
         assert sum(r.cost_usd for r in results) == pytest.approx(entry.cost_usd)
+
+    _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.05, expire_rate=0.03, seed=5))
+
+
+def test_tasks_awaiting_one_job_share_one_collection(tmp_path: Path) -> None:
+    """A job handed to several tasks (a web handler and a progress reporter) is collected,
+    retried and booked once: every waiter gets the same results, and no waiter is refused by
+    the job's own send lock while another one sends the live retries."""
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate, anyio.create_task_group() as tg:
+            job = await gate.batch(_items(100), job_dir=tmp_path, retry="live")
+            got: list[list[Any]] = []
+
+            async def waiter() -> None:
+                got.append(await job.wait())
+
+            for _ in range(3):
+                tg.start_soon(waiter)
+        entry = gate.ledger.entries["oa"]
+        assert len(got) == 3 and all(r == got[0] for r in got[1:])
+        _in_order(got[0])
+        retried = 100 - sim.batches.billed_requests
+        assert retried > 0 and sim.engine.ledger.snapshot().ok == retried  # sent live once
+        assert sum(r.cost_usd for r in got[0]) == pytest.approx(entry.cost_usd)
 
     _run(body, SimBatchPlan(complete_after_s=600, fail_rate=0.05, expire_rate=0.03, seed=5))
 
