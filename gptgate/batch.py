@@ -222,7 +222,7 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
         )
     job.resumed = record is not None
     estimate = job.estimate(range(len(lines)))
-    priced = spending is not None and config.price is not None
+    priced = spending is not None and estimate > 0
     if record is None:
         if priced:
             assert spending is not None
@@ -649,23 +649,22 @@ class BatchJob:
         return False
 
     async def _admit(self, indices: list[int]) -> None:
-        if self._spending is not None and self._backend.price is not None:
-            self.holds.append(await self._spending.admit(self.estimate(indices), priority=0))
+        estimate = self.estimate(indices)
+        if self._spending is not None and estimate > 0:
+            self.holds.append(await self._spending.admit(estimate, priority=0))
 
     # -- money ----------------------------------------------------------------------------
 
     def estimate(self, indices: Iterable[int]) -> float:
-        """The most these items can cost at the batch price (whole prompt, whole answer)."""
-        price = self._backend.price
-        if price is None:
-            return 0.0
-        tokens_in = tokens_out = 0
-        for index in indices:
-            request = self._requests[index]
-            tokens_in += request.prompt_tokens
-            tokens_out += request.max_tokens or _DEFAULT_MAX_TOKENS
-        usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out)
-        return price.cost(usage) * self._backend.batch_discount
+        """The most these items can cost at the batch price (whole prompt, whole answer),
+        priced as the ledger will book them — the backend's ``price=`` or the table's, each
+        prompt at the tier its own size reaches."""
+        most = self._gate.ledger.batch_most_cost
+        name, discount = self._backend.name, self._backend.batch_discount
+        return sum(
+            most(name, r.prompt_tokens, r.max_tokens or _DEFAULT_MAX_TOKENS, discount)
+            for r in (self._requests[i] for i in indices)
+        )
 
     def release_holds(self) -> None:
         if self._spending is not None:

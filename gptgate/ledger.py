@@ -176,6 +176,22 @@ class Ledger:
                 return source.at(now, usage.input_tokens, batch=True).cost(usage)
         return self.cost(backend, usage) * discount
 
+    def batch_most_cost(
+        self, backend: str, input_tokens: int, output_tokens: int, discount: float
+    ) -> float:
+        """The dearest outcome of one Batch API item (what a budget holds for it), at the
+        price :meth:`batch_cost` will book it at: the table's batch price when it states one,
+        else ``discount`` of the live price; 0 for a backend that costs nothing."""
+        source = self._prices.get(backend)
+        if isinstance(source, CatalogPrice):
+            now = self._utc_now()
+            if source.has_batch(now):
+                return source.at(now, input_tokens, batch=True).most_cost(
+                    input_tokens, output_tokens
+                )
+        price = self.price(backend, input_tokens)
+        return 0.0 if price is None else price.most_cost(input_tokens, output_tokens) * discount
+
     def record_batch(self, backend: str, usage: Usage, discount: float) -> float:
         """Count one Batch API answer, billed at the batch price (:meth:`batch_cost`);
         returns its cost in dollars (which also reaches ``on_cost``: the dollar budget

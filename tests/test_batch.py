@@ -336,13 +336,42 @@ def test_the_budget_holds_the_estimate_until_the_results_settle_it(tmp_path: Pat
             status = gate.budget_status()
             assert status is not None and status.reserved_usd == 0
             assert status.spent_usd == pytest.approx(gate.ledger.entries["oa"].batch_cost_usd)
-            assert 0 < status.spent_usd < job.estimate(range(100))
+            # the dearest outcome: every answer runs to its max_tokens here, so equal at most
+            assert 0 < status.spent_usd <= job.estimate(range(100)) * (1 + 1e-9)
         async with sim.gate(budget=gg.Budget(usd_per_hour=0.01, on_exceed="raise")) as gate:
             with pytest.raises(gg.BudgetExceededError):
                 await gate.batch(_items(100), job_dir=tmp_path / "b")
         assert sim.batches.creates == 1 and not (tmp_path / "b" / "job.json").exists()
 
     _run(body)
+
+
+def test_a_table_priced_backends_job_is_held_at_its_batch_price(tmp_path: Path) -> None:
+    """``price=None`` on a hosted model the genai-prices table knows: the budget holds the
+    job's dearest outcome at the table's batch price (it held $0 and let any job through),
+    and the results settle it at what the ledger books."""
+    pytest.importorskip("genai_prices")
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate(budget=gg.Budget(usd_per_hour=50.0)) as gate:
+            job = await gate.batch(_items(100), job_dir=tmp_path / "a")
+            status = gate.budget_status()
+            assert status is not None
+            held = status.reserved_usd
+            assert held == pytest.approx(job.estimate(range(100))) and held > 0
+            await job.wait()
+            status = gate.budget_status()
+            assert status is not None and status.reserved_usd == 0
+            booked = gate.ledger.entries["oa"].batch_cost_usd
+            assert 0 < status.spent_usd == pytest.approx(booked)
+            assert status.spent_usd <= held * (1 + 1e-9)
+        async with sim.gate(budget=gg.Budget(usd_per_hour=1e-6, on_exceed="raise")) as gate:
+            with pytest.raises(gg.BudgetExceededError):
+                await gate.batch(_items(100), job_dir=tmp_path / "b")
+        assert sim.batches.creates == 1
+
+    _run(body, price=None, provider="openai", base_url="https://api.openai.com/v1",
+         model="gpt-4o-mini")
 
 
 # -- over loopback HTTP ---------------------------------------------------------------------
