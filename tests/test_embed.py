@@ -251,6 +251,23 @@ def test_the_simulator_refuses_more_inputs_than_its_cap_with_a_400() -> None:
     run_virtual(main)
 
 
+def test_the_simulators_rate_limits_count_embeddings_requests_too() -> None:
+    """A hosted provider's RPM and TPM count embeddings requests; the simulator's did not,
+    so nothing paced embeddings on a rate-limited profile could ever be tested."""
+
+    async def main() -> None:
+        profile = SimEngine("gpu").profile.model_copy(update={"rpm": 2, "tpm": None})
+        engine = SimEngine(profile, clock=LoopClock())
+        body = json.dumps({"model": "e", "input": ["a"]}).encode()
+        answers = [await engine.handle("POST", "/v1/embeddings", {}, body) for _ in range(3)]
+        assert [a.status for a in answers] == [200, 200, 429]
+        refused = dict(answers[2].headers)
+        assert float(refused["retry-after"]) > 0 and "x-ratelimit-remaining-requests" in refused
+        assert engine.ledger.snapshot().rate_limited == 1
+
+    run_virtual(main)
+
+
 def test_over_loopback_http_the_vectors_and_the_bill_match() -> None:
     engine = SimEngine("gpu", seed=2)
     with SimServer(engine) as base_url:

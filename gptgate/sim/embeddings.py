@@ -79,10 +79,13 @@ async def answer_embeddings(
             f"{profile.embedding_max_inputs}"
         )
         return _bad_request(base, message, profile.flavor)
+    tokens = sum(estimate_text_tokens(t) for t in texts)
+    base, refused = engine.admit_rate(tokens, base)  # a provider's RPM/TPM counts these too
+    if refused is not None:
+        return refused
     slots = _SLOTS.get(engine)
     if slots is None:
         slots = _SLOTS[engine] = asyncio.Semaphore(profile.slots * profile.replicas)
-    tokens = sum(estimate_text_tokens(t) for t in texts)
     async with slots:
         try:
             await engine.clock.sleep(

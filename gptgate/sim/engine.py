@@ -393,23 +393,10 @@ class SimEngine:
                 exc.status, base, exc.message, exc.type_, code=exc.code, param=exc.param
             )
 
-        headers_out = base
-        limiter = self._limiter
-        if limiter.enabled:
-            now = self.clock.now()
-            reserve = chat.prompt_tokens + (chat.max_tokens or p.tpm_default_max_tokens)
-            decision = limiter.admit(reserve, now)
-            headers_out = [*base, *self._limit_headers(now)]
-            if decision.kind is not None:
-                self.ledger.record("rate_limited")
-                return self._retry_error(
-                    429,
-                    headers_out,
-                    decision.retry_after_s,
-                    decision.message,
-                    decision.kind,
-                    "rate_limit_exceeded",
-                )
+        reserve = chat.prompt_tokens + (chat.max_tokens or p.tpm_default_max_tokens)
+        headers_out, refused = self.admit_rate(reserve, base)
+        if refused is not None:
+            return refused
 
         draws = self._paired(body) if p.paired_draws else None
         if p.straggler_rate:
@@ -636,6 +623,25 @@ class SimEngine:
 
     def _parse(self, body: bytes) -> ChatRequest:
         return parse_chat(body, self.profile)
+
+    def admit_rate(
+        self, reserve_tokens: int, base: list[tuple[str, str]]
+    ) -> tuple[list[tuple[str, str]], SimResponse | None]:
+        """The profile's RPM/TPM limiter on one request (chat or embeddings): the headers
+        to answer with, and the 429 to answer instead when the request is over the limit."""
+        limiter = self._limiter
+        if not limiter.enabled:
+            return base, None
+        now = self.clock.now()
+        decision = limiter.admit(reserve_tokens, now)
+        headers = [*base, *self._limit_headers(now)]
+        if decision.kind is None:
+            return headers, None
+        self.ledger.record("rate_limited")
+        return headers, self._retry_error(
+            429, headers, decision.retry_after_s, decision.message, decision.kind,
+            "rate_limit_exceeded",
+        )
 
     def _limit_headers(self, now: float) -> list[tuple[str, str]]:
         return self._limiter.headers(now)
