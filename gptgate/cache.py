@@ -20,7 +20,6 @@ import anyio
 import anyio.lowlevel
 from cachetools import TTLCache
 
-from .cache_order import WarmOrder
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -671,9 +670,10 @@ class CacheTicket:
         if self.warmer and fleet is not None:  # shared=: warm for every process now
             fleet.done(group.backend, group.key, self.fleet_claim, warm=True)
         if self.warmer and not group.warm:
-            assert self._gate is not None
-            self._gate._became_warm(group)
+            group.warm = True
+            group.warming = False
             group.spent = 1
+            assert self._gate is not None
             measured = self._gate._clock.now() - self._admitted_at
             group.prefill_s = self._gate._prefill(group, measured, queued=self._queued)
             self._gate._wake(group)
@@ -729,7 +729,6 @@ class CacheTicket:
         fleet = self._gate._fleet_warmup
         if self.warmer and not self._prefilled and fleet is not None:  # another may warm it
             fleet.done(group.backend, group.key, self.fleet_claim, warm=False)
-        self._gate._wake_head(group.backend)
         self._gate._wake(group)
         self._gate._settle(group)
 
@@ -783,11 +782,6 @@ class CacheGate:
         self._fleet_warmup: FleetWarmup | None = None
         #: per backend: the shortest prefix its provider caches, when above the policy's
         self._min_prefix: dict[str, int] = {}
-        #: per backend: its warm groups in the order they became warm (gptgate/cache_order.py)
-        self._warm_order: WarmOrder[_Group] = WarmOrder()
-        #: per backend: until when it shows no sign of spreading — a ramp window there held its
-        #: hits (gptgate/cache_order.py)
-        self._unspread_until: dict[str, float] = {}
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -818,7 +812,7 @@ class CacheGate:
                 self._activate(state)
             else:
                 await self._await_turn(state, policy.turn_wait_s)
-        if state.waiting == 0 and self._may_admit(state):
+        if state.waiting == 0 and state.can_admit():
             ticket = self._admit(state)
             if ticket.warmer and self._fleet_warmup is not None:
                 await self._fleet_claim(state, ticket)
@@ -826,8 +820,6 @@ class CacheGate:
         waiter = _Waiter()
         state.waiters.append(waiter)
         state.waiting += 1
-        if self._in_order(state):  # it may be the head of its backend now: released
-            self._wake(state)
         try:
             await waiter.event.wait()
         except BaseException:
@@ -853,7 +845,8 @@ class CacheGate:
             return
         ticket.warmer = False
         if not state.warm:
-            self._became_warm(state)
+            state.warm = True
+            state.warming = False
             self._wake(state)
 
     async def _pace(self, state: _Group, ticket: CacheTicket) -> CacheTicket:
@@ -942,7 +935,8 @@ class CacheGate:
         if self._fleet_warmup is not None:  # shared=: warm for every process
             self._fleet_warmup.done(backend, group.key, "", warm=True)
         if not state.warm:
-            self._became_warm(state)
+            state.warm = True
+            state.warming = False
             self._wake(state)
         self._settle(state)
 
@@ -1055,8 +1049,6 @@ class CacheGate:
             return
         state.active = True
         self._running.setdefault(state.backend, {})[state.key] = state
-        if state.warm:  # back after an idle spell: behind the groups already warm
-            self._warm_order.enqueue(state.backend, state.key, state)
         state.share = self._shares.setdefault(state.backend, [0, 0])
         self._reshare(state.backend)
         if state.turn is not None:
@@ -1102,7 +1094,6 @@ class CacheGate:
         if not state.active:
             return
         state.active = False
-        self._warm_order.remove(state.backend, state.key)
         running = self._running.get(state.backend)
         if running is not None and running.get(state.key) is state:
             del running[state.key]
@@ -1135,9 +1126,6 @@ class CacheGate:
         backend = state.backend
         good = rate is not None and ctl.meets_target(rate)
         learned = max(self._learned.get(backend, 0), min(width, state.peak))
-        if good and ctl.ceiling is None:
-            # a window of this prefix held its hits: no sign of spreading so far
-            self._unspread_until[backend] = self._clock.now() + _SPILL_MEMORY_S
         if good and ctl.ceiling is None and not state.misses and learned > ctl.policy.start:
             self._learned[backend] = learned
         else:
@@ -1214,48 +1202,9 @@ class CacheGate:
         self._busy[state.backend] = self._busy.get(state.backend, 0) + 1
         return CacheTicket(self, state, warmer)
 
-    def _became_warm(self, state: _Group) -> None:
-        state.warm = True
-        state.warming = False
-        if state.active:
-            self._warm_order.enqueue(state.backend, state.key, state)
-
-    def _in_order(self, state: _Group) -> bool:
-        """Whether ``state``'s backend serves its warm groups first come, first served: a job
-        (turns) on a backend not seen spreading whose ramp windows held their hits, with two
-        or more warm groups (gptgate/cache_order.py)."""
-        backend = state.backend
-        return (
-            state.warm
-            and state.controller.policy.turn_wait_s is not None
-            and not self._spreading(backend)
-            and self._unspread_until.get(backend, -math.inf) > self._clock.now()
-            and self._warm_order.count(backend) >= 2
-        )
-
-    def _may_admit(self, state: _Group) -> bool:
-        """``state.can_admit()`` — but on a backend serving warm groups in order, the head
-        is released (its calls up to the limit: "warm one, then release"), and once the
-        backend's limit is taken the others wait for the slots it leaves."""
-        if not self._in_order(state):
-            return state.can_admit()
-        backend = state.backend
-        head = self._warm_order.head(backend, state)
-        if head is state:
-            return state.in_flight < state.controller.limit
-        if self._busy.get(backend, 0) >= self._limits.get(backend, 1):
-            return False
-        return state.can_admit()
-
-    def _wake_head(self, backend: str) -> None:
-        """A slot of ``backend`` freed: the head of its warm order takes it first."""
-        head = self._warm_order.head(backend)
-        if head is not None:
-            self._wake(head)
-
     def _wake(self, state: _Group) -> None:
         waiters = state.waiters
-        while waiters and self._may_admit(state):
+        while waiters and state.can_admit():
             waiter = waiters.popleft()
             if waiter.done:
                 continue
