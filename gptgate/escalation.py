@@ -97,6 +97,9 @@ class EscalationLearner:
     trial_outcomes: int = 1
     #: None: no bound (every call tries on the prior until the outcomes come)
     trial_in_flight: int | None = 1
+    #: while the evidence leans against escalating (as many changed nothing as paid), at
+    #: most this many out at once; the others ``wait`` (None: no bound)
+    leaning_in_flight: int | None = None
     #: the waste budget: a kind's escalations that changed nothing ≤ this share of its
     #: rule's small answers (:meth:`earn`), plus ``waste_burst``; None: no budget
     waste_share: float | None = 0.01
@@ -111,8 +114,10 @@ class EscalationLearner:
             raise ValueError("stop_share must be in (0, 1]")
         if not 1 <= self.probe_every <= self.max_probe_every:
             raise ValueError("probe_every must be in [1, max_probe_every]")
-        if self.trial_outcomes < 1 or (self.trial_in_flight or 1) < 1:
-            raise ValueError("trial_outcomes and trial_in_flight must be at least 1")
+        if min(self.trial_outcomes, self.trial_in_flight or 1, self.leaning_in_flight or 1) < 1:
+            raise ValueError(
+                "trial_outcomes, trial_in_flight and leaning_in_flight must be at least 1"
+            )
         if self.waste_share is not None and not (0 < self.waste_share <= 1):
             raise ValueError("waste_share must be in (0, 1], or None")
         if self.waste_burst < 1:
@@ -182,8 +187,18 @@ class EscalationLearner:
             kind.skipped = 0
             kind.pending += 1
             return "probe"
+        if (
+            self.leaning_in_flight is not None
+            and kind.pending >= self.leaning_in_flight
+            and 2 * kind.outcomes.count(False) >= len(kind.outcomes) > 0
+        ):
+            return "wait"  # not yet stopped, but leaning that way: no more out on a hope
         if not self._afford(kind, expected):  # it pays, mostly; its waste is over budget
-            return "skip"
+            # while escalations of the kind are out, their reservations come back as they
+            # settle (all of it, when they pay): wait for that rather than keep a failure
+            # the large tier is mending for its twins (family draw 1002: 2 empty answers
+            # kept with six out on a 17 s large server, every escalation paying)
+            return "wait" if kind.budgeted else "skip"
         kind.pending += 1
         return "escalate"
 
@@ -231,7 +246,8 @@ class EscalationLearner:
 
 def _small_tier_learner() -> EscalationLearner:
     return EscalationLearner(
-        stop_share=0.75, min_outcomes=4, trial_in_flight=None, waste_share=None
+        stop_share=0.75, min_outcomes=4, trial_in_flight=None, leaning_in_flight=2,
+        waste_share=None,
     )
 
 

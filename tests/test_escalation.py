@@ -313,10 +313,11 @@ def test_the_small_tier_learner_lets_a_burst_through_and_stops_at_four_of_five()
     answer that stood does not keep a rule small whose others all need the large tier."""
     small = SmallTierLearner()
     assert [small.decide("short_ask") for _ in range(50)] == [("small", False)] * 50
-    for needed in (True, False, True, True):
-        small.observe("short_ask", needed_large=needed, probe=False)
+    for _ in range(50):
+        small.observe("short_ask", needed_large=None, probe=False)
+    for needed in (True, False, True, True, True):  # one at a time (see the next test)
         assert small.decide("short_ask") == ("small", False)
-    small.observe("short_ask", needed_large=True, probe=False)
+        small.observe("short_ask", needed_large=needed, probe=False)
     assert small.decide("short_ask") == ("large", False)
     small.observe("short_ask", needed_large=None, probe=False)  # nothing learned
     assert small.decide("short_ask") == ("large", False)
@@ -433,3 +434,83 @@ async def test_an_empty_answer_waits_for_the_first_escalations_outcome_not_kept(
     assert [r.escalated for r in results] == [True, True]
     assert [r.text for r in results] == ["Paris.", "Paris."]
     assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (2, 0, 0)
+
+
+def test_an_answer_over_the_waste_budget_waits_for_the_escalations_out_not_kept() -> None:
+    """Issue 31, family draw 1002 (a large server taking 17 s a call): the empty answers'
+    escalations all paid, but each one out reserved what it might waste (½ after one that
+    paid), and with six out the credit was spent: the seventh empty answer was kept — a
+    failure the large tier was mending for its twins at that moment. Now it waits for one
+    of them to settle (their reservations come back), and is decided then."""
+    learner = EscalationLearner()
+    key = ("short_ask", "empty")
+    assert learner.decide(key, likely=True) == "escalate"
+    learner.observe(key, paid=True, probe=False)
+    verdicts = [learner.decide(key, likely=True) for _ in range(8)]
+    assert "skip" not in verdicts
+    assert verdicts[:6] == ["escalate"] * 6 and verdicts[6:] == ["wait", "wait"]
+    learner.observe(key, paid=True, probe=False)  # one settles: its reservation comes back
+    assert learner.decide(key, likely=True) == "escalate"
+    # with nothing out, an empty budget keeps the answer (nothing would bring credit back)
+    spent = EscalationLearner(waste_burst=1.0, stop_share=1.0)
+    cut = ("short_ask", "length")
+    assert spent.decide(cut, likely=True) == "escalate"
+    spent.observe(cut, paid=False, probe=False)  # changed nothing: the credit is spent
+    assert spent.decide(cut, likely=True) == "skip"
+
+
+async def test_a_burst_of_empty_answers_is_escalated_whole_while_the_large_tier_is_slow(
+) -> None:
+    """Ten empty small answers at once, a large tier that answers only when released: the
+    first is the kind's trial; then all nine others are escalated (the last ones once the
+    first wave's reservations come back), none kept. Before: three were kept."""
+    release = anyio.Event()
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await release.wait()
+        return httpx2.Response(200, json=completion("Paris."))
+
+    small, large = Script(httpx2.Response(200, json=completion(""))), Script(slow)
+    results: list[gg.ChatResult] = []
+    async with _two(small, large) as gate:
+
+        async def one(n: int) -> None:
+            results.append(await gate.chat(_ask(n), max_tokens=50))
+
+        async with anyio.create_task_group() as group:
+            for n in range(10):
+                group.start_soon(one, n)
+            while len(small.requests) < 10 or len(large.requests) < 1:
+                await anyio.lowlevel.checkpoint()
+            for _ in range(20):
+                await anyio.lowlevel.checkpoint()
+            release.set()
+        rule = gate.tier_stats().rules["classifier"]
+    assert [r.text for r in results] == ["Paris."] * 10
+    assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (10, 0, 0)
+
+
+def test_the_small_tier_learner_sends_few_small_answers_once_one_needed_the_large_tier(
+) -> None:
+    """Issue 31, family draws 1006/1048/1082 (a small model that fills every cap next to a
+    large one that finishes): the rule went large after four answers in a row needed the
+    large tier, but every call that arrived while those four were judged (a small answer
+    that fills its cap, then a large one) went small too: 13-35 small answers, each one
+    waste, 1.005-1.02× the cost of everything-large. Once the evidence leans that way (as
+    many answers needed the large tier as stood), at most two small answers are out at a
+    time; the other calls go large until the evidence is in. A burst with no such evidence
+    still goes small whole."""
+    small = SmallTierLearner()
+    assert [small.decide("r") for _ in range(10)] == [("small", False)] * 10
+    for _ in range(10):
+        small.observe("r", needed_large=None, probe=False)  # nothing learned yet
+    assert small.decide("r") == ("small", False)
+    small.observe("r", needed_large=True, probe=False)  # one needed the large tier
+    tiers = [small.decide("r") for _ in range(5)]
+    assert tiers == [("small", False)] * 2 + [("large", False)] * 3
+    small.observe("r", needed_large=False, probe=False)  # one stood: 1 of 2, still leaning
+    assert small.decide("r") == ("small", False)
+    assert small.decide("r") == ("large", False)
+    small.observe("r", needed_large=False, probe=False)
+    small.observe("r", needed_large=False, probe=False)  # 1 of 4: the small tier pays
+    assert [small.decide("r") for _ in range(10)] == [("small", False)] * 10
