@@ -219,7 +219,8 @@ def expected_wrong(
     updates that prior, with ``c`` the chance of a cut by length alone (:func:`natural_cut`):
     empty → wrong; cut at ``length`` → (0.45r·(1 − L) + 0.1rc) / (0.45r + 0.1rc + (1 − r)c);
     a complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not →
-    r·(1 − L) / (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often.
+    r·(1 − L) / (r + (1 − r)c). A cut answer is no failure in itself: the large model's is
+    cut as often.
 
     ``L`` is the chance that the large model's answer to the same request is cut at the same
     ``max_tokens`` (:func:`natural_cut` of ``large``; 0 when not given): a ramble is wrong
