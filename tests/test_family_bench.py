@@ -160,6 +160,17 @@ def test_tiers_cost_at_most_all_large_at_99_percent_of_its_successes() -> None:
     assert _tiers(auto_cost=0.6)["tiers"].ok
 
 
+def test_tiers_cost_is_compared_per_answered_call() -> None:
+    """Issue 31, family draw 93: everything-large left 2 of 600 calls unanswered (a 1-slot
+    server refusing with 503s), auto answered all 600 (the small tier took them) and its
+    bill was 1.0003× everything-large's — for 2 more answers. The rule compares the cost of
+    the same job: per answered call, auto costs 0.997×."""
+    assert _tiers(auto_cost=0.6003, large_cost=0.6, large_answered=598)["tiers"].ok
+    assert not _tiers(auto_cost=0.6003, large_cost=0.6)["tiers"].ok  # the same work: dearer
+    assert not _tiers(auto_cost=0.6, auto_answered=598)["tiers"].ok  # auto answered fewer
+    assert "cost 1.00× all-large" in _tiers(auto_cost=0.6)["tiers"].detail
+
+
 def test_tiers_escalations_that_changed_nothing_at_most_2_percent_of_calls() -> None:
     assert _tiers(in_vain=12)["tiers in vain"].ok  # 2.0%
     missed = _tiers(in_vain=13)["tiers in vain"]
