@@ -206,7 +206,8 @@ class EscalationLearner:
         if (
             self.leaning_in_flight is not None
             and kind.pending >= self.leaning_in_flight
-            and 2 * kind.outcomes.count(False) >= len(kind.outcomes) > 0
+            and kind.outcomes.count(False) >= 2
+            and 2 * kind.outcomes.count(False) >= len(kind.outcomes)
         ):
             return "wait"  # not yet stopped, but leaning that way: no more out on a hope
         if not self._afford(kind, expected):  # it pays, mostly; its waste is over budget
