@@ -18,6 +18,7 @@ from gptgate.escalation import EscalationLearner, LargeAnswers, SmallTierLearner
 from gptgate.ledger import Ledger
 from gptgate.sim import PROFILES
 from gptgate.testing import LoopClock, run_virtual, sim_backend
+from gptgate.tiers import RuleStats
 from tests.mockbackend import Script, backend, completion
 
 #: a model that talks past any cap: with max_tokens set, every answer is cut at it
@@ -403,11 +404,12 @@ def test_a_kind_that_pays_is_not_held_back_by_another_kinds_waste() -> None:
         no_budget.observe(cut, paid=len(no_budget._kind(cut).outcomes) % 2 == 0, probe=False)
 
 
-async def test_an_empty_answer_waits_for_the_first_escalations_outcome_not_kept() -> None:
-    """Two empty small answers at once: the first is escalated (the kind's trial), the
-    second is held until that escalation answers — it paid, so the second is escalated
-    too. It used to be kept: an empty answer returned while the large tier mended its
-    twin (family draw 1: 6 of 7 empty answers kept while a 16 s large call was out)."""
+async def _empty_answers_while_the_large_tier_is_held(
+    calls: int,
+) -> tuple[list[gg.ChatResult], RuleStats, Script]:
+    """``calls`` concurrent calls answered empty by the small tier; the large tier answers
+    "Paris." only once every small answer is in and the others have been judged meanwhile
+    (while held, the large tier has had exactly one request: the kind's trial)."""
     release = anyio.Event()
 
     async def slow(request: httpx2.Request) -> httpx2.Response:
@@ -422,15 +424,23 @@ async def test_an_empty_answer_waits_for_the_first_escalations_outcome_not_kept(
             results.append(await gate.chat(_ask(n), max_tokens=50))
 
         async with anyio.create_task_group() as group:
-            group.start_soon(one, 0)
-            group.start_soon(one, 1)
-            while len(small.requests) < 2 or len(large.requests) < 1:
+            for n in range(calls):
+                group.start_soon(one, n)
+            while len(small.requests) < calls or len(large.requests) < 1:
                 await anyio.lowlevel.checkpoint()
-            for _ in range(20):  # the second answer is judged meanwhile: it waits
+            for _ in range(20):  # the other answers are judged meanwhile: they wait
                 await anyio.lowlevel.checkpoint()
             assert len(large.requests) == 1 and not results
             release.set()
-        rule = gate.tier_stats().rules["classifier"]
+        return results, gate.tier_stats().rules["classifier"], large
+
+
+async def test_an_empty_answer_waits_for_the_first_escalations_outcome_not_kept() -> None:
+    """Two empty small answers at once: the first is escalated (the kind's trial), the
+    second is held until that escalation answers — it paid, so the second is escalated
+    too. It used to be kept: an empty answer returned while the large tier mended its
+    twin (family draw 1: 6 of 7 empty answers kept while a 16 s large call was out)."""
+    results, rule, _ = await _empty_answers_while_the_large_tier_is_held(2)
     assert [r.escalated for r in results] == [True, True]
     assert [r.text for r in results] == ["Paris.", "Paris."]
     assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (2, 0, 0)
@@ -464,28 +474,7 @@ async def test_a_burst_of_empty_answers_is_escalated_whole_while_the_large_tier_
     """Ten empty small answers at once, a large tier that answers only when released: the
     first is the kind's trial; then all nine others are escalated (the last ones once the
     first wave's reservations come back), none kept. Before: three were kept."""
-    release = anyio.Event()
-
-    async def slow(request: httpx2.Request) -> httpx2.Response:
-        await release.wait()
-        return httpx2.Response(200, json=completion("Paris."))
-
-    small, large = Script(httpx2.Response(200, json=completion(""))), Script(slow)
-    results: list[gg.ChatResult] = []
-    async with _two(small, large) as gate:
-
-        async def one(n: int) -> None:
-            results.append(await gate.chat(_ask(n), max_tokens=50))
-
-        async with anyio.create_task_group() as group:
-            for n in range(10):
-                group.start_soon(one, n)
-            while len(small.requests) < 10 or len(large.requests) < 1:
-                await anyio.lowlevel.checkpoint()
-            for _ in range(20):
-                await anyio.lowlevel.checkpoint()
-            release.set()
-        rule = gate.tier_stats().rules["classifier"]
+    results, rule, _ = await _empty_answers_while_the_large_tier_is_held(10)
     assert [r.text for r in results] == ["Paris."] * 10
     assert (rule.escalated, rule.escalated_no_change, rule.escalation_skipped) == (10, 0, 0)
 
