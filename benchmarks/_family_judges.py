@@ -230,10 +230,17 @@ class TierFigures:
     escalated: int
     #: escalations that changed nothing (``escalated_no_change``) or whose large call failed
     in_vain: int
+    #: calls answered (None: all): cost is compared per answered call — the same job
+    auto_answered: int | None = None
+    large_answered: int | None = None
 
 
 def judge_tiers(f: TierFigures) -> list[Verdict]:
-    cost = f.auto_cost / f.large_cost if f.large_cost else math.inf
+    # per answered call: an everything-large run that leaves calls unanswered is not cheaper
+    # for it (family draw 93: 598 answers against auto's 600, for 1.0003× the bill)
+    auto_cost = f.auto_cost / (f.auto_answered or f.calls)
+    large_cost = f.large_cost / (f.large_answered or f.calls)
+    cost = auto_cost / large_cost if large_cost else math.inf
     success = f.auto_successes / f.large_successes if f.large_successes else 1.0
     vain = f.in_vain / f.calls
     cost_slack, success_slack = 100 * (1 - cost), 100 * (success - 0.99)

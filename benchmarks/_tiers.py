@@ -218,8 +218,9 @@ def expected_wrong(
     with nothing to show (a request for JSON: always cut, invalid JSON). What the answer shows
     updates that prior, with ``c`` the chance of a cut by length alone (:func:`natural_cut`):
     empty → wrong; cut at ``length`` → (0.45r·(1 − L) + 0.1rc) / (0.45r + 0.1rc + (1 − r)c);
-    a complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not → r /
-    (r + (1 − r)c). A cut answer is no failure in itself: the large model's is cut as often.
+    a complete answer → 0.1r / (0.1r + 1 − r); JSON that parses → right, that does not →
+    r·(1 − L) / (r + (1 − r)c). A cut answer is no failure in itself: the large model's is
+    cut as often.
 
     ``L`` is the chance that the large model's answer to the same request is cut at the same
     ``max_tokens`` (:func:`natural_cut` of ``large``; 0 when not given): a ramble is wrong
@@ -228,22 +229,25 @@ def expected_wrong(
     issue counts an escalation from one to the other as one that "bought nothing" (issue 31:
     "the large model, which has the same ``max_tokens`` and is cut the same way"); so a
     success by the rule "succeeds ≥ 99 % as often as everything-large" counts the two alike.
-    The silent 10 % stays wrong: its text is wrong whatever its length."""
+    The silent 10 % stays wrong: its text is wrong whatever its length. Invalid JSON alike:
+    wrong only where the large model's JSON would have parsed (``1 − L``) — cut at the cap,
+    the large model's is invalid too, everything-large counts it a success, and escalating
+    from one to the other changed nothing (family draw 1077: 6.7 of 14 expected wrong)."""
     r = small.hard_failure_rate
     if r <= 0:
         return 0.0
     cap = int(item.params.get("max_tokens") or small.output_tokens_max)
     c = natural_cut(small, cap)
+    large_cut = natural_cut(large, cap) if large is not None else 0.0
     if "response_format" in item.params:
         try:
             json.loads(result.text)
         except ValueError:
-            return r / (r + (1 - r) * c)
+            return r * (1 - large_cut) / (r + (1 - r) * c)
         return 0.0
     if not result.text.strip():
         return 1.0
     if result.finish_reason == "length":
-        large_cut = natural_cut(large, cap) if large is not None else 0.0
         rambled, silent = 0.45 * r, 0.1 * r * c
         return (rambled * (1 - large_cut) + silent) / (rambled + silent + (1 - r) * c)
     return 0.1 * r / (0.1 * r + 1 - r)

@@ -252,6 +252,8 @@ def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
         large_successes=successes(everything_large),
         escalated=auto.escalated,
         in_vain=auto.no_change + auto.escalation_failed,
+        auto_answered=auto.ok,
+        large_answered=everything_large.ok,
     )
 
 

@@ -26,9 +26,11 @@ __all__ = ["EscalationLearner", "LargeAnswers", "SmallTierLearner", "Verdict"]
 
 #: ``escalate`` (it pays, or nothing says it does not), ``probe`` (a check while stopped),
 #: ``skip`` (keep the small answer: escalating has not paid, or the prior says it would
-#: not), ``wait`` (decide again once the kind's trial settles: its first outcomes are in
-#: flight — :meth:`EscalationLearner.trial_settled`)
-Verdict = Literal["escalate", "probe", "skip", "wait"]
+#: not), ``spent`` (keep it: escalating pays, mostly, but the kind's waste budget is spent —
+#: no evidence about this answer), ``wait`` (decide again once an escalation of the kind
+#: settles: its first outcomes, or the budget they reserved, are in flight —
+#: :meth:`EscalationLearner.trial_settled`)
+Verdict = Literal["escalate", "probe", "skip", "spent", "wait"]
 Key = tuple[str, str]
 
 
@@ -97,10 +99,15 @@ class EscalationLearner:
     trial_outcomes: int = 1
     #: None: no bound (every call tries on the prior until the outcomes come)
     trial_in_flight: int | None = 1
+    #: while the evidence leans against escalating (as many changed nothing as paid), at
+    #: most this many out at once; the others ``wait`` (None: no bound)
+    leaning_in_flight: int | None = None
     #: the waste budget: a kind's escalations that changed nothing ≤ this share of its
     #: rule's small answers (:meth:`earn`), plus ``waste_burst``; None: no budget
     waste_share: float | None = 0.01
     waste_burst: float = 3.0
+    #: how many outcomes a ``prior`` chance of paying weighs (:meth:`pays`)
+    prior_weight: float = 2.0
     _kinds: dict[Key, _Kind] = field(default_factory=dict, init=False, repr=False)
     _budgets: dict[Key, _Budget] = field(default_factory=dict, init=False, repr=False)
 
@@ -111,8 +118,10 @@ class EscalationLearner:
             raise ValueError("stop_share must be in (0, 1]")
         if not 1 <= self.probe_every <= self.max_probe_every:
             raise ValueError("probe_every must be in [1, max_probe_every]")
-        if self.trial_outcomes < 1 or (self.trial_in_flight or 1) < 1:
-            raise ValueError("trial_outcomes and trial_in_flight must be at least 1")
+        if min(self.trial_outcomes, self.trial_in_flight or 1, self.leaning_in_flight or 1) < 1:
+            raise ValueError(
+                "trial_outcomes, trial_in_flight and leaning_in_flight must be at least 1"
+            )
         if self.waste_share is not None and not (0 < self.waste_share <= 1):
             raise ValueError("waste_share must be in (0, 1], or None")
         if self.waste_burst < 1:
@@ -130,12 +139,20 @@ class EscalationLearner:
             )
         return kind
 
-    def pays(self, key: Key, *, likely: bool) -> bool:
-        """Escalating this kind pays: by its recent escalations, else by the prior."""
+    def pays(self, key: Key, *, likely: bool, prior: float | None = None) -> bool:
+        """Escalating this kind pays: by its recent escalations, else by the prior.
+        ``prior``, when known: the chance that one pays by other evidence (the large
+        model's share of answers that finish within the bound), weighed as
+        ``prior_weight`` earlier outcomes — one escalation in vain does not outweigh it
+        (family draw 1085: a kind stopped by its first escalation, whose next 18 would
+        have paid 14 times)."""
         outcomes = self._kind(key).outcomes
         if len(outcomes) < self.min_outcomes:
             return likely
         unchanged = outcomes.count(False)
+        if prior is not None:
+            weight = self.prior_weight
+            return (unchanged + weight * (1 - prior)) / (len(outcomes) + weight) < self.stop_share
         return (unchanged + 0.5) / (len(outcomes) + 1) < self.stop_share
 
     def waste_bound(self, key: Key) -> float:
@@ -168,22 +185,37 @@ class EscalationLearner:
         kind.budgeted += 1
         return True
 
-    def decide(self, key: Key, *, likely: bool) -> Verdict:
-        """What to do with one small answer of this kind that looked failed."""
+    def decide(
+        self, key: Key, *, likely: bool, hold: bool = True, prior: float | None = None
+    ) -> Verdict:
+        """What to do with one small answer of this kind that looked failed. ``hold``:
+        the caller can hold the answer (``wait``) while the budget is spent by escalations
+        out; False (an answer at the call's own cap: an answer all the same) skips."""
         kind = self._kind(key)
         on_trial = kind.settled < self.trial_outcomes and self.trial_in_flight is not None
         if on_trial and kind.pending >= (self.trial_in_flight or 0):
             return "wait"
         expected = self.waste_bound(key)
-        if not self.pays(key, likely=likely):
+        if not self.pays(key, likely=likely, prior=prior):
             kind.skipped += 1
             if kind.skipped < kind.probe_every or not self._afford(kind, expected):
                 return "skip"  # a probe over budget: tried again at the next answer
             kind.skipped = 0
             kind.pending += 1
             return "probe"
+        if (
+            self.leaning_in_flight is not None
+            and kind.pending >= self.leaning_in_flight
+            and kind.outcomes.count(False) >= 2
+            and 2 * kind.outcomes.count(False) >= len(kind.outcomes)
+        ):
+            return "wait"  # not yet stopped, but leaning that way: no more out on a hope
         if not self._afford(kind, expected):  # it pays, mostly; its waste is over budget
-            return "skip"
+            # while escalations of the kind are out, their reservations come back as they
+            # settle (all of it, when they pay): wait for that rather than keep a failure
+            # the large tier is mending for its twins (family draw 1002: 2 empty answers
+            # kept with six out on a 17 s large server, every escalation paying)
+            return "wait" if hold and kind.budgeted else "spent"
         kind.pending += 1
         return "escalate"
 
@@ -231,7 +263,8 @@ class EscalationLearner:
 
 def _small_tier_learner() -> EscalationLearner:
     return EscalationLearner(
-        stop_share=0.75, min_outcomes=4, trial_in_flight=None, waste_share=None
+        stop_share=0.75, min_outcomes=4, trial_in_flight=None, leaning_in_flight=2,
+        waste_share=None,
     )
 
 
@@ -254,7 +287,7 @@ class SmallTierLearner:
     def decide(self, rule: str) -> tuple[Literal["small", "large"], bool]:
         """The tier for a call the classifier sent small, and whether it is a probe."""
         verdict = self.learner.decide((rule, "small"), likely=True)
-        if verdict in ("skip", "wait"):
+        if verdict in ("skip", "spent", "wait"):
             return "large", False
         return "small", verdict == "probe"
 

@@ -552,6 +552,7 @@ class Tiering:
         when the large model has shown it finishes within such a bound, mostly (the small
         one rambled); every kind stops when its escalations change nothing."""
         likely = informed = True
+        prior: float | None = None
         kind = why
         if why == "length":
             rooms = [
@@ -564,8 +565,11 @@ class Tiering:
                 share = self.large_answers.share_within(first.usage.output_tokens)
                 likely = share is not None and share >= 0.5
                 informed = share is not None
+                prior = share
         key = (rule, kind)
-        verdict = self.learner.decide(key, likely=likely)
+        verdict = self.learner.decide(
+            key, likely=likely, hold=kind != "length_at_cap", prior=prior
+        )
         return key, verdict, informed or self.learner.has_evidence(key)
 
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
@@ -609,9 +613,12 @@ class Tiering:
             # of its cap or rejected is no answer — held, and decided on the trial's outcome
             await self.learner.trial_settled(key)
             key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
-        if verdict in ("skip", "wait"):
+        if verdict in ("skip", "spent", "wait"):
             # kept: the large tier would not have helped, as far as the evidence goes — or
-            # (wait) the answer stopped at the cap the call asked for, an answer all the same
+            # (wait) the answer stopped at the cap the call asked for, an answer all the same;
+            # (spent) the waste budget kept it: that says nothing of whether it stood
+            # (counted as standing, it kept a rule small whose every answer is cut: family
+            # draw 1096)
             counts.skipped += 1
             self._count(decision, escalated=False)
             return first, False if verdict == "skip" and informed else None

@@ -160,6 +160,17 @@ def test_tiers_cost_at_most_all_large_at_99_percent_of_its_successes() -> None:
     assert _tiers(auto_cost=0.6)["tiers"].ok
 
 
+def test_tiers_cost_is_compared_per_answered_call() -> None:
+    """Issue 31, family draw 93: everything-large left 2 of 600 calls unanswered (a 1-slot
+    server refusing with 503s), auto answered all 600 (the small tier took them) and its
+    bill was 1.0003× everything-large's — for 2 more answers. The rule compares the cost of
+    the same job: per answered call, auto costs 0.997×."""
+    assert _tiers(auto_cost=0.6003, large_cost=0.6, large_answered=598)["tiers"].ok
+    assert not _tiers(auto_cost=0.6003, large_cost=0.6)["tiers"].ok  # the same work: dearer
+    assert not _tiers(auto_cost=0.6, auto_answered=598)["tiers"].ok  # auto answered fewer
+    assert "cost 1.00× all-large" in _tiers(auto_cost=0.6)["tiers"].detail
+
+
 def test_tiers_escalations_that_changed_nothing_at_most_2_percent_of_calls() -> None:
     assert _tiers(in_vain=12)["tiers in vain"].ok  # 2.0%
     missed = _tiers(in_vain=13)["tiers in vain"]
@@ -295,3 +306,33 @@ def test_a_small_models_answer_to_a_hard_request_is_wrong_as_its_evidence_says()
     )
     assert _tiers.expected_wrong(answer('{"a": 1}'), asks_json, half) == 0.0
     assert _tiers.expected_wrong(answer('{"a": '), asks_json, half) > 0.99
+
+
+def test_invalid_json_from_the_small_model_is_wrong_only_where_the_large_would_parse() -> None:
+    """Issue 31, family draw 1077: answers of ~490 tokens against JSON requests capped at
+    300-400. The large model's JSON is cut at the cap — invalid — nearly every time, and
+    everything-large counts it a success; the small model's invalid JSON counted as wrong
+    (0.96 each: 6.7 of the draw's 14 expected wrong answers), and escalating it bought a
+    large answer that is invalid the same way (``changed_nothing``). As with a ramble cut
+    like the large answer, invalid JSON is wrong only with the chance that the large model's
+    would have parsed (1 − its cut rate at that cap)."""
+    import _tiers
+
+    from gptgate.results import ChatResult, Usage
+    from gptgate.sim import PROFILES
+
+    bad = ChatResult('{"a": ', "stop", "cpu", "cpu", "m", False, 1, Usage(), Usage(), None,
+                     1.0, 0.0, 0.0, "default", "never")
+    asks_json = _tiers.Item("json", True, [{"role": "user", "content": "list"}],
+                            {"max_tokens": 300, "response_format": {"type": "json_object"}})
+    small = PROFILES["cpu"].model_copy(
+        update={"output_tokens_mean": 30.0, "hard_failure_rate": 0.5}
+    )
+    alone = _tiers.expected_wrong(bad, asks_json, small)
+    assert alone > 0.99
+    assert _tiers.expected_wrong(bad, asks_json, small, small) == pytest.approx(alone, rel=1e-3)
+    fills = small.model_copy(update={"fills_max_tokens": True})
+    assert _tiers.expected_wrong(bad, asks_json, small, fills) == 0.0
+    long = small.model_copy(update={"output_tokens_mean": 490.0, "output_tokens_sigma": 0.3})
+    share = 1 - _tiers.natural_cut(long, 300)
+    assert _tiers.expected_wrong(bad, asks_json, small, long) == pytest.approx(alone * share)
