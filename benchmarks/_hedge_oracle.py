@@ -11,7 +11,8 @@ load jitter. The oracle is: it knows, at the send, which requests the server wil
   jitter and — the body's bytes being the same — the same answer length); if it would stall
   too, it is duplicated again. It needs no second slot or permit (it takes the place of the
   stalled copy at once), so a server one slot wide is no obstacle, and it bills no extra
-  token: the 5% budget is not touched.
+  token: the 5% budget is not touched. It does count against a server's RPM/TPM limits
+  like any request (refused there, it is not sent and the stall stays).
 * **On top of that, gptgate's own hedging**, for the tail the stalls do not make (load
   jitter, long answers behind a busy batch), within the same 5% of extra billed tokens.
 
@@ -55,10 +56,20 @@ class OracleEngine(SimEngine):
             before = draws.getstate()
             stalls = bool(rate) and draws.random() < rate  # SimEngine._straggle's first draw
             draws.setstate(before)
-            if not stalls:
+            if not stalls or not self._admit_duplicate(body):
                 break
             self.foreseen += 1
         return draws
+
+    def _admit_duplicate(self, body: bytes) -> bool:
+        """The duplicate is one more request to the server's RPM/TPM limits, as any client's
+        would be: refused by them, it is not sent and the stalled copy stays."""
+        limiter = self._limiter
+        if not limiter.enabled:
+            return True
+        chat = self._parse(body)
+        reserve = chat.prompt_tokens + (chat.max_tokens or self.profile.tpm_default_max_tokens)
+        return limiter.admit(reserve, self.clock.now()).kind is None
 
 
 def oracle_p99(

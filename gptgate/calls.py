@@ -44,7 +44,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, uses_tools
-from .hedge_timing import Progress, await_hedge_room
+from .hedge_timing import Progress, await_hedge_room, refused_as_full
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -282,6 +282,8 @@ class _Attempt:
             pace, self.pace_seq = await backend.fleet_pacer.reserve(
                 clock.now(), self.reserved, spec.deadline
             )
+        elif self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
+            pace = backend.pacer.reserve_ahead(clock.now(), self.reserved)
         else:
             pace = backend.pacer.reserve(clock.now(), self.reserved)
         pauses = backend.pacer.pauses
@@ -1298,7 +1300,7 @@ class CallRunner:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):
             self._count_backend_failure(backend, error, now)
-            if error.status in (429, 503):  # full: no duplicate takes another's place
+            if refused_as_full(error, backend.pacer, now):  # no duplicate takes a place
                 self.hedge_progress(backend.name).refused(now)
         wasted = self._wasted_usage(backend, spec, error, now - sent_at)
         if wasted is not None:

@@ -29,9 +29,13 @@ from collections import deque
 import anyio
 
 from .clock import Clock
+from .errors import GateError
 from .hedge import HedgeBudget, HedgePolicy
+from .limits.pacing import RateLimitPacer
 
-__all__ = ["FAR_FENCE_MADS", "OUTLIER_MADS", "Progress", "Waits", "await_hedge_room"]
+__all__ = [
+    "FAR_FENCE_MADS", "OUTLIER_MADS", "Progress", "Waits", "await_hedge_room", "refused_as_full"
+]
 
 #: beyond the median + this many median absolute deviations a wait is no normal wait (about
 #: Tukey's far fence, robust up to half the waits stalled where quartiles break at a quarter)
@@ -129,6 +133,20 @@ class Progress:
         the backend is slow for everyone, not for this request. Or it has refused a request
         as too many since: it is full, and a duplicate would take the place of another."""
         return self.latest_sent > sent_at >= self.latest_shown or self.latest_refused >= sent_at
+
+
+def refused_as_full(error: GateError, pacer: RateLimitPacer, now: float) -> bool:
+    """A refusal that says the backend is full (a 503, or a 429 while its reported rate
+    limits had room: a bounded queue): a duplicate would take the place of another request
+    on the server. A 429 with the reported requests or tokens spent is a quota, not a full
+    server — a duplicate waits for the pacer like any call and costs a share of the quota,
+    the load Tail at Scale pays for its tail, not a slot."""
+    if error.status == 503:
+        return True
+    if error.status != 429:
+        return False
+    funded = pacer.funded_calls(now)
+    return funded is None or funded >= 1.0
 
 
 async def await_hedge_room(
