@@ -1560,6 +1560,10 @@ class CallRunner:
                 budget.give_back(duplicate.hedge_spent_at, self.clock.now())
                 duplicate.hedge_spent_at = None
 
+    def _replaced(self, policy: HedgePolicy, duplicate: CallState) -> None:
+        if duplicate.hedge_spent_at is not None:
+            self._hedge_budget(policy).replaced(duplicate.hedge_spent_at, self.clock.now())
+
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
         """Every racer failed: a retry avoids every backend that failed this call, the
@@ -1621,6 +1625,8 @@ class CallRunner:
             if not first:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]
+            if winner is not state and len(first) == 1:  # the first request showed nothing
+                self._replaced(policy, winner)
             for _, (tied, _) in first[1:]:  # a token in the same instant: still the loser
                 with anyio.CancelScope(shield=True):
                     await tied.aclose()

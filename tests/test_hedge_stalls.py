@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
+from gptgate.hedge import REPLACED_ALLOWANCE
 from gptgate.hedge_timing import Progress
 from gptgate.sim import get_profile
 from gptgate.testing import LoopClock, run_virtual, sim_backend
@@ -68,7 +69,21 @@ def test_on_a_server_where_3_percent_of_requests_stall_3_s_p99_is_at_most_0_7x(
     plain, hedged = _plain_and_hedged(profile, 0.03)
     assert hedged.p99_s <= 0.7 * plain.p99_s, (plain, hedged)
     assert hedged.billed <= 1.05 * plain.billed
-    assert 0 < hedged.hedges <= 0.05 * CALLS
+    # 5% that doubled work, and as many again that replaced a request lost before its first
+    # token (HedgeBudget.replaced)
+    assert 0 < hedged.hedges <= REPLACED_ALLOWANCE * 0.05 * CALLS
+
+
+@pytest.mark.parametrize("profile", ["plateau", "tpu"])
+def test_stalls_at_the_budgets_own_rate_are_all_hedged(profile: str) -> None:
+    """5% of the requests stall 3 s, the budget's own 5%: every duplicate counted against the
+    cap, the stalls that came once it was spent waited their turn — p99 0.83× (plateau) and
+    1.00× (tpu), at +0.2–0.4% billed. A duplicate that won while its first request had shown
+    nothing replaced a request lost before scheduling (billed nothing): it gives its room back."""
+    plain, hedged = _plain_and_hedged(profile, 0.05)
+    assert hedged.p99_s <= 0.7 * plain.p99_s, (plain, hedged)
+    assert hedged.billed <= 1.05 * plain.billed
+    assert hedged.hedges <= REPLACED_ALLOWANCE * 0.05 * CALLS
 
 
 @pytest.mark.parametrize("profile", ["plateau", "tpu"])
@@ -261,3 +276,22 @@ def test_on_a_rate_limited_server_the_stalls_are_hedged() -> None:
     assert hedged.hedges >= 5
     assert hedged.p99_s <= 0.75 * plain.p99_s
     assert hedged.billed_tokens <= 1.05 * plain.billed_tokens
+
+
+def test_a_duplicate_that_replaced_a_silent_request_gives_its_room_back() -> None:
+    """Room given back for a duplicate that replaced a request lost before its first token;
+    such duplicates and those that doubled work together stay ≤ twice the ratio."""
+    from gptgate.hedge import HedgeBudget
+
+    budget = HedgeBudget(0.1, window_s=100.0)
+    for t in range(20):
+        budget.record_call(float(t))  # cap: 2 duplicates that double work
+    assert budget.try_spend(20.0) and budget.try_spend(20.5) and not budget.try_spend(21.0)
+    budget.replaced(20.0, now=21.0)
+    assert budget.try_spend(21.0) and not budget.try_spend(21.0)
+    budget.replaced(20.5, now=22.0)
+    assert budget.try_spend(22.0)  # 2 replaced + 2 doubling work: twice the ratio
+    budget.replaced(21.0, now=23.0)
+    assert not budget.try_spend(23.0)  # 3 replaced + 1 doubling: no more
+    budget.replaced(99.0, now=23.0)  # not a spent duplicate: nothing changes
+    assert budget.spent == 1
