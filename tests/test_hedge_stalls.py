@@ -149,6 +149,24 @@ def test_a_call_of_the_first_wave_is_hedged_once_the_backend_has_samples() -> No
     run_virtual(main)
 
 
+def _gate_refusing(
+    clock: LoopClock, server: Server, status: int, headers: dict[str, str]
+) -> gg.Gateway:
+    """One backend on ``server`` that refuses the prompt "full" with ``status``."""
+    inner = server.transport("a")
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        if b'"full"' in request.content:
+            return httpx2.Response(status, json={"error": {"message": "full"}}, headers=headers)
+        return await inner.handle_async_request(request)
+
+    return gg.Gateway(
+        [gg.Backend(name="a", base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
+                    concurrency=8, transport=httpx2.MockTransport(handler))],
+        clock=clock, seed=1,
+    )
+
+
 @pytest.mark.parametrize("refused", [False, True])
 def test_no_duplicate_for_a_call_whose_backend_refused_a_request_as_too_many(
     refused: bool,
@@ -161,18 +179,7 @@ def test_no_duplicate_for_a_call_whose_backend_refused_a_request_as_too_many(
     async def main() -> None:
         clock = LoopClock()
         server = Server(clock, stall={"slow"})
-        inner = server.transport("a")
-
-        async def handler(request: httpx2.Request) -> httpx2.Response:
-            if b'"full"' in request.content:
-                return httpx2.Response(503, json={"error": {"message": "queue full"}})
-            return await inner.handle_async_request(request)
-
-        gate = gg.Gateway(
-            [gg.Backend(name="a", base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
-                        concurrency=8, transport=httpx2.MockTransport(handler))],
-            clock=clock, seed=1,
-        )
+        gate = _gate_refusing(clock, server, 503, {})
         policy = gg.HedgePolicy(min_samples=5, budget_ratio=1.0, quantile=0.5)
         took: dict[str, float] = {}
 
@@ -214,19 +221,7 @@ def test_a_429_for_a_spent_quota_does_not_stop_a_duplicate(
     async def main() -> None:
         clock = LoopClock()
         server = Server(clock, stall={"slow"})
-        inner = server.transport("a")
-
-        async def handler(request: httpx2.Request) -> httpx2.Response:
-            if b'"full"' in request.content:
-                return httpx2.Response(429, json={"error": {"message": "slow down"}},
-                                       headers=headers)
-            return await inner.handle_async_request(request)
-
-        gate = gg.Gateway(
-            [gg.Backend(name="a", base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
-                        concurrency=8, transport=httpx2.MockTransport(handler))],
-            clock=clock, seed=1,
-        )
+        gate = _gate_refusing(clock, server, 429, headers)
         policy = gg.HedgePolicy(min_samples=5, budget_ratio=1.0, quantile=0.5)
 
         async with gate:
