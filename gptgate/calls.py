@@ -1560,9 +1560,18 @@ class CallRunner:
                 budget.give_back(duplicate.hedge_spent_at, self.clock.now())
                 duplicate.hedge_spent_at = None
 
-    def _replaced(self, policy: HedgePolicy, duplicate: CallState) -> None:
-        if duplicate.hedge_spent_at is not None:
-            self._hedge_budget(policy).replaced(duplicate.hedge_spent_at, self.clock.now())
+    def _replaced(
+        self, spec: CallSpec, state: CallState, policy: HedgePolicy, duplicate: CallState
+    ) -> None:
+        """The duplicate won while the first request had shown nothing: if that request had
+        waited past any normal wait by then, it was lost (a stall), not merely slow."""
+        first, now = state.sent_to, self.clock.now()
+        if duplicate.hedge_spent_at is None or first is None:
+            return
+        if self.hedge_progress(first.name).lost(
+            now - state.sent_at, policy.quantile, policy.min_samples, spec.stream
+        ):
+            self._hedge_budget(policy).replaced(duplicate.hedge_spent_at, now)
 
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
@@ -1626,7 +1635,7 @@ class CallRunner:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]
             if winner is not state and len(first) == 1:  # the first request showed nothing
-                self._replaced(policy, winner)
+                self._replaced(spec, state, policy, winner)
             for _, (tied, _) in first[1:]:  # a token in the same instant: still the loser
                 with anyio.CancelScope(shield=True):
                     await tied.aclose()

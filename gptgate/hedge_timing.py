@@ -47,13 +47,15 @@ OUTLIER_MADS = 4.0
 class Waits:
     """Recent waits of one kind (to a first token, or to a whole answer)."""
 
-    __slots__ = ("_normal", "_waits", "count")
+    __slots__ = ("_normal", "_waits", "count", "fence")
 
     def __init__(self, size: int = 512) -> None:
         self._waits: deque[float] = deque(maxlen=size)
         self.count = 0
         #: (count, quantile, the normal and the stuck wait then): calls woken together sort once
         self._normal: tuple[int, float, float, float] | None = None
+        #: the far fence when :meth:`normal` last sorted: past it no wait is a normal one
+        self.fence = float("inf")
 
     def add(self, wait: float) -> None:
         self._waits.append(wait)
@@ -69,7 +71,7 @@ class Waits:
         last = len(ordered) - 1
         median = ordered[last // 2]
         spread = sorted(abs(wait - median) for wait in ordered)[last // 2]  # the MAD
-        fence = median + FAR_FENCE_MADS * spread
+        fence = self.fence = median + FAR_FENCE_MADS * spread
         kept = last
         while ordered[kept] > fence:
             kept -= 1
@@ -127,6 +129,17 @@ class Progress:
             if waits.count >= min_samples:
                 return waits.normal(quantile)
         return None
+
+    def lost(self, waited: float, quantile: float, min_samples: int, first_token: bool) -> bool:
+        """A request that has ``waited`` with nothing to show, past the far fence of the
+        normal waits: lost before its first token (a stall), not merely slow — a tail of
+        slow first tokens, even past the stuck wait, was prefilled and billed when cancelled
+        (a drawn server without stalls: +2.2% billed when those counted as lost)."""
+        for waits in (self.first_tokens, self.answers) if first_token else (self.answers,):
+            if waits.count >= min_samples:
+                waits.normal(quantile)
+                return waited > waits.fence
+        return False
 
     def held_back(self, sent_at: float) -> bool:
         """Requests sent after ``sent_at`` exist and none of them has shown anything yet:

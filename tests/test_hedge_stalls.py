@@ -290,3 +290,16 @@ def test_a_duplicate_that_replaced_a_silent_request_gives_its_room_back() -> Non
     assert not budget.try_spend(23.0)  # 3 replaced + 1 doubling: no more
     budget.replaced(99.0, now=23.0)  # not a spent duplicate: nothing changes
     assert budget.spent == 1
+
+
+def test_only_a_request_silent_past_every_normal_wait_counts_as_lost() -> None:
+    """A duplicate's room comes back only when the request it beat was lost — silent past the
+    far fence of the normal waits (a stall) — not merely slow: a tail of slow first tokens
+    was prefilled, and billed, when cancelled (a drawn server without stalls, family draw
+    1083: 33 duplicates and +2.2% billed when those counted as lost, against ≤ 2%)."""
+    progress = Progress()
+    for k in range(40):
+        progress.shown(0.0, 1.0 + 0.01 * (k % 10), first_token=True)  # 1.00–1.09 s, MAD 0.03
+    assert not progress.lost(1.2, 0.95, 20, first_token=True)  # slow: past p95, within fence
+    assert progress.lost(1.5, 0.95, 20, first_token=True)  # past median + 9 MADs: lost
+    assert not Progress().lost(9.0, 0.95, 20, first_token=True)  # nothing known yet
