@@ -275,6 +275,18 @@ class HedgeFigures:
     #: the plain job's p99 on the same server with its stalls removed (each request's own
     #: jitter kept): about the best hedging the stalls alone can reach — shown, not judged
     floor_p99_s: float | None = None
+    #: the oracle hedger's p99 (benchmarks/_hedge_oracle.py: every stall foreseen and
+    #: duplicated at once, gptgate's hedging on top, ≤ 5% extra billed): above 0.7× the
+    #: plain p99, no hedging policy meets the rule on the draw — shown, not judged
+    oracle_p99_s: float | None = None
+
+
+def _oracle_note(f: HedgeFigures, p99_bound: float) -> str:
+    """The oracle's p99 beside the verdict: whether any hedging could have met the rule."""
+    if f.oracle_p99_s is None or not f.plain_p99_s:
+        return ""
+    ratio = f.oracle_p99_s / f.plain_p99_s
+    return f" [oracle {ratio:.2f}×: {'feasible' if ratio <= p99_bound else 'infeasible'}]"
 
 
 def judge_hedge(f: HedgeFigures) -> list[Verdict]:
@@ -291,7 +303,7 @@ def judge_hedge(f: HedgeFigures) -> list[Verdict]:
         Verdict(
             "hedge",
             *_holds(p99_slack, extra_slack),
-            f"{text}, {f.hedges} hedges",
+            f"{text}, {f.hedges} hedges{_oracle_note(f, p99_bound)}",
         )
     ]
 

@@ -79,6 +79,7 @@ from _family_judges import (
     summarise,
     usable,
 )
+from _hedge_oracle import oracle_p99
 from _strategies import Run, ceiling, job, run_gptgate, run_hand, run_naive
 
 from gptgate.sim import FamilyDraw, SimProfile, family_draw, run_virtual
@@ -270,11 +271,14 @@ def run_hedge(d: Draw, sizes: Sizes) -> HedgeFigures:
                     sizes.timeout_s)
         for on in (False, True)
     )
-    floor = None
+    floor = oracle = None
     if d.server.straggler_rate:
         calm = server.model_copy(update={"straggler_rate": 0.0})
         floor = run_virtual(hedge.job, False, sizes.hedge_calls, d.seed, c, 1, False, calm,
                             sizes.timeout_s).p99_s
+        # the bound: a client that foresees every stall (benchmarks/_hedge_oracle.py)
+        oracle = oracle_p99(server, sizes.hedge_calls, d.seed, c, sizes.timeout_s,
+                            plain.billed_tokens)
     return HedgeFigures(
         stragglers=d.server.straggler_rate > 0,
         plain_p99_s=plain.p99_s,
@@ -284,6 +288,7 @@ def run_hedge(d: Draw, sizes: Sizes) -> HedgeFigures:
         hedges=hedged.hedges,
         c=c,
         floor_p99_s=floor,
+        oracle_p99_s=oracle,
     )
 
 
@@ -372,6 +377,8 @@ def _figures_text(o: Outcome) -> str:
     floor = "" if f.floor_p99_s is None else (
         f" | floor {f.floor_p99_s:6.2f}s ({f.floor_p99_s / f.plain_p99_s:.2f}×)"
     )
+    if f.oracle_p99_s is not None:
+        floor += f" | oracle {f.oracle_p99_s:6.2f}s ({f.oracle_p99_s / f.plain_p99_s:.2f}×)"
     return (
         f"c={f.c} stragglers {'yes' if f.stragglers else 'no ':<3} | p99 {f.plain_p99_s:6.2f}→"
         f"{f.hedged_p99_s:6.2f}s | billed {f.plain_billed:,}→{f.hedged_billed:,} | "

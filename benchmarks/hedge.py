@@ -41,7 +41,7 @@ from typing import Any
 import anyio
 
 import gptgate as gg
-from gptgate.sim import LoopClock, SimProfile, family, get_profile, run_virtual
+from gptgate.sim import LoopClock, SimEngine, SimProfile, family, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
 
@@ -121,13 +121,14 @@ async def job(
     stream: bool,
     profile: str | SimProfile = "gpu",
     timeout: float = 120.0,
+    engine_type: type[SimEngine] = SimEngine,
 ) -> Run:
     """The job on ``backends`` backends of ``profile`` (benchmarks/family.py passes drawn
-    ones)."""
+    ones), served by ``engine_type`` (benchmarks/_hedge_oracle.py's foresees stalls)."""
     clock = LoopClock()
     pairs = [
         sim_backend(profile, name=f"sim{n}", clock=clock, seed=seed + n,
-                    concurrency=concurrency, timeout=timeout)
+                    concurrency=concurrency, timeout=timeout, engine_type=engine_type)
         for n in range(backends)
     ]
     firsts: list[float] = []

@@ -44,7 +44,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, uses_tools
-from .hedge_timing import Progress, await_hedge_room
+from .hedge_timing import Progress, await_hedge_room, refused_as_full
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -282,6 +282,8 @@ class _Attempt:
             pace, self.pace_seq = await backend.fleet_pacer.reserve(
                 clock.now(), self.reserved, spec.deadline
             )
+        elif self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
+            pace = backend.pacer.reserve_ahead(clock.now(), self.reserved)
         else:
             pace = backend.pacer.reserve(clock.now(), self.reserved)
         pauses = backend.pacer.pauses
@@ -1298,7 +1300,7 @@ class CallRunner:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):
             self._count_backend_failure(backend, error, now)
-            if error.status in (429, 503):  # full: no duplicate takes another's place
+            if refused_as_full(error, backend.pacer, now):  # no duplicate takes a place
                 self.hedge_progress(backend.name).refused(now)
         wasted = self._wasted_usage(backend, spec, error, now - sent_at)
         if wasted is not None:
@@ -1558,6 +1560,19 @@ class CallRunner:
                 budget.give_back(duplicate.hedge_spent_at, self.clock.now())
                 duplicate.hedge_spent_at = None
 
+    def _replaced(
+        self, spec: CallSpec, state: CallState, policy: HedgePolicy, duplicate: CallState
+    ) -> None:
+        """The duplicate won while the first request had shown nothing: if that request had
+        waited past any normal wait by then, it was lost (a stall), not merely slow."""
+        first, now = state.sent_to, self.clock.now()
+        if duplicate.hedge_spent_at is None or first is None:
+            return
+        if self.hedge_progress(first.name).lost(
+            now - state.sent_at, policy.quantile, policy.min_samples, spec.stream
+        ):
+            self._hedge_budget(policy).replaced(duplicate.hedge_spent_at, now)
+
     @staticmethod
     def _race_lost(state: CallState, errors: list[GateError]) -> GateError:
         """Every racer failed: a retry avoids every backend that failed this call, the
@@ -1619,6 +1634,8 @@ class CallRunner:
             if not first:
                 raise self._race_lost(state, errors)
             winner, (deltas, delta) = first[0]
+            if winner is not state and len(first) == 1:  # the first request showed nothing
+                self._replaced(spec, state, policy, winner)
             for _, (tied, _) in first[1:]:  # a token in the same instant: still the loser
                 with anyio.CancelScope(shield=True):
                     await tied.aclose()

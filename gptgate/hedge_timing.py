@@ -29,9 +29,13 @@ from collections import deque
 import anyio
 
 from .clock import Clock
+from .errors import GateError
 from .hedge import HedgeBudget, HedgePolicy
+from .limits.pacing import RateLimitPacer
 
-__all__ = ["FAR_FENCE_MADS", "OUTLIER_MADS", "Progress", "Waits", "await_hedge_room"]
+__all__ = [
+    "FAR_FENCE_MADS", "OUTLIER_MADS", "Progress", "Waits", "await_hedge_room", "refused_as_full"
+]
 
 #: beyond the median + this many median absolute deviations a wait is no normal wait (about
 #: Tukey's far fence, robust up to half the waits stalled where quartiles break at a quarter)
@@ -43,13 +47,15 @@ OUTLIER_MADS = 4.0
 class Waits:
     """Recent waits of one kind (to a first token, or to a whole answer)."""
 
-    __slots__ = ("_normal", "_waits", "count")
+    __slots__ = ("_normal", "_waits", "count", "fence")
 
     def __init__(self, size: int = 512) -> None:
         self._waits: deque[float] = deque(maxlen=size)
         self.count = 0
         #: (count, quantile, the normal and the stuck wait then): calls woken together sort once
         self._normal: tuple[int, float, float, float] | None = None
+        #: the far fence when :meth:`normal` last sorted: past it no wait is a normal one
+        self.fence = float("inf")
 
     def add(self, wait: float) -> None:
         self._waits.append(wait)
@@ -65,7 +71,7 @@ class Waits:
         last = len(ordered) - 1
         median = ordered[last // 2]
         spread = sorted(abs(wait - median) for wait in ordered)[last // 2]  # the MAD
-        fence = median + FAR_FENCE_MADS * spread
+        fence = self.fence = median + FAR_FENCE_MADS * spread
         kept = last
         while ordered[kept] > fence:
             kept -= 1
@@ -124,11 +130,36 @@ class Progress:
                 return waits.normal(quantile)
         return None
 
+    def lost(self, waited: float, quantile: float, min_samples: int, first_token: bool) -> bool:
+        """A request that has ``waited`` with nothing to show, past the far fence of the
+        normal waits: lost before its first token (a stall), not merely slow — a tail of
+        slow first tokens, even past the stuck wait, was prefilled and billed when cancelled
+        (a drawn server without stalls: +2.2% billed when those counted as lost)."""
+        for waits in (self.first_tokens, self.answers) if first_token else (self.answers,):
+            if waits.count >= min_samples:
+                waits.normal(quantile)
+                return waited > waits.fence
+        return False
+
     def held_back(self, sent_at: float) -> bool:
         """Requests sent after ``sent_at`` exist and none of them has shown anything yet:
         the backend is slow for everyone, not for this request. Or it has refused a request
         as too many since: it is full, and a duplicate would take the place of another."""
         return self.latest_sent > sent_at >= self.latest_shown or self.latest_refused >= sent_at
+
+
+def refused_as_full(error: GateError, pacer: RateLimitPacer, now: float) -> bool:
+    """A refusal that says the backend is full (a 503, or a 429 while its reported rate
+    limits had room: a bounded queue): a duplicate would take the place of another request
+    on the server. A 429 with the reported requests or tokens spent is a quota, not a full
+    server — a duplicate waits for the pacer like any call and costs a share of the quota,
+    the load Tail at Scale pays for its tail, not a slot."""
+    if error.status == 503:
+        return True
+    if error.status != 429:
+        return False
+    funded = pacer.funded_calls(now)
+    return funded is None or funded >= 1.0
 
 
 async def await_hedge_room(

@@ -36,11 +36,13 @@ def sim_backend(
     clock: Clock | None = None,
     seed: int = 0,
     faults: FaultPlan | None = None,
+    engine_type: type[SimEngine] = SimEngine,
     **backend_options: Any,
 ) -> tuple[Backend, SimEngine]:
-    """A ``Backend`` served in-process by a fresh ``SimEngine``; returns both so a test can
-    read the engine's billing ledger (the ground truth for cost)."""
-    engine = SimEngine(profile, clock=clock or LoopClock(), seed=seed, faults=faults)
+    """A ``Backend`` served in-process by a fresh ``SimEngine`` (or a subclass: a benchmark's
+    oracle); returns both so a test can read the engine's billing ledger (the ground truth
+    for cost)."""
+    engine = engine_type(profile, clock=clock or LoopClock(), seed=seed, faults=faults)
     options: dict[str, Any] = {
         "name": name or f"sim-{engine.profile.name}",
         "base_url": "http://127.0.0.1:8000/v1",

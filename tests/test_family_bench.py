@@ -198,6 +198,16 @@ def test_hedging_without_stragglers_costs_at_most_2_percent_in_p99_and_tokens() 
     assert not _hedge(False, 10.0, 102_100).ok
 
 
+def test_the_hedge_oracle_is_shown_beside_the_verdict_and_not_judged() -> None:
+    def verdict(hedged: float, oracle: float) -> Verdict:
+        figures = HedgeFigures(True, 10.0, hedged, 100_000, 100_000, oracle_p99_s=oracle)
+        return judge_hedge(figures)[0]
+
+    assert "[oracle 0.80×: infeasible]" in verdict(7.0, 8.0).detail
+    assert verdict(7.0, 8.0).ok  # held: the oracle decides nothing
+    assert not verdict(7.5, 5.0).ok and "[oracle 0.50×: feasible]" in verdict(7.5, 5.0).detail
+
+
 # --------------------------------------------------------------------------- the summary
 
 

@@ -209,6 +209,19 @@ class RateLimitPacer:
             calls = min(calls, tok.level / self._mean_tokens)
         return max(0.0, calls) if calls < math.inf else None
 
+    def reserve_ahead(self, now: float, tokens: int) -> float:
+        """A hedge's duplicate: reserved like any call, but sent at once (unless paused),
+        ahead of the calls already waiting — they keep their send times, and the one extra
+        request falls in the headroom (``1 − margin`` of the limit; duplicates are at most
+        the hedge budget's 5% of the calls). Behind a queue of reservations a duplicate would
+        go out after the stall it was sent to cut had ended. → the delay (the pause's)."""
+        self._drain_pending(now)
+        for bucket in (self._requests, self._tokens):
+            bucket.advance(now)
+        self._requests.take(1.0)
+        self._tokens.take(float(max(0, tokens)))
+        return max(0.0, self._paused_until - now)
+
     def reserve(self, now: float, tokens: int) -> float:
         """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
 
