@@ -54,9 +54,9 @@ from .outcomes import count_failure, is_caller_deadline, report_failure
 from .relocate import QueuedCall
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
-from .shed import Refusals
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
+from .shed import Refusals
 from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id

@@ -8,8 +8,8 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from gptgate.sim import LoopClock, run_virtual
 from gptgate.shed import is_shed
+from gptgate.sim import LoopClock, run_virtual
 from tests.mockbackend import USER, Script, backend, error, gateway, ok
 
 
