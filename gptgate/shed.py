@@ -70,18 +70,20 @@ class Refusals:
         self.expired = False
 
     def note(self, error: BaseException) -> None:
-        """Classify one failed attempt (exactly once per attempt)."""
+        """Classify one failed attempt (exactly once per attempt). Without a deadline or a
+        bound, a refusal counts as an attempt: nothing may be requeued without an end."""
         self.free = False
         if is_shed(error):
             assert isinstance(error, GateError) and error.retry_after is not None
             now = self._clock.now()
-            self.refused += 1
             if self._until is None and self._bound_s is not None:
                 self._until = now + self._bound_s
-            self.free = self._until is None or now + error.retry_after < self._until
-            self.expired = not self.free
-        else:
-            self.counted += 1
+            if self._until is not None:
+                self.refused += 1
+                self.free = now + error.retry_after < self._until
+                self.expired = not self.free
+                return
+        self.counted += 1
 
     def stop(self, max_attempts: int) -> bool:
         """No further attempt: a refusal out of time, or ``max_attempts`` counted failures."""

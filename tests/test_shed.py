@@ -8,7 +8,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from gptgate.shed import is_shed
+from gptgate.shed import Refusals, is_shed
 from gptgate.sim import LoopClock, run_virtual
 from tests.mockbackend import USER, Script, backend, error, gateway, ok
 
@@ -181,3 +181,10 @@ def test_a_5xx_storm_with_retry_after_is_still_budgeted() -> None:
 )
 def test_what_counts_as_a_refusal(error_: gg.GateError, shed: bool) -> None:
     assert is_shed(error_) is shed
+
+
+def test_a_refusal_without_any_end_counts_as_an_attempt() -> None:
+    """No deadline and no bound: nothing may be requeued forever."""
+    refusals = Refusals(gg.ScaledClock(1.0), deadline=None, bound_s=None)
+    refusals.note(gg.BackendError("full", status=503, retry_after=1.0))
+    assert not refusals.free and refusals.counted == 1 and refusals.stop(1)
