@@ -80,9 +80,11 @@ from _family_judges import (
     usable,
 )
 from _hedge_oracle import oracle_p99
-from _strategies import Run, ceiling, job, run_gptgate, run_hand, run_naive
+from _strategies import MAX_TOKENS, Messages, Run, ceiling, job, run_gptgate, run_hand, run_naive
 
 from gptgate.sim import FamilyDraw, SimProfile, family_draw, run_virtual
+from gptgate.sim.ratelimit import TokenBucket
+from gptgate.tokens import estimate_prompt_tokens
 
 JUDGES = ("cache", "adaptive", "tiers", "hedge")
 
@@ -192,9 +194,29 @@ def run_cache(d: Draw, sizes: Sizes) -> CacheFigures:
     plain = pooled(run_naive, attempts, timeout)
     hand = pooled(run_hand, attempts, timeout)
     gate = pooled(gptgate)
+    completed = len(items) - gate.failed // len(seeds)
     return CacheFigures(
-        _client(plain), _client(hand), _client(gate), len(items) * len(seeds), ceiling(items), c
+        _client(plain), _client(hand), _client(gate), len(items) * len(seeds), ceiling(items), c,
+        rate_floor_s(d.server, items, completed) * len(seeds),
     )
+
+
+def rate_floor_s(profile: SimProfile, items: Sequence[Messages], completed: int) -> float:
+    """The least time in which the server's RPM and TPM buckets (full at the start, refilled
+    at the limit per minute; a request reserves ``prompt + max_tokens`` tokens, as the
+    simulator charges) admit ``completed`` of the job's calls, the cheapest ones: the last
+    admission's time, a bound no client beats (its answer still comes after)."""
+    costs = sorted(estimate_prompt_tokens(m) + MAX_TOKENS for m in items)[:completed]
+    floor = 0.0
+    for limit, spent, window_s in (
+        (profile.rpm, float(len(costs)), profile.rpm_window_s),  # a short window: Azure's
+        (profile.tpm, float(sum(costs)), 60.0),
+    ):
+        if limit is None:
+            continue
+        bucket = TokenBucket(limit, 0.0, window_s)
+        floor = max(floor, (spent - bucket.limit) / bucket.rate)
+    return floor
 
 
 def grid(profile: SimProfile) -> list[int]:

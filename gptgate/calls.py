@@ -56,6 +56,7 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
+from .shed import Refusals
 from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
@@ -680,6 +681,7 @@ class CallRunner:
                     max_attempts=spec.max_attempts,
                     on_retry=lambda exc, wait: self._on_retry(state, exc),
                     failover=lambda error: self.is_failover(spec.route, error),
+                    refusals=Refusals(self.clock, spec.deadline, spec.stall_s),
                 )
         except GateError as error:
             failure = error
@@ -728,6 +730,7 @@ class CallRunner:
     ) -> AsyncGenerator[str, None]:
         number = 0
         max_attempts = spec.max_attempts or self.retry.max_attempts
+        refusals = Refusals(self.clock, spec.deadline, spec.stall_s)
         while True:
             number += 1
             if spec.hedge is not None:
@@ -740,24 +743,29 @@ class CallRunner:
                         yield delta
                 return
             except GateError as error:
-                if state.committed or not self._may_retry(spec, state, error, number, max_attempts):
+                refusals.note(error)
+                if state.committed or not self._may_retry(spec, error, refusals, max_attempts):
                     self.record_failed_call(error)
                     raise
                 failover = self.is_failover(spec.route, error)
                 self._on_retry(state, error)
                 if not failover:
-                    await self.clock.sleep(
-                        self.retry.backoff(number, error.retry_after, spec.deadline)
-                    )
+                    await self.clock.sleep(self.retry.backoff(
+                        refusals.attempt_number(number), error.retry_after, spec.deadline
+                    ))
 
     def _may_retry(
-        self, spec: CallSpec, state: CallState, error: GateError, number: int, max_attempts: int
+        self, spec: CallSpec, error: GateError, refusals: Refusals, max_attempts: int
     ) -> bool:
-        if number >= max_attempts or not self.retry.retryable(error):
+        """A stream's retry, as ``RetryPolicy.run`` decides a call's (gptgate.shed: a refusal
+        requeued spends neither an attempt nor the budget)."""
+        if max_attempts <= 1 or not self.retry.retryable(error):
+            return False
+        if refusals.stop(max_attempts):
             return False
         if spec.deadline is not None and self.clock.now() >= spec.deadline:
             return False
-        if self.budget is None or self.is_failover(spec.route, error):
+        if self.budget is None or refusals.free or self.is_failover(spec.route, error):
             return True
         return self.budget.try_spend(self.clock.now())
 

@@ -26,6 +26,7 @@ from .errors import (
     StreamInterruptedError,
 )
 from .limits import Permit
+from .shed import is_shed
 
 if TYPE_CHECKING:
     from .routing import BackendState
@@ -116,17 +117,22 @@ def report_status(permit: Permit, status: int, latency_s: float) -> None:
 
 def count_failure(state: BackendState, error: GateError, now: float) -> None:
     """Count a failed attempt on its backend's ``stats()`` and health — one rule for every
-    path: a 429's retry-after pauses the whole backend once (its pacer), a server failure or a
-    timeout counts towards opening its circuit."""
+    path: a refusal's retry-after (a 429's, a 503/529's: ``gptgate.shed``) pauses the whole
+    backend once (its pacer), a server failure or a timeout counts towards opening its
+    circuit."""
     state.failures += 1
+    shed = is_shed(error)
     if isinstance(error, RateLimitedError):
         state.rate_limited += 1
         if error.retry_after:  # short windows (Azure): the held calls go a retry-after apart
             spacing = error.retry_after if state.pool.dialect.spaced_after_429 else None
             state.pacer.pause_until(now + error.retry_after, spacing)
+    elif shed:  # a 503/529 "full, come back then" pauses the backend as a 429 does
+        assert error.retry_after is not None
+        state.pacer.pause_until(now + error.retry_after)
     elif isinstance(error, RequestTimeout):
         state.timeouts += 1
-    if isinstance(error, (BackendError, RequestTimeout)) and not isinstance(
-        error, StreamInterruptedError
-    ):  # a cut stream is no sign the backend is down
+    if isinstance(error, (BackendError, RequestTimeout)) and not (
+        isinstance(error, StreamInterruptedError) or shed
+    ):  # a cut stream, or a busy server's refusal, is no sign the backend is down
         state.breaker.on_failure(now)

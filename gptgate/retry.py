@@ -19,6 +19,7 @@ from tenacity.wait import wait_base
 
 from .clock import Clock
 from .errors import GateError
+from .shed import Refusals
 
 __all__ = ["Failover", "RetryPolicy", "SpendsRetries"]
 
@@ -60,18 +61,38 @@ class wait_full_jitter_or_retry_after(wait_base):
     """Wait :meth:`RetryPolicy.backoff` before the next attempt (nothing before a failover)."""
 
     def __init__(
-        self, policy: RetryPolicy, deadline: float | None, failover: Failover | None = None
+        self,
+        policy: RetryPolicy,
+        deadline: float | None,
+        failover: Failover | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self.policy = policy
         self.deadline = deadline
         self.failover = failover
+        self.refusals = refusals
 
     def __call__(self, retry_state: RetryCallState) -> float:
         exc = _error(retry_state)
         if _is_failover(self.failover, exc):
             return 0.0
         retry_after = exc.retry_after if isinstance(exc, GateError) else None
-        return self.policy.backoff(retry_state.attempt_number, retry_after, self.deadline)
+        number = retry_state.attempt_number
+        if self.refusals is not None:
+            number = self.refusals.attempt_number(number)
+        return self.policy.backoff(number, retry_after, self.deadline)
+
+
+class stop_after_counted_attempts(stop_base):
+    """``stop_after_attempt`` over the attempts that count: a refusal requeued for free (see
+    ``gptgate.shed``) is none; one out of time stops."""
+
+    def __init__(self, attempts: int, refusals: Refusals) -> None:
+        self.attempts = attempts
+        self.refusals = refusals
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.refusals.stop(self.attempts)
 
 
 class stop_at_deadline(stop_base):
@@ -94,15 +115,22 @@ class stop_when_budget_spent(stop_base):
     spends nothing."""
 
     def __init__(
-        self, budget: SpendsRetries, clock: Clock, failover: Failover | None = None
+        self,
+        budget: SpendsRetries,
+        clock: Clock,
+        failover: Failover | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self.budget = budget
         self.clock = clock
         self.failover = failover
+        self.refusals = refusals
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         if _is_failover(self.failover, _error(retry_state)):
             return False
+        if self.refusals is not None and self.refusals.free:
+            return False  # a refusal requeued: no retry storm to stop (gptgate.shed)
         return not self.budget.try_spend(self.clock.now())
 
 
@@ -155,9 +183,12 @@ class RetryPolicy:
         max_attempts: int | None = None,
         on_retry: Callable[[BaseException, float], None] | None = None,
         failover: Failover | None = None,
+        refusals: Refusals | None = None,
     ) -> T:
         """Run ``attempt(n)`` for n = 1, 2, … until it returns, or the last error is raised.
-        ``failover(error)`` marks retries that move off a dead backend (see :data:`Failover`)."""
+        ``failover(error)`` marks retries that move off a dead backend (see :data:`Failover`);
+        with ``refusals``, a server's refusals are requeued outside ``max_attempts`` and the
+        budget (``gptgate.shed``)."""
         try:
             return await attempt(1)
         except GateError as first:
@@ -166,17 +197,26 @@ class RetryPolicy:
             first_error: GateError = first
 
         attempts = max_attempts or self.max_attempts
-        stop = stop_after_attempt(attempts) | stop_at_deadline(self.clock, deadline)
+        counted = (
+            stop_after_attempt(attempts) if refusals is None
+            else stop_after_counted_attempts(attempts, refusals)
+        )
+        stop = counted | stop_at_deadline(self.clock, deadline)
         if budget is not None:
-            stop = stop | stop_when_budget_spent(budget, self.clock, failover)
+            stop = stop | stop_when_budget_spent(budget, self.clock, failover, refusals)
         calls = 0
 
         async def replay_then_attempt() -> T:
             nonlocal calls
             calls += 1
-            if calls == 1:
-                raise first_error  # tenacity sees the first attempt's failure as attempt 1
-            return await attempt(calls)
+            try:
+                if calls == 1:
+                    raise first_error  # tenacity sees the first attempt's failure as attempt 1
+                return await attempt(calls)
+            except GateError as error:
+                if refusals is not None:
+                    refusals.note(error)
+                raise
 
         async def before_sleep(state: RetryCallState) -> None:
             exc = _error(state)
@@ -186,7 +226,7 @@ class RetryPolicy:
         retrying = AsyncRetrying(
             sleep=self.clock.sleep,
             stop=stop,
-            wait=wait_full_jitter_or_retry_after(self, deadline, failover),
+            wait=wait_full_jitter_or_retry_after(self, deadline, failover, refusals),
             retry=retry_if_retryable(self),
             before_sleep=before_sleep,
             reraise=True,

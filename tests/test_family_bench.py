@@ -83,6 +83,47 @@ def test_a_reference_that_gave_up_on_calls_is_timed_for_the_whole_job() -> None:
     assert not _cache(Client(0.916, 4500.0), plain=plain, hand=hand)["cache"].ok
 
 
+def test_a_reference_that_gave_up_is_timed_no_faster_than_the_server_s_rate_limit() -> None:
+    """Family draw 26 (44,371 TPM): the plain client completed 112 of 400 calls in 425 s out of
+    the full bucket it started with; per completed call that is 1,518 s for 400, which the
+    limit admits in no less than 1,742 s. gptgate, completing all 400 in 1,773 s, ran at the
+    limit (1.02× it) and was judged 1.17× "slower". The reference's time is now never below the
+    time the limit takes to admit the calls; a gate slower than that still misses."""
+    plain = Client(0.503, 425.0, failed=288)
+    hand = Client(0.468, 439.3, failed=284)
+
+    def judged(gate_s: float, floor_s: float) -> dict[str, Verdict]:
+        return _by_rule(judge_cache(
+            CacheFigures(plain, hand, Client(0.603, gate_s), calls=400, rate_floor_s=floor_s)
+        ))
+
+    assert not judged(1773.3, 0.0)["cache floor"].ok  # per completed call: 1.17×
+    verdicts = judged(1773.3, 1742.4)
+    assert verdicts["cache"].ok and verdicts["cache floor"].ok, verdicts["cache"].detail
+    assert "rate limit" in verdicts["cache"].detail
+    assert not judged(1.06 * 1742.4, 1742.4)["cache"].ok  # 1.06× the limit's time
+    # a reference that completed every call keeps its own time, whatever the floor
+    full = _by_rule(judge_cache(CacheFigures(
+        Client(0.5, 1000.0), hand, Client(0.6, 1200.0), calls=400, rate_floor_s=1742.4
+    )))
+    assert not full["cache floor"].ok
+
+
+def test_the_rate_floor_is_the_last_admission_under_the_server_s_buckets() -> None:
+    """RPM 60, bucket full at the start: 60 calls at once, then one a second."""
+    items = [[{"role": "user", "content": f"q{i}"}] for i in range(100)]
+    limits = {"rpm": 60, "tpm": None, "rpm_window_s": 60.0}
+    profile = family.draw(3).server.model_copy(update=limits)
+    assert family.rate_floor_s(profile, items, 100) == pytest.approx(40.0)
+    assert family.rate_floor_s(profile, items, 50) == 0.0
+    unlimited = profile.model_copy(update={"rpm": None})
+    assert family.rate_floor_s(unlimited, items, 100) == 0.0
+    # TPM: each call reserves its prompt and max_tokens
+    costs = sorted(family.estimate_prompt_tokens(m) + family.MAX_TOKENS for m in items)
+    tpm = profile.model_copy(update={"rpm": None, "tpm": 60_000})
+    assert family.rate_floor_s(tpm, items, 100) == pytest.approx((sum(costs) - 60_000) / 1_000)
+
+
 # --------------------------------------------------------------------------- adaptive limit
 
 
