@@ -347,26 +347,32 @@ def test_an_interrupted_caller_gives_its_place_back(
     task: it neither stays queued nor ever takes the permit."""
     base_url, sim = long_server
     with sync_gate(base_url, concurrency=1) as gate:
-        holder = threading.Thread(target=lambda: gate.chat(USER, max_tokens=4000))
+        release = threading.Event()
+
+        @gate.guard(backend="sim")
+        def hold_the_permit() -> None:  # holds the one permit until released, however
+            release.wait(30)  # loaded the machine (a long chat could end before we queued)
+
+        holder = threading.Thread(target=hold_the_permit)
         holder.start()
         until(lambda: gate.stats()["sim"].in_flight >= 1)
 
         def interrupt_once_queued() -> None:
             until(lambda: gate.stats()["sim"].queued >= 1)
-            # only then: on a loaded machine the holder could end before the call queued,
-            # and a SIGINT sent anyway reached pytest itself after the call returned
-            if gate.stats()["sim"].queued >= 1:
-                # a real SIGINT (Ctrl-C): it wakes the main thread from its blocking wait
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            # a real SIGINT (Ctrl-C): it wakes the main thread from its blocking wait
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
         threading.Thread(target=interrupt_once_queued).start()
-        with pytest.raises(KeyboardInterrupt):
-            gate.chat(USER, max_tokens=300)
-        assert gate.stats()["sim"].queued == 0
-        holder.join(30)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                gate.chat(USER, max_tokens=300)
+            assert gate.stats()["sim"].queued == 0
+        finally:
+            release.set()
+            holder.join(30)
         assert gate.chat(USER, max_tokens=5).text  # the limit of 1 is free again
         assert_idle(gate)
-    assert sim.ledger.snapshot().requests == 2  # the interrupted call was never sent
+    assert sim.ledger.snapshot().requests == 1  # the interrupted call was never sent
 
 
 def test_a_caller_timeout_is_the_gateways_typed_error(
