@@ -365,7 +365,9 @@ def test_an_interrupted_caller_gives_its_place_back(
         threading.Thread(target=interrupt_once_queued).start()
         try:
             with pytest.raises(KeyboardInterrupt):
-                gate.chat(USER, max_tokens=300)
+                # a deadline (simulated seconds): no stall bound, which at 50× the clock
+                # is a few real seconds of a loaded machine
+                gate.chat(USER, max_tokens=300, timeout=3000.0)
             assert gate.stats()["sim"].queued == 0
         finally:
             release.set()
