@@ -62,7 +62,9 @@ async def test_a_burst_of_acquires_is_one_connection_and_a_round_trip_or_two(
     # opened 32, each paying a connect and a handshake inside its 50 ms budget
     async with redis.asyncio.Redis.from_url(redis_url) as r:
         before = await server_stats(r)
-        async with fleet_client(redis_url, namespace()) as client:
+        # a generous op budget: connections are counted, not latency (a loaded machine's
+        # op over 1 s reconnected and was counted as one more)
+        async with fleet_client(redis_url, namespace(), op_budget_s=5.0) as client:
             at = admission(client, 32)
             trips = client._batch.round_trips
             assert await burst(at, 32, None) == (32, 0)
