@@ -43,6 +43,7 @@ from .batch_api import BatchLimits
 from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
+from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
 from .sync_batch import SyncBatchJob
@@ -432,6 +433,12 @@ class SyncGateway:
         )
 
     # -- observability (read on the loop: a consistent snapshot) ------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        """Tokens and dollars per backend (``Gateway.ledger``), readable from any thread:
+        the loop's thread writes it, so an entry read mid-call may be an attempt behind."""
+        return self._gateway.ledger
 
     def stats(self) -> dict[str, BackendStats]:
         """Per backend: limit, in flight, queued, latency, tokens, cost (``Gateway.stats``)."""

@@ -107,8 +107,11 @@ def test_32_threads_of_chat_share_one_limit(server: tuple[str, SimEngine]) -> No
         assert all(all(texts) for texts in done)  # type: ignore[union-attr]
         assert_idle(gate)
         assert gate.stats()["sim"].calls == THREADS * CALLS
-    assert sim.ledger.snapshot().ok == THREADS * CALLS
-    assert 1 <= sim.ledger.snapshot().peak_in_flight <= 4
+        entry = gate.ledger.entries["sim"]  # the tokens, as Gateway.ledger has them
+    bill = sim.ledger.snapshot()
+    assert bill.ok == THREADS * CALLS
+    assert (entry.input_tokens, entry.output_tokens) == (bill.input_tokens, bill.output_tokens)
+    assert 1 <= bill.peak_in_flight <= 4
     assert sync_threads_left() == []  # the loop's thread was joined
 
 
