@@ -188,3 +188,42 @@ def test_a_refusal_without_any_end_counts_as_an_attempt() -> None:
     refusals = Refusals(gg.ScaledClock(1.0), deadline=None, bound_s=None)
     refusals.note(gg.BackendError("full", status=503, retry_after=1.0))
     assert not refusals.free and refusals.counted == 1 and refusals.stop(1)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_sdk_requests_on_http_client_are_requeued_too(status: int) -> None:
+    """The openai SDK with ``max_retries=0`` on ``gate.http_client`` (the pattern the guard
+    docs recommend) against the same bounded queue: a refusal before any work never reaches
+    the SDK while the request's wait bound allows — before, every refused request was an
+    ``openai`` error at the caller (97 of 192 on the simulator's bounded queue)."""
+    import anyio
+    import openai
+
+    async def main() -> tuple[list[object], gg.BackendStats, int]:
+        clock = LoopClock()
+        sent: list[float] = []
+        script = _bounded_queue(clock, status, room=4, sent=sent)
+        async with gateway(backend(script, concurrency=8, timeout=30.0), clock=clock) as gate:
+            client = openai.AsyncOpenAI(
+                api_key="x", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                http_client=gate.http_client("mock"),
+            )
+            outcomes: list[object] = []
+
+            async def one() -> None:
+                try:
+                    outcomes.append(await client.chat.completions.create(
+                        model="m", messages=USER))  # type: ignore[arg-type]
+                except openai.APIError as exc:
+                    outcomes.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(one)
+            stats = gate.stats()["mock"]
+        return outcomes, stats, len(sent)
+
+    outcomes, stats, sent = run_virtual(main)
+    assert [o for o in outcomes if isinstance(o, Exception)] == []
+    assert sent > 40 and stats.retries == sent - 40  # each refusal sent again, counted
+    assert stats.calls == 40 and (stats.in_flight, stats.queued) == (0, 0)
