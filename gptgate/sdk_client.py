@@ -632,10 +632,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
+        # the request's wait bound from its start: every resend of a refusal ends within it
+        # (read after the first answer, a slow first attempt moved it past the SDK's timeout)
+        bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
             response = await self._handle(runner, request)
             if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
-                refusals = Refusals(self._gate.clock, self._wait_deadline(request), None)
+                refusals = Refusals(self._gate.clock, bound, None)
                 while (wait := self._requeue_wait(runner, response, refusals)) is not None:
                     await response.aclose()
                     await self._gate.clock.sleep(wait)
@@ -656,9 +659,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             response.status_code, response.headers, b"", backend=state.name
         )
         refusals.note(error)
-        if not refusals.free:
+        if not refusals.free or refusals.until is None:
             return None
-        return runner.retry.backoff(refusals.refused, error.retry_after, refusals.until)
+        wait = runner.retry.backoff(refusals.refused, error.retry_after, refusals.until)
+        # the SDK's attempt is not cut at the bound as gate.chat's is: send again only when
+        # a typical call still fits in before it
+        if self._gate.clock.now() + wait + state.service_time(False) > refusals.until:
+            return None
+        return wait
 
     async def _handle(
         self, runner: CallRunner, request: httpx2.Request, *, requeued: bool = False
