@@ -45,7 +45,6 @@ from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
-from .shed import SHED_STATUSES, Refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
@@ -632,50 +631,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
-        # the request's wait bound from its start: every resend of a refusal ends within it
-        # (read after the first answer, a slow first attempt moved it past the SDK's timeout)
-        bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
             response = await self._handle(runner, request)
-            if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
-                refusals = Refusals(self._gate.clock, bound, None)
-                while (wait := self._requeue_wait(runner, response, refusals)) is not None:
-                    await response.aclose()
-                    await self._gate.clock.sleep(wait)
-                    response = await self._handle(runner, request, requeued=True)
         return response
 
-    def _requeue_wait(
-        self, runner: CallRunner, response: httpx2.Response, refusals: Refusals
-    ) -> float | None:
-        """How long to wait before sending again a request the server refused before any
-        work (gptgate/shed.py), as ``gate.chat`` does: the SDK never sees the refusal while
-        the request's own wait bound (its pool timeout, the gateway's deadline) allows; None:
-        hand the response to the SDK."""
-        if response.status_code not in SHED_STATUSES:
-            return None
-        state = self._backend()
-        error = state.pool.dialect.error_for_status(
-            response.status_code, response.headers, b"", backend=state.name
-        )
-        refusals.note(error)
-        if not refusals.free or refusals.until is None:
-            return None
-        wait = runner.retry.backoff(refusals.refused, error.retry_after, refusals.until)
-        # the SDK's attempt is not cut at the bound as gate.chat's is: send again only when
-        # a typical call still fits in before it
-        if self._gate.clock.now() + wait + state.service_time(False) > refusals.until:
-            return None
-        return wait
-
-    async def _handle(
-        self, runner: CallRunner, request: httpx2.Request, *, requeued: bool = False
-    ) -> httpx2.Response:
+    async def _handle(self, runner: CallRunner, request: httpx2.Request) -> httpx2.Response:
         state = self._backend()
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
         number = _sdk_attempt(request)
-        if number > 1 and not requeued and not self._retry_funded(runner, state):
+        if number > 1 and not self._retry_funded(runner, state):
             return _refused(request, state.name)
         permit: Permit | None
         hold: BudgetHold | None = None
@@ -699,9 +664,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                     assert runner.spending is not None
                     runner.spending.release(hold)
                 raise
-        if (guarded is None or number > 1) and not requeued:
+        if guarded is None or number > 1:
             state.calls += 1
-        if number > 1 or requeued:
+        if number > 1:
             state.retries += 1
         elif guarded is None and runner.budget is not None:
             runner.budget.record_request(clock.now())  # a first request funds retries

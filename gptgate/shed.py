@@ -69,11 +69,6 @@ class Refusals:
         #: the last failure was a refusal with no time left to requeue it: the call ends
         self.expired = False
 
-    @property
-    def until(self) -> float | None:
-        """Requeued for free until this clock reading (None: not bounded yet)."""
-        return self._until
-
     def note(self, error: BaseException) -> None:
         """Classify one failed attempt (exactly once per attempt). Without a deadline or a
         bound, a refusal counts as an attempt: nothing may be requeued without an end."""
