@@ -59,7 +59,6 @@ CACHE_WRITE_MULTIPLIER = 1.25
 CACHE_READ_MULTIPLIER = 0.1
 #: how far before a marker Anthropic looks for an earlier cached block boundary
 _LOOKBACK_BLOCKS = 20
-_JSON = ("content-type", "application/json")
 
 #: a hosted Anthropic-shaped server: Sonnet's 1,024-token minimum, 5-minute cache
 ANTHROPIC_PROFILE = SimProfile(
@@ -148,7 +147,7 @@ class AnthropicEngine(SimEngine):
     ) -> SimResponse:
         rid = next((v for k, v in headers if k in ("request-id", "x-request-id")), None)
         body = aw.error_body(status, message, rid)
-        return SimResponse(status, [*headers, _JSON, ("content-length", str(len(body)))], body)
+        return SimResponse.json(status, body, headers)
 
     def _retry_error(
         self,
@@ -191,7 +190,7 @@ class AnthropicEngine(SimEngine):
     def _models(self, base: list[tuple[str, str]]) -> SimResponse:
         model = {"type": "model", "id": self.profile.model, "display_name": self.profile.model}
         body = dumps({"data": [model], "has_more": False}).encode()
-        return SimResponse(200, [*base, _JSON, ("content-length", str(len(body)))], body)
+        return SimResponse.json(200, body, base)
 
     # -- request, cache, bodies ----------------------------------------------------------
 

@@ -41,7 +41,6 @@ __all__ = ["BATCHES_PATH", "SimMessageBatches"]
 BATCHES_PATH = "/v1/messages/batches"
 _MAX_REQUESTS = 100_000
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_JSON = ("content-type", "application/json")
 
 
 def _rfc3339(epoch: float) -> str:
@@ -256,9 +255,9 @@ def _errored(status: int, message: str) -> dict[str, Any]:
 
 def _ok(obj: dict[str, Any]) -> SimResponse:
     body = dumps(obj).encode()
-    return SimResponse(200, [_JSON, ("content-length", str(len(body)))], body)
+    return SimResponse.json(200, body)
 
 
 def _error(status: int, message: str) -> SimResponse:
     body = aw.error_body(status, message, None)
-    return SimResponse(status, [_JSON, ("content-length", str(len(body)))], body)
+    return SimResponse.json(status, body)

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["EMBEDDING_PATHS", "answer_embeddings", "vector_for"]
 
 EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
-_JSON = ("content-type", "application/json")
 _SLOTS: weakref.WeakKeyDictionary[SimEngine, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
@@ -106,11 +105,11 @@ async def answer_embeddings(
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
     out = wire.dumps(payload).encode()
-    return SimResponse(200, [*base, _JSON, ("content-length", str(len(out)))], out)
+    return SimResponse.json(200, out, base)
 
 
 def _bad_request(base: list[tuple[str, str]], message: str, flavor: str) -> SimResponse:
     from gptgate.sim.engine import SimResponse
 
     out = wire.error_body(400, message, "invalid_request_error", param="input", flavor=flavor)
-    return SimResponse(400, [*base, _JSON, ("content-length", str(len(out)))], out)
+    return SimResponse.json(400, out, base)

@@ -22,7 +22,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,13 @@ class SimResponse:
     headers: list[tuple[str, str]]
     body: bytes | None = None
     stream: SimStream | None = None
+
+    @classmethod
+    def json(
+        cls, status: int, body: bytes, headers: Sequence[tuple[str, str]] = ()
+    ) -> SimResponse:
+        """A whole JSON body: ``headers`` plus its content type and length."""
+        return cls(status, [*headers, _JSON, ("content-length", str(len(body)))], body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +320,7 @@ class SimEngine:
                 ],
             }
         ).encode()
-        return SimResponse(200, [*base, _JSON, ("content-length", str(len(body)))], body)
+        return SimResponse.json(200, body, base)
 
     def _error(
         self,
@@ -329,7 +336,7 @@ class SimEngine:
         body = wire.error_body(
             status, message, type_, code=code, param=param, flavor=self.profile.flavor, extra=extra
         )
-        return SimResponse(status, [*headers, _JSON, ("content-length", str(len(body)))], body)
+        return SimResponse.json(status, body, headers)
 
     def _retry_error(
         self,

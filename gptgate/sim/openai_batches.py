@@ -25,7 +25,6 @@ from gptgate.tokens import estimate_prompt_tokens
 
 __all__ = ["SimBatchPlan", "SimBatches"]
 
-_JSON = ("content-type", "application/json")
 _ENDPOINT = "/v1/chat/completions"
 _MAX_REQUESTS = 50_000
 
@@ -291,12 +290,12 @@ class SimBatches:
 
 def _ok(obj: dict[str, Any]) -> SimResponse:
     body = wire.dumps(obj).encode()
-    return SimResponse(200, [_JSON, ("content-length", str(len(body)))], body)
+    return SimResponse.json(200, body)
 
 
 def _error(status: int, message: str) -> SimResponse:
     body = wire.error_body(status, message, "invalid_request_error")
-    return SimResponse(status, [_JSON, ("content-length", str(len(body)))], body)
+    return SimResponse.json(status, body)
 
 
 def _response_line(cid: str, status: int, body: dict[str, Any]) -> str:
