@@ -41,6 +41,7 @@ import anyio
 
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
+from .batch_cache import BatchCache
 from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
 from .config import Backend
@@ -125,6 +126,10 @@ def _prepare(
     return kwargs, body, estimate_prompt_tokens(messages), max_tokens
 
 
+#: an item's arguments that are no request parameter (what ``gate.chat`` names itself)
+_NOT_PARAMS = _LIVE_ONLY | {"messages", "stream"}
+
+
 def _custom_id(index: int, round_: int) -> str:
     return str(index) if round_ == 0 else f"{index}-r{round_}"
 
@@ -201,8 +206,10 @@ async def submit_batch(
         digest.update(lines[-1] + b"\n")
         requests.append(_Request(body, kwargs, prompt, cap))
     key = digest.hexdigest()
+    cache = BatchCache(gate, config, [r.kwargs for r in requests], _NOT_PARAMS)
     job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
-                   scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect)
+                   scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect,
+                   cache=cache)
     with job._store.locked():
         await _take_up(job, key, lines)
     if job.resumed:
@@ -221,14 +228,18 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
             f"{record.backend!r}): these items differ; use a new job_dir"
         )
     job.resumed = record is not None
-    estimate = job.estimate(range(len(lines)))
+    indices = list(range(len(lines)))
+    if record is None:  # items the response cache answers are kept, not sent
+        answered = await job.cache.answered()
+        store.keep_answers(answered)
+        indices = [i for i in indices if i not in answered]
+    estimate = job.estimate(indices)
     priced = spending is not None and estimate > 0
     if record is None:
         if priced:
             assert spending is not None
             job.holds.append(await spending.admit(estimate, priority=0))
         prefix = f"gptgate-{key[:16]}"
-        indices = list(range(len(lines)))
         parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
         record = JobRecord(key=key, backend=config.name, items=len(lines), retry=job._retry,
                            parts=parts)
@@ -275,8 +286,11 @@ class BatchJob:
         poll_s: float,
         spending: BudgetGate | None,
         dialect: Dialect,
+        cache: BatchCache,
     ) -> None:
         self._gate = gate
+        #: the response cache's side of the job (gptgate/batch_cache.py)
+        self.cache = cache
         #: the backend's wire: it reads the answers as it built the requests
         self._dialect = dialect
         self._api = api
@@ -527,6 +541,14 @@ class BatchJob:
                 outcomes[index] = self._outcome(index, line)
             for index in mine - seen:
                 outcomes[index] = self._missing(part)
+        unsent = set(range(self._job.items)) - {i for p in self._job.parts for i in p.indices()}
+        if unsent:  # answered from the response cache at submission (kept in job_dir)
+            kept = self._store.load_live()
+            for index in unsent:
+                outcomes[index] = kept.get(index) or BackendError(
+                    "the batch ended without a result for this item", backend=self._backend.name
+                )
+            self._live |= unsent
         return outcomes
 
     async def _download(self, part: PartRecord) -> list[ItemResult]:
@@ -692,6 +714,7 @@ class BatchJob:
                 ledger.record_call(name, isinstance(outcome, ChatResult))
             results.append(outcome)
         self.release_holds()
+        await self.cache.store(outcomes, skip=live)
         if book:
             self._job.settled = True
             self._save()

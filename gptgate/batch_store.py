@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,9 +147,19 @@ class JobStore:
     def append_live(self, index: int, result: ChatResult) -> None:
         """Keep one live retry's answer (paid for at the live price) before anything else
         happens: a process that resumes the job returns it instead of paying for it again."""
-        line = json.dumps({"index": index, "result": dataclasses.asdict(result)})
+        self.keep_answers({index: result})
+
+    def keep_answers(self, answers: Mapping[int, ChatResult]) -> None:
+        """Keep answers got without the batch (live, or from the response cache), with one
+        fsync for them all."""
+        if not answers:
+            return
+        lines = "".join(
+            json.dumps({"index": index, "result": dataclasses.asdict(result)}) + "\n"
+            for index, result in answers.items()
+        )
         with open(self.dir / _LIVE, "a", encoding="utf-8") as out:
-            out.write(line + "\n")
+            out.write(lines)
             out.flush()
             os.fsync(out.fileno())
 

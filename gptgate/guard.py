@@ -33,6 +33,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
+from .guard_manager import entered
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
 from .limits import Limiter, Permit
@@ -387,7 +388,8 @@ class _GuardRun:
         call = GuardedCall(state.limiter, permit)
         token = _GUARD_PERMIT.set(call)
         try:
-            result = await _within(self.deadline, clock, state.name, body())
+            # a stream manager returned unentered is entered here, on this try's permit
+            result = await _within(self.deadline, clock, state.name, entered(body()))
         except Exception as exc:
             self._failed(state, call, exc, clock.now() - start)
             raise

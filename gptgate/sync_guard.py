@@ -25,6 +25,7 @@ import anyio
 import httpx2
 
 from .guard import _GUARD_PERMIT, ReturnedStreamCut
+from .guard_manager import entered_now
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
@@ -107,7 +108,8 @@ class ThreadCall(Generic[R]):
                 number = self._try
                 token = GUARDED_HERE.set(message)  # type: ignore[arg-type]
                 try:
-                    value = self._fn()
+                    # a stream manager returned unentered is entered on this try's permit
+                    value = entered_now(self._fn())
                 except Exception as error:
                     call_on(loop, self._deliver, number, None, error, False)
                     continue
