@@ -45,6 +45,7 @@ from .errors import (
 )
 from .hedge import HedgeBudget, HedgePolicy, uses_tools
 from .hedge_timing import Progress, await_hedge_room, refused_as_full
+from .hedge_permit import hedge_permit
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -147,6 +148,8 @@ class CallState:
     #: it took its room in the hedge budget (given back if it is never sent)
     hedge: bool = False
     hedge_spent_at: float | None = None
+    #: a duplicate's call (its first request's send): a permit may be lent once that is lost
+    hedge_of: CallState | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -892,8 +895,9 @@ class CallRunner:
                         raise Rerouted()  # its circuit opened while the call was held
                 self._refuse_if_too_large(backend, spec)
                 tag = QueuedCall(spec.route, avoid, gated)
-                permit = await backend.limiter.acquire(
-                    priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s
+                permit = await hedge_permit(
+                    backend.limiter, self._lent_from(spec, state), self.clock,
+                    priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s,
                 )
             except Rerouted as move:
                 if ticket is not None:
@@ -1415,6 +1419,16 @@ class CallRunner:
             progress = self._hedge_progress[backend] = Progress()
         return progress
 
+    def _lent_from(self, spec: CallSpec, state: CallState) -> float | None:
+        """When a duplicate may borrow a permit (gptgate/hedge_permit.py): once its call's
+        first request is lost; None for any other attempt."""
+        first, policy = state.hedge_of, spec.hedge
+        if first is None or first.sent_to is None or policy is None:
+            return None
+        return self.hedge_progress(first.sent_to.name).lend_at(
+            first.sent_at, self.clock.now(), policy.quantile, policy.min_samples, spec.stream
+        )
+
     def _hedge_target(self, spec: CallSpec, state: CallState) -> frozenset[str]:
         """What the duplicate avoids: the first attempt's backend when another eligible
         healthy one exists (the router keeps a private call on private backends), else
@@ -1455,7 +1469,7 @@ class CallRunner:
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
-            on_sent=anyio.Event(), hedge_spent_at=spent_at,
+            on_sent=anyio.Event(), hedge_spent_at=spent_at, hedge_of=state,
         )
 
     async def _race_one(self, spec: CallSpec, state: CallState, number: int) -> None:
