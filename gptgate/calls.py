@@ -44,7 +44,8 @@ from .errors import (
     StreamInterruptedError,
 )
 from .hedge import HedgeBudget, HedgePolicy, uses_tools
-from .hedge_timing import Progress, await_hedge_room, refused_as_full
+from .hedge_permit import hedge_permit
+from .hedge_timing import REPLACEMENTS, Progress, await_both_lost, await_hedge_room, refused_as_full
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -147,6 +148,8 @@ class CallState:
     #: it took its room in the hedge budget (given back if it is never sent)
     hedge: bool = False
     hedge_spent_at: float | None = None
+    #: a duplicate's call (its first request's send): a permit may be lent once that is lost
+    hedge_of: CallState | None = None
 
 
 def _deadline_cut_stream(backend: str) -> RequestTimeout:
@@ -892,8 +895,9 @@ class CallRunner:
                         raise Rerouted()  # its circuit opened while the call was held
                 self._refuse_if_too_large(backend, spec)
                 tag = QueuedCall(spec.route, avoid, gated)
-                permit = await backend.limiter.acquire(
-                    priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s
+                permit = await hedge_permit(
+                    backend.limiter, self._lent_from(spec, state), self.clock,
+                    priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s,
                 )
             except Rerouted as move:
                 if ticket is not None:
@@ -1415,6 +1419,18 @@ class CallRunner:
             progress = self._hedge_progress[backend] = Progress()
         return progress
 
+    def _lent_from(self, spec: CallSpec, state: CallState) -> float | None:
+        """When a duplicate may borrow a permit (gptgate/hedge_permit.py): once its call's
+        first request is lost; None for any other attempt."""
+        first, policy = state.hedge_of, spec.hedge
+        if first is None or first.sent_to is None or policy is None:
+            return None
+        if first.hedge:  # it replaces a lost duplicate: the call's request is lost too
+            return self.clock.now()
+        return self.hedge_progress(first.sent_to.name).lend_at(
+            first.sent_at, self.clock.now(), policy.quantile, policy.min_samples, spec.stream
+        )
+
     def _hedge_target(self, spec: CallSpec, state: CallState) -> frozenset[str]:
         """What the duplicate avoids: the first attempt's backend when another eligible
         healthy one exists (the router keeps a private call on private backends), else
@@ -1455,7 +1471,7 @@ class CallRunner:
         return CallState(
             start=state.start, span=state.span, named=True, funded_retries=True,
             failed_backends=set(self._hedge_target(spec, state)), hedge=True,
-            on_sent=anyio.Event(), hedge_spent_at=spent_at,
+            on_sent=anyio.Event(), hedge_spent_at=spent_at, hedge_of=state,
         )
 
     async def _race_one(self, spec: CallSpec, state: CallState, number: int) -> None:
@@ -1479,7 +1495,7 @@ class CallRunner:
         finally:
             self._unsent_duplicates_give_back(policy, sent)
         winner = finished[0][0] if finished else None
-        self._merge_duplicate(state, sent[0] if sent else None, winner)
+        self._merge_duplicate(state, sent, winner)
         if winner is None:
             raise self._race_lost(state, errors)
         assert state.result is not None
@@ -1529,6 +1545,9 @@ class CallRunner:
                     if running == 0:  # nothing left in the race: the retry policy decides
                         group.cancel_scope.cancel()
                     return
+                except BaseException:  # a lost duplicate replaced, or the race over
+                    running -= 1
+                    raise
                 finally:
                     if racer is state and racer.on_sent is not None:
                         racer.on_sent.set()  # wakes the hedger when the first ended unsent
@@ -1537,24 +1556,58 @@ class CallRunner:
                 now = self.clock.now()
                 took[id(racer)] = now - racer.sent_at
                 done.set()
-                other = next((r for r in (state, *duplicates) if r is not racer), None)
+                other = next((r for r in (state, *duplicates[-1:]) if r is not racer), None)
                 if patient and running and other is not None and other.sent_to is not None:
                     wait = other.sent_at + took[id(racer)] - now
                     if wait > 0:  # the other returns meanwhile: it cancels the race itself
                         await self.clock.sleep(wait)
                 group.cancel_scope.cancel()  # the loser is cancelled: abandon() bills it
 
+            async def duplicate(racer: CallState, scope: anyio.CancelScope) -> None:
+                with scope:
+                    await race(racer, _ahead_of_the_queue(spec))
+
             async def hedger() -> None:
                 racer = await self._hedge_when_due(spec, state, policy, done)
-                if racer is not None and running:
+                while racer is not None and running:
                     duplicates.append(racer)
-                    group.start_soon(race, racer, _ahead_of_the_queue(spec))
+                    scope = anyio.CancelScope()
+                    group.start_soon(duplicate, racer, scope)
+                    if len(duplicates) > REPLACEMENTS:
+                        return
+                    racer = await self._replace_when_lost(spec, state, racer, policy, done)
+                    if racer is not None:
+                        scope.cancel()
 
             group.start_soon(race, state)
             group.start_soon(hedger)
         if patient:
             finished.sort(key=lambda pair: took[id(pair[0])])
         return finished, errors
+
+    async def _replace_when_lost(
+        self, spec: CallSpec, state: CallState, lost: CallState, policy: HedgePolicy,
+        done: anyio.Event,
+    ) -> CallState | None:
+        """A duplicate that stalled too is replaced (gptgate/hedge_timing.py,
+        ``await_both_lost``): a fresh one in its room and permit."""
+        assert lost.on_sent is not None and state.sent_to is not None
+        await lost.on_sent.wait()
+        if lost.sent_to is None or done.is_set():
+            return None
+        await await_both_lost(
+            self.hedge_progress(state.sent_to.name), state.sent_at,
+            self.hedge_progress(lost.sent_to.name), lost.sent_at, policy, spec.stream,
+            self.clock,
+        )
+        if done.is_set():
+            return None
+        spent_at, lost.hedge_spent_at = lost.hedge_spent_at, None
+        return CallState(
+            start=state.start, span=state.span, named=True, funded_retries=True,
+            failed_backends=set(lost.failed_backends), hedge=True, on_sent=anyio.Event(),
+            hedge_spent_at=spent_at, hedge_of=lost,
+        )
 
     def _unsent_duplicates_give_back(
         self, policy: HedgePolicy, duplicates: list[CallState]
@@ -1590,11 +1643,12 @@ class CallRunner:
 
     @staticmethod
     def _merge_duplicate(
-        state: CallState, duplicate: CallState | None, winner: CallState | None
+        state: CallState, duplicates: list[CallState], winner: CallState | None
     ) -> None:
-        """The call's accounting after a race: the duplicate counted on its backend, its
-        billed tokens and cost added to the call's, and the winner's answer as the result."""
-        if duplicate is not None:
+        """The call's accounting after a race: each duplicate (a lost one's replacements too)
+        counted on its backend, its billed tokens and cost added to the call's, and the
+        winner's answer as the result."""
+        for duplicate in duplicates:
             if duplicate.sent_to is not None:
                 duplicate.sent_to.hedges += 1
             state.billed = state.billed + duplicate.billed
@@ -1657,4 +1711,4 @@ class CallRunner:
                 for deltas in racers:
                     await deltas.aclose()
             self._unsent_duplicates_give_back(policy, sent)
-            self._merge_duplicate(state, sent[0] if sent else None, winner)
+            self._merge_duplicate(state, sent, winner)

@@ -66,13 +66,13 @@ class Server:
 
 def _gate(
     clock: LoopClock, server: Server | StreamServer, *names: str, concurrency: int = 8,
-    **options: Any,
+    max_connections: int | None = None, **options: Any,
 ) -> gg.Gateway:
     backends = [
         gg.Backend(
             name=name, base_url="http://127.0.0.1:9/v1", model="m", timeout=120.0,
             concurrency=concurrency, transport=server.transport(name),
-            private=name.startswith("priv"),
+            private=name.startswith("priv"), max_connections=max_connections,
         )
         for name in names
     ]
@@ -218,12 +218,13 @@ def test_a_duplicate_never_sent_gives_its_room_back_to_the_budget() -> None:
     """Two stalled calls fill both permits: the one that gets the budget's only room has its
     duplicate wait for a permit until both answer, so it is never sent. That room was no
     duplicate: it goes back to the budget, and the next stalled call is hedged (it used to
-    stay spent, and a job's last stragglers found the budget gone)."""
+    stay spent, and a job's last stragglers found the budget gone). The pool holds no
+    connection past the two, so no permit is lent (gptgate/hedge_permit.py)."""
 
     async def main() -> None:
         clock = LoopClock()
         server = Server(clock, stall={"x", "w", "y"})
-        gate = _gate(clock, server, "a", concurrency=2)
+        gate = _gate(clock, server, "a", concurrency=2, max_connections=2)
         policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
         async with gate:
             await _warm(gate, 10, hedge=policy)
@@ -244,7 +245,7 @@ def test_a_call_cancelled_while_its_duplicate_waits_for_a_permit_gives_the_room_
     async def main() -> None:
         clock = LoopClock()
         server = Server(clock, stall={"x"})
-        gate = _gate(clock, server, "a", concurrency=1)
+        gate = _gate(clock, server, "a", concurrency=1, max_connections=1)  # none to lend
         policy = gg.HedgePolicy(min_samples=5, budget_ratio=0.1, window_s=1e6, quantile=0.5)
         async with gate:
             await _warm(gate, 10, hedge=policy)

@@ -388,6 +388,19 @@ class Limiter:
             raise
         return permit
 
+    def borrow(self) -> Permit | None:
+        """A permit now, one past the limit, for a hedge's duplicate of a request that holds
+        a permit and shows nothing (gptgate/hedge_timing.py): at most one borrowed at a time
+        (in flight ≤ the limit + 1, held slots of abandoned requests counted), within the pool
+        and never with a shared ``admission`` layer (the fleet's cap is not ours to bend).
+        None when the limit has room (``acquire`` admits at once) or nothing may be lent."""
+        limit = self.current_limit
+        if self.admission is not None or self._in_flight != limit:
+            return None
+        if self._max_inflight is not None and self._in_flight >= self._max_inflight:
+            return None
+        return self._admit()
+
     async def _acquire_local(
         self,
         *,
