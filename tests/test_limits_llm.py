@@ -289,10 +289,13 @@ def test_the_same_failures_as_congestion_cut_at_once() -> None:
     s.window(2.0)
     s.drop()
     s.drop()  # two 429s, dense: overload
-    assert s.limit.events["loss"] == 1 and s.limit.center == 8.0
+    assert s.limit.events["loss"] == 1 and s.limit.center < 16.0
 
 
-def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> None:
+def test_loss_in_slow_start_lands_between_the_level_before_and_the_calls_held() -> None:
+    # the doubling 8 → 16 overflowed a server holding 12 (slots + queue): it refuses 4 at once.
+    # The level before (8) was good; the server held 16 − refused. The centre lands at their
+    # geometric mean, lower with each refusal of the same burst, without a second cut
     s = Script(LLMLimit(initial=4, window_samples=4))
     s.window(2.0)
     s.window(2.0)
@@ -300,8 +303,33 @@ def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> Non
     s.drop()
     s.drop()
     assert not s.limit.in_slow_start
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == pytest.approx(math.sqrt(8 * 14))
+    burst = s.t - 1.0
+    for _ in range(2):  # two more refusals of calls admitted at 16 before the cut
+        s.limit.update(Sample(start=burst, latency_s=0.0, inflight=16, kind="dropped"), s.t)
+    assert s.limit.events["loss"] == 1
+    assert s.limit.center == pytest.approx(math.sqrt(8 * 12))
+    assert s.limit.limit == round(math.sqrt(8 * 12) * 0.92)  # probes low first
+    # a refusal of a call admitted at the level before says nothing of this one
+    s.limit.update(Sample(start=0.0, latency_s=0.0, inflight=8, kind="dropped"), s.t)
+    assert s.limit.center == pytest.approx(math.sqrt(8 * 12))
+    # once a window closed, the overflow's refusals are all in: later ones are a new event
+    s.window(2.0)  # admitted before the window opened (one latency after the step down)
+    s.window(2.0)
+    s.limit.update(Sample(start=burst, latency_s=0.0, inflight=16, kind="dropped"), s.t)
+    assert s.limit.center == pytest.approx(math.sqrt(8 * 12))
+
+
+def test_loss_in_slow_start_at_most_halves() -> None:
+    # refused all but the level before's worth: the level before, never lower
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    s.window(2.0)
+    s.window(2.0)
+    burst = s.t
+    for _ in range(12):
+        s.limit.update(Sample(start=burst, latency_s=0.0, inflight=16, kind="dropped"), burst)
     assert s.limit.center == 8.0
-    assert s.limit.limit == round(8 * 0.92)
 
 
 def test_429s_from_calls_that_did_not_fill_the_limit_do_not_cut() -> None:
@@ -803,7 +831,8 @@ def test_refusals_admitted_at_the_instant_of_a_cut_belong_to_its_overload_event(
             Sample(start=burst, latency_s=0.0, inflight=32, kind="dropped"), burst
         )
     assert s.limit.events["loss"] == 1
-    assert s.limit.center == 16.0
+    # held 32 − 12 = 20 of the doubling's 32: between that and the level before (16)
+    assert s.limit.center == pytest.approx(math.sqrt(16 * 20))
 
 
 def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:

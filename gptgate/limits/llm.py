@@ -204,6 +204,10 @@ class LLMLimit:
         self._window_start = -math.inf  # calls admitted earlier are not measured
         self._guard_from = -math.inf  # nor watched by the guards (admitted before a cut)
         self._last_cut = -math.inf  # calls admitted earlier cannot cut again
+        #: after a loss cut in slow start, until the next window closes: the level cut and when
+        #: it began, and the refusals counted so far of calls admitted at it
+        self._overflow: tuple[int, float] | None = None
+        self._refused = 0
         self._hist: deque[_Window] = deque(maxlen=2)
         self._base: tuple[float, float] | None = None  # baseline (a, b), EWMA over windows
         self._r_mean = 0.0  # EWMA of per-call R, for winsorising
@@ -475,6 +479,10 @@ class LLMLimit:
     # ---- the decisions ------------------------------------------------------------------
     def _on_drop(self, sample: Sample, now: float) -> None:
         if sample.start <= self._last_cut:
+            if self._overflow is not None and self._refusal(sample):
+                # another refusal of the doubling that overflowed: land lower (no second cut)
+                self._refused += 1
+                self._land_overflow(now)
             # the same overload event as the last cut — a call admitted at the very instant of
             # the cut was admitted before it (a refusal answers at once: on a bounded queue a
             # doubling's burst of 503s, all admitted and refused at one instant, used to cut
@@ -507,12 +515,47 @@ class LLMLimit:
         self.events["loss"] += 1
         if self._slow_start:
             self._slow_start = False
-            self._center = max(1.0, self._limit / 2.0)
+            if self._refusal(sample):
+                self._overflow = (self._limit, self._window_start)  # the doubled level's start
+                self._refused = self._loss_drops  # the refusals that made the cut
+                self._land_overflow(now)
+                return
+            self._center = max(1.0, self._limit / 2.0)  # timeouts: the level before was good
         else:
             self._center = self._limit * self.backoff_ratio
         self._restart(now)
 
+    def _refusal(self, sample: Sample) -> bool:
+        """A call the server refused at once (429, or 503 from a full queue), admitted at the
+        level that overflowed: answered in under a quarter of a typical latency, unlike a
+        timeout, which the server held."""
+        began = self._window_start if self._overflow is None else self._overflow[1]
+        return (
+            sample.kind == "dropped"
+            and sample.congestion
+            and sample.start >= began
+            and sample.latency_s < 0.25 * self._rtt
+        )
+
+    def _land_overflow(self, now: float) -> None:
+        """A loss cut in slow start: the doubling to ``L`` overflowed the server, which
+        refused the calls it could not hold at once (429/503 from a full queue). It held
+        ``L − refused``, its slots and its queue; the level before, ``L/2``, was good. The
+        centre lands at their geometric mean — how many of the calls held were queued is not
+        known — and lower with every further refusal of calls admitted at ``L``.
+
+        Landing at ``L/2`` left goodput on servers whose slots are well above it (family
+        draw 29, 11 slots + 3 queued: 16 → 8, probing 7 and 9, 85.5% of fixed 11's goodput;
+        landing at √(8·14) = 10.6: 95.5%). Landing at all the calls held queues them
+        (draw 1007: 34 slots + 21 queued)."""
+        assert self._overflow is not None
+        level, _ = self._overflow
+        held = max(1.0, level - self._refused)
+        self._center = max(1.0, level / 2.0, math.sqrt(0.5 * level * held))
+        self._restart(now)
+
     def _close_window(self, now: float) -> None:
+        self._overflow = None  # the refusals of a slow-start overflow have all come back
         n = self._w.n
         if n > 1:
             var = max(0.0, (self._w.x2 - self._w.x**2 / n) / (n - 1))
