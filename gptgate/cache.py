@@ -21,6 +21,7 @@ import anyio.lowlevel
 from cachetools import TTLCache
 
 from .cache_pace import pace_interval, pace_slot, should_pace
+from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -506,6 +507,7 @@ class _Group:
         "queued",
         "rate",
         "rate_at",
+        "released",
         "samples",
         "share",
         "spent",
@@ -571,12 +573,15 @@ class _Group:
         #: ``shared=``: processes of the fleet with calls on this prefix (this one included):
         #: a lone group's ramp window is shared among them
         self.fleet_members = 1
+        #: the backend's cell: the ramp does not pay there, a warm group uses the whole limit
+        #: (gptgate/cache_release.py)
+        self.released: list[bool] = [False]
 
     @property
     def window(self) -> int:
         if not self.warm:
             return 1
-        if self.cacheable == 0:
+        if self.cacheable == 0 or self.released[0]:
             return self.controller.limit
         ramp = self.controller.window
         if self.fleet_members > 1 and not self.controller.is_open:
@@ -633,8 +638,8 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gate", "_group", "_prefilled", "_queued", "_released",
-        "fleet_claim", "warmer",
+        "_admitted_at", "_epoch", "_gate", "_group", "_hit", "_prefilled", "_queued",
+        "_released", "fleet_claim", "warmer",
     )
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
@@ -642,6 +647,8 @@ class CacheTicket:
         self._group = group
         self._released = group is None
         self._prefilled = False
+        #: whether the call kept its hits (None: not observed, or the warm-up)
+        self._hit: bool | None = None
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
         #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
@@ -696,7 +703,8 @@ class CacheTicket:
             fleet.count(group.backend, group.key, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
-        if not group.controller.meets_target(cached, cacheable):
+        self._hit = group.controller.meets_target(cached, cacheable)
+        if not self._hit:
             group.misses += 1
         before = group.controller.window
         # widening while the backend is full would only change which group's calls queue at
@@ -721,6 +729,8 @@ class CacheTicket:
             latency = self._gate._clock.now() - self._admitted_at
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
+            if self._hit is not None:
+                self._gate._judge_release(group.backend, self._hit, latency)
         if self.warmer and self._prefilled:
             group.spent = 0
         self._gate._busy[group.backend] -= 1
@@ -782,6 +792,9 @@ class CacheGate:
         self._fleet_warmup: FleetWarmup | None = None
         #: per backend: the shortest prefix its provider caches, when above the policy's
         self._min_prefix: dict[str, int] = {}
+        #: per backend: whether the ramp pays, from its calls' latencies (gptgate/cache_release.py)
+        self._release_judge = ReleaseJudge()
+        self._released: dict[str, list[bool]] = {}
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -806,6 +819,7 @@ class CacheGate:
             return CacheTicket(None, None, False)
         state = self._lookup(backend, group, policy, limit)
         self._limits[backend] = max(1, limit)
+        state.released[0] = self._release_judge.released(backend, self._clock.now())
         self._sync_limit(state, limit)  # an idle group kept the limit of its last call
         if not state.active:
             if policy.turn_wait_s is None:
@@ -860,7 +874,7 @@ class CacheGate:
             prefill_s=state.prefill_s,
             in_flight=state.in_flight,
             start=start,
-            spreading=self._spreading(state.backend),
+            spreading=self._spreading(state.backend) and not state.released[0],
         ):
             return ticket
         assert state.prefill_s is not None
@@ -1188,7 +1202,18 @@ class CacheGate:
                     state.controller.forgive()
 
             self._active[k] = state
+            state.released = self._released.setdefault(backend, [False])
         return state
+
+    def _judge_release(self, backend: str, hit: bool, latency_s: float) -> None:
+        """A finished call's latency: once the hits take longer than the misses, the ramp does
+        not pay on ``backend`` and its warm groups go out at the whole limit."""
+        now = self._clock.now()
+        if self._release_judge.record(backend, hit=hit, latency_s=latency_s, now=now):
+            self._released.setdefault(backend, [False])[0] = True
+            for g in list(self._active.values()):
+                if g.backend == backend:
+                    self._wake(g)
 
     def _admit(self, state: _Group) -> CacheTicket:
         # the group's rate counts the calls it sends, not those that waited here and went to
