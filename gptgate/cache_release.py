@@ -13,7 +13,9 @@ and its misses 15.6 s; the job 401 s against the plain client's 290 s (three run
 calls 1.7× as long while the gate held almost no call back (0.6 s of the whole backend idle
 while calls waited at it). Draws 1073 (1.8×), 1089 (1.6×) and 45 (1.5×) show the same. On
 the named profiles of benchmarks/cache.py, where the ramp is what keeps the hits, hits take
-at most 1.26× as long as misses (cold bursts on ``overflow``; the ``spread`` job 1.13×).
+at most 1.43× as long as misses once 15 misses are measured (a job on ``overflow`` at
+c=50), but up to 1.89× over the first 5: the first calls that spill reach idle replicas
+while the home replica is busy, which says nothing about the job.
 
 So per backend the gate keeps the mean latency (admission to release) of its calls that hit
 and of those that missed, the warm-ups left out; once both are measured (``MIN_HITS`` and
