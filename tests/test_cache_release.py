@@ -11,13 +11,17 @@ from its own calls and releases warm prefixes to the whole limit there.
 
 from __future__ import annotations
 
-import anyio
-import httpx2
+import sys
+from pathlib import Path
+
 import pytest
 
 from gptgate.cache_release import MEMORY_S, MIN_HITS, MIN_MISSES, ReleaseJudge
-from gptgate.sim import LoopClock, SimEngine, SimProfile, SimTransport, get_profile, run_virtual
-from tests.test_cache_spread import Messages, gate, job
+from gptgate.sim import SimProfile, get_profile, run_virtual
+from tests.test_cache_spread import gate, job
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from _strategies import run_naive  # the plain client of benchmarks/family.py
 
 LIMIT = 64
 
@@ -49,35 +53,14 @@ def knee_server() -> SimProfile:
     )
 
 
-async def plain(profile: SimProfile, items: list[Messages], seed: int) -> tuple[float, float]:
-    """Hit rate and time of every call released at once under one ``Semaphore(LIMIT)``."""
-    clock = LoopClock()
-    engine = SimEngine(profile, clock=clock, seed=seed)
-    semaphore = anyio.Semaphore(LIMIT)
-    async with httpx2.AsyncClient(
-        transport=SimTransport(engine), base_url="http://sim/v1", timeout=3600.0
-    ) as client:
-
-        async def call(messages: Messages) -> None:
-            body = {"model": profile.model, "messages": messages, "max_tokens": 1024}
-            async with semaphore:
-                assert (await client.post("chat/completions", json=body)).status_code == 200
-
-        start = clock.now()
-        async with anyio.create_task_group() as tg:
-            for messages in items:
-                tg.start_soon(call, messages)
-        total = clock.now() - start
-    return engine.ledger.snapshot().cache_hit_rate, total
-
-
 def test_the_gate_is_not_slower_than_a_plain_client_where_its_hits_cost_time() -> None:
     """Issue 31's floor (never worse than the plain client by 10% of time) on draw 98's
     shape. Before: 88.1% hits in 256.6 s against the plain client's 73.0% in 228.4 s (1.12×);
     now 82.0% in 199.9 s (0.88×)."""
     profile = knee_server()
     items = job(seed=7, calls=400)
-    plain_hit, plain_s = run_virtual(plain, profile, items, 7)
+    plain = run_virtual(run_naive, profile, [items], LIMIT, 7)
+    plain_hit, plain_s = plain.hit, plain.total_s
     gate_hit, gate_s = run_virtual(gate, profile, items, 7)
     assert gate_hit >= plain_hit - 0.05, (gate_hit, plain_hit)
     assert gate_s <= 1.10 * plain_s, (gate_s, plain_s)
