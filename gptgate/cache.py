@@ -638,7 +638,7 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gate", "_group", "_hit", "_prefilled", "_queued",
+        "_admitted_at", "_epoch", "_gate", "_group", "_hit", "_paced", "_prefilled", "_queued",
         "_released", "fleet_claim", "warmer",
     )
 
@@ -649,6 +649,8 @@ class CacheTicket:
         self._prefilled = False
         #: whether the call kept its hits (None: not observed, or the warm-up)
         self._hit: bool | None = None
+        #: it waited for the backend's rate budget: its latency measured the budget
+        self._paced = False
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
         #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
@@ -684,6 +686,11 @@ class CacheTicket:
             measured = self._gate._clock.now() - self._admitted_at
             group.prefill_s = self._gate._prefill(group, measured, queued=self._queued)
             self._gate._wake(group)
+
+    def paced(self) -> None:
+        """The call waited for the backend's RPM/TPM budget after it passed the gate: its
+        latency is not the server's, so it says nothing on whether the ramp pays."""
+        self._paced = True
 
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
         """Feed the call's usage: cached input tokens and all input tokens."""
@@ -729,7 +736,7 @@ class CacheTicket:
             latency = self._gate._clock.now() - self._admitted_at
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
-            if self._hit is not None:
+            if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
         if self.warmer and self._prefilled:
             group.spent = 0
