@@ -23,6 +23,7 @@ from cachetools import TTLCache
 from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder
 from .cache_pace import pace_interval, pace_slot, should_pace
+from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -509,6 +510,7 @@ class _Group:
         "queued",
         "rate",
         "rate_at",
+        "released",
         "samples",
         "share",
         "spent",
@@ -576,12 +578,15 @@ class _Group:
         #: ``shared=``: processes of the fleet with calls on this prefix (this one included):
         #: a lone group's ramp window is shared among them
         self.fleet_members = 1
+        #: the backend's cell: the ramp does not pay there, a warm group uses the whole limit
+        #: (gptgate/cache_release.py)
+        self.released: list[bool] = [False]
 
     @property
     def window(self) -> int:
         if not self.warm:
             return 1
-        if self.cacheable == 0:
+        if self.cacheable == 0 or self.released[0]:
             return self.controller.limit
         ramp = self.controller.window
         if self.fleet_members > 1 and not self.controller.is_open:
@@ -638,7 +643,8 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gap", "_gate", "_group", "_prefilled", "_queued",
+        "_admitted_at", "_epoch", "_gap", "_gate", "_group", "_hit", "_paced", "_prefilled",
+        "_queued",
         "_released", "fleet_claim", "warmer",
     )
 
@@ -647,6 +653,10 @@ class CacheTicket:
         self._group = group
         self._released = group is None
         self._prefilled = False
+        #: whether the call kept its hits (None: not observed, or the warm-up)
+        self._hit: bool | None = None
+        #: it waited for the backend's rate budget: its latency measured the budget
+        self._paced = False
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
         #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
@@ -687,6 +697,11 @@ class CacheTicket:
             group.prefill_s = self._gate._prefill(group, measured, queued=self._queued)
             self._gate._wake(group)
 
+    def paced(self) -> None:
+        """The call waited for the backend's RPM/TPM budget after it passed the gate: its
+        latency is not the server's, so it says nothing on whether the ramp pays."""
+        self._paced = True
+
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
         """Feed the call's usage: cached input tokens and all input tokens."""
         group = self._group
@@ -705,7 +720,7 @@ class CacheTicket:
             fleet.count(group.backend, group.key, cached, cacheable)
         if self.warmer:
             return  # the warm-up is a miss by construction: not a signal for the ramp
-        hit = group.controller.meets_target(cached, cacheable)
+        self._hit = hit = group.controller.meets_target(cached, cacheable)
         group.misses += not hit
         if self._gate._expired(group, self._gap, hit):
             return  # an expired copy: not a sign against the width, nor a spill
@@ -732,6 +747,8 @@ class CacheTicket:
             latency = self._gate._clock.now() - self._admitted_at
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
+            if self._hit is not None and not self._paced:
+                self._gate._judge_release(group.backend, self._hit, latency)
         if self.warmer and self._prefilled:
             group.spent = 0
         self._gate._busy[group.backend] -= 1
@@ -799,6 +816,9 @@ class CacheGate:
         #: per backend: whether its cached copies expire between a group's calls
         #: (gptgate/cache_expiry.py)
         self._expiry = ExpiryLearner()
+        #: per backend: whether the ramp pays, from its calls' latencies (gptgate/cache_release.py)
+        self._release_judge = ReleaseJudge()
+        self._released: dict[str, list[bool]] = {}
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -823,6 +843,7 @@ class CacheGate:
             return CacheTicket(None, None, False)
         state = self._lookup(backend, group, policy, limit)
         self._limits[backend] = max(1, limit)
+        state.released[0] = self._release_judge.released(backend, self._clock.now())
         self._sync_limit(state, limit)  # an idle group kept the limit of its last call
         if not state.active:
             if policy.turn_wait_s is None:
@@ -878,7 +899,7 @@ class CacheGate:
             prefill_s=state.prefill_s,
             in_flight=state.in_flight,
             start=start,
-            spreading=self._spreading(state.backend),
+            spreading=self._spreading(state.backend) and not state.released[0],
         ):
             return ticket
         assert state.prefill_s is not None
@@ -1208,7 +1229,18 @@ class CacheGate:
                     state.controller.forgive()
 
             self._active[k] = state
+            state.released = self._released.setdefault(backend, [False])
         return state
+
+    def _judge_release(self, backend: str, hit: bool, latency_s: float) -> None:
+        """A finished call's latency: once the hits take longer than the misses, the ramp does
+        not pay on ``backend`` and its warm groups go out at the whole limit."""
+        now = self._clock.now()
+        if self._release_judge.record(backend, hit=hit, latency_s=latency_s, now=now):
+            self._released.setdefault(backend, [False])[0] = True
+            for g in list(self._active.values()):
+                if g.backend == backend:
+                    self._wake(g)
 
     def _admit(self, state: _Group) -> CacheTicket:
         # the group's rate counts the calls it sends, not those that waited here and went to

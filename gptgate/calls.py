@@ -79,6 +79,8 @@ class CacheTicketLike(Protocol):
 
     def prefilled(self) -> None: ...
 
+    def paced(self) -> None: ...
+
     def observe(self, *, cached_tokens: int, input_tokens: int) -> None: ...
 
     def release(self) -> None: ...
@@ -291,6 +293,8 @@ class _Attempt:
         else:
             pace = backend.pacer.reserve(clock.now(), self.reserved)
         pauses = backend.pacer.pauses
+        if pace > 0 and self.ticket is not None:
+            self.ticket.paced()  # its latency is the budget's (gptgate/cache_release.py)
         while pace > 0:
             if spec.deadline is not None and clock.now() + pace > spec.deadline:
                 raise OverloadedError(
