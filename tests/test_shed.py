@@ -227,3 +227,18 @@ def test_sdk_requests_on_http_client_are_requeued_too(status: int) -> None:
     assert [o for o in outcomes if isinstance(o, Exception)] == []
     assert sent > 40 and stats.retries == sent - 40  # each refusal sent again, counted
     assert stats.calls == 40 and (stats.in_flight, stats.queued) == (0, 0)
+
+
+def test_anthropic_s_overload_without_a_retry_after_is_a_refusal() -> None:
+    """Anthropic sends its 529 ``overloaded_error`` without ``retry-after``: taken as a 5xx, a
+    storm of it drained the retry budget (six threads on a two-slot server: 9 of 30 guarded
+    streams and ~16 of 30 plain SDK calls failed). It is shedding by definition: a refusal
+    with the dialect's own wait. A 503 without one is still a failure."""
+    from gptgate.wire.anthropic import OVERLOAD_WAIT_S, AnthropicDialect
+
+    body = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+    overloaded = AnthropicDialect.error_for_status(529, {}, body, backend="claude")
+    assert is_shed(overloaded) and overloaded.retry_after == OVERLOAD_WAIT_S
+    named = AnthropicDialect.error_for_status(529, {"retry-after": "7"}, body, backend="claude")
+    assert named.retry_after == 7.0  # the server's own wait wins
+    assert not is_shed(AnthropicDialect.error_for_status(503, {}, b"", backend="claude"))

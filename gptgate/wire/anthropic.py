@@ -18,7 +18,8 @@ no prompt caching. Here:
   (:func:`~gptgate.wire.usage.parse_anthropic_usage`);
 * ``anthropic-ratelimit-*`` headers feed the pacer: ``-reset`` is an RFC 3339 instant, turned
   into seconds from now; the token budget is the tighter of ``tokens`` and ``input-tokens``.
-  A 529 ``overloaded_error`` is a congestion signal like a 503.
+  A 529 ``overloaded_error`` is a congestion signal like a 503; it comes without
+  ``retry-after``, so it gets :data:`OVERLOAD_WAIT_S` and is requeued as a refusal.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from gptgate.cache import prefix_end
-from gptgate.errors import BadRequestError
+from gptgate.errors import BadRequestError, GateError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
@@ -106,6 +107,11 @@ def parse_anthropic_rate_limits(
     )
 
 
+#: the wait given to Anthropic's overload (529 ``overloaded_error``), which comes without
+#: ``retry-after``: the SDK's and Claude Code's first retry waits about this long
+OVERLOAD_WAIT_S = 1.0
+
+
 class AnthropicDialect:
     """The Messages API (see the module docstring)."""
 
@@ -127,7 +133,17 @@ class AnthropicDialect:
 
     parse_response = staticmethod(parse_message)
     parse_usage = staticmethod(parse_anthropic_usage)
-    error_for_status = staticmethod(error_for_status)
+    @staticmethod
+    def error_for_status(
+        status: int, headers: Mapping[str, str] | None, body: bytes, *, backend: str
+    ) -> GateError:
+        """OpenAI's mapping, but a 529 that names no wait gets :data:`OVERLOAD_WAIT_S`: the
+        overload is shedding before any work, by definition, so it is requeued as a refusal
+        (gptgate/shed.py) rather than spending the retry budget a storm of it would drain."""
+        error = error_for_status(status, headers, body, backend=backend)
+        if status == 529 and error.retry_after is None:
+            error.retry_after = OVERLOAD_WAIT_S
+        return error
 
     def rate_limits(self, headers: Mapping[str, str]) -> RateLimitInfo | None:
         return parse_anthropic_rate_limits(headers)
