@@ -440,21 +440,35 @@ class SyncGateway:
         the loop's thread writes it, so an entry read mid-call may be an attempt behind."""
         return self._gateway.ledger
 
+    def _view(self, read: Callable[[Gateway], R]) -> R:
+        """A read-only figure: on the loop while it runs; after ``close`` of an owned
+        gateway, straight from it — its loop has stopped, nothing writes any more, and the
+        final figures (an exit summary, a snapshot saved for the next start) are what a
+        caller reads then, as an async ``Gateway``'s after ``aclose``."""
+        with self._lock:
+            final = self._closed and self._make is not None and not self._stale
+        if final:
+            return read(self._gateway)
+        gateway = self._ready()
+        return call_on(self._loop, functools.partial(read, gateway))
+
     def stats(self) -> dict[str, BackendStats]:
-        """Per backend: limit, in flight, queued, latency, tokens, cost (``Gateway.stats``)."""
-        return call_on(self._loop, self._ready().stats)
+        """Per backend: limit, in flight, queued, latency, tokens, cost (``Gateway.stats``);
+        readable after ``close``."""
+        return self._view(Gateway.stats)
 
     def snapshot(self) -> dict[str, Any]:
-        """What a later gateway needs to start warm (``Gateway.snapshot``)."""
-        return call_on(self._loop, self._ready().snapshot)
+        """What a later gateway needs to start warm (``Gateway.snapshot``); readable after
+        ``close``, so a worker can save it on its way out."""
+        return self._view(Gateway.snapshot)
 
     def budget_status(self) -> BudgetStatus | None:
         """The dollar budget's state, or None without one (``Gateway.budget_status``)."""
-        return call_on(self._loop, self._ready().budget_status)
+        return self._view(Gateway.budget_status)
 
     def tier_stats(self) -> TierStats:
         """``tier="auto"`` calls per classifier rule (``Gateway.tier_stats``)."""
-        return call_on(self._loop, self._ready().tier_stats)
+        return self._view(Gateway.tier_stats)
 
     def __repr__(self) -> str:
         names = ", ".join(b.name for b in self._gateway.config.backends)

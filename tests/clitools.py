@@ -26,11 +26,13 @@ def cli_env() -> dict[str, str]:
 
 
 @contextmanager
-def cli_server(*options: str) -> Iterator[tuple[str, dict[str, object]]]:
-    """``gptgate sim serve --json OPTIONS`` in a child process: its base URL and what it
-    printed, until the block ends (SIGINT, as Ctrl-C)."""
-    port = free_port()
-    args = [sys.executable, "-m", "gptgate.cli", "sim", "serve", "--port", str(port),
+def cli_server(
+    *options: str, port: int | None = None, module: str = "gptgate.cli"
+) -> Iterator[tuple[str, dict[str, object]]]:
+    """``gptgate sim serve --json OPTIONS`` in a child process (``python -m MODULE``): its
+    base URL and what it printed, until the block ends (SIGINT, as Ctrl-C)."""
+    port = free_port() if port is None else port
+    args = [sys.executable, "-m", module, "sim", "serve", "--port", str(port),
             "--json", *options]
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=cli_env()

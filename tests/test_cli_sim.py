@@ -72,6 +72,18 @@ def test_half_a_storm_is_refused_not_served_without_storms(
     assert served == []
 
 
+def test_port_0_serves_on_a_free_port_and_prints_it() -> None:
+    """Scripts and CI jobs can't know a free port in advance: 0 asks the system for one,
+    and the printed base_url (``--json``) names the port actually served; ``python -m
+    gptgate`` is the same command as ``gptgate``."""
+    with cli_server("--time-scale", "100", port=0, module="gptgate") as (base_url, _):
+        port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+        assert port != 0
+        answer = httpx2.post(f"{base_url}/chat/completions", json={"messages": MESSAGES},
+                             timeout=10)
+        assert answer.status_code == 200 and answer.json()["choices"]
+
+
 def test_fault_options_reach_the_served_engine() -> None:
     options = ["--time-scale", "100", "--error-rate", "1", "--stall-s", "2",
                "--storm-every", "60", "--storm-s", "5"]

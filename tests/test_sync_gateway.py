@@ -318,11 +318,16 @@ def test_use_after_close_is_a_typed_error(server: tuple[str, SimEngine]) -> None
     gate.close()
     gate.close()  # idempotent
     for use in (
-        lambda: gate.chat(USER), lambda: gate.stats(), lambda: gate.map([]),
+        lambda: gate.chat(USER), lambda: gate.map([]),
         lambda: client.post(base_url + "/chat/completions", json={}),
     ):
         with pytest.raises(gg.GatewayClosedError, match="SyncGateway is closed"):
             use()
+    assert sync_threads_left() == []
+    # the final figures stay readable, as an async Gateway's do after aclose
+    final = gate.stats()["sim"]
+    assert final.calls == 1 and final.in_flight == 0 and final.pool.checked_out == 0
+    assert gate.snapshot()["backends"] and gate.budget_status() is None
     assert sync_threads_left() == []
     never_used = sync_gate(base_url)
     never_used.close()

@@ -27,6 +27,7 @@ __all__ = [
     "RunFailed",
     "UsageError",
     "add_json_flag",
+    "listen_port",
     "non_negative_float",
     "one_line",
     "out_problem",
@@ -144,6 +145,13 @@ def port_number(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 1-65535, got {value}")
     return value
+
+
+def listen_port(text: str) -> int:
+    """An argparse type: a TCP port to listen on, 0-65535 (0: the system picks a free one)."""
+    if text.strip() == "0":
+        return 0
+    return port_number(text)
 
 
 def _finite(text: str) -> float:

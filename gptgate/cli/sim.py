@@ -15,8 +15,8 @@ from .common import (
     RunFailed,
     UsageError,
     add_json_flag,
+    listen_port,
     non_negative_float,
-    port_number,
     positive_float,
     rate,
     wrapped,
@@ -65,7 +65,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hosted, tpu, gpu, cpu, llamacpp, or a provider's dialect: "
                         "anthropic, azure, deepseek (default: gpu)")
     parser.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
-    parser.add_argument("--port", type=port_number, default=8000, help="1-65535 (default: 8000)")
+    parser.add_argument("--port", type=listen_port, default=8000,
+                        help="1-65535, or 0 for a free one (printed; default: 8000)")
     parser.add_argument("--time-scale", type=positive_float, default=1.0, metavar="X",
                         help="run simulated time X times faster than the wall clock "
                         "(default: 1)")
@@ -105,12 +106,12 @@ def fault_plan(args: argparse.Namespace) -> FaultPlan:
         raise UsageError(message) from None
 
 
-def _check_listen(host: str, port: int) -> None:
-    """Bind once before serving, so a taken port is one line, not a server log."""
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before serving: a taken port is one line, not a server
+    log, and port 0 is known (the system's pick) before the address is printed."""
     try:
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
     except OSError as exc:
         raise RunFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
@@ -124,10 +125,11 @@ def serve(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     faults = fault_plan(args)
-    _check_listen(args.host, args.port)
+    listening = _listen(args.host, args.port)
+    port = listening.getsockname()[1]
     # the base_url each provider's preset and SDK take: the server root for these three
     root = profile.flavor in ("anthropic", "azure", "deepseek")
-    base_url = f"http://{args.host}:{args.port}" + ("" if root else "/v1")
+    base_url = f"http://{args.host}:{port}" + ("" if root else "/v1")
     info = {"base_url": base_url, "profile": args.profile, "time_scale": args.time_scale,
             "faults": asdict(faults)}
     if args.json:
@@ -138,8 +140,8 @@ def serve(args: argparse.Namespace) -> int:
     batches = SimBatchPlan(complete_after_s=args.batch_complete_s,
                            fail_rate=args.batch_fail_rate, expire_rate=args.batch_expire_rate,
                            seed=args.seed)
-    serve_sim(args.profile, host=args.host, port=args.port, time_scale=args.time_scale,
-              seed=args.seed, faults=faults, batches=batches)
+    serve_sim(args.profile, host=args.host, port=port, time_scale=args.time_scale,
+              seed=args.seed, faults=faults, batches=batches, listening=listening)
     return EXIT_OK
 
 

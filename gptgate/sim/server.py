@@ -7,6 +7,7 @@ uvicorn is an optional dependency (``gptgate[sim]``), imported only here and onl
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from types import ModuleType, TracebackType
@@ -67,11 +68,12 @@ def serve(
     seed: int = 0,
     faults: FaultPlan | None = None,
     batches: SimBatchPlan | None = None,
+    listening: socket.socket | None = None,
 ) -> None:
     """Serve a simulated backend until interrupted (``gptgate sim serve``); ``faults``: the
     random failures and 429 storms to rehearse against; ``batches``: how its Batch API
     (``/v1/files``, ``/v1/batches``; an Anthropic profile's ``/v1/messages/batches``) runs
-    jobs."""
+    jobs; ``listening``: a socket already bound (the CLI's, so port 0 is known first)."""
     uvicorn = _uvicorn()
     engine = SimEngine(profile, clock=_clock(time_scale), seed=seed, faults=faults)
     if isinstance(engine, AnthropicEngine):  # its Message Batches (/v1/messages/batches)
@@ -79,7 +81,9 @@ def serve(
     else:
         SimBatches(engine, batches).attach()
     _quiet_resets()
-    uvicorn.run(create_app(engine), host=host, port=port, lifespan="off", log_level="info")
+    config = uvicorn.Config(create_app(engine), host=host, port=port, lifespan="off",
+                            log_level="info")
+    uvicorn.Server(config).run(sockets=None if listening is None else [listening])
 
 
 class SimServer:
