@@ -232,8 +232,9 @@ class SyncGateway:
     def close(self, grace_s: float | None = None) -> None:
         """Close: an owned gateway is closed as ``aclose(grace_s)`` closes it (calls in
         flight get the grace, new ones are refused) and the loop's thread is joined; a driven
-        app gateway stays open (the app closes it). Later calls raise ``GatewayClosedError``.
-        Idempotent."""
+        app gateway stays open (the app closes it). Later calls raise ``GatewayClosedError``;
+        an owned gateway's ``stats``/``snapshot``/``budget_status``/``tier_stats`` stay
+        readable (its final figures). Idempotent."""
         with self._lock:
             if self._closed:
                 return
