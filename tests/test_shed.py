@@ -190,12 +190,6 @@ def test_a_refusal_without_any_end_counts_as_an_attempt() -> None:
     assert not refusals.free and refusals.counted == 1 and refusals.stop(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known issue: gate.http_client sends a request once; a refusal reaches the SDK "
-    "(a transport requeue was tried and made the chaos suite's SDK previews outlive their "
-    "deadline: not kept yet)",
-)
 @pytest.mark.parametrize("status", [429, 503])
 def test_sdk_requests_on_http_client_are_requeued_too(status: int) -> None:
     """The openai SDK with ``max_retries=0`` on ``gate.http_client`` (the pattern the guard
