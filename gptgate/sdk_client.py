@@ -638,24 +638,28 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
+        # looked up once, as the request is accepted: looked up again after its answer, a
+        # closing gateway refused it there — over a refusal nobody then read or closed (its
+        # pooled connection out) and a call accepted before the close failed in its grace
+        state = self._backend()
         # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
         bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
-            response = await self._handle(runner, request)
+            response = await self._handle(runner, state, request)
             if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
                 response = await requeue_refusals(
-                    response, request, state=self._backend(), clock=self._gate.clock,
+                    response, request, state=state, clock=self._gate.clock,
                     retry=runner.retry, bound=bound,
-                    resend=lambda cut_at: self._handle(runner, request, cut_at=cut_at),
+                    resend=lambda cut_at: self._handle(runner, state, request, cut_at=cut_at),
                 )
         return response
 
     async def _handle(
-        self, runner: CallRunner, request: httpx2.Request, *, cut_at: float | None = None
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request, *,
+        cut_at: float | None = None,
     ) -> httpx2.Response:
         """One request through the limiter to the backend; ``cut_at``: a refusal sent again,
         whose waits and body end at that bound (gptgate/sdk_requeue.py)."""
-        state = self._backend()
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
         number = _sdk_attempt(request)

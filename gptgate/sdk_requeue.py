@@ -50,11 +50,17 @@ async def requeue_refusals(
     if bound is None:
         return response
     refusals = Refusals(clock, bound, None)
-    while (wait := _requeue_wait(response, state, retry, refusals, bound)) is not None:
+    while True:
+        try:
+            wait = _requeue_wait(response, state, retry, refusals, bound)
+        except BaseException:  # a response is never dropped unclosed: its connection
+            await _discard(response, clock)
+            raise
+        if wait is None:
+            return response
         await _discard(response, clock)
         await clock.sleep(wait)
         response = await _cut_at_bound(request, clock, bound, resend)
-    return response
 
 
 def _requeue_wait(
@@ -78,9 +84,11 @@ async def _discard(response: httpx2.Response, clock: Clock) -> None:
     """Read the refusal's short body and close it, shielded: its connection goes back to the
     pool whatever cancels the caller meanwhile (a closing gateway, the caller's own scope)."""
     with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(clock.to_real(_DISCARD_S)), suppress(httpx2.HTTPError):
-            await response.aread()
-        await response.aclose()
+        try:
+            with anyio.move_on_after(clock.to_real(_DISCARD_S)), suppress(httpx2.HTTPError):
+                await response.aread()
+        finally:
+            await response.aclose()
 
 
 async def _cut_at_bound(
