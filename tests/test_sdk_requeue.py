@@ -248,3 +248,62 @@ def test_a_refusal_arriving_while_the_gateway_closes_is_requeued_and_its_connect
     raised, out, sent = run_virtual(main)
     assert out == 0  # the refusal's connection is back
     assert raised is None and sent == 2  # requeued within the grace, and answered
+
+
+def test_a_stream_answered_while_the_gateway_closes_reaches_its_caller_and_the_ledger() -> None:
+    """The chaos suite's "ledger near the bill" (gpu: billed 4,389 tokens, ledger 4,166): the
+    same look-up after the answer, on a plain SDK stream whose headers arrive in the shutdown
+    grace. It raised ``GatewayClosedError`` over the open stream: the caller lost an answer the
+    server was generating, and the ledger booked only an uncertain guess for it (nothing was
+    read; the server went on until the hang-up). Now the caller reads it and the ledger books
+    what arrived."""
+
+    async def main() -> tuple[BaseException | None, int, int]:
+        clock = LoopClock()
+        closing = anyio.Event()
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for word in ("one ", "two ", "three "):
+                yield sse([word], finish=False, done=False)
+                await clock.sleep(0.05)
+            yield sse(["end"])
+
+        async def answered_once_closing(request: httpx2.Request) -> httpx2.Response:
+            await closing.wait()
+            await clock.sleep(0.5)  # the headers arrive inside the grace
+            return httpx2.Response(
+                200, content=pieces(), headers={"content-type": "text/event-stream"}
+            )
+
+        script = Script(answered_once_closing)
+        gate = gateway(backend(script), clock=clock, deadline_s=DEADLINE_S, shutdown_grace_s=4.0)
+        await gate.start()
+        client = _sdk(gate)
+        raised: list[BaseException | None] = []
+
+        async def preview() -> None:  # the chaos suite's: two chunks read, then left
+            try:
+                stream = await client.chat.completions.create(
+                    model="m", messages=USER, stream=True  # type: ignore[arg-type]
+                )
+                read = 0
+                async for _ in stream:
+                    read += 1
+                    if read == 2:
+                        break
+                await stream.close()
+                raised.append(None)
+            except Exception as exc:  # noqa: BLE001 - before the fix: GatewayClosedError
+                raised.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(preview)
+            await clock.sleep(0.1)  # the request is accepted and at the server
+            closing.set()
+            await gate.aclose()
+        entry = gate.ledger.entries["mock"]
+        return raised[0], entry.output_tokens, entry.uncertain_tokens
+
+    raised, output, uncertain = run_virtual(main)
+    assert raised is None
+    assert output > 0 and uncertain == 0  # what arrived, booked as certain
