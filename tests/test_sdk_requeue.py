@@ -234,7 +234,7 @@ def test_a_refusal_arriving_while_the_gateway_closes_is_requeued_and_its_connect
         async def ask() -> None:
             try:
                 raised.append(await _asked(client))
-            except Exception as exc:  # noqa: BLE001 - before the fix: GatewayClosedError
+            except Exception as exc:  # before the fix: GatewayClosedError
                 raised.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -293,7 +293,7 @@ def test_a_stream_answered_while_the_gateway_closes_reaches_its_caller_and_the_l
                         break
                 await stream.close()
                 raised.append(None)
-            except Exception as exc:  # noqa: BLE001 - before the fix: GatewayClosedError
+            except Exception as exc:  # before the fix: GatewayClosedError
                 raised.append(exc)
 
         async with anyio.create_task_group() as tg:
