@@ -5,7 +5,7 @@ its wait for the headers and its body end there, and what it held is handed back
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -211,6 +211,28 @@ def test_over_loopback_resends_end_by_the_deadline_and_hold_nothing() -> None:
         anyio.run(main, base_url)
 
 
+async def _closed_while_answering(
+    gate: gg.Gateway, clock: LoopClock, answer: anyio.Event, call: Callable[[], Awaitable[None]]
+) -> BaseException | None:
+    """``call`` accepted and at the server, then the gateway closed while the server answers
+    (``answer``): what the call raised, or None."""
+    raised: list[BaseException | None] = []
+
+    async def run() -> None:
+        try:
+            await call()
+            raised.append(None)
+        except Exception as exc:  # before the fix: GatewayClosedError
+            raised.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await clock.sleep(0.1)
+        answer.set()
+        await gate.aclose()
+    return raised[0]
+
+
 def test_a_refusal_arriving_while_the_gateway_closes_is_requeued_and_its_connection_back() -> None:
     """The chaos suite's "nothing held after close" (gpu: 1 connection out, 3 of 16 runs): a
     plain SDK request accepted before ``aclose``, whose 429 arrives during the shutdown grace.
@@ -233,21 +255,14 @@ def test_a_refusal_arriving_while_the_gateway_closes_is_requeued_and_its_connect
         gate = gateway(backend(script), clock=clock, deadline_s=DEADLINE_S, shutdown_grace_s=4.0)
         await gate.start()
         client = _sdk(gate)
-        raised: list[BaseException | None] = []
 
         async def ask() -> None:
-            try:
-                raised.append(await _asked(client))
-            except Exception as exc:  # before the fix: GatewayClosedError
-                raised.append(exc)
+            if (raised := await _asked(client)) is not None:
+                raise raised
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ask)
-            await clock.sleep(0.1)  # the request is accepted and at the server
-            closing.set()
-            await gate.aclose()
+        raised = await _closed_while_answering(gate, clock, closing, ask)
         pool = gate.backend_state("mock").pool.statistics()
-        return raised[0], pool.checked_out, len(script.requests)
+        return raised, pool.checked_out, len(script.requests)
 
     raised, out, sent = run_virtual(main)
     assert out == 0  # the refusal's connection is back
@@ -283,30 +298,21 @@ def test_a_stream_answered_while_the_gateway_closes_reaches_its_caller_and_the_l
         gate = gateway(backend(script), clock=clock, deadline_s=DEADLINE_S, shutdown_grace_s=4.0)
         await gate.start()
         client = _sdk(gate)
-        raised: list[BaseException | None] = []
 
         async def preview() -> None:  # the chaos suite's: two chunks read, then left
-            try:
-                stream = await client.chat.completions.create(
-                    model="m", messages=USER, stream=True  # type: ignore[arg-type]
-                )
-                read = 0
-                async for _ in stream:
-                    read += 1
-                    if read == 2:
-                        break
-                await stream.close()
-                raised.append(None)
-            except Exception as exc:  # before the fix: GatewayClosedError
-                raised.append(exc)
+            stream = await client.chat.completions.create(
+                model="m", messages=USER, stream=True  # type: ignore[arg-type]
+            )
+            read = 0
+            async for _ in stream:
+                read += 1
+                if read == 2:
+                    break
+            await stream.close()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(preview)
-            await clock.sleep(0.1)  # the request is accepted and at the server
-            closing.set()
-            await gate.aclose()
+        raised = await _closed_while_answering(gate, clock, closing, preview)
         entry = gate.ledger.entries["mock"]
-        return raised[0], entry.output_tokens, entry.uncertain_tokens
+        return raised, entry.output_tokens, entry.uncertain_tokens
 
     raised, output, uncertain = run_virtual(main)
     assert raised is None
