@@ -6,7 +6,7 @@ Scale": a job ends with its slowest call). When exactly is gptgate/hedge_timing.
 ``Scenario(hedge=HedgePolicy(...))``); :class:`HedgeBudget` caps duplicates at a fraction of
 the hedge-enabled calls over a sliding window, so hedging can never become a load multiplier
 (those that replaced a request lost before its first token at twice that fraction).
-The race itself is in ``CallRunner._hedged`` (gptgate/calls.py).
+The race itself is in ``HedgeRace`` (gptgate/hedge_race.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tail hedging (gptgate/hedge.py, CallRunner._hedged and _hedged_stream): one duplicate past
+"""Tail hedging (gptgate/hedge.py, the race in gptgate/hedge_race.py): one duplicate past
 the backend's p95 (of whole answers, or of first tokens for a visible stream), the loser
 cancelled and billed, within a budget; never for shown text, tools (unless allowed) or a
 private call onto a public backend. All on the virtual clock."""
