@@ -49,8 +49,10 @@ __all__ = ["MAX_MARGIN", "MAX_SPACING_S", "PacerStatistics", "RateLimitPacer"]
 MAX_MARGIN = 0.99
 #: after a 429 the configured margin holds this long (the limits' window) before narrowing again
 HOLD_AFTER_429_S = 60.0
-#: reservations whose send time is remembered (a report comes within a call's time)
-_SEND_TIMES = 4096
+#: reservations whose send time is remembered: a report comes within a call's time, a few
+#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
+#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
+_SEND_TIMES = 256
 #: each success narrows the learned headroom by this factor (0.1 → 0.01 in ~75 successes)
 _NARROW = 0.97
 
@@ -58,8 +60,10 @@ _NARROW = 0.97
 #: token budget's reset) says when to resume, not how fast — a 10 s window refills a
 #: request within about a second at any rate worth pacing
 MAX_SPACING_S = 1.0
-#: reservations whose send time is remembered (a report comes within a call's time)
-_SEND_TIMES = 4096
+#: reservations whose send time is remembered: a report comes within a call's time, a few
+#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
+#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
+_SEND_TIMES = 256
 #: each success narrows the gap by this factor, so the pace creeps back up to the server's
 _RELAX = 0.95
 
