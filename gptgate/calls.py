@@ -278,10 +278,12 @@ class _Attempt:
             pace, self.pace_seq = await backend.fleet_pacer.reserve(
                 clock.now(), self.reserved, spec.deadline
             )
-        elif self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
-            pace = backend.pacer.reserve_ahead(clock.now(), self.reserved)
         else:
-            pace = backend.pacer.reserve(clock.now(), self.reserved)
+            if self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
+                pace = backend.pacer.reserve_ahead(clock.now(), self.reserved)
+            else:
+                pace = backend.pacer.reserve(clock.now(), self.reserved)
+            self.pace_seq = backend.pacer.sequence()  # its report's place (limits/pacing.py)
         pauses = backend.pacer.pauses
         if pace > 0 and self.ticket is not None:
             self.ticket.paced()  # its latency is the budget's (gptgate/cache_release.py)
@@ -1053,13 +1055,14 @@ class CallRunner:
         self, backend: BackendState, response: httpx2.Response, seq: PaceSeq | None = None
     ) -> None:
         if response.status_code < 400:
-            backend.pacer.relax()
+            backend.pacer.relax(self.clock.now())
         info = backend.pool.dialect.rate_limits(response.headers)
         if info is not None:
             if backend.fleet_pacer is not None:  # shared=: corrects the fleet's budget too
                 backend.fleet_pacer.observe(self.clock.now(), info, seq)
             backend.pacer.observe(
                 self.clock.now(),
+                seq=seq if backend.fleet_pacer is None else None,
                 limit_requests=info.limit_requests,
                 remaining_requests=info.remaining_requests,
                 reset_requests_s=info.reset_requests_s,

@@ -129,7 +129,7 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
             state.pacer.pause_until(now + error.retry_after, spacing)
     elif shed:  # a 503/529 "full, come back then" pauses the backend as a 429 does
         assert error.retry_after is not None
-        state.pacer.pause_until(now + error.retry_after)
+        state.pacer.pause_until(now + error.retry_after, rate_limited=False)
     elif isinstance(error, RequestTimeout):
         state.timeouts += 1
     if isinstance(error, (BackendError, RequestTimeout)) and not (

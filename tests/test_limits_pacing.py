@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gptgate.limits import RateLimitPacer
+from gptgate.limits.pacing import MAX_MARGIN
 
 
 def test_nothing_is_delayed_before_any_header() -> None:
@@ -112,3 +113,53 @@ def test_funded_calls_are_what_the_budgets_send_without_waiting() -> None:
     assert pacer.funded_calls(0.0) == 0.0  # spent (the level is below zero: never negative)
     # refilled at 1,500 tokens/s: 20 s later 30,000 − the 10,000 owed fund two calls
     assert pacer.funded_calls(20.0) == pytest.approx(2.0)
+
+
+def test_a_stale_report_counts_what_was_sent_after_its_call() -> None:
+    """Issue 31, draw 83: a response's ``remaining`` is the server's count when it admitted the
+    call; by the time the answer arrives the calls sent meanwhile were counted too. Taken as of
+    now, a stale report over-stated the budget and the pacer ran into 429s."""
+    pacer = RateLimitPacer(margin=1.0)
+    pacer.observe(0.0, limit_requests=60, remaining_requests=60)
+    assert pacer.reserve(0.0, 1) == 0.0
+    first = pacer.sequence()
+    for _ in range(9):  # nine more sent while the first is answered
+        assert pacer.reserve(0.0, 1) == 0.0
+    # the first call's answer: the server had 59 left when it admitted it; 9 more since
+    pacer.observe(0.0, limit_requests=60, remaining_requests=59, seq=first)
+    assert pacer.statistics(0.0).requests_available == pytest.approx(50.0)
+
+
+def test_an_old_report_is_refilled_since_its_call_was_counted() -> None:
+    """A long call's report is as old as the call: the budget refilled since it was counted
+    (without that, a stale low ``remaining`` held the pace down: draw 61, 14 s delays)."""
+    pacer = RateLimitPacer(margin=1.0)
+    pacer.observe(0.0, limit_requests=60, remaining_requests=1)
+    assert pacer.reserve(0.0, 1) == 0.0
+    sent = pacer.sequence()
+    # answered 10 s later: 0 left then, refilled at 1/s since
+    pacer.observe(10.0, limit_requests=60, remaining_requests=0, seq=sent)
+    assert pacer.statistics(10.0).requests_available == pytest.approx(10.0)
+
+
+def test_the_headroom_narrows_without_429s_and_comes_back_with_one() -> None:
+    """Issue 31, draws 61 and 83: a fixed 10% headroom is time lost where no other client
+    shares the key (the job paced 1.3× slower than a client at the limit). Successes narrow
+    it (to 1%); a 429 restores the configured margin, held for a minute."""
+    pacer = RateLimitPacer(margin=0.9)
+    assert pacer.learned_margin == 0.9
+    for _ in range(200):
+        pacer.relax(0.0)
+    assert pacer.learned_margin == pytest.approx(MAX_MARGIN)
+    pacer.observe(0.0, limit_requests=600, remaining_requests=600)
+    assert pacer.statistics(0.0).requests_available == pytest.approx(594.0)
+    pacer.pause_until(1.0)  # a 429 with retry-after 1 s
+    assert pacer.learned_margin == 0.9
+    pacer.relax(30.0)  # within the minute after it: held
+    assert pacer.learned_margin == 0.9
+    pacer.relax(61.5)
+    assert pacer.learned_margin > 0.9
+    # a full queue's 503 says nothing about the budget
+    learned = pacer.learned_margin
+    pacer.pause_until(70.0, rate_limited=False)
+    assert pacer.learned_margin == learned

@@ -6,10 +6,19 @@ token bucket and *corrects* it with every report:
 
 * capacity ``margin × limit`` and refill ``margin × limit / 60 s`` (the limits are per minute);
   ``(1 − margin) × limit`` is headroom left untouched for estimation error and other clients;
+* the margin is *learned*: it starts at the configured one and, while no 429 came for a
+  minute, each success narrows the headroom (to 1% of the limit at most: ``MAX_MARGIN``); a
+  429 puts it back. The headroom is for other clients of the key and for our own estimate's
+  error: where neither shows (no 429), a fixed 10% is time lost for nothing — on issue 31's
+  rate-limited draws a job paced 1.3× slower than a client that ran at the limit;
 * on a report the level becomes the server's ``remaining − headroom`` (the server's count is the
-  truth; ours is an estimate) less what we reserved but have not sent yet (the server has not
-  counted it), and the bucket is known to be full again after ``reset`` — less whatever we
-  reserve after the report;
+  truth; ours is an estimate) less what the server had not counted yet when it answered: with
+  the call's place in our sequence of reservations (``seq``, :meth:`sequence`), everything we
+  reserved after it — a report arrives a call time after the server counted, and without that
+  correction a report stale by the calls sent meanwhile over-stated the budget (issue 31, draw
+  83: 429s at 15.5 s into a job at 281 RPM); without ``seq``, what we reserved but have not sent
+  yet. The bucket is known to be full again after ``reset`` — less whatever we reserve after
+  the report;
 * :meth:`reserve` takes one request and ``prompt + max_tokens`` tokens up front (the server
   counts ``max_tokens`` at admission too) and returns how long to wait before sending; the
   level may go negative, so later callers queue behind (GCRA-style) instead of racing;
@@ -33,12 +42,28 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["MAX_SPACING_S", "PacerStatistics", "RateLimitPacer"]
+__all__ = ["MAX_MARGIN", "MAX_SPACING_S", "PacerStatistics", "RateLimitPacer"]
+
+#: the least headroom a learned margin keeps (1% of the limit): the reports' rounding and a
+#: call's reservation estimate
+MAX_MARGIN = 0.99
+#: after a 429 the configured margin holds this long (the limits' window) before narrowing again
+HOLD_AFTER_429_S = 60.0
+#: reservations whose send time is remembered: a report comes within a call's time, a few
+#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
+#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
+_SEND_TIMES = 256
+#: each success narrows the learned headroom by this factor (0.1 → 0.01 in ~75 successes)
+_NARROW = 0.97
 
 #: the widest gap between sends after a short-window 429: a retry-after of a minute (a
 #: token budget's reset) says when to resume, not how fast — a 10 s window refills a
 #: request within about a second at any rate worth pacing
 MAX_SPACING_S = 1.0
+#: reservations whose send time is remembered: a report comes within a call's time, a few
+#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
+#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
+_SEND_TIMES = 256
 #: each success narrows the gap by this factor, so the pace creeps back up to the server's
 _RELAX = 0.95
 
@@ -46,10 +71,11 @@ _RELAX = 0.95
 class _Bucket:
     """One budget (requests or tokens) as a corrected token bucket."""
 
-    __slots__ = ("capacity", "full_at", "level", "rate", "spent_since_report", "t")
+    __slots__ = ("capacity", "full_at", "level", "limit", "rate", "spent_since_report", "t")
 
     def __init__(self) -> None:
-        self.capacity = math.inf  # unknown until a limit is reported
+        self.limit = math.inf  # the server's, unknown until reported
+        self.capacity = math.inf  # margin × limit
         self.rate = math.inf
         self.level = math.inf
         self.t = 0.0
@@ -68,21 +94,27 @@ class _Bucket:
         reset_s: float | None,
         margin: float,
         pending: float,
+        counted_at: float | None = None,
     ) -> None:
+        """``counted_at``: when the server counted the reported call (its send), if known —
+        the report is as of then, refilled since (at our pace); else as of ``now``."""
         if limit is not None and limit > 0:
             was_known = self.known
+            self.limit = limit
             self.capacity = margin * limit
             self.rate = self.capacity / 60.0
             if not was_known:
                 self.level, self.t = self.capacity, now
         if not self.known:
             return
-        headroom = self.capacity / margin - self.capacity
+        headroom = self.limit - self.capacity
         if remaining is not None:
+            at = now if counted_at is None else min(now, counted_at)
             self.level = min(self.capacity, remaining - headroom - pending)
-            self.t = now
+            self.t = at
             self.spent_since_report = pending
-            self.full_at = now + reset_s if reset_s is not None and reset_s > 0 else None
+            self.full_at = at + reset_s if reset_s is not None and reset_s > 0 else None
+            self.advance(now)
         else:
             self.advance(now)
 
@@ -133,6 +165,15 @@ class RateLimitPacer:
         if not 0.0 < margin <= 1.0:
             raise ValueError("margin must be in (0, 1]")
         self.margin = margin
+        #: the margin in use: the configured one, narrowed by successes (see the docstring)
+        self._learned = margin
+        #: no narrowing before this (a 429's pause end + ``HOLD_AFTER_429_S``)
+        self._hold_until = -math.inf
+        #: requests and tokens reserved so far: a call's place in the sequence (``seq``)
+        self._taken_requests = 0
+        self._taken_tokens = 0
+        #: send times of the latest reservations, in order (a report's ``counted_at``)
+        self._send_times: deque[float] = deque(maxlen=_SEND_TIMES)
         self._requests = _Bucket()
         self._tokens = _Bucket()
         self._paused_until = -math.inf
@@ -155,6 +196,16 @@ class RateLimitPacer:
         return self._paused_until
 
     @property
+    def learned_margin(self) -> float:
+        """The margin in use now: ``margin`` after a 429, up to ``MAX_MARGIN`` without one."""
+        return self._learned
+
+    def sequence(self) -> tuple[int, int]:
+        """Requests and tokens reserved so far, the last reservation included: pass it to
+        :meth:`observe` with that call's response (``seq``)."""
+        return self._taken_requests, self._taken_tokens
+
+    @property
     def known(self) -> bool:
         """Whether any limit has been reported yet."""
         return self._requests.known or self._tokens.known
@@ -164,7 +215,7 @@ class RateLimitPacer:
         """The backend's reported tokens-per-minute limit (not our margin of it), or None
         while unknown: a reservation above it can never be admitted."""
         bucket = self._tokens
-        return bucket.capacity / self.margin if bucket.known else None
+        return bucket.limit if bucket.known else None
 
     def observe(
         self,
@@ -176,15 +227,33 @@ class RateLimitPacer:
         limit_tokens: float | None = None,
         remaining_tokens: float | None = None,
         reset_tokens_s: float | None = None,
+        seq: tuple[int, int] | None = None,
     ) -> None:
-        """Correct the buckets with a response's ``x-ratelimit-*`` values (any may be None)."""
+        """Correct the buckets with a response's ``x-ratelimit-*`` values (any may be None);
+        ``seq``: :meth:`sequence` when the call was reserved (the server had counted it and
+        none of what was reserved after it)."""
         pending = self._drain_pending(now)
+        counted_at = None
+        if seq is None:  # what the server cannot have counted: what is not sent yet
+            unseen_requests, unseen_tokens = float(len(pending)), self._pending_tokens
+        else:
+            unseen_requests = float(max(0, self._taken_requests - seq[0]))
+            unseen_tokens = float(max(0, self._taken_tokens - seq[1]))
+            counted_at = self._sent_at(seq[0])
         self._requests.report(
-            now, limit_requests, remaining_requests, reset_requests_s, self.margin, len(pending)
+            now, limit_requests, remaining_requests, reset_requests_s, self._learned,
+            unseen_requests, counted_at,
         )
         self._tokens.report(
-            now, limit_tokens, remaining_tokens, reset_tokens_s, self.margin, self._pending_tokens
+            now, limit_tokens, remaining_tokens, reset_tokens_s, self._learned, unseen_tokens,
+            counted_at,
         )
+
+    def _sent_at(self, number: int) -> float | None:
+        """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent, if still
+        remembered."""
+        index = number - 1 - (self._taken_requests - len(self._send_times))
+        return self._send_times[index] if 0 <= index < len(self._send_times) else None
 
     def sustained_rate(self) -> float | None:
         """Calls per second the budgets sustain: the request bucket's refill, or the token
@@ -218,9 +287,9 @@ class RateLimitPacer:
         self._drain_pending(now)
         for bucket in (self._requests, self._tokens):
             bucket.advance(now)
-        self._requests.take(1.0)
-        self._tokens.take(float(max(0, tokens)))
-        return max(0.0, self._paused_until - now)
+        delay = max(0.0, self._paused_until - now)
+        self._take(tokens, now + delay)
+        return delay
 
     def reserve(self, now: float, tokens: int) -> float:
         """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
@@ -236,8 +305,7 @@ class RateLimitPacer:
         delay = max(delay, self._paused_until - now)
         if self._spacing:
             delay = self._slot(now, delay)
-        req.take(1.0)
-        tok.take(float(max(0, tokens)))
+        self._take(tokens, now + max(0.0, delay))
         self._reserved += 1
         alpha = max(1.0 / self._reserved, 0.01)
         self._mean_tokens += alpha * (max(0, tokens) - self._mean_tokens)
@@ -247,6 +315,13 @@ class RateLimitPacer:
             self._pending.append((now + delay, float(max(0, tokens))))
             self._pending_tokens += float(max(0, tokens))
         return max(0.0, delay)
+
+    def _take(self, tokens: int, send_at: float) -> None:
+        self._send_times.append(send_at)
+        self._requests.take(1.0)
+        self._tokens.take(float(max(0, tokens)))
+        self._taken_requests += 1
+        self._taken_tokens += max(0, tokens)
 
     def _drain_pending(self, now: float) -> deque[tuple[float, float]]:
         pending = self._pending
@@ -271,16 +346,26 @@ class RateLimitPacer:
         delay = max(0.0, self._paused_until - now)
         return self._slot(now, delay) if self._spacing else delay
 
-    def relax(self) -> None:
-        """A success: the gap between sends after a short-window 429 narrows."""
+    def relax(self, now: float | None = None) -> None:
+        """A success: the gap between sends after a short-window 429 narrows, and (given
+        ``now``, a minute after the last 429) so does the learned headroom."""
         if self._spacing:
             self._spacing = self._spacing * _RELAX if self._spacing > 1e-3 else 0.0
+        if now is not None and now >= self._hold_until and self._learned < MAX_MARGIN:
+            self._learned = min(MAX_MARGIN, 1.0 - (1.0 - self._learned) * _NARROW)
 
-    def pause_until(self, t: float, spacing_s: float | None = None) -> None:
+    def pause_until(
+        self, t: float, spacing_s: float | None = None, *, rate_limited: bool = True
+    ) -> None:
         """Hold the whole backend until ``t`` (a 429's retry-after); later pauses only extend.
-        ``spacing_s``: then send one call per ``spacing_s`` (short windows, see above)."""
+        ``spacing_s``: then send one call per ``spacing_s`` (short windows, see above).
+        ``rate_limited``: a budget's 429 (not a full queue's 503): the learned margin goes
+        back to the configured one and holds there a minute."""
         self._paused_until = max(self._paused_until, t)
         self.pauses += 1
+        if rate_limited:
+            self._learned = min(self._learned, self.margin)
+            self._hold_until = max(self._hold_until, t + HOLD_AFTER_429_S)
         if spacing_s:
             self._spacing = max(self._spacing, min(spacing_s, MAX_SPACING_S))
             self._next_send = max(self._next_send, t)
