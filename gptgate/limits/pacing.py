@@ -60,10 +60,6 @@ _NARROW = 0.97
 #: token budget's reset) says when to resume, not how fast — a 10 s window refills a
 #: request within about a second at any rate worth pacing
 MAX_SPACING_S = 1.0
-#: reservations whose send time is remembered: a report comes within a call's time, a few
-#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
-#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
-_SEND_TIMES = 256
 #: each success narrows the gap by this factor, so the pace creeps back up to the server's
 _RELAX = 0.95
 
