@@ -653,6 +653,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             guarded.wire_attempts += 1
             permit = None
         else:
+            if held is not None:  # a guarded body's request to another backend: counted here
+                held.elsewhere.append(state.name)
             try:
                 hold = await self._admit_cost(runner, state, request)
             except BudgetExceededError as exc:
