@@ -1344,12 +1344,7 @@ class CallRunner:
         seen = reader is not None and reader.has_content
         if seen:
             assert reader is not None
-            received = reader.accumulator
-            output = (
-                received.usage.output_tokens
-                if received.usage is not None
-                else estimate_text_tokens(received.text)
-            )
+            output, _ = reader.accumulator.output_tokens()
             prompt = spec.prompt_tokens
         else:
             prompt, output = self._generated_by(backend, spec, elapsed_s)

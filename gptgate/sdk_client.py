@@ -332,10 +332,7 @@ class _Attempt:
         seen = tap is not None and (tap.content_chars > 0 or tap.output_tokens is not None)
         if seen:
             assert tap is not None
-            output = (
-                tap.output_tokens if tap.output_tokens is not None
-                else (tap.content_chars + 3) // 4
-            )
+            output = tap.output_so_far()
         else:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
         if interrupted and self.read_chars is not None:
