@@ -398,6 +398,7 @@ class _GuardRun:
         self.span.backend, self.span.tries = state.name, number
         call = GuardedCall(state.limiter, permit)
         token = _GUARD_PERMIT.set(call)
+        probe = state.breaker.on_attempt(start)
         try:
             # a stream manager returned unentered is entered here, on this try's permit
             result = await _within(self.deadline, clock, state.name, entered(body()))
@@ -409,6 +410,7 @@ class _GuardRun:
             raise
         finally:
             _GUARD_PERMIT.reset(token)
+            state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
         return self._succeeded(state, call, result, clock.now() - start, number)
 
     def _failed(
