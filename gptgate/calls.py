@@ -190,8 +190,8 @@ class _Attempt:
 
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
-        "late", "limit", "number", "pace_seq", "permit", "reader", "reserved", "response", "runner",
-        "sent", "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
+        "late", "limit", "number", "pace_seq", "permit", "probe", "reader", "reserved", "response",
+        "runner", "sent", "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
     )
 
     def __init__(
@@ -225,6 +225,8 @@ class _Attempt:
         self.cut_by_deadline = False
         #: the request went to the transport: the server may bill from here on
         self.sent = False
+        #: this attempt is its backend's half-open probe (its number), else 0
+        self.probe = 0
         self.span: Span | None = None
         self.response: httpx2.Response | None = None
         self.reader: ChatStreamReader | None = None
@@ -357,7 +359,7 @@ class _Attempt:
         backend.calls += 1
         if self.number > 1:
             backend.retries += 1  # counted where the retry goes, not where it came from
-        backend.breaker.on_attempt(sent_at)
+        self.probe = backend.breaker.on_attempt(sent_at)
         runner.telemetry.record_queue(queue_s, backend.name)
         self.span = runner.telemetry.start_attempt(
             provider=config.provider,
@@ -589,6 +591,8 @@ class _Attempt:
                 self.permit.ignore()
         if self.ticket is not None:  # admit
             self.ticket.release()
+        if self.probe:  # dispatch: a probe that gave no verdict lets the next call probe
+            self.backend.breaker.probe_left(self.probe)
         if self.span is not None:  # dispatch: ended here only when cancelled
             self.span.end()
 
@@ -1344,12 +1348,7 @@ class CallRunner:
         seen = reader is not None and reader.has_content
         if seen:
             assert reader is not None
-            received = reader.accumulator
-            output = (
-                received.usage.output_tokens
-                if received.usage is not None
-                else estimate_text_tokens(received.text)
-            )
+            output, _ = reader.accumulator.output_tokens()
             prompt = spec.prompt_tokens
         else:
             prompt, output = self._generated_by(backend, spec, elapsed_s)

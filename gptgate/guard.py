@@ -34,6 +34,7 @@ from .errors import (
     RequestTimeout,
 )
 from .guard_manager import entered
+from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
 from .limits import Limiter, Permit
@@ -79,6 +80,10 @@ class GuardedCall:
     #: requests its body sent through ``gate.http_client`` on the guard's backend: they were
     #: seen on the wire, so their tokens, cost and failures are counted there, not again
     wire_attempts: int = 0
+    #: backends its body's requests went to through ``gate.http_client`` other than the
+    #: guard's: each ran on a permit of its own there, and the wire counted its tokens, cost
+    #: and failures on that backend (gptgate/guard_site.py)
+    elsewhere: list[str] = field(default_factory=list)
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
     #: tokens of the generative answers of known size those requests read (the limit's sample)
@@ -274,11 +279,12 @@ def make_guard(
         #: response ids this call site returned lately: the same id again is the
         #: application's cache answering — no new work for the backend, the limit or the bill
         seen = _SeenResponses()
+        site = CallSite()  # where its requests really go (an SDK bound to one backend)
 
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             runner = gate.runner  # GatewayClosedError when not open or closing
-            call = _GuardRun(gate, runner, route, resolved, retry, seen, function)
+            call = _GuardRun(gate, runner, route, resolved, retry, seen, function, site)
             return await call.run(lambda: fn(*args, **kwargs))
 
         return guarded
@@ -311,6 +317,7 @@ class _GuardRun:
     def __init__(
         self, gate: GuardedGateway, runner: CallRunner, route: RouteRequest,
         scenario: Scenario, retry: bool, seen: _SeenResponses, function: str,
+        site: CallSite,
     ) -> None:
         self.gate = gate
         self.runner = runner
@@ -319,6 +326,7 @@ class _GuardRun:
         self.scenario = scenario
         self.retry = retry
         self.seen = seen
+        self.site = site
         # the call's own work is the SDK's to bound; its wait for a permit is not endless
         deadline_s = scenario.deadline_s or gate.config.deadline_s
         self.deadline = self.clock.now() + deadline_s if deadline_s else None
@@ -341,7 +349,9 @@ class _GuardRun:
                 else:
                     result = await self.runner.retry.run(
                         attempt, deadline=self.deadline, budget=self.runner.budget,
-                        failover=lambda error: self.runner.is_failover(self.route, error),
+                        failover=lambda error: self.runner.is_failover(
+                            self.site.route(self.route), error
+                        ),
                     )
         except _ForeignFailure as failure:
             original = failure.original
@@ -362,7 +372,8 @@ class _GuardRun:
         """One try: the dollar budget's admission, then the permit and the body."""
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
-        state = await runner.route(self.route, frozenset(self.failed), self.deadline)
+        route = self.site.route(self.route)
+        state = await runner.route(route, frozenset(self.failed), self.deadline)
         hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
         try:
             return await self._admitted(number, body, state)
@@ -387,21 +398,24 @@ class _GuardRun:
         self.span.backend, self.span.tries = state.name, number
         call = GuardedCall(state.limiter, permit)
         token = _GUARD_PERMIT.set(call)
+        probe = state.breaker.on_attempt(start)
         try:
             # a stream manager returned unentered is entered here, on this try's permit
             result = await _within(self.deadline, clock, state.name, entered(body()))
         except Exception as exc:
-            self._failed(state, call, exc, clock.now() - start)
+            self._failed(state, call, exc, clock.now() - start, number)
             raise
         except BaseException:  # cancelled: no sample, but the backend may still run its request
             permit.abandon()
             raise
         finally:
             _GUARD_PERMIT.reset(token)
-        return self._succeeded(state, call, result, clock.now() - start)
+            state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
+        return self._succeeded(state, call, result, clock.now() - start, number)
 
     def _failed(
-        self, state: BackendState, call: GuardedCall, exc: Exception, latency: float
+        self, state: BackendState, call: GuardedCall, exc: Exception, latency: float,
+        number: int,
     ) -> None:
         """Report a failed try. A failure of the backend's is raised as ``_ForeignFailure``
         (the retry policy reads its view); the caller's deadline and the application's own
@@ -416,6 +430,12 @@ class _GuardRun:
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
+        served = self._elsewhere(state, call, number)
+        if served is not None:  # another backend's failure, counted on its wire
+            failure = _ForeignFailure(classify_exception(original, served), original)
+            if cut is not None:
+                failure.retryable = False
+            raise failure from original
         report_failure(permit, view, latency)
         if not call.wire_attempts and not isinstance(view, OverloadedError):
             count_failure(state, view, self.clock.now())  # the wire counts what it saw
@@ -426,11 +446,15 @@ class _GuardRun:
         raise failure from original  # the retry policy decides on its view
 
     def _succeeded(
-        self, state: BackendState, call: GuardedCall, result: R, latency: float
+        self, state: BackendState, call: GuardedCall, result: R, latency: float, number: int
     ) -> R:
         """What a try that returned teaches the limit, the bill and the span; the result to
         return (a stream from another client: its watched facade, gptgate/guard_stream.py)."""
         permit = call.permit
+        if self._elsewhere(state, call, number) is not None:
+            # another backend's answer: its wire taught its limit and booked it there
+            self.span.end("ok", usage=usage_from(result))
+            return result
         state.breaker.on_success()
         still_read = [request for request in call.open_requests if not request.ended]
         if still_read:
@@ -474,6 +498,22 @@ class _GuardRun:
             permit.ignore()  # no usage (or an application cache hit): not the backend's work
         self.span.end("ok", usage=usage, cost_usd=cost)
         return result
+
+    def _elsewhere(self, state: BackendState, call: GuardedCall, number: int) -> str | None:
+        """The backend that did this try's work when it was not the guard's (an SDK bound to
+        another through ``gate.http_client``): the try is then none of ``state``'s — its
+        permit goes back unsampled and its call uncounted — and the call site learns where
+        its requests go (gptgate/guard_site.py)."""
+        served = served_elsewhere(call.wire_attempts, call.elsewhere)
+        if served is None:
+            return None
+        call.permit.ignore()
+        state.calls -= 1  # counted by the wire where it went
+        if number > 1:
+            state.retries -= 1
+        self.span.backend = served
+        self.site.learn(self.route, served, self.runner.router)
+        return served
 
     def _foreign_stream_ended(self, error: BaseException | None) -> None:
         if error is None:

@@ -43,6 +43,7 @@ class ResponseTap:
         "content_chars",
         "finish_reason",
         "input_tokens",
+        "output_counted",
         "output_tokens",
         "received",
         "response_id",
@@ -64,6 +65,9 @@ class ResponseTap:
         self.ttft_s: float | None = None
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        #: ``output_tokens`` is the server's count of the whole answer — not an Anthropic
+        #: ``message_start``'s first token, which ``message_delta`` replaces
+        self.output_counted = False
         #: the whole usage the response reported (cache reads and writes, reasoning), or None
         self.usage: Usage | None = None
         #: characters of answer text seen in a stream's deltas (an estimate's base when no
@@ -113,6 +117,7 @@ class ResponseTap:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self._decoder = self._buffer = None
         self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
+        self.output_counted = False
         self.content_chars = 0
 
     def _event(self, data: str, now: float) -> None:
@@ -160,6 +165,7 @@ class ResponseTap:
             }
             delta = obj.get("delta")
             self._take_usage({**obj, **(delta if isinstance(delta, dict) else {}), "usage": merged})
+            self.output_counted = kind == "message_delta" and isinstance(usage, dict)
 
     def _take_usage(self, obj: Any) -> None:
         if not isinstance(obj, dict):
@@ -176,6 +182,15 @@ class ResponseTap:
             self.usage = usage
             self.input_tokens = usage.input_tokens
             self.output_tokens = usage.output_tokens
+            self.output_counted = True  # an Anthropic message_start's is set right after
+
+    def output_so_far(self) -> int:
+        """The answer's output tokens so far: the server's count once whole, else the larger
+        of a count given mid-answer and the text's estimate."""
+        estimate = (self.content_chars + 3) // 4
+        if self.output_tokens is None:
+            return estimate
+        return self.output_tokens if self.output_counted else max(self.output_tokens, estimate)
 
 
 def usage_from(result: object) -> Usage | None:

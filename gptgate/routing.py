@@ -88,6 +88,8 @@ class CircuitBreaker:
         self.opened_until = 0.0
         self._cooldown_s = cooldown_s
         self._probing = False
+        #: the number of the last probe let through (see :meth:`probe_left`)
+        self._probe = 0
         self.on_open = on_open
         #: (opened?, cool-down seconds): a transition this process caused
         self.on_transition: Callable[[bool, float], object] | None = None
@@ -102,9 +104,22 @@ class CircuitBreaker:
     def allows(self, now: float) -> bool:
         return self.state(now) != "open"
 
-    def on_attempt(self, now: float) -> None:
+    def on_attempt(self, now: float) -> int:
+        """An attempt is sent; when it is the half-open probe, its number (else 0), for
+        :meth:`probe_left`."""
         if self.state(now) == "half_open":
             self._probing = True
+            self._probe += 1
+            return self._probe
+        return 0
+
+    def probe_left(self, probe: int) -> None:
+        """Probe ``probe`` ended without a verdict — cancelled (a caller's timeout, a
+        hedge's loser, a client gone), refused with a 429, a stream cut: half-open again, so
+        the next call probes. Before, the circuit stayed open for good, and a backend that had
+        recovered got no call again while another was up (40 of 40 went elsewhere)."""
+        if probe and self._probing and probe == self._probe:
+            self._probing = False
 
     def on_success(self) -> None:
         was_open = self.failures >= self.threshold

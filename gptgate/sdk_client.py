@@ -45,6 +45,7 @@ from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
+from .sdk_circuit import through_circuit
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
@@ -122,6 +123,8 @@ class _Attempt:
         self.late: LateAnswer | None = None
         #: a stream gptgate hung up on: the content its caller had read (the rest it drained)
         self.read_chars: int | None = None
+        #: this request is its backend's half-open probe (its number), else 0
+        self.probe = 0
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -332,10 +335,7 @@ class _Attempt:
         seen = tap is not None and (tap.content_chars > 0 or tap.output_tokens is not None)
         if seen:
             assert tap is not None
-            output = (
-                tap.output_tokens if tap.output_tokens is not None
-                else (tap.content_chars + 3) // 4
-            )
+            output = tap.output_so_far()
         else:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
         if interrupted and self.read_chars is not None:
@@ -385,6 +385,8 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        if self.probe:  # a probe that gave no verdict lets the next request probe
+            self.state.breaker.probe_left(self.probe)
         if self.hold is not None:
             assert self.runner.spending is not None
             self.runner.spending.release(self.hold)
@@ -653,6 +655,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             guarded.wire_attempts += 1
             permit = None
         else:
+            if held is not None:  # a guarded body's request to another backend: counted here
+                held.elsewhere.append(state.name)
+            refused = await through_circuit(runner, state, request, self._wait_deadline(request))
+            if refused is not None:
+                return refused
             try:
                 hold = await self._admit_cost(runner, state, request)
             except BudgetExceededError as exc:
@@ -676,6 +683,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             number=number, guarded=guarded,
         )
         attempt.hold = hold
+        if guarded is None:  # a guarded one is its guard's try (which the guard counts)
+            attempt.probe = state.breaker.on_attempt(start)
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(

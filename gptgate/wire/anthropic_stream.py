@@ -131,7 +131,7 @@ def parse_message(
 class MessagesAccumulator(StreamAccumulator):
     """Folds Messages stream events into one answer (see the module docstring)."""
 
-    __slots__ = ("_blocks", "_usage_obj", "stopped")
+    __slots__ = ("_blocks", "_counted", "_usage_obj", "stopped")
 
     def __init__(self, *, backend: str | None = None, request_id: str | None = None) -> None:
         super().__init__(backend=backend, request_id=request_id)
@@ -140,6 +140,12 @@ class MessagesAccumulator(StreamAccumulator):
         self._blocks: dict[int, list[Any]] = {}
         #: ``message_stop`` arrived: the answer is whole
         self.stopped = False
+        #: ``message_delta`` gave the output's count (``message_start``'s is the first token's)
+        self._counted = False
+
+    @property
+    def counted_usage(self) -> Usage | None:
+        return self.usage if self._counted else None
 
     def feed(self, chunk: Mapping[str, Any]) -> str:
         self.chunks += 1
@@ -178,6 +184,7 @@ class MessagesAccumulator(StreamAccumulator):
             if isinstance(delta, dict) and delta.get("stop_reason") is not None:
                 self.finish_reason = _finish(delta["stop_reason"])
             self._take_usage(chunk.get("usage"))
+            self._counted = self._counted or isinstance(chunk.get("usage"), dict)
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error" or chunk.get("error"):

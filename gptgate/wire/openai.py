@@ -262,6 +262,23 @@ class StreamAccumulator:
         self.chunks = 0
 
     @property
+    def counted_usage(self) -> Usage | None:
+        """The server's usage once it counts the whole answer (OpenAI's comes after the last
+        delta); None before."""
+        return self.usage
+
+    def output_tokens(self) -> tuple[int, bool]:
+        """(output tokens so far, whether that is the server's own count): its count once
+        whole, else the larger of a count given mid-answer and the text's estimate — an
+        Anthropic stream's ``message_start`` says 1 however much follows (a stream left after
+        two deltas was booked 1 token of the ~6 billed)."""
+        counted = self.counted_usage
+        if counted is not None:
+            return counted.output_tokens, True
+        partial = self.usage.output_tokens if self.usage is not None else 0
+        return max(partial, estimate_text_tokens(self.text)), False
+
+    @property
     def text(self) -> str:
         parts = self._parts
         if len(parts) > 1:  # join lazily, once per read of the text, not once per delta
@@ -579,12 +596,12 @@ class ChatStreamReader:
     def _interrupted(self, reason: str) -> StreamInterruptedError:
         accumulator = self.accumulator
         text = accumulator.text
-        usage = accumulator.usage
+        output, counted = accumulator.output_tokens()
         return StreamInterruptedError(
             f"stream interrupted after {len(text)} characters: {reason}",
             partial_text=text,
-            output_tokens=usage.output_tokens if usage is not None else estimate_text_tokens(text),
-            usage_estimated=usage is None,
+            output_tokens=output,
+            usage_estimated=not counted,
             backend=self._backend,
             request_id=self._request_id,
             billed=accumulator.chunks > 0 or bool(text),

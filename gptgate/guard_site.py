@@ -1,0 +1,68 @@
+"""Where a guarded call site's requests really go.
+
+A guard without ``backend=`` is routed like any call, but the SDK inside it is bound to one
+backend by the client it was given (``gate.http_client("a")``) and sends every request there,
+whatever the router chose. Routed to "b", the guard held one of b's permits while its request
+ran on a permit of its own at "a": b's limit counted calls b never saw, and — before the tries
+were told apart — a's failures opened b's circuit and a's answers were booked twice, once on
+each backend (found by a Flask app whose guarded SDK's backend died: calls free to fail over
+to "b" found its circuit open).
+
+So a try whose requests all went to one other backend is that backend's (the wire counted its
+tokens, cost and failures there), and the call site learns where it sends: its later tries are
+routed to that backend, when the guard's own constraints (``private=``, ``tier=``) allow it,
+so their permit is the one their requests run under — one call, one permit — and their waits,
+circuit and limit are that backend's. An explicit ``backend=`` is never overridden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from .errors import NoBackendError
+from .routing import BackendState, RouteRequest
+
+__all__ = ["CallSite", "served_elsewhere"]
+
+
+class EligibleBackends(Protocol):
+    def eligible(
+        self, request: RouteRequest, exclude: frozenset[str] = ...
+    ) -> list[BackendState]: ...
+
+
+def served_elsewhere(wire_attempts: int, elsewhere: Sequence[str]) -> str | None:
+    """The backend that did a try's work when none of its requests went to the guard's own
+    backend (the last one, if several did)."""
+    if wire_attempts or not elsewhere:
+        return None
+    return elsewhere[-1]
+
+
+class CallSite:
+    """One guarded function's learnt backend (see the module docstring)."""
+
+    __slots__ = ("backend",)
+
+    def __init__(self) -> None:
+        #: the backend this call site's requests went to lately, when not the routed one
+        self.backend: str | None = None
+
+    def route(self, route: RouteRequest) -> RouteRequest:
+        """The route of the next try: the guard's own, pinned to the learnt backend."""
+        if self.backend is None or route.backend is not None:
+            return route
+        return replace(route, backend=self.backend)
+
+    def learn(self, route: RouteRequest, served: str | None, router: EligibleBackends) -> None:
+        """A try's requests went to ``served`` only: route there from now on, if the guard
+        may go there at all."""
+        if served is None or route.backend is not None or served == self.backend:
+            return
+        try:
+            router.eligible(replace(route, backend=served))
+        except NoBackendError:
+            return  # private= or tier= rule it out: the guard keeps its own routing
+        self.backend = served
