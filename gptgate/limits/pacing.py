@@ -176,6 +176,8 @@ class RateLimitPacer:
         # reservations told to wait, not sent yet: (send time, tokens), in send order
         self._pending: deque[tuple[float, float]] = deque()
         self._pending_tokens = 0.0
+        #: duplicates sent ahead of the queue over the last minute: (send time, tokens)
+        self._ahead: deque[tuple[float, float]] = deque()
         self._reserved = 0
         self._delayed = 0
         self._total_delay = 0.0
@@ -236,14 +238,35 @@ class RateLimitPacer:
             unseen_requests = float(max(0, self._taken_requests - seq[0]))
             unseen_tokens = float(max(0, self._taken_tokens - seq[1]))
             counted_at = self._sent_at(seq[0])
+        room_requests, room_tokens = self._duplicates_room(now)
         self._requests.report(
-            now, limit_requests, remaining_requests, reset_requests_s, self._learned,
+            now, limit_requests, remaining_requests, reset_requests_s,
+            self._margin_leaving(room_requests, limit_requests, self._requests),
             unseen_requests, counted_at,
         )
         self._tokens.report(
-            now, limit_tokens, remaining_tokens, reset_tokens_s, self._learned, unseen_tokens,
+            now, limit_tokens, remaining_tokens, reset_tokens_s,
+            self._margin_leaving(room_tokens, limit_tokens, self._tokens), unseen_tokens,
             counted_at,
         )
+
+    def _duplicates_room(self, now: float) -> tuple[float, float]:
+        """The headroom the duplicates sent ahead need: those of the last minute and one more
+        (none while no duplicate was sent for a minute)."""
+        ahead = self._ahead
+        while ahead and ahead[0][0] <= now - HOLD_AFTER_429_S:
+            ahead.popleft()
+        if not ahead:
+            return 0.0, 0.0
+        tokens = sum(t for _, t in ahead)
+        return len(ahead) + 1.0, tokens + tokens / len(ahead)
+
+    def _margin_leaving(self, room: float, limit: float | None, bucket: _Bucket) -> float:
+        """The learned margin, widened to leave ``room`` of the limit as headroom."""
+        limit = limit if limit is not None and limit > 0 else bucket.limit
+        if not room or limit == math.inf:
+            return self._learned
+        return max(0.0, min(self._learned, 1.0 - room / limit))
 
     def _sent_at(self, number: int) -> float | None:
         """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent, if still
@@ -285,6 +308,7 @@ class RateLimitPacer:
             bucket.advance(now)
         delay = max(0.0, self._paused_until - now)
         self._take(tokens, now + delay)
+        self._ahead.append((now + delay, float(max(0, tokens))))
         return delay
 
     def reserve(self, now: float, tokens: int) -> float:
