@@ -10,7 +10,11 @@ token bucket and *corrects* it with every report:
   minute, each success narrows the headroom (to 1% of the limit at most: ``MAX_MARGIN``); a
   429 puts it back. The headroom is for other clients of the key and for our own estimate's
   error: where neither shows (no 429), a fixed 10% is time lost for nothing — on issue 31's
-  rate-limited draws a job paced 1.3× slower than a client that ran at the limit;
+  rate-limited draws a job paced 1.3× slower than a client that ran at the limit. The
+  duplicates a hedge sends ahead of the queue (:meth:`reserve_ahead`) come out of the
+  headroom: while any went out in the last minute it keeps room for as many and one more
+  (1% of 96 RPM is under one request: a duplicate at the bucket's floor overdrew the server,
+  and the 429 paused the backend — issue 31, draw 1060);
 * on a report the level becomes the server's ``remaining − headroom`` (the server's count is the
   truth; ours is an estimate) less what the server had not counted yet when it answered: with
   the call's place in our sequence of reservations (``seq``, :meth:`sequence`), everything we
@@ -300,9 +304,11 @@ class RateLimitPacer:
     def reserve_ahead(self, now: float, tokens: int) -> float:
         """A hedge's duplicate: reserved like any call, but sent at once (unless paused),
         ahead of the calls already waiting — they keep their send times, and the one extra
-        request falls in the headroom (``1 − margin`` of the limit; duplicates are at most
-        the hedge budget's 5% of the calls). Behind a queue of reservations a duplicate would
-        go out after the stall it was sent to cut had ended. → the delay (the pause's)."""
+        request falls in the headroom, which keeps room for the last minute's duplicates and
+        one more (:meth:`_duplicates_room`; duplicates are at most the hedge budget's 5% of
+        the calls, twice that with the replaced ones). Behind a queue of reservations a
+        duplicate would go out after the stall it was sent to cut had ended. → the delay
+        (the pause's)."""
         self._drain_pending(now)
         for bucket in (self._requests, self._tokens):
             bucket.advance(now)
