@@ -213,3 +213,18 @@ def test_the_headroom_for_duplicates_lasts_a_minute() -> None:
     assert pacer.statistics(0.0).requests_available == pytest.approx(93.0)  # room for 2
     pacer.observe(61.0, limit_requests=96, remaining_requests=96)
     assert pacer.statistics(61.0).requests_available == pytest.approx(96 * MAX_MARGIN)
+
+
+def test_the_sustained_rate_counts_what_a_call_costs_once_reconciled() -> None:
+    """Issue 31, draw 1050 (490k TPM): a call reserves ``prompt + max_tokens`` (2,250) but
+    costs its usage, the rest refunded. Over the reservation, the sustained rate read 3.6
+    calls/s where the budget sustained 7.8, and the adaptive limit's rate ceiling held
+    ``auto`` at 5 (93% of a fixed 8's goodput, never once waiting for the pacer)."""
+    pacer = RateLimitPacer(margin=1.0)
+    pacer.observe(0.0, limit_tokens=60_000, remaining_tokens=60_000)
+    for _ in range(10):
+        pacer.reserve(0.0, 2_000)
+    assert pacer.sustained_rate() == pytest.approx(0.5)  # nothing answered yet: reservations
+    for _ in range(10):
+        pacer.reconcile(2_000, 500)
+    assert pacer.sustained_rate() == pytest.approx(2.0)

@@ -186,6 +186,10 @@ class RateLimitPacer:
         self._delayed = 0
         self._total_delay = 0.0
         self._mean_tokens = 0.0  # EWMA of the tokens a call reserves
+        #: EWMA of the tokens a call costs once reconciled (its usage): what the budget
+        #: sustains, the refund of ``max_tokens`` it did not use given back
+        self._mean_cost = 0.0
+        self._reconciled = 0
         #: short windows: seconds between sends since the last 429, and the next free slot
         self._spacing = 0.0
         self._next_send = -math.inf
@@ -283,8 +287,9 @@ class RateLimitPacer:
         bucket's over the mean reservation, whichever is lower. None while no limit is known.
         """
         rate = self._requests.rate
-        if self._tokens.known and self._mean_tokens > 0.0:
-            rate = min(rate, self._tokens.rate / self._mean_tokens)
+        per_call = self._mean_cost if self._reconciled else self._mean_tokens
+        if self._tokens.known and per_call > 0.0:
+            rate = min(rate, self._tokens.rate / per_call)
         return rate if rate < math.inf else None
 
     def funded_calls(self, now: float) -> float | None:
@@ -360,6 +365,9 @@ class RateLimitPacer:
     def reconcile(self, reserved: int, actual: int) -> None:
         """Adjust a reservation with the tokens the backend reported using (refund or charge)."""
         self._tokens.take(float(actual - reserved))
+        self._reconciled += 1
+        alpha = max(1.0 / self._reconciled, 0.01)
+        self._mean_cost += alpha * (max(0, actual) - self._mean_cost)
 
     def _slot(self, now: float, delay: float) -> float:
         at = max(now + delay, self._next_send)
