@@ -284,7 +284,11 @@ class RateLimitPacer:
 
     def sustained_rate(self) -> float | None:
         """Calls per second the budgets sustain: the request bucket's refill, or the token
-        bucket's over the mean reservation, whichever is lower. None while no limit is known.
+        bucket's over what a call costs (its reconciled usage once calls have answered, its
+        reservation before), whichever is lower. None while no limit is known. Over the
+        reservation (``prompt + max_tokens``, most of it refunded) it read 3.6 calls/s where
+        the budget sustained 7.8, and held the adaptive limit's rate ceiling at 5 (issue 31,
+        draw 1050).
         """
         rate = self._requests.rate
         per_call = self._mean_cost if self._reconciled else self._mean_tokens
