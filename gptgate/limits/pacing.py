@@ -57,6 +57,8 @@ HOLD_AFTER_429_S = 60.0
 #: concurrency limits' worth of reservations later (an older one is read as of its arrival);
 #: bounded small so that memory does not grow with the calls (tests/test_soak.py)
 _SEND_TIMES = 256
+#: the limits' window: the headroom keeps room for the duplicates sent ahead over it
+_DUPLICATES_WINDOW_S = 60.0
 #: each success narrows the learned headroom by this factor (0.1 → 0.01 in ~75 successes)
 _NARROW = 0.97
 
@@ -262,7 +264,7 @@ class RateLimitPacer:
         """The headroom the duplicates sent ahead need: those of the last minute and one more
         (none while no duplicate was sent for a minute)."""
         ahead = self._ahead
-        while ahead and ahead[0][0] <= now - HOLD_AFTER_429_S:
+        while ahead and ahead[0][0] <= now - _DUPLICATES_WINDOW_S:
             ahead.popleft()
         if not ahead:
             return 0.0, 0.0
