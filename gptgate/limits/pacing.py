@@ -10,7 +10,11 @@ token bucket and *corrects* it with every report:
   minute, each success narrows the headroom (to 1% of the limit at most: ``MAX_MARGIN``); a
   429 puts it back. The headroom is for other clients of the key and for our own estimate's
   error: where neither shows (no 429), a fixed 10% is time lost for nothing — on issue 31's
-  rate-limited draws a job paced 1.3× slower than a client that ran at the limit;
+  rate-limited draws a job paced 1.3× slower than a client that ran at the limit. The
+  duplicates a hedge sends ahead of the queue (:meth:`reserve_ahead`) come out of the
+  headroom: while any went out in the last minute it keeps room for as many and one more
+  (1% of 96 RPM is under one request: a duplicate at the bucket's floor overdrew the server,
+  and the 429 paused the backend — issue 31, draw 1060);
 * on a report the level becomes the server's ``remaining − headroom`` (the server's count is the
   truth; ours is an estimate) less what the server had not counted yet when it answered: with
   the call's place in our sequence of reservations (``seq``, :meth:`sequence`), everything we
@@ -53,6 +57,8 @@ HOLD_AFTER_429_S = 60.0
 #: concurrency limits' worth of reservations later (an older one is read as of its arrival);
 #: bounded small so that memory does not grow with the calls (tests/test_soak.py)
 _SEND_TIMES = 256
+#: the limits' window: the headroom keeps room for the duplicates sent ahead over it
+_DUPLICATES_WINDOW_S = 60.0
 #: each success narrows the learned headroom by this factor (0.1 → 0.01 in ~75 successes)
 _NARROW = 0.97
 
@@ -176,10 +182,16 @@ class RateLimitPacer:
         # reservations told to wait, not sent yet: (send time, tokens), in send order
         self._pending: deque[tuple[float, float]] = deque()
         self._pending_tokens = 0.0
+        #: duplicates sent ahead of the queue over the last minute: (send time, tokens)
+        self._ahead: deque[tuple[float, float]] = deque()
         self._reserved = 0
         self._delayed = 0
         self._total_delay = 0.0
         self._mean_tokens = 0.0  # EWMA of the tokens a call reserves
+        #: EWMA of the tokens a call costs once reconciled (its usage): what the budget
+        #: sustains, the refund of ``max_tokens`` it did not use given back
+        self._mean_cost = 0.0
+        self._reconciled = 0
         #: short windows: seconds between sends since the last 429, and the next free slot
         self._spacing = 0.0
         self._next_send = -math.inf
@@ -236,14 +248,35 @@ class RateLimitPacer:
             unseen_requests = float(max(0, self._taken_requests - seq[0]))
             unseen_tokens = float(max(0, self._taken_tokens - seq[1]))
             counted_at = self._sent_at(seq[0])
+        room_requests, room_tokens = self._duplicates_room(now)
         self._requests.report(
-            now, limit_requests, remaining_requests, reset_requests_s, self._learned,
+            now, limit_requests, remaining_requests, reset_requests_s,
+            self._margin_leaving(room_requests, limit_requests, self._requests),
             unseen_requests, counted_at,
         )
         self._tokens.report(
-            now, limit_tokens, remaining_tokens, reset_tokens_s, self._learned, unseen_tokens,
+            now, limit_tokens, remaining_tokens, reset_tokens_s,
+            self._margin_leaving(room_tokens, limit_tokens, self._tokens), unseen_tokens,
             counted_at,
         )
+
+    def _duplicates_room(self, now: float) -> tuple[float, float]:
+        """The headroom the duplicates sent ahead need: those of the last minute and one more
+        (none while no duplicate was sent for a minute)."""
+        ahead = self._ahead
+        while ahead and ahead[0][0] <= now - _DUPLICATES_WINDOW_S:
+            ahead.popleft()
+        if not ahead:
+            return 0.0, 0.0
+        tokens = sum(t for _, t in ahead)
+        return len(ahead) + 1.0, tokens + tokens / len(ahead)
+
+    def _margin_leaving(self, room: float, limit: float | None, bucket: _Bucket) -> float:
+        """The learned margin, widened to leave ``room`` of the limit as headroom."""
+        limit = limit if limit is not None and limit > 0 else bucket.limit
+        if not room or limit == math.inf:
+            return self._learned
+        return max(0.0, min(self._learned, 1.0 - room / limit))
 
     def _sent_at(self, number: int) -> float | None:
         """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent, if still
@@ -253,11 +286,16 @@ class RateLimitPacer:
 
     def sustained_rate(self) -> float | None:
         """Calls per second the budgets sustain: the request bucket's refill, or the token
-        bucket's over the mean reservation, whichever is lower. None while no limit is known.
+        bucket's over what a call costs (its reconciled usage once calls have answered, its
+        reservation before), whichever is lower. None while no limit is known. Over the
+        reservation (``prompt + max_tokens``, most of it refunded) it read 3.6 calls/s where
+        the budget sustained 7.8, and held the adaptive limit's rate ceiling at 5 (issue 31,
+        draw 1050).
         """
         rate = self._requests.rate
-        if self._tokens.known and self._mean_tokens > 0.0:
-            rate = min(rate, self._tokens.rate / self._mean_tokens)
+        per_call = self._mean_cost if self._reconciled else self._mean_tokens
+        if self._tokens.known and per_call > 0.0:
+            rate = min(rate, self._tokens.rate / per_call)
         return rate if rate < math.inf else None
 
     def funded_calls(self, now: float) -> float | None:
@@ -277,14 +315,17 @@ class RateLimitPacer:
     def reserve_ahead(self, now: float, tokens: int) -> float:
         """A hedge's duplicate: reserved like any call, but sent at once (unless paused),
         ahead of the calls already waiting — they keep their send times, and the one extra
-        request falls in the headroom (``1 − margin`` of the limit; duplicates are at most
-        the hedge budget's 5% of the calls). Behind a queue of reservations a duplicate would
-        go out after the stall it was sent to cut had ended. → the delay (the pause's)."""
+        request falls in the headroom, which keeps room for the last minute's duplicates and
+        one more (:meth:`_duplicates_room`; duplicates are at most the hedge budget's 5% of
+        the calls, twice that with the replaced ones). Behind a queue of reservations a
+        duplicate would go out after the stall it was sent to cut had ended. → the delay
+        (the pause's)."""
         self._drain_pending(now)
         for bucket in (self._requests, self._tokens):
             bucket.advance(now)
         delay = max(0.0, self._paused_until - now)
         self._take(tokens, now + delay)
+        self._ahead.append((now + delay, float(max(0, tokens))))
         return delay
 
     def reserve(self, now: float, tokens: int) -> float:
@@ -330,6 +371,9 @@ class RateLimitPacer:
     def reconcile(self, reserved: int, actual: int) -> None:
         """Adjust a reservation with the tokens the backend reported using (refund or charge)."""
         self._tokens.take(float(actual - reserved))
+        self._reconciled += 1
+        alpha = max(1.0 / self._reconciled, 0.01)
+        self._mean_cost += alpha * (max(0, actual) - self._mean_cost)
 
     def _slot(self, now: float, delay: float) -> float:
         at = max(now + delay, self._next_send)
