@@ -45,6 +45,7 @@ from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
+from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
@@ -122,6 +123,8 @@ class _Attempt:
         self.late: LateAnswer | None = None
         #: a stream gptgate hung up on: the content its caller had read (the rest it drained)
         self.read_chars: int | None = None
+        #: a refusal sent again: its body is read no further than this bound
+        self.cut_at: float | None = None
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -575,11 +578,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ends.append(now + deadline_s)
         return min(ends, default=None)
 
-    async def _acquire(self, state: BackendState, request: httpx2.Request) -> Permit:
+    async def _acquire(
+        self, state: BackendState, request: httpx2.Request, bound: float | None = None
+    ) -> Permit:
         """A permit, waited for no longer than the request's own pool timeout (httpx's model
-        for "waiting for a connection") or the gateway's deadline: past it,
-        ``httpx2.PoolTimeout`` (the SDK's own timeout error)."""
-        deadline = self._wait_deadline(request)
+        for "waiting for a connection") or the gateway's deadline (``bound``: a resend's, read
+        at the request's start): past it, ``httpx2.PoolTimeout`` (the SDK's own timeout
+        error)."""
+        deadline = bound if bound is not None else self._wait_deadline(request)
         try:
             return await state.limiter.acquire(priority=self._priority, deadline=deadline)
         except OverloadedError as exc:
@@ -591,7 +597,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ) from exc
 
     async def _admit_cost(
-        self, runner: CallRunner, state: BackendState, request: httpx2.Request
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        bound: float | None = None,
     ) -> BudgetHold | None:
         """The dollar budget's reservation for the request: its prompt and, for a chat or
         completion, ``max_tokens`` (1024 without) at the backend's price; waited for
@@ -605,7 +612,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return None
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
-        deadline = self._wait_deadline(request)
+        deadline = bound if bound is not None else self._wait_deadline(request)
         return await runner.admit_cost(
             state, price.most_cost(prompt, output), self._priority, deadline
         )
@@ -631,16 +638,33 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
+        # looked up once, as the request is accepted: looked up again after its answer, a
+        # closing gateway refused it there — over a refusal nobody then read or closed (its
+        # pooled connection out) and a call accepted before the close failed in its grace
+        state = self._backend()
+        # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
+        bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
-            response = await self._handle(runner, request)
+            response = await self._handle(runner, state, request)
+            if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
+                response = await requeue_refusals(
+                    response, request, state=state, clock=self._gate.clock,
+                    retry=runner.retry, bound=bound,
+                    resend=lambda cut_at: self._handle(runner, state, request, cut_at=cut_at),
+                )
         return response
 
-    async def _handle(self, runner: CallRunner, request: httpx2.Request) -> httpx2.Response:
-        state = self._backend()
+    async def _handle(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request, *,
+        cut_at: float | None = None,
+    ) -> httpx2.Response:
+        """One request through the limiter to the backend; ``cut_at``: a refusal sent again,
+        whose waits and body end at that bound (gptgate/sdk_requeue.py)."""
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
         number = _sdk_attempt(request)
-        if number > 1 and not self._retry_funded(runner, state):
+        requeued = cut_at is not None
+        if number > 1 and not requeued and not self._retry_funded(runner, state):
             return _refused(request, state.name)
         permit: Permit | None
         hold: BudgetHold | None = None
@@ -654,19 +678,19 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             permit = None
         else:
             try:
-                hold = await self._admit_cost(runner, state, request)
+                hold = await self._admit_cost(runner, state, request, cut_at)
             except BudgetExceededError as exc:
                 return _over_budget(request, state.name, exc)
             try:
-                permit = await self._acquire(state, request)
+                permit = await self._acquire(state, request, cut_at)
             except BaseException:
                 if hold is not None:
                     assert runner.spending is not None
                     runner.spending.release(hold)
                 raise
-        if guarded is None or number > 1:
+        if (guarded is None or number > 1) and not requeued:
             state.calls += 1
-        if number > 1:
+        if number > 1 or requeued:
             state.retries += 1
         elif guarded is None and runner.budget is not None:
             runner.budget.record_request(clock.now())  # a first request funds retries
@@ -676,6 +700,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             number=number, guarded=guarded,
         )
         attempt.hold = hold
+        attempt.cut_at = cut_at
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(
@@ -708,7 +733,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         body = OpenBody(
             response.stream, attempt, clock=clock, backend=state.name,
             silence_s=idle_s if tap.streamed else None, unread_s=idle_s,
-            drain=attempt.generative,
+            drain=attempt.generative, cut_at=attempt.cut_at,
         )
         response.stream = facade = WatchedByteStream(body)
         try:  # a stream is watched as it is read; a JSON body the SDK reads at once
