@@ -28,7 +28,7 @@ from typing import Any
 import httpx2
 
 from gptgate.sim.faults import FaultPlan
-from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.sim.ledger import LedgerSnapshot, RequestBill
 
 __all__ = ["SimProcess", "free_port"]
 
@@ -140,6 +140,12 @@ class SimProcess:
         response = httpx2.get(f"{self.base_url}/sim/ledger", timeout=10.0)
         response.raise_for_status()
         return LedgerSnapshot(**response.json())
+
+    def request_bills(self) -> list[RequestBill]:
+        """The running engine's bill request by request (:class:`RequestBill`), oldest first."""
+        response = httpx2.get(f"{self.base_url}/sim/ledger/requests", timeout=10.0)
+        response.raise_for_status()
+        return [RequestBill(**bill) for bill in response.json()]
 
     @property
     def alive(self) -> bool:
