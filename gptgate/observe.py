@@ -43,6 +43,7 @@ class ResponseTap:
         "content_chars",
         "finish_reason",
         "input_tokens",
+        "malformed",
         "output_tokens",
         "received",
         "response_id",
@@ -74,6 +75,9 @@ class ResponseTap:
         self.complete = False
         #: bytes of body seen (a cut body with none answered nothing)
         self.received = 0
+        #: the body could not be read as its content type says (a JSON body cut short, a
+        #: broken event): an answer the server generated and billed, whatever the SDK makes of it
+        self.malformed = False
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.finish_reason: str | None = None
@@ -104,13 +108,17 @@ class ResponseTap:
                 for event in self._decoder.close():
                     self._event(event.data, now)
             elif self._buffer is not None:
-                self._take_usage(_loads(b"".join(self._buffer)))
+                body = b"".join(self._buffer)
+                parsed = _loads(body)
+                self.malformed = parsed is None and bool(body.strip())
+                self._take_usage(parsed)
         except Exception:
             self._give_up()
         self._decoder = self._buffer = None
 
     def _give_up(self) -> None:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
+        self.malformed = True
         self._decoder = self._buffer = None
         self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.content_chars = 0

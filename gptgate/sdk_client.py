@@ -24,6 +24,7 @@ from .billed import BilledWork
 from .budget import BudgetHold
 from .clock import from_real
 from .errors import (
+    BackendError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -234,6 +235,9 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
+        if tap.malformed and not tap.streamed and self.generative:
+            self._malformed()
+            return
         latency = self._elapsed()
         usage: Usage | None = None
         if tap.usage is not None:
@@ -292,6 +296,30 @@ class _Attempt:
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._wasted(interrupted=tap.streamed)
+        self._end(None, error)
+
+    def _malformed(self) -> None:
+        """A whole body that is no answer (JSON cut short): the server generated the answer
+        before sending it, so it is billed in full — booked as ``gate.chat`` books it (the
+        prompt, and the output the backend's recent answers suggest, else ``max_tokens``),
+        and a failure of the backend's, not a success."""
+        error = BackendError(
+            "malformed response: the body is not a readable answer", backend=self.state.name,
+            billed=True,
+        )
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        usage = Usage(
+            input_tokens=self.prompt_tokens(),
+            output_tokens=self._billed().malformed(b"", self.max_tokens()),
+            estimated=True,
+        )
+        self.cost_usd += self.runner.ledger.record_attempt(
+            self.state.name, usage, streamed=False, wasted=True
+        )
+        if self.guarded is not None:
+            self.guarded.cost_usd += self.cost_usd
         self._end(None, error)
 
     def abandoned(self) -> None:

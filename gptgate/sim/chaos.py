@@ -497,6 +497,7 @@ async def _drive(
         else:
             outcome_name = outcome
         report.outcomes[outcome_name] += 1
+        report.books.ended(index, outcome_name)
         report.by_kind.setdefault(kind, collections.Counter())[outcome_name] += 1
         if took > config.deadline_s:
             why = f" ({outcome})" if isinstance(outcome, BaseException) else ""

@@ -46,6 +46,7 @@ class CallBooks:
     def __init__(self) -> None:
         self._caller: ContextVar[tuple[int, str] | None] = ContextVar("chaos_caller", default=None)
         self.kinds: dict[int, str] = {}
+        self.endings: dict[int, str] = {}
         self.booked: dict[tuple[str, int | None], _Side] = collections.defaultdict(_Side)
         self.billed: dict[tuple[str, int | None], _Side] = collections.defaultdict(_Side)
 
@@ -64,18 +65,18 @@ class CallBooks:
         record, correct = ledger.record_attempt, ledger.correct
 
         def record_attempt(backend: str, usage: Usage, **kwargs: Any) -> float:
-            side = self._side(backend)
+            side, resent = self._side(backend)
             side.count += 1
             side.tokens += usage.total_tokens
             if kwargs.get("uncertain"):
                 side.uncertain += usage.total_tokens
             else:
                 side.uncertain += kwargs.get("unread_tokens", 0)
-            side.outcomes[_how(kwargs)] += 1
+            side.outcomes[_how(kwargs) + ("+resent" if resent else "")] += 1
             return record(backend, usage, **kwargs)
 
         def corrected(backend: str, booked: Usage, actual: Usage, *, uncertain: bool) -> float:
-            side = self._side(backend)
+            side, _ = self._side(backend)
             side.tokens += actual.total_tokens - booked.total_tokens
             if uncertain:
                 side.uncertain -= booked.total_tokens
@@ -94,12 +95,16 @@ class CallBooks:
             side.tokens += bill.input_tokens + bill.output_tokens
             side.outcomes[bill.outcome] += 1
 
-    def _side(self, backend: str) -> _Side:
-        index = _request_index(3)
+    def _side(self, backend: str) -> tuple[_Side, bool]:
+        index, resent = _request_index(3)
         if index is None:
             caller = self._caller.get()
             index = None if caller is None else caller[0]
-        return self.booked[backend, index]
+        return self.booked[backend, index], resent
+
+    def ended(self, index: int, outcome: str) -> None:
+        """How ``index``'s call ended, as its caller saw it."""
+        self.endings[index] = outcome
 
     def table(self, backend: str, worst: int = 6) -> str:
         """Per verb: booked (of it uncertain) vs billed tokens, and the billed work no
@@ -127,21 +132,23 @@ class CallBooks:
         for gap, index in sorted(short, key=lambda s: s[0], reverse=True)[:worst]:
             ours, theirs = self.booked.get((backend, index)), self.billed.get((backend, index))
             lines.append(
-                f"  call {index} ({self.kinds.get(index, '?') if index is not None else '?'}): "
+                f"  call {index} ({self.kinds.get(index, '?') if index is not None else '?'} "
+                f"{self.endings.get(index, '?') if index is not None else ''}): "
                 f"unbooked {gap:,}; booked {_show(ours)}; billed {_show(theirs)}"
             )
         return "\n".join(lines)
 
 
-def _request_index(depth: int) -> int | None:
+def _request_index(depth: int) -> tuple[int | None, bool]:
     """The caller index in the prompt of the attempt that is booking (an SDK request's body,
     gptgate/sdk_client.py ``_Attempt.request``; a call's ``spec.messages`` in calls.py), up
     the stack: a stream dropped by its caller is booked from whichever task noticed it, and
-    ``map``/``submit`` attempts run in tasks of the gateway's own."""
+    ``map``/``submit`` attempts run in tasks of the gateway's own. And whether it is a
+    refused SDK request sent again by the transport (gptgate/sdk_requeue.py)."""
     frame: FrameType | None = sys._getframe(depth)
     for _ in range(3):
         if frame is None:
-            return None
+            return None, False
         local = frame.f_locals
         content = getattr(getattr(local.get("self"), "request", None), "content", None)
         messages = getattr(local.get("spec"), "messages", None)
@@ -151,9 +158,10 @@ def _request_index(depth: int) -> int | None:
         )
         if text is not None:
             match = _INDEX.search(text)
-            return int(match.group(1)) if match else None
+            resent = getattr(local.get("self"), "cut_at", None) is not None
+            return (int(match.group(1)) if match else None), resent
         frame = frame.f_back
-    return None
+    return None, False
 
 
 def _how(kwargs: dict[str, Any]) -> str:
