@@ -48,7 +48,7 @@ async def _through_sdk() -> tuple[tuple[int, int, int, int], int]:
             api_key="sk-test", base_url="http://127.0.0.1:9/v1",
             http_client=gate.http_client("mock"), max_retries=0,
         )
-        with pytest.raises(Exception):  # the SDK's own (it cannot parse the body)
+        with pytest.raises(json.JSONDecodeError):  # the SDK cannot parse the body
             await client.chat.completions.create(
                 model="m", messages=USER, max_tokens=MAX_TOKENS  # type: ignore[arg-type]
             )
