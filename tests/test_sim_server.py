@@ -56,6 +56,7 @@ def test_each_request_has_its_own_bill_over_http() -> None:
     request's id, its last user message's first characters, how it ended and its tokens —
     summing to the ledger's totals."""
     engine = SimEngine("gpu", clock=ScaledClock(100), seed=4)
+    engine.ledger.keep_bills()  # off by default: memory that grows with the run
     with SimServer(engine) as base_url:
 
         async def main() -> tuple[list[str], list[dict[str, object]]]:

@@ -390,6 +390,7 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
                     time_scale=config.time_scale,
                     seed=config.seed * 10 + i,
                     faults=_plan(config, config.seed * 100 + i, storms=name == "gpu"),
+                    request_bills=name != "tpu",
                     **profile_overrides,
                 )
             )

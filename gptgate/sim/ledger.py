@@ -111,13 +111,14 @@ def prompt_label(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-#: how many requests' own bills a ledger keeps (the oldest go first: a soak runs for hours)
+#: how many requests' own bills a ledger keeps once asked (the oldest go first)
 _BILLS_KEPT = 100_000
 
 
 class SimLedger:
-    """Mutable counters behind :class:`LedgerSnapshot`, and the latest requests' own bills
-    (:class:`RequestBill`); one per engine."""
+    """Mutable counters behind :class:`LedgerSnapshot`, and — once :meth:`keep_bills` is
+    called — the latest requests' own bills (:class:`RequestBill`); one per engine. Off by
+    default: a bill kept per request is memory that grows with the run (a soak counts it)."""
 
     __slots__ = ("_counts", "bills")
 
@@ -133,13 +134,17 @@ class SimLedger:
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
-        self.bills: deque[RequestBill] = deque(maxlen=_BILLS_KEPT)
+        self.bills: deque[RequestBill] = deque(maxlen=0)
         self.reset()
 
     def reset(self) -> None:
         """Zero every counter (e.g. between benchmark rows sharing an engine)."""
         self._counts = dict.fromkeys(LedgerSnapshot.__dataclass_fields__, 0)
         self.bills.clear()
+
+    def keep_bills(self, most: int = _BILLS_KEPT) -> None:
+        """From now on keep each request's own bill, the latest ``most``."""
+        self.bills = deque(self.bills, maxlen=most)
 
     def record(
         self,
@@ -153,7 +158,7 @@ class SimLedger:
     ) -> None:
         """Count one finished request and the tokens it is billed; ``request``: its id and
         prompt label, kept as its own :class:`RequestBill`."""
-        if request is not None:
+        if request is not None and self.bills.maxlen:
             self.bills.append(
                 RequestBill(*request, outcome, input_tokens=input_tokens,
                             output_tokens=output_tokens)
