@@ -24,6 +24,7 @@ from .billed import BilledWork
 from .budget import BudgetHold
 from .clock import from_real
 from .errors import (
+    BackendError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -46,6 +47,7 @@ from .outcomes import count_failure, report_failure
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens
@@ -125,6 +127,10 @@ class _Attempt:
         self.read_chars: int | None = None
         #: this request is its backend's half-open probe (its number), else 0
         self.probe = 0
+        #: the caller closed the stream it was reading (not gptgate hanging up on it)
+        self.caller_left = False
+        #: a refusal sent again: its body is read no further than this bound
+        self.cut_at: float | None = None
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -193,6 +199,14 @@ class _Attempt:
         self.succeeded()
 
     def left(self) -> None:
+        """The caller closed the body mid-stream (or cancelled its read): the server went on
+        generating until it saw the close, past what the caller read — possibly billed, as
+        for a stream gptgate hung up on (the SDK's ``break`` + ``close()``: 10-20 tokens a
+        stream billed beyond what was booked, -4.1% on a run of them)."""
+        tap = self.tap
+        if tap is not None and tap.streamed and self.read_chars is None:
+            self.read_chars = tap.content_chars
+        self.caller_left = True
         self.abandoned()
 
     def hung_up(self, complete: bool) -> None:
@@ -234,6 +248,9 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
+        if tap.malformed and not tap.streamed and self.generative:
+            self._malformed()
+            return
         latency = self._elapsed()
         usage: Usage | None = None
         if tap.usage is not None:
@@ -294,6 +311,30 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
+    def _malformed(self) -> None:
+        """A whole body that is no answer (JSON cut short): the server generated the answer
+        before sending it, so it is billed in full — booked as ``gate.chat`` books it (the
+        prompt, and the output the backend's recent answers suggest, else ``max_tokens``),
+        and a failure of the backend's, not a success."""
+        error = BackendError(
+            "malformed response: the body is not a readable answer", backend=self.state.name,
+            billed=True,
+        )
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        usage = Usage(
+            input_tokens=self.prompt_tokens(),
+            output_tokens=self._billed().malformed(b"", self.max_tokens()),
+            estimated=True,
+        )
+        self.cost_usd += self.runner.ledger.record_attempt(
+            self.state.name, usage, streamed=False, wasted=True
+        )
+        if self.guarded is not None:
+            self.guarded.cost_usd += self.cost_usd
+        self._end(None, error)
+
     def abandoned(self) -> None:
         """The caller cancelled or left the body (a ``break``): ignored by the limit, but what
         the server generated until then is possibly billed. A stream left after its end
@@ -340,10 +381,16 @@ class _Attempt:
             output = self._billed().generated_by(self._elapsed(), self.max_tokens())
         if interrupted and self.read_chars is not None:
             # hung up mid-answer: the server went on generating until then, past what the
-            # drain read — possibly billed, as for a request cut before its first token
-            output = max(output, self._billed().possibly_generated(
-                self._elapsed(), self.max_tokens()
-            ))
+            # drain read — possibly billed, as for a request cut before its first token.
+            # A stream its caller left is guessed at its own pace before the backend taught
+            # one: max_tokens for each stream of a preview pattern (two deltas read, then
+            # close) booked 80 tokens where the server billed 1-6
+            billed, elapsed, most = self._billed(), self._elapsed(), self.max_tokens()
+            if self.caller_left and tap is not None:
+                guess = billed.generated_by(elapsed, most) or tap.paced_output(elapsed, most)
+            else:
+                guess = billed.possibly_generated(elapsed, most)
+            output = max(output, guess)
         # as gate.chat: an attempt left before the backend's usual first token, with nothing
         # generated, was still queued at the server, which bills nothing for it
         first_token = self.state.ttft.percentile(0.5)
@@ -577,11 +624,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ends.append(now + deadline_s)
         return min(ends, default=None)
 
-    async def _acquire(self, state: BackendState, request: httpx2.Request) -> Permit:
+    async def _acquire(
+        self, state: BackendState, request: httpx2.Request, bound: float | None = None
+    ) -> Permit:
         """A permit, waited for no longer than the request's own pool timeout (httpx's model
-        for "waiting for a connection") or the gateway's deadline: past it,
-        ``httpx2.PoolTimeout`` (the SDK's own timeout error)."""
-        deadline = self._wait_deadline(request)
+        for "waiting for a connection") or the gateway's deadline (``bound``: a resend's, read
+        at the request's start): past it, ``httpx2.PoolTimeout`` (the SDK's own timeout
+        error)."""
+        deadline = bound if bound is not None else self._wait_deadline(request)
         try:
             return await state.limiter.acquire(priority=self._priority, deadline=deadline)
         except OverloadedError as exc:
@@ -593,7 +643,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ) from exc
 
     async def _admit_cost(
-        self, runner: CallRunner, state: BackendState, request: httpx2.Request
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        bound: float | None = None,
     ) -> BudgetHold | None:
         """The dollar budget's reservation for the request: its prompt and, for a chat or
         completion, ``max_tokens`` (1024 without) at the backend's price; waited for
@@ -607,7 +658,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return None
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
-        deadline = self._wait_deadline(request)
+        deadline = bound if bound is not None else self._wait_deadline(request)
         return await runner.admit_cost(
             state, price.most_cost(prompt, output), self._priority, deadline
         )
@@ -633,16 +684,33 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
+        # looked up once, as the request is accepted: looked up again after its answer, a
+        # closing gateway refused it there — over a refusal nobody then read or closed (its
+        # pooled connection out) and a call accepted before the close failed in its grace
+        state = self._backend()
+        # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
+        bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
-            response = await self._handle(runner, request)
+            response = await self._handle(runner, state, request)
+            if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
+                response = await requeue_refusals(
+                    response, request, state=state, clock=self._gate.clock,
+                    retry=runner.retry, bound=bound,
+                    resend=lambda cut_at: self._handle(runner, state, request, cut_at=cut_at),
+                )
         return response
 
-    async def _handle(self, runner: CallRunner, request: httpx2.Request) -> httpx2.Response:
-        state = self._backend()
+    async def _handle(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request, *,
+        cut_at: float | None = None,
+    ) -> httpx2.Response:
+        """One request through the limiter to the backend; ``cut_at``: a refusal sent again,
+        whose waits and body end at that bound (gptgate/sdk_requeue.py)."""
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
         number = _sdk_attempt(request)
-        if number > 1 and not self._retry_funded(runner, state):
+        requeued = cut_at is not None
+        if number > 1 and not requeued and not self._retry_funded(runner, state):
             return _refused(request, state.name)
         permit: Permit | None
         hold: BudgetHold | None = None
@@ -657,23 +725,24 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         else:
             if held is not None:  # a guarded body's request to another backend: counted here
                 held.elsewhere.append(state.name)
-            refused = await through_circuit(runner, state, request, self._wait_deadline(request))
+            bound = cut_at if requeued else self._wait_deadline(request)
+            refused = await through_circuit(runner, state, request, bound)
             if refused is not None:
                 return refused
             try:
-                hold = await self._admit_cost(runner, state, request)
+                hold = await self._admit_cost(runner, state, request, cut_at)
             except BudgetExceededError as exc:
                 return _over_budget(request, state.name, exc)
             try:
-                permit = await self._acquire(state, request)
+                permit = await self._acquire(state, request, cut_at)
             except BaseException:
                 if hold is not None:
                     assert runner.spending is not None
                     runner.spending.release(hold)
                 raise
-        if guarded is None or number > 1:
+        if (guarded is None or number > 1) and not requeued:
             state.calls += 1
-        if number > 1:
+        if number > 1 or requeued:
             state.retries += 1
         elif guarded is None and runner.budget is not None:
             runner.budget.record_request(clock.now())  # a first request funds retries
@@ -685,6 +754,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         attempt.hold = hold
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
             attempt.probe = state.breaker.on_attempt(start)
+        attempt.cut_at = cut_at
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(
@@ -717,7 +787,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         body = OpenBody(
             response.stream, attempt, clock=clock, backend=state.name,
             silence_s=idle_s if tap.streamed else None, unread_s=idle_s,
-            drain=attempt.generative,
+            drain=attempt.generative, cut_at=attempt.cut_at,
         )
         response.stream = facade = WatchedByteStream(body)
         try:  # a stream is watched as it is read; a JSON body the SDK reads at once

@@ -56,6 +56,13 @@ _COLLECT_EVERY_S = 5.0
 _DRAIN_GAP_S = 0.02
 #: ... and so does this much time in all (a server still generating is hung up on)
 _DRAIN_S = 0.2
+
+
+class _CutAtBound(Exception):
+    """A read cut at the body's ``cut_at`` (raised as the SDK's own timeout error)."""
+
+
+_PAST_BOUND = "gptgate: the call deadline passed while reading the answer"
 _CLOSED = "the gateway closed before the stream was read to its end (shutdown grace ran out)"
 
 
@@ -104,6 +111,7 @@ class OpenBody(Generic[T]):
         silence_s: float | None = None,
         unread_s: float | None = None,
         drain: bool = False,
+        cut_at: float | None = None,
     ) -> None:
         self._inner = inner
         self._listener = listener
@@ -114,6 +122,9 @@ class OpenBody(Generic[T]):
         #: the longest the caller may leave it unread (None: unbounded)
         self._unread_s = unread_s
         self._drain = drain
+        #: no read goes past this clock reading (None: unbounded): a request the transport
+        #: sent again is cut at its bound, as ``gate.chat`` cuts its attempts at the deadline
+        self._cut_at = cut_at
         self._pieces: AsyncIterator[T] | None = None
         self._inner_closed = False
         self._entry: OpenStream | None = None
@@ -166,10 +177,15 @@ class OpenBody(Generic[T]):
         entry = self._entry
         # one scope per read: the server's silence bound (its deadline) and the shutdown
         # (which cancels it through the registry entry)
-        silence = self._silence_s
+        silence, cut_at = self._silence_s, self._cut_at
         deadline = (
             math.inf if silence is None else anyio.current_time() + self._clock.to_real(silence)
         )
+        cut = cut_at is not None and (
+            cut_real := anyio.current_time() + self._clock.to_real(cut_at - self._clock.now())
+        ) < deadline
+        if cut:
+            deadline = cut_real
         try:
             with anyio.CancelScope(deadline=deadline) as scope:
                 if entry is not None:
@@ -180,7 +196,18 @@ class OpenBody(Generic[T]):
                     if entry is not None:
                         entry.scope = None
             if scope.cancelled_caught and not self._shut_down():
+                if cut:
+                    raise _CutAtBound
                 raise httpx2.ReadTimeout("stream idle between chunks")
+        except _CutAtBound:
+            # the request's own bound, no fault of the server's: left, as a caller leaves;
+            # the SDK's own timeout error (openai's APITimeoutError), as a cut before the
+            # headers raises, and typed for any later read
+            self._refusal = RequestTimeout(
+                _PAST_BOUND, backend=self._backend, billed=True, deadline=True
+            )
+            await self._finish(self._listener.left)
+            raise httpx2.ReadTimeout(_PAST_BOUND) from None
         except Exception as exc:
             await self._finish(functools.partial(self._listener.cut, exc))
             raise

@@ -76,7 +76,9 @@ def test_chaos_ledger_is_near_the_bill(report) -> None:  # type: ignore[no-untyp
             continue
         ours, theirs = input_tokens + output_tokens, bill.input_tokens + bill.output_tokens
         unknown = report.uncertain_tokens[name]
-        assert ours - unknown <= theirs * 1.05 and theirs <= ours * 1.05, (name, ours, theirs)
+        assert ours - unknown <= theirs * 1.05 and theirs <= ours * 1.05, (
+            name, ours, theirs, report.books.table(name)
+        )
 
 
 def test_chaos_read_every_place_for_the_key(report) -> None:  # type: ignore[no-untyped-def]

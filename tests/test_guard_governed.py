@@ -400,7 +400,9 @@ def test_closing_the_gateway_ends_a_running_guarded_body() -> None:
 
 
 async def test_the_sdks_retries_show_as_attempts_on_their_spans() -> None:
-    script = Script(error(429, retry_after_ms="1"), error(500), ok("fine"))
+    # two server failures (a 429 with retry-after is a refusal the transport itself sends
+    # again, unseen by the SDK: gptgate/sdk_requeue.py, tests/test_sdk_requeue.py)
+    script = Script(error(500, retry_after_ms="1"), error(502, retry_after_ms="1"), ok("fine"))
     backend = gg.Backend(
         name="mock", base_url=BASE, model="m", concurrency=4,
         transport=httpx2.MockTransport(script),

@@ -1,8 +1,7 @@
 """A refusal of an SDK request on ``gate.http_client`` is sent again by the transport, and
 every resend is cut at the request's bound, as ``gate.chat`` cuts its attempts at the deadline:
 its wait for the headers and its body end there, and what it held is handed back
-(gptgate/sdk_requeue.py in fix/h4 at 4f807a3; not switched on yet, see ``_REQUEUE_OFF``).
-Without the cut a resend outlived the chaos suite's deadlines by ~8 s."""
+(gptgate/sdk_requeue.py). Without the cut a resend outlived the chaos suite's deadlines by ~8 s."""
 
 from __future__ import annotations
 
@@ -19,14 +18,6 @@ from gptgate.sim import LoopClock, SimEngine, SimServer, get_profile, run_virtua
 from tests.mockbackend import USER, Script, backend, error, gateway, ok, sse
 
 DEADLINE_S = 5.0
-#: the transport requeue is built (fix/h4, 4f807a3: every resend cut at the request's bound;
-#: the backend looked up once, as the request is accepted — looked up again after the answer,
-#: a closing gateway raised over a refusal nobody closed: chaos "nothing held after close",
-#: 3 of 16 runs -> 0 of 16) but not switched on: with it the chaos suite's gpu ledger still
-#: came 5.03% under the bill in 1 of 16 runs (main 0 of 16), cause not found yet
-_REQUEUE_OFF = pytest.mark.xfail(
-    strict=True, reason="known issue: gate.http_client does not requeue refusals yet"
-)
 
 
 def _refused_then(then: Any) -> Script:
@@ -65,7 +56,6 @@ def _held(gate: gg.Gateway) -> tuple[int, int]:
     return stats.in_flight, stats.queued
 
 
-@_REQUEUE_OFF
 def test_a_resend_without_headers_is_cut_at_the_deadline() -> None:
     """The resend's server never answers: the SDK (600 s timeout) gets a timeout at the
     gateway's deadline, not 600 s later, and the permit is back."""
@@ -86,7 +76,6 @@ def test_a_resend_without_headers_is_cut_at_the_deadline() -> None:
     assert held == (0, 0)
 
 
-@_REQUEUE_OFF
 def test_a_resent_stream_is_cut_at_the_deadline_mid_body() -> None:
     """The resend's stream sends one chunk and then nothing (its idle bound is longer than the
     deadline): the read in progress ends at the deadline with the SDK's own timeout error (as
@@ -170,7 +159,6 @@ def test_a_caller_cancelling_during_a_requeue_leaves_nothing_held(cancel_at: flo
     assert held == (0, 0) and open_at_server == 0
 
 
-@_REQUEUE_OFF
 def test_over_loopback_resends_end_by_the_deadline_and_hold_nothing() -> None:
     """A real server with one slot and no queue (503 + retry-after 1 s when busy), answers of
     3 s, the gateway's deadline 5 s, four plain SDK calls at once (``max_retries=0``): the
@@ -245,7 +233,6 @@ async def _closed_while_answering(
     return raised[0]
 
 
-@_REQUEUE_OFF
 def test_a_refusal_arriving_while_the_gateway_closes_is_requeued_and_its_connection_back() -> None:
     """The chaos suite's "nothing held after close" (gpu: 1 connection out, 3 of 16 runs): a
     plain SDK request accepted before ``aclose``, whose 429 arrives during the shutdown grace.

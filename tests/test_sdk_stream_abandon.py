@@ -270,3 +270,42 @@ def test_what_a_stream_hung_up_on_may_have_generated_is_bounded() -> None:
         work.observe(0.5 + 0.1 * tokens, tokens, None)  # 0.5 s to the first, 0.1 s a token
     assert work.possibly_generated(2.5, 100) == 20
     assert work.possibly_generated(60.0, 100) == 100
+
+
+async def _closed_mid_answer() -> tuple[int, int, LedgerEntry]:
+    """A caller reads three chunks, dawdles 1 s (the server generates on into the socket:
+    100 tokens), then ``close()``s the stream."""
+    clock = LoopClock()
+    async with anyio.create_task_group() as tg:
+        server = GeneratingServer(tg, tokens=1_000, per_token_s=0.01, first_s=0.05)
+        gate = _gate(server, clock)
+        async with gate:
+            stream = await _client(gate).chat.completions.create(
+                model="m", stream=True, messages=[{"role": "user", "content": "hi"}],
+                max_tokens=150,
+            )
+            read = 0
+            async for chunk in stream:
+                read += bool(chunk.choices and chunk.choices[0].delta.content)
+                if read == 3:
+                    break
+            await clock.sleep(1.0)
+            await stream.close()
+            await clock.sleep(0.2)
+            total = gate.ledger.total()
+        tg.cancel_scope.cancel()
+    return read, server.generated, total
+
+
+def test_a_stream_closed_mid_answer_books_what_the_server_generated_meanwhile() -> None:
+    """The SDK's ``break`` + ``close()``: what the server generated past what the caller read
+    is possibly billed, as for a stream gptgate hung up on — it had booked the three tokens
+    read, as certain, while the server billed ~100 (the simulator: 10-20 tokens a closed
+    preview, a run of them 4% under the bill). Before the backend taught a pace, the stream's
+    own (its deltas after the first) says how much: not ``max_tokens``, which booked 80 for
+    each preview closed at once where the server billed 1-6
+    (tests/test_anthropic_stream_left.py)."""
+    read, generated, total = run_virtual(_closed_mid_answer)
+    assert read == 3 and generated >= 90
+    assert 0.7 * generated <= total.output_tokens <= 1.3 * generated  # an estimate (77 of 102)
+    assert total.uncertain_tokens == total.output_tokens - read  # all but what was read

@@ -190,12 +190,6 @@ def test_a_refusal_without_any_end_counts_as_an_attempt() -> None:
     assert not refusals.free and refusals.counted == 1 and refusals.stop(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known issue: gate.http_client sends a request once; a refusal reaches the SDK "
-    "(the transport requeue, fixed for the chaos suite's connection left out at close, is "
-    "in fix/h4's history, 4f807a3: one ledger miss of 16 chaos runs left it off)",
-)
 @pytest.mark.parametrize("status", [429, 503])
 def test_sdk_requests_on_http_client_are_requeued_too(status: int) -> None:
     """The openai SDK with ``max_retries=0`` on ``gate.http_client`` (the pattern the guard

@@ -51,6 +51,34 @@ def test_json_and_streaming_over_loopback() -> None:
     assert ledger.ok == 2 and ledger.output_tokens > 0
 
 
+def test_each_request_has_its_own_bill_over_http() -> None:
+    """The bill request by request (``GET /v1/sim/ledger/requests``): each admitted chat
+    request's id, its last user message's first characters, how it ended and its tokens —
+    summing to the ledger's totals."""
+    engine = SimEngine("gpu", clock=ScaledClock(100), seed=4)
+    engine.ledger.keep_bills()  # off by default: memory that grows with the run
+    with SimServer(engine) as base_url:
+
+        async def main() -> tuple[list[str], list[dict[str, object]]]:
+            async with httpx2.AsyncClient(base_url=base_url) as client:
+                ids = []
+                for i in range(2):
+                    asked = [{"role": "system", "content": "brief"},
+                             {"role": "user", "content": f"question {i}"}]
+                    r = await client.post("/chat/completions", json={"messages": asked})
+                    ids.append(r.headers["x-request-id"])
+                bills = (await client.get("/sim/ledger/requests")).json()
+            return ids, bills
+
+        ids, bills = anyio.run(main)
+    total = engine.ledger.snapshot()
+    assert [b["request_id"] for b in bills] == ids
+    assert [b["prompt"] for b in bills] == ["question 0", "question 1"]
+    assert [b["outcome"] for b in bills] == ["ok", "ok"]
+    assert sum(b["input_tokens"] for b in bills) == total.input_tokens  # type: ignore[misc]
+    assert sum(b["output_tokens"] for b in bills) == total.output_tokens  # type: ignore[misc]
+
+
 def test_client_disconnect_is_billed_as_abandoned() -> None:
     engine = SimEngine("gpu", clock=ScaledClock(10))
     body = {"messages": MESSAGES, "stream": True, "max_tokens": 2000}

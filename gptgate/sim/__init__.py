@@ -28,7 +28,7 @@ from gptgate.sim.deepseek import DEEPSEEK_PRICE, DEEPSEEK_PROFILE
 from gptgate.sim.engine import EngineSnapshot, SimEngine, SimReset, SimResponse, SimStream
 from gptgate.sim.family import FamilyDraw, call_latency_s, family, family_draw
 from gptgate.sim.faults import FaultPlan
-from gptgate.sim.ledger import LedgerSnapshot, SimLedger
+from gptgate.sim.ledger import LedgerSnapshot, RequestBill, SimLedger
 from gptgate.sim.openai_batches import SimBatches, SimBatchPlan
 from gptgate.sim.process import SimProcess
 from gptgate.sim.profiles import PROFILES, SimProfile, get_profile
@@ -47,6 +47,7 @@ __all__ = [
     "FaultPlan",
     "LedgerSnapshot",
     "LoopClock",
+    "RequestBill",
     "SimBatchPlan",
     "SimBatches",
     "SimEngine",

@@ -32,6 +32,7 @@ import anyio
 import gptgate as gg
 from gptgate.clock import ScaledClock
 from gptgate.shared.server import RedisServer, redis_server_binary
+from gptgate.sim.chaos_books import CallBooks
 from gptgate.sim.faults import FaultPlan
 from gptgate.sim.ledger import LedgerSnapshot
 from gptgate.sim.process import SimProcess
@@ -146,6 +147,8 @@ class ChaosReport:
     #: (when it woke in real seconds from the start, how many real seconds late) of a 50 ms
     #: timer of the event loop's, all run long
     loop_lag_s: list[tuple[float, float]] = field(default_factory=list)
+    #: the ledger and the servers' bills call by call (``books.table(backend)``)
+    books: CallBooks = field(default_factory=CallBooks)
 
     def loop_lag_near(self, when: float, before_s: float = 0.5, after_s: float = 0.1) -> float:
         """How late the event loop was around ``when`` (real seconds from the start): the
@@ -387,6 +390,7 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
                     time_scale=config.time_scale,
                     seed=config.seed * 10 + i,
                     faults=_plan(config, config.seed * 100 + i, storms=name == "gpu"),
+                    request_bills=name != "tpu",
                     **profile_overrides,
                 )
             )
@@ -406,6 +410,8 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
             if name != "tpu":  # the killed one's first life took its bill with it
                 report.server_bill[name] = bill
             report.server_requests[name] = bill.requests
+            if name != "tpu":
+                report.books.bill(name, server.request_bills())
             for outcome in ("rate_limited", "server_errors", "interrupted", "malformed",
                             "abandoned"):
                 report.faults[outcome] += getattr(bill, outcome)
@@ -460,6 +466,7 @@ async def _drive(
         shutdown_grace_s=config.grace_s, tracer_provider=tracer, meter_provider=meter,
         shared=None if redis is None else gg.Shared(redis.url, namespace=namespace),
     )
+    report.books.watch(gate.ledger)
     rng = random.Random(config.seed)
     storms = FaultPlan(storm_every_s=config.storm_every_s, storm_s=config.storm_s)
     origin = clock.now()
@@ -476,7 +483,8 @@ async def _drive(
         if stormy:
             report.calls_in_storms += _MAP_ITEMS if kind == "map" else 1
         report.started += _MAP_ITEMS if kind == "map" else 1
-        outcome = await _call(gate, kind, index, rng, client, cancel_at, clock, report)
+        with report.books.caller(index, kind):
+            outcome = await _call(gate, kind, index, rng, client, cancel_at, clock, report)
         took = clock.now() - begun
         if isinstance(outcome, BaseException):
             watch.check("errors", f"{outcome!s} {outcome!r} {outcome.__cause__!r}")
@@ -490,6 +498,7 @@ async def _drive(
         else:
             outcome_name = outcome
         report.outcomes[outcome_name] += 1
+        report.books.ended(index, outcome_name)
         report.by_kind.setdefault(kind, collections.Counter())[outcome_name] += 1
         if took > config.deadline_s:
             why = f" ({outcome})" if isinstance(outcome, BaseException) else ""

@@ -42,7 +42,7 @@ from gptgate.sim.difficulty import answer_text, failure_mode, is_hard
 from gptgate.sim.embeddings import EMBEDDING_PATHS, answer_embeddings
 from gptgate.sim.faults import Fault, FaultPlan, FaultSpecError
 from gptgate.sim.job import Job, group_ends
-from gptgate.sim.ledger import Outcome, SimLedger
+from gptgate.sim.ledger import Outcome, SimLedger, prompt_label
 from gptgate.sim.profiles import SimProfile, get_profile
 from gptgate.sim.ratelimit import RateLimiter
 from gptgate.sim.request import BadRequest, ChatRequest, parse_chat
@@ -66,6 +66,8 @@ _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MODEL_PATHS = frozenset({"/v1/models", "/models"})
 #: not OpenAI's: the simulator's billing ledger as JSON (``SimLedger.snapshot``)
 _LEDGER_PATHS = frozenset({"/v1/sim/ledger", "/sim/ledger"})
+#: ... and each admitted chat request's own bill, as a JSON list (``SimLedger.bills``)
+_BILLS_PATHS = frozenset({"/v1/sim/ledger/requests", "/sim/ledger/requests"})
 _JSON = ("content-type", "application/json")
 _SSE_HEADERS = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
@@ -281,6 +283,9 @@ class SimEngine:
             # the simulator's own bill, for a client in another process to check its ledger
             body = wire.dumps(dataclasses.asdict(self.ledger.snapshot())).encode()
             return SimResponse(200, [*base, _JSON], body)
+        if path in _BILLS_PATHS and method.upper() == "GET":
+            body = wire.dumps([dataclasses.asdict(b) for b in self.ledger.bills]).encode()
+            return SimResponse(200, [*base, _JSON], body)
         if self.batch_routes is not None:  # /v1/files, /v1/batches: gptgate/sim/openai_batches.py
             answer = await self.batch_routes(method, path, headers, body)
             if answer is not None:
@@ -438,6 +443,7 @@ class SimEngine:
         job = self._start(chat, body, replica, canonical, fault, hard=is_hard(headers),
                           draws=draws)
         job.on_end = leave
+        job.request = (request_id, prompt_label(chat.messages))
         meta = wire.ResponseMeta(
             id=f"chatcmpl-{request_id[4:]}",
             created=int(time.time()),
@@ -698,7 +704,7 @@ class SimEngine:
         if job.lease is not None:
             job.lease.release()
         if not job.prefilled:
-            self.ledger.record(outcome)
+            self.ledger.record(outcome, request=job.request)
             return
         if output is None:
             output = (
@@ -712,6 +718,7 @@ class SimEngine:
             cached_input_tokens=job.cached_tokens,
             cache_write_input_tokens=job.cache_write_tokens,
             output_tokens=output,
+            request=job.request,
         )
 
     async def _sleep_until(self, t: float) -> None:

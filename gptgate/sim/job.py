@@ -35,6 +35,7 @@ class Job:
         "prefilled",
         "prompt_tokens",
         "replica",
+        "request",
         "stall_s",
         "text_key",
         "tok_s",
@@ -83,6 +84,8 @@ class Job:
         self.dialect: object = None
         #: called once when it ends (the hot-prefix spread's in-flight count, sim/spread.py)
         self.on_end: Callable[[], None] | None = None
+        #: its ``x-request-id`` and prompt label, for its own bill (sim/ledger.py RequestBill)
+        self.request: tuple[str, str] | None = None
 
     def token_time(self, k: int) -> float:
         """When output token ``k`` (1-based) is generated; a stall delays tokens after the first."""

@@ -8,13 +8,14 @@ against this ledger.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ..config import Price
 
-__all__ = ["LedgerSnapshot", "Outcome", "SimLedger"]
+__all__ = ["LedgerSnapshot", "Outcome", "RequestBill", "SimLedger", "prompt_label"]
 
 #: how a request ended, from the server's side
 Outcome = Literal[
@@ -78,10 +79,48 @@ class LedgerSnapshot:
         return self.cached_input_tokens / self.input_tokens if self.input_tokens else 0.0
 
 
-class SimLedger:
-    """Mutable counters behind :class:`LedgerSnapshot`; one per engine."""
+@dataclass(frozen=True, slots=True)
+class RequestBill:
+    """What the server billed one chat request it admitted (its ``x-request-id``), and the
+    last user message's first characters (``prompt``): a client's ledger compared request by
+    request, not only in total — a total 5% off says nothing about which request it was."""
 
-    __slots__ = ("_counts",)
+    request_id: str
+    prompt: str
+    outcome: Outcome
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+#: how much of the last user message a request's bill keeps
+_LABEL_CHARS = 64
+
+
+def prompt_label(messages: list[dict[str, Any]]) -> str:
+    """The last user message's first characters (text parts joined): what tells a client's
+    requests apart in the server's bills without any header of its own."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, dict)
+            )
+        return str(content or "")[:_LABEL_CHARS]
+    return ""
+
+
+#: how many requests' own bills a ledger keeps once asked (the oldest go first)
+_BILLS_KEPT = 100_000
+
+
+class SimLedger:
+    """Mutable counters behind :class:`LedgerSnapshot`, and — once :meth:`keep_bills` is
+    called — the latest requests' own bills (:class:`RequestBill`); one per engine. Off by
+    default: a bill kept per request is memory that grows with the run (a soak counts it)."""
+
+    __slots__ = ("_counts", "bills")
 
     _FIELDS = {
         "ok": "ok",
@@ -95,11 +134,17 @@ class SimLedger:
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self.bills: deque[RequestBill] = deque(maxlen=0)
         self.reset()
 
     def reset(self) -> None:
         """Zero every counter (e.g. between benchmark rows sharing an engine)."""
         self._counts = dict.fromkeys(LedgerSnapshot.__dataclass_fields__, 0)
+        self.bills.clear()
+
+    def keep_bills(self, most: int = _BILLS_KEPT) -> None:
+        """From now on keep each request's own bill, the latest ``most``."""
+        self.bills = deque(self.bills, maxlen=most)
 
     def record(
         self,
@@ -109,8 +154,15 @@ class SimLedger:
         cached_input_tokens: int = 0,
         output_tokens: int = 0,
         cache_write_input_tokens: int = 0,
+        request: tuple[str, str] | None = None,
     ) -> None:
-        """Count one finished request and the tokens it is billed."""
+        """Count one finished request and the tokens it is billed; ``request``: its id and
+        prompt label, kept as its own :class:`RequestBill`."""
+        if request is not None and self.bills.maxlen:
+            self.bills.append(
+                RequestBill(*request, outcome, input_tokens=input_tokens,
+                            output_tokens=output_tokens)
+            )
         c = self._counts
         c["requests"] += 1
         c[self._FIELDS[outcome]] += 1

@@ -28,7 +28,7 @@ from typing import Any
 import httpx2
 
 from gptgate.sim.faults import FaultPlan
-from gptgate.sim.ledger import LedgerSnapshot
+from gptgate.sim.ledger import LedgerSnapshot, RequestBill
 
 __all__ = ["SimProcess", "free_port"]
 
@@ -38,10 +38,12 @@ from gptgate.clock import ScaledClock, SystemClock
 from gptgate.sim import SimEngine, create_app, get_profile
 from gptgate.sim.server import _quiet_resets
 from gptgate.sim.faults import FaultPlan
-port, scale, name, overrides, seed, faults = sys.argv[1:7]
+port, scale, name, overrides, seed, faults, bills = sys.argv[1:8]
 profile = get_profile(name).model_copy(update=json.loads(overrides))
 clock = SystemClock() if float(scale) == 1.0 else ScaledClock(float(scale))
 engine = SimEngine(profile, clock=clock, seed=int(seed), faults=FaultPlan(**json.loads(faults)))
+if bills == "1":
+    engine.ledger.keep_bills()
 _quiet_resets()
 uvicorn.run(create_app(engine), host="127.0.0.1", port=int(port), log_level="critical",
             access_log=False, lifespan="off")
@@ -69,6 +71,7 @@ class SimProcess:
         port: int | None = None,
         faults: FaultPlan | None = None,
         startup_timeout_s: float = 30.0,
+        request_bills: bool = False,
         **overrides: Any,
     ) -> None:
         self.profile = profile
@@ -79,6 +82,8 @@ class SimProcess:
         #: random faults and 429 storms (a fresh engine after ``restart`` draws them anew)
         self.faults = faults or FaultPlan()
         self.startup_timeout_s = startup_timeout_s
+        #: keep each request's own bill (:meth:`request_bills`)
+        self.keeps_bills = request_bills
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -99,6 +104,7 @@ class SimProcess:
         args = [sys.executable, "-c", _SERVER, str(self.port), str(self.time_scale)]
         args += [self.profile, json.dumps(self.overrides), str(self.seed)]
         args.append(json.dumps(dataclasses.asdict(self.faults)))
+        args.append("1" if self.keeps_bills else "0")
         self._process = process = subprocess.Popen(args)
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
@@ -140,6 +146,13 @@ class SimProcess:
         response = httpx2.get(f"{self.base_url}/sim/ledger", timeout=10.0)
         response.raise_for_status()
         return LedgerSnapshot(**response.json())
+
+    def request_bills(self) -> list[RequestBill]:
+        """The running engine's bill request by request (:class:`RequestBill`), oldest first
+        (empty unless built with ``request_bills=True``)."""
+        response = httpx2.get(f"{self.base_url}/sim/ledger/requests", timeout=10.0)
+        response.raise_for_status()
+        return [RequestBill(**bill) for bill in response.json()]
 
     @property
     def alive(self) -> bool:
