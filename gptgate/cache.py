@@ -1270,15 +1270,19 @@ class CacheGate:
 
     def _in_order(self, state: _Group) -> bool:
         """Whether ``state``'s backend serves its warm groups first come, first served: a job
-        (turns) on a backend not seen spreading whose cached copies were seen expiring
-        between a group's calls (gptgate/cache_expiry.py), with two or more warm groups
-        (gptgate/cache_order.py)."""
+        (turns) on a backend not seen spreading whose cached copies were seen expiring between
+        a group's calls (gptgate/cache_expiry.py) or where a warm prefix was seen running wider
+        than ``start`` without losing a hit (the width new groups start at: a server keeping a
+        prefix on its home replica), with two or more warm groups (gptgate/cache_order.py)."""
         backend = state.backend
         return (
             state.warm
             and state.controller.policy.turn_wait_s is not None
             and not self._spreading(backend)
-            and self._expiry.short_lived(backend, self._clock.now())
+            and (
+                self._expiry.short_lived(backend, self._clock.now())
+                or backend in self._learned
+            )
             and self._warm_order.count(backend) >= 2
         )
 

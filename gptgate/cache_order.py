@@ -26,6 +26,13 @@ Applied on every backend not seen spreading (the last session's version, gated o
 window), it cost the named profiles 9–19 points of hits where cached copies live minutes: a
 released prefix's calls filled the KV blocks the other prefixes' copies lived in. Learned
 lifetimes leave those servers as they were: nothing expires there between a group's calls.
+
+It also applies where a warm prefix was seen running wider than ``start`` without losing a
+hit (the width the backend teaches new groups, forgotten at any sign of spilling): on a
+prefix-affine server two prefixes often share a home replica, and the shares held that home
+at two shares' batch while other replicas idled; in order, the head fills its home and the
+rest overflows to idle replicas, as the hand's calls do (family draw 11: 1.10× → 0.98× the
+hand warm-up's time, three engine seeds; docs/caching.md, "Time misses at a higher hit rate").
 """
 
 from __future__ import annotations
