@@ -46,7 +46,7 @@ __all__ = [
 #: server among its calls (draw 1021: the order's first 32 calls kept 50% of their hits, the
 #: next 32 75%, then 75–100%), and a job's first calls meet copies still fresh (draw 1001,
 #: side by side: 25 hits in its first 32 warm calls, then 3–8 in each 32)
-SETTLE_CALLS = 16
+SETTLE_CALLS = 32
 #: warm calls run side by side measured before a trial may start
 SIDE_CALLS = 24
 #: share of those calls that missed for a trial to start (the named profiles' jobs: at most
@@ -54,6 +54,8 @@ SIDE_CALLS = 24
 TRIGGER = 0.2
 #: warm calls served in order measured before the verdict
 TRIAL_CALLS = 24
+#: calls left out at the start of a trial: calls admitted before it still queue at the server
+TRIAL_SETTLE_CALLS = 16
 #: the order is kept when its calls' hit share beats the side-by-side calls' by this much
 MARGIN = 0.05
 #: how long a verdict holds before the backend is measured again
@@ -64,20 +66,45 @@ Phase = Literal["side", "trial", "kept", "refused"]
 
 @dataclass(slots=True)
 class _Measure:
+    """Calls of one phase in windows of ``size``: the hits of its last two windows."""
+
+    size: int
     settling: int = 0
     calls: int = 0
     hits: int = 0
+    windows: list[int] = field(default_factory=list)
 
-    def add(self, hit: bool) -> None:
+    def add(self, hit: bool) -> bool:
+        """Count one call; True when it completed a window."""
         if self.settling:
             self.settling -= 1
-            return
+            return False
         self.calls += 1
         self.hits += hit
+        if self.calls < self.size:
+            return False
+        self.windows = [*self.windows[-1:], self.hits]
+        self.calls = self.hits = 0
+        return True
+
+    def misses_often(self) -> bool:
+        """Its last two windows both missed :data:`TRIGGER` of their calls or more."""
+        return len(self.windows) == 2 and all(
+            hits <= (1.0 - TRIGGER) * self.size for hits in self.windows
+        )
 
     @property
     def hit_share(self) -> float:
-        return self.hits / self.calls if self.calls else 0.0
+        """Over its last two windows (or its last one)."""
+        return sum(self.windows) / (self.size * len(self.windows)) if self.windows else 0.0
+
+
+def _side() -> _Measure:
+    return _Measure(SIDE_CALLS, settling=SETTLE_CALLS)
+
+
+def _trial() -> _Measure:
+    return _Measure(TRIAL_CALLS, settling=TRIAL_SETTLE_CALLS)
 
 
 @dataclass(slots=True)
@@ -85,8 +112,8 @@ class _Backend:
     phase: Phase = "side"
     epoch: int = 0
     until: float = field(default=-math.inf)
-    side: _Measure = field(default_factory=lambda: _Measure(settling=SETTLE_CALLS))
-    trial: _Measure = field(default_factory=lambda: _Measure(settling=SETTLE_CALLS))
+    side: _Measure = field(default_factory=_side)
+    trial: _Measure = field(default_factory=_trial)
 
 
 class OrderTrial:
@@ -122,17 +149,9 @@ class OrderTrial:
         if epoch != state.epoch:
             return  # admitted under another phase: its hits say nothing about this one
         if state.phase == "side":
-            state.side.add(hit)
-            if state.side.calls < SIDE_CALLS:
-                return
-            if 1.0 - state.side.hit_share >= TRIGGER:
+            if state.side.add(hit) and state.side.misses_often():
                 state.phase, state.epoch = "trial", state.epoch + 1
-            else:
-                state.side = _Measure()  # a fresh window: the job's phases change
-        elif state.phase == "trial":
-            state.trial.add(hit)
-            if state.trial.calls < TRIAL_CALLS:
-                return
+        elif state.phase == "trial" and state.trial.add(hit):
             pays = state.trial.hit_share >= state.side.hit_share + MARGIN
             state.phase = "kept" if pays else "refused"
             state.epoch += 1
