@@ -8,8 +8,6 @@ import functools
 import sys
 from pathlib import Path
 
-import anyio
-
 from gptgate.cache import CacheGate, PrefixGroup
 from gptgate.cache_order_trial import (
     MARGIN,
@@ -28,6 +26,8 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 from _strategies import job, run_gptgate, run_naive  # noqa: E402
+
+from tests.cache_order_check import assert_head_served_first  # noqa: E402
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -110,30 +110,7 @@ def test_a_backend_whose_trial_runs_serves_its_warm_groups_in_order() -> None:
             await one("ab"[k % 2], CACHEABLE if k % 4 < 2 else 0)
         for t in anchors:
             t.release()
-        running = [await gate.enter("b", group("a"), JOB, limit=limit) for _ in range(5)]
-        running += [await gate.enter("b", group("b"), JOB, limit=limit) for _ in range(5)]
-        order: list[str] = []
-
-        async def call(key: str) -> None:
-            await gate.enter("b", group(key), JOB, limit=limit)
-            order.append(key)
-            await clock.sleep(1e6)
-
-        async with anyio.create_task_group() as tg:
-            for key in ["a"] * 8 + ["b"] * 3:
-                tg.start_soon(call, key)
-            await clock.sleep(1.0)
-            # the head past its share, up to the limit; b waits while a has calls waiting
-            assert order == ["a"] * 5
-            for t in running[5:]:  # b's calls end: the limit is still taken
-                t.release()
-            await clock.sleep(1.0)
-            assert order == ["a"] * 5
-            for t in running[:5]:  # a's first calls end: a's backlog first, then b
-                t.release()
-            await clock.sleep(1.0)
-            assert order == ["a"] * 8 + ["b"] * 3
-            tg.cancel_scope.cancel()
+        await assert_head_served_first(gate, clock, group("a"), group("b"), JOB)
 
     run_virtual(main)
 
