@@ -755,7 +755,7 @@ class CacheTicket:
             if self._hit is not None and self._order_epoch is not None:
                 self._gate._order_trial.record(
                     group.backend, epoch=self._order_epoch, hit=self._hit,
-                    now=self._gate._clock.now(),
+                    now=self._gate._clock.now(), key=group.key,
                 )
         if self.warmer and self._prefilled:
             group.spent = 0

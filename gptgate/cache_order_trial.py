@@ -56,6 +56,8 @@ SIDE_CALLS = 24
 TRIGGER = 0.25
 #: warm calls served in order measured before the verdict
 TRIAL_CALLS = 24
+#: calls of other groups than the trial's first it waits for (a change of head)
+SWITCH_CALLS = 8
 #: calls left out at the start of a trial: calls admitted before it still queue at the server
 TRIAL_SETTLE_CALLS = 16
 #: the order is kept when its calls' hit share beats the side-by-side calls' by this much
@@ -105,8 +107,35 @@ def _side() -> _Measure:
     return _Measure(SIDE_CALLS, settling=SETTLE_CALLS)
 
 
-def _trial() -> _Measure:
-    return _Measure(TRIAL_CALLS, settling=TRIAL_SETTLE_CALLS)
+@dataclass(slots=True)
+class _Trial:
+    """The calls served in order, until the head has changed: the order's cost is at a
+    change of head (the next prefix's copies aged while it waited; the named ``spread``
+    server's many prefixes at c=20: the trial's calls of its first head kept 22 of 24 hits,
+    the job 73.9% against 78.4% side by side)."""
+
+    settling: int = field(default_factory=lambda: TRIAL_SETTLE_CALLS)
+    calls: int = 0
+    hits: int = 0
+    head: str | None = None
+    others: int = 0
+
+    def add(self, hit: bool, key: str) -> bool:
+        """Count one call of group ``key``; True when the trial has measured enough."""
+        if self.settling:
+            self.settling -= 1
+            return False
+        self.calls += 1
+        self.hits += hit
+        if self.head is None:
+            self.head = key
+        elif key != self.head:
+            self.others += 1
+        return self.calls >= TRIAL_CALLS and self.others >= SWITCH_CALLS
+
+    @property
+    def hit_share(self) -> float:
+        return self.hits / self.calls if self.calls else 0.0
 
 
 @dataclass(slots=True)
@@ -115,7 +144,7 @@ class _Backend:
     epoch: int = 0
     until: float = field(default=-math.inf)
     side: _Measure = field(default_factory=_side)
-    trial: _Measure = field(default_factory=_trial)
+    trial: _Trial = field(default_factory=_Trial)
 
 
 class OrderTrial:
@@ -144,16 +173,18 @@ class OrderTrial:
     def phase(self, backend: str, now: float) -> Phase:
         return self._state(backend, now).phase
 
-    def record(self, backend: str, *, epoch: int, hit: bool, now: float) -> None:
-        """One finished warm call (not a warm-up), admitted in phase ``epoch`` while two or
-        more warm groups had calls on ``backend``."""
+    def record(
+        self, backend: str, *, epoch: int, hit: bool, now: float, key: str = ""
+    ) -> None:
+        """One finished warm call (not a warm-up) of group ``key``, admitted in phase
+        ``epoch`` while two or more warm groups had calls on ``backend``."""
         state = self._state(backend, now)
         if epoch != state.epoch:
             return  # admitted under another phase: its hits say nothing about this one
         if state.phase == "side":
             if state.side.add(hit) and state.side.misses_often():
                 state.phase, state.epoch = "trial", state.epoch + 1
-        elif state.phase == "trial" and state.trial.add(hit):
+        elif state.phase == "trial" and state.trial.add(hit, key):
             pays = state.trial.hit_share >= state.side.hit_share + MARGIN
             state.phase = "kept" if pays else "refused"
             state.epoch += 1

@@ -14,6 +14,7 @@ from gptgate.cache_order_trial import (
     MEMORY_S,
     SETTLE_CALLS,
     SIDE_CALLS,
+    SWITCH_CALLS,
     TRIAL_CALLS,
     TRIAL_SETTLE_CALLS,
     TRIGGER,
@@ -35,10 +36,11 @@ CACHEABLE = 4096
 
 def feed(trial: OrderTrial, calls: int, misses: int, *, now: float, epoch: int | None = None
          ) -> None:
-    """``calls`` finished warm calls of backend ``b``, the first ``misses`` of them missed."""
+    """``calls`` finished warm calls of backend ``b``, of groups ``a`` and ``b`` in turn, the
+    first ``misses`` of them missed."""
     for k in range(calls):
         at = trial.epoch("b", now) if epoch is None else epoch
-        trial.record("b", epoch=at, hit=k >= misses, now=now)
+        trial.record("b", epoch=at, hit=k >= misses, now=now, key="ab"[k % 2])
 
 
 def test_side_by_side_calls_that_miss_often_start_a_trial() -> None:
@@ -75,6 +77,16 @@ def test_the_order_is_kept_only_when_its_calls_keep_more_hits() -> None:
         return trial
 
     better = int(often - MARGIN * TRIAL_CALLS) - 1
+    head_only = OrderTrial()  # the trial's calls all of its first head: no verdict yet
+    feed(head_only, SETTLE_CALLS, SETTLE_CALLS, now=0.0)
+    for _ in range(2):
+        feed(head_only, SIDE_CALLS, often, now=0.0)
+    for _ in range(TRIAL_SETTLE_CALLS + 2 * TRIAL_CALLS):
+        head_only.record("b", epoch=head_only.epoch("b", 1.0), hit=True, now=1.0, key="a")
+    assert head_only.phase("b", 1.0) == "trial"
+    for k in range(SWITCH_CALLS):  # the next head's calls: measured too, then the verdict
+        head_only.record("b", epoch=head_only.epoch("b", 1.0), hit=False, now=1.0, key="b")
+        assert head_only.phase("b", 1.0) == ("trial" if k < SWITCH_CALLS - 1 else "kept")
     kept = tried(better)
     assert kept.phase("b", 2.0) == "kept" and kept.ordered("b", 2.0)
     assert kept.ordered("b", 2.0 + MEMORY_S - 1.0)
