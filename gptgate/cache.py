@@ -22,7 +22,7 @@ from cachetools import TTLCache
 
 from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder
-from .cache_order_trial import OrderTrial
+from .cache_order_trial import MAX_GROUPS, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
@@ -1295,14 +1295,17 @@ class CacheGate:
         ):
             return False
         learned = not self._spreading(backend) and self._expiry.short_lived(backend, now)
-        return learned or self._order_trial.ordered(backend, now)
+        few = self._warm_order.count(backend) <= MAX_GROUPS
+        return learned or (few and self._order_trial.ordered(backend, now))
 
     def _order_epoch(self, state: _Group) -> int | None:
         """The order trial's phase a warm call of ``state`` admitted now is a sample of: only
-        a job's, while two or more groups are warm, and not one the expiry learner orders."""
+        a job's, while two to ``MAX_GROUPS`` groups are warm, and not one the expiry learner
+        orders."""
         backend = state.backend
         now = self._clock.now()
-        if state.controller.policy.turn_wait_s is None or self._warm_order.count(backend) < 2:
+        warm = self._warm_order.count(backend)
+        if state.controller.policy.turn_wait_s is None or not 2 <= warm <= MAX_GROUPS:
             return None
         trial = self._order_trial
         if trial.phase(backend, now) == "side" and self._in_order(state):
