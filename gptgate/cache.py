@@ -22,6 +22,7 @@ from cachetools import TTLCache
 
 from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder
+from .cache_order_trial import MAX_GROUPS, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
@@ -643,8 +644,8 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gap", "_gate", "_group", "_hit", "_paced", "_prefilled",
-        "_queued",
+        "_admitted_at", "_epoch", "_gap", "_gate", "_group", "_hit", "_order_epoch", "_paced",
+        "_prefilled", "_queued",
         "_released", "fleet_claim", "warmer",
     )
 
@@ -671,6 +672,8 @@ class CacheTicket:
         #: admitted while the backend's limit was taken by other calls: it waits at the
         #: limiter, so its time to the first token is not the server's prefill time
         self._queued = gate is not None and group is not None and gate._full(group.backend)
+        #: the order trial's phase it was admitted in (None: not a sample of it)
+        self._order_epoch = gate._order_epoch(group) if gate and group and not warmer else None
 
     @property
     def bypassed(self) -> bool:
@@ -749,6 +752,11 @@ class CacheTicket:
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
             if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
+            if self._hit is not None and self._order_epoch is not None:
+                self._gate._order_trial.record(
+                    group.backend, epoch=self._order_epoch, hit=self._hit,
+                    now=self._gate._clock.now(), key=group.key,
+                )
         if self.warmer and self._prefilled:
             group.spent = 0
         self._gate._busy[group.backend] -= 1
@@ -819,6 +827,9 @@ class CacheGate:
         #: per backend: whether the ramp pays, from its calls' latencies (gptgate/cache_release.py)
         self._release_judge = ReleaseJudge()
         self._released: dict[str, list[bool]] = {}
+        #: per backend: whether serving warm groups in order pays, tried and measured
+        #: (gptgate/cache_order_trial.py)
+        self._order_trial = OrderTrial()
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -899,7 +910,8 @@ class CacheGate:
             prefill_s=state.prefill_s,
             in_flight=state.in_flight,
             start=start,
-            spreading=self._spreading(state.backend) and not state.released[0],
+            spreading=self._spreading(state.backend) and not state.released[0]
+            and not self._order_trial.ordered(state.backend, self._clock.now()),
         ):
             return ticket
         assert state.prefill_s is not None
@@ -1270,21 +1282,39 @@ class CacheGate:
 
     def _in_order(self, state: _Group) -> bool:
         """Whether ``state``'s backend serves its warm groups first come, first served: a job
-        (turns) on a backend not seen spreading whose cached copies were seen expiring between
-        a group's calls (gptgate/cache_expiry.py) or where a warm prefix was seen running wider
-        than ``start`` without losing a hit (the width new groups start at: a server keeping a
-        prefix on its home replica), with two or more warm groups (gptgate/cache_order.py)."""
+        (turns) with two or more warm groups (gptgate/cache_order.py), on a backend not seen
+        spreading whose cached copies were seen expiring between a group's calls
+        (gptgate/cache_expiry.py) or where a warm prefix was seen running wider than ``start``
+        without losing a hit (the width new groups start at: a server keeping a prefix on its
+        home replica), or where the order is tried or was measured to pay
+        (gptgate/cache_order_trial.py)."""
         backend = state.backend
-        return (
+        now = self._clock.now()
+        if not (
             state.warm
             and state.controller.policy.turn_wait_s is not None
-            and not self._spreading(backend)
-            and (
-                self._expiry.short_lived(backend, self._clock.now())
-                or backend in self._learned
-            )
             and self._warm_order.count(backend) >= 2
+        ):
+            return False
+        learned = not self._spreading(backend) and (
+            self._expiry.short_lived(backend, now) or backend in self._learned
         )
+        few = self._warm_order.count(backend) <= MAX_GROUPS
+        return learned or (few and self._order_trial.ordered(backend, now))
+
+    def _order_epoch(self, state: _Group) -> int | None:
+        """The order trial's phase a warm call of ``state`` admitted now is a sample of: only
+        a job's, while two to ``MAX_GROUPS`` groups are warm, and not one the expiry learner
+        orders."""
+        backend = state.backend
+        now = self._clock.now()
+        warm = self._warm_order.count(backend)
+        if state.controller.policy.turn_wait_s is None or not 2 <= warm <= MAX_GROUPS:
+            return None
+        trial = self._order_trial
+        if trial.phase(backend, now) == "side" and self._in_order(state):
+            return None
+        return trial.epoch(backend, now)
 
     def _may_admit(self, state: _Group) -> bool:
         """``state.can_admit()`` — but on a backend serving warm groups in order, a head

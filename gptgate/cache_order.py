@@ -22,6 +22,11 @@ that spreads by rate: many small prefixes on the named ``spread`` server lost 76
 hits when each went first). Groups still cold warm up as before; a lone group keeps its ramp;
 a backend seen spreading keeps its shares and pacing (gptgate/cache.py).
 
+Where the expiries hide from the spacing the learner measures — behind a server queue every
+call is admitted 0 s after the previous one, and on a router spreading by calls in flight a
+prefix's copies on the replicas it spills to age between rare visits — the order is tried
+and kept only where it was measured to keep more hits (gptgate/cache_order_trial.py).
+
 Applied on every backend not seen spreading (the last session's version, gated on a good ramp
 window), it cost the named profiles 9–19 points of hits where cached copies live minutes: a
 released prefix's calls filled the KV blocks the other prefixes' copies lived in. Learned

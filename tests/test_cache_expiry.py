@@ -9,8 +9,6 @@ import functools
 import sys
 from pathlib import Path
 
-import anyio
-
 from gptgate.cache import CacheGate, PrefixGroup
 from gptgate.cache_expiry import MEASURED, MEMORY_S, ExpiryLearner
 from gptgate.scenarios import RampPolicy
@@ -20,6 +18,8 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 from _strategies import job, run_gptgate, run_naive  # noqa: E402
+
+from tests.cache_order_check import assert_head_served_first  # noqa: E402
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -73,30 +73,7 @@ def test_a_short_lived_backend_serves_its_warm_groups_in_order() -> None:
             await one("a", 0, 30.0)  # misses after 30 s: expired copies
         assert not gate._spreading("b")  # an expiry is not a spill
         await one("b", 0, 0.0)  # b warm too
-        running = [await gate.enter("b", group("b"), JOB, limit=limit) for _ in range(5)]
-        running += [await gate.enter("b", group("a"), JOB, limit=limit) for _ in range(5)]
-        order: list[str] = []
-
-        async def call(key: str) -> None:
-            await gate.enter("b", group(key), JOB, limit=limit)
-            order.append(key)
-            await clock.sleep(1e6)
-
-        async with anyio.create_task_group() as tg:
-            for key in ["b"] * 8 + ["a"] * 3:
-                tg.start_soon(call, key)
-            await clock.sleep(1.0)
-            # the head past its share, up to the limit; a waits while b has calls waiting
-            assert order == ["b"] * 5
-            for t in running[5:]:  # a's calls end: b's calls past its share take their place
-                t.release()
-            await clock.sleep(1.0)
-            assert order == ["b"] * 5
-            for t in running[:5]:  # b's first calls end: b's backlog first, then a
-                t.release()
-            await clock.sleep(1.0)
-            assert order == ["b"] * 8 + ["a"] * 3
-            tg.cancel_scope.cancel()
+        await assert_head_served_first(gate, clock, group("b"), group("a"), JOB)
 
     run_virtual(main)
 

@@ -1,0 +1,44 @@
+"""A check shared by the warm order's tests (tests/test_cache_expiry.py,
+tests/test_cache_order_trial.py): on a backend serving its warm groups in order, the head
+takes the slots past its share and the other group waits while the limit is taken."""
+
+from __future__ import annotations
+
+import anyio
+
+from gptgate.cache import CacheGate, PrefixGroup
+from gptgate.clock import Clock
+from gptgate.scenarios import RampPolicy
+
+
+async def assert_head_served_first(
+    gate: CacheGate, clock: Clock, head: PrefixGroup, other: PrefixGroup, policy: RampPolicy
+) -> None:
+    """Backend ``b`` at limit 10, both groups warm: 5 calls of each running, then 8 more of
+    ``head`` and 3 of ``other`` arrive. The head goes past its share (5) up to the limit,
+    ``other``'s calls wait while the limit is taken, and the head's backlog goes first."""
+    limit = 10
+    running = [await gate.enter("b", head, policy, limit=limit) for _ in range(5)]
+    running += [await gate.enter("b", other, policy, limit=limit) for _ in range(5)]
+    order: list[str] = []
+
+    async def call(group: PrefixGroup) -> None:
+        await gate.enter("b", group, policy, limit=limit)
+        order.append(group.key)
+        await clock.sleep(1e6)
+
+    h, o = head.key, other.key
+    async with anyio.create_task_group() as tg:
+        for group in [head] * 8 + [other] * 3:
+            tg.start_soon(call, group)
+        await clock.sleep(1.0)
+        assert order == [h] * 5  # the head past its share, up to the limit
+        for t in running[5:]:  # the other's calls end: the limit is still taken
+            t.release()
+        await clock.sleep(1.0)
+        assert order == [h] * 5
+        for t in running[:5]:  # the head's first calls end: its backlog first, then the other
+            t.release()
+        await clock.sleep(1.0)
+        assert order == [h] * 8 + [o] * 3
+        tg.cancel_scope.cancel()
