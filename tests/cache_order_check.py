@@ -1,8 +1,13 @@
-"""A check shared by the warm order's tests (tests/test_cache_expiry.py,
+"""Checks shared by the warm order's tests (tests/test_cache_expiry.py,
 tests/test_cache_order_trial.py): on a backend serving its warm groups in order, the head
-takes the slots past its share and the other group waits while the limit is taken."""
+takes the slots past its share and the other group waits while the limit is taken; and a
+family draw's cache job through the gate against the plain client, by the issue's rule."""
 
 from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
 
 import anyio
 
@@ -42,3 +47,25 @@ async def assert_head_served_first(
         await clock.sleep(1.0)
         assert order == [h] * 8 + [o] * 3
         tg.cancel_scope.cancel()
+
+
+def assert_gate_against_plain(draw: int, concurrency: int, *, hits: float, time: float) -> None:
+    """Family draw ``draw``'s cache job (400 calls over 4 prefixes) through gptgate and the
+    plain client at ``concurrency``: none failed, the gate's hit rate at most ``hits`` under
+    the plain client's and its time at most ``time`` times the plain client's."""
+    benchmarks = str(Path(__file__).resolve().parent.parent / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    from _strategies import job, run_gptgate, run_naive
+
+    from gptgate.sim import family, run_virtual
+
+    server = family(draw)
+    items = job(4, 400, draw)
+    plain = run_virtual(run_naive, server, [items], concurrency, draw, 100, 3600.0)
+    gate = run_virtual(
+        functools.partial(run_gptgate, timeout=3600.0), server, [items], concurrency, draw
+    )
+    assert gate.failed == plain.failed == 0
+    assert gate.hit >= plain.hit - hits, (gate.hit, plain.hit)
+    assert gate.total_s <= time * plain.total_s, (gate.total_s, plain.total_s)

@@ -5,21 +5,11 @@ client's prompt order runs them."""
 
 from __future__ import annotations
 
-import functools
-import sys
-from pathlib import Path
-
 from gptgate.cache import CacheGate, PrefixGroup
 from gptgate.cache_expiry import MEASURED, MEMORY_S, ExpiryLearner
 from gptgate.scenarios import RampPolicy
-from gptgate.sim import LoopClock, family, run_virtual
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-from _strategies import job, run_gptgate, run_naive  # noqa: E402
-
-from tests.cache_order_check import assert_head_served_first  # noqa: E402
+from gptgate.sim import LoopClock, run_virtual
+from tests.cache_order_check import assert_gate_against_plain, assert_head_served_first
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -85,10 +75,4 @@ def test_copies_expiring_between_calls_keep_the_plain_client_s_hits() -> None:
     each prefix's calls ~250 s apart against the plain's ~50 s, and its expiries marked the
     one-replica server spreading 22 times: 19.0% hits against the plain client's 37.8%
     (the floor: −5 points)."""
-    server = family(1009)
-    items = job(4, 400, 1009)
-    plain = run_virtual(run_naive, server, [items], 2, 1009, 100, 3600.0)
-    gate = run_virtual(functools.partial(run_gptgate, timeout=3600.0), server, [items], 2, 1009)
-    assert gate.failed == plain.failed == 0
-    assert gate.hit >= plain.hit - 0.05, (gate.hit, plain.hit)
-    assert gate.total_s <= 1.10 * plain.total_s, (gate.total_s, plain.total_s)
+    assert_gate_against_plain(1009, 2, hits=0.05, time=1.10)

@@ -4,10 +4,6 @@ trial and keeps the order only if its calls kept more of their hits."""
 
 from __future__ import annotations
 
-import functools
-import sys
-from pathlib import Path
-
 from gptgate.cache import CacheGate, PrefixGroup
 from gptgate.cache_order_trial import (
     MARGIN,
@@ -21,14 +17,8 @@ from gptgate.cache_order_trial import (
     OrderTrial,
 )
 from gptgate.scenarios import RampPolicy
-from gptgate.sim import LoopClock, family, run_virtual
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-from _strategies import job, run_gptgate, run_naive  # noqa: E402
-
-from tests.cache_order_check import assert_head_served_first  # noqa: E402
+from gptgate.sim import LoopClock, run_virtual
+from tests.cache_order_check import assert_gate_against_plain, assert_head_served_first
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -140,10 +130,4 @@ def test_copies_expiring_behind_a_server_queue_keep_the_plain_client_s_hits() ->
     read as a spill: 22.7% hits against 41.4%. Now the order is tried once two windows side
     by side missed often, and kept: 40.0% at 1.03× the plain client's time (the rule: −2
     points, 1.05×)."""
-    server = family(1001)
-    items = job(4, 400, 1001)
-    plain = run_virtual(run_naive, server, [items], 46, 1001, 100, 3600.0)
-    gate = run_virtual(functools.partial(run_gptgate, timeout=3600.0), server, [items], 46, 1001)
-    assert gate.failed == plain.failed == 0
-    assert gate.hit >= plain.hit - 0.02, (gate.hit, plain.hit)
-    assert gate.total_s <= 1.05 * plain.total_s, (gate.total_s, plain.total_s)
+    assert_gate_against_plain(1001, 46, hits=0.02, time=1.05)
