@@ -89,11 +89,13 @@ def assert_idle(gate: gg.SyncGateway) -> None:
     assert (stats.in_flight, stats.queued, stats.pool.checked_out) == (0, 0, 0)
 
 
-def until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``done`` (a state the loop's thread reaches soon) for up to ``timeout_s``."""
+def until(done: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``done`` (a state the loop's thread reaches soon) for up to ``timeout_s``;
+    whether it was reached."""
     deadline = time.monotonic() + timeout_s
     while not done() and time.monotonic() < deadline:
         time.sleep(0.005)
+    return done()
 
 
 def sync_threads_left() -> list[str]:
@@ -363,12 +365,15 @@ def test_an_interrupted_caller_gives_its_place_back(
 
         holder = threading.Thread(target=hold_the_permit)
         holder.start()
-        until(lambda: gate.stats()["sim"].in_flight >= 1)
+        # generous bounds, and never a SIGINT unless the call is queued: in a full run on a
+        # loaded machine the holder once took longer than 10 s to be in flight, the call took
+        # the permit, and the signal sent anyway after the silent timeout hit pytest itself
+        assert until(lambda: gate.stats()["sim"].in_flight >= 1, 60.0)
 
         def interrupt_once_queued() -> None:
-            until(lambda: gate.stats()["sim"].queued >= 1)
-            # a real SIGINT (Ctrl-C): it wakes the main thread from its blocking wait
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            if until(lambda: gate.stats()["sim"].queued >= 1, 60.0):
+                # a real SIGINT (Ctrl-C): it wakes the main thread from its blocking wait
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
         threading.Thread(target=interrupt_once_queued).start()
         try:
