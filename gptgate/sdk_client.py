@@ -625,13 +625,12 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         return min(ends, default=None)
 
     async def _acquire(
-        self, state: BackendState, request: httpx2.Request, bound: float | None = None
+        self, state: BackendState, request: httpx2.Request, deadline: float | None
     ) -> Permit:
         """A permit, waited for no longer than the request's own pool timeout (httpx's model
-        for "waiting for a connection") or the gateway's deadline (``bound``: a resend's, read
-        at the request's start): past it, ``httpx2.PoolTimeout`` (the SDK's own timeout
-        error)."""
-        deadline = bound if bound is not None else self._wait_deadline(request)
+        for "waiting for a connection") or the gateway's deadline (``deadline``, read at the
+        request's start: ``_wait_deadline``): past it, ``httpx2.PoolTimeout`` (the SDK's own
+        timeout error)."""
         try:
             return await state.limiter.acquire(priority=self._priority, deadline=deadline)
         except OverloadedError as exc:
@@ -644,7 +643,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
 
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
-        bound: float | None = None,
+        deadline: float | None,
     ) -> BudgetHold | None:
         """The dollar budget's reservation for the request: its prompt and, for a chat or
         completion, ``max_tokens`` (1024 without) at the backend's price; waited for
@@ -658,7 +657,6 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return None
         generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
-        deadline = bound if bound is not None else self._wait_deadline(request)
         return await runner.admit_cost(
             state, price.most_cost(prompt, output), self._priority, deadline
         )
@@ -691,25 +689,28 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
         bound = self._wait_deadline(request)
         with self._gate.calls.call(new=False):
-            response = await self._handle(runner, state, request)
+            response = await self._handle(runner, state, request, bound)
             if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
                 response = await requeue_refusals(
                     response, request, state=state, clock=self._gate.clock,
                     retry=runner.retry, bound=bound,
-                    resend=lambda cut_at: self._handle(runner, state, request, cut_at=cut_at),
+                    resend=lambda cut_at: self._handle(
+                        runner, state, request, cut_at, requeued=True
+                    ),
                 )
         return response
 
     async def _handle(
-        self, runner: CallRunner, state: BackendState, request: httpx2.Request, *,
-        cut_at: float | None = None,
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        bound: float | None, *, requeued: bool = False,
     ) -> httpx2.Response:
-        """One request through the limiter to the backend; ``cut_at``: a refusal sent again,
-        whose waits and body end at that bound (gptgate/sdk_requeue.py)."""
+        """One request through the limiter to the backend, its waits ending at ``bound`` (read
+        at the request's start); ``requeued``: a refusal sent again, whose body ends there
+        too (gptgate/sdk_requeue.py)."""
         held = _GUARD_PERMIT.get()
         clock = self._gate.clock
         number = _sdk_attempt(request)
-        requeued = cut_at is not None
+        cut_at = bound if requeued else None
         if number > 1 and not requeued and not self._retry_funded(runner, state):
             return _refused(request, state.name)
         permit: Permit | None
@@ -725,16 +726,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         else:
             if held is not None:  # a guarded body's request to another backend: counted here
                 held.elsewhere.append(state.name)
-            bound = cut_at if requeued else self._wait_deadline(request)
             refused = await through_circuit(runner, state, request, bound)
             if refused is not None:
                 return refused
             try:
-                hold = await self._admit_cost(runner, state, request, cut_at)
+                hold = await self._admit_cost(runner, state, request, bound)
             except BudgetExceededError as exc:
                 return _over_budget(request, state.name, exc)
             try:
-                permit = await self._acquire(state, request, cut_at)
+                permit = await self._acquire(state, request, bound)
             except BaseException:
                 if hold is not None:
                     assert runner.spending is not None
