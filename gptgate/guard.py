@@ -432,14 +432,12 @@ class _GuardRun:
             return
         served = self._elsewhere(state, call, number)
         if served is not None:  # another backend's failure, counted on its wire
-            failure = _ForeignFailure(classify_exception(original, served), original)
-            if cut is not None:
-                failure.retryable = False
-            raise failure from original
-        report_failure(permit, view, latency)
-        if not call.wire_attempts and not isinstance(view, OverloadedError):
-            count_failure(state, view, self.clock.now())  # the wire counts what it saw
-        self.failed.add(state.name)
+            view = classify_exception(original, served)
+        else:
+            report_failure(permit, view, latency)
+            if not call.wire_attempts and not isinstance(view, OverloadedError):
+                count_failure(state, view, self.clock.now())  # the wire counts what it saw
+            self.failed.add(state.name)
         failure = _ForeignFailure(view, original)
         if cut is not None:
             failure.retryable = False  # the caller has read part of it: no second try
