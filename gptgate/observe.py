@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from .results import Usage
-from .tokens import CHARS_PER_TOKEN
+from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_stream import FINISH_REASONS
 
@@ -217,7 +217,7 @@ class ResponseTap:
     def output_so_far(self) -> int:
         """The answer's output tokens so far: the server's count once whole, else the larger
         of a count given mid-answer and the text's estimate."""
-        estimate = (self.content_chars + 3) // 4
+        estimate = tokens_for_chars(self.content_chars)
         if self.output_tokens is None:
             return estimate
         return self.output_tokens if self.output_counted else max(self.output_tokens, estimate)

@@ -50,7 +50,7 @@ from .sdk_circuit import through_circuit
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
-from .tokens import estimate_prompt_tokens, estimate_text_tokens
+from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -260,7 +260,7 @@ class _Attempt:
         elif self.generative and tap.content_chars:
             usage = Usage(
                 input_tokens=self.prompt_tokens(),
-                output_tokens=(tap.content_chars + 3) // 4,
+                output_tokens=tokens_for_chars(tap.content_chars),
                 estimated=True,
             )
         if self.permit is not None:
@@ -399,7 +399,7 @@ class _Attempt:
         usage = None
         unread = 0
         if self.read_chars is not None:  # what gptgate drained, the caller never read
-            unread = max(0, output - (self.read_chars + 3) // 4)
+            unread = max(0, output - tokens_for_chars(self.read_chars))
         if prompt or output:
             usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
             cost = self.runner.ledger.record_attempt(

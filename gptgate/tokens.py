@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CHARS_PER_TOKEN", "estimate_prompt_tokens", "estimate_text_tokens", "message_text"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "estimate_prompt_tokens",
+    "estimate_text_tokens",
+    "message_text",
+    "tokens_for_chars",
+]
 
 CHARS_PER_TOKEN = 4
 #: per-message overhead of the chat format (role, separators)
@@ -18,7 +24,12 @@ MESSAGE_OVERHEAD_TOKENS = 4
 
 
 def estimate_text_tokens(text: str) -> int:
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+    return tokens_for_chars(len(text))
+
+
+def tokens_for_chars(chars: int) -> int:
+    """The tokens of ``chars`` characters of text (~4 a token, rounded up)."""
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
 def message_text(message: Mapping[str, Any]) -> str:
