@@ -77,6 +77,10 @@ class GuardedCall:
 
     limiter: Limiter
     permit: Permit
+    #: the gateway's clock, and how long a stream the body returned may sit unread (the
+    #: backend's ``idle_timeout``): a sync guard follows its caller's stream by them
+    clock: Clock | None = None
+    idle_s: float | None = None
     #: requests its body sent through ``gate.http_client`` on the guard's backend: they were
     #: seen on the wire, so their tokens, cost and failures are counted there, not again
     wire_attempts: int = 0
@@ -396,7 +400,7 @@ class _GuardRun:
         if number > 1:
             state.retries += 1  # on the backend the retry goes to
         self.span.backend, self.span.tries = state.name, number
-        call = GuardedCall(state.limiter, permit)
+        call = GuardedCall(state.limiter, permit, clock, state.backend.idle_timeout)
         token = _GUARD_PERMIT.set(call)
         probe = state.breaker.on_attempt(start)
         try:

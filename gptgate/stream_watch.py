@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .lifecycle import CallRegistry, OpenStream
 
 __all__ = [
-    "BodyListener", "Closable", "OpenBody", "WatchedByteStream", "closable", "watched_iterator"
+    "PROBE_LIVE_READER_S", "TICK_S", "BodyListener", "Closable", "OpenBody", "WatchedByteStream",
+    "closable", "collect_cycles", "watched_iterator",
 ]
 
 T = TypeVar("T")
@@ -45,11 +46,11 @@ T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
 
 #: how often a watchdog looks at its body (gateway seconds)
-_TICK_S = 0.1
+TICK_S = 0.1
 #: a body unread this long, the task that last read it over, is worth a cycle collection
 _PROBE_S = 0.2
 #: ... and this long while that task lives on (a worker loop that dropped it and went on)
-_PROBE_LIVE_READER_S = 1.0
+PROBE_LIVE_READER_S = 1.0
 #: at most one such collection per clock this often (gateway seconds)
 _COLLECT_EVERY_S = 5.0
 #: draining what had arrived when gptgate hangs up: a gap this long ends it ...
@@ -342,7 +343,7 @@ class OpenBody(Generic[T]):
         clock, ended = self._clock, self._ended
         assert ended is not None
         while not self.done:
-            with anyio.move_on_after(clock.to_real(_TICK_S)):
+            with anyio.move_on_after(clock.to_real(TICK_S)):
                 await ended.wait()
             if self.done:
                 return
@@ -358,8 +359,8 @@ class OpenBody(Generic[T]):
             if self._probed or idle < _PROBE_S:
                 continue
             reader_gone = self._reader_gone()
-            if reader_gone or idle >= _PROBE_LIVE_READER_S:
-                ran = _collect(clock)
+            if reader_gone or idle >= PROBE_LIVE_READER_S:
+                ran = collect_cycles(clock)
                 if self.dropped:
                     await self.hang_up("dropped by its caller unread")
                     return
@@ -383,7 +384,7 @@ def _task() -> asyncio.Task[Any] | None:
 _last_collect: tuple[int, float] = (0, -math.inf)
 
 
-def _collect(clock: Clock) -> bool:
+def collect_cycles(clock: Clock) -> bool:
     """A cycle collection, so that a stream its caller dropped is seen now (its facade's
     weak reference is told); False when one ran less than ``_COLLECT_EVERY_S`` ago on this
     clock (the caller asks again at its next tick). A full collection: a stream that lived

@@ -8,7 +8,12 @@ the loop; its body is this handoff: the loop tells the caller's thread "your try
 function returned or raised, and classifies that as for an async guard. A retry is another
 "go". A caller interrupted while it waits for a permit cancels its task: nothing is held.
 A returned stream (a sync SDK's ``Stream``, a generator) keeps the permit until it is read to
-its end, closed, or dropped.
+its end, closed, or dropped. The loop holds it only weakly while it waits for that end: a
+strong reference there would keep a stream its caller dropped in a reference cycle (an SDK's
+``Stream``) from ever being collected, and its permit with it. While it waits, it counts the
+caller's reads: a stream left unread is worth a cycle collection (as the async watchdog asks,
+gptgate/stream_watch.py), and one left unread past the backend's ``idle_timeout`` gives its
+permit back — a later read raises ``RequestTimeout``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import functools
 import inspect
 import queue
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Generic, ParamSpec, TypeVar
@@ -24,8 +30,10 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import anyio
 import httpx2
 
-from .guard import _GUARD_PERMIT, ReturnedStreamCut
+from .errors import RequestTimeout
+from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
 from .guard_manager import entered_now
+from .stream_watch import PROBE_LIVE_READER_S, TICK_S, collect_cycles
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
@@ -54,6 +62,10 @@ class ThreadCall(Generic[R]):
         self._outcome: tuple[Any, BaseException | None] = (None, None)
         #: set when a returned stream has been read, closed or dropped
         self._stream_end: anyio.Event | None = None
+        #: that stream, weakly (the caller's to drop): what the try returned, once it ended
+        self._streamed: Callable[[], object] | None = None
+        #: the caller's reads of that stream (and what its next read raises, if anything)
+        self._reads = _Reads()
         #: what cut that stream while it was read, if anything
         self._stream_error: Exception | None = None
 
@@ -64,17 +76,48 @@ class ThreadCall(Generic[R]):
         self._try += 1
         self._replied = replied = anyio.Event()
         self._stream_end, self._stream_error = None, None
-        self.inbox.put(_GUARD_PERMIT.get())
+        guarded = _GUARD_PERMIT.get()
+        self.inbox.put(guarded)
         with anyio.CancelScope(shield=True):  # the function runs on until it returns
             await replied.wait()
         value, error = self._outcome
         if error is not None:
             raise error
         if self._stream_end is not None:  # the permit follows the stream to its end
-            await self._stream_end.wait()
+            await self._follow(self._stream_end, guarded)
             if self._stream_error is not None:  # the guard classifies it, as a try's failure
                 raise ReturnedStreamCut(self._stream_error)
+            assert self._streamed is not None
+            value = self._streamed()  # None once its caller dropped it
         return value  # type: ignore[no-any-return]
+
+    async def _follow(self, ended: anyio.Event, guarded: GuardedCall | None) -> None:
+        """Wait for the returned stream's end. Left unread, it is worth a cycle collection
+        (dropped in a reference cycle, it ends only when collected); left unread past the
+        idle bound, it ends here and its next read raises."""
+        clock = guarded.clock if guarded is not None else None
+        if clock is None:
+            await ended.wait()
+            return
+        idle_s, reads = guarded.idle_s if guarded is not None else None, self._reads
+        seen, since = reads.count, clock.now()
+        while not ended.is_set():
+            with anyio.move_on_after(clock.to_real(TICK_S)):
+                await ended.wait()
+            if ended.is_set():
+                return
+            if reads.count != seen:
+                seen, since = reads.count, clock.now()
+                continue
+            idle = clock.now() - since
+            if idle_s is not None and idle >= idle_s:
+                reads.refusal = RequestTimeout(
+                    f"the stream was left unread {idle_s:g}s (the idle bound): gptgate gave "
+                    "its permit back"
+                )
+                return
+            if idle >= PROBE_LIVE_READER_S:
+                collect_cycles(clock)
 
     def _deliver(self, number: int, value: object, error: BaseException | None,
                  streaming: bool) -> None:
@@ -82,6 +125,8 @@ class ThreadCall(Generic[R]):
             return  # a stale try's answer
         self._outcome = (value, error)
         if streaming:
+            self._outcome = (None, None)
+            self._streamed = _weakly(value)
             self._stream_end = anyio.Event()
         self._replied.set()
 
@@ -119,8 +164,10 @@ class ThreadCall(Generic[R]):
                     raise
                 finally:
                     GUARDED_HERE.reset(token)
+                self._reads = _Reads()
                 held = _hold_stream(
-                    value, lambda error: _tell(loop, functools.partial(self._stream_ended, error))
+                    value, lambda error: _tell(loop, functools.partial(self._stream_ended, error)),
+                    self._reads,
                 )
                 call_on(loop, self._deliver, number, value, None, held is not None)
                 if held is not None:
@@ -129,6 +176,14 @@ class ThreadCall(Generic[R]):
             if not task.done():
                 task.cancel()
             raise
+
+
+def _weakly(value: object) -> Callable[[], object]:
+    """A weak reference to ``value`` (a strong one for the rare object that takes none)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
@@ -140,13 +195,41 @@ def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
 StreamEnd = Callable[[Exception | None], None]
 
 
+class _Reads:
+    """The caller's reads of a returned stream, counted in its thread and watched from the
+    loop; ``refusal``: what its next read raises (the loop gave its permit back)."""
+
+    __slots__ = ("count", "refusal")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.refusal: Exception | None = None
+
+    def pieces(self, inner: Iterator[Any]) -> Iterator[Any]:
+        """``inner``'s pieces, counted, until the loop refuses the next; closes ``inner``."""
+        try:
+            while self.refusal is None:
+                try:
+                    piece = next(inner)
+                except StopIteration:
+                    return
+                self.count += 1
+                yield piece
+            raise self.refusal
+        finally:
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()
+
+
 class _EndWatch(httpx2.SyncByteStream):
     """A response body that says once when it has been read to its end, closed or dropped,
     or what cut it while it was read."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd) -> None:
+    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: _Reads) -> None:
         self._inner = inner
         self._ended: StreamEnd | None = ended
+        self._reads = reads
 
     def _end(self, error: Exception | None = None) -> None:
         ended, self._ended = self._ended, None
@@ -155,7 +238,7 @@ class _EndWatch(httpx2.SyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            yield from self._inner
+            yield from self._reads.pieces(iter(self._inner))
         except Exception as error:
             self._end(error)
             raise
@@ -172,23 +255,18 @@ class _EndWatch(httpx2.SyncByteStream):
         self._end()
 
 
-def _watched_generator(inner: Iterator[Any], ended: StreamEnd) -> Iterator[Any]:
+def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: _Reads) -> Iterator[Any]:
     error: Exception | None = None
     try:
-        yield from inner
+        yield from reads.pieces(inner)
     except Exception as cut:
         error = cut
         raise
     finally:
-        close = getattr(inner, "close", None)
-        try:
-            if close is not None:
-                close()
-        finally:
-            ended(error)
+        ended(error)
 
 
-def _hold_stream(value: object, ended: StreamEnd) -> Any:
+def _hold_stream(value: object, ended: StreamEnd, reads: _Reads) -> Any:
     """``value`` if it is a stream still to be read, watched so that ``ended`` is told once
     it is over, and by what error if one cut it (the caller gets the same object back);
     else None."""
@@ -199,10 +277,10 @@ def _hold_stream(value: object, ended: StreamEnd) -> Any:
             stream, httpx2.SyncByteStream
         ):
             return None
-        response.stream = _EndWatch(stream, ended)
+        response.stream = _EndWatch(stream, ended, reads)
         return value
     if inspect.isgenerator(value):
-        return _watched_generator(value, ended)
+        return _watched_generator(value, ended, reads)
     return None
 
 

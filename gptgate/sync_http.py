@@ -7,21 +7,29 @@ A whole answer (JSON) comes back in one hop to the loop: sent, read and closed t
 stream is pumped: one task on the loop reads it into a queue the caller's thread reads from,
 so the body is read by a single task (its cancel scopes stay in one task) and closing the
 stream early cancels that task, which hangs up and gives the permit back.
+
+The pump reads at most ``_AHEAD`` chunks ahead of its caller: a caller that stops reading (a
+``break``) stops the read, so the body's watchdog (gptgate/stream_watch.py) sees it unread and
+asks the cycle collector for a stream dropped in a reference cycle (an SDK's ``Stream``), or
+hangs up at the idle bound. A dropped stream's finalizer may run on any thread the collector
+runs on — the loop's own thread included — so it only cancels the pump, never waits for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextvars import ContextVar
 
+import anyio
 import httpx2
 
 from .errors import GatewayClosedError
 from .guard import _GUARD_PERMIT, GuardedCall
-from .sync_portal import LoopPortal, spawn_on, wait
+from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
 __all__ = ["GUARDED_HERE", "PortalTransport"]
 
@@ -31,6 +39,8 @@ GUARDED_HERE: ContextVar[GuardedCall | None] = ContextVar("gptgate_sync_guard", 
 
 #: how long closing a stream waits for its task to hang up (it is shielded and quick)
 _CLOSE_WAIT_S = 10.0
+#: chunks the pump reads ahead of its caller before it waits for the caller to take some
+_AHEAD = 16
 
 
 class _End:
@@ -45,30 +55,40 @@ class _End:
 class _Pumped(httpx2.SyncByteStream):
     """An event stream's body as the caller's thread reads it."""
 
-    def __init__(self, chunks: queue.SimpleQueue[bytes | _End], task: Future[None],
-                 ended: threading.Event) -> None:
-        self._chunks = chunks
+    def __init__(self, exchange: _Exchange, task: Future[None], loop: LoopPortal) -> None:
+        self._exchange = exchange
         self._task = task
-        self._ended = ended
+        self._loop = loop
 
     def __iter__(self) -> Iterator[bytes]:
         try:
             while True:
-                chunk = self._chunks.get()
+                chunk = self._exchange.take(self._loop)
                 if isinstance(chunk, _End):
                     if chunk.error is not None:
                         raise chunk.error
                     return
                 yield chunk
+        except GeneratorExit:  # closed unread, often by the collector: on any thread
+            self._hang_up()
+            raise
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        """Hang up now if still reading; wait until the loop has given the permit back."""
+        """Hang up now if still reading; wait until the loop has given the permit back
+        (unless this is the loop's own thread: it would wait for itself)."""
+        self._hang_up()
+        if threading.get_ident() != self._loop.thread_id:
+            self._exchange.ended.wait(_CLOSE_WAIT_S)
+
+    def _hang_up(self) -> None:
         if not self._task.done():
             self._task.cancel()
-        self._ended.wait(_CLOSE_WAIT_S)
+
+    def __del__(self) -> None:  # dropped before it was ever read
+        self._hang_up()
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:
@@ -85,6 +105,28 @@ class _Exchange:
         self.ended = threading.Event()
         #: the head carries the whole body (not an event stream)
         self.whole = False
+        #: the pump waits for its caller to take chunks (set when it should go on)
+        self._room: anyio.Event | None = None
+
+    def take(self, loop: LoopPortal) -> bytes | _End:
+        """The next chunk, in the caller's thread; wakes the pump once half its read-ahead
+        has been taken."""
+        chunk = self.chunks.get()
+        room = self._room
+        if room is not None and self.chunks.qsize() <= _AHEAD // 2:
+            self._room = None
+            with contextlib.suppress(Exception):  # the loop stopped: nothing to wake
+                call_on(loop, room.set)
+        return chunk
+
+    async def _wait_for_room(self) -> None:
+        if self.chunks.qsize() < _AHEAD:
+            return
+        self._room = room = anyio.Event()
+        if self.chunks.qsize() <= _AHEAD // 2:  # the caller took them meanwhile
+            self._room = None
+            return
+        await room.wait()
 
     async def run(
         self, transport: httpx2.AsyncBaseTransport, request: httpx2.Request,
@@ -103,6 +145,7 @@ class _Exchange:
                 self.head.set_result(response)
                 async for chunk in response.aiter_raw():
                     self.chunks.put(chunk)
+                    await self._wait_for_room()
                 self.chunks.put(_End(None))
             except Exception as error:
                 self.chunks.put(_End(error))
@@ -151,7 +194,7 @@ class PortalTransport(httpx2.BaseTransport):
         if exchange.whole:
             wait(task)  # whole: the task has ended (or is ending) already
             return head
-        return _copy(head, _Pumped(exchange.chunks, task, exchange.ended))
+        return _copy(head, _Pumped(exchange, task, loop))
 
     def close(self) -> None:
         """The pool is the gateway's: closing this client leaves it open."""
