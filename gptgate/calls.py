@@ -41,6 +41,7 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
+from .fleet_probe import fleet_lets_probe
 from .hedge import HedgePolicy
 from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
@@ -926,17 +927,12 @@ class CallRunner:
     ) -> bool:
         """With ``shared=``, a half-open backend is probed by one process of the fleet: a
         call that would be this process's probe asks first (nothing else asks anything)."""
-        health = backend.fleet_health
-        if health is None or backend.breaker.state(self.clock.now()) != "half_open":
-            return True
         allowed = False
         try:
-            allowed = await health.may_probe()
+            allowed = await fleet_lets_probe(backend, permit, self.clock)
         finally:
-            if not allowed:  # refused or cancelled: hand back what the call holds
-                permit.ignore()
-                if ticket is not None:
-                    ticket.release()
+            if not allowed and ticket is not None:  # refused or cancelled: hand it back
+                ticket.release()
         return allowed
 
     async def _attempt(

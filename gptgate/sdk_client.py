@@ -32,6 +32,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .fleet_probe import fleet_lets_probe
 from .guard import (
     _GUARD_PERMIT,
     REFUSED_HEADER,
@@ -641,6 +642,32 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 request=request,
             ) from exc
 
+    async def _admitted(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        bound: float | None,
+    ) -> tuple[BudgetHold | None, Permit] | httpx2.Response:
+        """The request's budget hold and permit, past the circuit (and, half-open with
+        ``shared=``, the fleet's probe lease: refused it, the circuit is waited for again);
+        or the refusal to answer unsent."""
+        while True:
+            refused = await through_circuit(runner, state, request, bound)
+            if refused is not None:
+                return refused
+            try:
+                hold = await self._admit_cost(runner, state, request, bound)
+            except BudgetExceededError as exc:
+                return _over_budget(request, state.name, exc)
+            allowed = False
+            try:
+                permit = await self._acquire(state, request, bound)
+                allowed = await fleet_lets_probe(state, permit, runner.clock)
+            finally:
+                if not allowed and hold is not None:
+                    assert runner.spending is not None
+                    runner.spending.release(hold)
+            if allowed:
+                return hold, permit
+
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         deadline: float | None,
@@ -726,20 +753,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         else:
             if held is not None:  # a guarded body's request to another backend: counted here
                 held.elsewhere.append(state.name)
-            refused = await through_circuit(runner, state, request, bound)
-            if refused is not None:
-                return refused
-            try:
-                hold = await self._admit_cost(runner, state, request, bound)
-            except BudgetExceededError as exc:
-                return _over_budget(request, state.name, exc)
-            try:
-                permit = await self._acquire(state, request, bound)
-            except BaseException:
-                if hold is not None:
-                    assert runner.spending is not None
-                    runner.spending.release(hold)
-                raise
+            admitted = await self._admitted(runner, state, request, bound)
+            if isinstance(admitted, httpx2.Response):
+                return admitted
+            hold, permit = admitted
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:
