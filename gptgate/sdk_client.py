@@ -45,6 +45,7 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
+from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
@@ -392,10 +393,8 @@ class _Attempt:
             else:
                 guess = billed.possibly_generated(elapsed, most)
             output = max(output, guess)
-        # as gate.chat: an attempt left before the backend's usual first token, with nothing
-        # generated, was still queued at the server, which bills nothing for it
-        first_token = self.state.ttft.percentile(0.5)
-        prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
+        # as gate.chat: no prompt only for an attempt left before any prefill could have ended
+        prefilled = seen or output > 0 or may_be_prefilled(self.state.ttft, self._elapsed())
         prompt = self.prompt_tokens() if prefilled else 0
         usage = None
         unread = 0
