@@ -7,7 +7,8 @@ the loop; its body is this handoff: the loop tells the caller's thread "your try
 (shielded: a sync function cannot be cut, so its permit is held until it returns) for what the
 function returned or raised, and classifies that as for an async guard. A retry is another
 "go". A caller interrupted while it waits for a permit cancels its task: nothing is held.
-A returned stream (a sync SDK's ``Stream``, a generator) keeps the permit until it is read to
+A returned stream (a sync SDK's ``Stream``, a generator, an iterator class with ``close``:
+still an object of its class, gptgate/stream_proxy.py) keeps the permit until it is read to
 its end, closed, or dropped.
 """
 
@@ -26,6 +27,7 @@ import httpx2
 
 from .guard import _GUARD_PERMIT, ReturnedStreamCut
 from .guard_manager import entered_now
+from .stream_proxy import FollowedIterator
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
@@ -203,6 +205,8 @@ def _hold_stream(value: object, ended: StreamEnd) -> Any:
         return value
     if inspect.isgenerator(value):
         return _watched_generator(value, ended)
+    if hasattr(value, "__next__") and callable(getattr(value, "close", None)):
+        return FollowedIterator(value, ended)  # an iterator class of its own: still one
     return None
 
 
