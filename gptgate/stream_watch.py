@@ -386,10 +386,8 @@ def _task() -> asyncio.Task[Any] | None:
         return None
 
 
-#: the last collection a watchdog asked for: its clock's id and time
-_last_collect: tuple[int, float] = (0, -math.inf)
-#: the last young collection likewise
-_last_young: tuple[int, float] = (0, -math.inf)
+#: the last collection a watchdog asked for, per generation collected: its clock's id and time
+_last_collect: dict[int, tuple[int, float]] = {}
 
 
 def _collect_young(clock: Clock) -> bool:
@@ -399,29 +397,21 @@ def _collect_young(clock: Clock) -> bool:
     cheap enough to run at every probe. Before, only the full collection, at most every 5 s,
     found it: a worker loop of 15 previews on a limit of 3 waited 4.6 s for every third
     permit (16.9 s in all, now 7.3 s; tests/test_sdk_stream_young.py)."""
-    global _last_young
-    now = clock.now()
-    last_clock, last = _last_young
-    if last_clock == id(clock) and now - last < _YOUNG_EVERY_S:
-        return False
-    _last_young = (id(clock), now)
-    gc.collect(1)
-    return True
+    return _collect(clock, generation=1, every_s=_YOUNG_EVERY_S)
 
 
-def _collect(clock: Clock) -> bool:
+def _collect(clock: Clock, generation: int = 2, every_s: float = _COLLECT_EVERY_S) -> bool:
     """A cycle collection, so that a stream its caller dropped is seen now (its facade's
-    weak reference is told); False when one ran less than ``_COLLECT_EVERY_S`` ago on this
-    clock (the caller asks again at its next tick). A full collection: a stream that lived
-    through two of the young ones sits in the oldest generation already. Rare on purpose —
-    on a large heap it pauses the event loop for tens of milliseconds."""
-    global _last_collect
+    weak reference is told); False when one of ``generation`` ran less than ``every_s`` ago
+    on this clock (the caller asks again at its next tick). By default a full collection: a
+    stream that lived through two of the young ones sits in the oldest generation already.
+    Rare on purpose — on a large heap it pauses the event loop for tens of milliseconds."""
     now = clock.now()
-    last_clock, last = _last_collect
-    if last_clock == id(clock) and now - last < _COLLECT_EVERY_S:
+    last_clock, last = _last_collect.get(generation, (0, -math.inf))
+    if last_clock == id(clock) and now - last < every_s:
         return False
-    _last_collect = (id(clock), now)
-    gc.collect()
+    _last_collect[generation] = (id(clock), now)
+    gc.collect(generation)
     return True
 
 
