@@ -41,6 +41,7 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
+from .fleet_probe import fleet_lets_probe
 from .hedge import HedgePolicy
 from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
@@ -51,6 +52,7 @@ from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .outcomes import count_failure, is_caller_deadline, report_failure
+from .queued_prompt import may_be_prefilled
 from .relocate import QueuedCall
 from .results import ChatResult, Usage
 from .retry import RetryPolicy
@@ -926,17 +928,12 @@ class CallRunner:
     ) -> bool:
         """With ``shared=``, a half-open backend is probed by one process of the fleet: a
         call that would be this process's probe asks first (nothing else asks anything)."""
-        health = backend.fleet_health
-        if health is None or backend.breaker.state(self.clock.now()) != "half_open":
-            return True
         allowed = False
         try:
-            allowed = await health.may_probe()
+            allowed = await fleet_lets_probe(backend, permit, self.clock)
         finally:
-            if not allowed:  # refused or cancelled: hand back what the call holds
-                permit.ignore()
-                if ticket is not None:
-                    ticket.release()
+            if not allowed and ticket is not None:  # refused or cancelled: hand it back
+                ticket.release()
         return allowed
 
     async def _attempt(
@@ -1367,14 +1364,12 @@ class CallRunner:
     def _generated_by(
         self, backend: BackendState, spec: CallSpec, elapsed_s: float
     ) -> tuple[int, int]:
-        """(prompt, output) tokens the server probably billed for an attempt it was working on
+        """(prompt, output) tokens the server possibly billed for an attempt it was working on
         for ``elapsed_s`` when the client left it, having seen none of its answer: the output
         through the backend's latency-per-token line; the prompt unless the attempt left before
-        the backend's usual time to first token — still queued at the server, which bills
-        nothing for that (vLLM, llama.cpp and the simulator do so)."""
+        any prefill of the backend's could have ended (gptgate/queued_prompt.py)."""
         output = self._billed(backend).generated_by(elapsed_s, spec.route.output_tokens)
-        first_token = backend.ttft.percentile(0.5)
-        prefilled = output > 0 or first_token is None or elapsed_s >= first_token
+        prefilled = output > 0 or may_be_prefilled(backend.ttft, elapsed_s)
         return (spec.prompt_tokens if prefilled else 0), output
 
     def _wasted_usage(

@@ -33,6 +33,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
+from .fleet_probe import fleet_lets_probe
 from .guard_manager import entered
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
@@ -238,6 +239,10 @@ class ReturnedStreamCut(Exception):
         self.original = original
 
 
+class _FleetProbesIt(Exception):
+    """A half-open backend another process of the fleet probes: the try is routed again."""
+
+
 class _ForeignFailure(GateError):
     """Carries the original exception through the retry policy."""
 
@@ -377,14 +382,17 @@ class _GuardRun:
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
         route = self.site.route(self.route)
-        state = await runner.route(route, frozenset(self.failed), self.deadline)
-        hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
-        try:
-            return await self._admitted(number, body, state)
-        finally:
-            if hold is not None:  # the try's cost is in the ledger (a stream's: so far)
-                assert runner.spending is not None
-                runner.spending.release(hold)
+        while True:
+            state = await runner.route(route, frozenset(self.failed), self.deadline)
+            hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
+            try:
+                return await self._admitted(number, body, state)
+            except _FleetProbesIt:
+                continue  # its breaker is open now: routed again, as around any open circuit
+            finally:
+                if hold is not None:  # the try's cost is in the ledger (a stream's: so far)
+                    assert runner.spending is not None
+                    runner.spending.release(hold)
 
     async def _admitted(
         self, number: int, body: Callable[[], Awaitable[R]], state: BackendState
@@ -393,6 +401,8 @@ class _GuardRun:
         permit = await state.limiter.acquire(
             priority=self.scenario.priority, deadline=self.deadline, stall_s=self.stall_s
         )
+        if not await fleet_lets_probe(state, permit, clock):
+            raise _FleetProbesIt()  # another process of the fleet probes the backend
         start = clock.now()
         if number == 1 and runner.budget is not None:
             runner.budget.record_request(start)  # a first try funds retries, as gate.chat's

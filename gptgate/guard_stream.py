@@ -7,7 +7,8 @@ Handing the permit back when the function returned let 40 guarded calls under
 response (or an object holding one as ``.response``: the openai and anthropic SDKs'
 streams), whose body is watched in place; an async generator, returned as a watched async
 generator; any other async iterator with ``aclose``/``close``, returned as a proxy that
-reads and closes it (its other attributes are the original's).
+reads and closes it (its other attributes, and its class to ``isinstance``, are the
+original's).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx2
 
 from .errors import GatewayClosedError
 from .outcomes import report_failure
+from .stream_proxy import ProxyOf
 from .stream_watch import OpenBody, WatchedByteStream, closable, watched_iterator
 
 if TYPE_CHECKING:
@@ -93,9 +95,12 @@ class _Iterating:
                 await result
 
 
-class WatchedIterator:
+class WatchedIterator(ProxyOf):
     """The proxy returned for an async iterator that is neither a generator nor an HTTP
-    response: read and closed through the watch, anything else is the original's."""
+    response: read and closed through the watch, anything else is the original's — its
+    class too, to ``isinstance`` (gptgate/stream_proxy.py)."""
+
+    _OWN = frozenset({"_original", "_body"})
 
     def __init__(self, body: OpenBody[Any], original: Any) -> None:
         self._body = body
@@ -121,9 +126,6 @@ class WatchedIterator:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._body.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._original, name)
 
 
 def follow_returned(

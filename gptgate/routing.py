@@ -95,6 +95,8 @@ class CircuitBreaker:
         self.on_transition: Callable[[bool, float], object] | None = None
         #: open because the fleet said so, not because of failures seen here
         self.forced = False
+        #: a probe ended without a verdict (``shared=``: the fleet's probe lease goes back)
+        self.on_probe_left: Callable[[], object] | None = None
 
     def state(self, now: float) -> Literal["closed", "open", "half_open"]:
         if self.failures < self.threshold:
@@ -120,6 +122,8 @@ class CircuitBreaker:
         recovered got no call again while another was up (40 of 40 went elsewhere)."""
         if probe and self._probing and probe == self._probe:
             self._probing = False
+            if self.on_probe_left is not None:
+                self.on_probe_left()
 
     def on_success(self) -> None:
         was_open = self.failures >= self.threshold

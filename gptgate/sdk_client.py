@@ -32,6 +32,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .fleet_probe import fleet_lets_probe
 from .guard import (
     _GUARD_PERMIT,
     REFUSED_HEADER,
@@ -44,6 +45,7 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
+from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
@@ -391,10 +393,8 @@ class _Attempt:
             else:
                 guess = billed.possibly_generated(elapsed, most)
             output = max(output, guess)
-        # as gate.chat: an attempt left before the backend's usual first token, with nothing
-        # generated, was still queued at the server, which bills nothing for it
-        first_token = self.state.ttft.percentile(0.5)
-        prefilled = seen or output > 0 or first_token is None or self._elapsed() >= first_token
+        # as gate.chat: no prompt only for an attempt left before any prefill could have ended
+        prefilled = seen or output > 0 or may_be_prefilled(self.state.ttft, self._elapsed())
         prompt = self.prompt_tokens() if prefilled else 0
         usage = None
         unread = 0
@@ -641,6 +641,32 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 request=request,
             ) from exc
 
+    async def _admitted(
+        self, runner: CallRunner, state: BackendState, request: httpx2.Request,
+        bound: float | None,
+    ) -> tuple[BudgetHold | None, Permit] | httpx2.Response:
+        """The request's budget hold and permit, past the circuit (and, half-open with
+        ``shared=``, the fleet's probe lease: refused it, the circuit is waited for again);
+        or the refusal to answer unsent."""
+        while True:
+            refused = await through_circuit(runner, state, request, bound)
+            if refused is not None:
+                return refused
+            try:
+                hold = await self._admit_cost(runner, state, request, bound)
+            except BudgetExceededError as exc:
+                return _over_budget(request, state.name, exc)
+            allowed = False
+            try:
+                permit = await self._acquire(state, request, bound)
+                allowed = await fleet_lets_probe(state, permit, runner.clock)
+            finally:
+                if not allowed and hold is not None:
+                    assert runner.spending is not None
+                    runner.spending.release(hold)
+            if allowed:
+                return hold, permit
+
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         deadline: float | None,
@@ -726,20 +752,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         else:
             if held is not None:  # a guarded body's request to another backend: counted here
                 held.elsewhere.append(state.name)
-            refused = await through_circuit(runner, state, request, bound)
-            if refused is not None:
-                return refused
-            try:
-                hold = await self._admit_cost(runner, state, request, bound)
-            except BudgetExceededError as exc:
-                return _over_budget(request, state.name, exc)
-            try:
-                permit = await self._acquire(state, request, bound)
-            except BaseException:
-                if hold is not None:
-                    assert runner.spending is not None
-                    runner.spending.release(hold)
-                raise
+            admitted = await self._admitted(runner, state, request, bound)
+            if isinstance(admitted, httpx2.Response):
+                return admitted
+            hold, permit = admitted
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:

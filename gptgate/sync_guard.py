@@ -7,7 +7,8 @@ the loop; its body is this handoff: the loop tells the caller's thread "your try
 (shielded: a sync function cannot be cut, so its permit is held until it returns) for what the
 function returned or raised, and classifies that as for an async guard. A retry is another
 "go". A caller interrupted while it waits for a permit cancels its task: nothing is held.
-A returned stream (a sync SDK's ``Stream``, a generator) keeps the permit until it is read to
+A returned stream (a sync SDK's ``Stream``, a generator, an iterator class with ``close``:
+still an object of its class, gptgate/stream_proxy.py) keeps the permit until it is read to
 its end, closed, or dropped. The loop holds it only weakly while it waits for that end: a
 strong reference there would keep a stream its caller dropped in a reference cycle (an SDK's
 ``Stream``) from ever being collected, and its permit with it. While it waits, it counts the
@@ -33,7 +34,9 @@ import httpx2
 from .errors import RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
 from .guard_manager import entered_now
-from .stream_watch import PROBE_LIVE_READER_S, TICK_S, collect_cycles
+from .stream_proxy import FollowedIterator
+from .stream_reads import StreamReads
+from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
@@ -65,7 +68,7 @@ class ThreadCall(Generic[R]):
         #: that stream, weakly (the caller's to drop): what the try returned, once it ended
         self._streamed: Callable[[], object] | None = None
         #: the caller's reads of that stream (and what its next read raises, if anything)
-        self._reads = _Reads()
+        self._reads = StreamReads()
         #: what cut that stream while it was read, if anything
         self._stream_error: Exception | None = None
 
@@ -116,6 +119,8 @@ class ThreadCall(Generic[R]):
                     "its permit back"
                 )
                 return
+            if idle >= PROBE_S:  # a stream dropped soon after it was opened is still young
+                collect_young(clock)
             if idle >= PROBE_LIVE_READER_S:
                 collect_cycles(clock)
 
@@ -164,7 +169,7 @@ class ThreadCall(Generic[R]):
                     raise
                 finally:
                     GUARDED_HERE.reset(token)
-                self._reads = _Reads()
+                self._reads = StreamReads()
                 held = _hold_stream(
                     value, lambda error: _tell(loop, functools.partial(self._stream_ended, error)),
                     self._reads,
@@ -195,38 +200,11 @@ def _tell(loop: LoopPortal, then: Callable[[], None]) -> None:
 StreamEnd = Callable[[Exception | None], None]
 
 
-class _Reads:
-    """The caller's reads of a returned stream, counted in its thread and watched from the
-    loop; ``refusal``: what its next read raises (the loop gave its permit back)."""
-
-    __slots__ = ("count", "refusal")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.refusal: Exception | None = None
-
-    def pieces(self, inner: Iterator[Any]) -> Iterator[Any]:
-        """``inner``'s pieces, counted, until the loop refuses the next; closes ``inner``."""
-        try:
-            while self.refusal is None:
-                try:
-                    piece = next(inner)
-                except StopIteration:
-                    return
-                self.count += 1
-                yield piece
-            raise self.refusal
-        finally:
-            close = getattr(inner, "close", None)
-            if close is not None:
-                close()
-
-
 class _EndWatch(httpx2.SyncByteStream):
     """A response body that says once when it has been read to its end, closed or dropped,
     or what cut it while it was read."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: _Reads) -> None:
+    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: StreamReads) -> None:
         self._inner = inner
         self._ended: StreamEnd | None = ended
         self._reads = reads
@@ -255,7 +233,7 @@ class _EndWatch(httpx2.SyncByteStream):
         self._end()
 
 
-def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: _Reads) -> Iterator[Any]:
+def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: StreamReads) -> Iterator[Any]:
     error: Exception | None = None
     try:
         yield from reads.pieces(inner)
@@ -266,7 +244,7 @@ def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: _Reads) ->
         ended(error)
 
 
-def _hold_stream(value: object, ended: StreamEnd, reads: _Reads) -> Any:
+def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
     """``value`` if it is a stream still to be read, watched so that ``ended`` is told once
     it is over, and by what error if one cut it (the caller gets the same object back);
     else None."""
@@ -281,6 +259,8 @@ def _hold_stream(value: object, ended: StreamEnd, reads: _Reads) -> Any:
         return value
     if inspect.isgenerator(value):
         return _watched_generator(value, ended, reads)
+    if hasattr(value, "__next__") and callable(getattr(value, "close", None)):
+        return FollowedIterator(value, ended, reads)  # an iterator class of its own: still one
     return None
 
 

@@ -628,16 +628,19 @@ class FleetClient:
             admission._reusable.clear()
         pauses = [(a, a._pause_to_send) for a in self._admissions if a._pause_to_send > 0]
         breakers = [(h, h.to_send) for h in self._healths if h.to_send is not None]
+        left = [h for h in self._healths if h.probe_to_leave]
         batches = {a.permits_key: a for a in self._autos if a.has_samples}
         keys = {key for key, _ in pending}
         # a backend whose calls reuse permits hears the pause and the fleet's limit here
         heard = [a for a in self._admissions if a.fixed and (a.permits_key in keys or a.hearing)]
-        if not pending and not pauses and not breakers and not batches and not heard:
+        if not (pending or pauses or breakers or batches or heard or left):
             return
         for admission, _ in pauses:
             admission._pause_to_send = 0.0
         for health, _ in breakers:
             health.to_send = None
+        for health in left:
+            health.probe_to_leave = False
         assert self._redis is not None
         # one RELEASE per backend, carrying its samples (``concurrency="auto"``) too
         released: dict[str, list[str]] = {}
@@ -677,6 +680,7 @@ class FleetClient:
                 ("BREAKER", [health.circuit_key, health.probe_key],
                  [circuit, max(1, int(real_s * 1000))])
             )
+        commands += [("PROBE_LEFT", [h.probe_key], [h.prober_id]) for h in left]
         answers = await self._send_all(commands)
         if answers is None:
             # sent again after the rejoin; samples are not (a batch Redis may have taken

@@ -45,11 +45,19 @@ class FleetHealth:
         #: what this process saw and has not published yet: ("open", cool-down s) or
         #: ("closed", 0)
         self.to_send: tuple[Literal["open", "closed"], float] | None = None
+        #: this process's probe ended without a verdict: its lease is to be handed back
+        self.probe_to_leave = False
         breaker.on_transition = self._saw
+        breaker.on_probe_left = self._left
 
     def _saw(self, opened: bool, cooldown_s: float) -> None:
         if self.client.state == "up":
             self.to_send = ("open", cooldown_s) if opened else ("closed", 0.0)
+            self.client.kick()
+
+    def _left(self) -> None:
+        if self.client.state == "up":
+            self.probe_to_leave = True
             self.client.kick()
 
     def apply(self, state: int, left_ms: int) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "PACE",
     "PAUSE",
     "PROBE",
+    "PROBE_LEFT",
     "RELEASE",
     "RENEW",
     "RESIGN",
@@ -346,6 +347,14 @@ if redis.call('GET', KEYS[1]) == 'open' then
   return math.max(1, redis.call('PTTL', KEYS[1]))
 end
 return claim(KEYS[2], ARGV[1], ARGV[2]) or 0
+"""
+
+#: KEYS: probe key. ARGV: this prober's id. Its probe ended without a verdict (cancelled, a
+#: 429, a stream left): the lease goes back, so another process may probe now rather than
+#: after the probe's whole time. Another holder's lease is left alone. → 1 if handed back
+PROBE_LEFT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 # -- fleet-wide RPM/TPM pacing (gptgate/shared/pacing.py) ------------------------------------
