@@ -51,6 +51,7 @@ from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
+from .limits.rate_feed import tell_rate_budget
 from .outcomes import count_failure, is_caller_deadline, report_failure
 from .queued_prompt import may_be_prefilled
 from .relocate import QueuedCall
@@ -1083,10 +1084,9 @@ class CallRunner:
                     fleet.sustained_rate(whole=whole) if fleet
                     else backend.pacer.sustained_rate()
                 )
-                set_budget = getattr(limit, "set_rate_budget", None)
-                if set_budget is not None and fleet is None:  # the ceiling binds once it is spent
-                    set_budget(backend.pacer.funded_calls(self.clock.now()),
-                               demand=backend.limiter.queued + backend.limiter.in_flight)
+                if fleet is None:  # the ceiling binds once the budget is spent
+                    tell_rate_budget(limit, backend.pacer, self.clock.now(),
+                                     backend.limiter.queued + backend.limiter.in_flight)
 
     def _pace_after_failure(
         self,

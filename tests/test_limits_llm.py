@@ -832,3 +832,32 @@ def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
     # the limit, and a burst above it would only queue at the server
     lim.set_rate_budget(700.0, demand=400)
     assert (lim.ceiling, lim.limit) == (8, 8)
+
+
+def test_a_budget_spilling_its_refill_lifts_the_ceiling_by_the_spill() -> None:
+    """Issue 31, draws 77 and 1079: a bucket sitting full while the limit sends below its
+    refill loses that refill, and the sustained ceiling (2 × rate × latency, the latency a
+    slow average of the first, unloaded calls) ended slow start at 4 with the bucket full
+    for the first ~110 calls of a 400-call job. The ceiling is lifted by what the budget
+    would lose over the next latency — no further: lifted whole, slow start's burst spent the
+    bucket (draw 83) — and follows the budget down as the lift spends it."""
+    s = Script(LLMLimit(initial=4, window_samples=4))
+    lim = s.limit
+    lim.set_rate_ceiling(1.0)  # sustained: 2 × 1/s × 2 s = 4
+    lim.set_rate_budget(100.0, demand=256)  # far from twice the work in sight: not lifted
+    assert s.window(2.0) == 4 and lim.ceiling == 4
+    # the bucket is full: 2 calls' worth of refill would spill over the next latency
+    lim.set_rate_budget(100.0, demand=256, spilled=2.0)
+    assert lim.ceiling == 6  # the limit plus the spill
+    assert s.window(2.0) == 6
+    lim.set_rate_budget(98.0, demand=256, spilled=2.0)  # still spilling: lifted again
+    assert lim.ceiling == 8
+    s.window(2.0)
+    assert lim.center == 8.0  # pinned at the ceiling: it follows the lift up
+    # the lifted limit spends the bucket: the ceiling follows what it funds over a latency
+    lim.set_rate_budget(3.0, demand=256)
+    assert (lim.ceiling, lim.limit) == (5, 5)
+    lim.set_rate_budget(0.0, demand=256)  # spent: the sustained ceiling
+    assert (lim.ceiling, lim.limit) == (4, 4)
+    lim.set_rate_budget(100.0, demand=256)  # full again, not spilling: not lifted again
+    assert lim.ceiling == 4

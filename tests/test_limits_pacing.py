@@ -228,3 +228,25 @@ def test_the_sustained_rate_counts_what_a_call_costs_once_reconciled() -> None:
     for _ in range(10):
         pacer.reconcile(2_000, 500)
     assert pacer.sustained_rate() == pytest.approx(2.0)
+
+
+def test_spilled_calls_are_the_refill_a_full_budget_loses() -> None:
+    """Issue 31, draw 1079 (117 RPM): a bucket at capacity drops its refill; what it would
+    drop over the next latency is what the adaptive limit's rate ceiling may add without
+    sending a call the budget does not fund."""
+    pacer = RateLimitPacer(margin=1.0)
+    assert pacer.spilled_calls(0.0, 2.0) == 0.0  # no budget known
+    pacer.observe(0.0, limit_requests=60, remaining_requests=60)  # 1 call/s, full
+    assert pacer.spilled_calls(0.0, 2.0) == pytest.approx(2.0)  # the whole refill
+    pacer.reserve(0.0, 100)
+    assert pacer.spilled_calls(0.0, 2.0) == pytest.approx(1.0)  # one call of room to refill
+    for _ in range(4):
+        pacer.reserve(0.0, 100)
+    assert pacer.spilled_calls(0.0, 2.0) == 0.0  # sends above the refill: nothing lost
+    # a token budget: in calls of the mean reservation, the least of the two buckets binds
+    pacer = RateLimitPacer(margin=1.0)
+    pacer.observe(0.0, limit_requests=600, remaining_requests=600,
+                  limit_tokens=60_000, remaining_tokens=60_000)
+    pacer.reserve(0.0, 1_000)
+    # tokens: 59,000 + 1,000/s × 2 s − 60,000 = 1,000 (one call); requests: 19 calls
+    assert pacer.spilled_calls(0.0, 2.0) == pytest.approx(1.0)

@@ -196,6 +196,8 @@ class LLMLimit:
         self._high = max_limit
         self._rate: float | None = None  # calls/s a rate limit sustains (set_rate_ceiling)
         self._budget: float | None = None  # calls its budget funds now (set_rate_budget)
+        self._funds = 0.0  # calls the budget funds now, whatever the demand
+        self._lift = 0.0  # the ceiling a budget spilling its refill lifted it to
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
         self._slow_start = True
@@ -279,7 +281,15 @@ class LLMLimit:
         """
         self._rate = calls_per_s if calls_per_s is not None and calls_per_s > 0.0 else None
 
-    def set_rate_budget(self, calls: float | None, *, demand: int = 0) -> None:
+    @property
+    def rate_latency_s(self) -> float:
+        """The latency the rate ceiling is sized by (a slow EWMA of the calls'), the horizon
+        to ask the pacer how much refill a full budget would lose (``spilled=``)."""
+        return self._latency
+
+    def set_rate_budget(
+        self, calls: float | None, *, demand: int = 0, spilled: float = 0.0
+    ) -> None:
         """How many calls the rate budget (RPM/TPM bucket) funds right now (``None`` when
         unknown), and ``demand``, the calls waiting or in flight.
 
@@ -292,9 +302,26 @@ class LLMLimit:
         burst above the sustained ceiling only queues at a batching server (tier1, 1,000 calls
         under 300 RPM: p99 1.30× fixed 20's, against 0.99× capped). Twice, because the
         gateway sees the work queued for a permit (``gate.map`` feeds 256 at a time), not the
-        job's whole length."""
+        job's whole length.
+
+        ``spilled``: the calls' worth of refill the budget would lose over the next latency
+        if no more were sent (:meth:`RateLimitPacer.spilled_calls`). While it is above 0 the
+        bucket sits full and the sustained ceiling only wastes it (issue 31, draws 77 and
+        1079: the bucket full for the first ~110 calls, ~20 calls of refill lost), so the
+        ceiling is lifted to the limit plus that spill, and stays below what the budget funds
+        over one latency (``calls + rate × latency``): it follows the budget down as the
+        lifted limit spends it. Only by the spill: each call the lift sends takes one from the
+        bucket and one from the spill, so the lift stops where the sends reach the refill —
+        lifted whole while the budget was merely full, slow start's burst spent it and left a
+        job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput)."""
         funds = calls is not None and calls >= 2.0 * max(0, demand)
-        lifted, self._budget = self._budget is not None, calls if funds else None
+        lifted = self._budget is not None or self._lift > 0.0
+        self._budget = calls if funds else None
+        self._funds = calls if calls is not None else 0.0
+        if spilled > 0.0:
+            self._lift = max(self._lift, self._limit + spilled)
+        elif self._rate is None or self._funds < self._rate * self._latency:
+            self._lift = 0.0  # spent: a bucket full again later lifts from the limit then
         if not lifted:
             return
         # follow a budget running out at once, not at the next window: calls admitted past
@@ -319,7 +346,8 @@ class LLMLimit:
             sustained = self.rate_headroom * self._rate * self._latency
             # while the budget funds more calls than that, the pacer does not hold them back
             funded = self._budget if self._budget is not None else 0.0
-            high = min(high, math.ceil(max(sustained, funded)))
+            spilling = min(self._lift, self._funds + self._rate * self._latency)
+            high = min(high, math.ceil(max(sustained, funded, spilling)))
         return max(self._low, high)
 
     @property
