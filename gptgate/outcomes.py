@@ -27,6 +27,7 @@ from .errors import (
 )
 from .limits import Permit
 from .shed import is_shed
+from .shed_pause import full_queue_pause_s
 
 if TYPE_CHECKING:
     from .routing import BackendState
@@ -127,9 +128,10 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
         if error.retry_after:  # short windows (Azure): the held calls go a retry-after apart
             spacing = error.retry_after if state.pool.dialect.spaced_after_429 else None
             state.pacer.pause_until(now + error.retry_after, spacing)
-    elif shed:  # a 503/529 "full, come back then" pauses the backend as a 429 does
-        assert error.retry_after is not None
-        state.pacer.pause_until(now + error.retry_after, rate_limited=False)
+    elif shed:  # a 503/529 "full, come back then" pauses the backend as a 429 does, until
+        assert error.retry_after is not None  # a place is expected to free (shed_pause.py)
+        pause = full_queue_pause_s(error.retry_after, state.latency.ewma, state.limiter.in_flight)
+        state.pacer.pause_until(now + pause, rate_limited=False)
     elif isinstance(error, RequestTimeout):
         state.timeouts += 1
     if isinstance(error, (BackendError, RequestTimeout)) and not (

@@ -16,7 +16,8 @@ This is gRPC's rule for RPCs the server application never saw (transparent retri
 counted against ``maxAttempts`` nor the retry throttle) applied to HTTP load shedding, with the
 server's pushback as the delay. What bounds the load of requeued calls is not the budget but
 the limit and the pause: a refusal pauses the whole backend until its retry-after (as a 429
-always did, ``gptgate.outcomes.count_failure``), so during a storm of refusals at most the calls
+always did, ``gptgate.outcomes.count_failure``; a full queue's 503/529 only until a place is
+expected to free: gptgate/shed_pause.py), so during a storm of refusals at most the calls
 admitted at one instant are sent per retry-after, and an adaptive limit takes each refusal as
 a loss. The retry budget keeps its job: a storm of real failures (a 5xx without retry-after, a
 timeout, a reset) still fails fast once it is spent (issue 31: the budget's 10% had failed 155
