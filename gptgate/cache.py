@@ -22,7 +22,7 @@ from cachetools import TTLCache
 
 from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder
-from .cache_order_trial import MAX_GROUPS, OrderTrial
+from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
@@ -753,9 +753,11 @@ class CacheTicket:
             if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
             if self._hit is not None and self._order_epoch is not None:
+                if group.prefill_s and latency >= QUEUE_FACTOR * group.prefill_s:
+                    self._gate._order_trial.queue_seen(group.backend, self._gate._clock.now())
                 self._gate._order_trial.record(
                     group.backend, epoch=self._order_epoch, hit=self._hit,
-                    now=self._gate._clock.now(), key=group.key,
+                    now=self._gate._clock.now(), key=group.key, burst=self._gap <= BURST_GAP_S,
                 )
         if self.warmer and self._prefilled:
             group.spent = 0
