@@ -495,6 +495,7 @@ class _Group:
         "active",
         "backend",
         "cacheable",
+        "warmup_s",
         "cacheable_total",
         "cached_total",
         "controller",
@@ -554,6 +555,9 @@ class _Group:
         self.latency_s: float | None = None
         #: when the group's last call was admitted (its calls' spacing: gptgate/cache_expiry.py)
         self.last_admit = -math.inf
+        #: the warm-up's time, admission to release: a call's time at a server not queueing
+        #: yet (None: not measured; gptgate/cache_order_opening.py)
+        self.warmup_s: float | None = None
         #: most calls in flight at once since the ramp's last complete window
         self.peak = 0
         self.waiters: deque[_Waiter] = deque()
@@ -753,7 +757,7 @@ class CacheTicket:
             if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
             if self._hit is not None and self._order_epoch is not None:
-                if group.prefill_s and latency >= QUEUE_FACTOR * group.prefill_s:
+                if group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s:
                     self._gate._order_trial.queue_seen(group.backend, self._gate._clock.now())
                 self._gate._order_trial.record(
                     group.backend, epoch=self._order_epoch, hit=self._hit,
@@ -761,6 +765,7 @@ class CacheTicket:
                 )
         if self.warmer and self._prefilled:
             group.spent = 0
+            group.warmup_s = self._gate._clock.now() - self._admitted_at
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False

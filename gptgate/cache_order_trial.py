@@ -73,7 +73,7 @@ MAX_GROUPS = 8
 #: a call admitted within this long of its group's previous call came in a burst
 BURST_GAP_S = 0.001
 #: a warm call this many times its prefix's prefill long queued at the server
-QUEUE_FACTOR = 10.0
+QUEUE_FACTOR = 6.0
 #: how long a verdict holds before the backend is measured again
 MEMORY_S = 600.0
 
