@@ -495,7 +495,6 @@ class _Group:
         "active",
         "backend",
         "cacheable",
-        "warmup_s",
         "cacheable_total",
         "cached_total",
         "controller",
@@ -522,6 +521,7 @@ class _Group:
         "waiting",
         "warm",
         "warming",
+        "warmup_s",
     )
 
     def __init__(
@@ -1294,7 +1294,8 @@ class CacheGate:
         (gptgate/cache_expiry.py) or where a warm prefix was seen running wider than ``start``
         without losing a hit (the width new groups start at: a server keeping a prefix on its
         home replica), or where the order is tried or was measured to pay
-        (gptgate/cache_order_trial.py)."""
+        (gptgate/cache_order_trial.py), or in a job's opening where its calls queue at the
+        server (gptgate/cache_order_opening.py)."""
         backend = state.backend
         now = self._clock.now()
         if not (

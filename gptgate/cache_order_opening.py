@@ -1,21 +1,29 @@
-"""A backend's warm groups served in order from a job's start, until a change of head shows
-what the order costs there (issue 31: the order tried from the start, with a quick abort).
+"""A backend's warm groups served in order from a job's start where its calls queue at the
+server, until a change of head shows what the order costs there (issue 31: the order tried
+from the start, with a quick abort).
 
 Why: the order trial (gptgate/cache_order_trial.py) measures 80 side-by-side calls before it
 tries the order, and where the order pays from the start — copies that expire while four
-prefixes run side by side behind a server queue — those calls are the job's first third
-(family draw 1090: 3 replicas × 1 slot, the trial from 491 s of a 1,394 s job, 65.9% hits
-against the plain client's 90.4%; served in order from the start 88.2%). Where the order
-costs, the cost shows at each change of head, not before: the next prefix's copies aged
-while it waited and its burst meets cold replicas, so a window of its calls misses in a
-burst — calls admitted in the same instant as their group's previous one (issue 31's server,
-8 × 4 spreading at 2 in flight: 15 of 24 such misses after each change of head, none before).
-Side by side, after a job's ramp, such misses are rare on the draws where the order pays
-(1090: 0–2 in a window of 24). So the order runs from the start; a window of
-:data:`WINDOW` calls with :data:`BURST_TRIGGER` of them missed in a burst sends the backend
-back side by side (where the trial measures as before), and one change of head followed by
-a window without such misses keeps the order.
+prefixes run side by side behind a server queue — those calls are a third of the job or
+more (family draw 1067: 1 replica × 1 slot, a queue of 3, the trial from 1,322 s of a
+3,124 s job, 75.2% hits against the plain client's 80.7%). What the gate sees early there is
+the queue: a warm call takes many times its group's warm-up (which met an idle server) — up
+to 38× on 1067, 17× on 1090, 9–14× on 76, 1013 and 1058 in their first 32 warm calls, while
+the named profiles' jobs stay within 4× (`overflow` at c=50) and issue 31's spreading server
+within 3×. So a warm call :data:`~gptgate.cache_order_trial.QUEUE_FACTOR` times its
+group's warm-up long, among the job's first :data:`OPENING_SETTLE_CALLS` side-by-side
+samples, starts the order at once.
+
+Where the order costs, the cost shows at each change of head, not before: the next prefix's
+copies aged while it waited and its burst meets cold replicas, so a window of its calls
+misses in a burst — calls admitted in the same instant as their group's previous one
+(issue 31's server in order: 15 of 24 such misses after each change of head, none before).
+Where the order pays such misses are rare (1090: 0–2 in a window of 24). So
+:data:`BURST_TRIGGER` of a window's calls missed in a burst sends the backend back side by
+side at once (the trial measures there as before), and one change of head followed by a
+window without them keeps the order (for :data:`~gptgate.cache_order_trial.MEMORY_S`).
 """
+
 
 from __future__ import annotations
 

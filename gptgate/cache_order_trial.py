@@ -41,8 +41,8 @@ from typing import Literal
 from .cache_order_opening import OPENING_SETTLE_CALLS, Opening
 
 __all__ = [
-    "BURST_GAP_S", "MARGIN", "MAX_GROUPS", "MEMORY_S", "QUEUE_FACTOR", "SETTLE_CALLS", "SIDE_CALLS", "SWITCH_CALLS", "TRIAL_CALLS",
-    "TRIAL_SETTLE_CALLS", "TRIGGER",
+    "BURST_GAP_S", "MARGIN", "MAX_GROUPS", "MEMORY_S", "QUEUE_FACTOR", "SETTLE_CALLS",
+    "SIDE_CALLS", "SWITCH_CALLS", "TRIAL_CALLS", "TRIAL_SETTLE_CALLS", "TRIGGER",
     "OrderTrial",
 ]
 
@@ -179,7 +179,8 @@ class OrderTrial:
         return state
 
     def ordered(self, backend: str, now: float) -> bool:
-        """Whether ``backend``'s warm groups are served in order now (a trial or kept)."""
+        """Whether ``backend``'s warm groups are served in order now (the job's opening on a
+        queueing server, a trial, or kept)."""
         return self._state(backend, now).phase in ("opening", "trial", "kept")
 
     def queue_seen(self, backend: str, now: float) -> None:

@@ -66,11 +66,11 @@ def test_the_opening_s_verdict_holds_for_a_while_then_the_trial_measures_again()
     trial = OrderTrial()
     trial.queue_seen("b", 0.0)
     epoch = trial.epoch("b", 0.0)
-    for k in range(OPENING_SETTLE_CALLS + WINDOW):
+    for _ in range(OPENING_SETTLE_CALLS + WINDOW):
         trial.record("b", epoch=epoch, hit=True, now=1.0, key="a")
     trial.queue_seen("b", 1.0)  # no second opening within one
     assert trial.phase("b", 1.0) == "opening"
-    for k in range(int(BURST_TRIGGER * WINDOW)):
+    for _ in range(int(BURST_TRIGGER * WINDOW)):
         trial.record("b", epoch=epoch, hit=False, now=1.0, key="b", burst=True)
     assert trial.phase("b", 1.0) == "side" and not trial.ordered("b", 1.0)
     kept = OrderTrial()
