@@ -22,7 +22,7 @@ from cachetools import TTLCache
 
 from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder
-from .cache_order_trial import MAX_GROUPS, OrderTrial
+from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .clock import Clock, SystemClock
@@ -521,6 +521,7 @@ class _Group:
         "waiting",
         "warm",
         "warming",
+        "warmup_s",
     )
 
     def __init__(
@@ -554,6 +555,9 @@ class _Group:
         self.latency_s: float | None = None
         #: when the group's last call was admitted (its calls' spacing: gptgate/cache_expiry.py)
         self.last_admit = -math.inf
+        #: the warm-up's time, admission to release: a call's time at a server not queueing
+        #: yet (None: not measured; gptgate/cache_order_opening.py)
+        self.warmup_s: float | None = None
         #: most calls in flight at once since the ramp's last complete window
         self.peak = 0
         self.waiters: deque[_Waiter] = deque()
@@ -753,12 +757,15 @@ class CacheTicket:
             if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
             if self._hit is not None and self._order_epoch is not None:
+                if group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s:
+                    self._gate._order_trial.queue_seen(group.backend, self._gate._clock.now())
                 self._gate._order_trial.record(
                     group.backend, epoch=self._order_epoch, hit=self._hit,
-                    now=self._gate._clock.now(), key=group.key,
+                    now=self._gate._clock.now(), key=group.key, burst=self._gap <= BURST_GAP_S,
                 )
         if self.warmer and self._prefilled:
             group.spent = 0
+            group.warmup_s = self._gate._clock.now() - self._admitted_at
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
@@ -1287,7 +1294,8 @@ class CacheGate:
         (gptgate/cache_expiry.py) or where a warm prefix was seen running wider than ``start``
         without losing a hit (the width new groups start at: a server keeping a prefix on its
         home replica), or where the order is tried or was measured to pay
-        (gptgate/cache_order_trial.py)."""
+        (gptgate/cache_order_trial.py), or in a job's opening where its calls queue at the
+        server (gptgate/cache_order_opening.py)."""
         backend = state.backend
         now = self._clock.now()
         if not (

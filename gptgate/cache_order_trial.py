@@ -38,9 +38,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .cache_order_opening import OPENING_SETTLE_CALLS, Opening
+
 __all__ = [
-    "MARGIN", "MAX_GROUPS", "MEMORY_S", "SETTLE_CALLS", "SIDE_CALLS", "SWITCH_CALLS", "TRIAL_CALLS",
-    "TRIAL_SETTLE_CALLS", "TRIGGER",
+    "BURST_GAP_S", "MARGIN", "MAX_GROUPS", "MEMORY_S", "QUEUE_FACTOR", "SETTLE_CALLS",
+    "SIDE_CALLS", "SWITCH_CALLS", "TRIAL_CALLS", "TRIAL_SETTLE_CALLS", "TRIGGER",
     "OrderTrial",
 ]
 
@@ -68,10 +70,14 @@ MARGIN = 0.05
 #: whose copies aged while it waited (the named ``spread`` server, 50 prefixes at c=20: 16
 #: warm groups at once, 78.4% -> 73.9% hits with the order kept); the family's jobs have 4
 MAX_GROUPS = 8
+#: a call admitted within this long of its group's previous call came in a burst
+BURST_GAP_S = 0.001
+#: a warm call this many times its prefix's prefill long queued at the server
+QUEUE_FACTOR = 6.0
 #: how long a verdict holds before the backend is measured again
 MEMORY_S = 600.0
 
-Phase = Literal["side", "trial", "kept", "refused"]
+Phase = Literal["opening", "side", "trial", "kept", "refused"]
 
 
 @dataclass(slots=True)
@@ -151,6 +157,10 @@ class _Backend:
     until: float = field(default=-math.inf)
     side: _Measure = field(default_factory=_side)
     trial: _Trial = field(default_factory=_Trial)
+    opening: Opening = field(default_factory=Opening)
+    #: side-by-side samples left in which a queue seen at the server starts the opening
+    #: (none once a verdict ran out: the opening is a job's first calls')
+    opening_left: int = OPENING_SETTLE_CALLS
 
 
 class OrderTrial:
@@ -165,12 +175,21 @@ class OrderTrial:
         state = self._backends.setdefault(backend, _Backend())
         if state.phase in ("kept", "refused") and state.until <= now:
             # the verdict ran out: measured again on fresh side-by-side calls
-            self._backends[backend] = state = _Backend(epoch=state.epoch + 1)
+            self._backends[backend] = state = _Backend(epoch=state.epoch + 1, opening_left=0)
         return state
 
     def ordered(self, backend: str, now: float) -> bool:
-        """Whether ``backend``'s warm groups are served in order now (a trial or kept)."""
-        return self._state(backend, now).phase in ("trial", "kept")
+        """Whether ``backend``'s warm groups are served in order now (the job's opening on a
+        queueing server, a trial, or kept)."""
+        return self._state(backend, now).phase in ("opening", "trial", "kept")
+
+    def queue_seen(self, backend: str, now: float) -> None:
+        """A warm call on ``backend`` took :data:`QUEUE_FACTOR` times its prefix's prefill or
+        more: calls queue at the server. In the job's opening, its warm groups go in order
+        from now (gptgate/cache_order_opening.py)."""
+        state = self._state(backend, now)
+        if state.phase == "side" and state.opening_left > 0:
+            state.phase, state.epoch, state.opening_left = "opening", state.epoch + 1, 0
 
     def epoch(self, backend: str, now: float) -> int:
         """The current phase's number: a call admitted now carries it."""
@@ -180,14 +199,21 @@ class OrderTrial:
         return self._state(backend, now).phase
 
     def record(
-        self, backend: str, *, epoch: int, hit: bool, now: float, key: str = ""
+        self, backend: str, *, epoch: int, hit: bool, now: float, key: str = "",
+        burst: bool = False,
     ) -> None:
         """One finished warm call (not a warm-up) of group ``key``, admitted in phase
         ``epoch`` while two or more warm groups had calls on ``backend``."""
         state = self._state(backend, now)
         if epoch != state.epoch:
             return  # admitted under another phase: its hits say nothing about this one
-        if state.phase == "side":
+        if state.phase == "opening":
+            verdict = state.opening.add(hit, key, burst)
+            if verdict is not None:
+                state.phase, state.epoch = verdict, state.epoch + 1
+                state.until = now + MEMORY_S
+        elif state.phase == "side":
+            state.opening_left = max(0, state.opening_left - 1)
             if state.side.add(hit) and state.side.misses_often():
                 state.phase, state.epoch = "trial", state.epoch + 1
         elif state.phase == "trial" and state.trial.add(hit, key):
