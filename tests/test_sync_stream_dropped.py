@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -31,10 +31,20 @@ def long_answers() -> Iterator[tuple[str, SimEngine]]:
     yield from serve(400)
 
 
-def _sdk(gate: Any, base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(
+def _opener(gate: Any, base_url: str, *, guarded: bool = True) -> Callable[[], Any]:
+    """A sync openai SDK's long stream on ``gate.http_client``, opened in a guard or not."""
+    client = openai.OpenAI(
         api_key="sk-test", base_url=base_url, http_client=gate.http_client("sim"), max_retries=0
     )
+
+    def open_stream() -> Any:
+        return client.chat.completions.create(
+            model="m", messages=USER, max_tokens=400, stream=True  # type: ignore[arg-type]
+        )
+
+    if guarded:
+        return gate.guard(scenario="realtime_chat", backend="sim")(open_stream)  # type: ignore[no-any-return]
+    return open_stream
 
 
 def _break_off(stream: Any, chunks: int = 2) -> None:
@@ -58,13 +68,7 @@ def test_a_guarded_sync_sdk_stream_dropped_unread_gives_its_permit_back(
 ) -> None:
     base_url, _ = long_answers
     with sync_gate(base_url, concurrency=1) as gate:
-        client = _sdk(gate, base_url)
-
-        @gate.guard(scenario="realtime_chat", backend="sim")
-        def open_stream() -> Any:
-            return client.chat.completions.create(
-                model="m", messages=USER, max_tokens=400, stream=True  # type: ignore[arg-type]
-            )
+        open_stream = _opener(gate, base_url)
 
         def previews() -> int:
             for _ in range(3):  # concurrency=1: a permit kept would hang the next one
@@ -81,14 +85,10 @@ def test_a_dropped_sync_sdk_stream_collected_on_the_loop_thread_does_not_block_i
 ) -> None:
     base_url, _ = long_answers
     with sync_gate(base_url, concurrency=2) as gate:
-        client = _sdk(gate, base_url)
+        open_stream = _opener(gate, base_url, guarded=False)
         gc.disable()  # the collection below, on the loop's thread, finds the dropped stream
         try:
-            _break_off(
-                client.chat.completions.create(
-                    model="m", messages=USER, max_tokens=400, stream=True  # type: ignore[arg-type]
-                )
-            )
+            _break_off(open_stream())
             started = time.monotonic()
             call_on(gate._loop, gc.collect)  # the finalizer runs on the loop's thread
             blocked_s = time.monotonic() - started
@@ -104,13 +104,7 @@ def test_a_guarded_sync_stream_kept_unread_past_the_idle_bound_gives_its_permit_
 ) -> None:
     base_url, _ = long_answers
     with sync_gate(base_url, concurrency=1, idle_timeout=5.0) as gate:
-        client = _sdk(gate, base_url)
-
-        @gate.guard(scenario="realtime_chat", backend="sim")
-        def open_stream() -> Any:
-            return client.chat.completions.create(
-                model="m", messages=USER, max_tokens=400, stream=True  # type: ignore[arg-type]
-            )
+        open_stream = _opener(gate, base_url)
 
         kept = open_stream()
         first = iter(kept)
