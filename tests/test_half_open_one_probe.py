@@ -57,24 +57,35 @@ def _caller(path: str, gate: gg.Gateway) -> Callable[[], Awaitable[Any]]:
     return {"chat": by_chat, "sdk": by_sdk, "guard": by_guard}[path]
 
 
+class Recovering:
+    """Backend "a": 500s while ``down``, then answers after ``TAKE_S``; records when each
+    request reached it."""
+
+    def __init__(self, clock: LoopClock, concurrency: int) -> None:
+        self.clock = clock
+        self.down = True
+        self.sent: list[float] = []
+        self.backend = gg.Backend(
+            name="a", base_url="http://127.0.0.1:1/v1", model="m", concurrency=concurrency,
+            timeout=30.0, transport=httpx2.MockTransport(self),
+        )
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent.append(self.clock.now())
+        if self.down:
+            return httpx2.Response(500, json={"error": {"message": "down"}})
+        await self.clock.sleep(TAKE_S)
+        return httpx2.Response(200, json=ANSWER)
+
+
 async def _ten_waiters(path: str, recovered: bool) -> tuple[float, list[float], int]:
     """The circuit opens at 0; 10 callers wait on it from 1; it turns half-open at 5.
     → (the half-open moment, when each request reached the backend, calls that succeeded)."""
     clock = LoopClock()
-    down = True
-    sent: list[float] = []
-
-    async def backend(request: httpx2.Request) -> httpx2.Response:
-        sent.append(clock.now())
-        if down:
-            return httpx2.Response(500, json={"error": {"message": "down"}})
-        await clock.sleep(TAKE_S)
-        return httpx2.Response(200, json=ANSWER)
-
-    a = gg.Backend(name="a", base_url="http://127.0.0.1:1/v1", model="m", concurrency=16,
-                   timeout=30.0, transport=httpx2.MockTransport(backend))
+    server = Recovering(clock, concurrency=16)
+    sent = server.sent
     async with gg.Gateway(
-        [a], clock=clock, seed=1, max_attempts=1, breaker_threshold=5,
+        [server.backend], clock=clock, seed=1, max_attempts=1, breaker_threshold=5,
         breaker_cooldown_s=COOLDOWN_S, max_breaker_wait_s=5.0,
     ) as gate:
         call = _caller(path, gate)
@@ -84,7 +95,7 @@ async def _ten_waiters(path: str, recovered: bool) -> tuple[float, list[float], 
         breaker = gate.backend_state("a").breaker
         assert gate.stats()["a"].circuit == "open"
         half_open_at = breaker.opened_until
-        down = not recovered
+        server.down = not recovered
         sent.clear()
         await clock.sleep(1.0)
         succeeded = 0
@@ -126,37 +137,26 @@ def test_a_still_broken_backend_fails_one_probe_not_every_waiter(path: str) -> N
 
 async def _probe_cancelled_in_pace() -> tuple[str, str, int]:
     clock = LoopClock()
-    down = True
-    reached = 0
-
-    async def backend(request: httpx2.Request) -> httpx2.Response:
-        nonlocal reached
-        reached += 1
-        if down:
-            return httpx2.Response(500, json={"error": {"message": "down"}})
-        return httpx2.Response(200, json=ANSWER)
-
-    a = gg.Backend(name="a", base_url="http://127.0.0.1:1/v1", model="m", concurrency=4,
-                   timeout=30.0, transport=httpx2.MockTransport(backend))
+    server = Recovering(clock, concurrency=4)
     async with gg.Gateway(
-        [a], clock=clock, seed=1, max_attempts=1, breaker_cooldown_s=COOLDOWN_S
+        [server.backend], clock=clock, seed=1, max_attempts=1, breaker_cooldown_s=COOLDOWN_S
     ) as gate:
         for _ in range(5):
             with contextlib.suppress(gg.GateError):
                 await gate.chat(USER, max_tokens=5)
-        down = False
+        server.down = False
         await clock.sleep(COOLDOWN_S + 1.0)
         state = gate.backend_state("a")
         # a 429's pause holds the next send for 100 s: the probe waits in the pacer
         state.pacer._paused_until = clock.now() + 100.0
-        sent = reached
+        sent = len(server.sent)
         with anyio.move_on_after(clock.to_real(2.0)):  # its caller gives up there
             await gate.chat(USER, max_tokens=5)
-        assert reached == sent  # nothing was sent
+        assert len(server.sent) == sent  # nothing was sent
         after = state.breaker.state(clock.now())
         state.pacer._paused_until = clock.now()
         await gate.chat(USER, max_tokens=5)  # the next call probes
-        return after, state.breaker.state(clock.now()), reached - sent
+        return after, state.breaker.state(clock.now()), len(server.sent) - sent
 
 
 def test_a_probe_cancelled_in_the_pacer_hands_the_probe_back() -> None:
@@ -183,3 +183,21 @@ async def test_a_probe_cancelled_in_the_pacer_hands_the_fleets_lease_back(
         with anyio.fail_after(4.0):  # before: refused the probe for the lease's 30 s
             await b.chat(USER)
         assert len(server.probes) == 1
+
+
+def test_the_probe_is_claimed_once_at_admission_and_handed_back_without_a_verdict() -> None:
+    from gptgate.routing import CircuitBreaker
+
+    breaker = CircuitBreaker(threshold=1, cooldown_s=5.0)
+    assert breaker.claim_probe(0.0) == 0  # closed: no probe to claim
+    breaker.on_failure(0.0)
+    assert breaker.claim_probe(1.0) is None  # open: the try waits
+    first = breaker.claim_probe(5.0)
+    assert first and breaker.probing
+    assert breaker.claim_probe(5.0) is None  # one probe: the next waits for its verdict
+    assert breaker.on_attempt(5.0) == 0  # and it is sent as no probe of its own
+    breaker.probe_left(first)  # cancelled before it was sent: the next try probes
+    second = breaker.claim_probe(5.0)
+    assert second and second != first
+    breaker.on_success()
+    assert breaker.claim_probe(6.0) == 0 and not breaker.probing
