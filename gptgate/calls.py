@@ -41,7 +41,6 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
-from .fleet_probe import fleet_lets_probe
 from .hedge import HedgePolicy
 from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
@@ -53,6 +52,7 @@ from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .outcomes import count_failure, is_caller_deadline, report_failure
+from .probe_claim import await_verdict, claim_probe
 from .queued_prompt import may_be_prefilled
 from .relocate import QueuedCall
 from .results import ChatResult, Usage
@@ -253,7 +253,7 @@ class _Attempt:
             tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
             self.take = fleet.ride_along(tokens, spec.deadline)
         try:
-            self.backend, self.ticket, self.permit = await runner._admit(
+            self.backend, self.ticket, self.permit, self.probe = await runner._admit(
                 spec, self.state, routed
             )
         finally:
@@ -362,7 +362,7 @@ class _Attempt:
         backend.calls += 1
         if self.number > 1:
             backend.retries += 1  # counted where the retry goes, not where it came from
-        self.probe = backend.breaker.on_attempt(sent_at)
+        self.probe = self.probe or backend.breaker.on_attempt(sent_at)
         runner.telemetry.record_queue(queue_s, backend.name)
         self.span = runner.telemetry.start_attempt(
             provider=config.provider,
@@ -594,7 +594,7 @@ class _Attempt:
                 self.permit.ignore()
         if self.ticket is not None:  # admit
             self.ticket.release()
-        if self.probe:  # dispatch: a probe that gave no verdict lets the next call probe
+        if self.probe:  # admit: a probe that gave no verdict lets the next call probe
             self.backend.breaker.probe_left(self.probe)
         if self.span is not None:  # dispatch: ended here only when cancelled
             self.span.end()
@@ -808,6 +808,9 @@ class CallRunner:
         circuit only within ``max_breaker_wait_s`` and the deadline."""
         clock = self.clock
         backend, wait = self.router.choose(request, exclude)
+        while wait <= 0 and backend.breaker.probing:  # another try probes it: its verdict
+            await await_verdict(backend, clock, deadline, self.max_breaker_wait_s)
+            backend, wait = self.router.choose(request, exclude)
         if wait > 0:
             allowed = self.max_breaker_wait_s
             if deadline is not None:
@@ -877,8 +880,9 @@ class CallRunner:
 
     async def _admit(
         self, spec: CallSpec, state: CallState, backend: BackendState
-    ) -> tuple[BackendState, CacheTicketLike | None, Permit]:
-        """From the routed ``backend``: pass the prompt-cache gate and wait for a permit.
+    ) -> tuple[BackendState, CacheTicketLike | None, Permit, int]:
+        """From the routed ``backend``: pass the prompt-cache gate and wait for a permit;
+        with it, the half-open probe (its number, else 0: gptgate/probe_claim.py).
 
         A call queued at a backend that dies (its circuit opens) or falls far behind its
         peers is moved while it waits (gptgate/relocate.py): it is routed again, or admitted
@@ -917,25 +921,25 @@ class CallRunner:
                 raise
             if permit.limiter is not backend.limiter:  # handed over to an idle backend
                 backend = self.router.by_limiter[permit.limiter]
-            if not await self._fleet_lets_probe(backend, permit, ticket):
-                # the fleet holds its circuit open, or another process probes it: this
-                # breaker is open now, and the call is routed as around any open circuit
+            probe = await self._claim_probe(backend, permit, ticket)
+            if probe is None:
+                # its circuit is open (another try, here or in the fleet, probes it): the
+                # call is routed as around any open circuit
                 backend = await self._route(spec, avoid)
                 continue
-            return backend, ticket, permit
+            return backend, ticket, permit, probe
 
-    async def _fleet_lets_probe(
+    async def _claim_probe(
         self, backend: BackendState, permit: Permit, ticket: CacheTicketLike | None
-    ) -> bool:
-        """With ``shared=``, a half-open backend is probed by one process of the fleet: a
-        call that would be this process's probe asks first (nothing else asks anything)."""
-        allowed = False
+    ) -> int | None:
+        """A half-open backend is probed by one try (of the fleet, with ``shared=``)."""
+        probe = None
         try:
-            allowed = await fleet_lets_probe(backend, permit, self.clock)
+            probe = await claim_probe(backend, permit, self.clock)
         finally:
-            if not allowed and ticket is not None:  # refused or cancelled: hand it back
+            if probe is None and ticket is not None:  # refused or cancelled: hand it back
                 ticket.release()
-        return allowed
+        return probe
 
     async def _attempt(
         self, spec: CallSpec, state: CallState, number: int

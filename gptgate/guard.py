@@ -33,7 +33,6 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
-from .fleet_probe import fleet_lets_probe
 from .guard_manager import entered
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
@@ -41,6 +40,7 @@ from .guard_stream import follow_returned
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
+from .probe_claim import claim_probe
 from .results import Usage
 from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
@@ -239,8 +239,8 @@ class ReturnedStreamCut(Exception):
         self.original = original
 
 
-class _FleetProbesIt(Exception):
-    """A half-open backend another process of the fleet probes: the try is routed again."""
+class _AnotherProbes(Exception):
+    """A half-open backend another try (here, or in the fleet) probes: the try is routed again."""
 
 
 class _ForeignFailure(GateError):
@@ -387,7 +387,7 @@ class _GuardRun:
             hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
             try:
                 return await self._admitted(number, body, state)
-            except _FleetProbesIt:
+            except _AnotherProbes:
                 continue  # its breaker is open now: routed again, as around any open circuit
             finally:
                 if hold is not None:  # the try's cost is in the ledger (a stream's: so far)
@@ -401,8 +401,9 @@ class _GuardRun:
         permit = await state.limiter.acquire(
             priority=self.scenario.priority, deadline=self.deadline, stall_s=self.stall_s
         )
-        if not await fleet_lets_probe(state, permit, clock):
-            raise _FleetProbesIt()  # another process of the fleet probes the backend
+        probe = await claim_probe(state, permit, clock)
+        if probe is None:
+            raise _AnotherProbes()  # another try (here, or in the fleet) probes the backend
         start = clock.now()
         if number == 1 and runner.budget is not None:
             runner.budget.record_request(start)  # a first try funds retries, as gate.chat's
@@ -412,7 +413,7 @@ class _GuardRun:
         self.span.backend, self.span.tries = state.name, number
         call = GuardedCall(state.limiter, permit, clock, state.backend.idle_timeout)
         token = _GUARD_PERMIT.set(call)
-        probe = state.breaker.on_attempt(start)
+        probe = probe or state.breaker.on_attempt(start)
         try:
             # a stream manager returned unentered is entered here, on this try's permit
             result = await _within(self.deadline, clock, state.name, entered(body()))

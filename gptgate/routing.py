@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import anyio
 from cachetools import TTLCache
 
 from .clock import Clock
@@ -90,6 +91,8 @@ class CircuitBreaker:
         self._probing = False
         #: the number of the last probe let through (see :meth:`probe_left`)
         self._probe = 0
+        #: set when the probe in flight ends (see :meth:`probe_verdict`)
+        self._verdict: anyio.Event | None = None
         self.on_open = on_open
         #: (opened?, cool-down seconds): a transition this process caused
         self.on_transition: Callable[[bool, float], object] | None = None
@@ -106,6 +109,22 @@ class CircuitBreaker:
     def allows(self, now: float) -> bool:
         return self.state(now) != "open"
 
+    @property
+    def probing(self) -> bool:
+        """A probe is in flight: open until its verdict, whatever the cool-down says."""
+        return self._probing and self.failures >= self.threshold
+
+    def claim_probe(self, now: float) -> int | None:
+        """A try is admitted (its permit granted, nothing sent yet): half-open, it is the
+        probe, and its number is returned at once, so no other waiter passes the circuit
+        while it is paced or sent (gptgate/probe_claim.py); open — another try probes, or
+        its verdict re-opened the circuit — None: the try waits or goes elsewhere; closed,
+        0. Claimed only when sent, every waiter woken by the cool-down's end passed first:
+        10 of 10 went at the half-open moment."""
+        if self.state(now) == "open":
+            return None
+        return self.on_attempt(now)
+
     def on_attempt(self, now: float) -> int:
         """An attempt is sent; when it is the half-open probe, its number (else 0), for
         :meth:`probe_left`."""
@@ -115,20 +134,34 @@ class CircuitBreaker:
             return self._probe
         return 0
 
+    def probe_verdict(self) -> anyio.Event | None:
+        """Set when the probe in flight ends (a verdict, or none); None: no probe in flight."""
+        if not self.probing:
+            return None
+        if self._verdict is None:
+            self._verdict = anyio.Event()
+        return self._verdict
+
+    def _probe_over(self) -> None:
+        self._probing = False
+        if self._verdict is not None:
+            self._verdict.set()
+            self._verdict = None
+
     def probe_left(self, probe: int) -> None:
         """Probe ``probe`` ended without a verdict — cancelled (a caller's timeout, a
         hedge's loser, a client gone), refused with a 429, a stream cut: half-open again, so
         the next call probes. Before, the circuit stayed open for good, and a backend that had
         recovered got no call again while another was up (40 of 40 went elsewhere)."""
         if probe and self._probing and probe == self._probe:
-            self._probing = False
+            self._probe_over()
             if self.on_probe_left is not None:
                 self.on_probe_left()
 
     def on_success(self) -> None:
         was_open = self.failures >= self.threshold
         self.failures = 0
-        self._probing = False
+        self._probe_over()
         self.forced = False
         self._cooldown_s = self.base_cooldown_s
         if was_open and self.on_transition is not None:
@@ -140,7 +173,7 @@ class CircuitBreaker:
             was_open = self.failures > self.threshold and now < self.opened_until
             if self._probing:
                 self._cooldown_s = min(self.max_cooldown_s, self._cooldown_s * 2)
-            self._probing = False
+            self._probe_over()
             self.forced = False
             self.opened_until = now + self._cooldown_s
             if not was_open:

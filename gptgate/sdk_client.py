@@ -32,7 +32,6 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
-from .fleet_probe import fleet_lets_probe
 from .guard import (
     _GUARD_PERMIT,
     REFUSED_HEADER,
@@ -45,6 +44,7 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
+from .probe_claim import claim_probe
 from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
@@ -644,10 +644,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
     async def _admitted(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         bound: float | None,
-    ) -> tuple[BudgetHold | None, Permit] | httpx2.Response:
-        """The request's budget hold and permit, past the circuit (and, half-open with
-        ``shared=``, the fleet's probe lease: refused it, the circuit is waited for again);
-        or the refusal to answer unsent."""
+    ) -> tuple[BudgetHold | None, Permit, int] | httpx2.Response:
+        """The request's budget hold, permit and half-open probe (its number, else 0), past
+        the circuit (the probe taken by another try, here or in the fleet with ``shared=``,
+        the circuit is waited for again: gptgate/probe_claim.py); or the refusal to answer
+        unsent."""
         while True:
             refused = await through_circuit(runner, state, request, bound)
             if refused is not None:
@@ -656,16 +657,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 hold = await self._admit_cost(runner, state, request, bound)
             except BudgetExceededError as exc:
                 return _over_budget(request, state.name, exc)
-            allowed = False
+            probe = None
             try:
                 permit = await self._acquire(state, request, bound)
-                allowed = await fleet_lets_probe(state, permit, runner.clock)
+                probe = await claim_probe(state, permit, runner.clock)
             finally:
-                if not allowed and hold is not None:
+                if probe is None and hold is not None:
                     assert runner.spending is not None
                     runner.spending.release(hold)
-            if allowed:
-                return hold, permit
+            if probe is not None:
+                return hold, permit, probe
 
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
@@ -741,6 +742,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return _refused(request, state.name)
         permit: Permit | None
         hold: BudgetHold | None = None
+        probe = 0
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
         if guarded is not None:
@@ -755,7 +757,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             admitted = await self._admitted(runner, state, request, bound)
             if isinstance(admitted, httpx2.Response):
                 return admitted
-            hold, permit = admitted
+            hold, permit, probe = admitted
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:
@@ -769,7 +771,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         )
         attempt.hold = hold
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
-            attempt.probe = state.breaker.on_attempt(start)
+            attempt.probe = probe or state.breaker.on_attempt(start)
         attempt.cut_at = cut_at
         return await self._sent(runner, state, request, attempt)
 
