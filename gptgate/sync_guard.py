@@ -98,11 +98,10 @@ class ThreadCall(Generic[R]):
         """Wait for the returned stream's end. Left unread, it is worth a cycle collection
         (dropped in a reference cycle, it ends only when collected); left unread past the
         idle bound, it ends here and its next read raises."""
-        clock = guarded.clock if guarded is not None else None
-        if clock is None:
+        if guarded is None or guarded.clock is None:
             await ended.wait()
             return
-        idle_s, reads = guarded.idle_s if guarded is not None else None, self._reads
+        clock, idle_s, reads = guarded.clock, guarded.idle_s, self._reads
         seen, since = reads.count, clock.now()
         while not ended.is_set():
             with anyio.move_on_after(clock.to_real(TICK_S)):
@@ -128,9 +127,8 @@ class ThreadCall(Generic[R]):
                  streaming: bool) -> None:
         if number != self._try or self._replied is None:
             return  # a stale try's answer
-        self._outcome = (value, error)
+        self._outcome = (None, None) if streaming else (value, error)
         if streaming:
-            self._outcome = (None, None)
             self._streamed = _weakly(value)
             self._stream_end = anyio.Event()
         self._replied.set()
