@@ -797,6 +797,7 @@ class Gateway:
             initial=min(backend.initial_concurrency, backend.max_concurrency),
             min_limit=backend.min_concurrency,
             max_limit=backend.max_concurrency,
+            latency_bound_s=backend.timeout,
         )
         window = backend.concurrency_window
         if isinstance(window, tuple) and hasattr(limit, "set_window"):

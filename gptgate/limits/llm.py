@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from .base import Sample
 from .doubling import doubling_queued, served_after_doubling
+from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
 
 __all__ = ["LLMLimit"]
@@ -146,6 +147,7 @@ class LLMLimit:
         tolerance: float = 1.5,
         queue_tolerance: float = 0.1,
         timeout_s: float | None = None,
+        latency_bound_s: float | None = None,
         overhead_tokens: float = 20.0,
         trace_size: int = 10_000,
     ) -> None:
@@ -185,6 +187,9 @@ class LLMLimit:
         self.tolerance = tolerance
         self.queue_tolerance = queue_tolerance
         self.timeout_s = timeout_s
+        #: the attempt bound (the backend's ``timeout``): the limit keeps its calls inside it
+        #: (gptgate/limits/latency_bound.py)
+        self._bound = LatencyBound(latency_bound_s)
         #: ``(now, limit)`` at every change
         self.trace: deque[tuple[float, int]] = deque(maxlen=trace_size)
         #: why the limit moved: counts per cause
@@ -336,11 +341,18 @@ class LLMLimit:
     @property
     def _rate_bound(self) -> bool:
         """Whether the rate ceiling, rather than a fixed bound, is the one in force."""
-        return self.ceiling < self._high
+        return self._rate_ceiling < self._high
 
     @property
     def ceiling(self) -> int:
-        """The highest limit in force: the window's high bound, or the rate ceiling if lower."""
+        """The highest limit in force: the window's high bound, or the rate ceiling or the
+        latency bound's (calls kept inside their timeout) if lower."""
+        bound = self._bound.ceiling()
+        rate = self._rate_ceiling
+        return rate if bound >= rate else max(self._low, int(bound))
+
+    @property
+    def _rate_ceiling(self) -> int:
         high = self._high
         if self._rate is not None and self._latency > 0.0:
             sustained = self.rate_headroom * self._rate * self._latency
@@ -365,6 +377,8 @@ class LLMLimit:
             return
         if not self.trace:
             self.trace.append((now, self._limit))
+        if sample.start >= self._window_start:
+            self._bound.add(sample.latency_s)
         if sample.kind == "dropped" or (
             self.timeout_s is not None and sample.latency_s > self.timeout_s
         ):
@@ -546,6 +560,7 @@ class LLMLimit:
             var = max(0.0, (self._w.x2 - self._w.x**2 / n) / (n - 1))
             self._log_var += (var - self._log_var) * (0.3 if self._log_var else 1.0)
         n_mean = self._n_mean(self._w)
+        self._bound.close(n_mean)
         app_limited = 2.0 * n_mean < self._limit
         window = _Window(
             math.log(n_mean),
