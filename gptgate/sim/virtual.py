@@ -91,7 +91,12 @@ class LoopClock:
             return anyio.current_time()
 
     async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(max(0.0, seconds))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            await anyio.sleep(max(0.0, seconds))
+        else:  # what anyio's asyncio backend awaits, without asking sniffio first
+            await asyncio.sleep(max(0.0, seconds))
 
     def to_real(self, seconds: float) -> float:
         return seconds
