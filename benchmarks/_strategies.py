@@ -184,12 +184,15 @@ async def _plain_client(
         async def call(messages: Messages) -> None:
             nonlocal failed
             body = {"model": profile.model, "messages": messages, "max_tokens": MAX_TOKENS}
+            # built once, sent as often as refused (``client.post`` would serialise the long
+            # prompt and parse the URL again for each resend: the same bytes every time)
+            request = client.build_request("POST", "chat/completions", json=body)
             for attempt in range(attempts):
                 status, wait = 0, 1.0  # 0: timed out (not retried, like httpx's timeout error)
                 async with semaphore:
                     # httpx's timeout, which an in-process transport does not enforce
                     with anyio.move_on_after(timeout_s):
-                        response = await client.post("chat/completions", json=body)
+                        response = await client.send(request)
                         status = response.status_code
                         wait = float(response.headers.get("retry-after", 1.0))
                 if not (status == 429 or status >= 500) or attempt == attempts - 1:

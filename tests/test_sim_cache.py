@@ -4,9 +4,11 @@ steps, idle TTL, and a hot prefix overflowing onto replicas with cold caches."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import anyio
+import pytest
 
 from gptgate.sim import PROFILES, LoopClock, SimEngine, SimProfile, get_profile, run_virtual
 from gptgate.sim.cache import PrefixCache, block_digests, canonical_text
@@ -225,3 +227,71 @@ def test_a_hot_prefix_spreads_once_its_calls_in_flight_on_home_reach_the_knob() 
     kept, _ = _spread_burst(None)
     assert sum(c > 0 for c in kept) == 4
     assert all(p.spread_in_flight is None for p in PROFILES.values())
+
+
+class _TTLCacheReference:
+    """PrefixCache as it was on cachetools.TTLCache (one clock read per block): the ordered
+    dict that replaced it for speed must answer and evict exactly alike."""
+
+    def __init__(self, min_blocks: int, max_blocks: int, ttl_s: float, timer: Any,
+                 refresh: bool) -> None:
+        from cachetools import TTLCache
+
+        self.low = min_blocks
+        self.blocks: TTLCache[bytes, None] = TTLCache(max_blocks, ttl_s, timer=timer)
+        self.refresh = refresh
+
+    def lookup(self, digests: list[bytes]) -> int:
+        n = 0
+        for i in range(self.low - 1, len(digests)):
+            if digests[i] not in self.blocks:
+                break
+            n = i + 1
+        if n and self.refresh:
+            self.touch(digests[self.low - 1 : n])
+        return n
+
+    def touch(self, chain: list[bytes]) -> None:
+        for d in reversed(chain):
+            if self.refresh or d not in self.blocks:
+                self.blocks[d] = None
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_cache_matches_the_ttlcache_it_replaced(refresh: bool, seed: int) -> None:
+    rng = random.Random(seed)
+    now = [0.0]
+    ttl, bound = rng.choice([0.5, 2.0, 10.0]), rng.choice([3, 12, 40, 1000])
+    fast = PrefixCache(min_blocks=2, max_blocks=bound, ttl_s=ttl, timer=lambda: now[0],
+                       refresh=refresh)
+    ref = _TTLCacheReference(2, bound, ttl, lambda: now[0], refresh)
+    prompts = [[bytes([p, i]) for i in range(rng.randint(1, 20))] for p in range(8)]
+    for _ in range(3000):
+        now[0] += rng.choice([0.0, 0.0, 0.1, 0.5, 1.0, 3.0])
+        chain = rng.choice(prompts)[: rng.randint(1, 20)]
+        assert fast.lookup(chain) == ref.lookup(chain)
+        if rng.random() < 0.6:
+            fast.insert(chain)
+            ref.touch(chain[1:])
+        assert len(fast) == len(ref.blocks)
+
+
+def _digests_reference(canonical: str, block_tokens: int) -> list[bytes]:
+    import hashlib
+
+    chars = block_tokens * 4
+    h = hashlib.blake2b(digest_size=16)
+    out = []
+    for start in range(0, len(canonical) - chars + 1, chars):
+        h.update(canonical[start : start + chars].encode("utf-8", "surrogatepass"))
+        out.append(h.copy().digest())
+    return out
+
+
+@pytest.mark.parametrize("text", ["Policy clause. " * 300, "Politique générale — ✓ " * 300])
+def test_block_digests_hash_each_blocks_characters(text: str) -> None:
+    """The ASCII fast path (one encode for the whole prompt) keys blocks exactly as before."""
+    canonical = canonical_text([{"role": "system", "content": text}])
+    assert block_digests(canonical, 128) == _digests_reference(canonical, 128)
+    assert len(block_digests(canonical, 128)) == len(canonical) // 512

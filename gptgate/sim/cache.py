@@ -79,7 +79,14 @@ def block_digests(canonical: str, block_tokens: int) -> list[bytes]:
     block_chars = block_tokens * CHARS_PER_TOKEN
     h = hashlib.blake2b(digest_size=16)
     out: list[bytes] = []
-    for start in range(0, len(canonical) - block_chars + 1, block_chars):
+    ends = range(0, len(canonical) - block_chars + 1, block_chars)
+    if canonical.isascii():  # one byte a character: encode once, hash slices of the bytes
+        data = memoryview(canonical.encode("ascii"))
+        for start in ends:
+            h.update(data[start : start + block_chars])
+            out.append(h.copy().digest())
+        return out
+    for start in ends:
         h.update(_encode(canonical[start : start + block_chars]))
         out.append(h.copy().digest())
     return out
@@ -95,9 +102,15 @@ def route_key(canonical: str, route_tokens: int, cache_key: str | None) -> int:
 
 
 class PrefixCache:
-    """One replica's cached prefixes (a set of block digests with idle TTL and LRU bound)."""
+    """One replica's cached prefixes (a set of block digests with idle TTL and LRU bound).
 
-    __slots__ = ("_blocks", "_min_blocks", "_refresh")
+    An ordered dict of digest -> expiry, oldest write first: the LRU order and the TTL order
+    at once (every write is at the clock's now, which never goes back), so one clock read
+    serves a whole request's chain — ``cachetools.TTLCache`` read the clock per block, the
+    simulator's hottest spot on long prompts. An expired entry is invisible at once and
+    dropped lazily (by the next write that finds it at the front, or ``len``)."""
+
+    __slots__ = ("_blocks", "_max_blocks", "_min_blocks", "_refresh", "_timer", "_ttl")
 
     def __init__(
         self,
@@ -109,7 +122,12 @@ class PrefixCache:
         refresh: bool = True,
     ) -> None:
         self._min_blocks = max(1, min_blocks)
-        self._blocks: TTLCache[bytes, None] = TTLCache(max_blocks, ttl_s, timer=timer)
+        if max_blocks < 1:
+            raise ValueError("max_blocks must be >= 1")
+        self._max_blocks = max_blocks
+        self._ttl = ttl_s
+        self._timer = timer
+        self._blocks: OrderedDict[bytes, float] = OrderedDict()
         #: a hit (or a re-insert) makes an entry young again; False: it ages from its write
         self._refresh = refresh
 
@@ -119,30 +137,57 @@ class PrefixCache:
         The chain is walked from the shortest cacheable prefix and stops at the first miss,
         so a miss costs one probe."""
         low = self._min_blocks
-        blocks = self._blocks
+        get = self._blocks.get
+        now = self._timer()
         n = 0
         for i in range(low - 1, len(digests)):
-            if digests[i] not in blocks:
+            expires = get(digests[i])
+            if expires is None or not now < expires:
                 break
             n = i + 1
         if n and self._refresh:
-            self._touch(digests[low - 1 : n])
+            self._touch(digests[low - 1 : n], now)
         return n
 
     def insert(self, digests: Sequence[bytes]) -> None:
         """Make every cacheable prefix of a just-prefilled prompt available."""
-        self._touch(digests[self._min_blocks - 1 :])
+        self._touch(digests[self._min_blocks - 1 :], self._timer())
 
-    def _touch(self, chain: Sequence[bytes]) -> None:
+    def _touch(self, chain: Sequence[bytes], now: float) -> None:
         # longest first, so the LRU evicts the tails of a chain before its shared head
         blocks = self._blocks
         refresh = self._refresh
+        expires = now + self._ttl
+        self._expire(now)
+        room = self._max_blocks
         for d in reversed(chain):
-            if refresh or d not in blocks:
-                blocks[d] = None  # (re-)setting refreshes both the TTL and the LRU position
+            old = blocks.get(d)
+            if old is not None and now < old:
+                if refresh:  # re-setting refreshes both the TTL and the LRU position
+                    blocks.move_to_end(d)
+                    blocks[d] = expires
+                continue
+            if old is not None:  # expired, not dropped yet: written anew, youngest
+                del blocks[d]
+            while len(blocks) >= room:
+                blocks.popitem(last=False)  # the least recently written (expired ones first)
+            blocks[d] = expires
+
+    def _expire(self, now: float) -> None:
+        blocks = self._blocks
+        dead = 0
+        for expires in blocks.values():
+            if now < expires:
+                break
+            dead += 1
+        if dead == len(blocks):
+            blocks.clear()
+            return
+        for _ in range(dead):
+            blocks.popitem(last=False)
 
     def __len__(self) -> int:
-        self._blocks.expire()
+        self._expire(self._timer())
         return len(self._blocks)
 
 

@@ -83,10 +83,20 @@ class LoopClock:
     scale: float = 1.0
 
     def now(self) -> float:
-        return anyio.current_time()
+        # asyncio's own clock directly: ``anyio.current_time`` first asks sniffio which
+        # library runs, and the simulator reads the clock a few times per request
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:  # trio (no asyncio loop in this thread)
+            return anyio.current_time()
 
     async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(max(0.0, seconds))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            await anyio.sleep(max(0.0, seconds))
+        else:  # what anyio's asyncio backend awaits, without asking sniffio first
+            await asyncio.sleep(max(0.0, seconds))
 
     def to_real(self, seconds: float) -> float:
         return seconds
