@@ -8,12 +8,11 @@ from __future__ import annotations
 import anyio
 
 from gptgate.cache import CacheGate, PrefixGroup
-from gptgate.cache_expiry import MEASURED
 from gptgate.cache_order import head_goes_first
 from gptgate.cache_order_trial import MAX_GROUPS
 from gptgate.scenarios import RampPolicy
 from gptgate.sim import LoopClock, run_virtual
-from tests.cache_order_check import assert_gate_against_plain
+from tests.cache_order_check import assert_gate_against_plain, learn_short_lived
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -43,19 +42,9 @@ def test_a_head_short_of_the_limit_still_goes_first() -> None:
         gate = CacheGate(clock=clock)
         limit = 8
 
-        async def one(key: str, cached: int, after_s: float) -> None:
-            await clock.sleep(after_s)
-            ticket = await gate.enter("b", group(key), JOB, limit=limit)
-            ticket.prefilled()
-            ticket.observe(cached_tokens=cached, input_tokens=CACHEABLE + 100)
-            ticket.release()
-
-        await one("a", 0, 0.0)  # the warm-up
-        for _ in range(4):
-            await one("a", CACHEABLE, 1.0)  # hits 1 s apart
-        for _ in range(MEASURED):
-            await one("a", 0, 30.0)  # misses after 30 s: expired copies, the order applies
-        await one("b", 0, 0.0)  # b warm too
+        await learn_short_lived(
+            gate, clock, JOB, limit=limit, first="a", then="b", cacheable=CACHEABLE
+        )
         _running_b = [await gate.enter("b", group("b"), JOB, limit=limit) for _ in range(3)]
         _running_a = [await gate.enter("b", group("a"), JOB, limit=limit) for _ in range(4)]
         order: list[str] = []
