@@ -58,8 +58,9 @@ def head_goes_first(head_calls: int, limit: int, warm_groups: int) -> bool:
     large prefixes): the hand's FIFO semaphore gives the rest of the limit to the next
     prefix's calls as the head runs out, where shares would run the last calls of every
     prefix side by side again. Family draw 1021 (2 replicas × 26 slots, copies kept 5.2 s
-    idle, 400 calls over 4 prefixes at 64): the order, kept from 178 s, ran its heads' last
-    36 calls side by side at their shares — 60.8% hits against the plain client's 74.2%;
+    idle, 400 calls over 4 prefixes at 64): in order from 86 s (a trial, then kept), each
+    head with fewer than 64 calls to go fell back to its share, so the prefixes' last calls
+    ran side by side and met expired copies — 60.8% hits against the plain client's 74.2%;
     with the head going first to its last call, 70.0%. Among many warm groups it does not: a
     small head released at once spreads on a router that spreads by rate (many prefixes on
     the named ``spread`` server: 76.8% -> 58.0% hits when each head went first)."""
