@@ -21,7 +21,7 @@ import anyio.lowlevel
 from cachetools import TTLCache
 
 from .cache_expiry import ExpiryLearner
-from .cache_order import WarmOrder
+from .cache_order import WarmOrder, head_goes_first
 from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
@@ -1325,19 +1325,17 @@ class CacheGate:
         return trial.epoch(backend, now)
 
     def _may_admit(self, state: _Group) -> bool:
-        """``state.can_admit()`` — but on a backend serving warm groups in order, a head
-        that can fill the backend alone is released (its calls up to the limit: "warm one,
-        then release"), and once the backend's limit is taken the others wait for the slots
-        it leaves."""
+        """``state.can_admit()`` — but on a backend serving warm groups in order, the head
+        is released (its calls up to the limit: "warm one, then release"), and once the
+        backend's limit is taken the others wait for the slots it leaves."""
         if not self._in_order(state):
             return state.can_admit()
         backend = state.backend
         limit = self._limits.get(backend, 1)
         head = self._warm_order.head(backend, state)
-        if head is None or head.in_flight + head.waiting < limit:
-            # a head that cannot fill the backend alone gains nothing by going first, and
-            # released at once its burst spreads on a router that spreads by rate (many
-            # prefixes on `spread`: 76.8% -> 58.0% hits when it went first)
+        if head is None or not head_goes_first(
+            head.in_flight + head.waiting, limit, self._warm_order.count(backend)
+        ):
             return state.can_admit()
         if head is state:
             return state.in_flight < state.controller.limit

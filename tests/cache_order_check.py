@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 
 from gptgate.cache import CacheGate, PrefixGroup
+from gptgate.cache_expiry import MEASURED
 from gptgate.clock import Clock
 from gptgate.scenarios import RampPolicy
 
@@ -47,6 +48,30 @@ async def assert_head_served_first(
         await clock.sleep(1.0)
         assert order == [h] * 8 + [o] * 3
         tg.cancel_scope.cancel()
+
+
+async def learn_short_lived(
+    gate: CacheGate, clock: Clock, policy: RampPolicy, *, limit: int, first: str, then: str,
+    cacheable: int,
+) -> None:
+    """Backend ``b`` learns that its copies expire between a group's calls: group ``first``
+    warms up, hits 4 times 1 s apart, then misses after 30 s as often as it takes (expired
+    copies); then group ``then`` warms up too. Every call ends before the next."""
+
+    async def one(key: str, cached: int, after_s: float) -> None:
+        await clock.sleep(after_s)
+        ticket = await gate.enter("b", PrefixGroup(key, cacheable), policy, limit=limit)
+        ticket.prefilled()
+        ticket.observe(cached_tokens=cached, input_tokens=cacheable + 100)
+        ticket.release()
+
+    await one(first, 0, 0.0)  # the warm-up
+    for _ in range(4):
+        await one(first, cacheable, 1.0)  # hits 1 s apart
+    for _ in range(MEASURED):
+        await one(first, 0, 30.0)  # misses after 30 s: expired copies
+    assert not gate._spreading("b")  # an expiry is not a spill
+    await one(then, 0, 0.0)  # the other group warm too
 
 
 def assert_gate_against_plain(draw: int, concurrency: int, *, hits: float, time: float) -> None:

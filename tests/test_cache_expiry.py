@@ -9,7 +9,11 @@ from gptgate.cache import CacheGate, PrefixGroup
 from gptgate.cache_expiry import MEASURED, MEMORY_S, ExpiryLearner
 from gptgate.scenarios import RampPolicy
 from gptgate.sim import LoopClock, run_virtual
-from tests.cache_order_check import assert_gate_against_plain, assert_head_served_first
+from tests.cache_order_check import (
+    assert_gate_against_plain,
+    assert_head_served_first,
+    learn_short_lived,
+)
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
 CACHEABLE = 4096
@@ -47,22 +51,9 @@ def test_a_short_lived_backend_serves_its_warm_groups_in_order() -> None:
     async def main() -> None:
         clock = LoopClock()
         gate = CacheGate(clock=clock)
-        limit = 10
-
-        async def one(key: str, cached: int, after_s: float) -> None:
-            await clock.sleep(after_s)
-            ticket = await gate.enter("b", group(key), JOB, limit=limit)
-            ticket.prefilled()
-            ticket.observe(cached_tokens=cached, input_tokens=CACHEABLE + 100)
-            ticket.release()
-
-        await one("a", 0, 0.0)  # the warm-up
-        for _ in range(4):
-            await one("a", CACHEABLE, 1.0)  # hits 1 s apart
-        for _ in range(MEASURED):
-            await one("a", 0, 30.0)  # misses after 30 s: expired copies
-        assert not gate._spreading("b")  # an expiry is not a spill
-        await one("b", 0, 0.0)  # b warm too
+        await learn_short_lived(
+            gate, clock, JOB, limit=10, first="a", then="b", cacheable=CACHEABLE
+        )
         await assert_head_served_first(gate, clock, group("b"), group("a"), JOB)
 
     run_virtual(main)
