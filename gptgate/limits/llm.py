@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .base import Sample
+from .burst import served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .normalise import LatencyNormaliser
 
@@ -224,6 +225,9 @@ class LLMLimit:
         self._w: _Sums
         self._c: _Sums
         self._reset_window()
+        # the first burst, admitted before any answer came back: (inflight, R, a, b) per call
+        self._burst: list[tuple[int, float, float, float]] | None = []
+        self._burst_until = math.inf  # when its first answer came back
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -396,6 +400,10 @@ class LLMLimit:
         if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
             ttft = None
         x = math.log(max(r, 1e-12))
+        if self._burst is not None:
+            self._burst_until = min(self._burst_until, now)
+            if sample.start < self._burst_until:
+                self._burst.append((sample.inflight, r, a, b))
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
             if self._w.n >= self._window_size():
@@ -556,6 +564,8 @@ class LLMLimit:
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
+        if self._slow_start and self._burst_queued(now):
+            return
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
             if self._hist and queued > self.queue_tolerance * n_mean:
@@ -627,6 +637,29 @@ class LLMLimit:
             self._restart(now)
             return True
         return False
+
+    def _burst_queued(self, now: float) -> bool:
+        """Slow start's first window, when it is exactly the first burst: True when its
+        latencies climb in a stair by admission order (gptgate/limits/burst.py) — the server
+        serves fewer calls than ``initial``; slow start ends at those, and the baseline is
+        their latency, unqueued (so the delay guard sees a queue above it)."""
+        burst, self._burst = self._burst, None  # read once
+        if burst is None or len(burst) != self._w.n or self._drops:
+            return False
+        burst.sort(key=lambda call: call[0])
+        served = served_in_burst([call[1] for call in burst])
+        if served is None:
+            return False
+        self.events["queue"] += 1
+        self._slow_start = False
+        self._center = served * (1.0 + self.queue_tolerance)
+        first = burst[:served]
+        self._base = (
+            sum(call[2] for call in first) / served,
+            sum(call[3] for call in first) / served,
+        )
+        self._restart(now)
+        return True
 
     def _doubling_queued(self, now: float) -> bool:
         """Slow start, mid-window: True when the calls admitted since the last doubling
