@@ -1,0 +1,57 @@
+"""``concurrency="auto"`` on a server with fewer slots than slow start's first burst (issue 31):
+one slot, answers of varying length, a few stragglers. Slow start opens with 4 calls at once;
+the server serves one and queues three, and auto must find that — not double to 8 before its
+first comparison and then hold 4, three calls waiting behind every one served. The family
+judge's rule (benchmarks/_family_judges.py): no fixed limit with auto's goodput and ≤ 0.8× its
+p99. Virtual time, benchmarks/adaptive.py's job (~3 s of CPU per run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import adaptive
+import pytest
+
+from gptgate.limits.burst import served_in_burst
+from gptgate.sim import get_profile, run_virtual
+
+#: one slot behind an unbounded queue (llama-server ``--parallel 1``): a call takes ~4 s
+ONE_SLOT = get_profile("plateau").model_copy(
+    update={
+        "name": "one-slot",
+        "slots": 1,
+        "base_step_s": 0.01,
+        "output_tokens_mean": 200.0,
+        "output_tokens_sigma": 0.6,
+        "straggler_rate": 0.03,
+        "straggler_s": (0.5, 2.0),
+    }
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_auto_on_a_one_slot_server_is_not_dominated_by_fixed_1_or_2(seed: int) -> None:
+    # before: slow start doubled 4 → 8 on its first window (no window before it to compare
+    # with), ~30 calls waited behind 7 others, then probing held 4/5: p99 ~2× fixed 2's
+    rows = {c: run_virtual(adaptive.run_row, ONE_SLOT, c, 400, seed) for c in (1, 2)}
+    auto = run_virtual(adaptive.run_row, ONE_SLOT, None, 400, seed)
+    best = max(r.goodput for r in rows.values())
+    assert auto.failed == 0
+    assert auto.goodput >= 0.95 * best
+    for row in rows.values():
+        if row.goodput >= auto.goodput:
+            assert row.p99_s > 0.8 * auto.p99_s, (row.concurrency, row.p99_s, auto.p99_s)
+
+
+def test_the_burst_stair_counts_the_calls_served_at_once() -> None:
+    assert served_in_burst([24.0, 43.0, 75.0, 105.0]) == 1  # one slot: family draw 1
+    assert served_in_burst([4.0, 4.2, 8.1, 8.3]) == 2  # two slots
+    assert served_in_burst([4.0, 4.1, 4.3, 4.2]) is None  # the slots for all: no queue
+    # one straggler, anywhere, is no queue; nor is a slow call before a fast one
+    assert served_in_burst([4.0, 4.1, 4.2, 9.0]) is None
+    assert served_in_burst([4.0, 9.0, 4.2, 4.1]) is None
+    assert served_in_burst([4.0, 4.1, 9.0, 4.2]) is None
+    assert served_in_burst([4.0, 9.0]) is None  # too few to tell
