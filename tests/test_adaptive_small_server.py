@@ -47,11 +47,16 @@ def test_auto_on_a_one_slot_server_is_not_dominated_by_fixed_1_or_2(seed: int) -
 
 
 def test_the_burst_stair_counts_the_calls_served_at_once() -> None:
-    assert served_in_burst([24.0, 43.0, 75.0, 105.0]) == 1  # one slot: family draw 1
-    assert served_in_burst([4.0, 4.2, 8.1, 8.3]) == 2  # two slots
-    assert served_in_burst([4.0, 4.1, 4.3, 4.2]) is None  # the slots for all: no queue
+    # one slot (family draw 1): decided at the third answer, the fourth still out
+    assert served_in_burst([(1, 24.0), (2, 43.0)]) is None
+    assert served_in_burst([(1, 24.0), (2, 43.0), (3, 75.0)]) == 1
+    assert served_in_burst([(3, 8.1), (1, 4.0), (2, 4.2), (4, 8.3)]) == 2  # two slots
+    assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.3), (4, 4.2)]) is None  # slots for all
     # one straggler, anywhere, is no queue; nor is a slow call before a fast one
-    assert served_in_burst([4.0, 4.1, 4.2, 9.0]) is None
-    assert served_in_burst([4.0, 9.0, 4.2, 4.1]) is None
-    assert served_in_burst([4.0, 4.1, 9.0, 4.2]) is None
-    assert served_in_burst([4.0, 9.0]) is None  # too few to tell
+    assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.2), (4, 9.0)]) is None
+    assert served_in_burst([(1, 4.0), (2, 9.0), (3, 4.2), (4, 4.1)]) is None
+    # an earlier rank still out waits at least as long as the slow ones: it waits too
+    assert served_in_burst([(1, 4.0), (3, 9.0), (4, 9.5)]) == 1
+    assert served_in_burst([(2, 4.0), (3, 9.0), (4, 9.5)]) is None  # rank 1 still out
+    # more served than waited: three slots and one call waiting reads like a straggler
+    assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.2), (4, 9.0), (5, 9.1)]) is None

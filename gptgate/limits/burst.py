@@ -18,24 +18,32 @@ from collections.abc import Sequence
 __all__ = ["served_in_burst"]
 
 
-def served_in_burst(latencies: Sequence[float], *, step: float = 1.6) -> int | None:
-    """How many of a burst's calls the server served at once; ``None`` when the burst shows
+def served_in_burst(
+    calls: Sequence[tuple[int, float]], *, step: float = 1.6, slow: int = 2
+) -> int | None:
+    """How many of a burst's calls the server serves at once; ``None`` while its answers show
     no queue (or too little to tell).
 
-    ``latencies``: the burst's calls' latencies (per reference answer length) in the order
-    they were admitted. The calls served at once are the leading ones within ``step`` × the
-    fastest; a queue shows only when every later call is beyond it — admission order decides
-    who waits in a FIFO queue, whereas a straggler strikes any call. At most half the burst
-    may be served, so one straggler cannot fake a queue: two would have to land on the
-    burst's last calls (at the family's ≤ 5% straggler rate, about 1 burst in 400).
+    ``calls``: the burst's calls answered so far, as ``(rank, latency)`` — the order it was
+    admitted in (1 = first) and the latency per reference answer length. The calls served at
+    once are those within ``step`` × the fastest; a queue shows when they are exactly the
+    first ranks and at least ``slow`` later ones are beyond it, and no more calls were served
+    than waited. Admission order decides who waits in a FIFO queue, whereas a straggler
+    strikes any call: faking a queue takes ``slow`` stragglers on the burst's next ranks (at
+    the family's ≤ 5% straggler rate, about 1 burst in 400). It needs no answer from the
+    burst's last calls: they were admitted with the slow ones and wait at least as long.
     """
-    if len(latencies) < 3:
+    if len(calls) < 1 + slow:
         return None
-    floor = min(latencies)
+    floor = min(latency for _, latency in calls)
     if floor <= 0.0:
         return None
-    fast = [r <= step * floor for r in latencies]
+    ordered = sorted(calls)
+    fast = [latency <= step * floor for _, latency in ordered]
     served = fast.index(False) if False in fast else len(fast)
-    if any(fast[served:]) or 2 * served > len(latencies):
+    waited = len(fast) - served
+    if any(fast[served:]) or waited < slow or served > waited:
         return None
+    if [rank for rank, _ in ordered[:served]] != list(range(1, served + 1)):
+        return None  # an earlier call is still out: who waits is not known yet
     return served

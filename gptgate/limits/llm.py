@@ -400,10 +400,8 @@ class LLMLimit:
         if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
             ttft = None
         x = math.log(max(r, 1e-12))
-        if self._burst is not None:
-            self._burst_until = min(self._burst_until, now)
-            if sample.start < self._burst_until:
-                self._burst.append((sample.inflight, r, a, b))
+        if self._burst is not None and self._burst_queued(sample, r, a, b, now):
+            return
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
             if self._w.n >= self._window_size():
@@ -564,8 +562,7 @@ class LLMLimit:
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
-        if self._slow_start and self._burst_queued(now):
-            return
+        self._burst = None  # slow start's first window closed: it decides from here
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
             if self._hist and queued > self.queue_tolerance * n_mean:
@@ -638,22 +635,26 @@ class LLMLimit:
             return True
         return False
 
-    def _burst_queued(self, now: float) -> bool:
-        """Slow start's first window, when it is exactly the first burst: True when its
-        latencies climb in a stair by admission order (gptgate/limits/burst.py) — the server
-        serves fewer calls than ``initial``; slow start ends at those, and the baseline is
-        their latency, unqueued (so the delay guard sees a queue above it)."""
-        burst, self._burst = self._burst, None  # read once
-        if burst is None or len(burst) != self._w.n or self._drops:
+    def _burst_queued(self, sample: Sample, r: float, a: float, b: float, now: float) -> bool:
+        """A success while slow start's first burst is out: True when the burst's answers so
+        far climb in a stair by admission order (gptgate/limits/burst.py) — the server serves
+        fewer calls than ``initial``. Slow start ends at those, with their latency, unqueued,
+        as the baseline (so the delay guard sees a queue above it); decided at the answer that
+        shows it, not at the window's end, while the calls refilled meanwhile still queue."""
+        burst = self._burst
+        assert burst is not None
+        self._burst_until = min(self._burst_until, now)
+        if not self._slow_start or self._hist or sample.start >= self._burst_until:
             return False
-        burst.sort(key=lambda call: call[0])
-        served = served_in_burst([call[1] for call in burst])
+        burst.append((sample.inflight, r, a, b))
+        served = served_in_burst([(call[0], call[1]) for call in burst])
         if served is None:
             return False
+        self._burst = None
         self.events["queue"] += 1
         self._slow_start = False
         self._center = served * (1.0 + self.queue_tolerance)
-        first = burst[:served]
+        first = sorted(burst)[:served]
         self._base = (
             sum(call[2] for call in first) / served,
             sum(call[3] for call in first) / served,
