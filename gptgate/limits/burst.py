@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["served_in_burst"]
+__all__ = ["STAIR_STEP", "served_in_burst"]
+
+#: a call slower than this × the burst's fastest waited in the server's queue
+STAIR_STEP = 1.6
 
 
 def served_in_burst(
-    calls: Sequence[tuple[int, float]], *, step: float = 1.6, slow: int = 2
+    calls: Sequence[tuple[int, float]], *, step: float = STAIR_STEP, slow: int = 2
 ) -> int | None:
     """How many of a burst's calls the server serves at once; ``None`` while its answers show
     no queue (or too little to tell).
