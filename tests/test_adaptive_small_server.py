@@ -56,7 +56,9 @@ def test_the_burst_stair_counts_the_calls_served_at_once() -> None:
     assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.2), (4, 9.0)]) is None
     assert served_in_burst([(1, 4.0), (2, 9.0), (3, 4.2), (4, 4.1)]) is None
     # an earlier rank still out waits at least as long as the slow ones: it waits too
-    assert served_in_burst([(1, 4.0), (3, 9.0), (4, 9.5)]) == 1
+    assert served_in_burst([(1, 4.0), (3, 12.0), (4, 16.5)]) == 1
     assert served_in_burst([(2, 4.0), (3, 9.0), (4, 9.5)]) is None  # rank 1 still out
+    # a server prefilling one prompt at a time: a stair of shrinking steps (a 64-slot tpu)
+    assert served_in_burst([(1, 1.21), (2, 2.72), (3, 2.18), (4, 3.08)]) is None
     # more served than waited: three slots and one call waiting reads like a straggler
     assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.2), (4, 9.0), (5, 9.1)]) is None

@@ -28,13 +28,20 @@ def served_in_burst(
     no queue (or too little to tell).
 
     ``calls``: the burst's calls answered so far, as ``(rank, latency)`` — the order it was
-    admitted in (1 = first) and the latency per reference answer length. The calls served at
-    once are those within ``step`` × the fastest; a queue shows when they are exactly the
-    first ranks and at least ``slow`` later ones are beyond it, and no more calls were served
-    than waited. Admission order decides who waits in a FIFO queue, whereas a straggler
-    strikes any call: faking a queue takes ``slow`` stragglers on the burst's next ranks (at
-    the family's ≤ 5% straggler rate, about 1 burst in 400). It needs no answer from the
-    burst's last calls: they were admitted with the slow ones and wait at least as long.
+    admitted in (1 = first) and the latency per reference answer length, all priced at the
+    same length. The calls served at once are those within ``step`` × the fastest; a queue
+    shows when they are exactly the first ranks, at least ``slow`` later ones are beyond it,
+    and no more calls were served than waited. Admission order decides who waits in a FIFO
+    queue, whereas a straggler strikes any call: faking a queue takes ``slow`` stragglers on
+    the burst's next ranks (at the family's ≤ 5% straggler rate, about 1 burst in 400). It
+    needs no answer from the burst's last calls: they were admitted with the slow ones and
+    wait at least as long.
+
+    And each waiting call must have waited its turn: behind ``served`` slots, rank ``k``
+    waits ``⌈k/served⌉ − 1`` service times, so its latency is at least ``0.8·⌈k/served⌉`` ×
+    the served calls' mean. A server that prefills one prompt at a time but decodes them
+    together also answers a burst in a stair, of shrinking steps (a 64-slot tpu draw: 1.2,
+    2.7, 2.2 and 3.1 s for ranks 1 to 4, not 1.2, 2.4, 3.6): it serves them all at once.
     """
     if len(calls) < 1 + slow:
         return None
@@ -49,4 +56,8 @@ def served_in_burst(
         return None
     if [rank for rank, _ in ordered[:served]] != list(range(1, served + 1)):
         return None  # an earlier call is still out: who waits is not known yet
+    service = sum(latency for _, latency in ordered[:served]) / served
+    for rank, latency in ordered[served:]:
+        if latency < max(step, 0.8 * -(-rank // served)) * service:
+            return None
     return served

@@ -226,7 +226,7 @@ class LLMLimit:
         self._c: _Sums
         self._reset_window()
         # the first burst, admitted before any answer came back: (inflight, R, a, b) per call
-        self._burst: list[tuple[int, float, float, float]] | None = []
+        self._burst: list[tuple[int, float, float]] | None = []
         self._burst_until = math.inf  # when its first answer came back
         self._burst_level = self._limit  # the limit it was admitted at
         self._burst_began = math.inf  # when its first call was admitted
@@ -403,7 +403,7 @@ class LLMLimit:
         if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
             ttft = None
         x = math.log(max(r, 1e-12))
-        if self._burst is not None and self._burst_queued(sample, r, a, b, now):
+        if self._burst is not None and self._burst_queued(sample, a, b, now):
             return
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
@@ -640,7 +640,7 @@ class LLMLimit:
             return True
         return False
 
-    def _burst_queued(self, sample: Sample, r: float, a: float, b: float, now: float) -> bool:
+    def _burst_queued(self, sample: Sample, a: float, b: float, now: float) -> bool:
         """A success while slow start's first burst is out: True when the burst's answers so
         far climb in a stair by admission order (gptgate/limits/burst.py) — the server serves
         fewer calls than ``initial``. Slow start ends at those, with their latency, unqueued,
@@ -652,10 +652,14 @@ class LLMLimit:
         self._burst_until = min(self._burst_until, now)
         if not self._slow_start or self._hist or sample.start >= self._burst_until:
             return False
-        burst.append((sample.inflight, r, a, b))
+        burst.append((sample.inflight, a, b))
         self._burst_began = min(self._burst_began, sample.start)
         self._burst_level = self._limit
-        served = served_in_burst([(call[0], call[1]) for call in burst])
+        # priced at one answer length, the current one (it is learnt from these very calls)
+        k = self._norm.reference_tokens
+        served = served_in_burst(
+            [(rank, fixed + k * per_token) for rank, fixed, per_token in burst]
+        )
         if served is None:
             return False
         self._burst = None
@@ -664,8 +668,8 @@ class LLMLimit:
         self._center = served * (1.0 + self.queue_tolerance)
         first = sorted(burst)[:served]
         self._base = (
+            sum(call[1] for call in first) / served,
             sum(call[2] for call in first) / served,
-            sum(call[3] for call in first) / served,
         )
         # the burst's goodput: its answers so far over the time since it was admitted
         began = min(self._burst_began, now - 1e-9)
