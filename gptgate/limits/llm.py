@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .base import Sample
-from .burst import STAIR_STEP, served_in_burst
+from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .normalise import LatencyNormaliser
 
@@ -679,10 +679,11 @@ class LLMLimit:
 
     def _stair_refuted(self, now: float) -> bool:
         """The first calls at the level the burst's stair said the server serves: True when
-        their goodput is well below the burst's — the stair was a few slow calls (a router
-        sending the whole burst to one replica of several), not the server's slots. Then slow
-        start resumes at the burst's level. Family draw 68 (five replicas of two slots) read
-        one served, and probing took the whole run to climb back (27% of fixed 32's goodput).
+        their goodput is below the burst's (``STAIR_REFUTED``) — the stair was the server at
+        that load only (a router sending the whole burst to one replica of several), not its
+        slots. Then slow start resumes at the burst's level. Family draw 68 (five replicas of
+        two slots) read one served, and probing took the whole run to climb back (27% of fixed
+        32's goodput).
         Judged on the first ``window_samples / 2`` calls there: fewer still queue behind the
         burst's (1-slot draw 69: 2.1× on four, 1.3× on eight; draw 68 2.1×)."""
         w = self._w
@@ -691,7 +692,7 @@ class LLMLimit:
         stair, self._stair = self._stair, None
         assert stair is not None
         ln_x = math.log(self._n_mean(w)) - self._ln_r(w.a / w.n, w.b / w.n)
-        if stair - ln_x <= math.log(STAIR_STEP):
+        if stair - ln_x <= math.log(STAIR_REFUTED):
             return False
         self._slow_start = True
         self._base = None
