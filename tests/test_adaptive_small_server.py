@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import adaptive
 import pytest
 
+from gptgate.limits import LLMLimit
+from gptgate.limits.base import Sample
 from gptgate.limits.burst import served_in_burst
 from gptgate.sim import get_profile, run_virtual
 
@@ -62,3 +64,40 @@ def test_the_burst_stair_counts_the_calls_served_at_once() -> None:
     assert served_in_burst([(1, 1.21), (2, 2.72), (3, 2.18), (4, 3.08)]) is None
     # more served than waited: three slots and one call waiting reads like a straggler
     assert served_in_burst([(1, 4.0), (2, 4.1), (3, 4.2), (4, 9.0), (5, 9.1)]) is None
+
+
+def _ok(start: float, latency: float, inflight: int) -> Sample:
+    return Sample(start, latency, inflight, "ok", output_tokens=100)
+
+
+def _stair(limit: LLMLimit) -> None:
+    """A burst of 4 answered as behind one slot: 10, 20 and 30 s (the 4th still out)."""
+    for rank in (1, 2, 3):
+        limit.update(_ok(0.0, 10.0 * rank, rank), 10.0 * rank)
+
+
+def test_a_burst_answered_in_a_stair_ends_slow_start_at_the_calls_served() -> None:
+    limit = LLMLimit()
+    _stair(limit)
+    assert not limit.in_slow_start
+    assert limit.limit == 1
+    assert limit.events["queue"] == 1
+    t = 60.0
+    for _ in range(16):  # one at a time, 10 s each: the burst's goodput — the stair holds
+        limit.update(_ok(t, 10.0, 1), t + 10.0)
+        t += 10.0
+    assert not limit.in_slow_start
+    assert limit.center < 2.0
+
+
+def test_a_stair_the_served_level_does_not_sustain_resumes_slow_start() -> None:
+    # the whole burst went to one replica of several (family draw 68): one call at a time
+    # takes as long as the burst's waiting calls — a third of the burst's goodput
+    limit = LLMLimit()
+    _stair(limit)
+    t = 60.0
+    for _ in range(8):
+        limit.update(_ok(t, 30.0, 1), t + 30.0)
+        t += 30.0
+    assert limit.in_slow_start
+    assert limit.limit == 4
