@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from .base import Sample
+from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
@@ -229,6 +230,12 @@ class LLMLimit:
         self._w: _Sums
         self._c: _Sums
         self._reset_window()
+        # the first burst, admitted before any answer came back: (inflight, R, a, b) per call
+        self._burst: list[tuple[int, float, float]] | None = []
+        self._burst_until = math.inf  # when its first answer came back
+        self._burst_level = self._limit  # the limit it was admitted at
+        self._burst_began = math.inf  # when its first call was admitted
+        self._stair: float | None = None  # ln of its goodput, when it read as a stair
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -410,8 +417,12 @@ class LLMLimit:
         if ttft is not None and not 0.0 <= ttft <= sample.latency_s:
             ttft = None
         x = math.log(max(r, 1e-12))
+        if self._burst is not None and self._burst_queued(sample, a, b, now):
+            return
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
+            if self._stair is not None and self._stair_refuted(now):
+                return
             if self._w.n >= self._window_size():
                 self._close_window(now)
                 return
@@ -571,6 +582,7 @@ class LLMLimit:
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
+        self._burst = None  # slow start's first window closed: it decides from here
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
             if self._hist and queued > self.queue_tolerance * n_mean:
@@ -642,6 +654,66 @@ class LLMLimit:
             self._restart(now)
             return True
         return False
+
+    def _burst_queued(self, sample: Sample, a: float, b: float, now: float) -> bool:
+        """A success while slow start's first burst is out: True when the burst's answers so
+        far climb in a stair by admission order (gptgate/limits/burst.py) — the server serves
+        fewer calls than ``initial``. Slow start ends at those, with their latency, unqueued,
+        as the baseline (so the delay guard sees a queue above it) until the first window
+        there refutes it; decided at the answer that shows it, not at the window's end, while
+        the calls refilled meanwhile still queue."""
+        burst = self._burst
+        assert burst is not None
+        self._burst_until = min(self._burst_until, now)
+        if not self._slow_start or self._hist or sample.start >= self._burst_until:
+            return False
+        burst.append((sample.inflight, a, b))
+        self._burst_began = min(self._burst_began, sample.start)
+        self._burst_level = self._limit
+        # priced at one answer length, the current one (it is learnt from these very calls)
+        k = self._norm.reference_tokens
+        served = served_in_burst(
+            [(rank, fixed + k * per_token) for rank, fixed, per_token in burst]
+        )
+        if served is None:
+            return False
+        self._burst = None
+        self.events["queue"] += 1
+        self._slow_start = False
+        self._center = served * (1.0 + self.queue_tolerance)
+        first = sorted(burst)[:served]
+        self._base = (
+            sum(call[1] for call in first) / served,
+            sum(call[2] for call in first) / served,
+        )
+        # the burst's goodput: its answers so far over the time since it was admitted
+        began = min(self._burst_began, now - 1e-9)
+        self._stair = math.log(len(burst) / (now - began))
+        self._restart(now)
+        return True
+
+    def _stair_refuted(self, now: float) -> bool:
+        """The first calls at the level the burst's stair said the server serves: True when
+        their goodput is below the burst's (``STAIR_REFUTED``) — the stair was the server at
+        that load only (a router sending the whole burst to one replica of several), not its
+        slots. Then slow start resumes at the burst's level. Family draw 68 (five replicas of
+        two slots) read one served, and probing took the whole run to climb back (27% of fixed
+        32's goodput).
+        Judged on the first ``window_samples / 2`` calls there: fewer still queue behind the
+        burst's (1-slot draw 69: 2.1× on four, 1.3× on eight; draw 68 2.1×)."""
+        w = self._w
+        if w.n < max(2, self.window_samples // 2):
+            return False
+        stair, self._stair = self._stair, None
+        assert stair is not None
+        ln_x = math.log(self._n_mean(w)) - self._ln_r(w.a / w.n, w.b / w.n)
+        if stair - ln_x <= math.log(STAIR_REFUTED):
+            return False
+        self._slow_start = True
+        self._base = None
+        self._center = float(self._burst_level)
+        self._restart(now)
+        return True
 
     def _doubling_queued(self, now: float) -> bool:
         """Slow start, mid-window: True when the calls admitted since the last doubling
