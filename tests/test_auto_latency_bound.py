@@ -82,15 +82,17 @@ def test_bound_prices_the_slowest_call_per_call_in_flight() -> None:
 
 
 def test_limit_stops_slow_start_at_the_bound_and_cuts_under_it() -> None:
+    # 4 slots answering in ~45 s: all four served at once (no stair to read), and 8 in flight
+    # would queue half of them to ~90 s
     limit = LLMLimit(initial=4, max_limit=64, latency_bound_s=60.0)
     now = 0.0
-    for i, latency in enumerate((23.0, 23.0, 46.0, 46.0)):
+    for i, latency in enumerate((44.0, 45.0, 46.0, 46.0)):
         now = latency
         limit.update(Sample(start=0.0, latency_s=latency, inflight=i + 1, kind="ok",
                             output_tokens=600), now)
     assert limit.limit == 4 and not limit.in_slow_start
     free = LLMLimit(initial=4, max_limit=64)  # no bound: the same window doubles
-    for i, latency in enumerate((23.0, 23.0, 46.0, 46.0)):
+    for i, latency in enumerate((44.0, 45.0, 46.0, 46.0)):
         free.update(Sample(start=0.0, latency_s=latency, inflight=i + 1, kind="ok",
                            output_tokens=600), latency)
     assert free.limit == 8
