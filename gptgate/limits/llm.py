@@ -230,7 +230,8 @@ class LLMLimit:
         self._w: _Sums
         self._c: _Sums
         self._reset_window()
-        # the first burst, admitted before any answer came back: (inflight, R, a, b) per call
+        # the first burst, admitted before any answer came back: (rank, a, b) per call (its
+        # in-flight count at admission is its rank)
         self._burst: list[tuple[int, float, float]] | None = []
         self._burst_until = math.inf  # when its first answer came back
         self._burst_level = self._limit  # the limit it was admitted at
