@@ -479,7 +479,7 @@ class _GuardRun:
             result, permit, self._foreign_stream_ended,
             classify=lambda exc: classify_exception(exc, state.name), clock=self.clock,
             backend=state.name, idle_s=state.backend.idle_timeout, calls=self.gate.calls,
-            spawn=self.runner.spawn,
+            spawn=self.runner.spawn, cut_at=self.deadline,
         )
         if followed:  # a stream another client reads: the permit follows it as well
             return returned  # type: ignore[return-value]

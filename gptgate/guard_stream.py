@@ -139,13 +139,22 @@ def follow_returned(
     idle_s: float,
     calls: CallRegistry,
     spawn: Spawn | None,
+    cut_at: float | None = None,
 ) -> tuple[bool, object]:
     """Whether ``result`` is a stream still to be read, and what to return in its place
-    (itself, or its watched facade). Followed, the permit and ``on_end`` are the watch's."""
+    (itself, or its watched facade). Followed, the permit and ``on_end`` are the watch's.
+
+    ``cut_at``: the guarded call's deadline (a clock reading). An HTTP response's body is
+    not read past it: the read raises the client's own read timeout (the SDK's timeout
+    error), as a request ``gate.http_client`` sent again is cut at its bound. A stream the
+    SDK opened on its own client, trickling faster than the SDK's read timeout, ran 114 s
+    past its call's 40 s deadline in the chaos run, until the gateway closed."""
     listener = _PermitFollows(permit, on_end, classify, clock)
 
-    def body(inner: Any) -> OpenBody[Any]:
-        return OpenBody(inner, listener, clock=clock, backend=backend, unread_s=idle_s)
+    def body(inner: Any, bound: float | None = None) -> OpenBody[Any]:
+        return OpenBody(
+            inner, listener, clock=clock, backend=backend, unread_s=idle_s, cut_at=bound
+        )
 
     def watch(watched: OpenBody[Any], facade: object) -> None:
         try:
@@ -161,7 +170,7 @@ def follow_returned(
             stream, httpx2.AsyncByteStream
         ):
             return False, result
-        watched = body(stream)
+        watched = body(stream, cut_at)
         response.stream = facade = WatchedByteStream(watched)
         watch(watched, facade)
         return True, result
