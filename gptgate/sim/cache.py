@@ -174,16 +174,9 @@ class PrefixCache:
             blocks[d] = expires
 
     def _expire(self, now: float) -> None:
+        # oldest first, and expiry follows write order: drop from the front until a live one
         blocks = self._blocks
-        dead = 0
-        for expires in blocks.values():
-            if now < expires:
-                break
-            dead += 1
-        if dead == len(blocks):
-            blocks.clear()
-            return
-        for _ in range(dead):
+        while blocks and not now < next(iter(blocks.values())):
             blocks.popitem(last=False)
 
     def __len__(self) -> int:
