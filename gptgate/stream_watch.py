@@ -32,6 +32,7 @@ import anyio
 import httpx2
 
 from .errors import GateError, GatewayClosedError, RequestTimeout
+from .stream_reads import PAST_DEADLINE
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -67,7 +68,6 @@ class _CutAtBound(Exception):
     """A read cut at the body's ``cut_at`` (raised as the SDK's own timeout error)."""
 
 
-_PAST_BOUND = "gptgate: the call deadline passed while reading the answer"
 _CLOSED = "the gateway closed before the stream was read to its end (shutdown grace ran out)"
 
 
@@ -213,12 +213,12 @@ class OpenBody(Generic[T]):
             # the SDK's own timeout error (openai's APITimeoutError), as a cut before the
             # headers raises, and typed for any later read
             self._refusal = RequestTimeout(
-                _PAST_BOUND, backend=self._backend, billed=True, deadline=True
+                PAST_DEADLINE, backend=self._backend, billed=True, deadline=True
             )
             await self._finish(self._listener.left)
             if self._typed_cut:
                 raise self._refusal from None
-            raise httpx2.ReadTimeout(_PAST_BOUND) from None
+            raise httpx2.ReadTimeout(PAST_DEADLINE) from None
         except Exception as exc:
             await self._finish(functools.partial(self._listener.cut, exc))
             raise
