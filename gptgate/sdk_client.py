@@ -53,6 +53,7 @@ from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
+from .wire.usage import cut_usage
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -401,7 +402,7 @@ class _Attempt:
         if self.read_chars is not None:  # what gptgate drained, the caller never read
             unread = max(0, output - tokens_for_chars(self.read_chars))
         if prompt or output:
-            usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
+            usage = cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
