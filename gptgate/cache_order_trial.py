@@ -20,11 +20,12 @@ the plain client's 2); served in order, 1090 kept 88.2% against 65.9%, 1021 78.9
 The gate cannot tell those expiries from real spills call by call, and the order costs
 where the server spreads a burst over cold replicas (the named ``spread`` job: 85.2% →
 80.4% when its head went first). So the order is *measured*: once warm calls running side
-by side miss often (:data:`TRIGGER` of two windows of :data:`SIDE_CALLS` in a row, after the
-job's first :data:`SETTLE_CALLS`), the backend's warm groups are
-served in order for a trial of :data:`TRIAL_CALLS` calls (after
+by side miss often (:data:`TRIGGER` of two windows of :data:`SIDE_CALLS` in a row, or
+:data:`SPACED_TRIGGER` of one window at the groups' ordinary spacing — expired copies, not
+a burst over cold replicas —, after the job's first :data:`SETTLE_CALLS`), the backend's
+warm groups are served in order for a trial of :data:`TRIAL_CALLS` calls (after
 :data:`TRIAL_SETTLE_CALLS`); the order is kept for :data:`MEMORY_S` if its calls kept
-:data:`MARGIN` more of their hits than the two side-by-side windows, and refused for as long
+:data:`MARGIN` more of their hits than the side-by-side windows measured, and refused for as long
 otherwise. Only hits are compared: the phases' latencies and paces are the server's noise at
 this size (a latency grows as a server queue fills, whatever the order — draw 1090: 101 s
 side by side in the job's first minutes, 258 s later —; the pace of 24 calls swung
