@@ -36,14 +36,27 @@ def _refused(start: float, rank: int) -> Sample:
 
 
 def test_a_refused_burst_ends_slow_start_at_the_servers_edge() -> None:
-    # slow start at 32 on 3 × (6 + 2): the server refuses the burst from its 22nd call on
-    limit = LLMLimit(initial=32, max_limit=128)
+    # slow start doubling 16 → 32 on 3 × (6 + 2): the burst is refused from its 22nd call on
+    limit = LLMLimit(initial=16, max_limit=128)
+    for _ in range(16):
+        limit.update(Sample(0.0, 2.0, 16, "ok", output_tokens=100), 2.0)
+    assert limit.limit == 32 and limit.in_slow_start
     for rank in (22, 26, 31):
-        limit.update(_refused(1.0, rank), 1.01)
+        limit.update(_refused(3.0, rank), 3.01)
     assert not limit.in_slow_start
     assert limit.center == pytest.approx(21 / 1.08)  # was 16, the level before
     assert limit.limit == round(limit.center * 0.92)  # the low probe: 18
     assert limit.events["loss"] == 1
+
+
+def test_a_timeout_in_slow_start_still_lands_on_the_level_before() -> None:
+    # a timeout is no refusal: it says nothing of where the server's capacity ends
+    limit = LLMLimit(initial=16, max_limit=128)
+    for _ in range(16):
+        limit.update(Sample(0.0, 2.0, 16, "ok", output_tokens=100), 2.0)
+    for rank in (22, 26):
+        limit.update(Sample(3.0, 30.0, rank, "dropped", congestion=True), 33.0)
+    assert not limit.in_slow_start and limit.center == 16.0
 
 
 @pytest.mark.parametrize(
@@ -66,3 +79,15 @@ def test_auto_after_a_refused_doubling_reaches_the_best_fixed_goodput(
     auto = run_virtual(adaptive.run_row, server, None, 400, draw, None, None, 3600.0)
     assert auto.failed == 0
     assert auto.goodput >= share * fixed.goodput, (auto.goodput, fixed.goodput)
+
+
+@pytest.mark.xfail(strict=True, reason="slow start's window at 128 on a 60-slot server (round 10)")
+def test_auto_does_not_double_past_a_plateau_to_128() -> None:
+    # family draw 67: 2 × 30 slots, unbounded queue. 32 → 64 read 0.59, so slow start doubled
+    # to 128; its window there (64 calls, all queued behind the slots) took 22 s of a 108 s
+    # job, read −0.33 and landed at 64 (probing 59/69): 80% of fixed 45's goodput, p99 2.3×
+    # fixed 30's. Not fixed in round 10 (docs/adaptive.md, "Issue 31, round 10")
+    server = family(67)
+    fixed = run_virtual(adaptive.run_row, server, 45, 400, 67, None, None, 3600.0)
+    auto = run_virtual(adaptive.run_row, server, None, 400, 67, None, None, 3600.0)
+    assert auto.goodput >= 0.95 * fixed.goodput, (auto.goodput, fixed.goodput)

@@ -555,7 +555,9 @@ class LLMLimit:
         # the density check sees every call admitted since the cut, settling or not: a
         # rejection storm is fastest exactly while the window is still settling
         self._loss_drops += 1
-        self._refused = min(self._refused, sample.inflight)
+        if sample.kind == "dropped" and sample.latency_s <= 0.25 * self._rtt:
+            # refused at once (not a timeout): the server's capacity ends below this rank
+            self._refused = min(self._refused, sample.inflight)
         if self._loss_drops < 2 or self._loss_drops < self.loss_tolerance * (
             self._loss_ok + self._loss_drops
         ):
@@ -564,7 +566,8 @@ class LLMLimit:
         self.events["loss"] += 1
         if self._slow_start:
             self._slow_start = False
-            # the doubling's burst was refused from the server's capacity on: just below it
+            # a doubling's burst refused from the server's capacity on: just below it (the
+            # level before the doubling when none was refused at once — timeouts)
             edge = centre_after_refusal(self._limit, self._refused, probe=self.probe)
             self._center = max(1.0, edge)
         else:

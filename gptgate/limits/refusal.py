@@ -15,6 +15,8 @@ A pure function, so the rule is tested on numbers.
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["centre_after_refusal"]
 
 
@@ -22,5 +24,5 @@ def centre_after_refusal(limit: int, refused_rank: float, *, probe: float) -> fl
     """The centre after slow start's doubling to ``limit`` was refused, the lowest refused
     call admitted as ``refused_rank``-th in flight: probing's high side (``× (1 + probe)``)
     at ``refused_rank − 1``, clamped to ``[limit / 2, limit]``."""
-    edge = (refused_rank - 1.0) / (1.0 + probe)
-    return min(max(edge, limit / 2.0), float(limit))
+    edge = (refused_rank - 1.0) / (1.0 + probe)  # inf - 1 is inf: no call refused at once
+    return min(max(edge, limit / 2.0), float(limit)) if math.isfinite(edge) else limit / 2.0
