@@ -25,6 +25,9 @@ from gptgate.sim import family, run_virtual
 def test_the_centre_after_a_refused_doubling_probes_just_below_the_refused_rank() -> None:
     # 2 × (5 slots + 1 queued): refused from the 13th call on; high probe 12
     assert centre_after_refusal(16, 13, probe=0.08) == pytest.approx(12 / 1.08)
+    # below ~8 calls the low probe is held at the refused rank − 2 (the high one is at least
+    # one above it): refused from the 4th call, probing 2 and 3, not 3 and 4
+    assert centre_after_refusal(4, 4, probe=0.08) == pytest.approx(2 / 0.92)
     # never below the level before the doubling (it served all it was given) ...
     assert centre_after_refusal(32, 9, probe=0.08) == 16.0
     # ... nor above the doubled level

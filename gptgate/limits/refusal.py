@@ -22,7 +22,12 @@ __all__ = ["centre_after_refusal"]
 
 def centre_after_refusal(limit: int, refused_rank: float, *, probe: float) -> float:
     """The centre after slow start's doubling to ``limit`` was refused, the lowest refused
-    call admitted as ``refused_rank``-th in flight: probing's high side (``× (1 + probe)``)
-    at ``refused_rank − 1``, clamped to ``[limit / 2, limit]``."""
-    edge = (refused_rank - 1.0) / (1.0 + probe)  # inf - 1 is inf: no call refused at once
-    return min(max(edge, limit / 2.0), float(limit)) if math.isfinite(edge) else limit / 2.0
+    call admitted as ``refused_rank``-th in flight: probing's high side at ``refused_rank − 1``,
+    clamped to ``[limit / 2, limit]``. The high side is ``× (1 + probe)`` but at least one call
+    above the low side (``× (1 − probe)``), so below ~8 calls the low side is held at
+    ``refused_rank − 2``: centred at 2.8 for a refusal from the 4th call, probing 3 and 4 put
+    every other window's last call into the refusals (family draw 1054: p99 1.5× fixed 2's)."""
+    if math.isinf(refused_rank):
+        return limit / 2.0  # no call refused at once (timeouts): the level before
+    edge = min((refused_rank - 1.0) / (1.0 + probe), (refused_rank - 2.0) / (1.0 - probe))
+    return min(max(edge, limit / 2.0), float(limit))
