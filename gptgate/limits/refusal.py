@@ -10,6 +10,8 @@ doubling, however far below that edge it was (draw 27: 8 for 10 slots and a queu
 1039: 8 for 12 + 4), and probing's ±8% windows took most of a 400-call job to climb back.
 So the centre goes to the edge instead: its high probe one call below the lowest refused rank,
 but never below the level before (which served all it was given) nor above the doubled level.
+The refusals cannot tell slots from queue places: on a deep queue the edge fills it (draw 1007,
+34 slots and 21 queued: 88% → 70% of the best fixed goodput; docs/adaptive.md, round 10).
 A pure function, so the rule is tested on numbers.
 """
 
