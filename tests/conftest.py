@@ -32,7 +32,7 @@ WALL_CLOCK = frozenset({
     "shared_outage", "shared_pacing", "shared_pause", "shared_probe_paths", "shared_reuse",
     "shared_start", "shared_wake", "shared_warmup", "shed", "signals_fleet", "sim_deepseek",
     "sim_lifecycle", "sim_server", "sim_virtual", "sync_gateway", "sync_sdks",
-    "sync_stream_dropped",
+    "sync_guard_stream_deadline", "sync_stream_dropped",
 })
 
 #: of those, the modules whose real-time bounds assume the machine to themselves — several
