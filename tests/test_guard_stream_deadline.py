@@ -21,6 +21,22 @@ from tests.streamserver import BASE_URL, USER, GeneratingServer
 DEADLINE_S = 12.0
 
 
+async def _read_all(
+    opened: Any, clock: LoopClock
+) -> tuple[Any, float, int, BaseException | None]:
+    """Open a guarded stream and read it to its end or its error: the stream, how long from
+    the call, how many pieces, and what the read raised."""
+    start = clock.now()
+    stream = await opened()
+    read, error = 0, None
+    try:
+        async for _ in stream:
+            read += 1
+    except Exception as exc:
+        error = exc
+    return stream, clock.now() - start, read, error
+
+
 def test_a_returned_sdk_stream_is_cut_at_the_guarded_calls_deadline() -> None:
     async def main() -> tuple[float, int, BaseException | None, int]:
         clock = LoopClock()
@@ -43,16 +59,7 @@ def test_a_returned_sdk_stream_is_cut_at_the_guarded_calls_deadline() -> None:
                         model="m", messages=USER, stream=True
                     )
 
-                start = clock.now()
-                stream = await opened()
-                read = 0
-                error: BaseException | None = None
-                try:
-                    async for _ in stream:
-                        read += 1
-                except openai.APIError as exc:
-                    error = exc
-                took = clock.now() - start
+                stream, took, read, error = await _read_all(opened, clock)
                 await stream.close()
                 # hung up mid-answer: the slot stays taken while the server may still run it
                 # (``abandon_grace_s``), then comes back
@@ -112,16 +119,7 @@ def _read_returned(kind: str) -> tuple[float, int, BaseException | None, int]:
             async def opened() -> Any:
                 return pieces() if kind == "generator" else _Trickle(clock)
 
-            start = clock.now()
-            stream = await opened()
-            read = 0
-            error: BaseException | None = None
-            try:
-                async for _ in stream:
-                    read += 1
-            except Exception as exc:
-                error = exc
-            took = clock.now() - start
+            stream, took, read, error = await _read_all(opened, clock)
             await stream.aclose()
             await clock.sleep(backend.abandon_grace_s + 1.0)
             held = gate.stats()["b"].in_flight
