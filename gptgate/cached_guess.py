@@ -18,6 +18,7 @@ from cachetools import TTLCache
 
 from .cache import prefix_key
 from .results import Usage
+from .wire.usage import cut_usage
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -60,6 +61,15 @@ class CachedGuess:
             return 0
         key = prefix()
         return 0 if key is None else self._reads.get((backend, key), 0)
+
+    def cut(
+        self, backend: str, prefix: Callable[[], str | None], said: Usage | None, prompt: int,
+        output: int,
+    ) -> Usage:
+        """A cut answer's booking (wire/usage.py ``cut_usage``): where its server did not
+        say, its prompt read what its prefix's last whole answer read from the cache."""
+        guess = self.reads(backend, prefix) if said is None and prompt else 0
+        return cut_usage(said, prompt, output, guess)
 
 
 def prefix_of(messages: Sequence[Mapping[str, Any]]) -> str | None:

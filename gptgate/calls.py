@@ -65,7 +65,6 @@ from .shed import Refusals
 from .telemetry import NAMES, Telemetry
 from .tokens import estimate_text_tokens
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
-from .wire.usage import cut_usage
 
 if TYPE_CHECKING:
     from .shared.pacing import PaceSeq, PendingTake
@@ -1406,12 +1405,9 @@ class CallRunner:
     def _cut_usage(
         self, backend: BackendState, spec: CallSpec, said: Usage | None, prompt: int, output: int
     ) -> Usage:
-        """A cut attempt's booking (wire/usage.py ``cut_usage``): where its server did not
-        say, its prompt read what its prefix's last whole answer read from the cache."""
-        guess = 0
-        if said is None and prompt:
-            guess = self.cached_guess.reads(backend.name, functools.partial(_prefix_of, spec))
-        return cut_usage(said, prompt, output, guess)
+        """A cut attempt's booking (gptgate/cached_guess.py)."""
+        prefix = functools.partial(_prefix_of, spec)
+        return self.cached_guess.cut(backend.name, prefix, said, prompt, output)
 
 
 def _prefix_of(spec: CallSpec) -> str | None:

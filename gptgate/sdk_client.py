@@ -54,7 +54,6 @@ from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
-from .wire.usage import cut_usage
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -184,12 +183,8 @@ class _Attempt:
         return prefix_of(messages) if isinstance(messages, list) else None
 
     def _cut_usage(self, said: Usage | None, prompt: int, output: int) -> Usage:
-        """A cut answer's booking: where its server did not say, its prompt read what its
-        prefix's last whole answer read from the cache (gptgate/cached_guess.py)."""
-        guess = 0
-        if said is None and prompt:
-            guess = self.runner.cached_guess.reads(self.state.name, self.prefix)
-        return cut_usage(said, prompt, output, guess)
+        """A cut answer's booking (gptgate/cached_guess.py)."""
+        return self.runner.cached_guess.cut(self.state.name, self.prefix, said, prompt, output)
 
     def max_tokens(self) -> int | None:
         return _max_tokens(self.body())
