@@ -988,12 +988,13 @@ class Gateway:
         """
         if self._cached.applies(cache, params):
             key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
-            return await self._cached.chat(key, cache, functools.partial(
-                self.chat, messages, scenario=scenario, stream=stream, private=private,
-                tier=tier, backend=backend, priority=priority, timeout=timeout,
+            budget_s = timeout or self._resolve(scenario).deadline_s or self.config.deadline_s
+            return await self._cached.chat(key, cache, lambda left: self.chat(
+                messages, scenario=scenario, stream=stream, private=private,
+                tier=tier, backend=backend, priority=priority, timeout=left,
                 max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
                 cache="bypass", **params,
-            ))
+            ), budget_s)
         runner = self.runner
         judge = check_accept(accept)
         if judge is not None and (tier != "auto" or backend is not None):
