@@ -1030,13 +1030,16 @@ class Gateway:
         model: str | None = None,
         private: bool = False,
         backend: str | None = None,
+        timeout: float | None = None,
         **params: Any,
     ) -> Any:
         """Embedding vectors: a list in order for a list of texts, one vector for one string.
         Concurrent calls are merged into one request per ``embed_window_s`` and split at the
-        backends' caps (docs/embeddings.md); ``params`` (``dimensions``, …) pass through."""
+        backends' caps (docs/embeddings.md); ``timeout`` is the call's deadline, as for
+        ``chat``; ``params`` (``dimensions``, …) pass through to the provider."""
+        _check_call_options(timeout, None, None, None)
         return await self._embedder.embed(
-            texts, model=model, private=private, backend=backend, **params
+            texts, model=model, private=private, backend=backend, timeout=timeout, **params
         )
 
     def stream(
