@@ -64,6 +64,24 @@ def _check_texts(texts: object) -> list[str]:
     return list(items)
 
 
+#: ``gate.chat``'s own options: passed to ``gate.embed`` they would reach the provider as
+#: request parameters (an unknown one is a 400 that fails every caller merged with it)
+_CHAT_OPTIONS = (
+    "scenario", "priority", "max_attempts", "hedge", "cache", "cache_key", "tier", "stream",
+    "accept",
+)
+
+
+def _refuse_chat_options(params: dict[str, Any]) -> None:
+    for name in _CHAT_OPTIONS:
+        if name in params:
+            raise BadRequestError(
+                f"{name}= is a gate.chat option, not one of gate.embed's (model=, private=, "
+                f"backend=, timeout=); anything else is sent to the provider as a parameter, "
+                f"so it was refused: nothing was sent"
+            )
+
+
 class Embedder:
     """The gateway's embeddings: coalescers per request shape, routing, the wire."""
 
@@ -94,10 +112,14 @@ class Embedder:
         model: str | None = None,
         private: bool = False,
         backend: str | None = None,
+        timeout: float | None = None,
         **params: Any,
     ) -> list[Vector] | Vector:
-        """The vectors of ``texts`` in order (one vector for one string)."""
-        self._gate.runner  # noqa: B018 - GatewayClosedError before anything is queued
+        """The vectors of ``texts`` in order (one vector for one string), within ``timeout``
+        (else the gateway's ``deadline_s``)."""
+        gate = self._gate
+        gate.runner  # noqa: B018 - GatewayClosedError before anything is queued
+        _refuse_chat_options(params)
         items = _check_texts(texts)
         if not items:
             return []
@@ -113,10 +135,12 @@ class Embedder:
             )
         # registered like a chat call: a closing gateway gives it the grace, then ends it
         # with GatewayClosedError
-        with self._gate.calls.call():
-            waiter = coalescer.add(items, [estimate_text_tokens(t) for t in items])
+        deadline_s = timeout or gate.config.deadline_s
+        deadline = None if deadline_s is None else gate.clock.now() + deadline_s
+        with gate.calls.call():
+            waiter = coalescer.add(items, [estimate_text_tokens(t) for t in items], deadline)
             try:
-                await waiter.done.wait()
+                await waiter.wait(gate.clock)
             finally:
                 waiter.cancelled = True  # its texts still queued are not sent
         vectors = waiter.result()
@@ -142,8 +166,8 @@ class Embedder:
         )
         names = frozenset(b.name for b in eligible)
 
-        async def send(texts: list[str]) -> list[Vector]:
-            return await self._send(names, model, texts, params)
+        async def send(texts: list[str], deadline: float | None) -> list[Vector]:
+            return await self._send(names, model, texts, params, deadline)
 
         return Coalescer(
             send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
@@ -153,9 +177,11 @@ class Embedder:
         return self._gate._spawn(task)
 
     async def _send(
-        self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any]
+        self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any],
+        deadline: float | None,
     ) -> list[Vector]:
-        """One request's texts, retried (failing over) under the gateway's policy."""
+        """One request's texts, retried (failing over) under the gateway's policy until the
+        latest deadline of its callers."""
         from .gateway import _ACCEPTED  # (gateway imports this module)
 
         gate = self._gate
@@ -165,8 +191,6 @@ class Embedder:
         runner = gate.runner
         failed: set[str] = set()
         body = json.dumps({"model": model, "input": texts, **params}).encode()
-        deadline_s = gate.config.deadline_s
-        deadline = None if deadline_s is None else gate.clock.now() + deadline_s
 
         async def attempt(number: int) -> list[Vector]:
             state = self._choose(names, failed)

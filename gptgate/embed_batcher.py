@@ -20,12 +20,13 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import GateError, GatewayClosedError
+from .errors import GateError, GatewayClosedError, RequestTimeout
 
 __all__ = ["Coalescer", "EmbedCaps", "Waiter"]
 
 Vector = list[float]
-Send = Callable[[list[str]], Awaitable[list[Vector]]]
+#: a request's texts and the latest deadline of its callers (None: one has none) → vectors
+Send = Callable[[list[str], float | None], Awaitable[list[Vector]]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 
 
@@ -40,14 +41,28 @@ class EmbedCaps:
 class Waiter:
     """One caller's texts: their vectors fill in as requests return, or the first error."""
 
-    __slots__ = ("cancelled", "done", "error", "left", "vectors")
+    __slots__ = ("cancelled", "deadline", "done", "error", "left", "vectors")
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, deadline: float | None = None) -> None:
         self.vectors: list[Vector | None] = [None] * count
         self.left = count
         self.error: GateError | None = None
         self.done = anyio.Event()
         self.cancelled = False
+        self.deadline = deadline  # on the gateway's clock; None: the caller waits as long
+
+    async def wait(self, clock: Clock) -> None:
+        """Until the vectors or the error are in, at most until the caller's deadline (then a
+        ``RequestTimeout``: the caller leaves, its request goes on for the others in it)."""
+        if self.deadline is None:
+            await self.done.wait()
+            return
+        with anyio.move_on_after(clock.to_real(self.deadline - clock.now())):
+            await self.done.wait()
+        if not self.done.is_set():
+            raise RequestTimeout(
+                "call deadline passed before the embeddings returned", deadline=True
+            )
 
     def fill(self, index: int, vector: Vector) -> None:
         if self.done.is_set():
@@ -96,9 +111,11 @@ class Coalescer:
         self.requests = 0
         self.inputs = 0
 
-    def add(self, texts: Sequence[str], tokens: Sequence[int]) -> Waiter:
+    def add(
+        self, texts: Sequence[str], tokens: Sequence[int], deadline: float | None = None
+    ) -> Waiter:
         """Queue one caller's texts; full requests go at once, the rest after the window."""
-        waiter = Waiter(len(texts))
+        waiter = Waiter(len(texts), deadline)
         for index, (text, count) in enumerate(zip(texts, tokens, strict=True)):
             self._queue.append(_Entry(waiter, index, text, count))
             self._queued_tokens += count
@@ -185,7 +202,7 @@ class Coalescer:
     async def _deliver(self, batch: list[_Entry]) -> None:
         """One request; its vectors to each caller in it, or its error to each of them."""
         try:
-            vectors = await self._send([e.text for e in batch])
+            vectors = await self._send([e.text for e in batch], _latest(batch))
         except GateError as error:
             for entry in batch:
                 entry.waiter.fail(error)
@@ -197,3 +214,9 @@ class Coalescer:
             raise
         for entry, vector in zip(batch, vectors, strict=True):
             entry.waiter.fill(entry.index, vector)
+
+
+def _latest(batch: list[_Entry]) -> float | None:
+    """A request's deadline: its most patient caller's (None when one has none)."""
+    deadlines = [e.waiter.deadline for e in batch]
+    return None if None in deadlines else max(d for d in deadlines if d is not None)

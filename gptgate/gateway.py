@@ -988,12 +988,13 @@ class Gateway:
         """
         if self._cached.applies(cache, params):
             key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
-            return await self._cached.chat(key, cache, functools.partial(
-                self.chat, messages, scenario=scenario, stream=stream, private=private,
-                tier=tier, backend=backend, priority=priority, timeout=timeout,
+            budget_s = timeout or self._resolve(scenario).deadline_s or self.config.deadline_s
+            return await self._cached.chat(key, cache, lambda left: self.chat(
+                messages, scenario=scenario, stream=stream, private=private,
+                tier=tier, backend=backend, priority=priority, timeout=left,
                 max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
                 cache="bypass", **params,
-            ))
+            ), budget_s)
         runner = self.runner
         judge = check_accept(accept)
         if judge is not None and (tier != "auto" or backend is not None):
@@ -1029,13 +1030,16 @@ class Gateway:
         model: str | None = None,
         private: bool = False,
         backend: str | None = None,
+        timeout: float | None = None,
         **params: Any,
     ) -> Any:
         """Embedding vectors: a list in order for a list of texts, one vector for one string.
         Concurrent calls are merged into one request per ``embed_window_s`` and split at the
-        backends' caps (docs/embeddings.md); ``params`` (``dimensions``, …) pass through."""
+        backends' caps (docs/embeddings.md); ``timeout`` is the call's deadline, as for
+        ``chat``; ``params`` (``dimensions``, …) pass through to the provider."""
+        _check_call_options(timeout, None, None, None)
         return await self._embedder.embed(
-            texts, model=model, private=private, backend=backend, **params
+            texts, model=model, private=private, backend=backend, timeout=timeout, **params
         )
 
     def stream(

@@ -13,7 +13,8 @@ When it is used (``cache=`` on ``gate.chat`` / ``gate.stream`` / map items):
 ``"bypass"`` neither. Never stored: an error, a cut stream, an answer without a finish
 reason, and — into a ``shared=`` Redis — a private backend's answer unless
 ``share_private=True``. Identical requests in flight at once share one call
-(single-flight); a leader cancelled mid-call hands the call to one of its followers.
+(single-flight); a leader cancelled mid-call, or out of its own shorter deadline, hands the
+call to one of its followers, and each keeps its own deadline (gptgate/flight_deadline.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import anyio
 from cachetools import TTLCache
 
 from .errors import BadRequestError, GateError
+from .flight_deadline import CallerDeadline
 from .response_cache_fleet import answer_or_claim
 from .results import ChatResult, Usage
 
@@ -167,12 +169,13 @@ class _Counts:
 class _Flight:
     """One call in flight that identical requests wait for."""
 
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("budget_s", "done", "error", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, budget_s: float | None) -> None:
         self.done = anyio.Event()
         self.result: ChatResult | None = None
         self.error: GateError | None = None
+        self.budget_s = budget_s  # the leader's time: a follower with more may take over
 
 
 class ResponseCache:
@@ -280,17 +283,20 @@ class ResponseCache:
         self,
         key: str,
         mode: CacheMode | None,
-        call: Callable[[], Awaitable[ChatResult]],
+        call: Callable[[float | None], Awaitable[ChatResult]],
         *,
         clock: Clock,
         is_private: Callable[[str], bool],
         on_hit: Callable[[ChatResult], None],
         fleet: bool = True,
+        budget_s: float | None = None,
     ) -> ChatResult:
         """The answer to one request: from the store, from an identical call in flight (in
-        this process, or with ``fleet`` in another of a shared Redis), or from ``call()``
-        (then stored when whole)."""
+        this process, or with ``fleet`` in another of a shared Redis), or from
+        ``call(timeout)`` (then stored when whole), within this caller's own ``budget_s``
+        (gptgate/flight_deadline.py)."""
         start = clock.now()
+        deadline = CallerDeadline(clock, budget_s)
         if mode != "refresh":
             cached = await self.get(key)
             if cached is not None:
@@ -309,36 +315,40 @@ class ResponseCache:
             flight = self._flights.get(key)
             if flight is None:
                 fleet_wide = fleet and mode != "refresh"
-                result, sent = await self._lead(key, call, is_private, fleet=fleet_wide)
+                result, sent = await self._lead(key, call, is_private, deadline, fleet=fleet_wide)
                 return result if sent else joined(result)
-            await flight.done.wait()
+            await deadline.wait(flight.done)
             if flight.result is not None:
                 return joined(flight.result)
-            if flight.error is not None:
+            if flight.error is not None and not deadline.outlasts(flight.budget_s, flight.error):
                 raise copy.copy(flight.error)
-            # the leader was cancelled before an answer: one of us leads now
+            # the leader was cancelled before an answer, or ran out of its own shorter time:
+            # one of us leads now
 
     async def _lead(
         self,
         key: str,
-        call: Callable[[], Awaitable[ChatResult]],
+        call: Callable[[float | None], Awaitable[ChatResult]],
         is_private: Callable[[str], bool],
+        deadline: CallerDeadline,
         *,
         fleet: bool,
     ) -> tuple[ChatResult, bool]:
         """The answer, and whether this process sent the call (else another process of the
-        fleet did: gptgate/response_cache_fleet.py)."""
-        flight = self._flights[key] = _Flight()
+        fleet did: gptgate/response_cache_fleet.py), within the leader's own deadline."""
+        flight = self._flights[key] = _Flight(deadline.left())
         redis = self.redis if fleet else None
         claimed = False
         try:
-            data = await answer_or_claim(redis, key) if redis is not None else None
+            data = (
+                await answer_or_claim(redis, key, deadline.left) if redis is not None else None
+            )
             if data is not None:
                 self._store[key] = data
                 flight.result = decode_result(data)
                 return flight.result, False
             claimed = redis is not None
-            result = flight.result = await call()
+            result = flight.result = await call(deadline.left())
             self.count(result.backend).misses += 1
             if cacheable(result):  # stored before the claim goes: the fleet finds it
                 await self.put(key, result, private=is_private(result.backend))

@@ -70,12 +70,18 @@ class CachedCalls:
         )
 
     async def chat(
-        self, key: str, mode: CacheMode | None, call: Callable[[], Awaitable[ChatResult]]
+        self,
+        key: str,
+        mode: CacheMode | None,
+        call: Callable[[float | None], Awaitable[ChatResult]],
+        budget_s: float | None,
     ) -> ChatResult:
+        """The answer, within the caller's ``budget_s`` (``call(timeout)`` sends it with what
+        is left of that, when this caller is the one to send)."""
         assert self.cache is not None
         return await self.cache.serve(
             key, mode, call, clock=self._gate.clock, is_private=self.is_private,
-            on_hit=self.hit, fleet=self.answers_reach_redis(),
+            on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=budget_s,
         )
 
     def answers_reach_redis(self) -> bool:

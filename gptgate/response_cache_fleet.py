@@ -9,6 +9,7 @@ error, an answer kept private, a leader that died), claim it themselves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -22,10 +23,15 @@ __all__ = ["POLL_S", "answer_or_claim"]
 POLL_S = 0.02
 
 
-async def answer_or_claim(redis: RedisAnswers, key: str) -> bytes | None:
+async def answer_or_claim(
+    redis: RedisAnswers, key: str, still_waiting: Callable[[], object] = lambda: None
+) -> bytes | None:
     """Another process's answer to ``key`` (after waiting for it), or None once this one
-    holds the claim and must send the call (then ``redis.release(key)`` when done)."""
+    holds the claim and must send the call (then ``redis.release(key)`` when done).
+    ``still_waiting()`` is called before each poll: it raises once the caller's own deadline
+    has passed (it holds no claim then)."""
     while not await redis.claim(key):
+        still_waiting()
         await anyio.sleep(POLL_S)
         data = await redis.get(key)
         if data is not None:

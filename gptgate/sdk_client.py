@@ -633,6 +633,26 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ends.append(now + deadline_s)
         return min(ends, default=None)
 
+    def _attempt_bound(
+        self, state: BackendState, request: httpx2.Request, asked: float, start: float
+    ) -> float:
+        """Until when (gateway clock) a sent request's body may be read, as ``gate.chat``
+        bounds an attempt: the gateway's deadline (the scenario's ``deadline_s``, else
+        ``GatewayConfig.deadline_s``, from when it was ``asked``) or, sooner, the later of the
+        backend's ``timeout`` and the SDK's own read timeout (real seconds) from its ``start``
+        — never sooner than either of those two would. httpx's read
+        timeout bounds each read only: a server trickling keep-alives or whitespace faster
+        than it held the request, and its permit, for as long as it kept trickling."""
+        clock = self._gate.clock
+        timeouts = request.extensions.get("timeout")
+        read = timeouts.get("read") if isinstance(timeouts, Mapping) else None
+        longest = state.backend.timeout
+        if isinstance(read, (int, float)):
+            longest = max(longest, from_real(clock, read))
+        end = start + longest
+        deadline_s = self._deadline_s or self._gate.config.deadline_s
+        return min(end, asked + deadline_s) if deadline_s else end
+
     async def _acquire(
         self, state: BackendState, request: httpx2.Request, deadline: float | None
     ) -> Permit:
@@ -781,7 +801,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         attempt.hold = hold
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
             attempt.probe = probe or state.breaker.on_attempt(start)
-        attempt.cut_at = cut_at
+        attempt.cut_at = (
+            cut_at if requeued else self._attempt_bound(state, request, enqueued, start)
+        )
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(

@@ -319,13 +319,15 @@ class SyncGateway:
         model: str | None = None,
         private: bool = False,
         backend: str | None = None,
+        timeout: float | None = None,
         **params: Any,
     ) -> Any:
         """Embedding vectors, blocking (``Gateway.embed``'s arguments and result): threads
         calling at once are merged into few requests exactly as tasks are."""
         gateway = self._ready()
         return self._run(
-            gateway.embed, texts, model=model, private=private, backend=backend, **params
+            gateway.embed, texts, model=model, private=private, backend=backend,
+            timeout=timeout, **params,
         )
 
     def batch(

@@ -337,3 +337,65 @@ def test_closing_gives_an_embed_in_flight_its_grace() -> None:
             await gate.embed("after")
 
     run_virtual(main)
+
+
+class _Slow(httpx2.AsyncBaseTransport):
+    """Records each embeddings request's body and answers it after ``delay_s``."""
+
+    def __init__(self, inner: Recording, delay_s: float) -> None:
+        self.inner = inner
+        self.delay_s = delay_s
+        self.bodies: list[dict[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.bodies.append(json.loads(request.content))
+        await anyio.sleep(self.delay_s)
+        return await self.inner.handle_async_request(request)
+
+
+def test_timeout_is_each_callers_own_deadline_and_never_sent_to_the_provider() -> None:
+    """``gate.embed(texts, timeout=5)`` sent ``"timeout": 5`` in the request body (a provider
+    refuses an unknown argument with a 400, failing every caller merged with it) and bounded
+    nothing."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        engine = SimEngine("gpu", clock=clock, seed=1)
+        slow = _Slow(Recording(engine), delay_s=5.0)
+        gate = gg.Gateway(
+            [gg.Backend(name="emb", base_url="http://127.0.0.1:8000/v1", model="m",
+                        embedding_model="e", transport=slow)],
+            clock=clock, max_attempts=1,
+        )
+        ended: dict[str, tuple[object, float]] = {}
+
+        async def one(name: str, timeout: float | None) -> None:
+            try:
+                outcome: object = await gate.embed(name, timeout=timeout)
+            except gg.GateError as error:
+                outcome = error
+            ended[name] = outcome, clock.now()
+
+        async with gate, anyio.create_task_group() as tg:
+            tg.start_soon(one, "tight", 1.0)
+            tg.start_soon(one, "loose", None)
+        assert [b.get("timeout") for b in slow.bodies] == [None]  # one merged request
+        tight, tight_at = ended["tight"]
+        assert isinstance(tight, gg.RequestTimeout) and tight.deadline
+        assert tight_at == pytest.approx(1.0, abs=0.01)
+        assert ended["loose"][0] == vector_for("loose", DIMS)
+
+    run_virtual(main)
+
+
+def test_a_gate_chat_option_is_a_typed_error_not_a_provider_parameter() -> None:
+    async def main() -> None:
+        clock = LoopClock()
+        gate, sent, _ = _gate(clock)
+        async with gate:
+            for option in ("priority", "scenario", "max_attempts", "hedge", "cache"):
+                with pytest.raises(gg.BadRequestError, match=f"{option}= is a gate.chat option"):
+                    await gate.embed("x", **{option: 1})
+        assert sent.sent == []
+
+    run_virtual(main)

@@ -187,6 +187,82 @@ async def _lead(gate: gg.Gateway, scope: anyio.CancelScope) -> None:
         await gate.chat(M, temperature=0, max_tokens=40)
 
 
+async def _timed(
+    gate: gg.Gateway, clock: LoopClock, timeout: float, stream: bool = False
+) -> tuple[object, float]:
+    """An identical long call with its own ``timeout``: its outcome, and when it came."""
+    try:
+        outcome: object = await gate.chat(
+            M, temperature=0, max_tokens=2000, timeout=timeout, stream=stream
+        )
+    except gg.GateError as error:
+        outcome = error
+    return outcome, clock.now()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_leader_past_its_own_deadline_hands_the_call_to_a_follower(stream: bool) -> None:
+    """The leader's tight ``timeout=`` is its own: a follower with a loose one got the
+    leader's deadline error (a cut stream, or a timeout) instead of an answer."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        gate, server = _gate(clock)
+        outcomes: dict[str, tuple[object, float]] = {}
+
+        async def one(name: str, timeout: float) -> None:
+            outcomes[name] = await _timed(gate, clock, timeout, stream)
+
+        async with gate, anyio.create_task_group() as tg:
+            tg.start_soon(one, "leader", 0.5)
+            await anyio.lowlevel.checkpoint()
+            tg.start_soon(one, "a", 600.0)
+            tg.start_soon(one, "b", 600.0)
+            tg.start_soon(one, "as tight", 0.5)  # as little time as the leader had: no retry
+        leader, a, b, tight = (outcomes[n][0] for n in ("leader", "a", "b", "as tight"))
+        assert isinstance(leader, gg.GateError) and isinstance(tight, gg.GateError)
+        assert isinstance(a, gg.ChatResult) and isinstance(b, gg.ChatResult), (a, b)
+        assert server.requests == 2  # the leader's, then one follower's; the other joined it
+        assert a.from_cache != b.from_cache
+
+    run_virtual(main)
+
+
+def test_a_follower_keeps_its_own_deadline() -> None:
+    """A follower waits for an identical call only as long as its own ``timeout=`` allows,
+    and one that takes over from a cancelled leader has what is left of it, not a fresh one."""
+
+    async def main() -> None:
+        clock = LoopClock()
+        gate, server = _gate(clock)
+        outcomes: dict[str, tuple[object, float]] = {}
+
+        async def one(name: str, timeout: float) -> None:
+            outcomes[name] = await _timed(gate, clock, timeout)
+
+        async with gate, anyio.create_task_group() as tg:
+            leader = anyio.CancelScope()
+
+            async def lead() -> None:
+                with leader:
+                    await one("leader", 600.0)
+
+            tg.start_soon(lead)
+            await anyio.lowlevel.checkpoint()
+            tg.start_soon(one, "short", 0.5)
+            tg.start_soon(one, "taker", 1.0)
+            await clock.sleep(0.8)
+            leader.cancel()
+        short, short_at = outcomes["short"]
+        assert isinstance(short, gg.RequestTimeout) and short.deadline
+        assert short_at == pytest.approx(0.5, abs=0.01)
+        taker, taker_at = outcomes["taker"]
+        assert isinstance(taker, gg.GateError) and taker_at <= 1.0 + 0.01, (taker, taker_at)
+        assert server.requests == 2
+
+    run_virtual(main)
+
+
 def test_nothing_is_cached_on_an_error_and_followers_get_the_typed_error() -> None:
     async def main() -> None:
         clock = LoopClock()
@@ -468,3 +544,40 @@ def test_a_fleet_of_private_backends_does_not_wait_for_each_others_calls(
 
     requests, peak = anyio.run(main)
     assert (requests, peak) == (2, 2)  # side by side, not one after the other
+
+
+def test_a_process_waits_for_another_ones_identical_call_only_within_its_own_deadline(
+    redis_url: str,
+) -> None:
+    """Across a fleet a follower polled Redis for the claim holder's answer for as long as
+    that call took, whatever its own ``timeout=``."""
+    space = namespace()
+
+    async def main() -> tuple[object, float, float]:
+        clock = gg.ScaledClock(5.0)
+        counting = Counting(SimEngine("gpu", clock=clock, seed=3))
+
+        def gate() -> gg.Gateway:
+            shared = gg.Shared(redis_url, namespace=space)
+            return gg.Gateway(
+                [_backend(counting)], clock=clock, max_attempts=1,
+                response_cache=gg.ResponseCache(ttl_s=60, shared=shared),
+            )
+
+        one, two = gate(), gate()
+        ended: dict[str, tuple[object, float]] = {}
+
+        async def call(name: str, gate: gg.Gateway, timeout: float) -> None:
+            ended[name] = await _timed(gate, clock, timeout)
+
+        async with one, two, anyio.create_task_group() as group:
+            group.start_soon(call, "leader", one, 600.0)
+            await clock.sleep(0.3)  # its claim is in Redis
+            started = clock.now()
+            group.start_soon(call, "follower", two, 1.0)
+        follower, follower_at = ended["follower"]
+        return follower, follower_at - started, ended["leader"][1] - started
+
+    follower, waited, leader_took = anyio.run(main)
+    assert isinstance(follower, gg.RequestTimeout) and follower.deadline, follower
+    assert waited < 3.0 < leader_took, (waited, leader_took)
