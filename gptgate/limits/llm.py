@@ -20,6 +20,7 @@ from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
+from .overhead_fit import LengthLine, queued_by_fixed_part
 
 __all__ = ["LLMLimit"]
 
@@ -229,6 +230,8 @@ class LLMLimit:
         self._evidence_n = 0
         self._w: _Sums
         self._c: _Sums
+        self._line = LengthLine()  # the open window's non-streamed calls: latency on length
+        self._line_before = LengthLine()  # slow start's windows before the open one
         self._reset_window()
         # the first burst, admitted before any answer came back: (rank, a, b) per call (its
         # in-flight count at admission is its rank)
@@ -422,6 +425,8 @@ class LLMLimit:
             return
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
+            if ttft is None:
+                self._line.add(max(0, sample.output_tokens), sample.latency_s)
             if self._stair is not None and self._stair_refuted(now):
                 return
             if self._w.n >= self._window_size():
@@ -586,6 +591,7 @@ class LLMLimit:
         self._burst = None  # slow start's first window closed: it decides from here
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
+            waited = self._fixed_part_queued(n_mean)
             if self._hist and queued > self.queue_tolerance * n_mean:
                 # a queue formed (at the server, or before the send): the doubling overshot
                 self.events["queue"] += 1
@@ -593,10 +599,44 @@ class LLMLimit:
                 self._center = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
                 self._base = (window.a, window.b)
                 self._restart(now)
+            elif self._hist and waited > self.queue_tolerance * n_mean:
+                self._fixed_part_exit(now, window, n_mean, waited)
             else:
                 self._slow_start_window(now, window, app_limited)
         elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
+
+    def _fixed_part_exit(self, now: float, window: _Window, n_mean: float, queued: float) -> None:
+        import os
+        v = os.environ.get("H2V", "served")
+        prev = self._hist[-1]
+        served = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
+        floor = math.exp(prev.ln_n) / (1.0 - self.probe)
+        target = math.exp(prev.ln_n + self._ln_x(window) - self._ln_x(prev))
+        if v == "served":
+            c = served
+        elif v == "prev":
+            c = floor
+        else:
+            c = max(floor, min(served, target))
+        self.events["queue"] += 1
+        self._slow_start = False
+        self._center = min(c, math.exp(window.ln_n))
+        self._base = self._blend((prev.a, prev.b), (window.a, window.b), 0.5)
+        self._restart(now)
+
+    def _fixed_part_queued(self, n_mean: float) -> float:
+        """Slow start: the calls a doubling queued at the server, from the rise of the
+        non-streamed calls' fixed part over the window before (gptgate/limits/overhead_fit.py)
+        — the queue a streamed call shows in its time to first token."""
+        line = self._line
+        if not self._hist:
+            self._line_before = LengthLine()  # slow start's first window (or again)
+        before, after = self._line_before.fixed_part(), line.fixed_part()
+        self._line_before.merge(line)
+        if before is None or after is None:
+            return 0.0
+        return queued_by_fixed_part(before, after, n_mean, line.y / line.k, z=2.0)
 
     def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.
@@ -946,6 +986,7 @@ class LLMLimit:
         self._loss_drops = 0
         self._w = _Sums()  # the open window
         self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
+        self._line = LengthLine()
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._low), self.ceiling)

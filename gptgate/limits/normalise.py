@@ -28,6 +28,7 @@ O(1) per sample.
 from __future__ import annotations
 
 from .base import Sample
+from .overhead_fit import OverheadFit
 
 __all__ = ["LatencyNormaliser"]
 
@@ -35,7 +36,7 @@ __all__ = ["LatencyNormaliser"]
 class LatencyNormaliser:
     """Splits a successful :class:`Sample` into ``(a, b)`` with ``R(K) = a + K·b`` seconds."""
 
-    __slots__ = ("_count", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
+    __slots__ = ("_count", "_fit", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
 
     def __init__(self, overhead_tokens: float = 20.0, horizon: int = 256) -> None:
         if overhead_tokens < 0:
@@ -48,6 +49,7 @@ class LatencyNormaliser:
         self._count = 0
         self._ttft = 0.0
         self._tpot = 0.0
+        self._fit = OverheadFit(horizon=horizon)
 
     @property
     def reference_tokens(self) -> float:
@@ -73,6 +75,12 @@ class LatencyNormaliser:
             tpot = (latency - ttft) / (n - 1)
             self._learn_overhead(ttft, tpot)
             return ttft - tpot, tpot
+        if self._tpot == 0.0:
+            # no streamed call has told the fixed part: fit it from the calls' lengths
+            self._fit.add(n, latency)
+            fitted = self._fit.overhead_tokens(10.0 * self._n_ref)
+            if fitted is not None:
+                self._overhead = fitted
         per_token = latency / max(1.0, n + self._overhead)
         return per_token * self._overhead, per_token
 
