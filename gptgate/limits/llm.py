@@ -20,7 +20,7 @@ from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
-from .overhead_fit import LengthLine, queued_by_fixed_part
+from .overhead_fit import LengthLine, fixed_part_exit, queued_by_fixed_part
 
 __all__ = ["LLMLimit"]
 
@@ -599,29 +599,31 @@ class LLMLimit:
                 self._center = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
                 self._base = (window.a, window.b)
                 self._restart(now)
-            elif self._hist and waited > self.queue_tolerance * n_mean:
-                self._fixed_part_exit(now, window, n_mean, waited)
+            elif self._hist and fixed_part_exit(
+                waited / n_mean, self._doubling_elasticity(window), tolerance=self.queue_tolerance
+            ):
+                self._fixed_part_exit(now, window)
             else:
                 self._slow_start_window(now, window, app_limited)
         elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
 
-    def _fixed_part_exit(self, now: float, window: _Window, n_mean: float, queued: float) -> None:
-        import os
-        v = os.environ.get("H2V", "served")
+    def _doubling_elasticity(self, window: _Window) -> float:
         prev = self._hist[-1]
-        served = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
-        floor = math.exp(prev.ln_n) / (1.0 - self.probe)
-        target = math.exp(prev.ln_n + self._ln_x(window) - self._ln_x(prev))
-        if v == "served":
-            c = served
-        elif v == "prev":
-            c = floor
-        else:
-            c = max(floor, min(served, target))
+        d_ln_n = window.ln_n - prev.ln_n
+        if d_ln_n < 0.1:
+            return math.inf
+        return (self._ln_x(window) - self._ln_x(prev)) / d_ln_n
+
+    def _fixed_part_exit(self, now: float, window: _Window) -> None:
+        """Slow start ends on a doubling whose calls queued at the server: the level before
+        served all it was given (no queue showed there), so the centre is that level on
+        probing's low side (``N_prev / (1 − probe)``: probing it and one call above), and
+        probing climbs from there if the goodput does."""
+        prev = self._hist[-1]
         self.events["queue"] += 1
         self._slow_start = False
-        self._center = min(c, math.exp(window.ln_n))
+        self._center = min(math.exp(prev.ln_n) / (1.0 - self.probe), math.exp(window.ln_n))
         self._base = self._blend((prev.a, prev.b), (window.a, window.b), 0.5)
         self._restart(now)
 

@@ -140,3 +140,16 @@ def queued_by_fixed_part(
         # outside the calls' lengths, differ by the bend
         return 0.0
     return n_mean * min(1.0, rise / latency_s)
+
+
+#: a doubling whose calls visibly queued ends slow start if it bought less than this
+#: elasticity; above it the wait is contention that still pays (a llama.cpp server that
+#: prefills one prompt at a time: family draw 78 read a rise of 1.9 s at 16 → 32 and 0.64)
+QUEUED_DOUBLING_ELASTICITY = 0.5
+
+
+def fixed_part_exit(queued_share: float, elasticity: float, *, tolerance: float) -> bool:
+    """Whether slow start ends on a doubling: more than ``tolerance`` of its calls in flight
+    waited in a server queue (:func:`queued_by_fixed_part` / N) and it bought less than
+    :data:`QUEUED_DOUBLING_ELASTICITY`."""
+    return queued_share > tolerance and elasticity < QUEUED_DOUBLING_ELASTICITY
