@@ -9,7 +9,8 @@ bought 0.71 of its calls in goodput read as 0.05 and slow start ended at 4 on a 
 The fixed part is now fitted from the calls' latencies and lengths
 (gptgate/limits/overhead_fit.py). Priced right, the plateau's doubling into a half-formed
 queue no longer reads as bought nothing; slow start ends there on the queue itself, read from
-the rise of the calls' fixed part (tests/test_limits_overhead_fit.py). Virtual time, draws of the server family, benchmarks/adaptive.py's job (~2 s of CPU each)."""
+the rise of the calls' fixed part (tests/test_limits_overhead_fit.py). Virtual time, draws of
+the server family, benchmarks/adaptive.py's job (~2 s of CPU each)."""
 
 from __future__ import annotations
 

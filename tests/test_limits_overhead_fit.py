@@ -26,7 +26,9 @@ import adaptive
 LENGTHS = [313, 400, 400, 400, 142, 70, 116, 43, 134, 18, 327, 58, 391, 219, 400, 77]
 
 
-def _line(fixed_s: float, per_token_s: float, lengths: list[int], jitter: float = 0.0) -> LengthLine:
+def _line(
+    fixed_s: float, per_token_s: float, lengths: list[int], jitter: float = 0.0
+) -> LengthLine:
     line = LengthLine()
     for i, n in enumerate(lengths):
         line.add(n, fixed_s + per_token_s * n + jitter * ((-1) ** i))

@@ -20,7 +20,7 @@ from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
-from .overhead_fit import LengthLine, fixed_part_exit, queued_by_fixed_part
+from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
 
 __all__ = ["LLMLimit"]
 
@@ -638,7 +638,7 @@ class LLMLimit:
         self._line_before.merge(line)
         if before is None or after is None:
             return 0.0
-        return queued_by_fixed_part(before, after, n_mean, line.y / line.k, z=2.0)
+        return queued_by_fixed_part(before, after, n_mean, line.y / line.k, z=FIXED_PART_Z)
 
     def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.

@@ -20,7 +20,18 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["OverheadFit"]
+__all__ = [
+    "FIXED_PART_Z",
+    "QUEUED_DOUBLING_ELASTICITY",
+    "LengthLine",
+    "OverheadFit",
+    "fixed_part_exit",
+    "queued_by_fixed_part",
+]
+
+#: a rise of the fixed part counts as a queue beyond this many standard errors (the plateau's
+#: half-formed queue at 8 → 16: 1.6–5; 3 missed seed 15's, which then ran on to 32)
+FIXED_PART_Z = 2.0
 
 
 class OverheadFit:
@@ -28,9 +39,7 @@ class OverheadFit:
 
     __slots__ = ("_horizon", "_min_calls", "_min_spread", "_n", "_w", "_x", "_xx", "_xy", "_y")
 
-    def __init__(
-        self, *, horizon: int = 256, min_calls: int = 8, min_spread: float = 0.2
-    ) -> None:
+    def __init__(self, *, horizon: int = 256, min_calls: int = 8, min_spread: float = 0.2) -> None:
         self._horizon = horizon
         self._min_calls = min_calls
         self._min_spread = min_spread
