@@ -107,7 +107,7 @@ class LengthLine:
         self.yy += other.yy
 
     def fixed_part(
-        self, min_calls: int = 6, min_spread: float = 0.2
+        self, min_calls: int = 4, min_spread: float = 0.2
     ) -> tuple[float, float, float] | None:
         """``(c, standard error of c, t)``, or ``None`` with fewer than ``min_calls`` calls or
         lengths spread less than ``min_spread`` (coefficient of variation): no slope to
