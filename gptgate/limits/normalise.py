@@ -14,8 +14,9 @@ under the same load:
   raises ``tpot``; both move ``R`` by what a typical call feels, whatever ``n`` was.
 * non-streamed samples only know the total, rescaled by the length with the fixed part as
   ``n0`` token-equivalents: ``R(K) = latency·(K + n0)/(n + n0)`` — exact when
-  ``n0 = ttft/tpot − 1``, which is learned from streamed samples when there are any (else the
-  ``overhead_tokens`` guess).
+  ``n0 = ttft/tpot − 1``, which is learned from streamed samples when there are any; else it
+  is fitted from the calls' latencies against their lengths (:class:`OverheadFit`), and the
+  ``overhead_tokens`` guess stands only until the calls spread enough in length for a slope.
 
 ``K`` is the running mean answer length, so the two parts are weighted as the workload weighs
 them. It moves when the mix moves, and a window priced at an old ``K`` must not be compared
