@@ -609,6 +609,7 @@ class LLMLimit:
             self._probe_window(now, window, app_limited)
 
     def _doubling_elasticity(self, window: _Window) -> float:
+        """Slow start's ``e`` over the last doubling (infinite when ``N`` hardly grew)."""
         prev = self._hist[-1]
         d_ln_n = window.ln_n - prev.ln_n
         if d_ln_n < 0.1:
