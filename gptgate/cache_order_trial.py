@@ -20,11 +20,12 @@ the plain client's 2); served in order, 1090 kept 88.2% against 65.9%, 1021 78.9
 The gate cannot tell those expiries from real spills call by call, and the order costs
 where the server spreads a burst over cold replicas (the named ``spread`` job: 85.2% →
 80.4% when its head went first). So the order is *measured*: once warm calls running side
-by side miss often (:data:`TRIGGER` of two windows of :data:`SIDE_CALLS` in a row, after the
-job's first :data:`SETTLE_CALLS`), the backend's warm groups are
-served in order for a trial of :data:`TRIAL_CALLS` calls (after
+by side miss often (:data:`TRIGGER` of two windows of :data:`SIDE_CALLS` in a row, or
+:data:`SPACED_TRIGGER` of one window at the groups' ordinary spacing — expired copies, not
+a burst over cold replicas —, after the job's first :data:`SETTLE_CALLS`), the backend's
+warm groups are served in order for a trial of :data:`TRIAL_CALLS` calls (after
 :data:`TRIAL_SETTLE_CALLS`); the order is kept for :data:`MEMORY_S` if its calls kept
-:data:`MARGIN` more of their hits than the two side-by-side windows, and refused for as long
+:data:`MARGIN` more of their hits than the side-by-side windows measured, and refused for as long
 otherwise. Only hits are compared: the phases' latencies and paces are the server's noise at
 this size (a latency grows as a server queue fills, whatever the order — draw 1090: 101 s
 side by side in the job's first minutes, 258 s later —; the pace of 24 calls swung
@@ -42,7 +43,7 @@ from .cache_order_opening import OPENING_SETTLE_CALLS, Opening
 
 __all__ = [
     "BURST_GAP_S", "MARGIN", "MAX_GROUPS", "MEMORY_S", "QUEUE_FACTOR", "SETTLE_CALLS",
-    "SIDE_CALLS", "SWITCH_CALLS", "TRIAL_CALLS", "TRIAL_SETTLE_CALLS", "TRIGGER",
+    "SIDE_CALLS", "SPACED_TRIGGER", "SWITCH_CALLS", "TRIAL_CALLS", "TRIAL_SETTLE_CALLS", "TRIGGER",
     "OrderTrial",
 ]
 
@@ -57,6 +58,14 @@ SIDE_CALLS = 24
 #: fifth started trials on the named ``spread`` jobs, whose windows kept 19 of 24 hits, and
 #: lost them 3–5 points; the family's draws this is for miss 25–80%)
 TRIGGER = 0.25
+#: share of one window's calls that missed *spaced* — admitted after their group's previous
+#: call, not in the same instant — for a trial to start without a second window. A cold
+#: replica a ramp's burst reaches misses in a burst (issue 31's server spreading by calls in
+#: flight: 12 of its first window's 24 calls missed, every one in a burst, then 0–3 a window);
+#: a copy that expired between a prefix's calls side by side misses at the group's ordinary
+#: spacing (family draw 1062: 8 of the first window's 24, 14 of the second; 1021: 6, 6). The
+#: second window cost 8.5 s of side-by-side calls on 1062 and 19 s on 1021.
+SPACED_TRIGGER = 0.25
 #: warm calls served in order measured before the verdict
 TRIAL_CALLS = 24
 #: calls of other groups than the trial's first it waits for (a change of head)
@@ -82,29 +91,38 @@ Phase = Literal["opening", "side", "trial", "kept", "refused"]
 
 @dataclass(slots=True)
 class _Measure:
-    """Calls of one phase in windows of ``size``: the hits of its last two windows."""
+    """Calls of one phase in windows of ``size``: the hits of its last two windows, and the
+    last one's misses that came at their group's ordinary spacing (not in a burst)."""
 
     size: int
     settling: int = 0
     calls: int = 0
     hits: int = 0
+    spaced: int = 0
     windows: list[int] = field(default_factory=list)
+    last_spaced: int = 0
 
-    def add(self, hit: bool) -> bool:
-        """Count one call; True when it completed a window."""
+    def add(self, hit: bool, burst: bool = False) -> bool:
+        """Count one call (``burst``: admitted in the same instant as its group's previous
+        one); True when it completed a window."""
         if self.settling:
             self.settling -= 1
             return False
         self.calls += 1
         self.hits += hit
+        self.spaced += not hit and not burst
         if self.calls < self.size:
             return False
         self.windows = [*self.windows[-1:], self.hits]
-        self.calls = self.hits = 0
+        self.last_spaced = self.spaced
+        self.calls = self.hits = self.spaced = 0
         return True
 
     def misses_often(self) -> bool:
-        """Its last two windows both missed :data:`TRIGGER` of their calls or more."""
+        """Its last two windows both missed :data:`TRIGGER` of their calls or more — or its
+        last one did at its groups' ordinary spacing (:data:`SPACED_TRIGGER`)."""
+        if self.last_spaced >= SPACED_TRIGGER * self.size:
+            return True
         return len(self.windows) == 2 and all(
             hits <= (1.0 - TRIGGER) * self.size for hits in self.windows
         )
@@ -214,7 +232,7 @@ class OrderTrial:
                 state.until = now + MEMORY_S
         elif state.phase == "side":
             state.opening_left = max(0, state.opening_left - 1)
-            if state.side.add(hit) and state.side.misses_often():
+            if state.side.add(hit, burst) and state.side.misses_often():
                 state.phase, state.epoch = "trial", state.epoch + 1
         elif state.phase == "trial" and state.trial.add(hit, key):
             pays = state.trial.hit_share >= state.side.hit_share + MARGIN

@@ -7,7 +7,12 @@ and every message is cleared of the exact secrets the gateway sends (``gptgate.s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .scrub import scrub_known
+
+if TYPE_CHECKING:
+    from .results import Usage
 
 __all__ = [
     "BackendError",
@@ -194,12 +199,16 @@ class StreamInterruptedError(GateError):
         partial_text: str = "",
         output_tokens: int = 0,
         usage_estimated: bool = True,
+        usage_so_far: Usage | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
         self.partial_text = partial_text
         self.output_tokens = output_tokens
         self.usage_estimated = usage_estimated
+        #: what the stream had said of its usage before the cut (an Anthropic
+        #: ``message_start``: the prompt's cache reads and writes), or None
+        self.usage_so_far = usage_so_far
 
 
 class SharedUnreachableError(GateError):

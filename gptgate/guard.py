@@ -82,6 +82,9 @@ class GuardedCall:
     #: backend's ``idle_timeout``): a sync guard follows its caller's stream by them
     clock: Clock | None = None
     idle_s: float | None = None
+    #: the guarded call's deadline (a clock reading, None: none): a sync guard's caller
+    #: reads its stream in its own thread, told to stop there
+    deadline: float | None = None
     #: requests its body sent through ``gate.http_client`` on the guard's backend: they were
     #: seen on the wire, so their tokens, cost and failures are counted there, not again
     wire_attempts: int = 0
@@ -411,7 +414,9 @@ class _GuardRun:
         if number > 1:
             state.retries += 1  # on the backend the retry goes to
         self.span.backend, self.span.tries = state.name, number
-        call = GuardedCall(state.limiter, permit, clock, state.backend.idle_timeout)
+        call = GuardedCall(
+            state.limiter, permit, clock, state.backend.idle_timeout, deadline=self.deadline
+        )
         token = _GUARD_PERMIT.set(call)
         probe = probe or state.breaker.on_attempt(start)
         try:

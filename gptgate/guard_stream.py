@@ -144,16 +144,19 @@ def follow_returned(
     """Whether ``result`` is a stream still to be read, and what to return in its place
     (itself, or its watched facade). Followed, the permit and ``on_end`` are the watch's.
 
-    ``cut_at``: the guarded call's deadline (a clock reading). An HTTP response's body is
-    not read past it: the read raises the client's own read timeout (the SDK's timeout
-    error), as a request ``gate.http_client`` sent again is cut at its bound. A stream the
-    SDK opened on its own client, trickling faster than the SDK's read timeout, ran 114 s
-    past its call's 40 s deadline in the chaos run, until the gateway closed."""
+    ``cut_at``: the guarded call's deadline (a clock reading). No stream is read past it.
+    An HTTP response's read raises the client's own read timeout (the SDK's timeout error),
+    as a request ``gate.http_client`` sent again is cut at its bound; a returned generator
+    or iterator, which no SDK reads, raises ``RequestTimeout(deadline=True)``, as the
+    guarded body cut at the deadline does. A stream the SDK opened on its own client,
+    trickling faster than the SDK's read timeout, ran 114 s past its call's 40 s deadline
+    in the chaos run, until the gateway closed."""
     listener = _PermitFollows(permit, on_end, classify, clock)
 
-    def body(inner: Any, bound: float | None = None) -> OpenBody[Any]:
+    def body(inner: Any, *, typed: bool) -> OpenBody[Any]:
         return OpenBody(
-            inner, listener, clock=clock, backend=backend, unread_s=idle_s, cut_at=bound
+            inner, listener, clock=clock, backend=backend, unread_s=idle_s, cut_at=cut_at,
+            typed_cut=typed,
         )
 
     def watch(watched: OpenBody[Any], facade: object) -> None:
@@ -170,17 +173,17 @@ def follow_returned(
             stream, httpx2.AsyncByteStream
         ):
             return False, result
-        watched = body(stream, cut_at)
+        watched = body(stream, typed=False)
         response.stream = facade = WatchedByteStream(watched)
         watch(watched, facade)
         return True, result
     if inspect.isasyncgen(result):
-        watched = body(result)
+        watched = body(result, typed=True)
         generator = watched_iterator(watched)
         watch(watched, generator)
         return True, generator
     if hasattr(result, "__anext__") and closable(result) is not None:
-        watched = body(_Iterating(result))
+        watched = body(_Iterating(result), typed=True)
         proxy = WatchedIterator(watched, result)
         watch(watched, proxy)
         return True, proxy

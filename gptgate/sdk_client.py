@@ -22,6 +22,7 @@ import httpx2
 
 from .billed import BilledWork
 from .budget import BudgetHold
+from .cached_guess import prefix_of
 from .clock import from_real
 from .errors import (
     BackendError,
@@ -176,6 +177,15 @@ class _Attempt:
     def prompt_tokens(self) -> int:
         return _prompt_tokens(self.body())
 
+    def prefix(self) -> str | None:
+        """The request's prompt-prefix group (gptgate/cache.py), None without one."""
+        messages = self.body().get("messages")
+        return prefix_of(messages) if isinstance(messages, list) else None
+
+    def _cut_usage(self, said: Usage | None, prompt: int, output: int) -> Usage:
+        """A cut answer's booking (gptgate/cached_guess.py)."""
+        return self.runner.cached_guess.cut(self.state.name, self.prefix, said, prompt, output)
+
     def max_tokens(self) -> int | None:
         return _max_tokens(self.body())
 
@@ -259,6 +269,7 @@ class _Attempt:
             usage = tap.usage
             if self.generative:
                 self._billed().observe(latency, usage.output_tokens, None)
+                self.runner.cached_guess.answered(self.state.name, usage, self.prefix)
         elif self.generative and tap.content_chars:
             usage = Usage(
                 input_tokens=self.prompt_tokens(),
@@ -325,10 +336,8 @@ class _Attempt:
         self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
-        usage = Usage(
-            input_tokens=self.prompt_tokens(),
-            output_tokens=self._billed().malformed(b"", self.max_tokens()),
-            estimated=True,
+        usage = self._cut_usage(
+            None, self.prompt_tokens(), self._billed().malformed(b"", self.max_tokens())
         )
         self.cost_usd += self.runner.ledger.record_attempt(
             self.state.name, usage, streamed=False, wasted=True
@@ -401,7 +410,7 @@ class _Attempt:
         if self.read_chars is not None:  # what gptgate drained, the caller never read
             unread = max(0, output - tokens_for_chars(self.read_chars))
         if prompt or output:
-            usage = Usage(input_tokens=prompt, output_tokens=output, estimated=True)
+            usage = self._cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,

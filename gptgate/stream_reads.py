@@ -7,17 +7,36 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["StreamReads"]
+import httpx2
+
+from .errors import RequestTimeout
+
+__all__ = ["PAST_DEADLINE", "StreamReads"]
+
+PAST_DEADLINE = "gptgate: the call deadline passed while reading the answer"
 
 
 class StreamReads:
-    """The caller's reads of one returned stream; ``refusal``: what its next read raises."""
+    """The caller's reads of one returned stream; ``refusal``: what its next read raises;
+    ``over_http``: the stream is an HTTP response's body (an SDK reads it)."""
 
-    __slots__ = ("count", "refusal")
+    __slots__ = ("count", "over_http", "refusal")
 
     def __init__(self) -> None:
         self.count = 0
         self.refusal: Exception | None = None
+        self.over_http = False
+
+    def cut_at_deadline(self) -> None:
+        """The guarded call's deadline passed: the next read raises. An SDK's body raises
+        the transport's read timeout, which the SDK maps to its own timeout error (openai's
+        ``APITimeoutError``); a generator or iterator of the application's own raises
+        gptgate's ``RequestTimeout(deadline=True)``, as the guarded function cut there does."""
+        if self.refusal is None:
+            self.refusal = (
+                httpx2.ReadTimeout(PAST_DEADLINE) if self.over_http
+                else RequestTimeout(PAST_DEADLINE, deadline=True)
+            )
 
     def next_of(self, inner: Iterator[Any]) -> Any:
         """``next(inner)``, counted, unless the loop refused it."""

@@ -32,6 +32,7 @@ import anyio
 import httpx2
 
 from .errors import GateError, GatewayClosedError, RequestTimeout
+from .stream_reads import PAST_DEADLINE
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -67,7 +68,6 @@ class _CutAtBound(Exception):
     """A read cut at the body's ``cut_at`` (raised as the SDK's own timeout error)."""
 
 
-_PAST_BOUND = "gptgate: the call deadline passed while reading the answer"
 _CLOSED = "the gateway closed before the stream was read to its end (shutdown grace ran out)"
 
 
@@ -117,6 +117,7 @@ class OpenBody(Generic[T]):
         unread_s: float | None = None,
         drain: bool = False,
         cut_at: float | None = None,
+        typed_cut: bool = False,
     ) -> None:
         self._inner = inner
         self._listener = listener
@@ -130,6 +131,9 @@ class OpenBody(Generic[T]):
         #: no read goes past this clock reading (None: unbounded): a request the transport
         #: sent again is cut at its bound, as ``gate.chat`` cuts its attempts at the deadline
         self._cut_at = cut_at
+        #: the cut raises gptgate's ``RequestTimeout(deadline=True)`` (a body no SDK reads:
+        #: a guarded function's own generator) instead of the transport's read timeout
+        self._typed_cut = typed_cut
         self._pieces: AsyncIterator[T] | None = None
         self._inner_closed = False
         self._entry: OpenStream | None = None
@@ -209,10 +213,12 @@ class OpenBody(Generic[T]):
             # the SDK's own timeout error (openai's APITimeoutError), as a cut before the
             # headers raises, and typed for any later read
             self._refusal = RequestTimeout(
-                _PAST_BOUND, backend=self._backend, billed=True, deadline=True
+                PAST_DEADLINE, backend=self._backend, billed=True, deadline=True
             )
             await self._finish(self._listener.left)
-            raise httpx2.ReadTimeout(_PAST_BOUND) from None
+            if self._typed_cut:
+                raise self._refusal from None
+            raise httpx2.ReadTimeout(PAST_DEADLINE) from None
         except Exception as exc:
             await self._finish(functools.partial(self._listener.cut, exc))
             raise

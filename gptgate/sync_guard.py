@@ -26,7 +26,7 @@ import queue
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import anyio
 import httpx2
@@ -39,6 +39,9 @@ from .stream_reads import StreamReads
 from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
+
+if TYPE_CHECKING:
+    from .clock import Clock
 
 __all__ = ["ThreadCall", "sync_guard"]
 
@@ -101,7 +104,20 @@ class ThreadCall(Generic[R]):
         if guarded is None or guarded.clock is None:
             await ended.wait()
             return
-        clock, idle_s, reads = guarded.clock, guarded.idle_s, self._reads
+        clock, reads = guarded.clock, self._reads
+        try:
+            await self._watch_reads(ended, clock, guarded.idle_s, reads)
+        except anyio.get_cancelled_exc_class():
+            # the guard cuts its call at the deadline here (a sync read cannot be cut in
+            # the caller's thread): its next read raises, where it read on past the deadline
+            if guarded.deadline is not None and clock.now() >= guarded.deadline - TICK_S:
+                reads.cut_at_deadline()
+            raise
+
+    @staticmethod
+    async def _watch_reads(
+        ended: anyio.Event, clock: Clock, idle_s: float | None, reads: StreamReads
+    ) -> None:
         seen, since = reads.count, clock.now()
         while not ended.is_set():
             with anyio.move_on_after(clock.to_real(TICK_S)):
@@ -254,6 +270,7 @@ def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
         ):
             return None
         response.stream = _EndWatch(stream, ended, reads)
+        reads.over_http = True
         return value
     if inspect.isgenerator(value):
         return _watched_generator(value, ended, reads)

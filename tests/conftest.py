@@ -4,12 +4,87 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gptgate.shared.server import RedisServer, redis_server, redis_server_binary
 
 __all__ = ["RedisServer"]
+
+
+#: test modules (``tests/test_<name>.py``) that time themselves on the wall clock: real loopback
+#: servers and simulator processes, redis-server, threads, ``ScaledClock``, subprocesses. Under
+#: ``pytest -n auto`` (the README's command) one worker runs them one after another, so two
+#: never race each other for the CPU; the other workers take the tests on virtual time
+#: (``run_virtual``), which cost only CPU. A new module that reads the wall clock belongs here.
+WALL_CLOCK = frozenset({
+    "abandoned_slot", "batch", "batch_providers", "batching", "cache", "chaos", "cli_batch",
+    "cli_demo", "cli_sim", "cli_sweep", "close_sdk", "config_scenarios", "e2e_http",
+    "examples", "failover", "gateway", "guard_iterator_class", "guard_manager",
+    "guard_stream_deadline", "guard_streams", "half_open_one_probe", "hedge_permit",
+    "lifecycle", "lifecycle_loops", "limits_limiter", "map_progress", "outcomes", "pool_stale",
+    "profile", "provider_anthropic", "provider_azure", "response_cache",
+    "sdk_client_telemetry", "sdk_finish", "sdk_permit_wait", "sdk_requeue",
+    "sdk_stream_abandon", "sdk_stream_young", "shared_auto", "shared_breakers",
+    "shared_busy_loop", "shared_coalesce", "shared_config", "shared_cost", "shared_leases",
+    "shared_outage", "shared_pacing", "shared_pause", "shared_probe_paths", "shared_reuse",
+    "shared_start", "shared_wake", "shared_warmup", "shed", "signals_fleet", "sim_deepseek",
+    "sim_lifecycle", "sim_server", "sim_virtual", "sync_gateway", "sync_sdks",
+    "sync_guard_stream_deadline", "sync_stream_dropped",
+})
+
+#: of those, the modules whose real-time bounds assume the machine to themselves — several
+#: server processes on 2 cores, ratios of wall times, a ``ScaledClock(50)`` turning a bound of
+#: seconds into a fraction of one (each of chaos, sync_sdks, guard_manager failed once beside
+#: another worker on a machine loaded 4-6 times over): under ``-n`` no other test runs while
+#: one of them does
+ALONE = frozenset({"chaos", "failover", "guard_manager", "sync_sdks"})
+
+
+def _module_name(path: Path) -> str:
+    return path.stem.removeprefix("test_")
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without it, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n``'s default distribution (``load``), by module: the ``WALL_CLOCK`` modules are one
+    unit of work, so one worker runs them; every other module is a unit of its own (its module
+    fixtures set up once). pytest-xdist's ``loadgroup`` would do this from markers, but it
+    renames the tests' node ids to do it, which pytest 9.2 no longer lets a plugin do."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for by name: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WallClockOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "wall clock" if _module_name(Path(module)) in WALL_CLOCK else module
+
+    return WallClockOnOneWorker(config, log)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _alone_when_it_must_be(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under ``pytest -n``, a readers-writer lock over the run's workers (a file in the run's
+    temporary directory, which every worker's own sits in): an ``ALONE`` module holds it
+    exclusively (its module fixtures included: autouse fixtures go first), every other module
+    shared. Without xdist (or off POSIX) tests already run one at a time: nothing to do."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or os.name != "posix":
+        yield
+        return
+    import fcntl
+
+    alone = _module_name(request.path) in ALONE
+    with open(tmp_path_factory.getbasetemp().parent / "alone.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _skip_without_redis() -> None:

@@ -7,6 +7,11 @@ the end kept that 1 as the answer's count: 20 streams left after two text deltas
 streams through a guard beside hedged chats and Azure calls, the ledger 4.9% under the bill).
 Every path reads it the same way now: ``gate.stream``, the anthropic SDK on
 ``gate.http_client``, and a guard returning ``messages.stream(...)`` unentered.
+
+The input side the same: ``message_start`` gives the prompt's cache reads and writes, and a
+stream left mid-answer was booked at its whole prompt at the full input price — 240 streams
+over a shared 2,000-token system prompt, left after 1-30 deltas, booked $1.72 where the
+server billed $0.43 (+297%: 483,243 tokens read from the cache at 0.1x booked as uncached).
 """
 
 from __future__ import annotations
@@ -24,7 +29,11 @@ ROOT = "http://127.0.0.1:1"
 MODEL = ANTHROPIC_PROFILE.model
 
 
-async def _left_after_two(path: str) -> tuple[int, int, int, int]:
+#: a ~2,000-token system prompt, over the model's cache minimum: the server caches it
+SYSTEM = "You are a careful assistant. " * 300
+
+
+async def _left_after_two(path: str, cached: bool = False) -> tuple[Any, Any]:
     clock = LoopClock()
     engine = SimEngine(ANTHROPIC_PROFILE, clock=clock, seed=3)
     backend = gg.Backend(name="claude", provider="anthropic", base_url=ROOT, model=MODEL,
@@ -33,17 +42,24 @@ async def _left_after_two(path: str) -> tuple[int, int, int, int]:
         client = anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=ROOT,
                                           http_client=gate.http_client("claude"), max_retries=0)
 
+        # the SDK marks the prefix itself; gptgate marks gate.stream's
+        system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+        sdk_system: Any = system if cached else anthropic.NOT_GIVEN
+
         @gate.guard(backend="claude")
         async def guarded(i: int) -> Any:
-            return client.messages.stream(model=MODEL, max_tokens=80, messages=_ask(i))
+            return client.messages.stream(
+                model=MODEL, max_tokens=80, messages=_ask(i), system=sdk_system
+            )
 
         async def one(i: int) -> None:
             if path == "gate.stream":
-                async with gate.stream(_ask(i), max_tokens=80) as stream:
+                own = [{"role": "system", "content": SYSTEM}] if cached else []
+                async with gate.stream(own + _ask(i), max_tokens=80) as stream:
                     await _two(stream)
                 return
             manager = await guarded(i) if path == "guard" else client.messages.stream(
-                model=MODEL, max_tokens=80, messages=_ask(i)
+                model=MODEL, max_tokens=80, messages=_ask(i), system=sdk_system
             )
             async with manager as stream:
                 await _two(stream.text_stream)
@@ -54,9 +70,8 @@ async def _left_after_two(path: str) -> tuple[int, int, int, int]:
                     tg.start_soon(one, i)
                     await clock.sleep(0.3)
             await clock.sleep(30)  # every hang-up noticed, every late estimate settled
-        stats = gate.stats()["claude"]
-    bill = engine.ledger.snapshot()
-    return stats.output_tokens, bill.output_tokens, stats.input_tokens, bill.input_tokens
+        entry = gate.ledger.entries["claude"]
+    return entry, engine.ledger.snapshot()
 
 
 def _ask(i: int) -> list[dict[str, str]]:
@@ -73,7 +88,17 @@ async def _two(deltas: Any) -> None:
 
 @pytest.mark.parametrize("path", ["gate.stream", "sdk", "guard"])
 def test_a_left_anthropic_stream_is_booked_as_billed(path: str) -> None:
-    booked, billed, prompt_booked, prompt_billed = run_virtual(_left_after_two, path)
-    assert billed > 20 * 2  # the server generated past the first token before it noticed
-    assert prompt_booked == prompt_billed
-    assert booked == billed
+    booked, billed = run_virtual(_left_after_two, path)
+    assert billed.output_tokens > 20 * 2  # generated past the first token before it noticed
+    assert booked.input_tokens == billed.input_tokens
+    assert booked.output_tokens == billed.output_tokens
+
+
+@pytest.mark.parametrize("path", ["gate.stream", "sdk", "guard"])
+def test_a_left_anthropic_stream_books_the_servers_cache_reads_and_writes(path: str) -> None:
+    booked, billed = run_virtual(_left_after_two, path, True)
+    assert billed.cached_input_tokens > 15 * 2_000  # most of the 20 read the prefix
+    assert (booked.input_tokens, booked.cached_input_tokens, booked.cache_write_input_tokens) == (
+        billed.input_tokens, billed.cached_input_tokens, billed.cache_write_input_tokens
+    )
+    assert booked.output_tokens == billed.output_tokens

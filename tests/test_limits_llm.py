@@ -287,8 +287,8 @@ def test_the_same_failures_as_congestion_cut_at_once() -> None:
     s = Script(LLMLimit(initial=4, window_samples=4))
     s.window(2.0)
     s.window(2.0)
-    s.drop()
-    s.drop()  # two 429s, dense: overload
+    s.drop(inflight=9)
+    s.drop(inflight=9)  # two 429s, dense: overload (refused past the level before, 8)
     assert s.limit.events["loss"] == 1 and s.limit.center == 8.0
 
 
@@ -297,8 +297,10 @@ def test_loss_in_slow_start_restores_the_level_before_the_last_doubling() -> Non
     s.window(2.0)
     s.window(2.0)
     assert s.limit.limit == 16
-    s.drop()
-    s.drop()
+    # refused from the 9th call on: the level before was the server's edge (where the
+    # refusals put it: tests/test_adaptive_refusal.py)
+    s.drop(inflight=9)
+    s.drop(inflight=9)
     assert not s.limit.in_slow_start
     assert s.limit.center == 8.0
     assert s.limit.limit == round(8 * 0.92)
@@ -324,7 +326,7 @@ def test_a_429_storm_at_full_load_still_cuts_once() -> None:
     assert s.limit.limit == 16
     admitted = s.t - 0.5
     for _ in range(10):
-        s.drop(rate_limited=True, start=admitted)
+        s.drop(rate_limited=True, start=admitted, inflight=9)
     assert s.limit.events["loss"] == 1
     assert s.limit.center == 8.0
 
@@ -798,12 +800,13 @@ def test_refusals_admitted_at_the_instant_of_a_cut_belong_to_its_overload_event(
     s.window(2.0)
     assert s.limit.limit == 32
     burst = s.t
-    for _ in range(12):  # twelve refusals of the doubling's burst, all at one instant
+    for rank in range(21, 33):  # the doubling's last twelve calls refused at one instant
         s.limit.update(
-            Sample(start=burst, latency_s=0.0, inflight=32, kind="dropped"), burst
+            Sample(start=burst, latency_s=0.0, inflight=rank, kind="dropped"), burst
         )
     assert s.limit.events["loss"] == 1
-    assert s.limit.center == 16.0
+    # the server held 20: the centre's high probe is the 20th call (not the level before, 16)
+    assert s.limit.center == pytest.approx(20 / 1.08)
 
 
 def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:

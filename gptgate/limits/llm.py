@@ -21,6 +21,7 @@ from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
 from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
+from .refusal import centre_after_refusal
 
 __all__ = ["LLMLimit"]
 
@@ -232,6 +233,7 @@ class LLMLimit:
         self._c: _Sums
         self._line = LengthLine()  # the open window's non-streamed calls: latency on length
         self._line_before = LengthLine()  # slow start's windows before the open one
+        self._refused: float
         self._reset_window()
         # the first burst, admitted before any answer came back: (rank, a, b) per call (its
         # in-flight count at admission is its rank)
@@ -558,6 +560,9 @@ class LLMLimit:
         # the density check sees every call admitted since the cut, settling or not: a
         # rejection storm is fastest exactly while the window is still settling
         self._loss_drops += 1
+        if sample.kind == "dropped" and sample.latency_s <= 0.25 * self._rtt:
+            # refused at once (not a timeout): the server's capacity ends below this rank
+            self._refused = min(self._refused, sample.inflight)
         if self._loss_drops < 2 or self._loss_drops < self.loss_tolerance * (
             self._loss_ok + self._loss_drops
         ):
@@ -566,7 +571,10 @@ class LLMLimit:
         self.events["loss"] += 1
         if self._slow_start:
             self._slow_start = False
-            self._center = max(1.0, self._limit / 2.0)
+            # a doubling's burst refused from the server's capacity on: just below it (the
+            # level before the doubling when none was refused at once — timeouts)
+            edge = centre_after_refusal(self._limit, self._refused, probe=self.probe)
+            self._center = max(1.0, edge)
         else:
             self._center = self._limit * self.backoff_ratio
         self._restart(now)
@@ -987,6 +995,7 @@ class LLMLimit:
         self._drops = 0
         self._loss_ok = 0  # calls since the window opened, for the loss density check
         self._loss_drops = 0
+        self._refused = math.inf  # the lowest in-flight rank of a call refused meanwhile
         self._w = _Sums()  # the open window
         self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
         self._line = LengthLine()

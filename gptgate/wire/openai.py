@@ -602,6 +602,7 @@ class ChatStreamReader:
             partial_text=text,
             output_tokens=output,
             usage_estimated=not counted,
+            usage_so_far=accumulator.usage,
             backend=self._backend,
             request_id=self._request_id,
             billed=accumulator.chunks > 0 or bool(text),

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..results import Usage
 
-__all__ = ["parse_anthropic_usage", "parse_usage", "token_count"]
+__all__ = ["cut_usage", "parse_anthropic_usage", "parse_usage", "token_count"]
 
 def token_count(value: Any) -> int | None:
     """A non-negative token count, or None for anything that is not a number."""
@@ -111,3 +111,28 @@ def parse_usage(obj: Any) -> Usage | None:
     if details is not None:
         reasoning = token_count(details.get("reasoning_tokens"))
     return _normalised(prompt or 0, read or 0, write or 0, output or 0, reasoning or 0)
+
+
+def cut_usage(
+    said: Usage | None, prompt_tokens: int, output_tokens: int, cached_guess: int = 0
+) -> Usage:
+    """What an answer cut before its end is booked at (estimated): the input side as the
+    server counted it when the stream said so (an Anthropic ``message_start`` gives the
+    prompt, cache reads and writes before the first token; an OpenAI stream with
+    continuous usage), else ``prompt_tokens`` of which ``cached_guess`` read from the cache
+    (gptgate/cached_guess.py); ``output_tokens`` as guessed. A stream left after one delta
+    over a cached 2,000-token prefix was booked at ten times its bill's input price."""
+    if said is None or said.input_tokens <= 0:
+        return Usage(
+            input_tokens=prompt_tokens,
+            cached_input_tokens=min(max(0, cached_guess), prompt_tokens),
+            output_tokens=output_tokens,
+            estimated=True,
+        )
+    return Usage(
+        input_tokens=said.input_tokens,
+        cached_input_tokens=said.cached_input_tokens,
+        cache_write_input_tokens=said.cache_write_input_tokens,
+        output_tokens=output_tokens,
+        estimated=True,
+    )

@@ -1,0 +1,96 @@
+"""``concurrency="auto"`` on a server with a bounded queue (issue 31, round 10): slow start's
+doubling runs past the server's slots + queue, and the server refuses the burst's last calls at
+once (429/503). The lowest refused call's in-flight rank is where the capacity ends; slow start
+used to end at half the doubled level — the level before, whatever it was — and probing's ±8%
+windows took most of a 400-call job to climb back (family draw 1039: centre 8 for 4 × 3 slots
+with a queue of 1 each, 74.5% of the best fixed limit's goodput). Virtual time, the server
+family's draws, benchmarks/adaptive.py's job (~1-2 s of CPU per run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import adaptive
+import pytest
+
+from gptgate.limits import LLMLimit
+from gptgate.limits.base import Sample
+from gptgate.limits.refusal import centre_after_refusal
+from gptgate.sim import family, run_virtual
+
+
+def test_the_centre_after_a_refused_doubling_probes_just_below_the_refused_rank() -> None:
+    # 2 × (5 slots + 1 queued): refused from the 13th call on; high probe 12
+    assert centre_after_refusal(16, 13, probe=0.08) == pytest.approx(12 / 1.08)
+    # below ~8 calls the low probe is held at the refused rank − 2 (the high one is at least
+    # one above it): refused from the 4th call, probing 2 and 3, not 3 and 4
+    assert centre_after_refusal(4, 4, probe=0.08) == pytest.approx(2 / 0.92)
+    # never below the level before the doubling (it served all it was given) ...
+    assert centre_after_refusal(32, 9, probe=0.08) == 16.0
+    # ... nor above the doubled level
+    assert centre_after_refusal(16, 40, probe=0.08) == 16.0
+
+
+def _refused(start: float, rank: int) -> Sample:
+    return Sample(start, 0.01, rank, "dropped", congestion=True)
+
+
+def test_a_refused_burst_ends_slow_start_at_the_servers_edge() -> None:
+    # slow start doubling 16 → 32 on 3 × (6 + 2): the burst is refused from its 22nd call on
+    limit = LLMLimit(initial=16, max_limit=128)
+    for _ in range(16):
+        limit.update(Sample(0.0, 2.0, 16, "ok", output_tokens=100), 2.0)
+    assert limit.limit == 32 and limit.in_slow_start
+    for rank in (22, 26, 31):
+        limit.update(_refused(3.0, rank), 3.01)
+    assert not limit.in_slow_start
+    assert limit.center == pytest.approx(21 / 1.08)  # was 16, the level before
+    assert limit.limit == round(limit.center * 0.92)  # the low probe: 18
+    assert limit.events["loss"] == 1
+
+
+def test_a_timeout_in_slow_start_still_lands_on_the_level_before() -> None:
+    # a timeout is no refusal: it says nothing of where the server's capacity ends
+    limit = LLMLimit(initial=16, max_limit=128)
+    for _ in range(16):
+        limit.update(Sample(0.0, 2.0, 16, "ok", output_tokens=100), 2.0)
+    for rank in (22, 26):
+        limit.update(Sample(3.0, 30.0, rank, "dropped", congestion=True), 33.0)
+    assert not limit.in_slow_start and limit.center == 16.0
+
+
+@pytest.mark.parametrize(
+    ("draw", "best_fixed", "share"),
+    [
+        # 4 × 3 slots, a queue of 1 per replica (503), spreads at 1 in flight: refused from
+        # rank 16 at 16; main centred on 8 (74.5% of fixed 64's goodput), now on 13.9
+        (1039, 64, 0.9),
+        # 2 × 4 slots, a queue of 3 each (429): refused from rank 15 at 16; main centred on 8
+        # (93.3% of fixed 16's goodput), now on 13
+        (36, 16, 0.95),
+    ],
+)
+def test_auto_after_a_refused_doubling_reaches_the_best_fixed_goodput(
+    draw: int, best_fixed: int, share: float
+) -> None:
+    server = family(draw)
+    assert server.max_queue is not None
+    fixed = run_virtual(adaptive.run_row, server, best_fixed, 400, draw, None, None, 3600.0)
+    auto = run_virtual(adaptive.run_row, server, None, 400, draw, None, None, 3600.0)
+    assert auto.failed == 0
+    assert auto.goodput >= share * fixed.goodput, (auto.goodput, fixed.goodput)
+
+
+@pytest.mark.xfail(strict=True, reason="slow start's window at 128 on a 60-slot server (round 10)")
+def test_auto_does_not_double_past_a_plateau_to_128() -> None:
+    # family draw 67: 2 × 30 slots, unbounded queue. 32 → 64 read 0.59, so slow start doubled
+    # to 128; its window there (64 calls, all queued behind the slots) took 22 s of a 108 s
+    # job, read −0.33 and landed at 64 (probing 59/69): 80% of fixed 45's goodput, p99 2.3×
+    # fixed 30's. Not fixed in round 10 (docs/adaptive.md, "Issue 31, round 10")
+    server = family(67)
+    fixed = run_virtual(adaptive.run_row, server, 45, 400, 67, None, None, 3600.0)
+    auto = run_virtual(adaptive.run_row, server, None, 400, 67, None, None, 3600.0)
+    assert auto.goodput >= 0.95 * fixed.goodput, (auto.goodput, fixed.goodput)
