@@ -37,14 +37,14 @@ __all__ = ["LatencyNormaliser"]
 class LatencyNormaliser:
     """Splits a successful :class:`Sample` into ``(a, b)`` with ``R(K) = a + K·b`` seconds."""
 
-    __slots__ = ("_count", "_fit", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
+    __slots__ = ("_count", "_fit", "_guess", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
 
     def __init__(self, overhead_tokens: float = 20.0, horizon: int = 256) -> None:
         if overhead_tokens < 0:
             raise ValueError("overhead_tokens must be >= 0")
         if horizon < 1:
             raise ValueError("horizon must be >= 1")
-        self._overhead = float(overhead_tokens)
+        self._overhead = self._guess = float(overhead_tokens)
         self._horizon = horizon
         self._n_ref = 1.0
         self._count = 0
@@ -76,13 +76,18 @@ class LatencyNormaliser:
             tpot = (latency - ttft) / (n - 1)
             self._learn_overhead(ttft, tpot)
             return ttft - tpot, tpot
+        stretch_from = 1.0
         if self._tpot == 0.0:
             # no streamed call has told the fixed part: fit it from the calls' lengths
             self._fit.add(n, latency)
             fitted = self._fit.overhead_tokens(10.0 * self._n_ref)
             if fitted is not None:
                 self._overhead = fitted
-        per_token = latency / max(1.0, n + self._overhead)
+            # a fitted fixed part near 0 would stretch a near-empty answer's latency by up
+            # to K: never further than the guess stretched it (family draw 1091: a 0.23 s
+            # empty answer priced at 59 s with ``n0`` fitted at 0, ending slow start)
+            stretch_from = max(1.0, self._guess)
+        per_token = latency / max(stretch_from, n + self._overhead)
         return per_token * self._overhead, per_token
 
     def __call__(self, sample: Sample) -> float:
