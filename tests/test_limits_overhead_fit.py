@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from gptgate.limits import LLMLimit
+from gptgate.limits.base import Sample
+from gptgate.limits.normalise import LatencyNormaliser
 from gptgate.limits.overhead_fit import (
     QUEUED_DOUBLING_ELASTICITY,
     LengthLine,
@@ -96,3 +98,36 @@ def test_on_the_plateau_slow_start_ends_at_the_doubling_that_queued(seed: int) -
     fixed = run_virtual(adaptive.run_row, "plateau", 8, 400, seed)
     assert row.goodput >= 0.95 * fixed.goodput
     assert row.p99_s < fixed.p99_s / 0.8 * 1.1
+
+
+def test_an_empty_answer_is_not_stretched_to_the_reference_length() -> None:
+    # a small model on CPUs (family draw 1091's small tier): the answers run to their caps
+    # (200–400 tokens) at ~30 ms a token with almost no fixed part, so the fit puts ``n0``
+    # near 0; an answer that comes back empty took 0.23 s. Priced as latency·(K + n0)/(n + n0)
+    # it read 59 s at K = 259 — seven times a typical call — and ended the small tier's slow
+    # start at 32 → 8 (the tiers job then escalated in vain on 2.5% of its calls). Stretched
+    # no further than the 20-token guess did, it reads 3 s: less than a typical call, as on main
+    norm = LatencyNormaliser()
+    for i in range(64):
+        n = (200, 256, 300, 400)[i % 4]
+        norm.split(Sample(start=0.0, latency_s=0.03 * n, inflight=8, kind="ok", output_tokens=n))
+    assert norm.overhead_tokens < 1.0  # the fit: no fixed part to speak of
+    k = norm.reference_tokens
+    typical = norm(Sample(start=0.0, latency_s=0.03 * 300, inflight=8, kind="ok", output_tokens=300))
+    empty = norm(Sample(start=0.0, latency_s=0.23, inflight=8, kind="ok", output_tokens=1))
+    assert typical == pytest.approx(0.03 * k, rel=0.05)
+    assert empty <= 0.23 * (k + 20.0) / (1 + 20.0) * 1.01
+    assert empty < typical
+
+
+def test_family_tiers_draw_1091_holds_both_tier_rules() -> None:
+    # the same run as ``benchmarks/family.py --draws 1 --seed 1091 --only tiers`` (virtual
+    # time, ~1.5 s of CPU): with the empty answer above priced at 59 s, the small tier's limit
+    # fell to 8, its answers came back later, the escalation learners met their evidence in
+    # another order, and 15 of 42 escalations changed nothing (2.5% of the calls, rule ≤ 2%)
+    # at a success of 0.990× everything-large's (rule ≥ 0.99×)
+    import family
+    from _family_judges import judge_tiers
+
+    verdicts = judge_tiers(family.run_tiers(family.draw(1091), family.Sizes()))
+    assert all(v.ok for v in verdicts), verdicts
