@@ -107,14 +107,16 @@ def test_an_empty_answer_is_not_stretched_to_the_reference_length() -> None:
     # it read 59 s at K = 259 — seven times a typical call — and ended the small tier's slow
     # start at 32 → 8 (the tiers job then escalated in vain on 2.5% of its calls). Stretched
     # no further than the 20-token guess did, it reads 3 s: less than a typical call, as on main
+    def call(latency_s: float, tokens: int) -> Sample:
+        return Sample(start=0.0, latency_s=latency_s, inflight=8, kind="ok", output_tokens=tokens)
+
     norm = LatencyNormaliser()
     for i in range(64):
         n = (200, 256, 300, 400)[i % 4]
-        norm.split(Sample(start=0.0, latency_s=0.03 * n, inflight=8, kind="ok", output_tokens=n))
+        norm.split(call(0.03 * n, n))
     assert norm.overhead_tokens < 1.0  # the fit: no fixed part to speak of
     k = norm.reference_tokens
-    typical = norm(Sample(start=0.0, latency_s=0.03 * 300, inflight=8, kind="ok", output_tokens=300))
-    empty = norm(Sample(start=0.0, latency_s=0.23, inflight=8, kind="ok", output_tokens=1))
+    typical, empty = norm(call(0.03 * 300, 300)), norm(call(0.23, 1))
     assert typical == pytest.approx(0.03 * k, rel=0.05)
     assert empty <= 0.23 * (k + 20.0) / (1 + 20.0) * 1.01
     assert empty < typical
