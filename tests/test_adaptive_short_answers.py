@@ -6,13 +6,11 @@ with ``n0`` guessed at 20 where it is ~140, a short answer is priced ~3× slower
 Slow start's first completions at a doubled level are the short answers, so a doubling that
 bought 0.71 of its calls in goodput read as 0.05 and slow start ended at 4 on a 16-slot server.
 
-Strict xfails: ``n0`` fitted from the calls' latencies and lengths fixes these draws (1080:
-53% → 96% of fixed 16's goodput) but takes away a bias slow start's exit on a queue relies
-on — the guessed ``n0`` multiplies a short answer's queue wait, and on the simulator's
-``plateau`` (8 slots and a queue) that is what ends slow start at 16; priced right, the
-doubling into a half-formed queue reads 0.30–0.45 and ``auto`` ran at 29–36 for 8 slots
-(p99 1.52 → 5.64 s, seed 16). The fit waits for a doubling judged on a formed queue.
-Virtual time, draws of the server family, benchmarks/adaptive.py's job (~2 s of CPU each)."""
+The fixed part is now fitted from the calls' latencies and lengths
+(gptgate/limits/overhead_fit.py). Priced right, the plateau's doubling into a half-formed
+queue no longer reads as bought nothing; slow start ends there on the queue itself, read from
+the rise of the calls' fixed part (tests/test_limits_overhead_fit.py). Virtual time, draws of
+the server family, benchmarks/adaptive.py's job (~2 s of CPU each)."""
 
 from __future__ import annotations
 
@@ -29,14 +27,11 @@ from gptgate.limits.base import Sample
 from gptgate.limits.normalise import LatencyNormaliser
 from gptgate.sim import family, run_virtual
 
-FIT_WAITS = "n0 guessed at 20 tokens; fitting it breaks plateau's slow-start exit (module doc)"
-
 
 def _sample(latency_s: float, tokens: int) -> Sample:
     return Sample(start=0.0, latency_s=latency_s, inflight=4, kind="ok", output_tokens=tokens)
 
 
-@pytest.mark.xfail(strict=True, reason=FIT_WAITS)
 def test_a_short_answer_is_priced_like_a_long_one_under_the_same_load() -> None:
     # 0.8 s of fixed part and 5.7 ms a token (family draw 1080's calls): an 18-token answer
     # takes 0.90 s, a 400-token one 3.08 s — the same load, so the same price at the reference
@@ -48,7 +43,6 @@ def test_a_short_answer_is_priced_like_a_long_one_under_the_same_load() -> None:
     assert short == pytest.approx(long, rel=0.05), (short, long)
 
 
-@pytest.mark.xfail(strict=True, reason=FIT_WAITS)
 @pytest.mark.parametrize(
     ("draw", "best"),
     [

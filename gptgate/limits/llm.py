@@ -20,6 +20,7 @@ from .burst import STAIR_REFUTED, served_in_burst
 from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
+from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
 from .refusal import centre_after_refusal
 
 __all__ = ["LLMLimit"]
@@ -230,6 +231,8 @@ class LLMLimit:
         self._evidence_n = 0
         self._w: _Sums
         self._c: _Sums
+        self._line = LengthLine()  # the open window's non-streamed calls: latency on length
+        self._line_before = LengthLine()  # slow start's windows before the open one
         self._refused: float
         self._reset_window()
         # the first burst, admitted before any answer came back: (rank, a, b) per call (its
@@ -424,6 +427,8 @@ class LLMLimit:
             return
         if sample.start >= self._window_start:
             self._w.add(sample.inflight, x, a, b, wait, hold, ttft)
+            if ttft is None:
+                self._line.add(max(0, sample.output_tokens), sample.latency_s)
             if self._stair is not None and self._stair_refuted(now):
                 return
             if self._w.n >= self._window_size():
@@ -594,6 +599,7 @@ class LLMLimit:
         self._burst = None  # slow start's first window closed: it decides from here
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
+            waited = self._fixed_part_queued(n_mean)
             if self._hist and queued > self.queue_tolerance * n_mean:
                 # a queue formed (at the server, or before the send): the doubling overshot
                 self.events["queue"] += 1
@@ -601,10 +607,47 @@ class LLMLimit:
                 self._center = max(1.0, n_mean - queued) * (1.0 + self.queue_tolerance)
                 self._base = (window.a, window.b)
                 self._restart(now)
+            elif self._hist and fixed_part_exit(
+                waited / n_mean, self._doubling_elasticity(window), tolerance=self.queue_tolerance
+            ):
+                self._fixed_part_exit(now, window)
             else:
                 self._slow_start_window(now, window, app_limited)
         elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
+
+    def _doubling_elasticity(self, window: _Window) -> float:
+        """Slow start's ``e`` over the last doubling (infinite when ``N`` hardly grew)."""
+        prev = self._hist[-1]
+        d_ln_n = window.ln_n - prev.ln_n
+        if d_ln_n < 0.1:
+            return math.inf
+        return (self._ln_x(window) - self._ln_x(prev)) / d_ln_n
+
+    def _fixed_part_exit(self, now: float, window: _Window) -> None:
+        """Slow start ends on a doubling whose calls queued at the server: the level before
+        served all it was given (no queue showed there), so the centre is that level on
+        probing's low side (``N_prev / (1 − probe)``: probing it and one call above), and
+        probing climbs from there if the goodput does."""
+        prev = self._hist[-1]
+        self.events["queue"] += 1
+        self._slow_start = False
+        self._center = min(math.exp(prev.ln_n) / (1.0 - self.probe), math.exp(window.ln_n))
+        self._base = self._blend((prev.a, prev.b), (window.a, window.b), 0.5)
+        self._restart(now)
+
+    def _fixed_part_queued(self, n_mean: float) -> float:
+        """Slow start: the calls a doubling queued at the server, from the rise of the
+        non-streamed calls' fixed part over the window before (gptgate/limits/overhead_fit.py)
+        — the queue a streamed call shows in its time to first token."""
+        line = self._line
+        if not self._hist:
+            self._line_before = LengthLine()  # slow start's first window (or again)
+        before, after = self._line_before.fixed_part(), line.fixed_part()
+        self._line_before.merge(line)
+        if before is None or after is None:
+            return 0.0
+        return queued_by_fixed_part(before, after, n_mean, line.y / line.k, z=FIXED_PART_Z)
 
     def _guards(self, now: float, sums: _Sums, *, final: bool) -> bool:
         """The server-queue and delay checks; True when one cut the limit.
@@ -955,6 +998,7 @@ class LLMLimit:
         self._refused = math.inf  # the lowest in-flight rank of a call refused meanwhile
         self._w = _Sums()  # the open window
         self._c = _Sums()  # the latest calls (up to ``window_samples``), for the guards
+        self._line = LengthLine()
 
     def _clamp(self, value: int) -> int:
         return min(max(value, self._low), self.ceiling)

@@ -14,8 +14,9 @@ under the same load:
   raises ``tpot``; both move ``R`` by what a typical call feels, whatever ``n`` was.
 * non-streamed samples only know the total, rescaled by the length with the fixed part as
   ``n0`` token-equivalents: ``R(K) = latency·(K + n0)/(n + n0)`` — exact when
-  ``n0 = ttft/tpot − 1``, which is learned from streamed samples when there are any (else the
-  ``overhead_tokens`` guess).
+  ``n0 = ttft/tpot − 1``, which is learned from streamed samples when there are any; else it
+  is fitted from the calls' latencies against their lengths (:class:`OverheadFit`), and the
+  ``overhead_tokens`` guess stands only until the calls spread enough in length for a slope.
 
 ``K`` is the running mean answer length, so the two parts are weighted as the workload weighs
 them. It moves when the mix moves, and a window priced at an old ``K`` must not be compared
@@ -28,6 +29,7 @@ O(1) per sample.
 from __future__ import annotations
 
 from .base import Sample
+from .overhead_fit import OverheadFit
 
 __all__ = ["LatencyNormaliser"]
 
@@ -35,19 +37,20 @@ __all__ = ["LatencyNormaliser"]
 class LatencyNormaliser:
     """Splits a successful :class:`Sample` into ``(a, b)`` with ``R(K) = a + K·b`` seconds."""
 
-    __slots__ = ("_count", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
+    __slots__ = ("_count", "_fit", "_guess", "_horizon", "_n_ref", "_overhead", "_tpot", "_ttft")
 
     def __init__(self, overhead_tokens: float = 20.0, horizon: int = 256) -> None:
         if overhead_tokens < 0:
             raise ValueError("overhead_tokens must be >= 0")
         if horizon < 1:
             raise ValueError("horizon must be >= 1")
-        self._overhead = float(overhead_tokens)
+        self._overhead = self._guess = float(overhead_tokens)
         self._horizon = horizon
         self._n_ref = 1.0
         self._count = 0
         self._ttft = 0.0
         self._tpot = 0.0
+        self._fit = OverheadFit(horizon=horizon)
 
     @property
     def reference_tokens(self) -> float:
@@ -73,7 +76,18 @@ class LatencyNormaliser:
             tpot = (latency - ttft) / (n - 1)
             self._learn_overhead(ttft, tpot)
             return ttft - tpot, tpot
-        per_token = latency / max(1.0, n + self._overhead)
+        stretch_from = 1.0
+        if self._tpot == 0.0:
+            # no streamed call has told the fixed part: fit it from the calls' lengths
+            self._fit.add(n, latency)
+            fitted = self._fit.overhead_tokens(10.0 * self._n_ref)
+            if fitted is not None:
+                self._overhead = fitted
+            # a fitted fixed part near 0 would stretch a near-empty answer's latency by up
+            # to K: never further than the guess stretched it (family draw 1091: a 0.23 s
+            # empty answer priced at 59 s with ``n0`` fitted at 0, ending slow start)
+            stretch_from = max(1.0, self._guess)
+        per_token = latency / max(stretch_from, n + self._overhead)
         return per_token * self._overhead, per_token
 
     def __call__(self, sample: Sample) -> float:
