@@ -43,6 +43,7 @@ class ResponseTap:
         "_start",
         "complete",
         "content_chars",
+        "events",
         "finish_reason",
         "input_tokens",
         "last_content_s",
@@ -85,6 +86,8 @@ class ResponseTap:
         self.complete = False
         #: bytes of body seen (a cut body with none answered nothing)
         self.received = 0
+        #: a stream's events so far (its comments, keep-alives, are none): its progress
+        self.events = 0
         #: the body could not be read as its content type says (a JSON body cut short, a
         #: broken event): an answer the server generated and billed, whatever the SDK makes of it
         self.malformed = False
@@ -102,6 +105,7 @@ class ResponseTap:
         try:
             if self._decoder is not None:
                 for event in self._decoder.feed(chunk):
+                    self.events += 1
                     self._event(event.data, now)
             elif self._buffer is not None:
                 self._size += len(chunk)
@@ -109,6 +113,8 @@ class ResponseTap:
                     self._buffer = None
                 else:
                     self._buffer.append(chunk)
+            elif self._sse:  # no longer decoded (it could not be): any bytes are progress
+                self.events += 1
         except Exception:
             self._give_up()
 

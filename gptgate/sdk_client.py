@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from .billed import BilledWork
+from .body_bound import body_bound
 from .budget import BudgetHold
 from .cached_guess import prefix_of
 from .clock import from_real
@@ -134,6 +135,9 @@ class _Attempt:
         self.caller_left = False
         #: a refusal sent again: its body is read no further than this bound
         self.cut_at: float | None = None
+        #: when the SDK asked (before its wait for a permit): the gateway's deadline counts
+        #: from here
+        self.asked = start
         self._body: dict[str, Any] | None = None
         config = state.backend
         telemetry = runner.telemetry
@@ -633,26 +637,6 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             ends.append(now + deadline_s)
         return min(ends, default=None)
 
-    def _attempt_bound(
-        self, state: BackendState, request: httpx2.Request, asked: float, start: float
-    ) -> float:
-        """Until when (gateway clock) a sent request's body may be read, as ``gate.chat``
-        bounds an attempt: the gateway's deadline (the scenario's ``deadline_s``, else
-        ``GatewayConfig.deadline_s``, from when it was ``asked``) or, sooner, the later of the
-        backend's ``timeout`` and the SDK's own read timeout (real seconds) from its ``start``
-        — never sooner than either of those two would. httpx's read
-        timeout bounds each read only: a server trickling keep-alives or whitespace faster
-        than it held the request, and its permit, for as long as it kept trickling."""
-        clock = self._gate.clock
-        timeouts = request.extensions.get("timeout")
-        read = timeouts.get("read") if isinstance(timeouts, Mapping) else None
-        longest = state.backend.timeout
-        if isinstance(read, (int, float)):
-            longest = max(longest, from_real(clock, read))
-        end = start + longest
-        deadline_s = self._deadline_s or self._gate.config.deadline_s
-        return min(end, asked + deadline_s) if deadline_s else end
-
     async def _acquire(
         self, state: BackendState, request: httpx2.Request, deadline: float | None
     ) -> Permit:
@@ -801,9 +785,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         attempt.hold = hold
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
             attempt.probe = probe or state.breaker.on_attempt(start)
-        attempt.cut_at = (
-            cut_at if requeued else self._attempt_bound(state, request, enqueued, start)
-        )
+        attempt.cut_at = cut_at
+        attempt.asked = enqueued
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(
@@ -833,10 +816,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return response
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         idle_s = state.backend.idle_timeout
+        bound = body_bound(
+            clock, state.backend, request, asked=attempt.asked, sent=start,
+            deadline_s=self._deadline_s or self._gate.config.deadline_s, streamed=tap.streamed,
+        )
         body = OpenBody(
             response.stream, attempt, clock=clock, backend=state.name,
             silence_s=idle_s if tap.streamed else None, unread_s=idle_s,
-            drain=attempt.generative, cut_at=attempt.cut_at,
+            drain=attempt.generative,
+            cut_at=attempt.cut_at if attempt.cut_at is not None else bound.cut_at,
+            quiet_s=bound.quiet_s, events=(lambda: tap.events) if tap.streamed else None,
         )
         response.stream = facade = WatchedByteStream(body)
         try:  # a stream is watched as it is read; a JSON body the SDK reads at once

@@ -118,6 +118,8 @@ class OpenBody(Generic[T]):
         drain: bool = False,
         cut_at: float | None = None,
         typed_cut: bool = False,
+        quiet_s: float | None = None,
+        events: Callable[[], int] | None = None,
     ) -> None:
         self._inner = inner
         self._listener = listener
@@ -134,6 +136,12 @@ class OpenBody(Generic[T]):
         #: the cut raises gptgate's ``RequestTimeout(deadline=True)`` (a body no SDK reads:
         #: a guarded function's own generator) instead of the transport's read timeout
         self._typed_cut = typed_cut
+        #: no read goes on ``quiet_s`` past the last piece that moved ``events()`` (a stream's
+        #: events: its keep-alive comments are no progress; gptgate/body_bound.py)
+        self._quiet_s = quiet_s if events is not None else None
+        self._events = events
+        self._events_seen = 0
+        self._progress_at = anyio.current_time() if events is not None else 0.0
         self._pieces: AsyncIterator[T] | None = None
         self._inner_closed = False
         self._entry: OpenStream | None = None
@@ -190,6 +198,11 @@ class OpenBody(Generic[T]):
         deadline = (
             math.inf if silence is None else anyio.current_time() + self._clock.to_real(silence)
         )
+        quiet = self._quiet_s is not None and (
+            quiet_real := self._progress_at + self._clock.to_real(self._quiet_s)
+        ) < deadline
+        if quiet:
+            deadline = quiet_real
         cut = cut_at is not None and (
             cut_real := anyio.current_time() + self._clock.to_real(cut_at - self._clock.now())
         ) < deadline
@@ -207,6 +220,8 @@ class OpenBody(Generic[T]):
             if scope.cancelled_caught and not self._shut_down():
                 if cut:
                     raise _CutAtBound
+                if quiet:
+                    raise httpx2.ReadTimeout("stream sent no event (only keep-alives)")
                 raise httpx2.ReadTimeout("stream idle between chunks")
         except _CutAtBound:
             # the request's own bound, no fault of the server's: left, as a caller leaves;
@@ -236,6 +251,9 @@ class OpenBody(Generic[T]):
             await self._finish(self._listener.finished)
             return None
         self._listener.arrived(piece[0], drained=False)
+        if self._events is not None and (seen := self._events()) != self._events_seen:
+            self._events_seen = seen
+            self._progress_at = anyio.current_time()
         return piece
 
     def _shut_down(self) -> bool:
