@@ -25,6 +25,8 @@ from gptgate.sim import family, run_virtual
 def test_the_pace_spreads_a_bucket_covering_the_work_in_sight_over_a_window() -> None:
     # a full bucket (a minute's refill) doubles the pace; the refill alone once it is spent
     assert ceiling_pace(4.0, 240.0, 256) == pytest.approx(4.0 + 240.0 / WINDOW_S)
+    assert ceiling_pace(4.0, 120.0, 100) == pytest.approx(4.0 + 120.0 / WINDOW_S)
+    assert ceiling_pace(4.0, 1_000.0, 256) == 8.0  # never more than a window's refill
     assert ceiling_pace(4.0, 0.0, 256) == 4.0
     # a bucket short of COVERED_SHARE of the calls waiting or in flight: the work in sight
     # outlasts it whatever the pace, so a faster start only adds latency at the server

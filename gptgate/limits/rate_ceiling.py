@@ -29,7 +29,7 @@ COVERED_SHARE = 0.75
 def ceiling_pace(rate: float, funds: float, demand: int) -> float:
     """Calls per second the rate ceiling is sized by: ``rate`` (the refill), plus ``funds``
     (the calls the bucket funds now) over one window while they cover ``COVERED_SHARE`` of
-    ``demand``."""
+    ``demand`` — at most the refill again: a bucket holds no more than a window's refill."""
     if funds <= 0.0 or funds < COVERED_SHARE * demand:
         return rate
-    return rate + funds / WINDOW_S
+    return rate + min(rate, funds / WINDOW_S)
