@@ -831,9 +831,14 @@ def test_the_rate_ceiling_holds_only_once_the_budget_is_spent() -> None:
     assert lim.ceiling == 8
     lim.set_rate_budget(1_000.0, demand=400)  # it covers the work waiting: lifted again
     assert lim.ceiling == 64
-    # a budget short of twice the work waiting: the job ends at the sustained rate whatever
-    # the limit, and a burst above it would only queue at the server
+    # a budget short of twice the work waiting is not what the ceiling is: covering 3/4 of
+    # it, the pace is the refill plus the bucket over a window, at most twice the refill
+    # (gptgate/limits/rate_ceiling.py: 2 × (2 + 2)/s × 2 s) ...
     lim.set_rate_budget(700.0, demand=400)
+    assert (lim.ceiling, lim.limit) == (16, 8)
+    # ... and short of that, the job ends at the sustained rate whatever the limit, and a
+    # burst above it would only queue at the server
+    lim.set_rate_budget(250.0, demand=400)
     assert (lim.ceiling, lim.limit) == (8, 8)
 
 

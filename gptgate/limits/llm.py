@@ -21,6 +21,7 @@ from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
 from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
+from .rate_ceiling import ceiling_pace
 from .refusal import centre_after_refusal
 
 __all__ = ["LLMLimit"]
@@ -205,6 +206,7 @@ class LLMLimit:
         self._rate: float | None = None  # calls/s a rate limit sustains (set_rate_ceiling)
         self._budget: float | None = None  # calls its budget funds now (set_rate_budget)
         self._funds = 0.0  # calls the budget funds now, whatever the demand
+        self._demand = 0  # calls waiting or in flight at the last budget report
         self._lift = 0.0  # the ceiling a budget spilling its refill lifted it to
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
@@ -336,6 +338,7 @@ class LLMLimit:
         lifted = self._budget is not None or self._lift > 0.0
         self._budget = calls if funds else None
         self._funds = calls if calls is not None else 0.0
+        self._demand = demand
         if spilled > 0.0:
             self._lift = max(self._lift, self._limit + spilled)
         elif self._rate is None or self._funds < self._rate * self._latency:
@@ -368,7 +371,8 @@ class LLMLimit:
     def _rate_ceiling(self) -> int:
         high = self._high
         if self._rate is not None and self._latency > 0.0:
-            sustained = self.rate_headroom * self._rate * self._latency
+            pace = ceiling_pace(self._rate, self._funds, self._demand)
+            sustained = self.rate_headroom * pace * self._latency
             # while the budget funds more calls than that, the pacer does not hold them back
             funded = self._budget if self._budget is not None else 0.0
             spilling = min(self._lift, self._funds + self._rate * self._latency)
@@ -597,6 +601,10 @@ class LLMLimit:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
         self._ok = 0
         self._burst = None  # slow start's first window closed: it decides from here
+        if self._slow_start and self._rate is not None:
+            # the ceiling's latency is at least this level's (no pacer wait is in ``hold``
+            # with a known rate): the first, unloaded calls' alone ended slow start far below
+            self._latency = max(self._latency, self._w.hold / n)
         if self._slow_start:
             queued = self._queued(self._w, n_mean, final=True)
             waited = self._fixed_part_queued(n_mean)
