@@ -12,9 +12,10 @@ timeouts a user set would end the request:
   seconds), counted from the send — an answer generated whole before it is sent, and the SDK's
   ``timeout`` is what its user reads as the request's;
 * a stream: no total beyond the deadline (a long answer streams for as long as it takes: an
-  Anthropic stream of 64k tokens runs past the SDK's default 10 minutes), but no more than the
-  later of the backend's ``idle_timeout`` and the SDK's read timeout without an event: comments
-  are no progress.
+  Anthropic stream of 64k tokens runs past the SDK's default 10 minutes), but no longer without
+  an event than the latest of the backend's ``idle_timeout`` and ``timeout`` and the SDK's read
+  timeout: comments are no progress, yet a proxy's comments while its upstream thinks before
+  the first token (OpenRouter's) keep it going as long as any of those timeouts allows.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def body_bound(
     sdk_s = from_real(clock, read) if isinstance(read, (int, float)) else 0.0
     ends = [asked + deadline_s] if deadline_s else []
     if streamed:
-        return BodyBound(min(ends, default=None), max(backend.idle_timeout, sdk_s))
+        quiet_s = max(backend.idle_timeout, backend.timeout, sdk_s)
+        return BodyBound(min(ends, default=None), quiet_s)
     ends.append(sent + max(backend.timeout, sdk_s))
     return BodyBound(min(ends), None)

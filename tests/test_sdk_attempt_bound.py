@@ -1,9 +1,9 @@
 """An SDK request on ``gate.http_client`` whose body never ends (a server trickling keep-alives
 or whitespace faster than any read timeout) is cut (gptgate/body_bound.py): at the gateway's
 deadline; a JSON body at the later of the backend's ``timeout`` and the SDK's own; a stream after
-the later of the backend's ``idle_timeout`` and the SDK's read timeout without an event — while
-a long stream whose events keep coming is never cut. Before, it held its permit for as long as
-the server kept trickling (over 60 s past a 3 s backend timeout and a 60 s deadline on the
+the latest of the backend's ``idle_timeout`` and ``timeout`` and the SDK's read timeout without
+an event — while a long stream whose events keep coming is never cut. Before, it held its permit
+for as long as the server kept trickling (over 60 s past a 3 s backend timeout and a 60 s deadline on the
 simulator's ``endless`` fault, real clock)."""
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ async def _ask(client: openai.AsyncOpenAI, streamed: bool) -> BaseException | No
         (False, 10.0, 120.0, None, 120.0),  # the backend's, longer than the SDK's
         (True, 600.0, 3.0, 60.0, 60.0),  # the deadline
         (True, 600.0, 3.0, None, 600.0),  # no event for the SDK's read timeout
-        (True, 10.0, 120.0, None, 30.0),  # no event for the backend's idle_timeout (30 s)
+        (True, 10.0, 120.0, None, 120.0),  # no event for the backend's timeout
+        (True, 10.0, 5.0, None, 30.0),  # no event for its idle_timeout (30 s)
     ],
 )
 def test_an_endless_body_is_cut_and_its_permit_handed_back(
