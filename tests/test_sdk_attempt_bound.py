@@ -3,8 +3,8 @@ or whitespace faster than any read timeout) is cut (gptgate/body_bound.py): at t
 deadline; a JSON body at the later of the backend's ``timeout`` and the SDK's own; a stream after
 the latest of the backend's ``idle_timeout`` and ``timeout`` and the SDK's read timeout without
 an event — while a long stream whose events keep coming is never cut. Before, it held its permit
-for as long as the server kept trickling (over 60 s past a 3 s backend timeout and a 60 s deadline on the
-simulator's ``endless`` fault, real clock)."""
+for as long as the server kept trickling (over 60 s past a 3 s backend timeout and a 60 s
+deadline on the simulator's ``endless`` fault, real clock)."""
 
 from __future__ import annotations
 
