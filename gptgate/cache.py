@@ -1306,7 +1306,9 @@ class CacheGate:
         without losing a hit (the width new groups start at: a server keeping a prefix on its
         home replica), or where the order is tried or was measured to pay
         (gptgate/cache_order_trial.py), or in a job's opening where its calls queue at the
-        server (gptgate/cache_order_opening.py)."""
+        server (gptgate/cache_order_opening.py), or where some warm groups' calls take twice
+        as long as others' on a backend seen spreading: prefixes sharing a home replica
+        (gptgate/cache_shared_home.py)."""
         backend = state.backend
         now = self._clock.now()
         if not (

@@ -14,17 +14,23 @@ calls of the prefixes on it take longer than those of a prefix alone on its home
 where on servers without shared homes the prefixes' calls take about as long as each other
 (the family's other draws: the slowest prefix's mean at most 1.65× the fastest's).
 
-So per backend, the mean latency (admission to release) of each warm group's calls, the
-warm-ups and calls paced by a rate budget left out; once two groups have ``MIN_CALLS`` each
-and the slowest mean is ``SLOWER`` × the fastest or more, the backend counts as having
-shared homes for ``MEMORY_S``, and its warm groups are served in order while few are warm
-(gptgate/cache.py ``_in_order``); then it is judged again on fresh calls.
+So per backend marked spreading, the mean latency (admission to release) of each warm
+group's calls — the warm-ups, calls paced by a rate budget and calls queued at the server
+left out (gptgate/cache.py) —; while at most ``MAX_GROUPS`` groups are measured, once two
+have ``MIN_CALLS`` each and the slowest mean is ``SLOWER`` × the fastest or more, the backend
+counts as having shared homes for ``MEMORY_S``, and its warm groups are served in order
+while few are warm (gptgate/cache.py ``_in_order``); then it is judged again on fresh calls.
+Only on a backend marked spreading: elsewhere a prefix-affine server's shared home is already
+ordered (a warm prefix seen running wider than ``start``), and the signal fires on servers
+with a queue, where the order costs (family draw 14: 37.6 s -> 91.8 s).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from .cache_order_trial import MAX_GROUPS
 
 __all__ = ["MEMORY_S", "MIN_CALLS", "SLOWER", "SharedHomes"]
 
@@ -66,6 +72,8 @@ class SharedHomes:
         calls = stats.groups.setdefault(key, [0.0, 0.0])
         calls[0] += 1
         calls[1] += latency_s
+        if len(stats.groups) > MAX_GROUPS:
+            return False  # many prefixes at once: the order is not for them (cache_order.py)
         means = [s / n for n, s in stats.groups.values() if n >= MIN_CALLS]
         if len(means) < 2 or max(means) < SLOWER * min(means):
             return False
