@@ -91,7 +91,15 @@ def test_many_prefixes_at_once_are_not_judged() -> None:
     """A job of many prefixes (the named ``spread`` server's 50 shuffled prompts) keeps its
     shares: the order is for a few large prefixes (gptgate/cache_order.py)."""
     homes = SharedHomes()
-    for _ in range(MIN_CALLS):
-        for key in range(MAX_GROUPS + 1):
+    for key in range(MAX_GROUPS + 1):  # one after another: each idle before the next
+        for _ in range(MIN_CALLS):
             assert not homes.record("b", str(key), 3.0 if key else 1.0, 0.0)
-    assert not homes.seen("b", 0.0)
+        homes.forget("b", str(key))
+    for _ in range(MIN_CALLS):  # two groups side by side, 3× apart: still a crowd's
+        assert not homes.record("b", "x", 1.0, 1.0)
+        assert not homes.record("b", "y", 3.0, 1.0)
+    assert not homes.seen("b", 1.0)
+    for _ in range(MIN_CALLS):  # judged again once the crowd's verdict runs out
+        homes.record("b", "x", 1.0, MEMORY_S + 1.0)
+        homes.record("b", "y", 3.0, MEMORY_S + 1.0)
+    assert homes.seen("b", MEMORY_S + 1.0)
