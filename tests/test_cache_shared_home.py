@@ -4,15 +4,19 @@ serves the backend's warm groups in order, as the hand warm-up's FIFO does."""
 
 from __future__ import annotations
 
-from gptgate.cache import CacheGate, PrefixGroup
+from gptgate.cache import CacheGate
 from gptgate.cache_order_trial import MAX_GROUPS
 from gptgate.cache_shared_home import MEMORY_S, MIN_CALLS, SLOWER, SharedHomes
 from gptgate.scenarios import RampPolicy
 from gptgate.sim import LoopClock, run_virtual
-from tests.cache_order_check import assert_gate_against_plain, assert_head_served_first
+from tests.cache_order_check import (
+    CACHEABLE,
+    assert_gate_against_plain,
+    assert_head_served_first,
+    group,
+)
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
-CACHEABLE = 4096
 
 
 def test_a_group_twice_as_slow_as_another_shows_a_shared_home() -> None:
@@ -70,10 +74,6 @@ def test_a_spreading_backend_with_a_slow_group_serves_its_warm_groups_in_order()
         await assert_head_served_first(gate, clock, group("a"), group("b"), JOB)
 
     run_virtual(main)
-
-
-def group(key: str) -> PrefixGroup:
-    return PrefixGroup(key=key, prefix_tokens=CACHEABLE)
 
 
 def test_prefixes_sharing_a_home_keep_the_plain_client_s_time() -> None:
