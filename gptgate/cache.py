@@ -25,6 +25,7 @@ from .cache_order import WarmOrder, head_goes_first
 from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
+from .cache_shared_home import SharedHomes
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -756,6 +757,12 @@ class CacheTicket:
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
             if self._hit is not None and not self._paced:
                 self._gate._judge_release(group.backend, self._hit, latency)
+                if self._gate._spreading(group.backend) and not (
+                    group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s
+                ):
+                    self._gate._shared_homes.record(
+                        group.backend, group.key, latency, self._gate._clock.now()
+                    )
             if self._hit is not None and self._order_epoch is not None:
                 if group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s:
                     self._gate._order_trial.queue_seen(group.backend, self._gate._clock.now())
@@ -837,6 +844,9 @@ class CacheGate:
         #: per backend: whether serving warm groups in order pays, tried and measured
         #: (gptgate/cache_order_trial.py)
         self._order_trial = OrderTrial()
+        #: per backend: whether some warm groups' calls are much slower than others', prefixes
+        #: sharing a home replica (gptgate/cache_shared_home.py)
+        self._shared_homes = SharedHomes()
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -1154,6 +1164,7 @@ class CacheGate:
             return
         state.active = False
         self._warm_order.remove(state.backend, state.key)
+        self._shared_homes.forget(state.backend, state.key)
         running = self._running.get(state.backend)
         if running is not None and running.get(state.key) is state:
             del running[state.key]
@@ -1295,7 +1306,9 @@ class CacheGate:
         without losing a hit (the width new groups start at: a server keeping a prefix on its
         home replica), or where the order is tried or was measured to pay
         (gptgate/cache_order_trial.py), or in a job's opening where its calls queue at the
-        server (gptgate/cache_order_opening.py)."""
+        server (gptgate/cache_order_opening.py), or where some warm groups' calls take twice
+        as long as others' on a backend seen spreading: prefixes sharing a home replica
+        (gptgate/cache_shared_home.py)."""
         backend = state.backend
         now = self._clock.now()
         if not (
@@ -1308,7 +1321,8 @@ class CacheGate:
             self._expiry.short_lived(backend, now) or backend in self._learned
         )
         few = self._warm_order.count(backend) <= MAX_GROUPS
-        return learned or (few and self._order_trial.ordered(backend, now))
+        shared = self._shared_homes.seen(backend, now)
+        return learned or (few and (shared or self._order_trial.ordered(backend, now)))
 
     def _order_epoch(self, state: _Group) -> int | None:
         """The order trial's phase a warm call of ``state`` admitted now is a sample of: only

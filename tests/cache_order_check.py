@@ -17,6 +17,14 @@ from gptgate.cache_expiry import MEASURED
 from gptgate.clock import Clock
 from gptgate.scenarios import RampPolicy
 
+#: a group's prefix tokens in the gate-level order tests
+CACHEABLE = 4096
+
+
+def group(key: str) -> PrefixGroup:
+    """Group ``key`` of :data:`CACHEABLE` prefix tokens."""
+    return PrefixGroup(key=key, prefix_tokens=CACHEABLE)
+
 
 async def assert_head_served_first(
     gate: CacheGate, clock: Clock, head: PrefixGroup, other: PrefixGroup, policy: RampPolicy

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from gptgate.cache import CacheGate, PrefixGroup
+from gptgate.cache import CacheGate
 from gptgate.cache_order_trial import (
     MARGIN,
     MEMORY_S,
@@ -21,10 +21,14 @@ from gptgate.cache_order_trial import (
 )
 from gptgate.scenarios import RampPolicy
 from gptgate.sim import LoopClock, run_virtual
-from tests.cache_order_check import assert_gate_against_plain, assert_head_served_first
+from tests.cache_order_check import (
+    CACHEABLE,
+    assert_gate_against_plain,
+    assert_head_served_first,
+    group,
+)
 
 JOB = RampPolicy(start=5, window=5, turn_wait_s=600.0)
-CACHEABLE = 4096
 
 
 def feed(trial: OrderTrial, calls: int, misses: int, *, now: float, epoch: int | None = None,
@@ -156,10 +160,6 @@ def test_a_backend_whose_trial_runs_serves_its_warm_groups_in_order() -> None:
         await assert_head_served_first(gate, clock, group("a"), group("b"), JOB)
 
     run_virtual(main)
-
-
-def group(key: str) -> PrefixGroup:
-    return PrefixGroup(key=key, prefix_tokens=CACHEABLE)
 
 
 def test_copies_expiring_behind_a_server_queue_keep_the_plain_client_s_hits() -> None:
