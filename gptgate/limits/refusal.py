@@ -12,6 +12,10 @@ So the centre goes to the edge instead: its high probe one call below the lowest
 but never below the level before (which served all it was given) nor above the doubled level.
 The refusals cannot tell slots from queue places: on a deep queue the edge fills it (draw 1007,
 34 slots and 21 queued: 88% → 70% of the best fixed goodput; docs/adaptive.md, round 10).
+Nor can the refused doubling's latency by rank: at the refusal 0–1 of its calls has answered,
+and on slots already mid-service a queued call waits a fraction of a service time, inside the
+jitter; the slots known exactly would not hold the draws either (docs/adaptive.md, round 11:
+slots or queue places).
 A pure function, so the rule is tested on numbers.
 """
 
