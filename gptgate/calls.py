@@ -47,12 +47,12 @@ from .hedge import HedgePolicy
 from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
 from .hedge_timing import refused_as_full
+from .job_demand import JobDemand
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
-from .job_demand import JobDemand
 from .limits.rate_feed import tell_rate_budget
 from .outcomes import count_failure, is_caller_deadline, report_failure
 from .probe_claim import await_verdict, claim_probe
