@@ -5,8 +5,9 @@ Under an RPM/TPM limit, the pace that spends the bucket exactly as the work ends
 ``r·D/(D − B)`` for ``D`` calls left and a bucket of ``B``: faster only adds latency at the
 server, slower leaves budget unspent when the job ends (family draw 1029: a 35-s job ended at
 45 s with ~50 calls of budget left). The limit sees only the calls waiting or in flight
-(``gate.map`` feeds ~256 at a time); a ``map`` over a sized sequence knows the rest. Unsized
-sources (generators) and ``gate.chat`` traffic give no length: the demand is then unknown.
+(``gate.map`` feeds ~256 at a time); a ``map`` over a sized sequence knows the rest
+(gptgate/limits/rate_ceiling.py reads it). Unsized sources (generators) and ``gate.chat``
+traffic give no length: the demand is then unknown, and the limit paces as without it.
 """
 
 from __future__ import annotations

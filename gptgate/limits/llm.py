@@ -342,8 +342,9 @@ class LLMLimit:
         job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput).
 
         ``job``: the calls the running job will still send, waiting and in flight included,
-        when known (a ``gate.map`` over a sized sequence): the rate ceiling's pace is then the
-        one that spends the budget as that work ends (gptgate/limits/rate_ceiling.py)."""
+        when known (a ``gate.map`` over a sized sequence): while the budget funds half of it or
+        more, the rate ceiling's pace is twice the refill, so the budget is spent by the time
+        that work ends (gptgate/limits/rate_ceiling.py)."""
         funds = calls is not None and calls >= 2.0 * max(0, demand)
         lifted = self._budget is not None or self._lift > 0.0
         self._budget = calls if funds else None
