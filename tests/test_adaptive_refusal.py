@@ -19,7 +19,7 @@ import pytest
 from gptgate.limits import LLMLimit
 from gptgate.limits.base import Sample
 from gptgate.limits.refusal import centre_after_refusal
-from gptgate.sim import family, run_virtual
+from gptgate.sim import SimProfile, family, run_virtual
 
 
 def test_the_centre_after_a_refused_doubling_probes_just_below_the_refused_rank() -> None:
@@ -112,13 +112,7 @@ def test_auto_is_not_dominated_by_the_slots_below_a_refused_doubling() -> None:
     # places, and neither can the doubling's latency by rank: one of its calls had answered at
     # the cut, and the four (69, 35, 50, 96 s) overlap the unqueued 20–69 s
     # (docs/adaptive.md, "Issue 31, round 11: slots or queue places")
-    server = family(34)
-    fixed = run_virtual(adaptive.run_row, server, 4, 400, 34, None, None, 3600.0)
-    auto = run_virtual(adaptive.run_row, server, None, 400, 34, None, None, 3600.0)
-    assert not (fixed.goodput >= auto.goodput and fixed.p99_s <= 0.8 * auto.p99_s), (
-        fixed.goodput / auto.goodput,
-        fixed.p99_s / auto.p99_s,
-    )
+    _assert_not_dominated(family(34), 34, fixed_limit=4)
 
 
 @pytest.mark.xfail(
@@ -137,8 +131,14 @@ def test_auto_is_not_dominated_when_every_answer_fills_its_cap() -> None:
     # round 11: a queue among answers of one length")
     server = family(6)
     assert server.fills_max_tokens
-    fixed = run_virtual(adaptive.run_row, server, 10, 400, 6, None, None, 3600.0)
-    auto = run_virtual(adaptive.run_row, server, None, 400, 6, None, None, 3600.0)
+    _assert_not_dominated(server, 6, fixed_limit=10)
+
+
+def _assert_not_dominated(server: SimProfile, draw: int, *, fixed_limit: int) -> None:
+    """The family's rule on one draw's 400-call job: no fixed limit with auto's goodput at
+    ≤ 0.8× its p99."""
+    fixed = run_virtual(adaptive.run_row, server, fixed_limit, 400, draw, None, None, 3600.0)
+    auto = run_virtual(adaptive.run_row, server, None, 400, draw, None, None, 3600.0)
     assert not (fixed.goodput >= auto.goodput and fixed.p99_s <= 0.8 * auto.p99_s), (
         fixed.goodput / auto.goodput,
         fixed.p99_s / auto.p99_s,
