@@ -47,7 +47,6 @@ from .hedge import HedgePolicy
 from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
 from .hedge_timing import refused_as_full
-from .job_demand import JobDemand
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
 from .limits import Permit
@@ -632,8 +631,6 @@ class CallRunner:
         #: runs a task in the gateway's task group (False when closing): an abandoned
         #: answer read to its end in the background (``abandoned_answers="finish"``)
         self.spawn = spawn
-        #: the calls running ``map`` jobs will still send (gptgate/job_demand.py)
-        self.jobs = JobDemand()
         #: per backend: what its recent answers looked like, to estimate the unanswered ones
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend and prompt prefix: what its last whole answer read from the cache
@@ -1097,8 +1094,7 @@ class CallRunner:
                 )
                 if fleet is None:  # the ceiling binds once the budget is spent
                     tell_rate_budget(limit, backend.pacer, self.clock.now(),
-                                     backend.limiter.queued + backend.limiter.in_flight,
-                                     unsent=self.jobs.unsent_calls())
+                                     backend.limiter.queued + backend.limiter.in_flight)
 
     def _pace_after_failure(
         self,

@@ -1160,8 +1160,7 @@ class Gateway:
                 slots.release()
             report(index, tg.cancel_scope)
 
-        # its length, for the rate ceiling (gptgate/job_demand.py)
-        async with self.runner.jobs.start(items) as job, anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
             for index in itertools.count():
                 await slots.acquire()
                 try:
@@ -1172,7 +1171,6 @@ class Gateway:
                     failed.append(error)
                     tg.cancel_scope.cancel()
                     break
-                job.pulled()
                 results.append(None)
                 try:
                     kwargs = self._item_kwargs(index, item, common, resolved)

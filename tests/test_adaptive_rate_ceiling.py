@@ -90,25 +90,13 @@ def test_a_rate_bound_job_keeps_the_sustained_ceiling() -> None:
     assert fixed.p99_s > 0.8 * auto.p99_s, (fixed.p99_s, auto.p99_s)
 
 
+@pytest.mark.xfail(strict=True, reason="the bucket outlasts a 35 s job (round 11)")
 def test_auto_spends_the_bucket_before_a_short_job_ends() -> None:
     # family draw 1029: 16 × 32 slots, 261 RPM, a 233-call bucket: fixed 16 spends it all and
-    # ends at 34 s; without the job's length auto ended at 45 s with ~50 calls of it left (75%
-    # of fixed 16's goodput; main 58%): its bucket covers 3/4 of the work in sight only part
-    # of the time, and spread over a minute it outlasts a 35 s job. ``gate.map`` over the
-    # 400-item list tells the limit the job's length: the bucket funds half of it or more, so
-    # the pace is the window's most (twice the refill) until it does not
+    # ends at 34 s; auto ends at 45 s with ~50 calls of it left (75% of fixed 16's goodput;
+    # main 58%): its bucket covers 3/4 of the work in sight only part of the time, and spread
+    # over a minute it outlasts a 35 s job. Only the job's length says when to have spent it
     server = family(1029)
     fixed = run_virtual(adaptive.run_row, server, 16, 400, 1029, None, None, 3600.0)
     auto = run_virtual(adaptive.run_row, server, None, 400, 1029, None, None, 3600.0)
     assert auto.goodput >= 0.95 * fixed.goodput, (auto.goodput, fixed.goodput)
-
-
-def test_the_jobs_length_paces_a_bucket_funding_half_of_it_at_twice_the_refill() -> None:
-    # 233 calls of budget for 400 calls left: spent as the job ends only at r·400/167 > 2r,
-    # whatever share of the 256 calls in sight the bucket covers (here under 3/4)
-    assert ceiling_pace(4.0, 180.0, 256, job=360) == 8.0
-    assert ceiling_pace(4.0, 180.0, 256) == 4.0  # the length unknown: as before
-    # funding less than half the job: the window's rule (tier1's 1,000 calls, draw 1018)
-    assert ceiling_pace(4.0, 240.0, 256, job=1_000) == pytest.approx(4.0 + 240.0 / WINDOW_S)
-    assert ceiling_pace(4.0, 100.0, 256, job=400) == 4.0
-    assert ceiling_pace(4.0, 0.0, 0, job=0) == 4.0  # nothing funded: the refill

@@ -207,7 +207,6 @@ class LLMLimit:
         self._budget: float | None = None  # calls its budget funds now (set_rate_budget)
         self._funds = 0.0  # calls the budget funds now, whatever the demand
         self._demand = 0  # calls waiting or in flight at the last budget report
-        self._job: int | None = None  # calls the running job will still send, when known
         self._lift = 0.0  # the ceiling a budget spilling its refill lifted it to
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
@@ -309,12 +308,7 @@ class LLMLimit:
         return self._latency
 
     def set_rate_budget(
-        self,
-        calls: float | None,
-        *,
-        demand: int = 0,
-        spilled: float = 0.0,
-        job: int | None = None,
+        self, calls: float | None, *, demand: int = 0, spilled: float = 0.0
     ) -> None:
         """How many calls the rate budget (RPM/TPM bucket) funds right now (``None`` when
         unknown), and ``demand``, the calls waiting or in flight.
@@ -339,18 +333,12 @@ class LLMLimit:
         lifted limit spends it. Only by the spill: each call the lift sends takes one from the
         bucket and one from the spill, so the lift stops where the sends reach the refill —
         lifted whole while the budget was merely full, slow start's burst spent it and left a
-        job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput).
-
-        ``job``: the calls the running job will still send, waiting and in flight included,
-        when known (a ``gate.map`` over a sized sequence): while the budget funds half of it or
-        more, the rate ceiling's pace is twice the refill, so the budget is spent by the time
-        that work ends (gptgate/limits/rate_ceiling.py)."""
+        job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput)."""
         funds = calls is not None and calls >= 2.0 * max(0, demand)
         lifted = self._budget is not None or self._lift > 0.0
         self._budget = calls if funds else None
         self._funds = calls if calls is not None else 0.0
         self._demand = demand
-        self._job = job
         if spilled > 0.0:
             self._lift = max(self._lift, self._limit + spilled)
         elif self._rate is None or self._funds < self._rate * self._latency:
@@ -383,7 +371,7 @@ class LLMLimit:
     def _rate_ceiling(self) -> int:
         high = self._high
         if self._rate is not None and self._latency > 0.0:
-            pace = ceiling_pace(self._rate, self._funds, self._demand, self._job)
+            pace = ceiling_pace(self._rate, self._funds, self._demand)
             sustained = self.rate_headroom * pace * self._latency
             # while the budget funds more calls than that, the pacer does not hold them back
             funded = self._budget if self._budget is not None else 0.0

@@ -26,24 +26,10 @@ WINDOW_S = 60.0
 COVERED_SHARE = 0.75
 
 
-def ceiling_pace(rate: float, funds: float, demand: int, job: int | None = None) -> float:
+def ceiling_pace(rate: float, funds: float, demand: int) -> float:
     """Calls per second the rate ceiling is sized by: ``rate`` (the refill), plus ``funds``
     (the calls the bucket funds now) over one window while they cover ``COVERED_SHARE`` of
-    ``demand`` — at most the refill again: a bucket holds no more than a window's refill.
-
-    With the job's length known (``job`` calls left, waiting and in flight included: a
-    ``gate.map`` over a sized sequence) and the bucket funding at least half of it, the pace
-    that spends the bucket as that work ends, ``rate·job/(job − funds)``, is twice the refill
-    or more: the job ends before a window would spend the bucket, so the pace is the
-    window's most, twice the refill, whatever share of the work in sight the bucket covers."""
-    if job is not None and funds > 0.0 and 2.0 * funds >= job:
-        return 2.0 * rate
-    return window_pace(rate, funds, demand)
-
-
-def window_pace(rate: float, funds: float, demand: int) -> float:
-    """The refill, plus the bucket spread over one window while it covers
-    ``COVERED_SHARE`` of the work in sight."""
+    ``demand`` — at most the refill again: a bucket holds no more than a window's refill."""
     if funds <= 0.0 or funds < COVERED_SHARE * demand:
         return rate
     return rate + min(rate, funds / WINDOW_S)
