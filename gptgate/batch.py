@@ -230,6 +230,7 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
     job.resumed = record is not None
     indices = list(range(len(lines)))
     if record is None:  # items the response cache answers are kept, not sent
+        store.forget_answers()  # of a job never recorded here: not this one's
         answered = await job.cache.answered()
         store.keep_answers(answered)
         indices = [i for i in indices if i not in answered]
