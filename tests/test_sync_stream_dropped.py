@@ -94,7 +94,7 @@ def test_a_dropped_sync_sdk_stream_collected_on_the_loop_thread_does_not_block_i
             blocked_s = time.monotonic() - started
         finally:
             gc.enable()
-        assert blocked_s < 2.0, f"the loop's thread was blocked {blocked_s:.1f}s"
+        assert blocked_s < 5.0, f"the loop's thread was blocked {blocked_s:.1f}s"
         until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
 
@@ -125,7 +125,8 @@ def test_a_gate_stream_broken_off_in_a_cycle_collected_on_the_loop_thread_does_n
     """The same for ``SyncGateway.stream``: a reader broken off mid-answer and left in a
     reference cycle (an exception kept with its traceback, a list holding itself) is closed
     by its finalizer wherever the collector runs. On the loop's own thread, closing waited
-    for the hang-up that thread had to run: every call of the process stalled 10 s."""
+    for the hang-up that thread had to run: every call of the process stalled 10 s (the
+    bound below is half that: a collection itself took 2.3 s on a machine at load 16)."""
     base_url, _ = long_answers
     with sync_gate(base_url, concurrency=2) as gate:
 
@@ -144,6 +145,6 @@ def test_a_gate_stream_broken_off_in_a_cycle_collected_on_the_loop_thread_does_n
             blocked_s = time.monotonic() - started
         finally:
             gc.enable()
-        assert blocked_s < 2.0, f"the loop's thread was blocked {blocked_s:.1f}s"
+        assert blocked_s < 5.0, f"the loop's thread was blocked {blocked_s:.1f}s"
         until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)

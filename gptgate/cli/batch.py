@@ -168,11 +168,21 @@ def submit(args: argparse.Namespace) -> int:
         _remember(job_dir, saved)
         if isinstance(error, KeyboardInterrupt):
             raise
-        raise RunFailed(
-            f"{error}; the job is recorded in {job_dir}, part of it may be running: "
-            f"submit again to send the rest, `gptgate batch status {job_dir}` to see it, "
-            f"`gptgate batch cancel {job_dir}` to stop it"
-        ) from None
+        raise RunFailed(f"{error}; {_stopped_part_way(store, job_dir)}") from None
+
+
+def _stopped_part_way(store: JobStore, job_dir: Path) -> str:
+    """What a submission that failed after recording its job left, and what to do."""
+    record = store.load()
+    parts = record.parts if record is not None else []
+    created = sum(p.batch_id is not None or p.created_after is not None for p in parts)
+    if not created:
+        return f"the job is recorded in {job_dir}, nothing is running: submit again to send it"
+    return (
+        f"the job is recorded in {job_dir}, {created} of its {len(parts)} part(s) may be "
+        f"running at the provider: submit again to send the rest, `gptgate batch status "
+        f"{job_dir}` to see it, `gptgate batch cancel {job_dir}` to stop it"
+    )
 
 
 def status(args: argparse.Namespace) -> int:
