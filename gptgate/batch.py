@@ -59,7 +59,7 @@ from .wire.dialect import Dialect
 if TYPE_CHECKING:
     from .gateway import Gateway
 
-__all__ = ["BatchCounts", "BatchJob", "RetryMode", "submit_batch"]
+__all__ = ["BatchCounts", "BatchJob", "RetryMode", "submit_batch", "take_up_batch"]
 
 log = logging.getLogger("gptgate")
 
@@ -179,8 +179,10 @@ async def submit_batch(
     limits: BatchLimits | None,
     common: Mapping[str, Any],
     spending: BudgetGate | None,
+    send: bool = True,
 ) -> BatchJob:
-    """Submit (or resume) the job recorded in ``job_dir``: what ``Gateway.batch`` does."""
+    """Submit (or resume) the job recorded in ``job_dir``: what ``Gateway.batch`` does.
+    ``send=False``: take the recorded job up without sending anything (:func:`take_up_batch`)."""
     if retry not in (None, "live", "batch"):
         raise BadRequestError(f"retry must be 'live', 'batch' or None, not {retry!r}")
     if isinstance(poll_s, bool) or not isinstance(poll_s, int | float) or not poll_s > 0:
@@ -211,15 +213,36 @@ async def submit_batch(
                    scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect,
                    cache=cache)
     with job._store.locked():
-        await _take_up(job, key, lines)
+        await _take_up(job, key, lines, send)
     if job.resumed:
         log.info("batch job %s resumed from %s", job.id, job.job_dir)
     return job
 
 
-async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
+async def take_up_batch(
+    gate: Gateway,
+    items: Iterable[Mapping[str, Any]],
+    *,
+    job_dir: str | os.PathLike[str],
+    backend: str | None = None,
+    retry: RetryMode = None,
+    poll_s: float = 30.0,
+) -> BatchJob:
+    """The job recorded in ``job_dir`` for these ``items``, taken up **without sending
+    anything**: to see where it is, or to cancel it, when its submission stopped part-way (a
+    create the provider refused — OpenAI's "Enqueued token limit reached" — or a crash).
+    ``gate.batch`` would first send the parts never created; ``job.cancel()`` here ends them
+    unsent. No job recorded there: ``BadRequestError``."""
+    return await submit_batch(
+        gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=None,
+        poll_s=poll_s, limits=None, common={}, spending=gate._spending, send=False,
+    )
+
+
+async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = True) -> None:
     """Record the intent of a new job, or take up the one recorded; then send what is
-    unsent. Runs under ``job_dir``'s lock: what is read here is what is true."""
+    unsent (``send``; never for a cancelled job). Runs under ``job_dir``'s lock: what is read
+    here is what is true."""
     store, config, spending = job._store, job._backend, job._spending
     record = store.load()
     if record is not None and record.key != key:
@@ -227,9 +250,14 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
             f"job_dir {job.job_dir!r} holds another job ({record.items} items for backend "
             f"{record.backend!r}): these items differ; use a new job_dir"
         )
+    if record is None and not send:
+        raise BadRequestError(
+            f"job_dir {job.job_dir!r} holds no batch job: submit it first (gate.batch)"
+        )
     job.resumed = record is not None
     indices = list(range(len(lines)))
     if record is None:  # items the response cache answers are kept, not sent
+        store.forget_answers()  # of a job never recorded here: not this one's
         answered = await job.cache.answered()
         store.keep_answers(answered)
         indices = [i for i in indices if i not in answered]
@@ -249,8 +277,11 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes]) -> None:
         job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
     job.record = record
     try:
-        for part in record.parts:
-            await job.submit_part(part)
+        if record.cancelled:  # a cancelled job sends nothing new: unsent parts end here
+            await job.drop_unsent()
+        elif send:
+            for part in record.parts:
+                await job.submit_part(part)
     except BaseException:
         job.release_holds()
         raise
@@ -349,8 +380,8 @@ class BatchJob:
         parts = self._job.parts
         running = [p.status or ("validating" if p.batch_id else "submitting")
                    for p in parts if p.status not in TERMINAL]
-        if running:
-            return "cancelling" if self._job.cancelled else running[0]
+        if running:  # the part furthest behind: a part not created yet is "submitting"
+            return "cancelling" if self._job.cancelled else min(running, key=_behind)
         for worst in ("cancelled", "expired", "failed"):
             if any(p.status == worst for p in parts):
                 return worst
@@ -386,7 +417,7 @@ class BatchJob:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
         a crash before its record) found at the provider by the job's key — or, where
         batches carry no metadata, by the create's recorded intent (``CreateIntent``)."""
-        if part.batch_id is not None:
+        if part.batch_id is not None or part.status in TERMINAL:
             return
         meta = self._metadata(part)
         if self.resumed:
@@ -416,6 +447,9 @@ class BatchJob:
             lambda: self._api.create(file_id, meta, data),
             lambda: self._api.find_batch(meta, self._intent(part)),
         )
+        if self._job.cancelled:  # cancelled while this create was on its way
+            await self._call(self._api.cancel, part.batch_id)
+            part.status = "cancelling"
         self._save()
 
     def _data(self, part: PartRecord) -> bytes:
@@ -489,13 +523,33 @@ class BatchJob:
 
     async def cancel(self) -> None:
         """Cancel every part still running: what the provider finished is still returned by
-        ``wait()``; the rest ends in ``BatchCancelledError``. Nothing is sent again."""
+        ``wait()``; the rest ends in ``BatchCancelledError``. Nothing is sent again, and a
+        part never created (a submission stopped part-way) never will be."""
         self._job.cancelled = True
         self._save()
+        await self.drop_unsent()
         for part in self._job.parts:
-            if part.batch_id is not None and part.status not in TERMINAL:
+            if part.batch_id is not None and part.status not in (*TERMINAL, "cancelling"):
                 await self._call(self._api.cancel, part.batch_id)
                 part.status = "cancelling"
+        self._save()
+
+    async def drop_unsent(self) -> None:
+        """End the parts of a cancelled job that were never created, unsent. One whose create
+        may have reached the provider (recorded as sent, its id lost to a crash) is looked up
+        there first, and cancelled if found."""
+        for part in self._job.parts:
+            if part.batch_id is not None or part.status in TERMINAL:
+                continue
+            if part.created_after is not None:
+                found = await self._call(self._api.find_batch, self._metadata(part),
+                                         self._intent(part))
+                if found is not None:
+                    part.batch_id = found
+                    await self._call(self._api.cancel, found)
+                    part.status = "cancelling"
+                    continue
+            part.status = "cancelled"
         self._save()
 
     async def wait(self) -> list[ChatResult | GateError]:
@@ -719,6 +773,14 @@ class BatchJob:
             self._job.settled = True
             self._save()
         return results
+
+
+#: the running statuses, from furthest behind
+_RUNNING = ("submitting", "validating", "in_progress", "finalizing")
+
+
+def _behind(status: str) -> int:
+    return _RUNNING.index(status) if status in _RUNNING else len(_RUNNING)
 
 
 def _item_error(line: ItemResult, backend: str) -> GateError:

@@ -163,6 +163,13 @@ class JobStore:
             out.flush()
             os.fsync(out.fileno())
 
+    def forget_answers(self) -> None:
+        """Drop answers kept for a job whose intent was never recorded (refused by the budget,
+        a bad item, an interruption, between keeping them and recording it). Nothing was sent
+        for it, so nothing paid for is lost; left there, they would be read as the answers of
+        whichever job is recorded here next, to its items of the same index."""
+        (self.dir / _LIVE).unlink(missing_ok=True)
+
     def load_live(self) -> dict[int, ChatResult]:
         """The live answers kept so far (a line cut short by a crash is skipped)."""
         found: dict[int, ChatResult] = {}

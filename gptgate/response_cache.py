@@ -33,7 +33,7 @@ from cachetools import TTLCache
 
 from .errors import BadRequestError, GateError
 from .flight_deadline import CallerDeadline
-from .response_cache_fleet import answer_or_claim
+from .response_cache_fleet import answer_or_claim, kept
 from .results import ChatResult, Usage
 
 if TYPE_CHECKING:
@@ -348,7 +348,8 @@ class ResponseCache:
                 flight.result = decode_result(data)
                 return flight.result, False
             claimed = redis is not None
-            result = flight.result = await call(deadline.left())
+            async with kept(redis, key):  # renewed while the call runs
+                result = flight.result = await call(deadline.left())
             self.count(result.backend).misses += 1
             if cacheable(result):  # stored before the claim goes: the fleet finds it
                 await self.put(key, result, private=is_private(result.backend))

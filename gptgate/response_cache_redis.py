@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,17 @@ if TYPE_CHECKING:
 __all__ = ["RedisAnswers"]
 
 _log = logging.getLogger("gptgate")
+
+#: extend a claim's lease, or drop the claim — only while it is still this claimant's: a lease
+#: that lapsed may have been claimed by another process since
+_RENEW = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+)
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
+    "return 0"
+)
 
 
 class RedisAnswers:
@@ -40,11 +52,14 @@ class RedisAnswers:
         self._pid = os.getpid()
         self._down_until = -math.inf
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+        #: per request key this process leads: the token its claim holds in Redis
+        self._tokens: dict[str, bytes] = {}
 
     def _client(self) -> Any:
         if self._pid != os.getpid():  # a forked child: the parent's sockets and loop are not ours
             self._redis, self._pid = None, os.getpid()
             self._down_until = -math.inf
+            self._tokens = {}
         if self._redis is None:
             from redis.asyncio import Redis  # only with shared=: an optional extra
             from redis.exceptions import RedisError
@@ -93,25 +108,46 @@ class RedisAnswers:
     def flight_key(self, key: str) -> str:
         return f"{self.shared.namespace}:rcf:{key}"
 
+    @property
+    def lease_ms(self) -> int:
+        return max(1, math.ceil(self.shared.lease_s * 1000))
+
     async def claim(self, key: str) -> bool:
-        """Lead this request fleet-wide for up to ``lease_s`` (a process that dies holding it
-        keeps the others waiting no longer). Redis away: this process leads (as alone)."""
+        """Lead this request fleet-wide for ``lease_s``, renewed while the call runs
+        (:meth:`renew`): a process that dies holding it keeps the others waiting no longer.
+        Redis away: this process leads (as alone)."""
         if not self.up:
             return True
+        token = secrets.token_hex(8).encode()
         try:
-            lease_ms = max(1, math.ceil(self.shared.lease_s * 1000))
             claimed = await self._op(
-                self._client().set(self.flight_key(key), b"1", nx=True, px=lease_ms)
+                self._client().set(self.flight_key(key), token, nx=True, px=self.lease_ms)
             )
         except SharedUnreachableError:
             return True
+        if claimed:
+            self._tokens[key] = token
         return bool(claimed)
 
-    async def release(self, key: str) -> None:
-        if not self.up:
+    async def renew(self, key: str) -> None:
+        """Extend this process's claim by another ``lease_s`` (its call is still running)."""
+        token = self._tokens.get(key)
+        if token is None or not self.up:
             return
         try:
-            await self._op(self._client().delete(self.flight_key(key)))
+            await self._op(
+                self._client().eval(_RENEW, 1, self.flight_key(key), token, self.lease_ms)
+            )
+        except SharedUnreachableError:
+            return
+
+    async def release(self, key: str) -> None:
+        """Drop this process's claim (never another's that took over a lapsed lease)."""
+        token = self._tokens.pop(key, None)
+        if token is None or not self.up:
+            return
+        try:
+            await self._op(self._client().eval(_RELEASE, 1, self.flight_key(key), token))
         except SharedUnreachableError:
             return
 

@@ -147,13 +147,15 @@ class SyncChatStream:
 
     def close(self) -> None:
         """Hang up now if the answer is still arriving; returns once the permit and the
-        connection are given back."""
+        connection are given back — except on the loop's own thread (the cycle collector may
+        finalize a dropped reader there), which would wait for the hang-up it has to run."""
         task = self._task
         if task is None:
             return
         if not task.done():
             task.cancel()
-        self._ended.wait(_CLOSE_WAIT_S)
+        if threading.get_ident() != self._loop.thread_id:
+            self._ended.wait(_CLOSE_WAIT_S)
 
     @property
     def text(self) -> str:

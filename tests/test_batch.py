@@ -618,3 +618,46 @@ def test_every_chat_option_of_an_item_stays_out_of_the_batch_body(tmp_path: Path
 
     bodies = _run(body)
     assert len(bodies) == 2 and not any("cache" in b or "hedge" in b for b in bodies)
+
+
+def test_a_cancelled_job_never_creates_the_parts_its_submission_left_unsent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three parts; the provider refuses the second create (a 400: OpenAI's enqueued-token
+    limit). ``take_up_batch`` reaches the job without sending, ``cancel()`` stops the part that
+    runs and ends the two never created; taking the job up again to collect it (``gate.batch``)
+    creates nothing: the unsent items end in ``BatchCancelledError``. Before, every take-up
+    tried the refused creates again first (and, once the provider took them, ran them)."""
+    from gptgate.batch import take_up_batch
+
+    create = OpenAIBatches.create
+    tries: list[str] = []
+
+    async def refuse_after_the_first(self: OpenAIBatches, *args: Any) -> str:
+        tries.append("create")
+        if len(tries) > 1:
+            raise gg.BadRequestError("Enqueued token limit reached for m.", status=400)
+        return await create(self, *args)
+
+    monkeypatch.setattr(OpenAIBatches, "create", refuse_after_the_first)
+    limits = gg.BatchLimits(max_requests=10, max_bytes=10**9)
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            with pytest.raises(gg.BadRequestError, match="Enqueued"):
+                await gate.batch(_items(30), job_dir=tmp_path, limits=limits)
+            job = await take_up_batch(gate, _items(30), job_dir=tmp_path)
+            assert job.status == "submitting" and len(job.batch_ids) == 1
+            await job.cancel()
+            assert job.status == "cancelling"
+        async with sim.gate() as gate:  # another process collects it
+            again = await gate.batch(_items(30), job_dir=tmp_path, limits=limits)
+            results = await again.wait()
+        assert again.status == "cancelled"
+        assert all(isinstance(r, gg.BatchCancelledError) for r in results[10:])
+        assert (sim.batches.creates, len(tries)) == (1, 2)
+        with pytest.raises(gg.BadRequestError, match="holds no batch job"):
+            async with sim.gate() as gate:
+                await take_up_batch(gate, _items(3), job_dir=tmp_path / "empty")
+
+    _run(body, SimBatchPlan(complete_after_s=10**6))

@@ -148,3 +148,45 @@ def test_cache_use_without_a_response_cache_names_the_item(tmp_path: Path) -> No
         assert sim.batches.creates == 0
 
     _run(body)
+
+
+def test_a_job_refused_before_its_record_leaves_no_answers_for_the_next_job(
+    tmp_path: Path,
+) -> None:
+    """The cached answers are kept in ``job_dir`` before the intent is recorded; a job refused
+    in between (here by the dollar budget) recorded nothing, so ``job_dir`` holds no job. The
+    next job there — other items — must answer its own items: before, a ``retry="live"`` job
+    took the refused job's kept answers for its own items of the same index (wrong answers,
+    marked cached, and the batch's real ones neither returned nor booked)."""
+
+    async def body(sim: Sim) -> None:
+        cache = gg.ResponseCache()
+        refused = _deterministic(4)
+        async with sim.gate(response_cache=cache) as gate:
+            for item in refused:
+                await gate.chat(**item)
+        tiny = gg.Budget(usd_per_hour=1e-9, on_exceed="raise")
+        async with sim.gate(response_cache=cache, budget=tiny) as gate:
+            with pytest.raises(gg.BudgetExceededError):
+                await gate.batch([*refused, *_deterministic(4, start=50)], backend="oa",
+                                 job_dir=tmp_path / "job")
+        assert sim.batches.creates == 0
+        items = _deterministic(4, start=10)
+        async with sim.gate() as gate:
+            job = await gate.batch(items, backend="oa", job_dir=tmp_path / "job", retry="live")
+            assert not job.resumed
+            results = await job.wait()
+            entry = gate.ledger.entries["oa"]
+        assert _sent_items(sim) == 4
+        assert not any(r.from_cache for r in results)  # type: ignore[union-attr]
+        mine = [await _prompt_tokens(sim, item) for item in items]
+        assert [r.usage.input_tokens for r in results] == mine  # type: ignore[union-attr]
+        assert entry.batch_requests == 4 and entry.batch_cost_usd > 0
+
+    _run(body)
+
+
+async def _prompt_tokens(sim: Sim, item: dict[str, Any]) -> int:
+    """The input tokens the simulator counts for ``item`` (asked live, uncached)."""
+    async with sim.gate() as gate:
+        return (await gate.chat(**item)).usage.input_tokens

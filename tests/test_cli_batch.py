@@ -79,3 +79,49 @@ def test_cancel_and_usage_errors(
     bad = tmp_path / "bad.jsonl"
     bad.write_text("[1, 2]\n")
     assert main(["batch", "submit", str(bad), "--config", str(config), "--job-dir", job]) == 2
+
+
+def test_a_job_whose_submission_failed_part_way_can_be_seen_and_cancelled_without_sending(
+    provider: tuple[SimBatches, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job of three parts whose second create the provider refuses (OpenAI's "Enqueued
+    token limit reached", a 400): the first part runs at the provider. ``status`` shows the
+    job and ``cancel`` stops that part — neither sends the parts never created — and
+    ``collect`` afterwards creates nothing either: the cancelled items end cancelled. Before,
+    ``submit`` left no ``cli.json`` (``status``/``cancel``: "no job submitted here"), and
+    taking the job up tried the refused creates again first."""
+    import gptgate.batch_apis
+    from gptgate.sim.openai_batches import _error
+
+    batches, config, items = provider
+    batches.plan = SimBatchPlan(complete_after_s=1e8)  # nothing ends before the cancel
+    monkeypatch.setattr(gptgate.batch_apis, "OPENAI_LIMITS",
+                        gg.BatchLimits(max_requests=20, max_bytes=10**9))
+    create, tried = batches._create, []
+
+    def refuse_after_the_first(body: bytes) -> object:
+        tried.append(body)
+        if batches.creates >= 1:
+            return _error(400, "Enqueued token limit reached for m in organization org.")
+        return create(body)
+
+    monkeypatch.setattr(batches, "_create", refuse_after_the_first)
+    job = str(tmp_path / "job")
+    args = [str(items), "--config", str(config), "--job-dir", job]
+    assert main(["batch", "submit", *args]) == 1
+    err = capsys.readouterr().err
+    assert "Enqueued token limit" in err and f"gptgate batch cancel {job}" in err
+    assert (batches.creates, len(tried)) == (1, 2)
+    assert main(["batch", "status", job, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "submitting" and len(shown["batch_ids"]) == 1
+    assert main(["batch", "cancel", job, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "cancelling"
+    assert [b.status in ("cancelling", "cancelled") for b in batches.batches.values()] == [True]
+    out = tmp_path / "results.jsonl"
+    assert main(["batch", "collect", job, "--out", str(out), "--poll-s", "0.02"]) == 1
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 50
+    assert {line["error"]["type"] for line in lines} == {"BatchCancelledError"}
+    assert (batches.creates, len(tried)) == (1, 2)  # nothing was created or tried again

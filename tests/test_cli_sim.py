@@ -125,3 +125,41 @@ async def test_a_providers_dialect_is_served_at_the_root_its_preset_takes(provid
         async with gg.Gateway([backend], seed=1) as gate:
             result = await gate.chat(MESSAGES, max_tokens=20)
     assert result.text and result.usage.output_tokens > 0
+
+
+def test_with_json_stdout_holds_only_the_address_not_the_access_log() -> None:
+    """``--json`` is for a script that reads the address and goes on (``Popen(...,
+    stdout=PIPE)``, one ``readline()``): stdout is that one JSON line. Before, uvicorn's
+    access log went to stdout too — not the one JSON document the CLI promises — and once a
+    few hundred requests filled the unread pipe, the server blocked writing its log and
+    answered nothing more. The log goes to stderr."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .clitools import cli_env
+
+    args = [sys.executable, "-m", "gptgate", "sim", "serve", "--port", "0", "--json",
+            "--time-scale", "100"]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=cli_env())
+    try:
+        assert process.stdout is not None
+        base_url = json.loads(process.stdout.readline())["base_url"]
+        for _ in range(3):
+            for attempt in range(200):
+                try:
+                    answer = httpx2.post(f"{base_url}/chat/completions",
+                                         json={"messages": MESSAGES}, timeout=10)
+                    break
+                except httpx2.TransportError:
+                    assert attempt < 199 and process.poll() is None, "did not start"
+                    time.sleep(0.05)
+            assert answer.status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    assert out == ""
+    assert "POST /v1/chat/completions" in err  # the access log is still there, on stderr

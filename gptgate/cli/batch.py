@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from ..batch import BatchJob
+from ..batch import BatchJob, take_up_batch
+from ..batch_store import JobStore
 from ..config_file import ConfigFileError, load_config
 from ..errors import GateError
 from ..gateway import Gateway
@@ -96,6 +97,7 @@ async def _with_job(
     job_dir: Path,
     poll_s: float,
     then: Callable[[BatchJob], Coroutine[Any, Any, int]],
+    send: bool,
 ) -> int:
     try:
         config = load_config(saved["config"])
@@ -103,8 +105,12 @@ async def _with_job(
         raise UsageError(str(exc)) from None
     items = _read_items(Path(saved["items"]))
     async with Gateway(config=config) as gate:
-        job = await gate.batch(items, backend=saved.get("backend"), job_dir=job_dir,
-                               retry=saved.get("retry"), poll_s=poll_s)
+        if send:
+            job = await gate.batch(items, backend=saved.get("backend"), job_dir=job_dir,
+                                   retry=saved.get("retry"), poll_s=poll_s)
+        else:  # status, cancel: never send the parts a submission left uncreated
+            job = await take_up_batch(gate, items, backend=saved.get("backend"),
+                                      job_dir=job_dir, retry=saved.get("retry"), poll_s=poll_s)
         return await then(job)
 
 
@@ -124,12 +130,12 @@ def _show(job: BatchJob, as_json: bool) -> None:
 
 
 def _run_job(args: argparse.Namespace, then: Callable[[BatchJob], Coroutine[Any, Any, int]],
-             saved: dict[str, Any] | None = None) -> int:
+             saved: dict[str, Any] | None = None, *, send: bool = True) -> int:
     job_dir = Path(args.job_dir)
     saved = saved if saved is not None else _remembered(job_dir)
     if getattr(args, "config", None):
         saved["config"] = os.path.abspath(args.config)
-    code: int = anyio.run(_with_job, saved, job_dir, args.poll_s, then)
+    code: int = anyio.run(_with_job, saved, job_dir, args.poll_s, then, send)
     return code
 
 
@@ -144,13 +150,39 @@ def submit(args: argparse.Namespace) -> int:
     saved = {"config": os.path.abspath(args.config), "items": os.path.abspath(args.items),
              "backend": args.backend, "retry": args.retry}
     _read_items(Path(saved["items"]))  # a bad items file fails before anything is written
+    store = JobStore(job_dir)
+    recorded = store.path.exists()
 
     async def then(job: BatchJob) -> int:
         _remember(job_dir, saved)  # once the job is its own: a refused one changes nothing
         _show(job, args.json)
         return EXIT_OK
 
-    return _run_job(args, then, saved)
+    try:
+        return _run_job(args, then, saved)
+    except (GateError, KeyboardInterrupt) as error:
+        if recorded or not store.path.exists():
+            raise
+        # this submit recorded the job, then stopped part-way (a create refused, Ctrl-C):
+        # parts may run at the provider; the other commands must reach them
+        _remember(job_dir, saved)
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        raise RunFailed(f"{error}; {_stopped_part_way(store, job_dir)}") from None
+
+
+def _stopped_part_way(store: JobStore, job_dir: Path) -> str:
+    """What a submission that failed after recording its job left, and what to do."""
+    record = store.load()
+    parts = record.parts if record is not None else []
+    created = sum(p.batch_id is not None or p.created_after is not None for p in parts)
+    if not created:
+        return f"the job is recorded in {job_dir}, nothing is running: submit again to send it"
+    return (
+        f"the job is recorded in {job_dir}, {created} of its {len(parts)} part(s) may be "
+        f"running at the provider: submit again to send the rest, `gptgate batch status "
+        f"{job_dir}` to see it, `gptgate batch cancel {job_dir}` to stop it"
+    )
 
 
 def status(args: argparse.Namespace) -> int:
@@ -159,7 +191,7 @@ def status(args: argparse.Namespace) -> int:
         _show(job, args.json)
         return EXIT_OK
 
-    return _run_job(args, then)
+    return _run_job(args, then, send=False)
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -168,7 +200,7 @@ def cancel(args: argparse.Namespace) -> int:
         _show(job, args.json)
         return EXIT_OK
 
-    return _run_job(args, then)
+    return _run_job(args, then, send=False)
 
 
 def _line(index: int, outcome: ChatResult | GateError) -> dict[str, Any]:

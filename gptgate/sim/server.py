@@ -6,6 +6,7 @@ uvicorn is an optional dependency (``gptgate[sim]``), imported only here and onl
 
 from __future__ import annotations
 
+import copy
 import logging
 import socket
 import threading
@@ -82,8 +83,17 @@ def serve(
         SimBatches(engine, batches).attach()
     _quiet_resets()
     config = uvicorn.Config(create_app(engine), host=host, port=port, lifespan="off",
-                            log_level="info")
+                            log_level="info", log_config=_logs_on_stderr(uvicorn))
     uvicorn.Server(config).run(sockets=None if listening is None else [listening])
+
+
+def _logs_on_stderr(uvicorn: ModuleType) -> dict[str, Any]:
+    """uvicorn's log configuration with its access log on stderr, beside its other logs:
+    stdout is the command's own output (``--json``: the one line a script reads, then leaves
+    the pipe unread — an access log there filled it and blocked the server)."""
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
 
 
 class SimServer:
