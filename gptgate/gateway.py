@@ -63,6 +63,7 @@ from .ledger import Ledger
 from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
+from .map_pull import stamp_deadline, take_slot, time_left_real
 from .opened import Opened
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
@@ -1162,7 +1163,7 @@ class Gateway:
 
         async with anyio.create_task_group() as tg:
             for index in itertools.count():
-                await slots.acquire()
+                await take_slot(slots)
                 try:
                     item = next(source)
                 except StopIteration:
@@ -1207,7 +1208,8 @@ class Gateway:
         except BadRequestError as error:
             raise _with_index(index, error) from None
         kwargs.setdefault("scenario", scenario)
-        return kwargs
+        # its deadline runs from now, when the job pulls it (docs/guide/deadlines.md)
+        return stamp_deadline(kwargs, _DEADLINE_KEY, self._deadline_s(kwargs), self.clock)
 
     async def _map_item(
         self, batcher: MicroBatcher[dict[str, Any], ChatResult] | None, kwargs: dict[str, Any]
@@ -1243,17 +1245,14 @@ class Gateway:
     async def _submit_to(
         self, batcher: MicroBatcher[dict[str, Any], ChatResult], kwargs: dict[str, Any]
     ) -> ItemHandle[ChatResult]:
-        """Hand an item to ``batcher``. Its deadline runs from now — the time it waits to be
-        flushed counts — so it is carried as a clock reading until the call starts."""
-        deadline_s = self._deadline_s(kwargs)
-        if deadline_s is not None:
-            kwargs = {**kwargs, _DEADLINE_KEY: self.clock.now() + deadline_s}
+        """Hand an item to ``batcher``. Its deadline runs from now (from when ``map`` pulled
+        it) — the time it waits to be flushed counts — so it is carried as a clock reading
+        until the call starts."""
+        kwargs = stamp_deadline(kwargs, _DEADLINE_KEY, self._deadline_s(kwargs), self.clock)
         try:
             # a full batcher (``max_pending``) makes ``submit`` wait for room: within the
             # deadline only, as a full limiter queue would
-            with anyio.move_on_after(
-                math.inf if deadline_s is None else self.clock.to_real(deadline_s)
-            ):
+            with anyio.move_on_after(time_left_real(kwargs.get(_DEADLINE_KEY), self.clock)):
                 return await batcher.submit(kwargs)
         except anyio.ClosedResourceError:  # the gateway began closing while we waited
             raise GatewayClosedError("the gateway is closing: no new calls are accepted") from None
@@ -1282,12 +1281,12 @@ class Gateway:
     async def _chat_kwargs(self, kwargs: dict[str, Any]) -> ChatResult:
         """An item accepted before any close began (batched, or pulled by ``map``): it runs
         through the shutdown grace rather than being refused as a new call, within what is
-        left of the deadline it had when it was submitted."""
+        left of the deadline it had when it was submitted (or pulled)."""
         deadline = kwargs.pop(_DEADLINE_KEY, None)
         if deadline is not None:
             left = deadline - self.clock.now()
             if left <= 0:
-                raise OverloadedError("deadline passed while the item waited to be batched")
+                raise OverloadedError("deadline passed before the item's call started")
             kwargs["timeout"] = left
         messages = kwargs.pop("messages", None)
         accepted = _ACCEPTED.set(True)

@@ -119,3 +119,26 @@ def test_only_the_loops_measured_lateness_excuses_a_late_call() -> None:
     assert [entry.split(":")[0] for entry in late] == [
         "later than the loop explains", "late while the loop was on time",
     ]
+
+
+def test_a_stall_after_the_deadline_excuses_as_much_as_it_lasted() -> None:
+    """Shed by a timer one stall delayed and handed back through a second: late by both,
+    though only the second is near its end (the chaos runs' map items: docs/guide/deadlines.md).
+    Time the loop ran on after the deadline excuses nothing."""
+    from gptgate.sim.chaos import ChaosReport
+
+    report = ChaosReport(ChaosConfig(time_scale=5.0, slack_wall_s=0.2))
+    # stalled [29.6, 30.0] and [30.2, 30.6]; on time before and after
+    report.loop_lag_s = [(29.5, 0.001), (30.0, 0.4), (30.6, 0.4), (30.7, 0.001), (40.0, 0.001)]
+    assert report.loop_stalled(29.6, 30.65) == pytest.approx(0.8, abs=0.01)
+    assert report.loop_stalled(29.8, 30.4) == pytest.approx(0.4, abs=0.01)  # clipped
+    report.past_deadline = [
+        # deadline at 29.6 s: 1.05 s real past = 5.25 s ≤ 1 + (0.2 + 0.8) × 5; the lateness
+        # near its end (0.4 s) alone allows 4 s
+        (5.25, 30.65, "late by two stalls"),
+        # deadline at 30.3 s, ended 1.5 s later: stalled 0.3 s of it, near the end 0.4 s
+        (7.5, 31.8, "late past both stalls"),
+    ]
+    late, excused = report.overdue()
+    assert excused == 1
+    assert [entry.split(":")[0] for entry in late] == ["late past both stalls"]
