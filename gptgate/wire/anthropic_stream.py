@@ -156,6 +156,7 @@ class MessagesAccumulator(StreamAccumulator):
         self.chunks += 1
         kind = chunk.get("type")
         if kind == "content_block_delta":
+            self.generating = True  # text, a tool call's input or thinking
             delta = chunk.get("delta")
             if not isinstance(delta, dict) or self._thinking.delta(chunk.get("index"), delta):
                 return ""
