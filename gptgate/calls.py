@@ -728,7 +728,8 @@ class CallRunner:
         try:
             async with aclosing(self._stream_attempts(spec, state)) as deltas:
                 async for delta in deltas:
-                    yield delta
+                    if delta:  # not the "" of an answer begun without text (stream_start.py)
+                        yield delta
         except GateError as error:
             failure = error
             raise
@@ -964,8 +965,8 @@ class CallRunner:
                 async for delta in reader:
                     if attempt.ttft is None:
                         attempt.first_token()
-                    if spec.visible:
-                        state.committed = True
+                    if spec.visible:  # "" (output began without text) shows nothing
+                        state.committed = state.committed or bool(delta)
                         yield delta
                 parsed = reader.result()
             else:

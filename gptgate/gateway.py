@@ -65,6 +65,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
 from .opened import Opened
+from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
 from .relocate import Relocator
@@ -872,6 +873,7 @@ class Gateway:
             prefix_key=prefix.key if prefix is not None else None,
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
+            refused=refused_by(self._states.values(), params),
         )
         if route.output_tokens + prompt_tokens // 2 > self._min_context:
             self._refuse_if_no_context_fits(route)

@@ -161,7 +161,7 @@ class HedgeRace:
                 with anyio.CancelScope(shield=True):
                     await tied.aclose()
             if delta is not None:
-                state.committed = True
+                state.committed = state.committed or bool(delta)  # "": nothing shown yet
                 yield delta
                 async for delta in deltas:
                     yield delta

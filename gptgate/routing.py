@@ -272,12 +272,17 @@ class RouteRequest:
     #: estimated tokens of the call, for the cost term
     input_tokens: int = 0
     output_tokens: int = 0
+    #: backends whose provider refuses the call's parameters (gptgate/param_fit.py)
+    refused: frozenset[str] = frozenset()
 
 
 def _fits(request: RouteRequest, state: BackendState) -> bool:
-    """Does the call fit the backend's context window (unknown: it takes anything)? The
-    prompt is an estimate (~4 characters a token), so only half of it counts, as in the
-    gateway's own refusal: a borderline call is sent and the server decides."""
+    """Does the call fit the backend's context window (unknown: it takes anything) and its
+    provider take the call's parameters? The prompt is an estimate (~4 characters a token),
+    so only half of it counts, as in the gateway's own refusal: a borderline call is sent
+    and the server decides."""
+    if state.name in request.refused:
+        return False
     window = state.backend.context_tokens
     return window is None or request.output_tokens + request.input_tokens // 2 <= window
 

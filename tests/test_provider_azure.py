@@ -537,3 +537,44 @@ def test_the_pacer_spaces_the_calls_a_short_window_429_held() -> None:
     pacer.pause_until(11.0, 55.0)  # a token budget's minute: the gap is capped
     pacer.reserve(10.0, 100)
     assert pacer.reserve(10.0, 100) == pytest.approx(1.0 + MAX_SPACING_S)
+
+
+def test_401s_of_requests_in_flight_across_a_refresh_ask_for_one_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request sent with the revoked token whose 401 comes back after another request's
+    refresh already replaced it takes the new token: it does not ask Entra again (each such
+    401 did, one at a time behind the lock — a fresh token fetched per request in flight)."""
+    issued: list[str] = []
+
+    async def provider() -> str:
+        await anyio.sleep(0.5)  # a round trip to Entra ID
+        issued.append(_jwt(9e9, f"t{len(issued)}"))
+        return issued[-1]
+
+    class Revoking(httpx2.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            await anyio.sleep(0.2)  # the round trip to Azure
+            if request.headers["authorization"] == f"Bearer {issued[0]}":
+                return httpx2.Response(401, json={"error": {"code": "401", "message": "no"}})
+            return httpx2.Response(200, json={
+                "id": "c", "object": "chat.completion", "model": "d",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+
+    async def main() -> list[str]:
+        backend = gg.Backend(
+            name="az", provider="azure", base_url="https://r.openai.azure.com",
+            deployment="d", azure_ad_token_provider=provider, transport=Revoking(),
+            concurrency=16,
+        )
+        async with gg.Gateway([backend], clock=LoopClock(), seed=1) as gate:
+            async with anyio.create_task_group() as tg:
+                for _ in range(16):  # calls arrive 0.1 s apart, across the refresh
+                    tg.start_soon(lambda: gate.chat(USER, max_tokens=5))
+                    await anyio.sleep(0.1)
+            return [r.text for r in [await gate.chat(USER, max_tokens=5)]]
+
+    assert run_virtual(main) == ["hi"]
+    assert len(issued) == 2  # the revoked one and its replacement

@@ -35,6 +35,7 @@ from cachetools import TTLCache
 
 from gptgate.sim import anthropic_wire as aw
 from gptgate.sim.anthropic_request import MessagesRequest, parse_messages
+from gptgate.sim.anthropic_thinking import Turn
 from gptgate.sim.cache import canonical_text
 from gptgate.sim.engine import SimEngine, SimReset, SimResponse
 from gptgate.sim.faults import Fault
@@ -239,7 +240,7 @@ class AnthropicEngine(SimEngine):
             cap = chat.max_tokens or needed
             job.tokens = min(needed, cap)
             job.finish_reason = "stop" if needed <= cap else "length"
-            job.dialect = tool
+        job.dialect = Turn(tool, getattr(chat, "thinking", False))
         return job
 
     def _mark_prefilled(self, job: Job) -> None:
@@ -257,10 +258,14 @@ class AnthropicEngine(SimEngine):
         stop = job.finish_reason
         if tool is not None and stop == "stop":
             stop = "tool_calls"
-        return aw.message_body(meta, text, stop, self._usage(job, job.tokens), tool)
+        return aw.message_body(
+            meta, text, stop, self._usage(job, job.tokens), tool, thinking=_thinks(job)
+        )
 
     def _writer(self, meta: ResponseMeta, chat: ChatRequest, job: Job) -> ChunkWriter:
-        return aw.MessagesWriter(meta, self._usage(job, job.tokens), _tool(job))
+        return aw.MessagesWriter(
+            meta, self._usage(job, job.tokens), _tool(job), thinking=_thinks(job)
+        )
 
     async def _stream_body(
         self, job: Job, writer: ChunkWriter, fault: Fault | None
@@ -282,8 +287,11 @@ class AnthropicEngine(SimEngine):
 
 
 def _tool(job: Job) -> Mapping[str, Any] | None:
-    tool = job.dialect
-    return tool if isinstance(tool, Mapping) else None
+    return job.dialect.tool if isinstance(job.dialect, Turn) else None
+
+
+def _thinks(job: Job) -> bool:
+    return isinstance(job.dialect, Turn) and job.dialect.thinking
 
 
 def _boundary_digests(canonical: str, ends: list[int]) -> list[bytes]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gptgate.sim.anthropic_thinking import check_thinking
 from gptgate.sim.profiles import SimProfile
 from gptgate.sim.request import BadRequest, ChatRequest
 from gptgate.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
@@ -46,6 +47,8 @@ class MessagesRequest(ChatRequest):
     marks: list[int] = field(default_factory=list)
     #: the tool to call (tools given, tool_choice allows it, no tool result to answer yet)
     tool: Mapping[str, Any] | None = None
+    #: ``thinking`` is enabled: the answer opens with a thinking block
+    thinking: bool = False
 
 
 def _bad(message: str) -> BadRequest:
@@ -170,6 +173,7 @@ def parse_messages(body: bytes, p: SimProfile) -> MessagesRequest:
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
             raise _bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
         prompt.add_blocks(str(m["role"]), m.get("content"), f"messages.{i}.content")
+    thinking = check_thinking(data)
     if len(prompt.marks) > MAX_BREAKPOINTS:
         raise _bad(
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
@@ -190,4 +194,5 @@ def parse_messages(body: bytes, p: SimProfile) -> MessagesRequest:
         ends=prompt.ends,
         marks=prompt.marks,
         tool=_pick_tool(data, messages[-1].get("content")),
+        thinking=thinking,
     )

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.sim.anthropic_thinking import thinking_block
 from gptgate.sim.tools import sample_arguments
 from gptgate.sim.wire import ChunkWriter, ResponseMeta, dumps
 
@@ -83,8 +84,12 @@ def message_body(
     stop: str,
     usage_obj: dict[str, Any],
     tool: Mapping[str, Any] | None,
+    *,
+    thinking: bool = False,
 ) -> bytes:
     content = [_tool_block(meta, tool)] if tool is not None else [{"type": "text", "text": text}]
+    if thinking:
+        content.insert(0, thinking_block(meta.id))
     return dumps(
         {
             "id": _message_id(meta),
@@ -106,15 +111,23 @@ def _event(kind: str, data: dict[str, Any]) -> str:
 class MessagesWriter(ChunkWriter):
     """The engine's stream calls (role, content, finish, done) as Messages-API events."""
 
-    __slots__ = ("_stop_usage", "_tool", "_tool_sent", "_usage")
+    __slots__ = ("_index", "_stop_usage", "_thinking", "_tool", "_tool_sent", "_usage")
 
     def __init__(
-        self, meta: ResponseMeta, usage_obj: dict[str, Any], tool: Mapping[str, Any] | None
+        self,
+        meta: ResponseMeta,
+        usage_obj: dict[str, Any],
+        tool: Mapping[str, Any] | None,
+        *,
+        thinking: bool = False,
     ) -> None:
         super().__init__(meta, include_usage=False)
         self._usage = usage_obj
         self._tool = tool
         self._tool_sent = False
+        self._thinking = thinking
+        #: the answer's block: after the thinking block when there is one
+        self._index = 1 if thinking else 0
 
     def role(self) -> str:
         m = self._meta
@@ -136,8 +149,24 @@ class MessagesWriter(ChunkWriter):
         )
         return (
             _event("message_start", {"message": message})
-            + _event("content_block_start", {"index": 0, "content_block": block})
+            + self._thinking_events()
+            + _event("content_block_start", {"index": self._index, "content_block": block})
             + _event("ping", {})
+        )
+
+    def _thinking_events(self) -> str:
+        """The thinking block, whole, as Anthropic streams it: its text, then its signature."""
+        if not self._thinking:
+            return ""
+        block = thinking_block(self._meta.id)
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        text = {"type": "thinking_delta", "thinking": block["thinking"]}
+        signature = {"type": "signature_delta", "signature": block["signature"]}
+        return (
+            _event("content_block_start", {"index": 0, "content_block": start})
+            + _event("content_block_delta", {"index": 0, "delta": text})
+            + _event("content_block_delta", {"index": 0, "delta": signature})
+            + _event("content_block_stop", {"index": 0})
         )
 
     def content(self, piece: str) -> str:
@@ -149,11 +178,11 @@ class MessagesWriter(ChunkWriter):
             delta = {"type": "input_json_delta", "partial_json": partial}
         else:
             return _event("ping", {})
-        return _event("content_block_delta", {"index": 0, "delta": delta})
+        return _event("content_block_delta", {"index": self._index, "delta": delta})
 
     def finish(self, reason: str, timings_obj: dict[str, Any] | None = None) -> str:
         stop = "tool_calls" if self._tool is not None and reason == "stop" else reason
-        return _event("content_block_stop", {"index": 0}) + _event(
+        return _event("content_block_stop", {"index": self._index}) + _event(
             "message_delta",
             {
                 "delta": {"stop_reason": STOP_REASONS.get(stop, stop), "stop_sequence": None},

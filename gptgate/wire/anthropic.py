@@ -175,6 +175,9 @@ class AnthropicDialect:
         if extra is not None and not isinstance(extra, Mapping):
             raise BadRequestError("extra_body must be a mapping of body keys to values")
 
+    def check_call(self, model: str, params: Mapping[str, Any]) -> None:
+        self.check_params(params)
+
     def build_body(
         self,
         model: str,

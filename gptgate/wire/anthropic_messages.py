@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gptgate.errors import BadRequestError
+from gptgate.wire.anthropic_thinking import sent_thinking
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -110,7 +111,7 @@ def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": args}
 
 
-def _turn_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _turn_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     role = message.get("role")
     if role in ("tool", "function"):
         result: dict[str, Any] = {
@@ -120,6 +121,8 @@ def _turn_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
         }
         return [result]
     blocks = _blocks(message.get("content"))
+    if role == "assistant":  # an answer's thinking goes back first, as Anthropic requires
+        blocks[:0] = sent_thinking(message, where)
     calls = message.get("tool_calls")
     if role == "assistant" and calls:
         blocks.extend(_tool_use(c) for c in calls if isinstance(c, Mapping))
@@ -139,7 +142,7 @@ def _split(
         if role is None:
             raise BadRequestError(f"messages[{i}]: role {m.get('role')!r} is not one of "
                                   "system, developer, user, assistant, tool")
-        blocks = _turn_blocks(m)
+        blocks = _turn_blocks(m, f"messages[{i}]")
         last.append(blocks[-1] if blocks else None)
         if role == "system":
             system.extend(blocks)

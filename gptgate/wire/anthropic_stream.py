@@ -19,6 +19,7 @@ from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 from gptgate.results import Usage
+from gptgate.wire.anthropic_thinking import ThinkingFold, kept_thinking
 from gptgate.wire.openai import (
     ChatStreamReader,
     ParsedChat,
@@ -66,10 +67,13 @@ def _completion(
     tool_calls: list[dict[str, Any]],
     finish_reason: str | None,
     usage: Usage | None,
+    thinking: list[dict[str, Any]],
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    if thinking:  # sent back with this turn in a tool loop (anthropic_thinking.py)
+        message["thinking_blocks"] = thinking
     raw: dict[str, Any] = {
         "id": response_id,
         "object": "chat.completion",
@@ -124,20 +128,21 @@ def parse_message(
         usage=usage,
         response_id=rid,
         model=model,
-        raw=_completion(rid, model, text, calls, finish, usage),
+        raw=_completion(rid, model, text, calls, finish, usage, kept_thinking(content)),
     )
 
 
 class MessagesAccumulator(StreamAccumulator):
     """Folds Messages stream events into one answer (see the module docstring)."""
 
-    __slots__ = ("_blocks", "_counted", "_usage_obj", "stopped")
+    __slots__ = ("_blocks", "_counted", "_thinking", "_usage_obj", "stopped")
 
     def __init__(self, *, backend: str | None = None, request_id: str | None = None) -> None:
         super().__init__(backend=backend, request_id=request_id)
         self._usage_obj: dict[str, Any] = {}
         #: tool_use blocks by index: [the block, its argument JSON so far]
         self._blocks: dict[int, list[Any]] = {}
+        self._thinking = ThinkingFold()
         #: ``message_stop`` arrived: the answer is whole
         self.stopped = False
         #: ``message_delta`` gave the output's count (``message_start``'s is the first token's)
@@ -151,8 +156,9 @@ class MessagesAccumulator(StreamAccumulator):
         self.chunks += 1
         kind = chunk.get("type")
         if kind == "content_block_delta":
+            self.generating = True  # text, a tool call's input or thinking
             delta = chunk.get("delta")
-            if not isinstance(delta, dict):
+            if not isinstance(delta, dict) or self._thinking.delta(chunk.get("index"), delta):
                 return ""
             text = delta.get("text")
             if delta.get("type") == "text_delta" and isinstance(text, str) and text:
@@ -173,9 +179,11 @@ class MessagesAccumulator(StreamAccumulator):
                 self._take_usage(message.get("usage"))
         elif kind == "content_block_start":
             block = chunk.get("content_block")
-            if isinstance(block, dict) and block.get("type") == "tool_use":
+            if not isinstance(block, dict) or self._thinking.start(chunk.get("index"), block):
+                return ""
+            if block.get("type") == "tool_use":
                 self._blocks[chunk.get("index", len(self._blocks))] = [block, ""]
-            elif isinstance(block, dict) and block.get("text"):
+            elif block.get("text"):
                 self._parts.append(block["text"])
                 self.has_content = True
                 return str(block["text"])
@@ -212,7 +220,8 @@ class MessagesAccumulator(StreamAccumulator):
             response_id=self.response_id,
             model=self.model,
             raw=_completion(
-                self.response_id, self.model, text, calls, self.finish_reason, self.usage
+                self.response_id, self.model, text, calls, self.finish_reason, self.usage,
+                self._thinking.blocks(),
             ),
         )
 

@@ -92,9 +92,11 @@ class EntraAuth(httpx2.Auth):
         self._token = token
         self._expires = -math.inf if expires is None else float(expires) - REFRESH_MARGIN_S
 
-    async def token(self, *, fresh: bool = False) -> str:
+    async def token(self, *, rejected: str | None = None) -> str:
+        """The token to send; ``rejected`` is one Azure answered 401: replaced unless a
+        refresh already replaced it (the 401s of every request sent with it ask once)."""
         seen = self._token
-        if fresh or seen is None or _now() >= self._expires:
+        if seen is None or seen == rejected or _now() >= self._expires:
             async with self._lock:
                 if self._token is seen:  # single flight: not refreshed meanwhile
                     await self._fetch()
@@ -104,10 +106,11 @@ class EntraAuth(httpx2.Auth):
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        request.headers["authorization"] = f"Bearer {await self.token()}"
+        sent = await self.token()
+        request.headers["authorization"] = f"Bearer {sent}"
         response = yield request
         if response.status_code == 401:  # revoked or expired early: one fresh token
-            request.headers["authorization"] = f"Bearer {await self.token(fresh=True)}"
+            request.headers["authorization"] = f"Bearer {await self.token(rejected=sent)}"
             yield request
 
     def __repr__(self) -> str:

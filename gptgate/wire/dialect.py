@@ -67,6 +67,11 @@ class Dialect(Protocol):
         """Raise :class:`BadRequestError` naming a parameter the provider rejects or ignores."""
         ...
 
+    def check_call(self, model: str, params: Mapping[str, Any]) -> None:
+        """:meth:`check_params` and the model's own rules: what :meth:`build_body` checks
+        (the router asks it too, to send a call where its parameters are taken)."""
+        ...
+
     def build_body(
         self,
         model: str,
@@ -169,10 +174,7 @@ class OpenAIDialect:
         stream: bool,
         prompt_cache_key: str | None = None,
     ) -> bytes:
-        if self.checked:
-            self.check_params(params)
-        if self._model_rules:
-            self._check_model(model, params)
+        self.check_call(model, params)
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
@@ -184,6 +186,12 @@ class OpenAIDialect:
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
     ) -> ChatStreamReader:
         return ChatStreamReader(chunks, backend=backend, request_id=request_id)
+
+    def check_call(self, model: str, params: Mapping[str, Any]) -> None:
+        if self.checked:
+            self.check_params(params)
+        if self._model_rules:
+            self._check_model(model, params)
 
     def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
         if model not in self._rule_of:

@@ -38,6 +38,7 @@ from gptgate.tokens import estimate_text_tokens, message_text
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.sse import SSEDecoder, SSEEvent
+from gptgate.wire.stream_start import generates
 from gptgate.wire.usage import parse_usage
 
 __all__ = [
@@ -242,6 +243,7 @@ class StreamAccumulator:
         "_tool_calls",
         "chunks",
         "finish_reason",
+        "generating",
         "has_content",
         "model",
         "response_id",
@@ -259,6 +261,8 @@ class StreamAccumulator:
         self.model: str | None = None
         #: True once a non-empty content delta arrived: the stream's commit point
         self.has_content = False
+        #: True once any output arrived — text, a tool call's piece, reasoning (stream_start.py)
+        self.generating = False
         self.chunks = 0
 
     @property
@@ -312,6 +316,7 @@ class StreamAccumulator:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
+                self.generating = self.generating or generates(delta)
                 content = delta.get("content")
                 if content and isinstance(content, str):
                     self._parts.append(content)
@@ -390,7 +395,8 @@ _MAX_DRAIN_READS = 16
 
 class ChatStreamReader:
     """Reads one streamed chat completion: ``async for delta in reader`` yields the non-empty
-    text deltas; :meth:`result` gives the whole answer once the stream completed.
+    text deltas (and one ``""`` when output begins without text: stream_start.py);
+    :meth:`result` gives the whole answer once the stream completed.
 
     A stream is complete at ``[DONE]`` or, for servers that omit it, at EOF after a
     ``finish_reason``. Anything else raises a typed error, decided by the commit point:
@@ -415,6 +421,7 @@ class ChatStreamReader:
         "_iterator",
         "_pending",
         "_request_id",
+        "_started",
         "_stream",
         "accumulator",
         "complete",
@@ -436,6 +443,7 @@ class ChatStreamReader:
         self._pending: list[str] = []
         self._error: GateError | None = None
         self._finished = False
+        self._started = False
         self.accumulator = StreamAccumulator(backend=backend, request_id=request_id)
         self.done_seen = False
         #: True once the stream ended properly ([DONE], or a finish_reason then EOF)
@@ -525,7 +533,8 @@ class ChatStreamReader:
             except GateError as exc:
                 self._fail(exc)
                 return
-            if delta:
+            if delta or (accumulator.generating and not self._started):
+                self._started = True  # "" once: output began without text (stream_start.py)
                 self._pending.append(delta)
 
     def _error_event(self, data: str) -> GateError:

@@ -1,0 +1,75 @@
+"""Extended thinking's blocks, kept from an Anthropic answer and sent back with its turn.
+
+With ``thinking`` enabled, an answer opens with ``thinking`` blocks (the reasoning and a
+``signature``) or ``redacted_thinking`` ones (``data``). In a tool loop Anthropic requires
+them back, unchanged and first, in the assistant turn that made the tool call — else the
+loop's second request is a 400 ("a final `assistant` message must start with a thinking
+block"). An OpenAI-shaped message has no place for them, so they ride on it as
+``thinking_blocks`` (the name LiteLLM gives them): the answer's ``raw`` message carries them,
+whole or streamed, and an assistant message that carries them is sent with them in front.
+Appending ``r.raw["choices"][0]["message"]`` to the conversation is then enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gptgate.errors import BadRequestError
+
+__all__ = ["THINKING_TYPES", "ThinkingFold", "kept_thinking", "sent_thinking"]
+
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
+def kept_thinking(content: Iterable[Any]) -> list[dict[str, Any]]:
+    """The thinking blocks of a whole answer's content, as they came."""
+    return [dict(b) for b in content if isinstance(b, Mapping) and b.get("type") in THINKING_TYPES]
+
+
+def sent_thinking(message: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """The blocks an assistant message's ``thinking_blocks`` sends back, first in its turn."""
+    blocks = message.get("thinking_blocks")
+    if blocks is None:
+        return []
+    if not isinstance(blocks, list) or not all(
+        isinstance(b, Mapping) and b.get("type") in THINKING_TYPES for b in blocks
+    ):
+        raise BadRequestError(
+            f"{where}.thinking_blocks must be a list of Anthropic 'thinking' / "
+            "'redacted_thinking' blocks, as an answer's raw message gave them: pass them back "
+            "unchanged (Anthropic checks their signatures)"
+        )
+    return [dict(b) for b in blocks]
+
+
+class ThinkingFold:
+    """Rebuilds a stream's thinking blocks from ``content_block_start`` and its
+    ``thinking_delta`` / ``signature_delta`` events, by block index."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+
+    def start(self, index: Any, block: Mapping[str, Any]) -> bool:
+        """Take a block's start; True if it is a thinking block (and now folded)."""
+        if block.get("type") not in THINKING_TYPES or not isinstance(index, int):
+            return False
+        self._blocks[index] = dict(block)
+        return True
+
+    def delta(self, index: Any, delta: Mapping[str, Any]) -> bool:
+        """Take a delta; True if it belonged to a thinking block."""
+        block = self._blocks.get(index) if isinstance(index, int) else None
+        if block is None:
+            return False
+        kind = delta.get("type")
+        if kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
+            block["thinking"] = str(block.get("thinking") or "") + delta["thinking"]
+        elif kind == "signature_delta" and isinstance(delta.get("signature"), str):
+            block["signature"] = str(block.get("signature") or "") + delta["signature"]
+        return True
+
+    def blocks(self) -> list[dict[str, Any]]:
+        return [self._blocks[i] for i in sorted(self._blocks)]
