@@ -26,6 +26,7 @@ from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
+from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
 from .tokens import estimate_prompt_tokens
@@ -779,6 +780,7 @@ class CacheTicket:
         fleet = self._gate._fleet_warmup
         if self.warmer and not self._prefilled and fleet is not None:  # another may warm it
             fleet.done(group.backend, group.key, self.fleet_claim, warm=False)
+        self._gate._recheck_warming(group.backend)
         self._gate._wake_head(group.backend)
         self._gate._wake(group)
         self._gate._settle(group)
@@ -1101,15 +1103,35 @@ class CacheGate:
         groups = self._running.get(backend, {})
         running = len(groups)
         limit = self._limits.get(backend, 1)
-        share = 0 if running < 2 else max(1, limit // running)
+        fair = 0 if running < 2 else max(1, limit // running)
+        # a straggling warm-up holds one place, not its share (gptgate/cache_warming.py)
+        share = fair and warm_share(limit, running, self._late_warmups(backend, groups))
         crowded = self._crowded(backend, groups)
         grew = share > cell[0] or (cell[1] and not crowded)
         cell[0] = share
-        cell[1] = share if crowded else 0
+        cell[1] = fair if crowded else 0
         if grew:
             for g in list(self._active.values()):
                 if g.backend == backend:
                     self._wake(g)
+
+    def _late_warmups(self, backend: str, groups: Mapping[str, _Group]) -> int:
+        """Running groups of ``backend`` whose warm-up is late (gptgate/cache_warming.py):
+        out longer than the backend's measured prefill for their prefix allows."""
+        best = self._prefill_per_token.get(backend)
+        if best is None:
+            return 0
+        now = self._clock.now()
+        return sum(
+            1 for g in groups.values()
+            if g.warming and late(now - g.last_admit, best * max(1, g.prefix_tokens))
+        )
+
+    def _recheck_warming(self, backend: str) -> None:
+        """A call of ``backend`` ended: while a group there is warming, its warm-up may have
+        become late since the shares were computed."""
+        if any(g.warming for g in self._running.get(backend, {}).values()):
+            self._reshare(backend)
 
     def _activate(self, state: _Group) -> None:
         if state.active:
@@ -1297,6 +1319,7 @@ class CacheGate:
         state.warming = False
         if state.active:
             self._warm_order.enqueue(state.backend, state.key, state)
+            self._reshare(state.backend)  # a late warm-up's share is its own again
 
     def _in_order(self, state: _Group) -> bool:
         """Whether ``state``'s backend serves its warm groups first come, first served: a job
