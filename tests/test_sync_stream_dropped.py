@@ -86,14 +86,7 @@ def test_a_dropped_sync_sdk_stream_collected_on_the_loop_thread_does_not_block_i
     base_url, _ = long_answers
     with sync_gate(base_url, concurrency=2) as gate:
         open_stream = _opener(gate, base_url, guarded=False)
-        gc.disable()  # the collection below, on the loop's thread, finds the dropped stream
-        try:
-            _break_off(open_stream())
-            started = time.monotonic()
-            call_on(gate._loop, gc.collect)  # the finalizer runs on the loop's thread
-            blocked_s = time.monotonic() - started
-        finally:
-            gc.enable()
+        blocked_s = _collected_on_the_loop_thread(gate, lambda: _break_off(open_stream()))
         assert blocked_s < 5.0, f"the loop's thread was blocked {blocked_s:.1f}s"
         until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
@@ -136,15 +129,24 @@ def test_a_gate_stream_broken_off_in_a_cycle_collected_on_the_loop_thread_does_n
             cycle: list[Any] = [reader]
             cycle.append(cycle)
 
-        gc.disable()  # the collection below, on the loop's thread, finds the dropped reader
-        try:
+        def dropped() -> None:
             read_a_little()
             assert gate.stats()["sim"].in_flight == 1
-            started = time.monotonic()
-            call_on(gate._loop, gc.collect)  # the finalizer runs on the loop's thread
-            blocked_s = time.monotonic() - started
-        finally:
-            gc.enable()
+
+        blocked_s = _collected_on_the_loop_thread(gate, dropped)
         assert blocked_s < 5.0, f"the loop's thread was blocked {blocked_s:.1f}s"
         until(lambda: gate.stats()["sim"].in_flight == 0)
         assert_idle(gate)
+
+
+def _collected_on_the_loop_thread(gate: gg.SyncGateway, drop: Callable[[], None]) -> float:
+    """Real seconds the loop's thread was held by a cycle collection run there right after
+    ``drop()`` left a stream behind (collection held off until then, so it finds it)."""
+    gc.disable()
+    try:
+        drop()
+        started = time.monotonic()
+        call_on(gate._loop, gc.collect)  # the finalizer runs on the loop's thread
+        return time.monotonic() - started
+    finally:
+        gc.enable()
