@@ -1,10 +1,13 @@
 """The response cache's shared store: answers in a fleet's Redis (``ResponseCache(shared=)``).
 
 The same outage rules as the fleet's (gptgate/shared/fleet.py): every operation is bounded by
-``op_budget_s``; one that fails or overruns is an outage — one warning, and for the next
-``retry_s`` this process asks Redis nothing (its own memory answers: a miss costs a call, never
-an error). ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached.
-The URL's password never reaches a log or an error (``Shared.mask``).
+``op_budget_s``; one that fails, or stays slower than the budget when asked again, is an outage
+— one warning, and for the next ``retry_s`` this process asks Redis nothing (its own memory
+answers: a miss costs a call, never an error). One late reply, or an event loop too busy to
+read it (gptgate/shared/loop_budget.py), is asked again: on a loaded machine a single overrun
+had put a fleet's cache into a 5 s outage (each process sent what the other was sending).
+``Shared(required=True)`` fails the gateway's start when Redis cannot be reached. The URL's
+password never reaches a log or an error (``Shared.mask``).
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ import logging
 import math
 import os
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .errors import SharedUnreachableError
+from .shared.loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 
 if TYPE_CHECKING:
     from .shared import Shared
@@ -38,12 +44,15 @@ class RedisAnswers:
         self.errors = 0
         self._redis: Any = None
         self._pid = os.getpid()
+        #: this process's claims: a claim asked again after a late reply is recognised
+        self._token = uuid.uuid4().hex.encode()
         self._down_until = -math.inf
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
     def _client(self) -> Any:
         if self._pid != os.getpid():  # a forked child: the parent's sockets and loop are not ours
             self._redis, self._pid = None, os.getpid()
+            self._token = uuid.uuid4().hex.encode()
             self._down_until = -math.inf
         if self._redis is None:
             from redis.asyncio import Redis  # only with shared=: an optional extra
@@ -68,7 +77,7 @@ class RedisAnswers:
         """Reach Redis once: ``required=True`` fails the start without it; otherwise an
         unreachable Redis is an outage from the start."""
         try:
-            await self._op(self._client().ping())
+            await self._op(lambda: self._client().ping())
         except SharedUnreachableError:
             if self.shared.required:
                 raise
@@ -77,7 +86,7 @@ class RedisAnswers:
         if not self.up:
             return None
         try:
-            value = await self._op(self._client().get(self.key(key)))
+            value = await self._op(lambda: self._client().get(self.key(key)))
         except SharedUnreachableError:
             return None
         return value if isinstance(value, bytes) else None
@@ -86,7 +95,7 @@ class RedisAnswers:
         if not self.up:
             return
         try:
-            await self._op(self._client().set(self.key(key), data, px=self.ttl_ms))
+            await self._op(lambda: self._client().set(self.key(key), data, px=self.ttl_ms))
         except SharedUnreachableError:
             return
 
@@ -98,33 +107,56 @@ class RedisAnswers:
         keeps the others waiting no longer). Redis away: this process leads (as alone)."""
         if not self.up:
             return True
+        lease_ms = max(1, math.ceil(self.shared.lease_s * 1000))
+        name, tries = self.flight_key(key), 0
+
+        async def set_nx() -> bool:
+            # a try whose reply came late may have set it: then the claim found is our own
+            nonlocal tries
+            tries += 1
+            client = self._client()
+            if await client.set(name, self._token, nx=True, px=lease_ms):
+                return True
+            return tries > 1 and await client.get(name) == self._token
+
         try:
-            lease_ms = max(1, math.ceil(self.shared.lease_s * 1000))
-            claimed = await self._op(
-                self._client().set(self.flight_key(key), b"1", nx=True, px=lease_ms)
-            )
+            return bool(await self._op(set_nx))
         except SharedUnreachableError:
             return True
-        return bool(claimed)
 
     async def release(self, key: str) -> None:
         if not self.up:
             return
         try:
-            await self._op(self._client().delete(self.flight_key(key)))
+            await self._op(lambda: self._client().delete(self.flight_key(key)))
         except SharedUnreachableError:
             return
 
-    async def _op(self, awaitable: Any) -> Any:
-        try:
-            with anyio.fail_after(self.shared.op_budget_s):
-                return await awaitable
-        except self._errors as error:
-            self._down(error)
-            raise SharedUnreachableError(
-                f"response cache: shared state {self.shared.display_url} unreachable",
-                url=self.shared.display_url,
-            ) from None
+    async def _op(self, operation: Callable[[], Awaitable[Any]]) -> Any:
+        """``operation()`` within ``op_budget_s``, asked again after one late reply (and for
+        up to ``BUSY_OUTAGE_S`` while the event loop is what was late); else an outage."""
+        slow, busy_since = 0, time.monotonic()
+        while True:
+            try:
+                with op_budget(self.shared.op_budget_s):
+                    return await operation()
+            except LoopBusy as error:
+                if time.monotonic() - busy_since < BUSY_OUTAGE_S:
+                    continue
+                failure: BaseException = error
+            except TimeoutError as error:
+                slow += 1
+                if slow < 2:
+                    continue
+                failure = error
+            except self._errors as error:
+                failure = error
+            break
+        self._down(failure)
+        raise SharedUnreachableError(
+            f"response cache: shared state {self.shared.display_url} unreachable",
+            url=self.shared.display_url,
+        ) from None
 
     def _down(self, error: BaseException) -> None:
         self.errors += 1
