@@ -1,10 +1,13 @@
 """The response cache's shared store: answers in a fleet's Redis (``ResponseCache(shared=)``).
 
 The same outage rules as the fleet's (gptgate/shared/fleet.py): every operation is bounded by
-``op_budget_s``; one that fails or overruns is an outage — one warning, and for the next
-``retry_s`` this process asks Redis nothing (its own memory answers: a miss costs a call, never
-an error). ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached.
-The URL's password never reaches a log or an error (``Shared.mask``).
+``op_budget_s``; one that fails, or stays slower than the budget when asked again, is an outage
+— one warning, and for the next ``retry_s`` this process asks Redis nothing (its own memory
+answers: a miss costs a call, never an error). One late reply, or an event loop too busy to
+read it (gptgate/shared/loop_budget.py), is asked again: on a loaded machine a single overrun
+had put a fleet's cache into a 5 s outage (each process sent what the other was sending).
+``Shared(required=True)`` fails the gateway's start when Redis cannot be reached. The URL's
+password never reaches a log or an error (``Shared.mask``).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .errors import SharedUnreachableError
+from .shared.loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 
 if TYPE_CHECKING:
     from .shared import Shared
@@ -83,7 +88,7 @@ class RedisAnswers:
         """Reach Redis once: ``required=True`` fails the start without it; otherwise an
         unreachable Redis is an outage from the start."""
         try:
-            await self._op(self._client().ping())
+            await self._op(lambda: self._client().ping())
         except SharedUnreachableError:
             if self.shared.required:
                 raise
@@ -92,7 +97,7 @@ class RedisAnswers:
         if not self.up:
             return None
         try:
-            value = await self._op(self._client().get(self.key(key)))
+            value = await self._op(lambda: self._client().get(self.key(key)))
         except SharedUnreachableError:
             return None
         return value if isinstance(value, bytes) else None
@@ -101,7 +106,7 @@ class RedisAnswers:
         if not self.up:
             return
         try:
-            await self._op(self._client().set(self.key(key), data, px=self.ttl_ms))
+            await self._op(lambda: self._client().set(self.key(key), data, px=self.ttl_ms))
         except SharedUnreachableError:
             return
 
@@ -118,16 +123,24 @@ class RedisAnswers:
         Redis away: this process leads (as alone)."""
         if not self.up:
             return True
-        token = secrets.token_hex(8).encode()
+        token, name, tries = secrets.token_hex(8).encode(), self.flight_key(key), 0
+
+        async def set_nx() -> bool:
+            # a try whose reply came late may have set it: then the claim found is our own
+            nonlocal tries
+            tries += 1
+            client = self._client()
+            if await client.set(name, token, nx=True, px=self.lease_ms):
+                return True
+            return tries > 1 and await client.get(name) == token
+
         try:
-            claimed = await self._op(
-                self._client().set(self.flight_key(key), token, nx=True, px=self.lease_ms)
-            )
+            claimed = bool(await self._op(set_nx))
         except SharedUnreachableError:
             return True
         if claimed:
             self._tokens[key] = token
-        return bool(claimed)
+        return claimed
 
     async def renew(self, key: str) -> None:
         """Extend this process's claim by another ``lease_s`` (its call is still running)."""
@@ -136,7 +149,7 @@ class RedisAnswers:
             return
         try:
             await self._op(
-                self._client().eval(_RENEW, 1, self.flight_key(key), token, self.lease_ms)
+                lambda: self._client().eval(_RENEW, 1, self.flight_key(key), token, self.lease_ms)
             )
         except SharedUnreachableError:
             return
@@ -147,20 +160,35 @@ class RedisAnswers:
         if token is None or not self.up:
             return
         try:
-            await self._op(self._client().eval(_RELEASE, 1, self.flight_key(key), token))
+            await self._op(lambda: self._client().eval(_RELEASE, 1, self.flight_key(key), token))
         except SharedUnreachableError:
             return
 
-    async def _op(self, awaitable: Any) -> Any:
-        try:
-            with anyio.fail_after(self.shared.op_budget_s):
-                return await awaitable
-        except self._errors as error:
-            self._down(error)
-            raise SharedUnreachableError(
-                f"response cache: shared state {self.shared.display_url} unreachable",
-                url=self.shared.display_url,
-            ) from None
+    async def _op(self, operation: Callable[[], Awaitable[Any]]) -> Any:
+        """``operation()`` within ``op_budget_s``, asked again after one late reply (and for
+        up to ``BUSY_OUTAGE_S`` while the event loop is what was late); else an outage."""
+        slow, busy_since = 0, time.monotonic()
+        while True:
+            try:
+                with op_budget(self.shared.op_budget_s):
+                    return await operation()
+            except LoopBusy as error:
+                if time.monotonic() - busy_since < BUSY_OUTAGE_S:
+                    continue
+                failure: BaseException = error
+            except TimeoutError as error:
+                slow += 1
+                if slow < 2:
+                    continue
+                failure = error
+            except self._errors as error:
+                failure = error
+            break
+        self._down(failure)
+        raise SharedUnreachableError(
+            f"response cache: shared state {self.shared.display_url} unreachable",
+            url=self.shared.display_url,
+        ) from None
 
     def _down(self, error: BaseException) -> None:
         self.errors += 1
