@@ -35,6 +35,7 @@ from gptgate.errors import (
 from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.tokens import estimate_text_tokens, message_text
+from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
@@ -879,7 +880,9 @@ def error_for_exception(exc: BaseException, *, backend: str) -> GateError:
             return RequestTimeout(f"write timeout ({name})", backend=backend)
         return RequestTimeout(f"timeout ({name})", backend=backend)
     if isinstance(exc, httpx2.ConnectError):
-        return BackendError(f"connection failed ({name})", backend=backend, unsent=True)
+        return BackendError(
+            f"connection failed ({name}): {connect_hint(exc)}", backend=backend, unsent=True
+        )
     if isinstance(exc, httpx2.ProtocolError):
         return BackendError(f"protocol error ({name})", backend=backend)
     if isinstance(exc, httpx2.ReadError):
