@@ -27,7 +27,12 @@ def _carries(message: Any) -> bool:
 def openai_messages(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     """``messages`` without :data:`ANTHROPIC_ONLY_KEY`; the same object when none has it
     (the common call pays one key lookup per message, and no copy)."""
-    if not any(_carries(m) for m in messages):
+    for message in messages:
+        if type(message) is dict and ANTHROPIC_ONLY_KEY not in message:
+            continue  # the common case, at the cost of one lookup
+        if _carries(message):
+            break
+    else:
         return messages
     return [
         {k: v for k, v in m.items() if k != ANTHROPIC_ONLY_KEY} if _carries(m) else m
