@@ -11,10 +11,11 @@ When it is used (``cache=`` on ``gate.chat`` / ``gate.stream`` / map items):
 ``None`` (default) only for a deterministic request (``temperature=0`` or a ``seed``);
 ``"use"`` read and write whatever the request; ``"refresh"`` call anyway and overwrite;
 ``"bypass"`` neither. Never stored: an error, a cut stream, an answer without a finish
-reason, and — into a ``shared=`` Redis — a private backend's answer unless
-``share_private=True``. Identical requests in flight at once share one call
-(single-flight); a leader cancelled mid-call, or out of its own shorter deadline, hands the
-call to one of its followers, and each keeps its own deadline (gptgate/flight_deadline.py).
+reason, one a content filter stopped (``content_filter``, Anthropic's ``refusal``), and
+— into a ``shared=`` Redis — a private backend's answer unless ``share_private=True``.
+Identical requests in flight at once share one call (single-flight); a leader cancelled
+mid-call, or out of its own shorter deadline, hands the call to one of its followers, and
+each keeps its own deadline (gptgate/flight_deadline.py).
 """
 
 from __future__ import annotations
@@ -373,6 +374,19 @@ class ResponseCache:
         return f"ResponseCache(ttl_s={self.ttl_s:g}, max_entries={self.max_entries}{shared})"
 
 
+#: finish reasons of an answer a content filter stopped (Anthropic's ``refusal`` arrives
+#: mapped to ``content_filter``): filters change and a retry with other settings is the
+#: remedy, so replaying one to every identical request would make it permanent. ``length``
+#: is stored: the same ``max_tokens`` cuts the answer the same way, and a larger one is
+#: another key.
+NOT_STORED_FINISH = frozenset({"content_filter"})
+
+
 def cacheable(result: ChatResult) -> bool:
-    """A whole answer: it ended on the server's own terms (a finish reason), not a cut."""
-    return result.finish_reason is not None and not result.from_cache
+    """A whole answer: it ended on the server's own terms (a finish reason), not a cut, and
+    no content filter stopped it."""
+    return (
+        result.finish_reason is not None
+        and result.finish_reason not in NOT_STORED_FINISH
+        and not result.from_cache
+    )

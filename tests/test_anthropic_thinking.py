@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import pytest
 
 import gptgate as gg
@@ -17,6 +18,10 @@ from gptgate.sim import ANTHROPIC_PROFILE, LoopClock, SimEngine, run_virtual
 from gptgate.sim.anthropic_thinking import sign
 from gptgate.testing import sim_backend
 from gptgate.wire.anthropic_messages import to_messages_request
+
+from .mockbackend import Script, error, ok
+from .mockbackend import backend as mock_backend
+from .mockbackend import stream as sse_answer
 
 MODEL = "claude-sonnet-4-5"
 TOOLS = [{"type": "function", "function": {
@@ -41,13 +46,14 @@ def _virtual(main: Any) -> Any:
     return run_virtual(run)
 
 
-async def _first_turn(gate: gg.Gateway, *, stream: bool) -> dict[str, Any]:
+async def _first_turn(gate: gg.Gateway, *, stream: bool, **where: Any) -> dict[str, Any]:
+    ask: dict[str, Any] = {"tools": TOOLS, "max_tokens": 2048, "thinking": THINKING, **where}
     if stream:
-        async with gate.stream(ASK, tools=TOOLS, max_tokens=2048, thinking=THINKING) as s:
+        async with gate.stream(ASK, **ask) as s:
             [_ async for _ in s]
         raw = s.result.raw
     else:
-        raw = (await gate.chat(ASK, tools=TOOLS, max_tokens=2048, thinking=THINKING)).raw
+        raw = (await gate.chat(ASK, **ask)).raw
     assert raw is not None
     message: dict[str, Any] = raw["choices"][0]["message"]
     return message
@@ -108,3 +114,52 @@ def test_the_simulator_refuses_a_tool_loop_that_dropped_the_thinking() -> None:
             await gate.chat(ASK, max_tokens=1024, thinking=THINKING)
 
     _virtual(main)
+
+
+def _strict_openai(request: httpx2.Request) -> httpx2.Response:
+    """An OpenAI-dialect server that, like api.openai.com, refuses a message field it does
+    not know (400 "Additional properties are not allowed")."""
+    known = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
+    body = json.loads(request.content)
+    for i, message in enumerate(body["messages"]):
+        for key in set(message) - known:
+            return error(400, f"Additional properties are not allowed ('{key}' was "
+                              f"unexpected) - 'messages.{i}'")
+    return sse_answer(["It is prime."]) if body.get("stream") else ok("It is prime.")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_thinking_conversation_sent_on_to_an_openai_backend_leaves_the_blocks_behind(
+    stream: bool,
+) -> None:
+    """A mixed fleet: the tool loop's first turn is Claude's (its message carries
+    ``thinking_blocks``), the next goes to an OpenAI-dialect backend (failover, a pin) —
+    which gets the message without them, while the caller's message keeps them for Claude."""
+    script = Script(_strict_openai)
+
+    async def run() -> tuple[dict[str, Any], Any, Any]:
+        clock = LoopClock()
+        claude, _ = sim_backend(
+            ANTHROPIC_PROFILE.model_copy(update={"output_tokens_mean": 40}), name="claude",
+            clock=clock, seed=7, provider="anthropic", base_url="http://127.0.0.1:8000",
+            api_key="sk-ant-test", concurrency=4, model=MODEL,
+        )
+        local = mock_backend(script, name="local", provider="openai", api_key="sk-test")
+        async with gg.Gateway([claude, local], clock=clock, seed=3) as gate:
+            message = await _first_turn(gate, stream=stream, backend="claude")
+            (call,) = message["tool_calls"]
+            turn = [*ASK, message, {"role": "tool", "tool_call_id": call["id"],
+                                    "content": "prime"}]
+            elsewhere = await gate.chat(turn, tools=TOOLS, max_tokens=2048, backend="local",
+                                        stream=stream)
+            back = await gate.chat(turn, tools=TOOLS, max_tokens=2048, thinking=THINKING,
+                                   backend="claude", stream=stream)
+            return message, elsewhere, back
+
+    message, elsewhere, back = run_virtual(run)
+    assert elsewhere.text == "It is prime."
+    (sent,) = script.bodies
+    assert "thinking_blocks" not in sent["messages"][1]
+    assert sent["messages"][1]["tool_calls"] == message["tool_calls"]
+    assert message["thinking_blocks"]  # the caller's message is untouched …
+    assert back.text and back.finish_reason == "stop"  # … and Claude still gets its blocks

@@ -244,7 +244,9 @@ def test_exception_message_never_carries_the_url_or_headers() -> None:
     for text in (str(error), repr(error)):
         assert "QUERYSECRET" not in text
         assert KEY not in text
-        assert "example.com" not in text
+        assert "/v1/chat/completions" not in text and "https://" not in text
+    # the server by host and port only, as spans export it (gptgate/wire/connect_hint.py)
+    assert "api.example.com:443" in error.message
 
 
 def test_gate_errors_pass_through() -> None:

@@ -35,6 +35,8 @@ from gptgate.errors import (
 from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.tokens import estimate_text_tokens, message_text
+from gptgate.wire.connect_hint import connect_hint
+from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.sse import SSEDecoder, SSEEvent
@@ -100,9 +102,10 @@ def build_chat_body(
     — not Unicode text; escaped, strict servers refuse it and lenient ones fail in the
     tokenizer with a 5xx, which would be retried and counted against the backend's health).
     NUL characters pass: ``\\u0000`` is valid JSON and valid text. The check is the encoding
-    this body needs anyway, so a good call pays nothing for it.
+    this body needs anyway, so a good call pays nothing for it. An Anthropic answer's
+    ``thinking_blocks`` are left out of the messages (gptgate/wire/openai_messages.py).
     """
-    body: dict[str, Any] = {"model": model, "messages": messages}
+    body: dict[str, Any] = {"model": model, "messages": openai_messages(messages)}
     for key, value in params.items():
         if key not in _OWNED_KEYS:
             body[key] = value
@@ -877,7 +880,9 @@ def error_for_exception(exc: BaseException, *, backend: str) -> GateError:
             return RequestTimeout(f"write timeout ({name})", backend=backend)
         return RequestTimeout(f"timeout ({name})", backend=backend)
     if isinstance(exc, httpx2.ConnectError):
-        return BackendError(f"connection failed ({name})", backend=backend, unsent=True)
+        return BackendError(
+            f"connection failed ({name}): {connect_hint(exc)}", backend=backend, unsent=True
+        )
     if isinstance(exc, httpx2.ProtocolError):
         return BackendError(f"protocol error ({name})", backend=backend)
     if isinstance(exc, httpx2.ReadError):
