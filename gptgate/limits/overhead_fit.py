@@ -35,42 +35,32 @@ FIXED_PART_Z = 2.0
 
 
 class OverheadFit:
-    """Online least squares ``latency ≈ c + n·t``; :attr:`overhead_tokens` is ``c/t``."""
+    """Online least squares ``latency ≈ c + n·t`` (a :class:`LengthLine` whose sums forget
+    past ``horizon`` calls); :attr:`overhead_tokens` is ``c/t``."""
 
-    __slots__ = ("_horizon", "_min_calls", "_min_spread", "_n", "_w", "_x", "_xx", "_xy", "_y")
+    __slots__ = ("_horizon", "_line", "_min_calls", "_min_spread", "_n")
 
     def __init__(self, *, horizon: int = 256, min_calls: int = 8, min_spread: float = 0.2) -> None:
         self._horizon = horizon
         self._min_calls = min_calls
         self._min_spread = min_spread
         self._n = 0
-        self._w = 0.0  # the sums' weight (calls, forgotten past ``horizon``)
-        self._x = 0.0
-        self._y = 0.0
-        self._xx = 0.0
-        self._xy = 0.0
+        self._line = LengthLine()
 
     def add(self, tokens: float, latency_s: float) -> None:
         self._n += 1
-        keep = 1.0 - 1.0 / self._horizon if self._n > self._horizon else 1.0
-        self._w = self._w * keep + 1.0
-        self._x = self._x * keep + tokens
-        self._y = self._y * keep + latency_s
-        self._xx = self._xx * keep + tokens * tokens
-        self._xy = self._xy * keep + tokens * latency_s
+        if self._n > self._horizon:
+            self._line.forget(1.0 - 1.0 / self._horizon)
+        self._line.add(tokens, latency_s)
 
     def overhead_tokens(self, cap: float) -> float | None:
         """``c/t`` in ``[0, cap]``, or ``None`` while the calls cannot tell it."""
         if self._n < self._min_calls:
             return None
-        mean_x = self._x / self._w
-        var_x = self._xx / self._w - mean_x * mean_x
-        if mean_x <= 0.0 or var_x <= 0.0 or math.sqrt(var_x) < self._min_spread * mean_x:
+        fit = self._line.fixed_part(min_calls=0, min_spread=self._min_spread)
+        if fit is None or fit[2] <= 0.0:
             return None
-        slope = (self._xy / self._w - mean_x * self._y / self._w) / var_x
-        if slope <= 0.0:
-            return None
-        intercept = self._y / self._w - slope * mean_x
+        intercept, _, slope = fit
         return min(max(0.0, intercept / slope), cap)
 
 
@@ -78,12 +68,13 @@ class LengthLine:
     """The least-squares line ``latency ≈ c + n·t`` of one window's calls, for the fixed
     part ``c`` and its standard error: a queue at the server adds the same wait to a short
     answer as to a long one, so it raises ``c`` and leaves ``t`` (the decode speed, which a
-    growing batch slows instead)."""
+    growing batch slows instead). ``k`` is the calls' weight: a count, or less where
+    :meth:`forget` discounted the older ones."""
 
     __slots__ = ("k", "x", "xx", "xy", "y", "yy")
 
     def __init__(self) -> None:
-        self.k = 0
+        self.k = 0.0
         self.x = 0.0
         self.y = 0.0
         self.xx = 0.0
@@ -91,12 +82,21 @@ class LengthLine:
         self.yy = 0.0
 
     def add(self, tokens: float, latency_s: float) -> None:
-        self.k += 1
+        self.k += 1.0
         self.x += tokens
         self.y += latency_s
         self.xx += tokens * tokens
         self.xy += tokens * latency_s
         self.yy += latency_s * latency_s
+
+    def forget(self, keep: float) -> None:
+        """Discount every call so far by ``keep`` (an exponential forgetting)."""
+        self.k *= keep
+        self.x *= keep
+        self.y *= keep
+        self.xx *= keep
+        self.xy *= keep
+        self.yy *= keep
 
     def merge(self, other: LengthLine) -> None:
         self.k += other.k
