@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _loop_lag import watch_lateness
+
 import gptgate.batching as batching
 import gptgate.gateway as gateway
 from gptgate.clock import Clock
@@ -37,14 +39,6 @@ _clock: list[Clock] = []
 _maps: list[dict[str, Any]] = []
 
 
-async def _watch() -> None:
-    while True:
-        asked = time.monotonic()
-        await asyncio.sleep(0.01)
-        woke = time.monotonic()
-        _lags.append((woke, woke - asked - 0.01))
-
-
 def _lag(since: float, until: float) -> float:
     return max((late for woke, late in _lags if since <= woke <= until + 0.02), default=0.0)
 
@@ -55,7 +49,7 @@ _original_map = gateway.Gateway.map
 async def _map(self: gateway.Gateway, items: Any, **kwargs: Any) -> Any:
     if not _clock:
         _clock.append(self.clock)
-        asyncio.get_running_loop().create_task(_watch())  # runs to the end
+        asyncio.get_running_loop().create_task(watch_lateness(_lags))  # runs to the end
     record: dict[str, Any] = {"begun": self.clock.now(), "real": time.monotonic(), "items": []}
     _MAP.set(record)
     try:

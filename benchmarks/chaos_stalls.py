@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _loop_lag import watch_lateness
+
 import gptgate.cache as cache
 import gptgate.calls as calls
 import gptgate.gateway as gateway
@@ -65,14 +67,6 @@ def _timed(owner: type, name: str) -> None:
     setattr(owner, name, wrapper)
 
 
-async def _watch() -> None:
-    while True:
-        asked = time.monotonic()
-        await asyncio.sleep(0.01)
-        woke = time.monotonic()
-        _lags.append((woke, woke - asked - 0.01))
-
-
 def _on_gc(phase: str, info: dict[str, int]) -> None:
     if phase == "start":
         _gc_began[0] = time.monotonic()
@@ -94,7 +88,8 @@ _original_item = gateway.Gateway._chat_kwargs
 async def _item(self: gateway.Gateway, kwargs: dict[str, Any]) -> Any:
     if not _clock:
         _clock.append(self.clock)
-        _watcher.append(asyncio.get_running_loop().create_task(_watch()))  # runs to the end
+        # runs to the end
+        _watcher.append(asyncio.get_running_loop().create_task(watch_lateness(_lags)))
     deadline = kwargs.get(gateway._DEADLINE_KEY)
     stages = [(self.clock.now(), "item start")]
     _STAGES.set(stages)
