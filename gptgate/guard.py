@@ -34,6 +34,7 @@ from .errors import (
     RequestTimeout,
 )
 from .guard_manager import entered
+from .guard_seat import Seat
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
@@ -94,6 +95,8 @@ class GuardedCall:
     elsewhere: list[str] = field(default_factory=list)
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
+    #: the permit as those requests hold it: one at a time (gptgate/guard_seat.py)
+    seat: Seat = field(default_factory=Seat)
     #: tokens of the generative answers of known size those requests read (the limit's sample)
     input_tokens: int = 0
     output_tokens: int = 0

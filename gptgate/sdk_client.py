@@ -42,6 +42,7 @@ from .guard import (
     WireEnd,
     classify_exception,
 )
+from .guard_seat import Seat
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
@@ -139,6 +140,8 @@ class _Attempt:
         #: from here
         self.asked = start
         self._body: dict[str, Any] | None = None
+        #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
+        self.seat: Seat | None = None
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
@@ -445,6 +448,9 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        seat, self.seat = self.seat, None
+        if seat is not None:  # the guard's permit may cover the body's next request
+            seat.free()
         if self.probe:  # a probe that gave no verdict lets the next request probe
             self.state.breaker.probe_left(self.probe)
         if self.hold is not None:
@@ -758,6 +764,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         probe = 0
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
+        admitted: tuple[BudgetHold | None, Permit, int] | httpx2.Response | None = None
+        if guarded is not None:
+            # the guard's permit covers one of its body's requests at a time; one sent while
+            # it covers another takes the seat or a permit of its own, whichever comes first
+            admitted = await guarded.seat.take_or(
+                lambda: self._admitted(runner, state, request, bound)
+            )
+            if admitted is not None:
+                guarded = None
         if guarded is not None:
             # inside a guarded call on this backend: its permit covers this request, and the
             # guard reports the outcome (one call, one permit — never a wait on itself);
@@ -765,9 +780,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             guarded.wire_attempts += 1
             permit = None
         else:
-            if held is not None:  # a guarded body's request to another backend: counted here
-                held.elsewhere.append(state.name)
-            admitted = await self._admitted(runner, state, request, bound)
+            if held is not None and admitted is None:
+                held.elsewhere.append(state.name)  # a guarded body's request to another backend
+            if admitted is None:
+                admitted = await self._admitted(runner, state, request, bound)
             if isinstance(admitted, httpx2.Response):
                 return admitted
             hold, permit, probe = admitted
@@ -783,6 +799,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             number=number, guarded=guarded,
         )
         attempt.hold = hold
+        if guarded is not None:
+            attempt.seat = guarded.seat  # freed when this request's body ends
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
             attempt.probe = probe or state.breaker.on_attempt(start)
         attempt.cut_at = cut_at
