@@ -247,7 +247,7 @@ class _Attempt:
             else:
                 self.permit.abandon()
         self._wasted(interrupted=not complete)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # unread at the shutdown: it cut it
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -366,7 +366,7 @@ class _Attempt:
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
         self._wasted(interrupted=self.tap is not None and self.tap.streamed)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # a read the shutdown cut: it failed
 
     def send_failed(self, exc: BaseException) -> None:
         """No response: a timeout waiting for the headers, a reset, a cancellation."""
@@ -382,7 +382,7 @@ class _Attempt:
         if self.permit is not None:  # cancelled: the server may have the request already
             self.permit.abandon()
         self._wasted(interrupted=False)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # by the shutdown: it failed
 
     def _wasted(self, *, interrupted: bool) -> None:
         """The ledger entry of an attempt without a whole answer, as ``gate.chat`` counts it:

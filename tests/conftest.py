@@ -21,7 +21,7 @@ __all__ = ["RedisServer"]
 #: (``run_virtual``), which cost only CPU. A new module that reads the wall clock belongs here.
 WALL_CLOCK = frozenset({
     "abandoned_slot", "batch", "batch_providers", "batching", "cache", "chaos", "cli_batch",
-    "cli_demo", "cli_sim", "cli_sweep", "close_sdk", "config_scenarios", "e2e_http",
+    "cli_demo", "cli_sim", "cli_sweep", "close_sdk", "close_spans", "config_scenarios", "e2e_http",
     "examples", "failover", "gateway", "guard_fan_out", "guard_iterator_class", "guard_manager",
     "guard_stream_deadline", "guard_streams", "half_open_one_probe", "hedge_permit",
     "lifecycle", "lifecycle_loops", "limits_limiter", "map_progress", "outcomes", "pool_stale",
