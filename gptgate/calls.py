@@ -1136,11 +1136,8 @@ class CallRunner:
         if backend.fleet_pacer is not None:  # shared=: to the budget it was taken from
             backend.fleet_pacer.reconcile(seq, reserved, counted)
         if isinstance(error, RateLimitedError):
-            if error.retry_after:
+            if error.retry_after:  # the fleet's pause: count_failure, on every path
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
-                shared_pause = getattr(backend.limiter.admission, "pause", None)
-                if shared_pause is not None:  # shared=: every process of the fleet pauses
-                    shared_pause(error.retry_after)
             backend.pacer.reconcile(reserved, 0)
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0
