@@ -41,6 +41,7 @@ from .guard_stream import follow_returned
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
+from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .results import Usage
 from .routing import BackendState, RouteRequest
@@ -410,6 +411,7 @@ class _GuardRun:
         probe = await claim_probe(state, permit, clock)
         if probe is None:
             raise _AnotherProbes()  # another try (here, or in the fleet) probes the backend
+        await self._past_pause(state, permit, probe)
         start = clock.now()
         if number == 1 and runner.budget is not None:
             runner.budget.record_request(start)  # a first try funds retries, as gate.chat's
@@ -435,6 +437,26 @@ class _GuardRun:
             _GUARD_PERMIT.reset(token)
             state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
         return self._succeeded(state, call, result, clock.now() - start, number)
+
+    async def _past_pause(self, state: BackendState, permit: Permit, probe: int) -> None:
+        """A 429's pause of the backend (this process's, or the fleet's heard with the
+        permit) waited out, as ``gate.chat`` waits it; one past the call's deadline is an
+        ``OverloadedError`` at once (gptgate/pause_wait.py)."""
+        try:
+            left = await pause_past(state, self.clock, self.deadline)
+        except BaseException:
+            left = -1.0
+            raise
+        finally:
+            if left is not None:  # not sent after all: the permit and the probe go back
+                permit.ignore()
+                if probe:
+                    state.breaker.probe_left(probe)
+        if left is not None:
+            raise OverloadedError(
+                f"backend {state.name!r} is rate-limited (a 429's retry-after) until past the "
+                f"call's deadline", backend=state.name, retry_after=left,
+            )
 
     def _failed(
         self, state: BackendState, call: GuardedCall, exc: Exception, latency: float,

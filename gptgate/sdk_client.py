@@ -47,6 +47,7 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
+from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .queued_prompt import may_be_prefilled
 from .results import Usage
@@ -531,6 +532,36 @@ def _over_budget(
     )
 
 
+def _give_back(
+    runner: CallRunner, state: BackendState, hold: BudgetHold | None, permit: Permit, probe: int
+) -> None:
+    """What an admitted request that is not sent after all took: its permit (unused), its
+    half-open probe, its dollar reservation."""
+    permit.ignore()
+    if probe:
+        state.breaker.probe_left(probe)
+    if hold is not None:
+        assert runner.spending is not None
+        runner.spending.release(hold)
+
+
+def _paused(request: httpx2.Request, backend: str, left: float) -> httpx2.Response:
+    """The answer to an SDK request whose backend is paused past the request's bound: the 429
+    the server would give, with its ``retry-after``, unsent and not retried by the SDK."""
+    message = (
+        f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for {left:.1f} s "
+        f"more, past this request's timeout; the request was not sent"
+    )
+    return httpx2.Response(
+        429,
+        headers={
+            "x-should-retry": "false", REFUSED_HEADER: "paused",
+            "retry-after": str(math.ceil(left)),
+        },
+        json={"error": {"message": message, "type": "gptgate_rate_limit_paused"}},
+        request=request,
+    )
+
 def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
     """The answer to an SDK retry the budget cannot pay for: a 503 that tells the SDK not to
     retry (``x-should-retry: false``) and says why, instead of a request sent."""
@@ -685,7 +716,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                     assert runner.spending is not None
                     runner.spending.release(hold)
             if probe is not None:
-                return hold, permit, probe
+                try:  # a 429's pause, this process's or the fleet's (heard with the permit)
+                    left = await pause_past(state, runner.clock, bound)
+                except BaseException:
+                    _give_back(runner, state, hold, permit, probe)
+                    raise
+                if left is None:
+                    return hold, permit, probe
+                _give_back(runner, state, hold, permit, probe)
+                return _paused(request, state.name, left)
 
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
