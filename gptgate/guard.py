@@ -445,14 +445,10 @@ class _GuardRun:
         try:
             left = await pause_past(state, self.clock, self.deadline)
         except BaseException:
-            left = -1.0
+            _unsent(state, permit, probe)
             raise
-        finally:
-            if left is not None:  # not sent after all: the permit and the probe go back
-                permit.ignore()
-                if probe:
-                    state.breaker.probe_left(probe)
         if left is not None:
+            _unsent(state, permit, probe)
             raise OverloadedError(
                 f"backend {state.name!r} is rate-limited (a 429's retry-after) until past the "
                 f"call's deadline", backend=state.name, retry_after=left,
@@ -571,6 +567,13 @@ class _GuardRun:
             self.span.end("ok", usage=usage, cost_usd=cost)
         else:
             self.span.end("error", usage=usage, cost_usd=cost, error=error)
+
+
+def _unsent(state: BackendState, permit: Permit, probe: int) -> None:
+    """A try not sent after all: its permit goes back unused, and its half-open probe."""
+    permit.ignore()
+    if probe:
+        state.breaker.probe_left(probe)
 
 
 async def _within(

@@ -41,18 +41,14 @@ class Seat:
         self._taken = False
         self._waiters: deque[_Waiter] = deque()
 
-    @property
-    def taken(self) -> bool:
-        return self._taken
-
     def free(self) -> None:
         """The request holding the seat ended: the longest waiter gets it, else it is free."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.seated = True
-            waiter.scope.cancel()  # its own admission, if it still waits, is given up
+        if not self._waiters:
+            self._taken = False
             return
-        self._taken = False
+        waiter = self._waiters.popleft()
+        waiter.seated = True
+        waiter.scope.cancel()  # its own admission, if it still waits, is given up
 
     async def take_or(self, admit: Callable[[], Awaitable[T]]) -> T | None:
         """None: the seat is this request's (free it when the request ends). Else what

@@ -29,4 +29,3 @@ async def pause_past(state: BackendState, clock: Clock, bound: float | None) -> 
         if bound is not None and now + left > bound:
             return left
         await clock.sleep(left)  # a later 429 may lengthen it: read again
-
