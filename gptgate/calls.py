@@ -17,6 +17,7 @@ import math
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Callable,
     Mapping,
     Sequence,
 )
@@ -49,6 +50,7 @@ from .hedge_race import HedgeRace
 from .hedge_timing import refused_as_full
 from .late_answer import LateAnswer, Spawn, read_to_its_end
 from .ledger import Ledger
+from .lifecycle import CANCELLED
 from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
@@ -599,7 +601,8 @@ class _Attempt:
         if self.probe:  # admit: a probe that gave no verdict lets the next call probe
             self.backend.breaker.probe_left(self.probe)
         if self.span is not None:  # dispatch: ended here only when cancelled
-            self.span.end()
+            self.runner.telemetry.end_call(self.span, error=self.runner.shutdown_error())
+            self.span = None
 
 
 class CallRunner:
@@ -616,8 +619,11 @@ class CallRunner:
         max_breaker_wait_s: float = 5.0,
         spending: BudgetGate | None = None,
         spawn: Spawn | None = None,
+        shut_down: Callable[[], bool] | None = None,
     ) -> None:
         self.router = router
+        #: True once the gateway's shutdown has cancelled what was left (lifecycle.py)
+        self._shut_down = shut_down
         self.clock = clock
         self.retry = retry
         self.ledger = ledger
@@ -697,6 +703,10 @@ class CallRunner:
             failure = error
             self.record_failed_call(error)
             raise
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled: by the shutdown, it failed
+                failure = self.shutdown_error()
+            raise
         finally:
             self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
 
@@ -710,6 +720,13 @@ class CallRunner:
         if spec.tier_attributes and span.is_recording():
             span.set_attributes(spec.tier_attributes)
         return span
+
+    def shutdown_error(self) -> GatewayClosedError | None:
+        """What a call cancelled now raises to its caller when the gateway's shutdown cancelled
+        it (None: its caller's own cancellation, which is no failure): its spans say so."""
+        if self._shut_down is not None and self._shut_down():
+            return GatewayClosedError(CANCELLED)
+        return None
 
     def record_failed_call(self, error: GateError) -> None:
         if isinstance(error, (GatewayClosedError, BudgetExceededError)):
@@ -732,6 +749,10 @@ class CallRunner:
                         yield delta
         except GateError as error:
             failure = error
+            raise
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled or closed: by the shutdown, failed
+                failure = self.shutdown_error()
             raise
         finally:
             self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
@@ -1115,11 +1136,8 @@ class CallRunner:
         if backend.fleet_pacer is not None:  # shared=: to the budget it was taken from
             backend.fleet_pacer.reconcile(seq, reserved, counted)
         if isinstance(error, RateLimitedError):
-            if error.retry_after:
+            if error.retry_after:  # the fleet's pause: count_failure, on every path
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
-                shared_pause = getattr(backend.limiter.admission, "pause", None)
-                if shared_pause is not None:  # shared=: every process of the fleet pauses
-                    shared_pause(error.retry_after)
             backend.pacer.reconcile(reserved, 0)
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0

@@ -588,6 +588,7 @@ class Gateway:
             max_breaker_wait_s=self.config.max_breaker_wait_s,
             spending=self._spending,
             spawn=self._spawn,
+            shut_down=lambda: self._calls.cancelled,
         )
         await self._start_fleet(task_group)
         self._signals.start(self._states.values(), self.clock, task_group, self._fleet)

@@ -34,12 +34,14 @@ from .errors import (
     RequestTimeout,
 )
 from .guard_manager import entered
+from .guard_seat import Seat
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
+from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .results import Usage
 from .routing import BackendState, RouteRequest
@@ -94,6 +96,8 @@ class GuardedCall:
     elsewhere: list[str] = field(default_factory=list)
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
+    #: the permit as those requests hold it: one at a time (gptgate/guard_seat.py)
+    seat: Seat = field(default_factory=Seat)
     #: tokens of the generative answers of known size those requests read (the limit's sample)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -407,6 +411,7 @@ class _GuardRun:
         probe = await claim_probe(state, permit, clock)
         if probe is None:
             raise _AnotherProbes()  # another try (here, or in the fleet) probes the backend
+        await self._past_pause(state, permit, probe)
         start = clock.now()
         if number == 1 and runner.budget is not None:
             runner.budget.record_request(start)  # a first try funds retries, as gate.chat's
@@ -432,6 +437,22 @@ class _GuardRun:
             _GUARD_PERMIT.reset(token)
             state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
         return self._succeeded(state, call, result, clock.now() - start, number)
+
+    async def _past_pause(self, state: BackendState, permit: Permit, probe: int) -> None:
+        """A 429's pause of the backend (this process's, or the fleet's heard with the
+        permit) waited out, as ``gate.chat`` waits it; one past the call's deadline is an
+        ``OverloadedError`` at once (gptgate/pause_wait.py)."""
+        try:
+            left = await pause_past(state, self.clock, self.deadline)
+        except BaseException:
+            _unsent(state, permit, probe)
+            raise
+        if left is not None:
+            _unsent(state, permit, probe)
+            raise OverloadedError(
+                f"backend {state.name!r} is rate-limited (a 429's retry-after) until past the "
+                f"call's deadline", backend=state.name, retry_after=left,
+            )
 
     def _failed(
         self, state: BackendState, call: GuardedCall, exc: Exception, latency: float,
@@ -546,6 +567,13 @@ class _GuardRun:
             self.span.end("ok", usage=usage, cost_usd=cost)
         else:
             self.span.end("error", usage=usage, cost_usd=cost, error=error)
+
+
+def _unsent(state: BackendState, permit: Permit, probe: int) -> None:
+    """A try not sent after all: its permit goes back unused, and its half-open probe."""
+    permit.ignore()
+    if probe:
+        state.breaker.probe_left(probe)
 
 
 async def _within(

@@ -26,12 +26,12 @@ import anyio
 
 from .errors import GatewayClosedError
 
-__all__ = ["CallRegistry", "OpenStream"]
+__all__ = ["CANCELLED", "CallRegistry", "OpenStream"]
 
 T = TypeVar("T")
 
 _REFUSED = "the gateway is closing: no new calls are accepted"
-_CANCELLED = "the gateway closed before the call finished (shutdown grace ran out)"
+CANCELLED = "the gateway closed before the call finished (shutdown grace ran out)"
 
 
 class OpenStream:
@@ -51,7 +51,7 @@ class OpenStream:
     async def refuse(self) -> None:
         """The caller came back to a stream the shutdown closed (or is closing)."""
         await self.released.wait()
-        raise GatewayClosedError(_CANCELLED)
+        raise GatewayClosedError(CANCELLED)
 
 
 class _Registered:
@@ -80,7 +80,7 @@ class _Registered:
             self._registry._scopes.discard(scope)
             self._registry._notify()
         if scope.cancelled_caught:
-            raise GatewayClosedError(_CANCELLED)
+            raise GatewayClosedError(CANCELLED)
         return bool(swallowed)
 
 
@@ -104,7 +104,7 @@ class CallRegistry:
         """Refuse a call the gateway will not run: any new one once closing, any at all once
         the grace has run out."""
         if self.cancelled:
-            raise GatewayClosedError(_CANCELLED if not new else _REFUSED)
+            raise GatewayClosedError(CANCELLED if not new else _REFUSED)
         if new and self.closing:
             raise GatewayClosedError(_REFUSED)
 
@@ -136,7 +136,7 @@ class CallRegistry:
                         finally:
                             entry.scope = None
                     if scope.cancelled_caught:
-                        raise GatewayClosedError(_CANCELLED)
+                        raise GatewayClosedError(CANCELLED)
                     yield delta
         finally:
             self._streams.discard(entry)

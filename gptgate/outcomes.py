@@ -119,8 +119,8 @@ def report_status(permit: Permit, status: int, latency_s: float) -> None:
 def count_failure(state: BackendState, error: GateError, now: float) -> None:
     """Count a failed attempt on its backend's ``stats()`` and health — one rule for every
     path: a refusal's retry-after (a 429's, a 503/529's: ``gptgate.shed``) pauses the whole
-    backend once (its pacer), a server failure or a timeout counts towards opening its
-    circuit."""
+    backend once (its pacer; a 429's, with ``shared=``, in every process of the fleet), a
+    server failure or a timeout counts towards opening its circuit."""
     state.failures += 1
     shed = is_shed(error)
     if isinstance(error, RateLimitedError):
@@ -128,6 +128,11 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
         if error.retry_after:  # short windows (Azure): the held calls go a retry-after apart
             spacing = error.retry_after if state.pool.dialect.spaced_after_429 else None
             state.pacer.pause_until(now + error.retry_after, spacing)
+            # shared=: every process pauses — whichever path saw it (gate.chat, an SDK on
+            # gate.http_client, a guard); only gate.chat's used to tell the fleet
+            shared_pause = getattr(state.limiter.admission, "pause", None)
+            if shared_pause is not None:
+                shared_pause(error.retry_after)
     elif shed:  # a 503/529 "full, come back then" pauses the backend as a 429 does, until
         assert error.retry_after is not None  # a place is expected to free (shed_pause.py)
         pause = full_queue_pause_s(error.retry_after, state.latency.ewma, state.limiter.in_flight)

@@ -42,10 +42,12 @@ from .guard import (
     WireEnd,
     classify_exception,
 )
+from .guard_seat import Seat
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
+from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .queued_prompt import may_be_prefilled
 from .results import Usage
@@ -139,6 +141,8 @@ class _Attempt:
         #: from here
         self.asked = start
         self._body: dict[str, Any] | None = None
+        #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
+        self.seat: Seat | None = None
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
@@ -244,7 +248,7 @@ class _Attempt:
             else:
                 self.permit.abandon()
         self._wasted(interrupted=not complete)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # unread at the shutdown: it cut it
 
     # -- outcomes ---------------------------------------------------------------------------
 
@@ -363,7 +367,7 @@ class _Attempt:
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
         self._wasted(interrupted=self.tap is not None and self.tap.streamed)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # a read the shutdown cut: it failed
 
     def send_failed(self, exc: BaseException) -> None:
         """No response: a timeout waiting for the headers, a reset, a cancellation."""
@@ -379,7 +383,7 @@ class _Attempt:
         if self.permit is not None:  # cancelled: the server may have the request already
             self.permit.abandon()
         self._wasted(interrupted=False)
-        self._end(None, None)
+        self._end(None, self.runner.shutdown_error())  # by the shutdown: it failed
 
     def _wasted(self, *, interrupted: bool) -> None:
         """The ledger entry of an attempt without a whole answer, as ``gate.chat`` counts it:
@@ -445,6 +449,9 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        seat, self.seat = self.seat, None
+        if seat is not None:  # the guard's permit may cover the body's next request
+            seat.free()
         if self.probe:  # a probe that gave no verdict lets the next request probe
             self.state.breaker.probe_left(self.probe)
         if self.hold is not None:
@@ -524,6 +531,36 @@ def _over_budget(
         request=request,
     )
 
+
+def _give_back(
+    runner: CallRunner, state: BackendState, hold: BudgetHold | None, permit: Permit, probe: int
+) -> None:
+    """What an admitted request that is not sent after all took: its permit (unused), its
+    half-open probe, its dollar reservation."""
+    permit.ignore()
+    if probe:
+        state.breaker.probe_left(probe)
+    if hold is not None:
+        assert runner.spending is not None
+        runner.spending.release(hold)
+
+
+def _paused(request: httpx2.Request, backend: str, left: float) -> httpx2.Response:
+    """The answer to an SDK request whose backend is paused past the request's bound: the 429
+    the server would give, with its ``retry-after``, unsent and not retried by the SDK."""
+    message = (
+        f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for {left:.1f} s "
+        f"more, past this request's timeout; the request was not sent"
+    )
+    return httpx2.Response(
+        429,
+        headers={
+            "x-should-retry": "false", REFUSED_HEADER: "paused",
+            "retry-after": str(math.ceil(left)),
+        },
+        json={"error": {"message": message, "type": "gptgate_rate_limit_paused"}},
+        request=request,
+    )
 
 def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
     """The answer to an SDK retry the budget cannot pay for: a 503 that tells the SDK not to
@@ -679,7 +716,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                     assert runner.spending is not None
                     runner.spending.release(hold)
             if probe is not None:
-                return hold, permit, probe
+                try:  # a 429's pause, this process's or the fleet's (heard with the permit)
+                    left = await pause_past(state, runner.clock, bound)
+                except BaseException:
+                    _give_back(runner, state, hold, permit, probe)
+                    raise
+                if left is None:
+                    return hold, permit, probe
+                _give_back(runner, state, hold, permit, probe)
+                return _paused(request, state.name, left)
 
     async def _admit_cost(
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
@@ -758,6 +803,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         probe = 0
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
+        admitted: tuple[BudgetHold | None, Permit, int] | httpx2.Response | None = None
+        if guarded is not None:
+            # the guard's permit covers one of its body's requests at a time; one sent while
+            # it covers another takes the seat or a permit of its own, whichever comes first
+            admitted = await guarded.seat.take_or(
+                lambda: self._admitted(runner, state, request, bound)
+            )
+            if admitted is not None:
+                guarded = None
         if guarded is not None:
             # inside a guarded call on this backend: its permit covers this request, and the
             # guard reports the outcome (one call, one permit — never a wait on itself);
@@ -765,9 +819,10 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             guarded.wire_attempts += 1
             permit = None
         else:
-            if held is not None:  # a guarded body's request to another backend: counted here
-                held.elsewhere.append(state.name)
-            admitted = await self._admitted(runner, state, request, bound)
+            if held is not None and admitted is None:
+                held.elsewhere.append(state.name)  # a guarded body's request to another backend
+            if admitted is None:
+                admitted = await self._admitted(runner, state, request, bound)
             if isinstance(admitted, httpx2.Response):
                 return admitted
             hold, permit, probe = admitted
@@ -783,6 +838,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             number=number, guarded=guarded,
         )
         attempt.hold = hold
+        if guarded is not None:
+            attempt.seat = guarded.seat  # freed when this request's body ends
         if guarded is None:  # a guarded one is its guard's try (which the guard counts)
             attempt.probe = probe or state.breaker.on_attempt(start)
         attempt.cut_at = cut_at
