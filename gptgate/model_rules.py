@@ -46,6 +46,9 @@ class ModelRule:
     instead: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: globs that are not this family although a pattern matches (``gpt-5-chat*``)
     excludes: tuple[str, ...] = ()
+    #: the family reasons on its own: Anthropic's ``thinking=`` asks for nothing it does not
+    #: do anyway, and is left out rather than refused (gptgate/wire/openai_thinking.py)
+    thinks: bool = False
 
     def matches(self, model: str) -> bool:
         name = model.lower()
@@ -78,6 +81,7 @@ OPENAI_REASONING = ModelRule(
     }),
     accepts_only=MappingProxyType({"temperature": 1, "top_p": 1}),
     instead=MappingProxyType({"max_tokens": "max_completion_tokens"}),
+    thinks=True,
 )
 
 #: ``deepseek-reasoner`` (DeepSeek's docs): logprobs/top_logprobs are an error, the sampling
@@ -86,6 +90,7 @@ DEEPSEEK_REASONER = ModelRule(
     patterns=("deepseek-reasoner*",),
     rejects=frozenset({"logprobs", "top_logprobs"}),
     ignores=frozenset({"temperature", "top_p", "presence_penalty", "frequency_penalty"}),
+    thinks=True,
 )
 
 

@@ -62,6 +62,9 @@ class Provider:
     #: the model rules hold at the preset's own ``base_url`` only: ``"openai"`` is also the
     #: default for any compatible server, whose model names mean nothing to OpenAI's rules
     models_at_own_url_only: bool = False
+    #: its OpenAI format takes Anthropic's ``thinking`` as it is (DeepSeek's thinking-mode
+    #: switch); elsewhere the dialect leaves it out or refuses it (wire/openai_thinking.py)
+    takes_thinking: bool = False
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -102,7 +105,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         ),
         Provider(
             "deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
-            models=(DEEPSEEK_REASONER,), serves_embeddings=False,
+            models=(DEEPSEEK_REASONER,), serves_embeddings=False, takes_thinking=True,
         ),
         Provider(
             "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",

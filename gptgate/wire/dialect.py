@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import AsyncIterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx2
 
@@ -29,6 +29,8 @@ from gptgate.wire.openai import (
     parse_chat_response,
     parse_usage,
 )
+from gptgate.wire.openai_thinking import PARAM as THINKING
+from gptgate.wire.openai_thinking import thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
 
 if TYPE_CHECKING:
@@ -175,6 +177,8 @@ class OpenAIDialect:
         prompt_cache_key: str | None = None,
     ) -> bytes:
         self.check_call(model, params)
+        if THINKING in params and self._thinking(model, params[THINKING]) == "drop":
+            params = {k: v for k, v in params.items() if k != THINKING}
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
@@ -192,13 +196,29 @@ class OpenAIDialect:
             self.check_params(params)
         if self._model_rules:
             self._check_model(model, params)
+        if THINKING in params:
+            self._thinking(model, params[THINKING])
 
-    def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
+    def _rule(self, model: str) -> ModelRule | None:
+        if not self._model_rules:
+            return None
         if model not in self._rule_of:
             self._rule_of[model] = rule_for(self._model_rules, model)
-        rule = self._rule_of[model]
+        return self._rule_of[model]
+
+    def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
+        rule = self._rule(model)
         if rule is not None:
             check_model_params(rule, self.provider, model, params, self.backend)
+
+    def _thinking(self, model: str, value: Any) -> Literal["send", "drop"]:
+        """Anthropic's ``thinking=`` here: sent, left out, or refused
+        (gptgate/wire/openai_thinking.py)."""
+        rule = self._rule(model)
+        return thinking_fate(
+            value, takes=self.preset.takes_thinking, thinks=rule is not None and rule.thinks,
+            provider=self.provider, model=model, backend=self.backend,
+        )
 
 
 def _with_extra_body(params: Mapping[str, Any], extra: Any) -> dict[str, Any]:
