@@ -6,7 +6,9 @@ billed 7× the real bill):
 
 * usage reports the context cache at the top level — ``prompt_cache_hit_tokens`` +
   ``prompt_cache_miss_tokens`` = ``prompt_tokens`` — and no ``prompt_tokens_details``;
-  ``deepseek-reasoner`` also reports ``completion_tokens_details.reasoning_tokens``;
+  ``deepseek-reasoner`` also reports ``completion_tokens_details.reasoning_tokens`` and, in a
+  stream, sends that reasoning first as ``delta.reasoning_content`` (no ``content``), then the
+  answer;
 * a stream carries its usage on its last chunk, the one with the ``finish_reason`` (not on a
   separate ``"choices": []`` chunk);
 * the chat path is ``/chat/completions`` under ``https://api.deepseek.com`` (``/v1/…`` works
@@ -28,6 +30,7 @@ from gptgate.sim.job import Job
 from gptgate.sim.profiles import SimProfile
 from gptgate.sim.request import ChatRequest
 from gptgate.sim.wire import ChunkWriter, ResponseMeta, dumps
+from gptgate.tokens import CHARS_PER_TOKEN
 
 __all__ = ["DEEPSEEK_PRICE", "DEEPSEEK_PROFILE", "DeepSeekEngine", "deepseek_usage"]
 
@@ -71,14 +74,32 @@ def deepseek_usage(
     return usage
 
 
+def _reasoning(output: int, model: str) -> int:
+    """The part of ``output`` tokens a ``deepseek-reasoner`` spends reasoning (3/4)."""
+    return output * 3 // 4 if model.startswith("deepseek-reasoner") else 0
+
+
 class _FinalChunkUsage(ChunkWriter):
-    """DeepSeek's stream end: the usage rides on the ``finish_reason`` chunk."""
+    """DeepSeek's stream: a reasoner's first :func:`_reasoning` tokens as
+    ``reasoning_content`` deltas, and the usage riding on the ``finish_reason`` chunk."""
 
-    __slots__ = ("_reason",)
+    __slots__ = ("_reason", "_reasoning_chars")
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool) -> None:
+    def __init__(self, meta: ResponseMeta, include_usage: bool, reasoning_tokens: int = 0
+                 ) -> None:
         super().__init__(meta, include_usage)
         self._reason = "stop"
+        #: characters of the answer's text still to go out as reasoning
+        self._reasoning_chars = reasoning_tokens * CHARS_PER_TOKEN
+
+    def content(self, piece: str) -> str:
+        left = self._reasoning_chars
+        if left <= 0:
+            return super().content(piece)
+        thought, said = piece[:left], piece[left:]
+        self._reasoning_chars = left - len(thought)
+        out = self._chunk(f'{{"content":null,"reasoning_content":{dumps(thought)}}}')
+        return out + super().content(said) if said else out
 
     def finish(self, reason: str, timings_obj: dict[str, Any] | None = None) -> str:
         if not self.include_usage:
@@ -114,8 +135,10 @@ class DeepSeekEngine(SimEngine):
         return await super().handle(method, path, headers, body, query)
 
     def _usage(self, job: Job, output: int) -> dict[str, Any]:
-        reasoning = output * 3 // 4 if self.profile.model.startswith("deepseek-reasoner") else 0
+        reasoning = _reasoning(output, self.profile.model)
         return deepseek_usage(job.prompt_tokens, job.cached_tokens, output, reasoning)
 
     def _writer(self, meta: ResponseMeta, chat: ChatRequest, job: Job) -> ChunkWriter:
-        return _FinalChunkUsage(meta, chat.include_usage)
+        return _FinalChunkUsage(
+            meta, chat.include_usage, _reasoning(job.tokens, self.profile.model)
+        )

@@ -34,13 +34,13 @@ from gptgate.errors import (
 )
 from gptgate.results import Usage
 from gptgate.scrub import scrub_known
-from gptgate.tokens import estimate_text_tokens, message_text
+from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.sse import SSEDecoder, SSEEvent
-from gptgate.wire.stream_start import generates
+from gptgate.wire.stream_start import generates, reasoning_chars
 from gptgate.wire.usage import parse_usage
 
 __all__ = [
@@ -244,6 +244,7 @@ class StreamAccumulator:
         "_parts",
         "_request_id",
         "_tool_calls",
+        "_unseen_chars",
         "chunks",
         "finish_reason",
         "generating",
@@ -267,6 +268,9 @@ class StreamAccumulator:
         #: True once any output arrived — text, a tool call's piece, reasoning (stream_start.py)
         self.generating = False
         self.chunks = 0
+        #: characters of output that are not the text: reasoning, tool-call pieces — billed
+        #: as output, so counted when the stream ends before its usage (stream_start.py)
+        self._unseen_chars = 0
 
     @property
     def counted_usage(self) -> Usage | None:
@@ -283,7 +287,13 @@ class StreamAccumulator:
         if counted is not None:
             return counted.output_tokens, True
         partial = self.usage.output_tokens if self.usage is not None else 0
-        return max(partial, estimate_text_tokens(self.text)), False
+        return max(partial, tokens_for_chars(len(self.text) + self._unseen_chars)), False
+
+    @property
+    def has_output(self) -> bool:
+        """Any output arrived — text, reasoning, a tool call's piece: what it cost is known
+        from what arrived, not guessed from the time."""
+        return self.has_content or self._unseen_chars > 0
 
     @property
     def text(self) -> str:
@@ -325,6 +335,8 @@ class StreamAccumulator:
                     self._parts.append(content)
                     self.has_content = True
                     text = content
+                elif self.generating:
+                    self._unseen_chars += reasoning_chars(delta)
                 tool_calls = delta.get("tool_calls")
                 if tool_calls:
                     self._merge_tool_calls(tool_calls)
@@ -355,8 +367,10 @@ class StreamAccumulator:
                 target = call["function"]
                 if isinstance(function.get("name"), str):
                     target["name"] += function["name"]
+                    self._unseen_chars += len(function["name"])
                 if isinstance(function.get("arguments"), str):
                     target["arguments"] += function["arguments"]
+                    self._unseen_chars += len(function["arguments"])
 
     def result(self) -> ParsedChat:
         """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
@@ -570,6 +584,8 @@ class ChatStreamReader:
             error = interrupted
         elif self.accumulator.chunks:
             error.billed = True
+            if self.accumulator.has_output:  # reasoning or a tool call's pieces, billed
+                error.output_tokens = max(error.output_tokens, self.accumulator.output_tokens()[0])
         self._error = error
 
     def _fail_transport(self, exc: Exception) -> None:
