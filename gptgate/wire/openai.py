@@ -40,7 +40,7 @@ from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.sse import SSEDecoder, SSEEvent
-from gptgate.wire.stream_start import generates, reasoning_chars
+from gptgate.wire.stream_start import generates, reasoning_piece
 from gptgate.wire.usage import parse_usage
 
 __all__ = [
@@ -243,6 +243,8 @@ class StreamAccumulator:
         "_backend",
         "_parts",
         "_request_id",
+        "_thought",
+        "_thought_field",
         "_tool_calls",
         "_unseen_chars",
         "chunks",
@@ -271,6 +273,10 @@ class StreamAccumulator:
         #: characters of output that are not the text: reasoning, tool-call pieces — billed
         #: as output, so counted when the stream ends before its usage (stream_start.py)
         self._unseen_chars = 0
+        #: a reasoning model's streamed thinking, kept for the answer's raw message (a
+        #: DeepSeek tool loop must send it back), under the field it came in
+        self._thought: list[str] | None = None
+        self._thought_field = "reasoning_content"
 
     @property
     def counted_usage(self) -> Usage | None:
@@ -336,7 +342,7 @@ class StreamAccumulator:
                     self.has_content = True
                     text = content
                 elif self.generating:
-                    self._unseen_chars += reasoning_chars(delta)
+                    self._keep_thought(delta)
                 tool_calls = delta.get("tool_calls")
                 if tool_calls:
                     self._merge_tool_calls(tool_calls)
@@ -344,6 +350,16 @@ class StreamAccumulator:
             if finish_reason is not None:
                 self.finish_reason = str(finish_reason)
         return text
+
+    def _keep_thought(self, delta: Mapping[str, Any]) -> None:
+        found = reasoning_piece(delta)
+        if found is None:
+            return
+        field, piece = found
+        if self._thought is None:
+            self._thought, self._thought_field = [], field
+        self._thought.append(piece)
+        self._unseen_chars += len(piece)
 
     def _merge_tool_calls(self, deltas: Any) -> None:
         if not isinstance(deltas, list):
@@ -376,6 +392,8 @@ class StreamAccumulator:
         """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
         text = self.text
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        if self._thought:  # as a non-streamed answer's message has it
+            message[self._thought_field] = "".join(self._thought)
         if self._tool_calls:
             message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
         raw: dict[str, Any] = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["generates", "reasoning_chars"]
+__all__ = ["generates", "reasoning_chars", "reasoning_piece"]
 
 #: the delta fields that carry a reasoning model's thinking (DeepSeek's, vLLM's older
 #: parser: ``reasoning_content``; vLLM's newer, ollama, OpenRouter: ``reasoning``)
@@ -27,6 +27,15 @@ _OUTPUT_FIELDS = ("content", "tool_calls", *_REASONING_FIELDS)
 def generates(delta: Mapping[str, Any]) -> bool:
     """Does this OpenAI-style ``delta`` carry output (not just the role or a null)?"""
     return any(delta.get(name) for name in _OUTPUT_FIELDS)
+
+
+def reasoning_piece(delta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the field, its text) of the reasoning in an OpenAI-style ``delta``, or None."""
+    for name in _REASONING_FIELDS:
+        piece = delta.get(name)
+        if piece and isinstance(piece, str):
+            return name, piece
+    return None
 
 
 def reasoning_chars(delta: Mapping[str, Any]) -> int:
