@@ -69,3 +69,85 @@ def test_the_simulator_refuses_a_tool_loop_that_dropped_the_reasoning() -> None:
     assert message["reasoning_content"] and message["content"] is None
     assert refused.status_code == 400
     assert "reasoning_content" in json.dumps(refused.json())
+
+
+def _strict_openai(request: httpx2.Request) -> httpx2.Response:
+    """An OpenAI-dialect server that, like api.openai.com and Azure, refuses a message field
+    it does not know."""
+    from .mockbackend import error, ok
+
+    known = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
+    body = json.loads(request.content)
+    for i, message in enumerate(body["messages"]):
+        for key in set(message) - known:
+            return error(400, f"Additional properties are not allowed ('{key}' was "
+                              f"unexpected) - 'messages.{i}'")
+    return ok("It is prime.")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_reasoning_stays_behind_when_the_loop_goes_on_to_a_strict_backend(
+    stream: bool,
+) -> None:
+    """A mixed fleet: DeepSeek's tool-calling turn (with its reasoning) goes on to an Azure
+    deployment — which gets the message without ``reasoning_content``, as it gets one without
+    Anthropic's ``thinking_blocks``; the caller's message keeps it for DeepSeek."""
+    from .mockbackend import Script
+    from .mockbackend import backend as mock_backend
+
+    script = Script(_strict_openai)
+
+    async def run() -> tuple[dict[str, Any], gg.ChatResult, gg.ChatResult]:
+        clock = LoopClock()
+        engine = SimEngine(PROFILE, clock=clock, seed=3)
+        ds = gg.Backend(name="ds", provider="deepseek", base_url=ROOT, model=MODEL,
+                        api_key="sk-test", transport=SimTransport(engine))
+        az = mock_backend(script, name="az", provider="azure", deployment="gpt-4o",
+                          api_key="k")
+        async with gg.Gateway([ds, az], clock=clock, seed=1) as gate:
+            first = await gate.chat(ASK, tools=TOOLS, max_tokens=400, stream=stream,
+                                    backend="ds")
+            assert first.raw is not None
+            message: dict[str, Any] = first.raw["choices"][0]["message"]
+            (call,) = message["tool_calls"]
+            turn = [*ASK, message, {"role": "tool", "tool_call_id": call["id"],
+                                    "content": "prime"}]
+            elsewhere = await gate.chat(turn, tools=TOOLS, max_tokens=400, backend="az")
+            back = await gate.chat(turn, tools=TOOLS, max_tokens=400, backend="ds",
+                                   stream=stream)
+        return message, elsewhere, back
+
+    message, elsewhere, back = run_virtual(run)
+    assert elsewhere.text == "It is prime."
+    (sent,) = script.bodies
+    assert "reasoning_content" not in sent["messages"][1]
+    assert sent["messages"][1]["tool_calls"] == message["tool_calls"]
+    assert message["reasoning_content"]  # the caller's message is untouched …
+    assert back.finish_reason == "stop"  # … and DeepSeek still gets its reasoning
+
+
+@pytest.mark.parametrize(
+    ("provider", "kept"),
+    [("azure", False), ("openai", False), ("gemini", False), ("groq", False),
+     ("mistral", False), ("deepseek", True), ("vllm", True), ("openrouter", True),
+     ("openai@http://127.0.0.1:8000/v1", True)],
+)
+def test_which_providers_get_the_reasoning_back(provider: str, kept: bool) -> None:
+    """Strict hosted APIs refuse the field; DeepSeek needs it; a self-hosted server's chat
+    template reads it (Qwen3's, DeepSeek-R1's); OpenRouter passes it on; ``"openai"``
+    pointed at some other compatible server is not OpenAI."""
+    from gptgate.providers import PROVIDERS
+    from gptgate.wire.dialect import dialect_for
+
+    provider, _, url = provider.partition("@")
+    base_url = url or PROVIDERS[provider].base_url or "https://res.openai.azure.com"
+    extra = {"deployment": "gpt-4o"} if provider == "azure" else {}
+    backend = gg.Backend(name="b", provider=provider, model="m", api_key="k",
+                         base_url=base_url, **extra)
+    said = {"role": "assistant", "content": "", "reasoning_content": "7 is prime.",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "lookup", "arguments": "{}"}}]}
+    messages = [*ASK, said, {"role": "tool", "tool_call_id": "c1", "content": "prime"}]
+    body = json.loads(dialect_for(backend).build_body("m", messages, {}, stream=False))
+    assert ("reasoning_content" in body["messages"][1]) is kept
+    assert body["messages"][1]["tool_calls"] == said["tool_calls"]

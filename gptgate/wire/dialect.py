@@ -29,6 +29,7 @@ from gptgate.wire.openai import (
     parse_chat_response,
     parse_usage,
 )
+from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages
 from gptgate.wire.openai_thinking import PARAM as THINKING
 from gptgate.wire.openai_thinking import thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
@@ -140,6 +141,11 @@ class OpenAIDialect:
         )
         #: per-model rules (gptgate/model_rules.py), the matching one looked up once a model
         self._model_rules = model_rules_of(preset, backend.base_url)
+        #: the API refuses a reasoning model's message fields (wire/openai_messages.py)
+        own_url = (preset.base_url or "").rstrip("/") == backend.base_url.rstrip("/")
+        self._strict_messages = preset.strict_messages and (
+            own_url or not preset.models_at_own_url_only
+        )
         self._rule_of: dict[str, ModelRule | None] = {}
 
     parse_response = staticmethod(parse_chat_response)
@@ -179,6 +185,8 @@ class OpenAIDialect:
         self.check_call(model, params)
         if THINKING in params and self._thinking(model, params[THINKING]) == "drop":
             params = {k: v for k, v in params.items() if k != THINKING}
+        if self._strict_messages:
+            messages = openai_messages(messages, STRICT_DROPPED)
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
