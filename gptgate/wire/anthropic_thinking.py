@@ -17,7 +17,10 @@ from typing import Any
 
 from gptgate.errors import BadRequestError
 
-__all__ = ["THINKING_TYPES", "ThinkingFold", "kept_thinking", "sent_thinking"]
+__all__ = [
+    "THINKING_TYPES", "ThinkingFold", "kept_thinking", "refused_with_thinking", "sent_thinking",
+    "thinking_budget",
+]
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
 
@@ -73,3 +76,41 @@ class ThinkingFold:
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
+
+
+def thinking_budget(params: Mapping[str, Any]) -> int | None:
+    """The call's thinking budget in tokens, or None when it does not think."""
+    spec = params.get("thinking")
+    if not isinstance(spec, Mapping) or spec.get("type") != "enabled":
+        return None
+    budget = spec.get("budget_tokens")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+#: ``top_p`` may go this low with thinking, no lower
+_MIN_TOP_P = 0.95
+
+
+def refused_with_thinking(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the parameter, why) that extended thinking does not take beside it — a ``temperature``
+    other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that forces a tool
+    (Anthropic's extended-thinking docs: a 400) — or None."""
+    if thinking_budget(params) is None:
+        return None
+    temperature = params.get("temperature")
+    if temperature is not None and temperature != 1:
+        return "temperature", "thinking takes only the default of 1"
+    if params.get("top_k") is not None:
+        return "top_k", "thinking takes none"
+    top_p = params.get("top_p")
+    if isinstance(top_p, int | float) and top_p < _MIN_TOP_P:
+        return "top_p", f"thinking takes {_MIN_TOP_P} to 1"
+    choice = params.get("tool_choice")
+    forced = choice == "required" or (
+        isinstance(choice, Mapping) and (
+            isinstance(choice.get("function"), Mapping) or choice.get("type") in ("any", "tool")
+        )
+    )
+    if forced:
+        return "tool_choice", "thinking takes only 'auto' or 'none', not a forced tool"
+    return None
