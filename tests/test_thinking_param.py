@@ -152,3 +152,17 @@ def test_a_model_that_does_not_think_refuses_an_enabled_budget_on_every_openai_p
         with pytest.raises(gg.BadRequestError, match=rf"{provider}.*'thinking'"):
             _body(provider, "gpt-4o", {"thinking": ON}, **deployment)
         assert "thinking" not in _body(provider, "gpt-4o", {"thinking": OFF}, **deployment)
+
+
+def test_deepseek_in_thinking_mode_refuses_what_its_reasoner_ignores() -> None:
+    """``thinking`` enabled puts deepseek-chat in thinking mode, where DeepSeek accepts and
+    ignores the sampling parameters as deepseek-reasoner does: refused before sending, as
+    they are for deepseek-reasoner, instead of a setting that silently does nothing."""
+    with pytest.raises(gg.BadRequestError, match=r"'temperature'.*deepseek-chat"):
+        _body("deepseek", "deepseek-chat", {"thinking": {"type": "enabled"}, "temperature": 0.2})
+    with pytest.raises(gg.BadRequestError, match="'logprobs'"):
+        _body("deepseek", "deepseek-chat", {"thinking": {"type": "enabled"}, "logprobs": True})
+    # not thinking: deepseek-chat takes them
+    assert _body("deepseek", "deepseek-chat", {"thinking": OFF, "temperature": 0.2})[
+        "temperature"] == 0.2
+    assert _body("deepseek", "deepseek-chat", {"temperature": 0.2})["temperature"] == 0.2

@@ -31,7 +31,7 @@ from gptgate.wire.openai import (
 )
 from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages
 from gptgate.wire.openai_thinking import PARAM as THINKING
-from gptgate.wire.openai_thinking import thinking_fate
+from gptgate.wire.openai_thinking import asks_to_think, thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
 
 if TYPE_CHECKING:
@@ -204,8 +204,18 @@ class OpenAIDialect:
             self.check_params(params)
         if self._model_rules:
             self._check_model(model, params)
-        if THINKING in params:
-            self._thinking(model, params[THINKING])
+        if THINKING in params and self._thinking(model, params[THINKING]) == "send":
+            self._check_thinking_mode(model, params)
+
+    def _check_thinking_mode(self, model: str, params: Mapping[str, Any]) -> None:
+        """``thinking`` enabled on a provider that takes it (DeepSeek) puts any model in its
+        thinking mode, whose rules are its reasoning family's (``ModelRule.thinks``): the
+        sampling parameters it ignores are refused as they are for ``deepseek-reasoner``."""
+        if not asks_to_think(params[THINKING]):
+            return
+        rule = next((r for r in self._model_rules if r.thinks), None)
+        if rule is not None and rule is not self._rule(model):
+            check_model_params(rule, self.provider, model, params, self.backend)
 
     def _rule(self, model: str) -> ModelRule | None:
         if not self._model_rules:

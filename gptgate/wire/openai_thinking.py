@@ -17,7 +17,9 @@ the failover answer with that 400. What the caller meant decides instead:
   refuses ``response_format``: the call is not answered by a model that cannot do what it
   asked; pinned there, or with no other backend, it raises ``BadRequestError``, nothing sent;
 * a provider whose OpenAI format has ``thinking`` itself (DeepSeek's thinking-mode switch,
-  ``Provider.takes_thinking``) gets it as it is.
+  ``Provider.takes_thinking``) gets it as it is — and, enabled, the call is checked against
+  the provider's reasoning family's rules (thinking mode ignores the sampling parameters on
+  any DeepSeek model, as ``deepseek-reasoner`` does).
 
 ``extra_body={"thinking": ...}`` still sends it as it is, unchecked.
 """
@@ -29,13 +31,14 @@ from typing import Any, Literal
 
 from gptgate.errors import BadRequestError
 
-__all__ = ["PARAM", "thinking_fate"]
+__all__ = ["PARAM", "asks_to_think", "thinking_fate"]
 
 #: the parameter (Anthropic's Messages API name)
 PARAM = "thinking"
 
 
-def _asks_to_think(value: Any) -> bool:
+def asks_to_think(value: Any) -> bool:
+    """``thinking=value`` asks the model to think (anything but None or type disabled)."""
     if value is None:
         return False
     return not (isinstance(value, Mapping) and value.get("type") == "disabled")
@@ -48,7 +51,7 @@ def thinking_fate(
     :class:`BadRequestError` (nothing sent) when the model cannot do what it asks."""
     if takes:
         return "send"
-    if not _asks_to_think(value) or thinks:
+    if not asks_to_think(value) or thinks:
         return "drop"
     raise BadRequestError(
         f"bad request: provider {provider!r} takes no parameter 'thinking' (Anthropic's "
