@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_REASONING, ModelRule
+from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_CHAT, OPENAI_REASONING, ModelRule
 
 __all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults",
            "unserved"]
@@ -96,12 +96,14 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
     for p in (
         Provider(
             "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai",
-            max_embedding_inputs=2048, max_embedding_tokens=300_000, models=(OPENAI_REASONING,),
-            models_at_own_url_only=True, strict_messages=True,
+            max_embedding_inputs=2048, max_embedding_tokens=300_000,
+            models=(OPENAI_REASONING, OPENAI_CHAT), models_at_own_url_only=True,
+            strict_messages=True,
         ),
         Provider(
             "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048,
-            max_embedding_tokens=300_000, models=(OPENAI_REASONING,), strict_messages=True,
+            max_embedding_tokens=300_000, models=(OPENAI_REASONING, OPENAI_CHAT),
+            strict_messages=True,
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",

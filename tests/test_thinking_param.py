@@ -166,3 +166,26 @@ def test_deepseek_in_thinking_mode_refuses_what_its_reasoner_ignores() -> None:
     assert _body("deepseek", "deepseek-chat", {"thinking": OFF, "temperature": 0.2})[
         "temperature"] == 0.2
     assert _body("deepseek", "deepseek-chat", {"temperature": 0.2})["temperature"] == 0.2
+
+
+@pytest.mark.parametrize("param", ["top_k", "stop_sequences"])
+async def test_anthropics_own_sampling_names_stay_off_openai_and_azure(param: str) -> None:
+    """``top_k`` and ``stop_sequences`` are Anthropic's (the Messages API takes them as they
+    are); OpenAI and Azure answer them with a 400 ("Unrecognized request argument supplied").
+    A call with one goes to Claude; pinned to Azure it is refused, nothing sent."""
+    value: Any = 40 if param == "top_k" else ["\n\n"]
+    claude, oai = Script(_claude_answer), Script(_strict_openai)
+    async with gateway(*_fleet(claude, oai, provider="azure", deployment="gpt-4o")) as gate:
+        served = [(await gate.chat(ASK, max_tokens=50, **{param: value})).backend
+                  for _ in range(3)]
+        with pytest.raises(gg.BadRequestError, match=rf"'azure'.*'{param}'.*nothing was sent"):
+            await gate.chat(ASK, max_tokens=50, backend="oai", **{param: value})
+    assert served == ["claude"] * 3
+    assert oai.bodies == []
+    for provider in ("openai", "azure"):
+        with pytest.raises(gg.BadRequestError, match=param):
+            _body(provider, "gpt-4o", {param: value},
+                  **({"deployment": "gpt-4o"} if provider == "azure" else {}))
+    # any other OpenAI-compatible server (vLLM takes top_k) gets it as before
+    assert _body("openai", "m", {param: value}, base_url="http://127.0.0.1:8000/v1")[param]
+    assert _body("vllm", "m", {param: value})[param]
