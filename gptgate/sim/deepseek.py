@@ -180,7 +180,7 @@ _DROPPED = "The `reasoning_content` in the thinking mode must be passed back to 
 
 def _dropped_reasoning(body: bytes) -> str | None:
     """The 400 of a thinking-mode request whose assistant turn with ``tool_calls`` carries
-    no ``reasoning_content`` (DeepSeek: "for turns that do perform tool calls, the
+    no ``reasoning_content`` — an empty one is taken (another model's turn) — (DeepSeek: "for turns that do perform tool calls, the
     reasoning_content must be fully passed back ... in all subsequent requests"), or None."""
     try:
         data = json.loads(body)
@@ -189,6 +189,6 @@ def _dropped_reasoning(body: bytes) -> str | None:
     messages = data.get("messages") if isinstance(data, dict) else None
     for message in messages if isinstance(messages, list) else ():
         if (isinstance(message, dict) and message.get("role") == "assistant"
-                and message.get("tool_calls") and not message.get("reasoning_content")):
+                and message.get("tool_calls") and "reasoning_content" not in message):
             return _DROPPED
     return None

@@ -35,7 +35,11 @@ from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
-from gptgate.wire.anthropic_thinking import refused_with_thinking, thinking_budget
+from gptgate.wire.anthropic_thinking import (
+    foreign_tool_turn,
+    refused_with_thinking,
+    thinking_budget,
+)
 from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
 from gptgate.wire.ratelimits import RateLimitInfo, _count
 from gptgate.wire.usage import parse_anthropic_usage
@@ -199,6 +203,8 @@ class AnthropicDialect:
         prompt_cache_key: str | None = None,
     ) -> bytes:
         self.check_params(params)
+        if "thinking" in params and foreign_tool_turn(messages):
+            params = {k: v for k, v in params.items() if k != "thinking"}
         body = to_messages_request(
             model, messages, params, self._default_max_tokens(params),
             mark_after=prefix_end(messages, self.min_cacheable),

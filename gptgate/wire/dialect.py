@@ -29,7 +29,7 @@ from gptgate.wire.openai import (
     parse_chat_response,
     parse_usage,
 )
-from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages
+from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages, with_reasoning
 from gptgate.wire.openai_thinking import PARAM as THINKING
 from gptgate.wire.openai_thinking import asks_to_think, thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
@@ -187,6 +187,8 @@ class OpenAIDialect:
             params = {k: v for k, v in params.items() if k != THINKING}
         if self._strict_messages:
             messages = openai_messages(messages, STRICT_DROPPED)
+        elif self.preset.takes_thinking and self._thinking_mode(model, params):
+            messages = with_reasoning(messages)  # another model's tool turn (DeepSeek)
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
@@ -216,6 +218,12 @@ class OpenAIDialect:
         rule = next((r for r in self._model_rules if r.thinks), None)
         if rule is not None and rule is not self._rule(model):
             check_model_params(rule, self.provider, model, params, self.backend)
+
+    def _thinking_mode(self, model: str, params: Mapping[str, Any]) -> bool:
+        """The call runs in the model's thinking mode: a reasoning family's model, or
+        ``thinking`` enabled."""
+        rule = self._rule(model)
+        return (rule is not None and rule.thinks) or asks_to_think(params.get(THINKING))
 
     def _rule(self, model: str) -> ModelRule | None:
         if not self._model_rules:

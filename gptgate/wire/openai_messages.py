@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-__all__ = ["ANTHROPIC_ONLY_KEY", "STRICT_DROPPED", "openai_messages"]
+__all__ = ["ANTHROPIC_ONLY_KEY", "STRICT_DROPPED", "openai_messages", "with_reasoning"]
 
 #: the message key only the Anthropic dialect reads
 ANTHROPIC_ONLY_KEY = "thinking_blocks"
@@ -51,3 +51,21 @@ def openai_messages(
         {k: v for k, v in m.items() if k not in keys} if _carries(m, keys) else m
         for m in messages
     ]
+
+
+def _lacks_reasoning(message: Any) -> bool:
+    return (
+        isinstance(message, Mapping) and message.get("role") == "assistant"
+        and bool(message.get("tool_calls")) and "reasoning_content" not in message
+    )
+
+
+def with_reasoning(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """``messages`` with an empty ``reasoning_content`` on each tool-calling assistant turn
+    that has none — another provider's turn (Claude's, in a mixed fleet's tool loop). DeepSeek's
+    thinking mode refuses such a turn without the field (a 400: "The `reasoning_content` in the
+    thinking mode must be passed back to the API") and takes it empty; the same object when
+    no turn lacks it."""
+    if not any(_lacks_reasoning(m) for m in messages):
+        return messages
+    return [{**m, "reasoning_content": ""} if _lacks_reasoning(m) else m for m in messages]
