@@ -180,8 +180,9 @@ _DROPPED = "The `reasoning_content` in the thinking mode must be passed back to 
 
 def _dropped_reasoning(body: bytes) -> str | None:
     """The 400 of a thinking-mode request whose assistant turn with ``tool_calls`` carries
-    no ``reasoning_content`` — an empty one is taken (another model's turn) — (DeepSeek: "for turns that do perform tool calls, the
-    reasoning_content must be fully passed back ... in all subsequent requests"), or None."""
+    no ``reasoning_content`` (DeepSeek: "for turns that do perform tool calls, the
+    reasoning_content must be fully passed back ... in all subsequent requests"), or None.
+    An empty one is taken (another model's turn, as AgentScope found)."""
     try:
         data = json.loads(body)
     except ValueError:
