@@ -162,7 +162,7 @@ class MessagesAccumulator(StreamAccumulator):
                 return ""
             if self._thinking.delta(chunk.get("index"), delta):
                 thought = delta.get("thinking")  # billed as output; a signature is not
-                self._unseen_chars += len(thought) if isinstance(thought, str) else 0
+                self.side.chars += len(thought) if isinstance(thought, str) else 0
                 return ""
             text = delta.get("text")
             if delta.get("type") == "text_delta" and isinstance(text, str) and text:
@@ -173,7 +173,7 @@ class MessagesAccumulator(StreamAccumulator):
             block = self._blocks.get(chunk.get("index", -1))
             if block is not None and isinstance(partial, str):
                 block[1] += partial
-                self._unseen_chars += len(partial)
+                self.side.chars += len(partial)
         elif kind == "message_start":
             message = chunk.get("message")
             if isinstance(message, dict):

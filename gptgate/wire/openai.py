@@ -39,8 +39,9 @@ from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
+from gptgate.wire.side_output import SideOutput
 from gptgate.wire.sse import SSEDecoder, SSEEvent
-from gptgate.wire.stream_start import generates, reasoning_piece
+from gptgate.wire.stream_start import generates
 from gptgate.wire.usage import parse_usage
 
 __all__ = [
@@ -243,16 +244,14 @@ class StreamAccumulator:
         "_backend",
         "_parts",
         "_request_id",
-        "_thought",
-        "_thought_field",
         "_tool_calls",
-        "_unseen_chars",
         "chunks",
         "finish_reason",
         "generating",
         "has_content",
         "model",
         "response_id",
+        "side",
         "usage",
     )
 
@@ -270,13 +269,8 @@ class StreamAccumulator:
         #: True once any output arrived — text, a tool call's piece, reasoning (stream_start.py)
         self.generating = False
         self.chunks = 0
-        #: characters of output that are not the text: reasoning, tool-call pieces — billed
-        #: as output, so counted when the stream ends before its usage (stream_start.py)
-        self._unseen_chars = 0
-        #: a reasoning model's streamed thinking, kept for the answer's raw message (a
-        #: DeepSeek tool loop must send it back), under the field it came in
-        self._thought: list[str] | None = None
-        self._thought_field = "reasoning_content"
+        #: output besides the text — reasoning, tool-call pieces (side_output.py)
+        self.side = SideOutput()
 
     @property
     def counted_usage(self) -> Usage | None:
@@ -293,13 +287,12 @@ class StreamAccumulator:
         if counted is not None:
             return counted.output_tokens, True
         partial = self.usage.output_tokens if self.usage is not None else 0
-        return max(partial, tokens_for_chars(len(self.text) + self._unseen_chars)), False
+        return max(partial, tokens_for_chars(len(self.text) + self.side.chars)), False
 
     @property
     def has_output(self) -> bool:
-        """Any output arrived — text, reasoning, a tool call's piece: what it cost is known
-        from what arrived, not guessed from the time."""
-        return self.has_content or self._unseen_chars > 0
+        """Any output arrived (text, reasoning, a tool call's piece): booked from it."""
+        return self.has_content or self.side.chars > 0
 
     @property
     def text(self) -> str:
@@ -342,7 +335,7 @@ class StreamAccumulator:
                     self.has_content = True
                     text = content
                 elif self.generating:
-                    self._keep_thought(delta)
+                    self.side.reasoning(delta)
                 tool_calls = delta.get("tool_calls")
                 if tool_calls:
                     self._merge_tool_calls(tool_calls)
@@ -350,16 +343,6 @@ class StreamAccumulator:
             if finish_reason is not None:
                 self.finish_reason = str(finish_reason)
         return text
-
-    def _keep_thought(self, delta: Mapping[str, Any]) -> None:
-        found = reasoning_piece(delta)
-        if found is None:
-            return
-        field, piece = found
-        if self._thought is None:
-            self._thought, self._thought_field = [], field
-        self._thought.append(piece)
-        self._unseen_chars += len(piece)
 
     def _merge_tool_calls(self, deltas: Any) -> None:
         if not isinstance(deltas, list):
@@ -380,20 +363,18 @@ class StreamAccumulator:
                 call["type"] = delta["type"]
             function = delta.get("function")
             if isinstance(function, dict):
+                self.side.tool_piece(function)
                 target = call["function"]
                 if isinstance(function.get("name"), str):
                     target["name"] += function["name"]
-                    self._unseen_chars += len(function["name"])
                 if isinstance(function.get("arguments"), str):
                     target["arguments"] += function["arguments"]
-                    self._unseen_chars += len(function["arguments"])
 
     def result(self) -> ParsedChat:
         """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
         text = self.text
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        if self._thought:  # as a non-streamed answer's message has it
-            message[self._thought_field] = "".join(self._thought)
+        self.side.put_on(message)
         if self._tool_calls:
             message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
         raw: dict[str, Any] = {
