@@ -1367,10 +1367,11 @@ class CallRunner:
         late: LateAnswer | None = None,
     ) -> None:
         """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
-        what had been generated — a stream's text received, or else the elapsed time through
+        what had been generated — a stream's output received (text, reasoning, a tool call's
+        pieces), or else the elapsed time through
         the backend's latency per token — is possibly billed (set right by ``late`` when the
         answer still comes)."""
-        seen = reader is not None and reader.has_content
+        seen = reader is not None and reader.accumulator.has_output
         said: Usage | None = None
         if seen:
             assert reader is not None

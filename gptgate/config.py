@@ -68,6 +68,9 @@ class Price(BaseModel):
     #: dollars per million prompt tokens written to the cache (Anthropic: 1.25× its input
     #: price, 2× for the 1-hour cache); None → the input price
     cache_write_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    #: dollars per million prompt tokens written to Anthropic's one-hour cache (2× its input
+    #: price; ``Usage.cache_write_1h_input_tokens``); None → the write price above
+    cache_write_1h_per_mtok: StrictFloat | None = Field(default=None, ge=0)
 
     @property
     def cache_read_rate(self) -> float:
@@ -78,6 +81,11 @@ class Price(BaseModel):
     def cache_write_rate(self) -> float:
         rate = self.cache_write_per_mtok
         return self.input_per_mtok if rate is None else rate
+
+    @property
+    def cache_write_1h_rate(self) -> float:
+        rate = self.cache_write_1h_per_mtok
+        return self.cache_write_rate if rate is None else rate
 
     def cost(self, usage: Usage) -> float:
         """The dollars ``usage`` costs: prompt tokens neither read from nor written to the
@@ -96,12 +104,15 @@ class Price(BaseModel):
         if write:  # on every call path but Anthropic's (and OpenRouter's), none
             write = min(write, total - read)
             dollars += write * (self.cache_write_rate - self.input_per_mtok)
+            hour = min(usage.cache_write_1h_input_tokens, write)
+            if hour:  # Anthropic's one-hour cache: its writes at their own price
+                dollars += hour * (self.cache_write_1h_rate - self.cache_write_rate)
         return dollars / 1_000_000
 
     def most_cost(self, input_tokens: int, output_tokens: int) -> float:
         """The dearest outcome of a prompt and an answer of these sizes (what a budget
-        reserves): the whole prompt at the dearer of the input and cache-write prices."""
-        rate = max(self.input_per_mtok, self.cache_write_rate)
+        reserves): the whole prompt at the dearest of the input and cache-write prices."""
+        rate = max(self.input_per_mtok, self.cache_write_rate, self.cache_write_1h_rate)
         return (input_tokens * rate + output_tokens * self.output_per_mtok) / 1_000_000
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEEPSEEK_REASONER",
+    "OPENAI_CHAT",
     "OPENAI_REASONING",
     "ModelRule",
     "check_model_params",
@@ -46,6 +47,9 @@ class ModelRule:
     instead: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: globs that are not this family although a pattern matches (``gpt-5-chat*``)
     excludes: tuple[str, ...] = ()
+    #: the family reasons on its own: Anthropic's ``thinking=`` asks for nothing it does not
+    #: do anyway, and is left out rather than refused (gptgate/wire/openai_thinking.py)
+    thinks: bool = False
 
     def matches(self, model: str) -> bool:
         name = model.lower()
@@ -64,6 +68,11 @@ class ModelRule:
         return None
 
 
+#: Anthropic's own sampling names, which the Messages API takes as they are (gptgate's
+#: Anthropic dialect passes them): OpenAI's and Azure's chat API answers them with a 400
+#: ("Unrecognized request argument supplied: top_k"), so a call with one stays on Claude
+_ANTHROPIC_NAMES = frozenset({"top_k", "stop_sequences"})
+
 #: OpenAI's reasoning models, on OpenAI and on Azure (Azure's "reasoning models" page lists
 #: the same unsupported parameters): ``max_tokens`` is a 400 ("use max_completion_tokens"),
 #: and so is every sampling parameter but temperature/top_p at their default of 1.
@@ -75,10 +84,14 @@ OPENAI_REASONING = ModelRule(
     rejects=frozenset({
         "max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty",
         "logprobs", "top_logprobs", "logit_bias",
-    }),
+    }) | _ANTHROPIC_NAMES,
     accepts_only=MappingProxyType({"temperature": 1, "top_p": 1}),
     instead=MappingProxyType({"max_tokens": "max_completion_tokens"}),
+    thinks=True,
 )
+
+#: every other OpenAI model (on OpenAI and on Azure): Anthropic's sampling names refused
+OPENAI_CHAT = ModelRule(patterns=("*",), rejects=_ANTHROPIC_NAMES)
 
 #: ``deepseek-reasoner`` (DeepSeek's docs): logprobs/top_logprobs are an error, the sampling
 #: parameters are accepted "for compatibility" and have no effect
@@ -86,6 +99,7 @@ DEEPSEEK_REASONER = ModelRule(
     patterns=("deepseek-reasoner*",),
     rejects=frozenset({"logprobs", "top_logprobs"}),
     ignores=frozenset({"temperature", "top_p", "presence_penalty", "frequency_penalty"}),
+    thinks=True,
 )
 
 

@@ -21,6 +21,7 @@ from .results import Usage
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_stream import FINISH_REASONS
+from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
@@ -188,7 +189,7 @@ class ResponseTap:
             delta = chunk.get("delta")
             piece = None
             if isinstance(delta, dict):
-                piece = delta.get("text") or delta.get("partial_json")
+                piece = delta.get("text") or delta.get("partial_json") or delta.get("thinking")
             if isinstance(piece, str) and piece:
                 self._content(len(piece), now)
         elif kind in ("message_start", "message_delta"):
@@ -257,7 +258,8 @@ def _loads(body: bytes | str) -> Any:
 
 def _content_chars(chunk: dict[str, Any]) -> int:
     """Characters of answer in one stream event (chat and completions deltas, the Responses
-    API's ``response.output_text.delta``); a tool call's delta counts as content too."""
+    API's ``response.output_text.delta``); a tool call's delta and a reasoning model's
+    ``reasoning_content`` count as content too: output, billed as such."""
     delta_text = chunk.get("delta")
     if isinstance(delta_text, str) and str(chunk.get("type", "")).endswith(".delta"):
         return len(delta_text)
@@ -269,6 +271,7 @@ def _content_chars(chunk: dict[str, Any]) -> int:
     if isinstance(delta, dict):
         content = delta.get("content")
         size = len(content) if isinstance(content, str) else 0
+        size += reasoning_chars(delta)  # a reasoning model's thinking, billed as output
         if delta.get("tool_calls"):
             size += len(json.dumps(delta["tool_calls"]))
         return size

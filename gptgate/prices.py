@@ -42,8 +42,11 @@ _TABLE_PROVIDER = {
     "mistral": "mistral",
 }
 _OPENAI_HOST = "api.openai.com"
-#: the table's price fields that map onto ``gg.Price`` (input, cache read, cache write, output)
-_TABLE_FIELDS = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
+#: the table's price fields that map onto ``gg.Price`` (input, cache read, cache write,
+#: output, one-hour cache write)
+_TABLE_FIELDS = (
+    "input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok", "cache_write_1h_mtok",
+)
 #: the table's price-variant key for the Batch APIs' prices
 _BATCH = "batch"
 
@@ -97,12 +100,13 @@ class CatalogPrice:
         key = (id(self._model.get_prices(when)), crossed, batch)
         price = self._cache.get(key)
         if price is None:
-            plain, read, write, output = (_rate(v, input_tokens) for v in values)
+            plain, read, write, output, hour = (_rate(v, input_tokens) for v in values)
             price = self._cache[key] = Price(
                 input_per_mtok=plain or 0.0,
                 cached_input_per_mtok=read,
                 cache_write_per_mtok=write,
                 output_per_mtok=output or 0.0,
+                cache_write_1h_per_mtok=hour,
             )
         return price
 

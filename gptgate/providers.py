@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_REASONING, ModelRule
+from gptgate.model_rules import DEEPSEEK_REASONER, OPENAI_CHAT, OPENAI_REASONING, ModelRule
 
 __all__ = ["AZURE_API_VERSION", "PROVIDERS", "Provider", "RateLimitFamily", "provider_defaults",
            "unserved"]
@@ -62,6 +62,13 @@ class Provider:
     #: the model rules hold at the preset's own ``base_url`` only: ``"openai"`` is also the
     #: default for any compatible server, whose model names mean nothing to OpenAI's rules
     models_at_own_url_only: bool = False
+    #: its API refuses a message field it does not know (OpenAI's schema: "Additional
+    #: properties are not allowed"): a reasoning model's ``reasoning_content`` is left out of
+    #: the messages sent there (wire/openai_messages.py); on ``"openai"`` at its own URL only
+    strict_messages: bool = False
+    #: its OpenAI format takes Anthropic's ``thinking`` as it is (DeepSeek's thinking-mode
+    #: switch); elsewhere the dialect leaves it out or refuses it (wire/openai_thinking.py)
+    takes_thinking: bool = False
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -89,12 +96,14 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
     for p in (
         Provider(
             "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai",
-            max_embedding_inputs=2048, max_embedding_tokens=300_000, models=(OPENAI_REASONING,),
-            models_at_own_url_only=True,
+            max_embedding_inputs=2048, max_embedding_tokens=300_000,
+            models=(OPENAI_REASONING, OPENAI_CHAT), models_at_own_url_only=True,
+            strict_messages=True,
         ),
         Provider(
             "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048,
-            max_embedding_tokens=300_000, models=(OPENAI_REASONING,),
+            max_embedding_tokens=300_000, models=(OPENAI_REASONING, OPENAI_CHAT),
+            strict_messages=True,
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
@@ -102,23 +111,24 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         ),
         Provider(
             "deepseek", "openai", "https://api.deepseek.com", "DEEPSEEK_API_KEY",
-            models=(DEEPSEEK_REASONER,), serves_embeddings=False,
+            models=(DEEPSEEK_REASONER,), serves_embeddings=False, takes_thinking=True,
         ),
         Provider(
             "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",
             "GEMINI_API_KEY",
             rejects=_OPENAI_EXTRAS | {"frequency_penalty", "presence_penalty", "logit_bias"},
-            max_embedding_inputs=100,
+            max_embedding_inputs=100, strict_messages=True,
         ),
         Provider(
             "groq", "openai", "https://api.groq.com/openai/v1", "GROQ_API_KEY", "openai",
-            rejects=frozenset({"logprobs", "top_logprobs", "logit_bias"}),
+            rejects=frozenset({"logprobs", "top_logprobs", "logit_bias"}), strict_messages=True,
         ),
         Provider("openrouter", "openai", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
         Provider("together", "openai", "https://api.together.xyz/v1", "TOGETHER_API_KEY", "openai"),
         Provider(
             "mistral", "openai", "https://api.mistral.ai/v1", "MISTRAL_API_KEY",
             rejects=_OPENAI_EXTRAS | {"logit_bias", "logprobs", "top_logprobs"},
+            strict_messages=True,
         ),
         _local("vllm", 8000, "VLLM_API_KEY"),
         _local("sglang", 30000, "SGLANG_API_KEY"),

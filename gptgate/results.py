@@ -22,6 +22,8 @@ class Usage:
     (both inside ``input_tokens``: providers that report them on top of the input, as
     Anthropic does, are added up when read, so nothing is counted twice).
     ``reasoning_tokens`` is the part of ``output_tokens`` spent thinking (billed as output).
+    ``cache_write_1h_input_tokens`` is the part of the writes made to Anthropic's one-hour
+    cache (billed at its own price: ``Price.cache_write_1h_per_mtok``).
     ``estimated`` marks counts we had to guess (a stream cut before its usage chunk, a server
     that never reports usage)."""
 
@@ -31,6 +33,7 @@ class Usage:
     estimated: bool = False
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_1h_input_tokens: int = 0
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -50,6 +53,8 @@ class Usage:
             cache_write_input_tokens=self.cache_write_input_tokens
             + other.cache_write_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_write_1h_input_tokens=self.cache_write_1h_input_tokens
+            + other.cache_write_1h_input_tokens,
         )
 
 

@@ -134,7 +134,7 @@ def backend(script: Script, name: str = "mock", **kwargs: Any) -> gg.Backend:
     return gg.Backend(
         name=name,
         base_url="http://127.0.0.1:9/v1",
-        model="m",
+        model=options.pop("model", "m"),
         transport=httpx2.MockTransport(script),
         **options,
     )

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
-from gptgate.model_rules import OPENAI_REASONING, rule_for
+from gptgate.model_rules import OPENAI_CHAT, OPENAI_REASONING, rule_for
 from gptgate.sim import DEEPSEEK_PROFILE, LoopClock, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
@@ -128,6 +128,7 @@ def test_the_reasoning_family_is_named_by_model(model: str, family: bool) -> Non
 
 
 def test_the_presets_carry_the_rules() -> None:
-    assert gg.PROVIDERS["azure"].models == (OPENAI_REASONING,)
+    # the reasoning family first (first match wins), then every other model's rule
+    assert gg.PROVIDERS["azure"].models == (OPENAI_REASONING, OPENAI_CHAT)
     (reasoner,) = gg.PROVIDERS["deepseek"].models
     assert "logprobs" in reasoner.rejects and "temperature" in reasoner.ignores

@@ -83,12 +83,24 @@ class _Prompt:
         self.ends: list[int] = []
         self.marks: list[int] = []
         self.tokens = 0
+        #: a 5-minute breakpoint came: a 1-hour one may not follow (TTLs never increase)
+        self._short_seen = False
 
     def add(self, role: str, text: str, block: Mapping[str, Any] | None, where: str) -> None:
         if block is not None and block.get("cache_control") is not None:
             control = block["cache_control"]
             if not isinstance(control, Mapping) or control.get("type") != "ephemeral":
                 raise _bad(f"{where}.cache_control.type: Input should be 'ephemeral'")
+            ttl = control.get("ttl", "5m")
+            if ttl not in ("5m", "1h"):
+                raise _bad(f"{where}.cache_control.ttl: Input should be '5m' or '1h'")
+            if ttl == "1h" and self._short_seen:
+                raise _bad(
+                    f"{where}.cache_control.ttl: a ttl='1h' cache_control block must not come "
+                    "after a ttl='5m' cache_control block. Note that blocks are processed in "
+                    "the following order: `tools`, `system`, `messages`."
+                )
+            self._short_seen = self._short_seen or ttl == "5m"
             self.marks.append(len(self.ends))
         self.messages.append({"role": role, "content": text})
         self.tokens += MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens(text)

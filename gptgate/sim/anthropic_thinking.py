@@ -7,6 +7,8 @@ before the text or ``tool_use`` block; a stream sends it as ``thinking_delta`` a
 (Anthropic's extended-thinking docs):
 
 * ``budget_tokens`` under 1,024, or not below ``max_tokens``;
+* a ``temperature`` other than 1, ``top_k``, a ``top_p`` under 0.95, or a ``tool_choice`` that
+  forces a tool (``any``, ``tool``): thinking takes none of them;
 * a tool loop whose last assistant turn — the one whose ``tool_use`` the final user turn
   answers — does not start with its ``thinking`` (or ``redacted_thinking``) block: a client
   that keeps the tool call but drops the thinking breaks the loop on its second turn (the
@@ -83,6 +85,19 @@ def _enabled(data: Mapping[str, Any]) -> bool:
         )
     if budget >= data["max_tokens"]:
         raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`")
+    temperature = data.get("temperature")
+    if temperature is not None and temperature != 1:
+        raise _bad("`temperature` may only be set to 1 when thinking is enabled. Please "
+                   f"consult our documentation at {_DOCS}")
+    if data.get("top_k") is not None:
+        raise _bad("`top_k` cannot be set when thinking is enabled.")
+    top_p = data.get("top_p")
+    if isinstance(top_p, int | float) and top_p < 0.95:
+        raise _bad("`top_p` must be greater than or equal to 0.95 or unset when thinking is "
+                   "enabled.")
+    choice = data.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
+        raise _bad("Thinking may not be enabled when tool_choice forces tool use.")
     return True
 
 

@@ -138,12 +138,15 @@ class ToolCallWriter(ChunkWriter):
     def content(self, piece: str) -> str:
         if self._sent:
             return ""
+        thought, piece = self._inner.thinking(piece)  # a reasoner thinks before it calls
+        if not piece:
+            return thought
         self._sent = True
         cid = call_id(self._inner.meta.id)
         head = {"index": 0, "id": cid, "type": "function",
                 "function": {"name": self._call.name, "arguments": ""}}
         args = {"index": 0, "function": {"arguments": self._call.arguments}}
-        return self._inner.delta(dumps({"tool_calls": [head]})) + self._inner.delta(
+        return thought + self._inner.delta(dumps({"tool_calls": [head]})) + self._inner.delta(
             dumps({"tool_calls": [args]})
         )
 

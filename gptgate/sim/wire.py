@@ -107,10 +107,13 @@ def completion_body(
     usage_obj: dict[str, Any],
     timings_obj: dict[str, Any] | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
+    reasoning: str | None = None,
 ) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls is not None:  # a tool call answers instead of text (gptgate/sim/tools.py)
         message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    if reasoning is not None:  # a reasoning model's thinking, beside the answer (DeepSeek)
+        message["reasoning_content"] = reasoning
     if meta.flavor == "openai":
         message["refusal"] = None
         message["annotations"] = []
@@ -160,6 +163,11 @@ class ChunkWriter:
     def delta(self, delta_json: str) -> str:
         """One chunk carrying ``delta_json`` as its delta (a tool call's pieces)."""
         return self._chunk(delta_json)
+
+    def thinking(self, piece: str) -> tuple[str, str]:
+        """(the chunks of the part of ``piece`` a reasoning model streams as its thinking,
+        the rest): none here; DeepSeek's reasoner overrides it (gptgate/sim/deepseek.py)."""
+        return "", piece
 
     def role(self) -> str:
         if self._llama:

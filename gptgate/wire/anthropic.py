@@ -35,6 +35,11 @@ from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
+from gptgate.wire.anthropic_thinking import (
+    foreign_tool_turn,
+    refused_with_thinking,
+    thinking_budget,
+)
 from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
 from gptgate.wire.ratelimits import RateLimitInfo, _count
 from gptgate.wire.usage import parse_anthropic_usage
@@ -124,6 +129,8 @@ class AnthropicDialect:
         self.provider = preset.name
         self.backend = backend.name
         self.max_tokens = backend.max_output_tokens or DEFAULT_MAX_TOKENS
+        #: the backend states its output cap: that is every call's default, thinking or not
+        self.capped = backend.max_output_tokens is not None
         self.min_cacheable = min_cacheable_tokens(backend.model)
         #: a Backend(headers={"anthropic-version": ...}) of the caller's wins
         self.version = next(
@@ -174,6 +181,14 @@ class AnthropicDialect:
         extra = params.get("extra_body")
         if extra is not None and not isinstance(extra, Mapping):
             raise BadRequestError("extra_body must be a mapping of body keys to values")
+        refused = refused_with_thinking(params)
+        if refused is not None:
+            param, why = refused
+            raise BadRequestError(
+                f"bad request: provider 'anthropic' refuses the parameter {param!r} with "
+                f"extended thinking ({why}); nothing was sent",
+                backend=self.backend,
+            )
 
     def check_call(self, model: str, params: Mapping[str, Any]) -> None:
         self.check_params(params)
@@ -188,13 +203,24 @@ class AnthropicDialect:
         prompt_cache_key: str | None = None,
     ) -> bytes:
         self.check_params(params)
+        if "thinking" in params and foreign_tool_turn(messages):
+            params = {k: v for k, v in params.items() if k != "thinking"}
         body = to_messages_request(
-            model, messages, params, self.max_tokens,
+            model, messages, params, self._default_max_tokens(params),
             mark_after=prefix_end(messages, self.min_cacheable),
         )
         if stream:
             body["stream"] = True
         return encode_body(body)
+
+    def _default_max_tokens(self, params: Mapping[str, Any]) -> int:
+        """``max_tokens`` for a call that gives none: the backend's cap, else
+        :data:`DEFAULT_MAX_TOKENS` — after the thinking budget, which ``max_tokens`` counts
+        (a budget of 4,096 or more under the plain default was a 400)."""
+        budget = thinking_budget(params)
+        if budget is None or self.capped:
+            return self.max_tokens
+        return budget + DEFAULT_MAX_TOKENS
 
     def stream_reader(
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None

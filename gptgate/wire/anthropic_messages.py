@@ -188,15 +188,25 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 
 def _mark(block: dict[str, Any] | None, body: Mapping[str, Any]) -> None:
     """Put an ephemeral cache breakpoint on ``block``, unless it has one or the request
-    already carries the most Anthropic takes (the caller's own markers are kept)."""
+    already carries the most Anthropic takes (the caller's own markers are kept). Its TTL is
+    an hour when a caller's one-hour breakpoint follows it: Anthropic refuses a ``"1h"``
+    after a 5-minute one (in the order tools, system, messages)."""
     if block is None or "cache_control" in block:
         return
-    if _count_marks(body) >= MAX_BREAKPOINTS:
+    blocks = _blocks_in_order(body)
+    marks = [b for b in blocks if isinstance(b, Mapping) and b.get("cache_control")]
+    if len(marks) >= MAX_BREAKPOINTS:
         return
-    block["cache_control"] = {"type": "ephemeral"}
+    at = next((i for i, b in enumerate(blocks) if b is block), len(blocks))
+    later = (b["cache_control"] for b in blocks[at + 1:]
+             if isinstance(b, Mapping) and b.get("cache_control"))
+    hour = any(isinstance(c, Mapping) and c.get("ttl") == "1h" for c in later)
+    block["cache_control"] = {"type": "ephemeral", "ttl": "1h"} if hour else {"type": "ephemeral"}
 
 
-def _count_marks(body: Mapping[str, Any]) -> int:
+def _blocks_in_order(body: Mapping[str, Any]) -> list[Any]:
+    """The request's blocks in the order Anthropic reads its breakpoints: tools, system,
+    messages."""
     blocks: list[Any] = list(body.get("tools") or ())
     system = body.get("system")
     if isinstance(system, list):
@@ -205,7 +215,7 @@ def _count_marks(body: Mapping[str, Any]) -> int:
         content = turn.get("content")
         if isinstance(content, list):
             blocks.extend(content)
-    return sum(1 for b in blocks if isinstance(b, Mapping) and b.get("cache_control"))
+    return blocks
 
 
 def to_messages_request(

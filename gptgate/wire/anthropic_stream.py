@@ -158,7 +158,11 @@ class MessagesAccumulator(StreamAccumulator):
         if kind == "content_block_delta":
             self.generating = True  # text, a tool call's input or thinking
             delta = chunk.get("delta")
-            if not isinstance(delta, dict) or self._thinking.delta(chunk.get("index"), delta):
+            if not isinstance(delta, dict):
+                return ""
+            if self._thinking.delta(chunk.get("index"), delta):
+                thought = delta.get("thinking")  # billed as output; a signature is not
+                self.side.chars += len(thought) if isinstance(thought, str) else 0
                 return ""
             text = delta.get("text")
             if delta.get("type") == "text_delta" and isinstance(text, str) and text:
@@ -169,6 +173,7 @@ class MessagesAccumulator(StreamAccumulator):
             block = self._blocks.get(chunk.get("index", -1))
             if block is not None and isinstance(partial, str):
                 block[1] += partial
+                self.side.chars += len(partial)
         elif kind == "message_start":
             message = chunk.get("message")
             if isinstance(message, dict):

@@ -12,12 +12,15 @@ Appending ``r.raw["choices"][0]["message"]`` to the conversation is then enough.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gptgate.errors import BadRequestError
 
-__all__ = ["THINKING_TYPES", "ThinkingFold", "kept_thinking", "sent_thinking"]
+__all__ = [
+    "THINKING_TYPES", "ThinkingFold", "foreign_tool_turn", "kept_thinking",
+    "refused_with_thinking", "sent_thinking", "thinking_budget",
+]
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
 
@@ -73,3 +76,75 @@ class ThinkingFold:
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self._blocks[i] for i in sorted(self._blocks)]
+
+
+def thinking_budget(params: Mapping[str, Any]) -> int | None:
+    """The call's thinking budget in tokens, or None when it does not think."""
+    spec = params.get("thinking")
+    if not isinstance(spec, Mapping) or spec.get("type") != "enabled":
+        return None
+    budget = spec.get("budget_tokens")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+#: ``top_p`` may go this low with thinking, no lower
+_MIN_TOP_P = 0.95
+
+
+def refused_with_thinking(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the parameter, why) that extended thinking does not take beside it — a ``temperature``
+    other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that forces a tool
+    (Anthropic's extended-thinking docs: a 400) — or None."""
+    if thinking_budget(params) is None:
+        return None
+    temperature = params.get("temperature")
+    if temperature is not None and temperature != 1:
+        return "temperature", "thinking takes only the default of 1"
+    if params.get("top_k") is not None:
+        return "top_k", "thinking takes none"
+    top_p = params.get("top_p")
+    if isinstance(top_p, int | float) and top_p < _MIN_TOP_P:
+        return "top_p", f"thinking takes {_MIN_TOP_P} to 1"
+    choice = params.get("tool_choice")
+    forced = choice == "required" or (
+        isinstance(choice, Mapping) and (
+            isinstance(choice.get("function"), Mapping) or choice.get("type") in ("any", "tool")
+        )
+    )
+    if forced:
+        return "tool_choice", "thinking takes only 'auto' or 'none', not a forced tool"
+    return None
+
+
+#: the prefix of the ids Anthropic gives its tool calls (``toolu_01A…``; server tools'
+#: ``srvtoolu_``): a tool-calling turn with other ids is another provider's
+_ANTHROPIC_CALL_IDS = ("toolu_", "srvtoolu_")
+
+
+def _anthropic_call(call: Any) -> bool:
+    return isinstance(call, Mapping) and str(call.get("id", "")).startswith(_ANTHROPIC_CALL_IDS)
+
+
+def foreign_tool_turn(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Do the messages end in tool results whose assistant turn another provider made (a
+    mixed fleet's failover: its tool calls' ids are not Anthropic's, and it carries no
+    thinking blocks)? Anthropic refuses thinking on such a request ("a final `assistant`
+    message must start with a thinking block ... To avoid this requirement, disable
+    `thinking`"): the dialect leaves ``thinking`` out of it, and thinking resumes with the
+    next user turn. A Claude turn whose blocks the caller dropped is not foreign: its 400
+    says what to pass back."""
+    i = len(messages) - 1
+    while i >= 0 and isinstance(messages[i], Mapping) and messages[i].get("role") in (
+        "tool", "function"
+    ):
+        i -= 1
+    if i == len(messages) - 1 or i < 0:
+        return False
+    turn = messages[i]
+    if not isinstance(turn, Mapping) or turn.get("role") != "assistant":
+        return False
+    calls = turn.get("tool_calls")
+    return (
+        isinstance(calls, list) and bool(calls) and not turn.get("thinking_blocks")
+        and not any(_anthropic_call(c) for c in calls)
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import AsyncIterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx2
 
@@ -29,6 +29,9 @@ from gptgate.wire.openai import (
     parse_chat_response,
     parse_usage,
 )
+from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages, with_reasoning
+from gptgate.wire.openai_thinking import PARAM as THINKING
+from gptgate.wire.openai_thinking import asks_to_think, thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
 
 if TYPE_CHECKING:
@@ -138,6 +141,11 @@ class OpenAIDialect:
         )
         #: per-model rules (gptgate/model_rules.py), the matching one looked up once a model
         self._model_rules = model_rules_of(preset, backend.base_url)
+        #: the API refuses a reasoning model's message fields (wire/openai_messages.py)
+        own_url = (preset.base_url or "").rstrip("/") == backend.base_url.rstrip("/")
+        self._strict_messages = preset.strict_messages and (
+            own_url or not preset.models_at_own_url_only
+        )
         self._rule_of: dict[str, ModelRule | None] = {}
 
     parse_response = staticmethod(parse_chat_response)
@@ -175,6 +183,12 @@ class OpenAIDialect:
         prompt_cache_key: str | None = None,
     ) -> bytes:
         self.check_call(model, params)
+        if THINKING in params and self._thinking(model, params[THINKING]) == "drop":
+            params = {k: v for k, v in params.items() if k != THINKING}
+        if self._strict_messages:
+            messages = openai_messages(messages, STRICT_DROPPED)
+        elif self.preset.takes_thinking and self._thinking_mode(model, params):
+            messages = with_reasoning(messages)  # another model's tool turn (DeepSeek)
         extra = params.get("extra_body")
         if extra is not None:
             params = _with_extra_body(params, extra)
@@ -192,13 +206,45 @@ class OpenAIDialect:
             self.check_params(params)
         if self._model_rules:
             self._check_model(model, params)
+        if THINKING in params and self._thinking(model, params[THINKING]) == "send":
+            self._check_thinking_mode(model, params)
 
-    def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
+    def _check_thinking_mode(self, model: str, params: Mapping[str, Any]) -> None:
+        """``thinking`` enabled on a provider that takes it (DeepSeek) puts any model in its
+        thinking mode, whose rules are its reasoning family's (``ModelRule.thinks``): the
+        sampling parameters it ignores are refused as they are for ``deepseek-reasoner``."""
+        if not asks_to_think(params[THINKING]):
+            return
+        rule = next((r for r in self._model_rules if r.thinks), None)
+        if rule is not None and rule is not self._rule(model):
+            check_model_params(rule, self.provider, model, params, self.backend)
+
+    def _thinking_mode(self, model: str, params: Mapping[str, Any]) -> bool:
+        """The call runs in the model's thinking mode: a reasoning family's model, or
+        ``thinking`` enabled."""
+        rule = self._rule(model)
+        return (rule is not None and rule.thinks) or asks_to_think(params.get(THINKING))
+
+    def _rule(self, model: str) -> ModelRule | None:
+        if not self._model_rules:
+            return None
         if model not in self._rule_of:
             self._rule_of[model] = rule_for(self._model_rules, model)
-        rule = self._rule_of[model]
+        return self._rule_of[model]
+
+    def _check_model(self, model: str, params: Mapping[str, Any]) -> None:
+        rule = self._rule(model)
         if rule is not None:
             check_model_params(rule, self.provider, model, params, self.backend)
+
+    def _thinking(self, model: str, value: Any) -> Literal["send", "drop"]:
+        """Anthropic's ``thinking=`` here: sent, left out, or refused
+        (gptgate/wire/openai_thinking.py)."""
+        rule = self._rule(model)
+        return thinking_fate(
+            value, takes=self.preset.takes_thinking, thinks=rule is not None and rule.thinks,
+            provider=self.provider, model=model, backend=self.backend,
+        )
 
 
 def _with_extra_body(params: Mapping[str, Any], extra: Any) -> dict[str, Any]:

@@ -34,11 +34,12 @@ from gptgate.errors import (
 )
 from gptgate.results import Usage
 from gptgate.scrub import scrub_known
-from gptgate.tokens import estimate_text_tokens, message_text
+from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
+from gptgate.wire.side_output import SideOutput
 from gptgate.wire.sse import SSEDecoder, SSEEvent
 from gptgate.wire.stream_start import generates
 from gptgate.wire.usage import parse_usage
@@ -250,6 +251,7 @@ class StreamAccumulator:
         "has_content",
         "model",
         "response_id",
+        "side",
         "usage",
     )
 
@@ -267,6 +269,8 @@ class StreamAccumulator:
         #: True once any output arrived — text, a tool call's piece, reasoning (stream_start.py)
         self.generating = False
         self.chunks = 0
+        #: output besides the text — reasoning, tool-call pieces (side_output.py)
+        self.side = SideOutput()
 
     @property
     def counted_usage(self) -> Usage | None:
@@ -283,7 +287,12 @@ class StreamAccumulator:
         if counted is not None:
             return counted.output_tokens, True
         partial = self.usage.output_tokens if self.usage is not None else 0
-        return max(partial, estimate_text_tokens(self.text)), False
+        return max(partial, tokens_for_chars(len(self.text) + self.side.chars)), False
+
+    @property
+    def has_output(self) -> bool:
+        """Any output arrived (text, reasoning, a tool call's piece): booked from it."""
+        return self.has_content or self.side.chars > 0
 
     @property
     def text(self) -> str:
@@ -325,6 +334,8 @@ class StreamAccumulator:
                     self._parts.append(content)
                     self.has_content = True
                     text = content
+                elif self.generating:
+                    self.side.reasoning(delta)
                 tool_calls = delta.get("tool_calls")
                 if tool_calls:
                     self._merge_tool_calls(tool_calls)
@@ -352,6 +363,7 @@ class StreamAccumulator:
                 call["type"] = delta["type"]
             function = delta.get("function")
             if isinstance(function, dict):
+                self.side.tool_piece(function)
                 target = call["function"]
                 if isinstance(function.get("name"), str):
                     target["name"] += function["name"]
@@ -362,6 +374,7 @@ class StreamAccumulator:
         """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
         text = self.text
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        self.side.put_on(message)
         if self._tool_calls:
             message["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
         raw: dict[str, Any] = {
@@ -570,6 +583,8 @@ class ChatStreamReader:
             error = interrupted
         elif self.accumulator.chunks:
             error.billed = True
+            if self.accumulator.has_output:  # reasoning or a tool call's pieces, billed
+                error.output_tokens = max(error.output_tokens, self.accumulator.output_tokens()[0])
         self._error = error
 
     def _fail_transport(self, exc: Exception) -> None:

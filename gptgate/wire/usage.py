@@ -24,6 +24,7 @@ claims more cache than prompt (seen on proxies) is never billed below zero.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from ..results import Usage
@@ -75,7 +76,14 @@ def parse_anthropic_usage(obj: Any) -> Usage | None:
     write = token_count(obj.get("cache_creation_input_tokens")) or 0
     if uncached is None and output is None and not read and not write:
         return None
-    return _normalised((uncached or 0) + read + write, read, write, output or 0, 0)
+    usage = _normalised((uncached or 0) + read + write, read, write, output or 0, 0)
+    split = obj.get("cache_creation")  # the writes by TTL: the one-hour ones cost more
+    hour = token_count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
+    if hour:
+        usage = replace(
+            usage, cache_write_1h_input_tokens=min(hour, usage.cache_write_input_tokens)
+        )
+    return usage
 
 
 def parse_usage(obj: Any) -> Usage | None:
@@ -133,6 +141,7 @@ def cut_usage(
         input_tokens=said.input_tokens,
         cached_input_tokens=said.cached_input_tokens,
         cache_write_input_tokens=said.cache_write_input_tokens,
+        cache_write_1h_input_tokens=said.cache_write_1h_input_tokens,
         output_tokens=output_tokens,
         estimated=True,
     )
