@@ -226,16 +226,19 @@ async def take_up_batch(
     job_dir: str | os.PathLike[str],
     backend: str | None = None,
     retry: RetryMode = None,
+    scenario: Any = None,
     poll_s: float = 30.0,
+    **common: Any,
 ) -> BatchJob:
     """The job recorded in ``job_dir`` for these ``items``, taken up **without sending
     anything**: to see where it is, or to cancel it, when its submission stopped part-way (a
     create the provider refused — OpenAI's "Enqueued token limit reached" — or a crash).
     ``gate.batch`` would first send the parts never created; ``job.cancel()`` here ends them
-    unsent. No job recorded there: ``BadRequestError``."""
+    unsent. Keyword arguments added to every item are those of the ``gate.batch`` call (the
+    job is the hash of its requests). No job recorded there: ``BadRequestError``."""
     return await submit_batch(
-        gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=None,
-        poll_s=poll_s, limits=None, common={}, spending=gate._spending, send=False,
+        gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=scenario,
+        poll_s=poll_s, limits=None, common=common, spending=gate._spending, send=False,
     )
 
 

@@ -354,6 +354,12 @@ class SyncGateway:
         )
         return SyncBatchJob(self._loop, job)
 
+    def take_up_batch(self, items: Iterable[Mapping[str, Any]], **options: Any) -> SyncBatchJob:
+        """The job ``batch(items, job_dir=..., ...)`` recorded, taken up **sending nothing**
+        (``Gateway.take_up_batch``): to see it or ``cancel()`` it."""
+        gateway = self._ready()
+        return SyncBatchJob(self._loop, self._run(gateway.take_up_batch, items, **options))
+
     def warm(
         self,
         messages: Sequence[Mapping[str, Any]],
