@@ -767,24 +767,32 @@ class BatchJob:
     async def _settle(
         self, outcomes: dict[int, ChatResult | GateError]
     ) -> list[ChatResult | GateError]:
-        """Book every batch answer in the ledger (live retries booked themselves), release
-        the budget's holds; the results in input order."""
+        """Book every batch answer in the ledger (live retries booked themselves) that no
+        process booked before — a job settled once and taken up again with ``retry=`` books
+        its new round's answers only — release the budget's holds; the results in input
+        order."""
         ledger = self._gate.ledger
         name = self._backend.name
-        live, book = self._live, not self._job.settled
+        live, settled = self._live, self._job.settled
+        source: dict[int, PartRecord] = {}  # the part each outcome came from: its latest
+        for each in sorted(self._job.parts, key=lambda p: p.round):
+            source.update(dict.fromkeys(each.indices(), each))
         results: list[ChatResult | GateError] = []
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
             )
-            if book and index not in live:
+            part = source.get(index)
+            if index not in live and (not part.booked if part is not None else not settled):
                 if isinstance(outcome, ChatResult):
                     ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
                 ledger.record_call(name, isinstance(outcome, ChatResult))
             results.append(outcome)
         self.release_holds()
         await self.cache.store(outcomes, skip=live)
-        if book:
+        if not settled or not all(p.booked for p in self._job.parts):
+            for part in self._job.parts:
+                part.booked = True
             self._job.settled = True
             self._save()
         return results

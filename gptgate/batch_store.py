@@ -48,6 +48,8 @@ class PartRecord:
     #: wall-clock seconds just before the create was (first) sent: a batch API without
     #: metadata (Anthropic's) finds a create whose answer a crash lost among those after it
     created_after: float | None = None
+    #: its answers were booked (ledger): a later round's are booked when it ends, its not again
+    booked: bool = False
 
     def indices(self) -> list[int]:
         return [i for start, stop in self.ranges for i in range(start, stop)]
@@ -96,7 +98,9 @@ class JobStore:
             obj = json.loads(raw)
             if obj.get("version") != _VERSION:
                 raise ValueError(f"version {obj.get('version')!r}")
-            parts = [PartRecord(**p) for p in obj["parts"]]
+            # a record of a job settled before parts said so: every part of it was booked
+            parts = [PartRecord(**{"booked": bool(obj.get("settled")), **p})
+                     for p in obj["parts"]]
             return JobRecord(
                 key=obj["key"], backend=obj["backend"], items=obj["items"],
                 retry=obj.get("retry"), parts=parts, cancelled=bool(obj.get("cancelled")),

@@ -58,3 +58,28 @@ def test_without_retry_the_refused_items_are_retryable_rate_limits(tmp_path: Pat
         assert job.status == "failed"
 
     _run(body, SimBatchPlan(complete_after_s=600, enqueued_token_limit=limit))
+
+
+def test_a_settled_job_resumed_with_retry_books_the_new_rounds_answers(tmp_path: Path) -> None:
+    """The job ended with its refused part failed (no ``retry``), and was booked. Taken up
+    again with ``retry="batch"`` it sends those items in a second round — whose answers the
+    ledger never booked: the job was marked settled, so nothing more was. Only the first
+    round's answers stay unbooked the second time."""
+    items = _items(30)
+    limit = max(_tokens(items[:20]), _tokens(items[20:]))
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            first = await (await gate.batch(items, job_dir=tmp_path, limits=LIMITS)).wait()
+            booked = gate.ledger.entries["oa"].batch_requests
+        assert booked == 20 and sum(isinstance(r, gg.ChatResult) for r in first) == 20
+        async with sim.gate() as gate:  # the next run, asking for the failures again
+            job = await gate.batch(items, job_dir=tmp_path, limits=LIMITS, retry="batch")
+            results = await job.wait()
+            entry = gate.ledger.entries["oa"]
+        _in_order(results)
+        assert sim.batches.creates == 4
+        assert entry.batch_requests == 10 == sim.batches.billed_requests - booked
+        assert entry.batch_cost_usd > 0
+
+    _run(body, SimBatchPlan(complete_after_s=600, enqueued_token_limit=limit))
