@@ -162,8 +162,19 @@ def _headers_of(exc: BaseException) -> Mapping[str, str] | None:
     return headers if isinstance(headers, Mapping) else None
 
 
-#: the HTTP stacks and SDKs whose timeout and connection errors are the backend's failures
-_FOREIGN = ("httpx", "openai", "anthropic")
+#: the HTTP stacks and SDKs whose timeout and connection errors are the backend's failures:
+#: module → its (timeout, connection) exception class names
+_FOREIGN = {
+    "httpx": ("TimeoutException", "TransportError"),
+    "openai": ("APITimeoutError", "APIConnectionError"),  # they wrap no HTTP stack's
+    "anthropic": ("APITimeoutError", "APIConnectionError"),
+}
+
+
+def _imported(name: str) -> bool:
+    """``name`` is imported, and far enough (another thread may be importing it now)."""
+    module = sys.modules.get(name)
+    return module is not None and all(hasattr(module, c) for c in _FOREIGN[name])
 
 
 def _sdk_classes(
@@ -176,16 +187,11 @@ def _sdk_classes(
     gateway's loop, stood every call still for the 1–2 s ``import anthropic`` takes."""
     timeouts: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
     transport: list[type[BaseException]] = [httpx2.TransportError]
-    for name, imported in zip(_FOREIGN, loaded, strict=True):
-        module = sys.modules.get(name) if imported else None
-        if module is None:
-            continue
-        if name == "httpx":
-            timeouts.append(module.TimeoutException)
-            transport.append(module.TransportError)
-        else:  # the SDKs' connection errors wrap no HTTP stack's
-            timeouts.append(module.APITimeoutError)
-            transport.append(module.APIConnectionError)
+    for (name, (timeout, connection)), imported in zip(_FOREIGN.items(), loaded, strict=True):
+        if imported:
+            module = sys.modules[name]
+            timeouts.append(getattr(module, timeout))
+            transport.append(getattr(module, connection))
     return tuple(timeouts), tuple(transport)
 
 
@@ -223,7 +229,7 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
             retry_after=parse_retry_after(headers) if headers is not None else None,
             should_retry=parse_should_retry(headers) if headers is not None else None,
         )
-    loaded = tuple(name in sys.modules for name in _FOREIGN)
+    loaded = tuple(_imported(name) for name in _FOREIGN)
     classes = _CLASSES.get(loaded)
     if classes is None:
         classes = _CLASSES[loaded] = _sdk_classes(loaded)
