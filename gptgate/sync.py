@@ -43,6 +43,7 @@ from .batch_api import BatchLimits
 from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
+from .guard import GuardedCall
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
@@ -405,7 +406,19 @@ class SyncGateway:
 
             return call
 
-        return sync_guard(self._loop_ready, guarded_per_call)
+        def covers(outer: GuardedCall) -> bool:
+            """The guarded call this one runs inside holds a permit of this gateway on a
+            backend these options allow (``backend``, ``private``, ``tier``)."""
+            name = outer.limiter.name
+            states = self._gateway._states
+            state = states.get(name) if isinstance(name, str) else None
+            if state is None or state.limiter is not outer.limiter:
+                return False  # another gateway's call
+            config = state.backend
+            return ((backend is None or backend == name) and (not private or config.private)
+                    and (tier == "auto" or config.tier == tier))
+
+        return sync_guard(self._loop_ready, guarded_per_call, covers)
 
     def _loop_ready(self) -> LoopPortal:
         self._ready()

@@ -299,9 +299,13 @@ def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
 def sync_guard(
     loop: Callable[[], LoopPortal],
     async_guard: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+    covers: Callable[[GuardedCall], bool] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """The decorator: ``async_guard`` is the gateway's ``guard(...)`` with the same options,
-    looked up per call (a SyncGateway rebuilds its gateway after fork)."""
+    looked up per call (a SyncGateway rebuilds its gateway after fork). ``covers(call)``:
+    the guarded call running in this thread (the function was called inside it) holds a
+    permit this guard may use — then the function runs under it: waiting for a second permit
+    of the same limit, held by callers that each wait for theirs, would wait forever."""
 
     def decorator(fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
@@ -318,6 +322,9 @@ def sync_guard(
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            outer = GUARDED_HERE.get()
+            if outer is not None and covers is not None and covers(outer):
+                return fn(*args, **kwargs)  # part of the guarded call it runs in
             call: ThreadCall[R] = ThreadCall(functools.partial(fn, *args, **kwargs))
             return call.run(loop(), guarded)
 
