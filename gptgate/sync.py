@@ -103,6 +103,8 @@ class SyncChatStream:
         self._deltas: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._task: Future[None] | None = None
         self._ended = threading.Event()
+        #: the caller closed it: its iteration ends there, as a closed generator's does
+        self._hung_up = False
 
     def __enter__(self) -> SyncChatStream:
         return self
@@ -121,9 +123,9 @@ class SyncChatStream:
 
     def _read(self) -> Iterator[str]:
         try:
-            while True:
+            while not self._hung_up:
                 delta = self._deltas.get()
-                if delta is _END:
+                if delta is _END or self._hung_up:
                     return
                 if isinstance(delta, _Failed):
                     raise delta.error
@@ -153,6 +155,7 @@ class SyncChatStream:
         task = self._task
         if task is None:
             return
+        self._hung_up = True
         if not task.done():
             task.cancel()
         if threading.get_ident() != self._loop.thread_id:
