@@ -380,12 +380,18 @@ class BatchJob:
     def status(self) -> str:
         """``submitting``, the provider's ``validating`` / ``in_progress`` / ``finalizing``,
         ``cancelling``; once every part ended: ``completed``, ``cancelled``, ``expired`` or
-        ``failed`` (the worst of the parts)."""
+        ``failed`` (the worst of the parts) — once ``wait()`` returned, of the parts whose
+        items ended unanswered: a part whose failures a later round answered is behind them
+        (a job whose every item was answered is ``completed``)."""
         parts = self._job.parts
         running = [p.status or ("validating" if p.batch_id else "submitting")
                    for p in parts if p.status not in TERMINAL]
         if running:  # the part furthest behind: a part not created yet is "submitting"
             return "cancelling" if self._job.cancelled else min(running, key=_behind)
+        if self._results is not None:
+            source = self._sources()
+            parts = [source[i] for i, r in enumerate(self._results)
+                     if not isinstance(r, ChatResult) and i in source]
         for worst in ("cancelled", "expired", "failed"):
             if any(p.status == worst for p in parts):
                 return worst
@@ -744,6 +750,13 @@ class BatchJob:
         if self._spending is not None and estimate > 0:
             self.holds.append(await self._spending.admit(estimate, priority=0))
 
+    def _sources(self) -> dict[int, PartRecord]:
+        """The part each item's outcome comes from: the latest round that sent it."""
+        source: dict[int, PartRecord] = {}
+        for part in sorted(self._job.parts, key=lambda p: p.round):
+            source.update(dict.fromkeys(part.indices(), part))
+        return source
+
     # -- money ----------------------------------------------------------------------------
 
     def estimate(self, indices: Iterable[int]) -> float:
@@ -774,9 +787,7 @@ class BatchJob:
         ledger = self._gate.ledger
         name = self._backend.name
         live, settled = self._live, self._job.settled
-        source: dict[int, PartRecord] = {}  # the part each outcome came from: its latest
-        for each in sorted(self._job.parts, key=lambda p: p.round):
-            source.update(dict.fromkeys(each.indices(), each))
+        source = self._sources()
         results: list[ChatResult | GateError] = []
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(

@@ -39,6 +39,8 @@ def test_a_part_over_the_enqueued_token_limit_is_retried_as_a_batch(tmp_path: Pa
         _in_order(results)
         assert sim.batches.creates == 4  # three parts, then the refused one again
         assert job.counts == gg.BatchCounts(30, 30, 0)
+        # every item answered: the refused part's items were answered by the second round
+        assert job.status == "completed"
 
     _run(body, SimBatchPlan(complete_after_s=600, enqueued_token_limit=limit))
 
