@@ -162,7 +162,10 @@ class JobStore:
             json.dumps({"index": index, "result": dataclasses.asdict(result)}) + "\n"
             for index, result in answers.items()
         )
-        with open(self.dir / _LIVE, "a", encoding="utf-8") as out:
+        path = self.dir / _LIVE
+        if _cut_short(path):  # a crash cut the last line: the next one starts on its own
+            lines = "\n" + lines
+        with open(path, "a", encoding="utf-8") as out:
             out.write(lines)
             out.flush()
             os.fsync(out.fileno())
@@ -191,6 +194,16 @@ class JobStore:
             except (ValueError, KeyError, TypeError):
                 continue
         return found
+
+
+def _cut_short(path: Path) -> bool:
+    """The file's last line has no newline (a write a crash cut short)."""
+    try:
+        with open(path, "rb") as data:
+            data.seek(-1, os.SEEK_END)
+            return data.read(1) != b"\n"
+    except OSError:  # absent, or empty
+        return False
 
 
 def _fsync_dir(path: Path) -> None:
