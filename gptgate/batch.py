@@ -229,17 +229,19 @@ async def take_up_batch(
     retry: RetryMode = None,
     scenario: Any = None,
     poll_s: float = 30.0,
+    limits: BatchLimits | None = None,
     **common: Any,
 ) -> BatchJob:
     """The job recorded in ``job_dir`` for these ``items``, taken up **without sending
     anything**: to see where it is, or to cancel it, when its submission stopped part-way (a
     create the provider refused — OpenAI's "Enqueued token limit reached" — or a crash).
     ``gate.batch`` would first send the parts never created; ``job.cancel()`` here ends them
-    unsent. Keyword arguments added to every item are those of the ``gate.batch`` call (the
-    job is the hash of its requests). No job recorded there: ``BadRequestError``."""
+    unsent. It takes ``gate.batch``'s arguments: those added to every item must be the
+    submission's (the job is the hash of its requests); ``limits`` changes nothing of a
+    recorded job. No job recorded there: ``BadRequestError``."""
     return await submit_batch(
         gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=scenario,
-        poll_s=poll_s, limits=None, common=common, spending=gate._spending, send=False,
+        poll_s=poll_s, limits=limits, common=common, spending=gate._spending, send=False,
     )
 
 

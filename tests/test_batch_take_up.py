@@ -49,8 +49,9 @@ def test_a_job_submitted_with_common_arguments_is_taken_up_on_the_gateway(
         async with sim.gate() as gate:  # the next process: look, cancel, send nothing
             with pytest.raises(gg.BadRequestError, match="differ"):
                 await gate.take_up_batch(_prompts(20), job_dir=tmp_path)  # not the same job
-            job = await gate.take_up_batch(_prompts(20), job_dir=tmp_path, max_tokens=60,
-                                           temperature=0)
+            # the same arguments as the gate.batch call, limits= included
+            job = await gate.take_up_batch(_prompts(20), job_dir=tmp_path, limits=limits,
+                                           max_tokens=60, temperature=0)
             assert job.resumed and job.status == "submitting" and len(job.batch_ids) == 1
             await job.cancel()
         assert (sim.batches.creates, len(tries)) == (1, 2)  # nothing sent by the take-up
