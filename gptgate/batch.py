@@ -50,6 +50,7 @@ from .errors import (
     BadRequestError,
     BatchCancelledError,
     GateError,
+    RateLimitedError,
     RequestTimeout,
 )
 from .results import ChatResult, Usage
@@ -226,16 +227,21 @@ async def take_up_batch(
     job_dir: str | os.PathLike[str],
     backend: str | None = None,
     retry: RetryMode = None,
+    scenario: Any = None,
     poll_s: float = 30.0,
+    limits: BatchLimits | None = None,
+    **common: Any,
 ) -> BatchJob:
     """The job recorded in ``job_dir`` for these ``items``, taken up **without sending
     anything**: to see where it is, or to cancel it, when its submission stopped part-way (a
     create the provider refused — OpenAI's "Enqueued token limit reached" — or a crash).
     ``gate.batch`` would first send the parts never created; ``job.cancel()`` here ends them
-    unsent. No job recorded there: ``BadRequestError``."""
+    unsent. It takes ``gate.batch``'s arguments: those added to every item must be the
+    submission's (the job is the hash of its requests); ``limits`` changes nothing of a
+    recorded job. No job recorded there: ``BadRequestError``."""
     return await submit_batch(
-        gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=None,
-        poll_s=poll_s, limits=None, common={}, spending=gate._spending, send=False,
+        gate, items, backend=backend, job_dir=job_dir, retry=retry, scenario=scenario,
+        poll_s=poll_s, limits=limits, common=common, spending=gate._spending, send=False,
     )
 
 
@@ -376,12 +382,18 @@ class BatchJob:
     def status(self) -> str:
         """``submitting``, the provider's ``validating`` / ``in_progress`` / ``finalizing``,
         ``cancelling``; once every part ended: ``completed``, ``cancelled``, ``expired`` or
-        ``failed`` (the worst of the parts)."""
+        ``failed`` (the worst of the parts) — once ``wait()`` returned, of the parts whose
+        items ended unanswered: a part whose failures a later round answered is behind them
+        (a job whose every item was answered is ``completed``)."""
         parts = self._job.parts
         running = [p.status or ("validating" if p.batch_id else "submitting")
                    for p in parts if p.status not in TERMINAL]
         if running:  # the part furthest behind: a part not created yet is "submitting"
             return "cancelling" if self._job.cancelled else min(running, key=_behind)
+        if self._results is not None:
+            source = self._sources()
+            parts = [source[i] for i, r in enumerate(self._results)
+                     if not isinstance(r, ChatResult) and i in source]
         for worst in ("cancelled", "expired", "failed"):
             if any(p.status == worst for p in parts):
                 return worst
@@ -660,6 +672,11 @@ class BatchJob:
         if part.status in ("cancelled", "cancelling"):
             return BatchCancelledError("the batch was cancelled before this item ran",
                                        backend=name)
+        if part.status == "failed" and _over_enqueued_limit(part.errors):
+            return RateLimitedError(  # the queue was full: the same batch goes in later
+                f"the provider refused the batch for now: {part.errors} (retry='batch' sends "
+                "these items again once the job's other batches have ended)", backend=name,
+            )
         if part.status == "failed":
             return BadRequestError(f"the provider refused the batch: {part.errors or 'failed'}",
                                    backend=name)
@@ -669,17 +686,23 @@ class BatchJob:
 
     def _retryable(self, outcomes: Mapping[int, ChatResult | GateError], round_: int) -> list[int]:
         """Failed items of the latest round that trying again can help, under the retry
-        budget (every batch item counts as a request that funds it)."""
+        budget (every batch item counts as a request that funds it) — except the items of a
+        part the provider's full queue refused whole: none of them ran, so sending them is
+        no retry (under the budget, a refused part of 10,000 items had 10% of them sent)."""
         budget = self._gate.retry_budget
         now = self._gate.clock.now()
         if budget is not None:
             for _ in range(len(outcomes) if round_ == 0 else 0):
                 budget.record_request(now)
+        never_ran = {
+            i for p in self._job.parts
+            if p.status == "failed" and _over_enqueued_limit(p.errors) for i in p.indices()
+        }
         chosen: list[int] = []
         for index in sorted(outcomes):
             outcome = outcomes[index]
             if isinstance(outcome, GateError) and outcome.retryable:
-                if budget is not None and not budget.try_spend(now):
+                if budget is not None and index not in never_ran and not budget.try_spend(now):
                     continue
                 chosen.append(index)
         return chosen
@@ -729,6 +752,13 @@ class BatchJob:
         if self._spending is not None and estimate > 0:
             self.holds.append(await self._spending.admit(estimate, priority=0))
 
+    def _sources(self) -> dict[int, PartRecord]:
+        """The part each item's outcome comes from: the latest round that sent it."""
+        source: dict[int, PartRecord] = {}
+        for part in sorted(self._job.parts, key=lambda p: p.round):
+            source.update(dict.fromkeys(part.indices(), part))
+        return source
+
     # -- money ----------------------------------------------------------------------------
 
     def estimate(self, indices: Iterable[int]) -> float:
@@ -752,24 +782,30 @@ class BatchJob:
     async def _settle(
         self, outcomes: dict[int, ChatResult | GateError]
     ) -> list[ChatResult | GateError]:
-        """Book every batch answer in the ledger (live retries booked themselves), release
-        the budget's holds; the results in input order."""
+        """Book every batch answer in the ledger (live retries booked themselves) that no
+        process booked before — a job settled once and taken up again with ``retry=`` books
+        its new round's answers only — release the budget's holds; the results in input
+        order."""
         ledger = self._gate.ledger
         name = self._backend.name
-        live, book = self._live, not self._job.settled
+        live, settled = self._live, self._job.settled
+        source = self._sources()
         results: list[ChatResult | GateError] = []
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
             )
-            if book and index not in live:
+            part = source.get(index)
+            if index not in live and (not part.booked if part is not None else not settled):
                 if isinstance(outcome, ChatResult):
                     ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
                 ledger.record_call(name, isinstance(outcome, ChatResult))
             results.append(outcome)
         self.release_holds()
         await self.cache.store(outcomes, skip=live)
-        if book:
+        if not settled or not all(p.booked for p in self._job.parts):
+            for part in self._job.parts:
+                part.booked = True
             self._job.settled = True
             self._save()
         return results
@@ -781,6 +817,13 @@ _RUNNING = ("submitting", "validating", "in_progress", "finalizing")
 
 def _behind(status: str) -> int:
     return _RUNNING.index(status) if status in _RUNNING else len(_RUNNING)
+
+
+def _over_enqueued_limit(errors: str | None) -> bool:
+    """OpenAI failed the batch at validation for its organisation's enqueued token limit
+    (``token_limit_exceeded``): a queue that was full, not a request that is wrong."""
+    text = (errors or "").lower()
+    return "token_limit_exceeded" in text or "enqueued token limit" in text
 
 
 def _item_error(line: ItemResult, backend: str) -> GateError:

@@ -192,8 +192,9 @@ def _remote(obj: Mapping[str, Any], backend: str) -> RemoteBatch:
     errors = obj.get("errors")
     reasons = None
     if isinstance(errors, dict) and isinstance(errors.get("data"), list):
-        reasons = "; ".join(
-            str(e.get("message")) for e in errors["data"][:5] if isinstance(e, dict)
+        reasons = "; ".join(  # the code too: "token_limit_exceeded" is retryable
+            (f"[{e['code']}] " if e.get("code") else "") + str(e.get("message"))
+            for e in errors["data"][:5] if isinstance(e, dict)
         ) or None
     output, error = obj.get("output_file_id"), obj.get("error_file_id")
     return RemoteBatch(

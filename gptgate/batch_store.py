@@ -48,6 +48,8 @@ class PartRecord:
     #: wall-clock seconds just before the create was (first) sent: a batch API without
     #: metadata (Anthropic's) finds a create whose answer a crash lost among those after it
     created_after: float | None = None
+    #: its answers were booked (ledger): a later round's are booked when it ends, its not again
+    booked: bool = False
 
     def indices(self) -> list[int]:
         return [i for start, stop in self.ranges for i in range(start, stop)]
@@ -96,7 +98,9 @@ class JobStore:
             obj = json.loads(raw)
             if obj.get("version") != _VERSION:
                 raise ValueError(f"version {obj.get('version')!r}")
-            parts = [PartRecord(**p) for p in obj["parts"]]
+            # a record of a job settled before parts said so: every part of it was booked
+            parts = [PartRecord(**{"booked": bool(obj.get("settled")), **p})
+                     for p in obj["parts"]]
             return JobRecord(
                 key=obj["key"], backend=obj["backend"], items=obj["items"],
                 retry=obj.get("retry"), parts=parts, cancelled=bool(obj.get("cancelled")),
@@ -158,7 +162,10 @@ class JobStore:
             json.dumps({"index": index, "result": dataclasses.asdict(result)}) + "\n"
             for index, result in answers.items()
         )
-        with open(self.dir / _LIVE, "a", encoding="utf-8") as out:
+        path = self.dir / _LIVE
+        if _cut_short(path):  # a crash cut the last line: the next one starts on its own
+            lines = "\n" + lines
+        with open(path, "a", encoding="utf-8") as out:
             out.write(lines)
             out.flush()
             os.fsync(out.fileno())
@@ -187,6 +194,16 @@ class JobStore:
             except (ValueError, KeyError, TypeError):
                 continue
         return found
+
+
+def _cut_short(path: Path) -> bool:
+    """The file's last line has no newline (a write a crash cut short)."""
+    try:
+        with open(path, "rb") as data:
+            data.seek(-1, os.SEEK_END)
+            return data.read(1) != b"\n"
+    except OSError:  # absent, or empty
+        return False
 
 
 def _fsync_dir(path: Path) -> None:

@@ -197,7 +197,7 @@ class Embedder:
             if number > 1:
                 state.retries += 1
             try:
-                return await self._post(state, body, len(texts))
+                return await self._post(state, body, len(texts), deadline)
             except GateError as error:
                 if not isinstance(error, BadRequestError):
                     failed.add(state.name)
@@ -215,9 +215,19 @@ class Embedder:
         fresh = [s for s in ready if s.name not in failed] or ready
         return min(fresh, key=lambda s: s.predicted_s(False))
 
-    async def _post(self, state: BackendState, body: bytes, count: int) -> list[Vector]:
+    async def _post(
+        self, state: BackendState, body: bytes, count: int, deadline: float | None
+    ) -> list[Vector]:
         client = state.pool.client
-        request = client.build_request("POST", embeddings_url(state), content=body)
+        # in the backend's queue until the callers' deadline, as a chat call waits — not the
+        # client's pool_timeout, whose PoolTimeout sent the request to the back of the queue
+        # as a failed try, and ended it in RequestTimeout behind one long chat call
+        clock = self._gate.clock
+        queue_s = None if deadline is None else clock.to_real(max(0.0, deadline - clock.now()))
+        timeout = httpx2.Timeout(**(client.timeout.as_dict() | {"pool": queue_s}))
+        request = client.build_request(
+            "POST", embeddings_url(state), content=body, timeout=timeout
+        )
         transport = GuardTransport(self._gate, state, _PRIORITY)
         try:
             response = await transport.handle_async_request(request)

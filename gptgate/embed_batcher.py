@@ -20,7 +20,13 @@ from typing import Any
 import anyio
 
 from .clock import Clock
-from .errors import GateError, GatewayClosedError, RequestTimeout
+from .errors import (
+    BadRequestError,
+    GateError,
+    GatewayClosedError,
+    RequestTimeout,
+    RequestTooLargeError,
+)
 
 __all__ = ["Coalescer", "EmbedCaps", "Waiter"]
 
@@ -204,6 +210,18 @@ class Coalescer:
         try:
             vectors = await self._send([e.text for e in batch], _latest(batch))
         except GateError as error:
+            callers = _by_caller(batch)
+            if len(callers) > 1 and _refuses_an_input(error):
+                # one caller's input (longer than the model takes, ...) made the provider
+                # refuse the whole request: each caller's texts again alone, so the others
+                # merged with it get their vectors and only its own caller the 400
+                async with anyio.create_task_group() as tg:
+                    for own in callers:
+                        if own[0].waiter.cancelled:
+                            continue  # its caller has left
+                        self._count(own)
+                        tg.start_soon(self._deliver, own)
+                return
             for entry in batch:
                 entry.waiter.fail(error)
             return
@@ -214,6 +232,22 @@ class Coalescer:
             raise
         for entry, vector in zip(batch, vectors, strict=True):
             entry.waiter.fill(entry.index, vector)
+
+
+def _by_caller(batch: list[_Entry]) -> list[list[_Entry]]:
+    """A request's entries per caller, in the order they were queued."""
+    callers: dict[int, list[_Entry]] = {}
+    for entry in batch:
+        callers.setdefault(id(entry.waiter), []).append(entry)
+    return list(callers.values())
+
+
+def _refuses_an_input(error: GateError) -> bool:
+    """The provider refused the request for what one of its inputs is (a 400, 413 or 422:
+    too long for the model, ...), not for who sent it (401, 403) or where (404)."""
+    return isinstance(error, RequestTooLargeError) or (
+        isinstance(error, BadRequestError) and error.status in (400, 413, 422)
+    )
 
 
 def _latest(batch: list[_Entry]) -> float | None:

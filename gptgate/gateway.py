@@ -40,7 +40,7 @@ from opentelemetry import metrics, trace
 from .backend_stats import BackendStats, fleet_statistics, limit_phase
 from .background import Background
 from .baseline import Baseline
-from .batch import BatchJob, RetryMode, submit_batch
+from .batch import BatchJob, RetryMode, submit_batch, take_up_batch
 from .batch_api import BatchLimits
 from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
@@ -1367,6 +1367,11 @@ class Gateway:
             self, items, backend=backend, job_dir=job_dir, retry=retry, scenario=scenario,
             poll_s=poll_s, limits=limits, common=common, spending=self._spending,
         )
+
+    async def take_up_batch(self, items: Iterable[Mapping[str, Any]], **options: Any) -> BatchJob:
+        """The job ``batch(items, job_dir=..., ...)`` recorded, sending nothing: to see or
+        cancel it (``gptgate.batch.take_up_batch``, docs/batch.md)."""
+        return await take_up_batch(self, items, **options)
 
     async def warm(
         self,

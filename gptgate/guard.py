@@ -12,8 +12,8 @@ together", says what users can count on.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
@@ -166,30 +166,43 @@ def _headers_of(exc: BaseException) -> Mapping[str, str] | None:
     return headers if isinstance(headers, Mapping) else None
 
 
-def _sdk_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+#: the HTTP stacks and SDKs whose timeout and connection errors are the backend's failures:
+#: module → its (timeout, connection) exception class names
+_FOREIGN = {
+    "httpx": ("TimeoutException", "TransportError"),
+    "openai": ("APITimeoutError", "APIConnectionError"),  # they wrap no HTTP stack's
+    "anthropic": ("APITimeoutError", "APIConnectionError"),
+}
+
+
+def _imported(name: str) -> bool:
+    """``name`` is imported, and far enough (another thread may be importing it now)."""
+    module = sys.modules.get(name)
+    return module is not None and all(hasattr(module, c) for c in _FOREIGN[name])
+
+
+def _sdk_classes(
+    loaded: tuple[bool, ...],
+) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     """The timeout and connection exception classes of the HTTP stacks SDKs are built on
-    (httpx2, and httpx, openai and anthropic when installed) — by type, never by name: a user's own
-    ``CacheConnectionError`` is no LLM failure."""
+    (httpx2, and httpx, openai and anthropic) — by type, never by name: a user's own
+    ``CacheConnectionError`` is no LLM failure. Only those already imported (``loaded``):
+    an SDK's exception cannot exist before its SDK is, and importing one here, on the
+    gateway's loop, stood every call still for the 1–2 s ``import anthropic`` takes."""
     timeouts: list[type[BaseException]] = [httpx2.TimeoutException, TimeoutError]
     transport: list[type[BaseException]] = [httpx2.TransportError]
-    try:
-        import httpx  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:  # pragma: no cover - the openai SDK brings it
-        pass
-    else:
-        timeouts.append(httpx.TimeoutException)
-        transport.append(httpx.TransportError)
-    for sdk in ("openai", "anthropic"):  # their connection errors wrap no HTTP stack's
-        try:
-            module = importlib.import_module(sdk)
-        except ImportError:  # pragma: no cover - optional
-            continue
-        timeouts.append(module.APITimeoutError)
-        transport.append(module.APIConnectionError)
+    for (name, (timeout, connection)), imported in zip(_FOREIGN.items(), loaded, strict=True):
+        if imported:
+            module = sys.modules[name]
+            timeouts.append(getattr(module, timeout))
+            transport.append(getattr(module, connection))
     return tuple(timeouts), tuple(transport)
 
 
-_CLASSES: tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]] | None = None
+#: per set of imported SDKs, their classes (an SDK imported later is looked at then)
+_CLASSES: dict[
+    tuple[bool, ...], tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]
+] = {}
 
 
 def classify_exception(exc: BaseException, backend: str) -> GateError:
@@ -197,7 +210,6 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
     on the limit's signal; the original is what the caller sees. Anything that is neither an
     HTTP status nor a timeout or transport error of a known HTTP stack is the application's
     own: a bare ``GateError`` (never retried, not the backend's fault)."""
-    global _CLASSES
     if isinstance(exc, GateError):
         return exc
     status = _status_of(exc)
@@ -221,9 +233,11 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
             retry_after=parse_retry_after(headers) if headers is not None else None,
             should_retry=parse_should_retry(headers) if headers is not None else None,
         )
-    if _CLASSES is None:
-        _CLASSES = _sdk_classes()
-    timeouts, transport = _CLASSES
+    loaded = tuple(_imported(name) for name in _FOREIGN)
+    classes = _CLASSES.get(loaded)
+    if classes is None:
+        classes = _CLASSES[loaded] = _sdk_classes(loaded)
+    timeouts, transport = classes
     if isinstance(exc, timeouts):  # before transport: openai's timeout is a connection error
         return RequestTimeout(name, backend=backend)
     if isinstance(exc, transport):

@@ -35,6 +35,7 @@ from cachetools import TTLCache
 from .errors import BadRequestError, GateError
 from .flight_deadline import CallerDeadline
 from .response_cache_fleet import answer_or_claim, kept
+from .response_cache_loop import LoopHolders
 from .results import ChatResult, Usage
 
 if TYPE_CHECKING:
@@ -221,6 +222,8 @@ class ResponseCache:
         self._flights: dict[str, _Flight] = {}
         self._counts: dict[str, _Counts] = {}
         self._pid = os.getpid()
+        #: the open gateways using it, and the thread of the event loop they run on
+        self._holders = LoopHolders()
 
     def _new_store(self) -> TTLCache[str, bytes]:
         return TTLCache(maxsize=self.max_entries, ttl=self.ttl_s, timer=lambda: self._timer())
@@ -230,10 +233,26 @@ class ResponseCache:
         a forked child (``SyncGateway`` after ``fork()``) starts with no calls in flight and
         its own counters: the parent's flights wait on the parent's event loop."""
         self._timer = clock.now
+        self._forked()
+
+    def _forked(self) -> None:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._flights = {}
             self._counts = {}
+            self._holders = LoopHolders()
+
+    def hold(self) -> None:
+        """A gateway opens on the running event loop with this cache: refused while gateways
+        on another loop hold it open — its single-flight events and its store belong to one
+        loop's thread (an identical call waiting across loops crashed with asyncio's "bound
+        to a different event loop")."""
+        self._forked()
+        self._holders.hold()
+
+    def release(self) -> bool:
+        """A gateway holding it closed; True when none holds it any more."""
+        return self._holders.release()
 
     def count(self, backend: str) -> _Counts:
         counts = self._counts.get(backend)

@@ -43,6 +43,8 @@ class CachedCalls:
             )
         self._gate = gate
         self.cache = cache
+        #: this gateway holds the cache open (on its loop: gptgate/response_cache_loop.py)
+        self._holding = False
         if cache is not None:
             cache.bind(gate.clock)
 
@@ -130,9 +132,17 @@ class CachedCalls:
         return self.cache.statistics(backend) if self.cache is not None else None
 
     async def start(self) -> None:
-        if self.cache is not None and self.cache.redis is not None:
+        if self.cache is None:
+            return
+        self.cache.hold()  # refused while a gateway on another loop holds it
+        self._holding = True
+        if self.cache.redis is not None:
             await self.cache.redis.start()
 
     async def aclose(self) -> None:
-        if self.cache is not None:
+        """Let the cache go; its Redis closes with the last gateway holding it."""
+        if self.cache is None or not self._holding:
+            return
+        self._holding = False
+        if self.cache.release():
             await self.cache.aclose()

@@ -43,6 +43,7 @@ from .batch_api import BatchLimits
 from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
+from .guard import GuardedCall
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
@@ -102,6 +103,8 @@ class SyncChatStream:
         self._deltas: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._task: Future[None] | None = None
         self._ended = threading.Event()
+        #: the caller closed it: its iteration ends there, as a closed generator's does
+        self._hung_up = False
 
     def __enter__(self) -> SyncChatStream:
         return self
@@ -120,9 +123,9 @@ class SyncChatStream:
 
     def _read(self) -> Iterator[str]:
         try:
-            while True:
+            while not self._hung_up:
                 delta = self._deltas.get()
-                if delta is _END:
+                if delta is _END or self._hung_up:
                     return
                 if isinstance(delta, _Failed):
                     raise delta.error
@@ -152,6 +155,7 @@ class SyncChatStream:
         task = self._task
         if task is None:
             return
+        self._hung_up = True
         if not task.done():
             task.cancel()
         if threading.get_ident() != self._loop.thread_id:
@@ -354,6 +358,12 @@ class SyncGateway:
         )
         return SyncBatchJob(self._loop, job)
 
+    def take_up_batch(self, items: Iterable[Mapping[str, Any]], **options: Any) -> SyncBatchJob:
+        """The job ``batch(items, job_dir=..., ...)`` recorded, taken up **sending nothing**
+        (``Gateway.take_up_batch``): to see it or ``cancel()`` it."""
+        gateway = self._ready()
+        return SyncBatchJob(self._loop, self._run(gateway.take_up_batch, items, **options))
+
     def warm(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -399,7 +409,19 @@ class SyncGateway:
 
             return call
 
-        return sync_guard(self._loop_ready, guarded_per_call)
+        def covers(outer: GuardedCall) -> bool:
+            """The guarded call this one runs inside holds a permit of this gateway on a
+            backend these options allow (``backend``, ``private``, ``tier``)."""
+            name = outer.limiter.name
+            states = self._gateway._states
+            state = states.get(name) if isinstance(name, str) else None
+            if state is None or state.limiter is not outer.limiter:
+                return False  # another gateway's call
+            config = state.backend
+            return ((backend is None or backend == name) and (not private or config.private)
+                    and (tier == "auto" or config.tier == tier))
+
+        return sync_guard(self._loop_ready, guarded_per_call, covers)
 
     def _loop_ready(self) -> LoopPortal:
         self._ready()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import anyio
 import httpx2
+from anyio.lowlevel import EventLoopToken
 
 from .errors import RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
@@ -74,6 +75,9 @@ class ThreadCall(Generic[R]):
         self._reads = StreamReads()
         #: what cut that stream while it was read, if anything
         self._stream_error: Exception | None = None
+        #: the loop running this call: the thread's answers go there directly, not through
+        #: the portal, which a closing SyncGateway stops while a try still holds its permit
+        self._token: EventLoopToken | None = None
 
     # -- on the loop --------------------------------------------------------------------
 
@@ -155,15 +159,24 @@ class ThreadCall(Generic[R]):
             self._stream_end.set()
 
     async def done(self, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
+        self._token = anyio.lowlevel.current_token()
         try:
             return await guarded(self)
         finally:
             self.inbox.put(_DONE)
 
+    def _to_loop(self, then: Callable[[], None]) -> None:
+        """A try's answer, from the caller's thread to the loop. Not through the portal:
+        ``close()`` stops it (no new calls) and then waits for the loop's tasks — this one
+        in its shielded wait for the answer — so the loop always runs on until it has it."""
+        anyio.from_thread.run_sync(then, token=self._token)
+
     # -- in the caller's thread ---------------------------------------------------------
 
     def run(self, loop: LoopPortal, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
         task: Future[R] = spawn_on(loop, self.done, guarded)
+        # a task cancelled before it ever ran (the portal stopping) never says it is done
+        task.add_done_callback(lambda _: self.inbox.put(_DONE))
         try:
             while True:
                 message = self.inbox.get()
@@ -175,11 +188,13 @@ class ThreadCall(Generic[R]):
                     # a stream manager returned unentered is entered on this try's permit
                     value = entered_now(self._fn())
                 except Exception as error:
-                    call_on(loop, self._deliver, number, None, error, False)
+                    self._to_loop(functools.partial(self._deliver, number, None, error, False))
                     continue
                 except BaseException:
                     task.cancel()  # interrupted: the loop must not wait for the function
-                    call_on(loop, self._deliver, number, None, _CallerLeft(), False)
+                    self._to_loop(
+                        functools.partial(self._deliver, number, None, _CallerLeft(), False)
+                    )
                     raise
                 finally:
                     GUARDED_HERE.reset(token)
@@ -188,7 +203,9 @@ class ThreadCall(Generic[R]):
                     value, lambda error: _tell(loop, functools.partial(self._stream_ended, error)),
                     self._reads,
                 )
-                call_on(loop, self._deliver, number, value, None, held is not None)
+                self._to_loop(
+                    functools.partial(self._deliver, number, value, None, held is not None)
+                )
                 if held is not None:
                     return held  # type: ignore[no-any-return]
         except BaseException:
@@ -282,9 +299,13 @@ def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
 def sync_guard(
     loop: Callable[[], LoopPortal],
     async_guard: Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]],
+    covers: Callable[[GuardedCall], bool] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """The decorator: ``async_guard`` is the gateway's ``guard(...)`` with the same options,
-    looked up per call (a SyncGateway rebuilds its gateway after fork)."""
+    looked up per call (a SyncGateway rebuilds its gateway after fork). ``covers(call)``:
+    the guarded call running in this thread (the function was called inside it) holds a
+    permit this guard may use — then the function runs under it: waiting for a second permit
+    of the same limit, held by callers that each wait for theirs, would wait forever."""
 
     def decorator(fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
@@ -301,6 +322,9 @@ def sync_guard(
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            outer = GUARDED_HERE.get()
+            if outer is not None and covers is not None and covers(outer):
+                return fn(*args, **kwargs)  # part of the guarded call it runs in
             call: ThreadCall[R] = ThreadCall(functools.partial(fn, *args, **kwargs))
             return call.run(loop(), guarded)
 

@@ -4,7 +4,8 @@ Why its own module: an embeddings request is one step (no prefill/decode timelin
 stream), so the engine's chat machinery has nothing to offer it but the ledger. The vector of
 a text is a function of the text alone (a hash seeds it), so a test can compare what a
 coalescing client got against one request per text; a request over the profile's
-``embedding_max_inputs`` is the provider's 400, as OpenAI answers more than 2,048 inputs.
+``embedding_max_inputs`` is the provider's 400, as OpenAI answers more than 2,048 inputs, and
+so is one holding an input over ``embedding_max_input_tokens`` (8,192, OpenAI's models').
 Each request holds one of the engine's slots for ``embedding_request_s`` plus
 ``embedding_per_input_s`` per input: the per-request overhead is what merging saves.
 """
@@ -78,7 +79,17 @@ async def answer_embeddings(
             f"{profile.embedding_max_inputs}"
         )
         return _bad_request(base, message, profile.flavor)
-    tokens = sum(estimate_text_tokens(t) for t in texts)
+    sizes = [estimate_text_tokens(t) for t in texts]
+    longest = profile.embedding_max_input_tokens
+    if longest is not None and max(sizes) > longest:
+        engine.ledger.record("client_error")
+        message = (
+            f"This model's maximum context length is {longest} tokens, however you requested "
+            f"{max(sizes)} tokens ({max(sizes)} in your prompt; 0 for the completion). Please "
+            "reduce your prompt; or completion length."
+        )
+        return _bad_request(base, message, profile.flavor)
+    tokens = sum(sizes)
     base, refused = engine.admit_rate(tokens, base)  # a provider's RPM/TPM counts these too
     if refused is not None:
         return refused

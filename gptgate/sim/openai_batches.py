@@ -41,6 +41,10 @@ class SimBatchPlan:
     expire_rate: float = 0.0
     shuffle: bool = True
     seed: int = 0
+    #: the organisation's enqueued token limit (prompt tokens of the batches not ended yet):
+    #: a batch that would go over it fails at validation with ``token_limit_exceeded``, as
+    #: OpenAI's do; None: no limit
+    enqueued_token_limit: int | None = None
 
 
 @dataclass(slots=True)
@@ -185,10 +189,32 @@ class SimBatches:
         batch = _Batch(self._next_id("batch_sim"), file.id, dict(metadata),
                        self.engine.clock.now(), self._epoch(), lines)
         batch.counts["total"] = len(lines)
+        if not errors:
+            errors = self._over_enqueued_limit(lines)
         if errors:
             batch.status, batch.errors = "failed", errors
         self.batches[batch.id] = batch
         return _ok(self._view(batch))
+
+    def _over_enqueued_limit(self, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """OpenAI's refusal of a batch whose prompt tokens, with those of the batches still
+        queued or running, exceed the organisation's enqueued token limit."""
+        limit = self.plan.enqueued_token_limit
+        if limit is None:
+            return []
+        for batch in self.batches.values():
+            self._advance(batch)
+        queued = sum(
+            _prompt_tokens(b.lines) for b in self.batches.values()
+            if b.status in ("validating", "in_progress", "finalizing")
+        )
+        if queued + _prompt_tokens(lines) <= limit:
+            return []
+        model = str(lines[0].get("body", {}).get("model")) if lines else "the model"
+        return [{"code": "token_limit_exceeded", "line": None, "message": (
+            f"Enqueued token limit reached for {model} in organization org-sim. Limit: "
+            f"{limit} enqueued tokens. Please try again once some in_progress batches have "
+            "been completed.")}]
 
     def _view(self, batch: _Batch) -> dict[str, Any]:
         self._advance(batch)
@@ -301,6 +327,10 @@ def _error(status: int, message: str) -> SimResponse:
 def _response_line(cid: str, status: int, body: dict[str, Any]) -> str:
     return wire.dumps({"id": f"batch_req_{cid}", "custom_id": cid, "response": {
         "status_code": status, "request_id": f"req_{cid}", "body": body}, "error": None})
+
+
+def _prompt_tokens(lines: list[dict[str, Any]]) -> int:
+    return sum(estimate_prompt_tokens(line["body"].get("messages") or []) for line in lines)
 
 
 def _error_line(cid: str, code: str, message: str) -> str:

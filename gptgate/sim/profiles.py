@@ -48,6 +48,9 @@ class SimProfile(BaseModel):
     #: small part per input (a GPU embeds a batch nearly as fast as one text; the request's
     #: round trip and scheduling are what it pays per request)
     embedding_max_inputs: int = Field(default=2048, ge=1)
+    #: the most tokens one input may hold (OpenAI's embedding models: 8,192): a request with
+    #: a longer one is a 400 for the whole request, as OpenAI answers it; None: no limit
+    embedding_max_input_tokens: int | None = Field(default=8192, ge=1)
     embedding_dimensions: int = Field(default=8, ge=1)
     embedding_request_s: float = Field(default=0.02, ge=0)
     embedding_per_input_s: float = Field(default=0.00002, ge=0)
