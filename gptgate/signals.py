@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,11 @@ STALE_INTERVALS = 3.0
 MAX_READ_S = 5.0
 #: KV cache this full preempts or queues new sequences: evidence like a waiting queue
 KV_FULL = 0.98
+#: a read that counts fewer than this share of our calls in flight (running + waiting) missed
+#: them: a stall before the scheduler, a call in transit — or another server's
+ACCOUNTED = 0.75
+#: the last reads judged for a partial view: half of them missing our calls is a balancer
+PARTIAL_READS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +102,15 @@ class SignalReader:
         self._llamacpp = backend.provider == "llamacpp"
         #: ``shared=``: the fleet's lease on reading this server (gptgate/signals_fleet.py)
         self.share: SignalShare | None = None
+        #: per recent read with calls in flight: did it miss most of them (see ``partial``)
+        self._missed: deque[bool] = deque(maxlen=PARTIAL_READS)
+        self.partial = False
 
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
-        """The last read, or None when it is older than three intervals (or absent)."""
-        if self.load is None or self.read_at is None:
+        """The last read, or None when it is older than three intervals (or absent), or
+        when the reads are of a part of the server (:attr:`partial`)."""
+        if self.load is None or self.read_at is None or self.partial:
             return None
         now = self.clock.now() if now is None else now
         if now - self.read_at > STALE_INTERVALS * self.interval_s:
@@ -147,6 +157,42 @@ class SignalReader:
     def observe(self, load: ServerLoad, age_s: float = 0.0) -> None:
         """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
         in_flight = self._in_flight()
+        self._judge_view(load, in_flight)
+        self.load = load
+        self.read_at = self.clock.now() - age_s
+        self.reads += 1
+        if self._failing:
+            log.info("gptgate: backend %r: server signals readable again", self.backend.name)
+        self._failing = False
+        if not self.partial:
+            self._move_knee(load, in_flight)
+
+    def _judge_view(self, load: ServerLoad, in_flight: int) -> None:
+        """Whether the reads show the server our calls go to, or a part of it.
+
+        Several servers behind one URL (llama-servers behind a balancer, vLLM pods behind a
+        Service) answer each read from one of them: its slots are not the server's (a
+        ceiling there halved family draw 34's goodput, 2 × 2 slots) nor its queue. Such a
+        read counts a fraction of our calls in flight; a whole server counts them all but
+        the few stalled before its scheduler or in transit. Half of the last reads missing
+        a quarter of our calls: the view is partial, and the limit and router ignore it."""
+        if in_flight <= 0:
+            return
+        accounted = (load.running or load.slots_busy or 0) + (load.waiting or 0)
+        self._missed.append(accounted < ACCOUNTED * in_flight)
+        partial = len(self._missed) >= PARTIAL_READS // 2 and 2 * sum(self._missed) >= len(
+            self._missed
+        )
+        if partial and not self.partial:
+            log.warning(
+                "gptgate: backend %r: the server's reports count %d of the %d calls in flight "
+                "to it, on most reads: several servers behind one URL? Their signals are "
+                "ignored while so; give each server its own Backend to read them",
+                self.backend.name, accounted, in_flight,
+            )
+        self.partial = partial
+
+    def _move_knee(self, load: ServerLoad, in_flight: int) -> None:
         waiting = load.waiting or 0
         # other clients' calls, counted when the server counted (not against a later
         # in-flight count: calls ending since the read would pass for someone else's)
@@ -160,12 +206,6 @@ class SignalReader:
                 self.knee = max(1, in_flight - waiting)
         elif self.knee is not None and in_flight >= self.knee:
             self.knee += 1  # quiet at the cap: room for one more
-        self.load = load
-        self.read_at = self.clock.now() - age_s
-        self.reads += 1
-        if self._failing:
-            log.info("gptgate: backend %r: server signals readable again", self.backend.name)
-        self._failing = False
 
     async def read_once(self, client: httpx2.AsyncClient) -> ServerLoad:
         load = ServerLoad()

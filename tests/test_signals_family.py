@@ -1,0 +1,30 @@
+"""``concurrency="auto"`` with ``Backend(signals=True)`` on the server family (issue 31,
+round 13): the server's own queue as the limit's evidence, on draws a production user would
+run signals on (vLLM, llama.cpp). Virtual time, benchmarks/adaptive.py's 400-call job (~1-2 s
+of CPU per run)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import adaptive
+
+from gptgate.sim import family, run_virtual
+
+
+def _auto(draw: int, signals: bool) -> adaptive.Row:
+    row = functools.partial(adaptive.run_row, timeout=3600.0, signals=signals)
+    return run_virtual(row, family(draw), None, 400, draw)
+
+
+def test_llama_servers_behind_one_url_do_not_cap_auto_at_one_replicas_slots() -> None:
+    """Draw 34: two llama-servers of 2 slots behind one URL (queue 3 each). Each read of
+    ``/slots`` shows one of them; taken as the server's, its 2 slots capped ``auto`` at 2 in
+    flight and halved its goodput (0.121 calls/s against 0.208 without signals)."""
+    plain, signals = _auto(34, False), _auto(34, True)
+    assert signals.failed == plain.failed == 0
+    assert signals.goodput >= 0.95 * plain.goodput
