@@ -10,7 +10,10 @@ While the snapshot is fresh:
 - the limit (``concurrency="auto"``) is capped by :class:`SignalLimit`: a waiting queue at the
   server is the knee's evidence (more in flight would only wait there), so the cap is what we
   had in flight less what waits, then grows by one per quiet read; the slot count is a
-  ceiling. Stale or absent signals: the latency-only controller alone, as before.
+  ceiling. In slow start the limit doubles per read that shows a full limit running and
+  nothing waiting; after it, what the server ran without a queue is a floor. Stale or
+  absent signals, or reads of one server of several behind a balancer (they count a part
+  of our calls): the latency-only controller alone, as before.
 - the router adds :func:`server_wait_s`: the work waiting per slot times the service time, and
   a little for a fuller KV cache — a warm prefix (worth half a service time) beats a short
   queue, not a long one.
@@ -105,6 +108,8 @@ class SignalReader:
         #: per recent read with calls in flight: did it miss most of them (see ``partial``)
         self._missed: deque[bool] = deque(maxlen=PARTIAL_READS)
         self.partial = False
+        #: called with each good read of the whole server and our calls in flight then
+        self.listeners: list[Callable[[ServerLoad, int], None]] = []
 
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
@@ -166,6 +171,8 @@ class SignalReader:
         self._failing = False
         if not self.partial:
             self._move_knee(load, in_flight)
+            for listener in self.listeners:
+                listener(load, in_flight)
 
     def _judge_view(self, load: ServerLoad, in_flight: int) -> None:
         """Whether the reads show the server our calls go to, or a part of it.
@@ -282,15 +289,40 @@ class SignalLimit:
 
     A wrapper, not a change to the controller: the latency-based limit keeps learning; while
     the signals are fresh its value is held at or below :meth:`SignalReader.cap`, and raised
-    to :meth:`SignalReader.floor` (the server's free slots) while the server queues nothing."""
+    to :meth:`SignalReader.floor` (the server's free slots) while the server queues nothing.
+
+    While the controller is in slow start it is also raised to a **ramp** that doubles per
+    quiet read: a read at which every call of a full limit runs and none waits (KV cache not
+    full) is the evidence slow start's window waits a latency or more for — that the level
+    did not queue — every interval instead. The first read with a queue stops it (the knee
+    caps it from there); the controller's own exit from slow start ends it too."""
 
     def __init__(self, inner: Limit, reader: SignalReader) -> None:
         self.inner = inner
         self.reader = reader
+        self._ramp: int | None = None
+        #: the most calls in flight a read showed all running, none waiting (slow start's)
+        self._quiet = 0
+        reader.listeners.append(self._on_read)
+
+    def _on_read(self, load: ServerLoad, in_flight: int) -> None:
+        if not getattr(self.inner, "in_slow_start", False) or self.reader.knee is not None:
+            return
+        if (load.waiting or 0) > 0 or (load.kv_usage or 0.0) >= KV_FULL:
+            return
+        level = max(self.inner.limit, self._ramp or 0)
+        if in_flight >= level:  # the whole level admitted, and nothing waits
+            self._quiet = max(self._quiet, in_flight)
+            self._ramp = min(2 * level, int(getattr(self.inner, "max_limit", 2 * level)))
 
     @property
     def limit(self) -> int:
         own = self.inner.limit
+        if self.reader.fresh() is not None:
+            if getattr(self.inner, "in_slow_start", False):
+                own = max(own, self._ramp or 0)
+            else:  # what the server ran without a queue stays ours: its knee, once it queued
+                own = max(own, self._quiet, self.reader.knee or 0)
         floor = self.reader.floor()
         if floor is not None:  # free slots and no queue: fill them (within max_concurrency)
             own = max(own, min(floor, int(getattr(self.inner, "max_limit", floor))))

@@ -398,3 +398,64 @@ def test_a_whole_server_whose_calls_straggle_now_and_then_is_still_read() -> Non
     for running in (4, 2, 4, 4, 1, 4, 4, 4):
         reader.observe(ServerLoad(running=running, slots_total=4, slots_busy=running))
     assert reader.cap() == 4
+
+
+def test_slow_start_doubles_per_quiet_read_while_the_server_has_room() -> None:
+    """Slow start doubles once a window of answers says the level did not queue: a latency
+    or more per doubling (family draw 56, 1 × 38 slots: ~80 s of a 280-s job to reach 38).
+    A read that shows every call of a full limit running, none waiting, says so every
+    interval: the limit doubles per such read until the server queues, where the knee caps
+    it."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=4, waiting=0, kv_usage=0.1))
+    assert limit.limit == 8
+    in_flight[0] = 6  # not filled: no evidence about 8
+    reader.observe(ServerLoad(running=6, waiting=0, kv_usage=0.2))
+    assert limit.limit == 8
+    in_flight[0] = 8
+    reader.observe(ServerLoad(running=8, waiting=0, kv_usage=0.2))
+    assert limit.limit == 16
+    in_flight[0] = 16
+    reader.observe(ServerLoad(running=12, waiting=4, kv_usage=0.9))
+    assert limit.limit == 12  # queued: the knee
+    assert inner.limit == 4 and inner.in_slow_start  # the controller's own state is its own
+
+
+def test_no_ramp_once_the_controller_left_slow_start() -> None:
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    inner._slow_start = False
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=4, waiting=0, kv_usage=0.1))
+    assert limit.limit == 4
+
+
+def test_after_slow_start_what_the_server_ran_without_a_queue_stays_ours() -> None:
+    """Family draw 56 (1 × 38 slots, every answer 400 tokens): each call slows as the batch
+    grows, which the controller's slow start reads as a queue and leaves at a centre of ~8
+    — while the server says 38 run and none wait. The server's knee is the floor."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    limit = SignalLimit(inner, reader)
+    for level in (4, 8, 16, 32):
+        in_flight[0] = level
+        reader.observe(ServerLoad(running=level, waiting=0, kv_usage=level / 38))
+    assert limit.limit == 64
+    in_flight[0] = 50
+    reader.observe(ServerLoad(running=38, waiting=12, kv_usage=1.0))
+    assert limit.limit == 38  # queued: the knee caps the ramp
+    inner._slow_start = False  # the controller's own exit, low (its centre, not the server's)
+    inner._limit = 8
+    in_flight[0] = 38
+    assert limit.limit == 38
+    reader.observe(ServerLoad(running=38, waiting=0, kv_usage=1.0 - 1e-9))
+    assert limit.limit == 38  # KV full: no room for one more, and none taken away
+    reader.observe(ServerLoad(running=38, waiting=0, kv_usage=0.9))
+    assert limit.limit == 39  # quiet at the knee: one more, as before
+    reader.observe(ServerLoad(running=20, waiting=5, kv_usage=1.0))
+    assert limit.limit < 38  # another client's calls queue ours: the knee falls, and the cap

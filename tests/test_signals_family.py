@@ -28,3 +28,15 @@ def test_llama_servers_behind_one_url_do_not_cap_auto_at_one_replicas_slots() ->
     plain, signals = _auto(34, False), _auto(34, True)
     assert signals.failed == plain.failed == 0
     assert signals.goodput >= 0.95 * plain.goodput
+
+
+def test_the_servers_knee_holds_where_answers_slow_with_the_batch() -> None:
+    """Draw 56: 1 × 38 slots, a queue of 15, every answer fills its 400 tokens. Fixed 38
+    (the slots) has the best goodput; latency alone ends slow start where each call slows
+    with the batch (94.1% of it, and so did signals until the ramp: the knee only capped).
+    The server's reads say 38 run and none wait: the ramp climbs per read and holds there."""
+    row = functools.partial(adaptive.run_row, timeout=3600.0)
+    slots = run_virtual(row, family(56), 38, 400, 56)
+    signals = _auto(56, True)
+    assert signals.failed == 0
+    assert signals.goodput >= 0.95 * slots.goodput
