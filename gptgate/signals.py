@@ -36,7 +36,7 @@ from opentelemetry import metrics
 
 from .clock import Clock
 from .config import Backend
-from .limits import FixedLimit, Limiter
+from .limits import FixedLimit
 from .limits.base import Sample
 from .signals_parse import ServerLoad, combine, merge_props, parse_metrics, parse_slots
 
@@ -377,7 +377,7 @@ class SignalGauges:
                 continue
             _require_parser()
             limiter = state.limiter
-            reader = SignalReader(state.backend, clock, functools.partial(_in_flight, limiter))
+            reader = SignalReader(state.backend, clock, functools.partial(_in_flight, state))
             state.signals = reader
             if fleet is not None:
                 from .signals_fleet import SignalShare
@@ -419,8 +419,9 @@ class SignalGauges:
         return observe
 
 
-def _in_flight(limiter: Limiter) -> int:
-    return limiter.in_flight
+def _in_flight(state: BackendState) -> int:
+    """Our calls at the server: the permits held, less those waiting for the pacer."""
+    return max(0, state.limiter.in_flight - state.pacing)
 
 
 def _require_parser() -> None:
