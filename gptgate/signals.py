@@ -108,6 +108,7 @@ class SignalReader:
         #: per recent read with calls in flight: did it miss most of them (see ``partial``)
         self._missed: deque[bool] = deque(maxlen=PARTIAL_READS)
         self.partial = False
+        self._warned_partial = False
         #: called with each good read of the whole server and our calls in flight then
         self.listeners: list[Callable[[ServerLoad, int], None]] = []
 
@@ -190,7 +191,8 @@ class SignalReader:
         partial = len(self._missed) >= PARTIAL_READS // 2 and 2 * sum(self._missed) >= len(
             self._missed
         )
-        if partial and not self.partial:
+        if partial and not self._warned_partial:
+            self._warned_partial = True  # once: a view that flaps must not flood the log
             log.warning(
                 "gptgate: backend %r: the server's reports count %d of the %d calls in flight "
                 "to it, on most reads: several servers behind one URL? Their signals are "

@@ -388,6 +388,11 @@ def test_reads_of_one_server_behind_a_balancer_are_ignored_not_a_ceiling(
     for _ in range(8):  # the whole server in view again (the balancer gone)
         reader.observe(ServerLoad(running=4, slots_total=4, slots_busy=4))
     assert reader.cap() == 4
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        for _ in range(8):  # and partial again: ignored again, without another warning
+            reader.observe(ServerLoad(running=1, slots_total=2, slots_busy=1))
+    assert reader.partial
+    assert len([r for r in caplog.records if "in flight" in r.getMessage()]) == 1
 
 
 def test_a_whole_server_whose_calls_straggle_now_and_then_is_still_read() -> None:
