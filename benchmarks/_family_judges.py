@@ -23,6 +23,9 @@ The rules (issue 31, "Judged"):
   dominated: no fixed limit has both ≥ auto's goodput and ≤ 0.8× its p99; on ≥ 95% of draws.
   Fixed limits that fail more than 1% of their calls are no setting anyone would run and are
   left out (as benchmarks/adaptive.py does: a limit that fails fast "wins" on goodput).
+* ``adaptive+signals`` — the same rule for ``auto`` with ``Backend(signals=True)`` (the
+  server's own ``/metrics``, ``/slots``), judged against the same fixed limits; only with
+  ``benchmarks/family.py --adaptive-signals``.
 * ``tiers`` — ``tier="auto"`` costs ≤ sending everything large and succeeds ≥ 99% as often,
   on every draw.
 * ``tiers in vain`` — escalations that changed nothing ≤ 2% of the calls, on every draw: the
@@ -46,6 +49,7 @@ REQUIRED: dict[str, float] = {
     "cache": 0.95,
     "cache floor": 1.0,
     "adaptive": 0.95,
+    "adaptive+signals": 0.95,
     "tiers": 1.0,
     "tiers in vain": 1.0,
     "hedge": 1.0,
@@ -55,6 +59,7 @@ JUDGE_OF: dict[str, str] = {
     "cache": "cache",
     "cache floor": "cache",
     "adaptive": "adaptive",
+    "adaptive+signals": "adaptive",
     "tiers": "tiers",
     "tiers in vain": "tiers",
     "hedge": "hedge",
@@ -192,6 +197,8 @@ class AdaptiveFigures:
     #: the cold-start bound: an oracle doubling once per latency from 4 straight to the best
     #: fixed limit (benchmarks/adaptive.py ``RampLimit``); informative, not judged
     ramp: LimitRun | None = None
+    #: ``auto`` with ``signals=True`` (``--adaptive-signals``), judged by the same rule
+    signals: LimitRun | None = None
 
 
 def usable(fixed: Sequence[LimitRun], requests: int) -> list[LimitRun]:
@@ -200,15 +207,22 @@ def usable(fixed: Sequence[LimitRun], requests: int) -> list[LimitRun]:
 
 
 def judge_adaptive(f: AdaptiveFigures) -> list[Verdict]:
+    verdicts = [_judge_auto("adaptive", f, f.auto)]
+    if f.signals is not None:
+        verdicts.append(_judge_auto("adaptive+signals", f, f.signals))
+    return verdicts
+
+
+def _judge_auto(rule: str, f: AdaptiveFigures, auto: LimitRun) -> Verdict:
     grid = usable(f.fixed, f.requests)
     best = max(grid, key=lambda r: r.goodput)
-    ratio = f.auto.goodput / best.goodput if best.goodput else math.inf
+    ratio = auto.goodput / best.goodput if best.goodput else math.inf
     goodput_slack = 100 * (ratio - 0.95)
     # a fixed limit at least as fast as auto: its p99 must not be ≤ 0.8× auto's
-    rivals = [r for r in grid if r.goodput >= f.auto.goodput]
-    dominators = [r for r in rivals if r.p99_s <= 0.8 * f.auto.p99_s]
+    rivals = [r for r in grid if r.goodput >= auto.goodput]
+    dominators = [r for r in rivals if r.p99_s <= 0.8 * auto.p99_s]
     domination_slack = min(
-        (100 * (r.p99_s / f.auto.p99_s - 0.8) for r in rivals if f.auto.p99_s > 0),
+        (100 * (r.p99_s / auto.p99_s - 0.8) for r in rivals if auto.p99_s > 0),
         default=ROOM,
     )
     detail = f"goodput {ratio:.1%} of limit {best.limit}'s (≥ 95%)"
@@ -216,18 +230,14 @@ def judge_adaptive(f: AdaptiveFigures) -> list[Verdict]:
         detail += f" [cold-start bound {f.ramp.goodput / best.goodput:.1%}]"
     if dominators:
         top = min(dominators, key=lambda r: r.p99_s)
-        detail += (f"; dominated by limit {top.limit}: goodput {top.goodput / f.auto.goodput:.2f}×,"
-                   f" p99 {top.p99_s / f.auto.p99_s:.2f}× auto's (≤ 0.8×)")
+        detail += (f"; dominated by limit {top.limit}: goodput {top.goodput / auto.goodput:.2f}×,"
+                   f" p99 {top.p99_s / auto.p99_s:.2f}× auto's (≤ 0.8×)")
     else:
         detail += "; not dominated"
-    return [
-        Verdict(
-            "adaptive",
-            _holds(goodput_slack)[0] and not dominators,
-            min(goodput_slack, domination_slack),
-            detail,
-        )
-    ]
+    return Verdict(
+        rule, _holds(goodput_slack)[0] and not dominators, min(goodput_slack, domination_slack),
+        detail,
+    )
 
 
 # --------------------------------------------------------------------------- tiers

@@ -126,7 +126,15 @@ def backend_for(
     clock: LoopClock,
     seed: int,
     timeout: float = 120.0,
+    signals: bool = False,
 ) -> tuple[gg.Backend, SimEngine]:
+    """The profile's simulated backend; with ``signals``, ``signals=True`` as a user of the
+    server it imitates would configure it (``provider`` vllm, or llamacpp for a llama.cpp
+    flavor, so that ``/slots`` is read too; the default interval)."""
+    options: dict[str, Any] = {}
+    if signals:
+        flavor = profile.flavor if isinstance(profile, SimProfile) else get_profile(profile).flavor
+        options = {"signals": True, "provider": "llamacpp" if flavor == "llamacpp" else "vllm"}
     return sim_backend(
         profile,
         name=profile_name(profile),
@@ -135,6 +143,7 @@ def backend_for(
         concurrency=concurrency,
         max_concurrency=MAX_CONCURRENCY,
         timeout=timeout,
+        **options,
     )
 
 
@@ -152,11 +161,13 @@ async def run_row(
     label: str | None = None,
     timeout: float = 120.0,
     limit: Limit | None = None,
+    signals: bool = False,
 ) -> Row:
     """One measured run: a fixed limit, or ``auto`` (started from ``state`` when given); with
-    ``limit``, that limit object instead (pool sized for ``concurrency``)."""
+    ``limit``, that limit object instead (pool sized for ``concurrency``); with ``signals``,
+    the backend reads the server's own load (``Backend(signals=True)``)."""
     clock = LoopClock()
-    backend, engine = backend_for(profile, concurrency or "auto", clock, seed, timeout)
+    backend, engine = backend_for(profile, concurrency or "auto", clock, seed, timeout, signals)
     async with gg.Gateway([backend], clock=clock, seed=seed, state=state) as gate:
         if limit is not None:
             gate.backend_state(profile_name(profile)).limiter.limit = limit

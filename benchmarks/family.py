@@ -21,7 +21,9 @@ would write instead, side by side in one run, on the in-process simulator under 
   plus ½, ¾, 1 and 1½ × the draw's replicas × slots) on benchmarks/adaptive.py's job
   (``--adaptive-requests`` independent calls through ``gate.map``; with ``--adaptive-waves W``
   at least W × the draw's replicas × slots, up to 128, so that on a big server the steady
-  state decides, not the ramp from a cold start);
+  state decides, not the ramp from a cold start); with ``--adaptive-signals`` a second
+  ``auto`` row with ``Backend(signals=True)`` reading the draw's ``/metrics`` (and ``/slots``
+  on a llama.cpp flavor), judged by the same rule as "adaptive+signals";
 * **tiers** — benchmarks/_tiers.py's mixed workload (``--tier-calls`` calls, 30% hard,
   Poisson 2/s) through ``tier="auto"`` and through the large tier alone; the large backend is
   the draw's server, the small one the small tier the family draws beside it
@@ -37,7 +39,8 @@ smallest margin) with the command that reruns it alone.
                                 [--workers 1] [--cache-calls 400] [--cache-prompts 4]
                                 [--cache-c 64] [--cache-repeats 3]
                                 [--adaptive-requests 400]
-                                [--adaptive-waves 0] [--tier-calls 600]
+                                [--adaptive-waves 0] [--adaptive-signals]
+                                [--tier-calls 600]
                                 [--hedge-calls 400] [--hedge-c 32]
 
 Draw ``k`` of a run is ``draw(seed + k)``: ``--draws 1 --seed K`` reruns the draw with seed
@@ -105,6 +108,9 @@ class Sizes:
     #: 0 = ``adaptive_requests`` calls on every draw; 10 = long enough on a big server for the
     #: steady state, not the ramp from a cold start, to decide goodput
     adaptive_waves: int = 0
+    #: a second ``auto`` row per draw with ``Backend(signals=True)`` (the server's own
+    #: ``/metrics`` and ``/slots``), judged by the same rule as "adaptive+signals"
+    adaptive_signals: bool = False
     tier_calls: int = 600
     tier_rate: float = 2.0
     tier_hard_share: float = 0.3
@@ -239,6 +245,8 @@ def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
     row = functools.partial(adaptive.run_row, timeout=sizes.timeout_s)
     fixed = tuple(_limit_run(run_virtual(row, d.server, c, n, d.seed)) for c in grid(d.server))
     auto = _limit_run(run_virtual(row, d.server, None, n, d.seed))
+    signals = _limit_run(run_virtual(functools.partial(row, signals=True), d.server, None, n,
+                                     d.seed)) if sizes.adaptive_signals else None
     # the bound for any cold start: an oracle ramp from 4 straight to the best usable fixed
     # limit, or to the smallest within 95% of it (a ramp's last doubling may overshoot one)
     grid_ok = usable(fixed, n)
@@ -249,7 +257,7 @@ def run_adaptive(d: Draw, sizes: Sizes) -> AdaptiveFigures:
         _limit_run(run_virtual(adaptive.ramp_row, d.server, top, n, d.seed, sizes.timeout_s))
         for top in sorted({r.limit for r in (best, edge) if r.limit is not None})
     ]
-    return AdaptiveFigures(fixed, auto, n, max(ramps, key=lambda r: r.goodput))
+    return AdaptiveFigures(fixed, auto, n, max(ramps, key=lambda r: r.goodput), signals)
 
 
 def run_tiers(d: Draw, sizes: Sizes) -> TierFigures:
@@ -385,8 +393,12 @@ def _figures_text(o: Outcome) -> str:
         )
     if isinstance(f, AdaptiveFigures):
         best = max(f.fixed, key=lambda r: r.goodput)
+        signals = "" if f.signals is None else (
+            f"+signals {f.signals.goodput:6.2f}/s p99 {f.signals.p99_s:6.2f}s | "
+        )
         return (
-            f"auto {f.auto.goodput:6.2f}/s p99 {f.auto.p99_s:6.2f}s | best fixed {best.limit:>3}: "
+            f"auto {f.auto.goodput:6.2f}/s p99 {f.auto.p99_s:6.2f}s | {signals}"
+            f"best fixed {best.limit:>3}: "
             f"{best.goodput:6.2f}/s p99 {best.p99_s:6.2f}s | grid "
             + ",".join(str(r.limit) for r in f.fixed)
         )
@@ -444,26 +456,26 @@ def size_flags(sizes: Sizes) -> str:
         f" --{name.replace('_', '-')} {getattr(sizes, name)}"
         for name in SIZE_OPTIONS
         if getattr(sizes, name) != getattr(default, name)
-    )
+    ) + (" --adaptive-signals" if sizes.adaptive_signals else "")
 
 
 def print_summary(summaries: Sequence[RuleSummary], sizes: Sizes) -> None:
     print("\n## summary")
-    head = (f"{'rule':<14} {'draws held':>10} {'share':>7} {'required':>8} {'verdict':>13}  "
+    head = (f"{'rule':<16} {'draws held':>10} {'share':>7} {'required':>8} {'verdict':>13}  "
             "worst draw")
     print(f"{head}\n{'-' * len(head)}")
     for s in summaries:
         worst = s.worst
         assert worst is not None and s.worst_seed is not None
         print(
-            f"{s.rule:<14} {f'{s.held}/{s.judged}':>10} {s.share:>7.0%} {s.required:>8.0%} "
+            f"{s.rule:<16} {f'{s.held}/{s.judged}':>10} {s.share:>7.0%} {s.required:>8.0%} "
             f"{'holds' if s.holds else 'DOES NOT HOLD':>13}  seed {s.worst_seed} "
             f"(margin {worst.margin:+.1f} pts): {worst.detail}"
         )
     print("\nrerun the worst draw of a rule alone:")
     for s in summaries:
         assert s.worst_seed is not None
-        print(f"  {s.rule:<14} {rerun(s.worst_seed, JUDGE_OF[s.rule], sizes)}")
+        print(f"  {s.rule:<16} {rerun(s.worst_seed, JUDGE_OF[s.rule], sizes)}")
 
 
 def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes, list[str]]:
@@ -476,6 +488,9 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes, list[s
     default = Sizes()
     for name in SIZE_OPTIONS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(default, name))
+    parser.add_argument("--adaptive-signals", action="store_true",
+                        help="a second auto row per draw with signals=True (the server's own "
+                             "/metrics, /slots), judged as adaptive+signals")
     args = parser.parse_args(argv)
     judges = [j for j in args.only.split(",") if j]
     unknown = sorted(set(judges) - set(JUDGES))
@@ -487,7 +502,8 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes, list[s
         least = 0 if name == "adaptive_waves" else 1
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
-    sizes = dataclasses.replace(default, **{n: getattr(args, n) for n in SIZE_OPTIONS})
+    sizes = dataclasses.replace(default, **{n: getattr(args, n) for n in SIZE_OPTIONS},
+                                adaptive_signals=args.adaptive_signals)
     return args, sizes, judges
 
 

@@ -296,6 +296,15 @@ class _Attempt:
         pauses = backend.pacer.pauses
         if pace > 0 and self.ticket is not None:
             self.ticket.paced()  # its latency is the budget's (gptgate/cache_release.py)
+        if pace > 0:
+            backend.pacing += 1  # in flight for the limiter, not yet at the server
+            try:
+                await self._wait_pace(pace, pauses)
+            finally:
+                backend.pacing -= 1
+
+    async def _wait_pace(self, pace: float, pauses: int) -> None:
+        spec, clock, backend = self.spec, self.clock, self.backend
         while pace > 0:
             if spec.deadline is not None and clock.now() + pace > spec.deadline:
                 raise OverloadedError(

@@ -240,6 +240,9 @@ class BackendState:
         self.timeouts = 0
         #: ``Backend(signals=True)``: the server's own load (gptgate/signals.py)
         self.signals: SignalReader | None = None
+        #: attempts holding a permit while they wait for the RPM/TPM pacer: not at the
+        #: server yet, so its reports do not count them (gptgate/signals.py)
+        self.pacing = 0
         #: attempts counted in ``calls`` that never reached the server (refused, connect or
         #: pool timeout): no load on it, and no retry budget spent (a free failover)
         self.unsent = 0

@@ -10,7 +10,10 @@ While the snapshot is fresh:
 - the limit (``concurrency="auto"``) is capped by :class:`SignalLimit`: a waiting queue at the
   server is the knee's evidence (more in flight would only wait there), so the cap is what we
   had in flight less what waits, then grows by one per quiet read; the slot count is a
-  ceiling. Stale or absent signals: the latency-only controller alone, as before.
+  ceiling. In slow start the limit doubles per read that shows a full limit running and
+  nothing waiting; after it, what the server ran without a queue is a floor. Stale or
+  absent signals, or reads of one server of several behind a balancer (they count a part
+  of our calls): the latency-only controller alone, as before.
 - the router adds :func:`server_wait_s`: the work waiting per slot times the service time, and
   a little for a fuller KV cache — a warm prefix (worth half a service time) beats a short
   queue, not a long one.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +36,7 @@ from opentelemetry import metrics
 
 from .clock import Clock
 from .config import Backend
-from .limits import FixedLimit, Limiter
+from .limits import FixedLimit
 from .limits.base import Sample
 from .signals_parse import ServerLoad, combine, merge_props, parse_metrics, parse_slots
 
@@ -52,6 +56,11 @@ STALE_INTERVALS = 3.0
 MAX_READ_S = 5.0
 #: KV cache this full preempts or queues new sequences: evidence like a waiting queue
 KV_FULL = 0.98
+#: a read that counts fewer than this share of our calls in flight (running + waiting) missed
+#: them: a stall before the scheduler, a call in transit — or another server's
+ACCOUNTED = 0.75
+#: the last reads judged for a partial view: half of them missing our calls is a balancer
+PARTIAL_READS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +105,18 @@ class SignalReader:
         self._llamacpp = backend.provider == "llamacpp"
         #: ``shared=``: the fleet's lease on reading this server (gptgate/signals_fleet.py)
         self.share: SignalShare | None = None
+        #: per recent read with calls in flight: did it miss most of them (see ``partial``)
+        self._missed: deque[bool] = deque(maxlen=PARTIAL_READS)
+        self.partial = False
+        self._warned_partial = False
+        #: called with each good read of the whole server and our calls in flight then
+        self.listeners: list[Callable[[ServerLoad, int], None]] = []
 
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
-        """The last read, or None when it is older than three intervals (or absent)."""
-        if self.load is None or self.read_at is None:
+        """The last read, or None when it is older than three intervals (or absent), or
+        when the reads are of a part of the server (:attr:`partial`)."""
+        if self.load is None or self.read_at is None or self.partial:
             return None
         now = self.clock.now() if now is None else now
         if now - self.read_at > STALE_INTERVALS * self.interval_s:
@@ -147,6 +163,45 @@ class SignalReader:
     def observe(self, load: ServerLoad, age_s: float = 0.0) -> None:
         """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
         in_flight = self._in_flight()
+        self._judge_view(load, in_flight)
+        self.load = load
+        self.read_at = self.clock.now() - age_s
+        self.reads += 1
+        if self._failing:
+            log.info("gptgate: backend %r: server signals readable again", self.backend.name)
+        self._failing = False
+        if not self.partial:
+            self._move_knee(load, in_flight)
+            for listener in self.listeners:
+                listener(load, in_flight)
+
+    def _judge_view(self, load: ServerLoad, in_flight: int) -> None:
+        """Whether the reads show the server our calls go to, or a part of it.
+
+        Several servers behind one URL (llama-servers behind a balancer, vLLM pods behind a
+        Service) answer each read from one of them: its slots are not the server's (a
+        ceiling there halved family draw 34's goodput, 2 × 2 slots) nor its queue. Such a
+        read counts a fraction of our calls in flight; a whole server counts them all but
+        the few stalled before its scheduler or in transit. Half of the last reads missing
+        a quarter of our calls: the view is partial, and the limit and router ignore it."""
+        if in_flight <= 0:
+            return
+        accounted = (load.running or load.slots_busy or 0) + (load.waiting or 0)
+        self._missed.append(accounted < ACCOUNTED * in_flight)
+        partial = len(self._missed) >= PARTIAL_READS // 2 and 2 * sum(self._missed) >= len(
+            self._missed
+        )
+        if partial and not self._warned_partial:
+            self._warned_partial = True  # once: a view that flaps must not flood the log
+            log.warning(
+                "gptgate: backend %r: the server's reports count %d of the %d calls in flight "
+                "to it, on most reads: several servers behind one URL? Their signals are "
+                "ignored while so; give each server its own Backend to read them",
+                self.backend.name, accounted, in_flight,
+            )
+        self.partial = partial
+
+    def _move_knee(self, load: ServerLoad, in_flight: int) -> None:
         waiting = load.waiting or 0
         # other clients' calls, counted when the server counted (not against a later
         # in-flight count: calls ending since the read would pass for someone else's)
@@ -160,12 +215,6 @@ class SignalReader:
                 self.knee = max(1, in_flight - waiting)
         elif self.knee is not None and in_flight >= self.knee:
             self.knee += 1  # quiet at the cap: room for one more
-        self.load = load
-        self.read_at = self.clock.now() - age_s
-        self.reads += 1
-        if self._failing:
-            log.info("gptgate: backend %r: server signals readable again", self.backend.name)
-        self._failing = False
 
     async def read_once(self, client: httpx2.AsyncClient) -> ServerLoad:
         load = ServerLoad()
@@ -242,15 +291,40 @@ class SignalLimit:
 
     A wrapper, not a change to the controller: the latency-based limit keeps learning; while
     the signals are fresh its value is held at or below :meth:`SignalReader.cap`, and raised
-    to :meth:`SignalReader.floor` (the server's free slots) while the server queues nothing."""
+    to :meth:`SignalReader.floor` (the server's free slots) while the server queues nothing.
+
+    While the controller is in slow start it is also raised to a **ramp** that doubles per
+    quiet read: a read at which every call of a full limit runs and none waits (KV cache not
+    full) is the evidence slow start's window waits a latency or more for — that the level
+    did not queue — every interval instead. The first read with a queue stops it (the knee
+    caps it from there); the controller's own exit from slow start ends it too."""
 
     def __init__(self, inner: Limit, reader: SignalReader) -> None:
         self.inner = inner
         self.reader = reader
+        self._ramp: int | None = None
+        #: the most calls in flight a read showed all running, none waiting (slow start's)
+        self._quiet = 0
+        reader.listeners.append(self._on_read)
+
+    def _on_read(self, load: ServerLoad, in_flight: int) -> None:
+        if not getattr(self.inner, "in_slow_start", False) or self.reader.knee is not None:
+            return
+        if (load.waiting or 0) > 0 or (load.kv_usage or 0.0) >= KV_FULL:
+            return
+        level = max(self.inner.limit, self._ramp or 0)
+        if in_flight >= level:  # the whole level admitted, and nothing waits
+            self._quiet = max(self._quiet, in_flight)
+            self._ramp = min(2 * level, int(getattr(self.inner, "max_limit", 2 * level)))
 
     @property
     def limit(self) -> int:
         own = self.inner.limit
+        if self.reader.fresh() is not None:
+            if getattr(self.inner, "in_slow_start", False):
+                own = max(own, self._ramp or 0)
+            else:  # what the server ran without a queue stays ours: its knee, once it queued
+                own = max(own, self._quiet, self.reader.knee or 0)
         floor = self.reader.floor()
         if floor is not None:  # free slots and no queue: fill them (within max_concurrency)
             own = max(own, min(floor, int(getattr(self.inner, "max_limit", floor))))
@@ -305,7 +379,7 @@ class SignalGauges:
                 continue
             _require_parser()
             limiter = state.limiter
-            reader = SignalReader(state.backend, clock, functools.partial(_in_flight, limiter))
+            reader = SignalReader(state.backend, clock, functools.partial(_in_flight, state))
             state.signals = reader
             if fleet is not None:
                 from .signals_fleet import SignalShare
@@ -347,8 +421,9 @@ class SignalGauges:
         return observe
 
 
-def _in_flight(limiter: Limiter) -> int:
-    return limiter.in_flight
+def _in_flight(state: BackendState) -> int:
+    """Our calls at the server: the permits held, less those waiting for the pacer."""
+    return max(0, state.limiter.in_flight - state.pacing)
 
 
 def _require_parser() -> None:

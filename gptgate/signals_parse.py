@@ -51,21 +51,31 @@ _GAUGES: Mapping[str, tuple[str, ...]] = {
 }
 
 
+#: fields that are shares (0..1) of each engine's own capacity: averaged over engines
+_SHARES = frozenset({"kv_usage", "cache_hit_rate"})
+
+
 def parse_metrics(text: str) -> ServerLoad:
-    """A ``/metrics`` page (Prometheus text) → the load it reports, summed over the
-    label sets of a family (one per model / engine / data-parallel rank).
+    """A ``/metrics`` page (Prometheus text) → the load it reports over the label sets of
+    a family (one per model / engine / data-parallel rank): requests summed, shares (KV
+    cache in use, hit rate) averaged — two engines 60% full are not one full one.
 
     Raises ``ValueError`` on text the parser cannot read (the reader logs it once)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == family.name or sample.name == family.name + "_total":
                 sums[family.name] = sums.get(family.name, 0.0) + float(sample.value)
+                counts[family.name] = counts.get(family.name, 0) + 1
     found: dict[str, Any] = {}
     for field_name, names in _GAUGES.items():
-        value = next((sums[n] for n in names if n in sums), None)
+        name = next((n for n in names if n in sums), None)
+        value = None if name is None else (
+            sums[name] / counts[name] if field_name in _SHARES else sums[name]
+        )
         if value is None or value != value:  # NaN: the server has nothing to say yet
             continue
         if field_name in ("running", "waiting"):

@@ -164,6 +164,18 @@ def test_adaptive_shows_the_cold_start_bound_and_does_not_judge_it() -> None:
     assert (verdict.ok, verdict.margin) == (without.ok, without.margin)
 
 
+def test_auto_with_signals_is_a_second_verdict_by_the_same_rule() -> None:
+    grid = (LimitRun(8, 10.0, 2.0), LimitRun(32, 10.5, 5.0))
+    auto, signals = LimitRun(None, 10.0, 4.0), LimitRun(None, 10.2, 4.0)
+    plain, judged = judge_adaptive(AdaptiveFigures(grid, auto, 400, signals=signals))
+    assert (plain.rule, judged.rule) == ("adaptive", "adaptive+signals")
+    assert plain == _adaptive(auto, *grid)  # the plain row as without the option
+    assert not plain.ok and "dominated by limit 8" in plain.detail
+    assert judged.ok and "97.1% of limit 32's" in judged.detail
+    (summary,) = [s for s in summarise([(1, plain), (1, judged)]) if s.rule == "adaptive+signals"]
+    assert (summary.held, summary.judged) == (1, 1)
+
+
 def test_the_ramp_oracle_doubles_once_per_latency_straight_to_its_top() -> None:
     """The cold-start bound's limit: from 4, doubled by the first completion of a call
     admitted at the current level, never past ``top``."""
@@ -276,6 +288,17 @@ def test_each_judge_runs_one_draw_end_to_end(judge: str) -> None:
     assert outcome.verdicts and all(v.detail for v in outcome.verdicts)
     again = family.judge_draw(3, judge, TINY)
     assert again.figures == outcome.figures  # seeded: the same draw, the same figures
+
+
+def test_adaptive_signals_adds_a_row_and_leaves_the_plain_one_as_it_was() -> None:
+    plain = family.judge_draw(3, "adaptive", TINY)
+    both = family.judge_draw(3, "adaptive", dataclasses.replace(TINY, adaptive_signals=True))
+    assert both.figures.signals is not None and plain.figures.signals is None
+    assert dataclasses.replace(both.figures, signals=None) == plain.figures
+    assert [v.rule for v in both.verdicts] == ["adaptive", "adaptive+signals"]
+    assert family.size_flags(dataclasses.replace(TINY, adaptive_signals=True)).endswith(
+        " --adaptive-signals"
+    )
 
 
 def test_the_cache_judge_pools_repeats_of_the_job_on_other_engine_seeds() -> None:

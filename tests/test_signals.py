@@ -315,3 +315,152 @@ def test_two_backends_one_with_half_the_slots_signals_keep_its_queue_short() -> 
     assert on.small_waiting <= 8 and on.small_waiting < 0.5 * off.small_waiting
     assert on.goodput >= 0.99 * off.goodput
     assert on.p99_s <= off.p99_s
+
+
+def test_kv_usage_of_several_engines_is_their_mean_not_their_sum() -> None:
+    """vLLM with ``--data-parallel-size 2`` publishes one label set per engine: their
+    requests add up, their KV-cache shares do not (two engines 60% full are not a full one,
+    which the limit reads as a queue)."""
+    text = "\n".join([
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{engine="0",model_name="m"} 6.0',
+        'vllm:num_requests_running{engine="1",model_name="m"} 5.0',
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6',
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5',
+    ]) + "\n"
+    load = parse_metrics(text)
+    assert load.running == 11
+    assert load.kv_usage == pytest.approx(0.55)
+
+
+def _replica_reads(flavor: str, paths: list[str]) -> list[str]:
+    """``GET`` each of ``paths`` in turn from a server of two replicas of 3 slots, loaded
+    3 running + 1 waiting and 1 running."""
+    profile = gg.sim.get_profile("gpu").model_copy(
+        update={"flavor": flavor, "replicas": 2, "slots": 3}
+    )
+
+    async def main() -> list[str]:
+        engine = SimEngine(profile, clock=LoopClock(), seed=1)
+        for replica, (active, queued) in zip(engine._replicas, [(3, 1), (1, 0)], strict=True):
+            replica.active, replica.queued = active, queued
+        answers = [await engine.handle("GET", path, {}, b"") for path in paths]
+        assert all(a.status == 200 for a in answers)
+        return [bytes(a.body).decode() for a in answers]
+
+    return run_virtual(main)
+
+
+def test_a_vllm_server_of_two_engines_reports_each_and_the_reader_sums_them() -> None:
+    (text,) = _replica_reads("openai", ["/metrics"])
+    assert 'engine="1"' in text
+    assert parse_metrics(text) == ServerLoad(running=4, waiting=1, kv_usage=pytest.approx(4 / 6))
+
+
+def test_llama_servers_behind_a_balancer_report_one_replica_a_read() -> None:
+    first, second, slots = _replica_reads("llamacpp", ["/metrics", "/metrics", "/slots"])
+    # the balancer's round robin: each replica in turn, never the sum
+    assert parse_metrics(first) == ServerLoad(running=3, waiting=1, kv_usage=1.0)
+    assert parse_metrics(second) == ServerLoad(running=1, waiting=0, kv_usage=pytest.approx(1 / 3))
+    assert parse_slots(slots) == ServerLoad(running=3, slots_total=3, slots_busy=3)
+
+
+def test_reads_of_one_server_behind_a_balancer_are_ignored_not_a_ceiling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two llama-servers of 2 slots behind one URL: each read shows one of them, which
+    accounts for half of our 4 calls. Its 2 slots are not the server's: a ceiling there
+    halved the goodput of family draw 34 (2 × 2). Reads that miss most of our calls in
+    flight, most of the time, are no view of the server: the limit ignores them."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight, provider="llamacpp")
+    limit = SignalLimit(LLMLimit(initial=8, max_limit=64), reader)
+    reader.observe(ServerLoad(running=2, slots_total=2, slots_busy=2))
+    assert limit.limit == 2  # one read: a ceiling, as any server's slot count
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        for running in (1, 2, 2, 0):
+            reader.observe(ServerLoad(running=running, slots_total=2, slots_busy=running))
+    assert reader.cap() is None and reader.floor() is None and reader.fresh() is None
+    assert limit.limit == 8  # latency alone, as with signals off
+    assert reader.snapshot().slots_total == 2  # still shown in stats, as read
+    assert len([r for r in caplog.records if "in flight" in r.getMessage()]) == 1
+    for _ in range(8):  # the whole server in view again (the balancer gone)
+        reader.observe(ServerLoad(running=4, slots_total=4, slots_busy=4))
+    assert reader.cap() == 4
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        for _ in range(8):  # and partial again: ignored again, without another warning
+            reader.observe(ServerLoad(running=1, slots_total=2, slots_busy=1))
+    assert reader.partial
+    assert len([r for r in caplog.records if "in flight" in r.getMessage()]) == 1
+
+
+def test_a_whole_server_whose_calls_straggle_now_and_then_is_still_read() -> None:
+    """A call stalled before the scheduler (or in transit) is not in the server's count:
+    a read now and then that misses a call is no balancer."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight, provider="llamacpp")
+    for running in (4, 2, 4, 4, 1, 4, 4, 4):
+        reader.observe(ServerLoad(running=running, slots_total=4, slots_busy=running))
+    assert reader.cap() == 4
+
+
+def test_slow_start_doubles_per_quiet_read_while_the_server_has_room() -> None:
+    """Slow start doubles once a window of answers says the level did not queue: a latency
+    or more per doubling (family draw 56, 1 × 38 slots: ~80 s of a 280-s job to reach 38).
+    A read that shows every call of a full limit running, none waiting, says so every
+    interval: the limit doubles per such read until the server queues, where the knee caps
+    it."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=4, waiting=0, kv_usage=0.1))
+    assert limit.limit == 8
+    in_flight[0] = 6  # not filled: no evidence about 8
+    reader.observe(ServerLoad(running=6, waiting=0, kv_usage=0.2))
+    assert limit.limit == 8
+    in_flight[0] = 8
+    reader.observe(ServerLoad(running=8, waiting=0, kv_usage=0.2))
+    assert limit.limit == 16
+    in_flight[0] = 16
+    reader.observe(ServerLoad(running=12, waiting=4, kv_usage=0.9))
+    assert limit.limit == 12  # queued: the knee
+    assert inner.limit == 4 and inner.in_slow_start  # the controller's own state is its own
+
+
+def test_no_ramp_once_the_controller_left_slow_start() -> None:
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    inner._slow_start = False
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=4, waiting=0, kv_usage=0.1))
+    assert limit.limit == 4
+
+
+def test_after_slow_start_what_the_server_ran_without_a_queue_stays_ours() -> None:
+    """Family draw 56 (1 × 38 slots, every answer 400 tokens): each call slows as the batch
+    grows, which the controller's slow start reads as a queue and leaves at a centre of ~8
+    — while the server says 38 run and none wait. The server's knee is the floor."""
+    in_flight = [4]
+    reader, _ = _reader(in_flight)
+    inner = LLMLimit(initial=4, max_limit=128)
+    limit = SignalLimit(inner, reader)
+    for level in (4, 8, 16, 32):
+        in_flight[0] = level
+        reader.observe(ServerLoad(running=level, waiting=0, kv_usage=level / 38))
+    assert limit.limit == 64
+    in_flight[0] = 50
+    reader.observe(ServerLoad(running=38, waiting=12, kv_usage=1.0))
+    assert limit.limit == 38  # queued: the knee caps the ramp
+    inner._slow_start = False  # the controller's own exit, low (its centre, not the server's)
+    inner._limit = 8
+    in_flight[0] = 38
+    assert limit.limit == 38
+    reader.observe(ServerLoad(running=38, waiting=0, kv_usage=1.0 - 1e-9))
+    assert limit.limit == 38  # KV full: no room for one more, and none taken away
+    reader.observe(ServerLoad(running=38, waiting=0, kv_usage=0.9))
+    assert limit.limit == 39  # quiet at the knee: one more, as before
+    reader.observe(ServerLoad(running=20, waiting=5, kv_usage=1.0))
+    assert limit.limit < 38  # another client's calls queue ours: the knee falls, and the cap

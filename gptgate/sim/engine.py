@@ -192,6 +192,7 @@ class SimEngine:
         self._started = self.clock.now()
         self._capacity = 1.0
         self._ids = itertools.count(1)
+        self._signal_turns = itertools.count()  # the llama.cpp balancer's round robin
         #: answers generated on after their client hung up (``finishes_abandoned``)
         self._running_on: set[asyncio.Task[None]] = set()
         self._min_blocks = p.cache_min_tokens // p.cache_block_tokens
@@ -300,16 +301,23 @@ class SimEngine:
         )
 
     def _signals(self, path: str, base: list[tuple[str, str]]) -> SimResponse:
-        """The load reports of self-hosted servers (gptgate/sim/signals.py)."""
-        now = self.snapshot()
-        slots = sum(r.slots for r in now.replicas)
-        if path == "/metrics":
-            text = signals.metrics_text(self.profile.model, now.active, now.queued, slots)
-            return SimResponse(200, [*base, ("content-type", "text/plain; version=0.0.4")],
-                               text.encode())
-        body = (signals.slots_json(now.active, slots) if path == "/slots"
-                else signals.props_json(self.profile.model, slots))
-        return SimResponse(200, [*base, _JSON], body.encode())
+        """The load reports of self-hosted servers (gptgate/sim/signals.py): vLLM's, engine
+        by engine; llama.cpp's, one replica a read (the next behind the balancer)."""
+        engines = [signals.EngineLoad(r.active, r.queued, r.slots) for r in self._replicas]
+        if self.profile.flavor == "llamacpp":
+            engine = engines[next(self._signal_turns) % len(engines)]
+            if path == "/metrics":
+                text = signals.llamacpp_metrics_text(engine)
+            else:
+                text = (signals.slots_json(engine.running, engine.slots) if path == "/slots"
+                        else signals.props_json(self.profile.model, engine.slots))
+        elif path == "/metrics":
+            text = signals.engines_metrics_text(self.profile.model, engines)
+        else:  # /slots, /props on a vLLM server: not there
+            self.ledger.record("client_error")
+            return self._error(404, base, "Not Found", "invalid_request_error")
+        kind = ("content-type", "text/plain; version=0.0.4") if path == "/metrics" else _JSON
+        return SimResponse(200, [*base, kind], text.encode())
 
     def _models(self, base: list[tuple[str, str]]) -> SimResponse:
         body = wire.dumps(

@@ -1,0 +1,55 @@
+"""``concurrency="auto"`` with ``Backend(signals=True)`` on the server family (issue 31,
+round 13): the server's own queue as the limit's evidence, on draws a production user would
+run signals on (vLLM, llama.cpp). Virtual time, benchmarks/adaptive.py's 400-call job (~1-2 s
+of CPU per run)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import adaptive
+import pytest
+
+from gptgate.sim import family, run_virtual
+
+
+def _auto(draw: int, signals: bool) -> adaptive.Row:
+    row = functools.partial(adaptive.run_row, timeout=3600.0, signals=signals)
+    return run_virtual(row, family(draw), None, 400, draw)
+
+
+def test_llama_servers_behind_one_url_do_not_cap_auto_at_one_replicas_slots() -> None:
+    """Draw 34: two llama-servers of 2 slots behind one URL (queue 3 each). Each read of
+    ``/slots`` shows one of them; taken as the server's, its 2 slots capped ``auto`` at 2 in
+    flight and halved its goodput (0.121 calls/s against 0.208 without signals)."""
+    plain, signals = _auto(34, False), _auto(34, True)
+    assert signals.failed == plain.failed == 0
+    assert signals.goodput >= 0.95 * plain.goodput
+
+
+def test_the_servers_knee_holds_where_answers_slow_with_the_batch() -> None:
+    """Draw 56: 1 × 38 slots, a queue of 15, every answer fills its 400 tokens. Fixed 38
+    (the slots) has the best goodput; latency alone ends slow start where each call slows
+    with the batch (94.1% of it, and so did signals until the ramp: the knee only capped).
+    The server's reads say 38 run and none wait: the ramp climbs per read and holds there."""
+    row = functools.partial(adaptive.run_row, timeout=3600.0)
+    slots = run_virtual(row, family(56), 38, 400, 56)
+    signals = _auto(56, True)
+    assert signals.failed == 0
+    assert signals.goodput >= 0.95 * slots.goodput
+
+
+def test_calls_waiting_for_the_rate_pacer_are_not_missing_from_the_servers_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Draw 1029: 16 × 32 slots behind a 261-RPM limit. Calls paced below the limit hold
+    their permit while they wait, so the server counted 3 of 7 "in flight": read as a
+    balancer's partial view, its signals were dropped. Only calls sent are ours to find."""
+    with caplog.at_level(logging.WARNING, logger="gptgate"):
+        _auto(1029, True)
+    assert not [r for r in caplog.records if "calls in flight" in r.getMessage()]
