@@ -55,6 +55,7 @@ from .limits import Permit
 from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
+from .map_demand import MapBacklog
 from .outcomes import count_failure, is_caller_deadline, report_failure
 from .probe_claim import await_verdict, claim_probe
 from .queued_prompt import may_be_prefilled
@@ -656,6 +657,8 @@ class CallRunner:
         self.hedging = HedgeRace(clock, router, self._attempt)
         self.hedge_budgets = self.hedging.budgets
         self.hedge_progress = self.hedging.progress
+        #: the calls ``gate.map`` jobs have yet to pull (gptgate/map_demand.py)
+        self.backlog = MapBacklog()
 
     def _chat_url(self, backend: BackendState) -> httpx2.URL:
         """The dialect's chat URL under the client's base (``{base_url}chat/completions`` for
@@ -1125,7 +1128,8 @@ class CallRunner:
                 )
                 if fleet is None:  # the ceiling binds once the budget is spent
                     tell_rate_budget(limit, backend.pacer, self.clock.now(),
-                                     backend.limiter.queued + backend.limiter.in_flight)
+                                     backend.limiter.queued + backend.limiter.in_flight,
+                                     self.backlog.ahead())
 
     def _pace_after_failure(
         self,

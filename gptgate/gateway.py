@@ -1120,7 +1120,7 @@ class Gateway:
         results out before the last one; keep it quick, it runs on the event loop. If it
         raises, the job stops as when ``items`` raises, and that exception is raised.
         """
-        self.runner  # noqa: B018 - fail fast when closed
+        backlog = self.runner.backlog  # fails fast when closed
         pending = _check_max_pending(max_pending)
         if on_result is not None and not callable(on_result):
             raise BadRequestError(
@@ -1164,28 +1164,31 @@ class Gateway:
                 slots.release()
             report(index, tg.cancel_scope)
 
-        async with anyio.create_task_group() as tg:
-            for index in itertools.count():
-                await take_slot(slots)
-                try:
-                    item = next(source)
-                except StopIteration:
-                    break
-                except Exception as error:  # the producer failed: so has the job
-                    failed.append(error)
-                    tg.cancel_scope.cancel()
-                    break
-                results.append(None)
-                try:
-                    kwargs = self._item_kwargs(index, item, common, resolved)
-                except GateError as error:
-                    results[index] = error
-                    slots.release()
-                    report(index, tg.cancel_scope)
-                    if failed:
+        # a sized job's unsent items are demand its rate ceiling can see (gptgate/map_demand.py)
+        with backlog.job(items) as job:
+            async with anyio.create_task_group() as tg:
+                for index in itertools.count():
+                    await take_slot(slots)
+                    try:
+                        item = next(source)
+                    except StopIteration:
                         break
-                    continue
-                tg.start_soon(one, index, kwargs)
+                    except Exception as error:  # the producer failed: so has the job
+                        failed.append(error)
+                        tg.cancel_scope.cancel()
+                        break
+                    results.append(None)
+                    job.pulled()
+                    try:
+                        kwargs = self._item_kwargs(index, item, common, resolved)
+                    except GateError as error:
+                        results[index] = error
+                        slots.release()
+                        report(index, tg.cancel_scope)
+                        if failed:
+                            break
+                        continue
+                    tg.start_soon(one, index, kwargs)
         if failed:
             raise failed[0]
         return [r if r is not None else GateError("item did not complete") for r in results]

@@ -90,12 +90,26 @@ def test_a_rate_bound_job_keeps_the_sustained_ceiling() -> None:
     assert fixed.p99_s > 0.8 * auto.p99_s, (fixed.p99_s, auto.p99_s)
 
 
-@pytest.mark.xfail(strict=True, reason="the bucket outlasts a 35 s job (round 11)")
+def test_with_the_jobs_length_known_the_bucket_is_spread_while_it_funds_half_of_it() -> None:
+    # 4 calls/s refill: a 233-call bucket for the 400 calls left of a job funds more than half
+    # of them, so it is spread at twice the refill whatever the share of the job in sight
+    # (here under 3/4 of the 256 calls gate.map keeps waiting or in flight)
+    assert ceiling_pace(4.0, 180.0, 256) == 4.0  # the job's length unknown: the share rules
+    assert ceiling_pace(4.0, 180.0, 256, job=300) == 8.0
+    # funding half the job or less: the sustained ceiling's headroom (2x the refill) already
+    # spends it by the job's end: as without the length (draw 1018, a rate-bound job)
+    assert ceiling_pace(4.0, 147.0, 256, job=400) == 4.0
+    assert ceiling_pace(4.0, 240.0, 256, job=480) == pytest.approx(4.0 + 240.0 / WINDOW_S)
+    # funding all of it: the budget's own ceiling and spill rules, as without the length
+    assert ceiling_pace(4.0, 120.0, 100, job=100) == pytest.approx(4.0 + 120.0 / WINDOW_S)
+
+
 def test_auto_spends_the_bucket_before_a_short_job_ends() -> None:
     # family draw 1029: 16 × 32 slots, 261 RPM, a 233-call bucket: fixed 16 spends it all and
-    # ends at 34 s; auto ends at 45 s with ~50 calls of it left (75% of fixed 16's goodput;
-    # main 58%): its bucket covers 3/4 of the work in sight only part of the time, and spread
-    # over a minute it outlasts a 35 s job. Only the job's length says when to have spent it
+    # ends at 34 s; auto ended at 45 s with ~50 calls of it left (76% of fixed 16's goodput):
+    # its bucket covered 3/4 of the work in sight only part of the time, and the pace fell to
+    # the refill whenever it did not. gate.map over a list tells the limit the job's length
+    # (gptgate/map_demand.py), so the bucket is spread while it funds over half of what is left
     server = family(1029)
     fixed = run_virtual(adaptive.run_row, server, 16, 400, 1029, None, None, 3600.0)
     auto = run_virtual(adaptive.run_row, server, None, 400, 1029, None, None, 3600.0)

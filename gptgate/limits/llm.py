@@ -207,6 +207,7 @@ class LLMLimit:
         self._budget: float | None = None  # calls its budget funds now (set_rate_budget)
         self._funds = 0.0  # calls the budget funds now, whatever the demand
         self._demand = 0  # calls waiting or in flight at the last budget report
+        self._job: int | None = None  # and all the calls left of the work, when known
         self._lift = 0.0  # the ceiling a budget spilling its refill lifted it to
         self._center = float(self._clamp(initial))
         self._limit = self._clamp(initial)
@@ -308,7 +309,12 @@ class LLMLimit:
         return self._latency
 
     def set_rate_budget(
-        self, calls: float | None, *, demand: int = 0, spilled: float = 0.0
+        self,
+        calls: float | None,
+        *,
+        demand: int = 0,
+        spilled: float = 0.0,
+        ahead: int | None = None,
     ) -> None:
         """How many calls the rate budget (RPM/TPM bucket) funds right now (``None`` when
         unknown), and ``demand``, the calls waiting or in flight.
@@ -333,12 +339,18 @@ class LLMLimit:
         lifted limit spends it. Only by the spill: each call the lift sends takes one from the
         bucket and one from the spill, so the lift stops where the sends reach the refill —
         lifted whole while the budget was merely full, slow start's burst spent it and left a
-        job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput)."""
+        job's tail at the sustained rate (draw 83: 72.7% → 53.6% of fixed 64's goodput).
+
+        ``ahead``: the calls still to come beyond ``demand`` when that is known (``gate.map``
+        over a sized iterable, gptgate/map_demand.py), else None: with the job's length
+        known, whether the bucket outlasts it is known too, not guessed from the share of it
+        in sight (:func:`~gptgate.limits.rate_ceiling.ceiling_pace`)."""
         funds = calls is not None and calls >= 2.0 * max(0, demand)
         lifted = self._budget is not None or self._lift > 0.0
         self._budget = calls if funds else None
         self._funds = calls if calls is not None else 0.0
         self._demand = demand
+        self._job = None if ahead is None else max(0, demand) + max(0, ahead)
         if spilled > 0.0:
             self._lift = max(self._lift, self._limit + spilled)
         elif self._rate is None or self._funds < self._rate * self._latency:
@@ -371,7 +383,7 @@ class LLMLimit:
     def _rate_ceiling(self) -> int:
         high = self._high
         if self._rate is not None and self._latency > 0.0:
-            pace = ceiling_pace(self._rate, self._funds, self._demand)
+            pace = ceiling_pace(self._rate, self._funds, self._demand, self._job)
             sustained = self.rate_headroom * pace * self._latency
             # while the budget funds more calls than that, the pacer does not hold them back
             funded = self._budget if self._budget is not None else 0.0
