@@ -332,3 +332,36 @@ async def test_no_call_fails_because_redis_stopped_and_restarted(
     assert len(results) == 16 and len(more) == 2  # none failed
     assert script.max_in_flight <= 4
     assert all(g.stats()["mock"].fleet.outages == 1 for g in gates)  # type: ignore[union-attr]
+
+
+async def test_a_renewal_answered_before_the_outage_does_not_end_it(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A renewal Redis answered just before it died, read after another operation declared
+    # the outage (a busy loop reads the buffered reply late): it says nothing of Redis now.
+    # Taken as "up", the next operation failed again and the same outage warned twice (and
+    # counted twice) — seen under load in test_down_then_restarted_empty_...
+    ns = namespace()
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    async with fleet_client(own_redis.url, ns) as a:
+        at_a = admission(a, 5)
+        await a._renew()
+        got, answered = anyio.Event(), anyio.Event()
+        real_op = a._op
+
+        async def late_op(name: str, keys: list[str], args: list[Any]) -> Any:
+            answer = await real_op(name, keys, args)  # Redis answered ...
+            got.set()
+            await answered.wait()  # ... but the reply is read only later
+            return answer
+
+        monkeypatch.setattr(a, "_op", late_op)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a._renew)
+            await got.wait()
+            own_redis.stop()  # ... and then Redis died
+            await at_a.enter(None)  # an operation fails: the outage, admitted locally
+            assert a.state == "down"
+            answered.set()
+        assert a.state == "down" and a.outages == 1
+        assert len(outage_warnings(caplog)) == 1

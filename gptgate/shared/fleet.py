@@ -612,9 +612,14 @@ class FleetClient:
                 args += [index, lease.id]
             for lease_id in admission._reusable:  # may be reused before its release is sent
                 args += [index, lease_id]
+        outages = self.outages
         try:
             workers = await self._op("RENEW", keys, args)
         except _RedisDown:
+            return
+        if self.outages != outages:
+            # answered before an outage declared while its reply waited to be read: it says
+            # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
