@@ -2,7 +2,7 @@
 
 ``answer`` guarded, awaiting ``summarize`` guarded on the same backend: each ``answer`` held a
 permit and waited for a second one. With the limit's permits all held by ``answer`` calls (one
-at ``concurrency=1``, N at N) every call waited out its deadline — forever without one. So a
+at ``concurrency=1``, N at N) every call waited out its deadline (the stall bound without one). So a
 guard entered inside a running guarded try of the same gateway, on a backend its options
 allow, is part of that try: its body runs under the outer permit (its SDK requests take the
 outer's seat, gptgate/guard_seat.py), within the outer's deadline, and its failure is the

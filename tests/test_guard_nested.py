@@ -5,8 +5,8 @@ one policy, never by two nested ones.
 ``@gate.guard() async def answer(): ... await summarize() ...`` with ``summarize`` guarded
 too: each ``answer`` held a permit and waited for a second one for ``summarize``. With the
 limit's permits all held by ``answer`` calls (one call at ``concurrency=1``, three at 3),
-every call waited out its whole deadline — forever without ``deadline_s``. (The sync guard's
-same defect: tests/test_sync_guard_nested.py.) Virtual time: a hang fails fast at
+every call waited out its whole deadline (without ``deadline_s``: the ~200 s stall bound).
+(The sync guard's same defect: tests/test_sync_guard_nested.py.) Virtual time: a hang fails fast at
 ``fail_after``.
 """
 
