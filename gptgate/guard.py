@@ -34,6 +34,7 @@ from .errors import (
     RequestTimeout,
 )
 from .guard_manager import entered
+from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
@@ -104,6 +105,11 @@ class GuardedCall:
     sized: bool = False
     ttft_s: float | None = None
     cost_usd: float = 0.0
+    #: the try's body is running: a guard entered inside it may run under its permit
+    #: (gptgate/guard_nested.py), not one entered by a task it left behind
+    running: bool = True
+    #: what escaped guards nested in the body on other backends: retried and counted there
+    settled: list[BaseException] = field(default_factory=list)
 
     def answered(self, usage: Usage, ttft_s: float | None, *, generative: bool) -> None:
         """A request of the body read a whole answer."""
@@ -277,6 +283,8 @@ class _ForeignFailure(GateError):
         )
         self.retryable = view.retryable
         self.original = original
+        #: a nested guard's failure on another backend, recorded there already
+        self.settled = False
 
 
 def make_guard(
@@ -313,9 +321,19 @@ def make_guard(
 
         @functools.wraps(fn)
         async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            outer = _GUARD_PERMIT.get()
+            if covers(gate, route, outer):
+                # part of the guarded try it runs in: its permit, deadline and retry policy
+                # (a second permit of the same limit, held by callers that each wait for
+                # theirs, would never come — gptgate/guard_nested.py)
+                return await fn(*args, **kwargs)
             runner = gate.runner  # GatewayClosedError when not open or closing
             call = _GuardRun(gate, runner, route, resolved, retry, seen, function, site)
-            return await call.run(lambda: fn(*args, **kwargs))
+            try:
+                return await call.run(lambda: fn(*args, **kwargs))
+            except Exception as exc:
+                settle(outer, exc)  # inside another guarded try: not its to retry or count
+                raise
 
         return guarded
 
@@ -385,7 +403,8 @@ class _GuardRun:
                     )
         except _ForeignFailure as failure:
             original = failure.original
-            self.runner.record_failed_call(failure)
+            if not failure.settled:
+                self.runner.record_failed_call(failure)
             span.end("error", error=original)
         except Exception as exc:
             span.end("error", error=exc)
@@ -448,6 +467,7 @@ class _GuardRun:
             permit.abandon()
             raise
         finally:
+            call.running = False
             _GUARD_PERMIT.reset(token)
             state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
         return self._succeeded(state, call, result, clock.now() - start, number)
@@ -476,6 +496,13 @@ class _GuardRun:
         (the retry policy reads its view); the caller's deadline and the application's own
         errors return, to be raised as they are."""
         permit = call.permit
+        if settled(call, exc):
+            # a nested guard's on another backend: retried and counted there, never again
+            # here (attempts would multiply), nor this backend's failure
+            permit.ignore()
+            failure = _ForeignFailure(classify_exception(exc, state.name), exc)
+            failure.retryable, failure.settled = False, True
+            raise failure from exc
         if isinstance(exc, RequestTimeout) and exc.deadline:
             permit.abandon()  # the caller's deadline says nothing of the backend
             return

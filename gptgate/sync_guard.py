@@ -35,6 +35,7 @@ from anyio.lowlevel import EventLoopToken
 from .errors import RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
 from .guard_manager import entered_now
+from .guard_nested import settle
 from .stream_proxy import FollowedIterator
 from .stream_reads import StreamReads
 from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
@@ -326,7 +327,11 @@ def sync_guard(
             if outer is not None and covers is not None and covers(outer):
                 return fn(*args, **kwargs)  # part of the guarded call it runs in
             call: ThreadCall[R] = ThreadCall(functools.partial(fn, *args, **kwargs))
-            return call.run(loop(), guarded)
+            try:
+                return call.run(loop(), guarded)
+            except Exception as exc:
+                settle(outer, exc)  # retried and counted on its backend: not again outside
+                raise
 
         return wrapper
 

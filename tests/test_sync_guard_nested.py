@@ -83,3 +83,37 @@ def test_a_guard_inside_a_guard_on_another_backend_takes_a_permit_there() -> Non
         assert outer() == "two"
         assert seen == {"two": 1}  # a permit of its own backend's limit
         assert gate.stats()["two"].calls == 1
+
+
+class _Unavailable(Exception):
+    """An SDK's 503: the backend's failure, retryable."""
+
+    status_code = 503
+
+
+def test_an_inner_failure_on_another_backend_is_retried_there_and_not_again() -> None:
+    """The inner guard's policy retries it on its backend; the outer's did it all again
+    around it (3 × 3 tries of a dead backend) and counted it as its own backend's failure."""
+    gate = gg.SyncGateway(
+        [gg.Backend(name="one", base_url=BASE_URL, model="m", concurrency=1),
+         gg.Backend(name="two", base_url=BASE_URL, model="m", concurrency=1)],
+        deadline_s=30.0, breaker_threshold=50, backoff_base_s=0.001, backoff_cap_s=0.01,
+        max_attempts=3,
+    )
+    with gate:
+        runs = {"outer": 0, "inner": 0}
+
+        @gate.guard(backend="two")
+        def inner() -> str:
+            runs["inner"] += 1
+            raise _Unavailable("service unavailable")
+
+        @gate.guard(backend="one")
+        def outer() -> str:
+            runs["outer"] += 1
+            return inner()
+
+        with pytest.raises(_Unavailable):
+            outer()
+        assert runs == {"outer": 1, "inner": 3}  # was 3 and 9
+        assert gate.stats()["one"].failures == 0
