@@ -15,6 +15,7 @@ import anyio
 import openai
 
 import gptgate as gg
+from gptgate.retry import RetryPolicy
 from gptgate.sim import LoopClock, SimEngine, SimTransport, run_virtual
 from gptgate.sim.azure import AZURE_PROFILE
 from tests.mockbackend import USER, Script, backend, error, gateway, ok
@@ -142,3 +143,13 @@ def test_a_refusal_after_the_tries_work_counts_as_an_attempt() -> None:
     raised, sent = run_virtual(main)
     assert isinstance(raised, openai.RateLimitError)
     assert sent == 4
+
+
+def test_the_backoff_after_a_thousand_refusals_is_a_number() -> None:
+    """A call requeued past ~1025 refusals (a server refusing with a 1 ms retry-after until
+    the call's bound) had its back-off window overflow the float: ``OverflowError``."""
+    policy = RetryPolicy(
+        max_attempts=3, backoff_base_s=0.5, backoff_cap_s=20.0, max_retry_after_s=60.0,
+        clock=LoopClock(), seed=1,
+    )
+    assert 0.0 <= policy.backoff(2000, None, None) <= 20.0
