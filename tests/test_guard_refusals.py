@@ -74,10 +74,11 @@ def _run(path: str) -> tuple[collections.Counter[str], int]:
 
 
 def test_the_sdk_in_a_guard_completes_what_the_sdk_alone_completes() -> None:
-    """Every call completes on all three paths; the guarded SDK meets no more 429s than the
-    same SDK outside a guard (one rule: the refusal requeued after its retry-after, behind the
-    backend's pause) — the SDK paths take no RPM reservation (gate.chat's pacer), so both meet
-    more than gate.chat does; 1.25× leaves room for the seeded back-off's different draws."""
+    """Every call completes on all three paths, and the SDK's paths meet about as many 429s
+    as gate.chat: each request takes its place in the backend's pacer (gptgate/sdk_pace.py),
+    so after a 1-s window's 429 the requests the pause held go one spacing apart instead of
+    all at once. Before, the SDK alone met 5× gate.chat's 429s (84 to 17 at 100 calls); 2×
+    leaves room for the seeded back-off's different draws on each path."""
     chat, chat_429s = _run("chat")
     alone, alone_429s = _run("sdk")
     guarded, guarded_429s = _run("guard")
@@ -85,7 +86,8 @@ def test_the_sdk_in_a_guard_completes_what_the_sdk_alone_completes() -> None:
     assert alone == {"ok": CALLS}
     assert guarded == {"ok": CALLS}  # before: RateLimitError once the retry budget was spent
     assert chat_429s > 0  # the limit was met
-    assert guarded_429s <= 1.25 * alone_429s
+    assert alone_429s <= 2 * chat_429s
+    assert guarded_429s <= 2 * chat_429s
 
 
 def test_refusals_in_a_guard_spend_no_attempts() -> None:
