@@ -47,6 +47,7 @@ from .probe_claim import claim_probe
 from .results import Usage
 from .routing import BackendState, RouteRequest
 from .scenarios import Scenario, resolve_scenario
+from .shed import Refusals
 from .wire import parse_retry_after, parse_should_retry
 
 if TYPE_CHECKING:
@@ -397,6 +398,7 @@ class _GuardRun:
                 else:
                     result = await self.runner.retry.run(
                         attempt, deadline=self.deadline, budget=self.runner.budget,
+                        refusals=Refusals(self.clock, self.deadline, self.stall_s),  # shed.py
                         failover=lambda error: self.runner.is_failover(
                             self.site.route(self.route), error
                         ),
@@ -521,6 +523,7 @@ class _GuardRun:
                 count_failure(state, view, self.clock.now())  # the wire counts what it saw
             self.failed.add(state.name)
         failure = _ForeignFailure(view, original)
+        failure.billed = call.sized  # a refusal after the try's work: no free requeue (shed.py)
         if cut is not None:
             failure.retryable = False  # the caller has read part of it: no second try
         raise failure from original  # the retry policy decides on its view

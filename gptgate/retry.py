@@ -166,7 +166,8 @@ class RetryPolicy:
     ) -> float:
         """``U(0, min(cap, base·2ⁿ))`` (AWS full jitter), but never less than the server's
         retry-after, and never past the call's deadline."""
-        window = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (attempt_number - 1))
+        # the exponent capped: a call requeued past a thousand refusals overflowed the float
+        window = min(self.backoff_cap_s, self.backoff_base_s * 2 ** min(attempt_number - 1, 64))
         wait = self.rng.uniform(0.0, window)
         if retry_after is not None:
             wait = max(wait, retry_after)

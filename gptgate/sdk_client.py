@@ -53,6 +53,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_pace import relax, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
@@ -545,6 +546,19 @@ def _give_back(
         runner.spending.release(hold)
 
 
+def _unpaced(
+    runner: CallRunner, state: BackendState, guarded: GuardedCall | None,
+    hold: BudgetHold | None, permit: Permit | None, probe: int,
+) -> None:
+    """A request not sent after its pacer's wait (past its bound, or cancelled): what it
+    took goes back — the guard's seat, or its own permit, probe and dollar reservation."""
+    if guarded is not None:
+        guarded.wire_attempts -= 1
+        guarded.seat.free()
+    elif permit is not None:
+        _give_back(runner, state, hold, permit, probe)
+
+
 def _paused(request: httpx2.Request, backend: str, left: float) -> httpx2.Response:
     """The answer to an SDK request whose backend is paused past the request's bound: the 429
     the server would give, with its ``retry-after``, unsent and not retried by the SDK."""
@@ -826,6 +840,14 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             if isinstance(admitted, httpx2.Response):
                 return admitted
             hold, permit, probe = admitted
+        try:  # its place in the backend's rate pacer, as gate.chat's (gptgate/sdk_pace.py)
+            left = await wait_paced(state, clock, bound)
+        except BaseException:
+            _unpaced(runner, state, guarded, hold, permit, probe)
+            raise
+        if left is not None:
+            _unpaced(runner, state, guarded, hold, permit, probe)
+            return _paused(request, state.name, left)
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:
@@ -861,6 +883,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.send_failed(exc)
             raise
         status = response.status_code
+        relax(state, clock, status)
         if status >= 400:
             attempt.status_failed(status, response.headers)
             return response

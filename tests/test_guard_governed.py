@@ -182,7 +182,11 @@ async def _retry_after(status: int, headers: dict[str, str]) -> tuple[list[float
     clock = LoopClock()
     backend, _ = sim_backend("gpu", name="l", clock=clock)
     cls = openai.RateLimitError if status == 429 else openai.InternalServerError
-    async with gg.Gateway([backend], clock=clock, seed=1, max_attempts=3) as gate:
+    # a refusal (a 429 with retry-after) is requeued free of max_attempts until the deadline
+    # (gptgate/shed.py): 10 s leaves room for 4 tries 3 s apart
+    async with gg.Gateway(
+        [backend], clock=clock, seed=1, max_attempts=3, deadline_s=10.0
+    ) as gate:
         tries: list[float] = []
 
         @gate.guard(backend="l")
@@ -198,9 +202,9 @@ async def _retry_after(status: int, headers: dict[str, str]) -> tuple[list[float
 def test_a_guarded_retry_waits_the_servers_retry_after() -> None:
     """A 429 with ``retry-after: 3`` was retried after 0.24 s and 0.75 s."""
     tries, stats = run_virtual(_retry_after, 429, {"retry-after": "3"})
-    assert len(tries) == 3
+    assert len(tries) == 4  # at 0, 3, 6, 9 s: the next retry-after reaches past 10 s
     assert all(later - earlier >= 3.0 for earlier, later in itertools.pairwise(tries))
-    assert stats.rate_limited == 3 and stats.failures == 3 and stats.retries == 2
+    assert stats.rate_limited == 4 and stats.failures == 4 and stats.retries == 3
     tries, _ = run_virtual(_retry_after, 429, {"retry-after-ms": "1500"})
     assert all(later - earlier >= 1.5 for earlier, later in itertools.pairwise(tries))
 
@@ -252,9 +256,9 @@ def test_guarded_retries_spend_the_retry_budget() -> None:
 
 
 async def _sdk_retries(
-    ratio: float | None,
+    ratio: float | None, status: int = 429
 ) -> tuple[int, gg.BackendStats, list[str], BaseException | None]:
-    script = Script(error(429, retry_after_ms="1"))
+    script = Script(error(429, retry_after_ms="1") if status == 429 else error(status))
     backend = gg.Backend(
         name="mock", base_url=BASE, model="m", concurrency=4,
         transport=httpx2.MockTransport(script),
@@ -304,9 +308,11 @@ def test_the_sdks_own_retries_spend_the_gateways_budget() -> None:
 
 
 def test_the_sdks_retries_are_attempts_of_one_call_in_stats() -> None:
-    sent, stats, _, _ = anyio.run(_sdk_retries, None)
+    # a 500 (a 429 with retry-after is a refusal the guard requeues until its bound, free of
+    # max_attempts: gptgate/shed.py)
+    sent, stats, _, _ = anyio.run(_sdk_retries, None, 500)
     assert sent == 9  # no budget: the guard's 3 tries times the SDK's 3, all counted
-    assert stats.retries == 8 and stats.rate_limited == 9 and stats.failures == 9
+    assert stats.retries == 8 and stats.failures == 9
 
 
 # -- a span and a ledger entry per guarded call ----------------------------------------------
