@@ -620,16 +620,10 @@ def test_every_chat_option_of_an_item_stays_out_of_the_batch_body(tmp_path: Path
     assert len(bodies) == 2 and not any("cache" in b or "hedge" in b for b in bodies)
 
 
-def test_a_cancelled_job_never_creates_the_parts_its_submission_left_unsent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Three parts; the provider refuses the second create (a 400: OpenAI's enqueued-token
-    limit). ``take_up_batch`` reaches the job without sending, ``cancel()`` stops the part that
-    runs and ends the two never created; taking the job up again to collect it (``gate.batch``)
-    creates nothing: the unsent items end in ``BatchCancelledError``. Before, every take-up
-    tried the refused creates again first (and, once the provider took them, ran them)."""
-    from gptgate.batch import take_up_batch
 
+def refuse_creates_after_the_first(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The provider takes the first batch create and refuses every later one with a 400
+    (OpenAI's enqueued-token limit); returns the creates tried, as they come."""
     create = OpenAIBatches.create
     tries: list[str] = []
 
@@ -640,6 +634,20 @@ def test_a_cancelled_job_never_creates_the_parts_its_submission_left_unsent(
         return await create(self, *args)
 
     monkeypatch.setattr(OpenAIBatches, "create", refuse_after_the_first)
+    return tries
+
+
+def test_a_cancelled_job_never_creates_the_parts_its_submission_left_unsent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three parts; the provider refuses the second create (a 400: OpenAI's enqueued-token
+    limit). ``take_up_batch`` reaches the job without sending, ``cancel()`` stops the part that
+    runs and ends the two never created; taking the job up again to collect it (``gate.batch``)
+    creates nothing: the unsent items end in ``BatchCancelledError``. Before, every take-up
+    tried the refused creates again first (and, once the provider took them, ran them)."""
+    from gptgate.batch import take_up_batch
+
+    tries = refuse_creates_after_the_first(monkeypatch)
     limits = gg.BatchLimits(max_requests=10, max_bytes=10**9)
 
     async def body(sim: Sim) -> None:

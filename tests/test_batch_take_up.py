@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 
 import gptgate as gg
-from gptgate.batch_openai import OpenAIBatches
 from gptgate.sim import SimBatches, SimBatchPlan, SimEngine, SimServer, get_profile
 
-from .test_batch import Sim, _run
+from .test_batch import Sim, _run, refuse_creates_after_the_first
 
 
 def _prompts(n: int) -> list[dict[str, Any]]:
@@ -29,16 +28,7 @@ def _prompts(n: int) -> list[dict[str, Any]]:
 def test_a_job_submitted_with_common_arguments_is_taken_up_on_the_gateway(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    create = OpenAIBatches.create
-    tries: list[str] = []
-
-    async def refuse_after_the_first(self: OpenAIBatches, *args: Any) -> str:
-        tries.append("create")
-        if len(tries) > 1:
-            raise gg.BadRequestError("Enqueued token limit reached for m.", status=400)
-        return await create(self, *args)
-
-    monkeypatch.setattr(OpenAIBatches, "create", refuse_after_the_first)
+    tries = refuse_creates_after_the_first(monkeypatch)
     limits = gg.BatchLimits(max_requests=10, max_bytes=10**9)
 
     async def body(sim: Sim) -> None:

@@ -90,6 +90,14 @@ def test_the_sdk_in_a_guard_completes_what_the_sdk_alone_completes() -> None:
     assert guarded_429s <= 2 * chat_429s
 
 
+def _sdk_on(gate: gg.Gateway) -> openai.AsyncOpenAI:
+    """The openai SDK on the mock backend's ``gate.http_client``, retrying nothing itself."""
+    return openai.AsyncOpenAI(
+        api_key="x", base_url="http://127.0.0.1:9/v1", max_retries=0,
+        http_client=gate.http_client("mock"),
+    )
+
+
 def test_refusals_in_a_guard_spend_no_attempts() -> None:
     """Three refusals then an answer, under ``max_attempts=2``: the guarded SDK call gets its
     answer (before: the second refusal ended it with the SDK's RateLimitError)."""
@@ -99,10 +107,7 @@ def test_refusals_in_a_guard_spend_no_attempts() -> None:
         async with gateway(
             backend(script), clock=LoopClock(), max_attempts=2, deadline_s=60.0
         ) as gate:
-            client = openai.AsyncOpenAI(
-                api_key="x", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                http_client=gate.http_client("mock"),
-            )
+            client = _sdk_on(gate)
 
             @gate.guard(backend="mock")
             async def ask() -> str | None:
@@ -126,10 +131,7 @@ def test_a_refusal_after_the_tries_work_counts_as_an_attempt() -> None:
         async with gateway(
             backend(script), clock=LoopClock(), max_attempts=2, deadline_s=60.0
         ) as gate:
-            client = openai.AsyncOpenAI(
-                api_key="x", base_url="http://127.0.0.1:9/v1", max_retries=0,
-                http_client=gate.http_client("mock"),
-            )
+            client = _sdk_on(gate)
 
             @gate.guard(backend="mock")
             async def ask_twice() -> None:
