@@ -57,6 +57,7 @@ from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .map_demand import MapBacklog
 from .outcomes import count_failure, is_caller_deadline, report_failure
+from .pause_wait import wait_turn
 from .probe_claim import await_verdict, claim_probe
 from .queued_prompt import may_be_prefilled
 from .relocate import QueuedCall
@@ -297,26 +298,13 @@ class _Attempt:
         pauses = backend.pacer.pauses
         if pace > 0 and self.ticket is not None:
             self.ticket.paced()  # its latency is the budget's (gptgate/cache_release.py)
-        if pace > 0:
-            backend.pacing += 1  # in flight for the limiter, not yet at the server
-            try:
-                await self._wait_pace(pace, pauses)
-            finally:
-                backend.pacing -= 1
-
-    async def _wait_pace(self, pace: float, pauses: int) -> None:
-        spec, clock, backend = self.spec, self.clock, self.backend
-        while pace > 0:
-            if spec.deadline is not None and clock.now() + pace > spec.deadline:
-                raise OverloadedError(
-                    "rate-limit budget exhausted until past the deadline",
-                    backend=backend.name,
-                    retry_after=pace,
-                )
-            await clock.sleep(pace)
-            # a 429 came while this call waited: its place is behind that pause now
-            pace = 0.0 if pauses == backend.pacer.pauses else backend.pacer.requeue(clock.now())
-            pauses = backend.pacer.pauses
+        left = await wait_turn(backend, clock, pace, pauses, spec.deadline)
+        if left is not None:
+            raise OverloadedError(
+                "rate-limit budget exhausted until past the deadline",
+                backend=backend.name,
+                retry_after=left,
+            )
 
     # -- Wire ------------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""A backend paused by a 429's retry-after is paused for SDK requests and guarded calls too.
+"""Waiting on a backend's pacer, within a bound: a 429's pause, and a request's reserved turn.
+
+A backend paused by a 429's retry-after is paused for SDK requests and guarded calls too.
 
 A 429's retry-after pauses its backend (its pacer's ``paused_until``): seen by any path in this
 process, or by another process of the fleet with ``shared=`` (heard with the next permit's
@@ -15,7 +17,7 @@ from __future__ import annotations
 from .clock import Clock
 from .routing import BackendState
 
-__all__ = ["pause_past"]
+__all__ = ["pause_past", "wait_turn"]
 
 
 async def pause_past(state: BackendState, clock: Clock, bound: float | None) -> float | None:
@@ -29,3 +31,27 @@ async def pause_past(state: BackendState, clock: Clock, bound: float | None) -> 
         if bound is not None and now + left > bound:
             return left
         await clock.sleep(left)  # a later 429 may lengthen it: read again
+
+
+async def wait_turn(
+    state: BackendState, clock: Clock, pace: float, pauses: int, bound: float | None
+) -> float | None:
+    """Wait ``pace`` seconds for a turn reserved at ``state``'s pacer (``pauses``: its count
+    of 429 pauses then), counted in ``state.pacing`` meanwhile: None once the turn has come;
+    else, when it falls past ``bound`` (a clock reading; None: none), the wait left, unwaited.
+    One loop for ``gate.chat`` and the SDK path (gptgate/sdk_pace.py)."""
+    if pace <= 0:
+        return None
+    pacer = state.pacer
+    state.pacing += 1  # in flight for the limiter, not yet at the server
+    try:
+        while pace > 0:
+            if bound is not None and clock.now() + pace > bound:
+                return pace
+            await clock.sleep(pace)
+            # a 429 came while this request waited: its place is behind that pause now
+            pace = 0.0 if pauses == pacer.pauses else pacer.requeue(clock.now())
+            pauses = pacer.pauses
+    finally:
+        state.pacing -= 1
+    return None

@@ -17,6 +17,7 @@ taken in the permit's round trip, which this path does not join).
 from __future__ import annotations
 
 from .clock import Clock
+from .pause_wait import wait_turn
 from .routing import BackendState
 
 __all__ = ["relax", "wait_paced"]
@@ -28,23 +29,8 @@ async def wait_paced(state: BackendState, clock: Clock, bound: float | None) -> 
     unwaited (the caller answers unsent, as a pause past the bound)."""
     if state.fleet_pacer is not None:
         return None
-    pacer = state.pacer
-    pace = pacer.reserve(clock.now(), 0)
-    pauses = pacer.pauses
-    if pace <= 0:
-        return None
-    state.pacing += 1  # in flight for the limiter, not yet at the server
-    try:
-        while pace > 0:
-            if bound is not None and clock.now() + pace > bound:
-                return pace
-            await clock.sleep(pace)
-            # a 429 came while this request waited: its place is behind that pause now
-            pace = 0.0 if pauses == pacer.pauses else pacer.requeue(clock.now())
-            pauses = pacer.pauses
-    finally:
-        state.pacing -= 1
-    return None
+    pace = state.pacer.reserve(clock.now(), 0)
+    return await wait_turn(state, clock, pace, state.pacer.pauses, bound)
 
 
 def relax(state: BackendState, clock: Clock, status: int) -> None:
