@@ -21,7 +21,7 @@ from .routing import BackendState, RouteRequest
 if TYPE_CHECKING:
     from .guard import GuardedCall
 
-__all__ = ["covers", "settle", "settled"]
+__all__ = ["covers", "covers_options", "settle", "settled"]
 
 
 class _States(Protocol):
@@ -31,6 +31,13 @@ class _States(Protocol):
 def covers(gate: _States, route: RouteRequest, outer: GuardedCall | None) -> bool:
     """``outer`` (the guarded try running here, if any) holds a permit of ``gate`` on a
     backend ``route`` allows (its ``backend``, ``private`` and ``tier``)."""
+    return covers_options(gate, outer, route.backend, route.private, route.tier)
+
+
+def covers_options(
+    gate: _States, outer: GuardedCall | None, backend: str | None, private: bool, tier: str
+) -> bool:
+    """:func:`covers` for a guard's options as given (``SyncGateway.guard``'s)."""
     if outer is None or not outer.running:
         return False  # a task the try spawned, still running after it ended: on its own
     name = outer.limiter.name
@@ -42,9 +49,9 @@ def covers(gate: _States, route: RouteRequest, outer: GuardedCall | None) -> boo
         return False  # another gateway's call on a backend of the same name
     config = state.backend
     return (
-        (route.backend is None or route.backend == name)
-        and (not route.private or config.private)
-        and (route.tier == "auto" or config.tier == route.tier)
+        (backend is None or backend == name)
+        and (not private or config.private)
+        and (tier == "auto" or config.tier == tier)
     )
 
 

@@ -44,6 +44,7 @@ from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
 from .guard import GuardedCall
+from .guard_nested import covers_options
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
@@ -410,16 +411,8 @@ class SyncGateway:
             return call
 
         def covers(outer: GuardedCall) -> bool:
-            """The guarded call this one runs inside holds a permit of this gateway on a
-            backend these options allow (``backend``, ``private``, ``tier``)."""
-            name = outer.limiter.name
-            states = self._gateway._states
-            state = states.get(name) if isinstance(name, str) else None
-            if state is None or state.limiter is not outer.limiter:
-                return False  # another gateway's call
-            config = state.backend
-            return ((backend is None or backend == name) and (not private or config.private)
-                    and (tier == "auto" or config.tier == tier))
+            """The guarded call this one runs inside holds a permit it may use."""
+            return covers_options(self._gateway, outer, backend, private, tier)
 
         return sync_guard(self._loop_ready, guarded_per_call, covers)
 
