@@ -53,7 +53,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
-from .sdk_pace import relax, wait_paced
+from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
@@ -144,6 +144,10 @@ class _Attempt:
         self._body: dict[str, Any] | None = None
         #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
         self.seat: Seat | None = None
+        #: its take from the backend's rate budget (gptgate/sdk_pace.py), settled at its end
+        self.pace: Reservation | None = None
+        #: the tokens a failed attempt booked (the server may have counted them)
+        self.counted_tokens = 0
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
@@ -420,6 +424,7 @@ class _Attempt:
             unread = max(0, output - tokens_for_chars(self.read_chars))
         if prompt or output:
             usage = self._cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
+            self.counted_tokens = usage.total_tokens
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
@@ -450,6 +455,8 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        if self.pace is not None:  # what the answer did not use goes back to the budget
+            self.pace.settle(usage.total_tokens if usage is not None else self.counted_tokens)
         seat, self.seat = self.seat, None
         if seat is not None:  # the guard's permit may cover the body's next request
             seat.free()
@@ -502,6 +509,13 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def _request_tokens(request: httpx2.Request) -> int:
+    """The tokens ``request`` reserves at its backend's rate budget (gptgate/sdk_pace.py)."""
+    body = _json_body(request)
+    generative = operation_of(request.url.path) in _GENERATIVE
+    return request_tokens(_prompt_tokens(body), _max_tokens(body), generative=generative)
 
 
 #: what an SDK request without max_tokens reserves under a dollar budget (as gate.chat)
@@ -559,13 +573,24 @@ def _unpaced(
         _give_back(runner, state, hold, permit, probe)
 
 
-def _paused(request: httpx2.Request, backend: str, left: float) -> httpx2.Response:
-    """The answer to an SDK request whose backend is paused past the request's bound: the 429
-    the server would give, with its ``retry-after``, unsent and not retried by the SDK."""
-    message = (
-        f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for {left:.1f} s "
-        f"more, past this request's timeout; the request was not sent"
-    )
+def _paused(
+    request: httpx2.Request, backend: str, left: float, *, budget: bool = False
+) -> httpx2.Response:
+    """The answer to an SDK request whose backend is paused past the request's bound — or
+    (``budget``) whose RPM/TPM budget has no room for it before then: the 429 the server
+    would give, with its ``retry-after``, unsent and not retried by the SDK."""
+    if budget:
+        message = (
+            f"gptgate: backend {backend!r}'s rate budget (RPM/TPM, from its x-ratelimit "
+            f"headers) has no room for this request for {left:.1f} s, past this request's "
+            f"timeout (its pool timeout, or the gateway's deadline_s); the request was not "
+            f"sent — raise the client's timeout to wait its turn"
+        )
+    else:
+        message = (
+            f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for "
+            f"{left:.1f} s more, past this request's timeout; the request was not sent"
+        )
     return httpx2.Response(
         429,
         headers={
@@ -840,14 +865,15 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             if isinstance(admitted, httpx2.Response):
                 return admitted
             hold, permit, probe = admitted
-        try:  # its place in the backend's rate pacer, as gate.chat's (gptgate/sdk_pace.py)
-            left = await wait_paced(state, clock, bound)
+        try:  # its tokens' place in the backend's rate budget, as gate.chat's (sdk_pace.py)
+            pace, left = await wait_paced(state, clock, _request_tokens(request), bound)
         except BaseException:
             _unpaced(runner, state, guarded, hold, permit, probe)
             raise
         if left is not None:
             _unpaced(runner, state, guarded, hold, permit, probe)
-            return _paused(request, state.name, left)
+            paused = state.pacer.paused_until > clock.now()
+            return _paused(request, state.name, left, budget=not paused)
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:
@@ -866,6 +892,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.probe = probe or state.breaker.on_attempt(start)
         attempt.cut_at = cut_at
         attempt.asked = enqueued
+        attempt.pace = pace
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(
@@ -883,7 +910,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.send_failed(exc)
             raise
         status = response.status_code
-        relax(state, clock, status)
+        # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
+        runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
         if status >= 400:
             attempt.status_failed(status, response.headers)
             return response
