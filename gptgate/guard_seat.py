@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+
+if TYPE_CHECKING:
+    from .stream_watch import OpenBody
 
 __all__ = ["Seat"]
 
@@ -35,14 +38,22 @@ class _Waiter:
 class Seat:
     """One guarded try's permit, as its body's requests hold it: one at a time."""
 
-    __slots__ = ("_taken", "_waiters")
+    __slots__ = ("_taken", "_waiters", "body")
 
     def __init__(self) -> None:
         self._taken = False
         self._waiters: deque[_Waiter] = deque()
+        #: the open body of the request holding the seat, once its headers came (a wait on
+        #: it by the task that must read it is a wait on itself: gptgate/guard_self_wait.py)
+        self.body: OpenBody[Any] | None = None
+
+    @property
+    def taken(self) -> bool:
+        return self._taken
 
     def free(self) -> None:
         """The request holding the seat ended: the longest waiter gets it, else it is free."""
+        self.body = None
         if not self._waiters:
             self._taken = False
             return

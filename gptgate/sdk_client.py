@@ -43,6 +43,8 @@ from .guard import (
     classify_exception,
 )
 from .guard_seat import Seat
+from .guard_self_wait import refused as self_wait_refused
+from .guard_self_wait import waits_on_itself
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
@@ -843,6 +845,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
         admitted: tuple[BudgetHold | None, Permit, int] | httpx2.Response | None = None
+        if guarded is not None and waits_on_itself(guarded.seat, state.limiter):
+            return self_wait_refused(request, state.name, state.backend.idle_timeout)
         if guarded is not None:
             # the guard's permit covers one of its body's requests at a time; one sent while
             # it covers another takes the seat or a permit of its own, whichever comes first
@@ -943,4 +947,6 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             raise
         if attempt.guarded is not None:
             attempt.guarded.open_requests.append(attempt)
+        if attempt.seat is not None:  # a request of its body waiting on it: guard_self_wait
+            attempt.seat.body = body
         return response
