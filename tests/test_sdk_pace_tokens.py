@@ -12,13 +12,14 @@ import collections
 import json
 from typing import Any
 
+import anthropic
 import anyio
 import httpx2
 import openai
 import pytest
 
 import gptgate as gg
-from gptgate.sim import LoopClock, SimEngine, SimTransport, run_virtual
+from gptgate.sim import ANTHROPIC_PROFILE, LoopClock, SimEngine, SimTransport, run_virtual
 from gptgate.sim.profiles import get_profile
 from tests.mockbackend import Script, backend, completion, gateway, sse
 
@@ -96,6 +97,53 @@ def test_big_sdk_requests_meet_no_more_429s_than_gate_chat_on_a_tpm_limit(
     # before: 0 for gate.chat, 19 for the SDK alone and in a guard
     assert alone_429s <= chat_429s, (alone_429s, chat_429s)
     assert guarded_429s <= chat_429s, (guarded_429s, chat_429s)
+
+
+def run_anthropic_job(path: str) -> tuple[collections.Counter[str], int]:
+    """The same job on the simulator's Messages API (``anthropic-ratelimit-*`` headers) by
+    ``gate.chat`` or the ``anthropic`` SDK: the outcomes and the server's 429s."""
+
+    async def main() -> tuple[collections.Counter[str], int]:
+        clock = LoopClock()
+        profile = ANTHROPIC_PROFILE.model_copy(update={"rpm": None, "tpm": TPM})
+        engine = SimEngine(profile, clock=clock, seed=4)
+        claude = gg.Backend(
+            name="c", provider="anthropic", base_url="http://127.0.0.1:2",
+            model=profile.model, api_key="sk-ant-test", transport=SimTransport(engine),
+            concurrency=16,
+        )
+        outcomes: collections.Counter[str] = collections.Counter()
+        async with gg.Gateway([claude], clock=clock, seed=1, max_attempts=10) as gate:
+            client = anthropic.AsyncAnthropic(
+                api_key="sk-ant-test", base_url="http://127.0.0.1:2", max_retries=0,
+                timeout=600.0, http_client=gate.http_client("c"),
+            )
+
+            async def one() -> None:
+                try:
+                    if path == "chat":
+                        await gate.chat(MESSAGES, max_tokens=MAX_TOKENS)
+                    else:
+                        await client.messages.create(
+                            model=profile.model, messages=MESSAGES, max_tokens=MAX_TOKENS
+                        )
+                    outcomes["ok"] += 1
+                except Exception as exc:  # counted by type
+                    outcomes[type(exc).__name__] += 1
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(CALLS):
+                    tg.start_soon(one)
+        return outcomes, engine.ledger.snapshot().rate_limited
+
+    return run_virtual(main)
+
+
+def test_big_anthropic_sdk_requests_meet_no_more_429s_than_gate_chat() -> None:
+    chat, chat_429s = run_anthropic_job("chat")
+    sdk, sdk_429s = run_anthropic_job("sdk")
+    assert chat == sdk == {"ok": CALLS}
+    assert sdk_429s <= chat_429s, (sdk_429s, chat_429s)
 
 
 #: the server's budget, as every answer reports it (a fixed remainder: no call counts)
