@@ -173,7 +173,7 @@ class _Attempt:
             self.span.set_attributes(attributes)  # one lock and one pass, not one per attribute
 
     def _model(self) -> str:
-        content = self.request.content if self.request.method == "POST" else b""
+        content = _content(self.request) if self.request.method == "POST" else b""
         match = _MODEL.search(content[:4096]) if content else None
         if match is None:
             return self.state.backend.model
@@ -482,9 +482,20 @@ class _Attempt:
             self.on_end(error, usage, self.cost_usd)
 
 
-def _json_body(request: httpx2.Request) -> dict[str, Any]:
+def _content(request: httpx2.Request) -> bytes:
+    """The request's body, b"" when it is streamed (a file upload's multipart body, read only
+    as it is sent): no JSON to size, and reading it here would crash the send
+    (``RequestNotRead``: every ``client.files.create`` failed on ``gate.http_client``)."""
     try:
-        parsed = json.loads(request.content) if request.content else {}
+        return request.content
+    except httpx2.RequestNotRead:
+        return b""
+
+
+def _json_body(request: httpx2.Request) -> dict[str, Any]:
+    content = _content(request)
+    try:
+        parsed = json.loads(content) if content else {}
     except ValueError:
         parsed = {}
     return parsed if isinstance(parsed, dict) else {}
