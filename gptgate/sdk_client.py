@@ -111,6 +111,7 @@ class _Attempt:
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         permit: Permit | None, start: float, queue_s: float, scenario: str | None,
         *, number: int = 1, guarded: GuardedCall | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         self.runner = runner
         self.state = state
@@ -143,7 +144,7 @@ class _Attempt:
         #: when the SDK asked (before its wait for a permit): the gateway's deadline counts
         #: from here
         self.asked = start
-        self._body: dict[str, Any] | None = None
+        self._body = body  # parsed already (its tokens were paced), else when first needed
         #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
         self.seat: Seat | None = None
         #: its take from the backend's rate budget (gptgate/sdk_pace.py), settled at its end
@@ -524,9 +525,9 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _request_tokens(request: httpx2.Request) -> int:
-    """The tokens ``request`` reserves at its backend's rate budget (gptgate/sdk_pace.py)."""
-    body = _json_body(request)
+def _request_tokens(request: httpx2.Request, body: Mapping[str, Any]) -> int:
+    """The tokens ``request`` (``body``: its JSON) reserves at its backend's rate budget
+    (gptgate/sdk_pace.py)."""
     generative = operation_of(request.url.path) in _GENERATIVE
     return request_tokens(_prompt_tokens(body), _max_tokens(body), generative=generative)
 
@@ -881,7 +882,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                 return admitted
             hold, permit, probe = admitted
         try:  # its tokens' place in the backend's rate budget, as gate.chat's (sdk_pace.py)
-            pace, left = await wait_paced(state, clock, _request_tokens(request), bound)
+            body = _json_body(request)  # parsed once: its tokens here, its attempt's span after
+            pace, left = await wait_paced(state, clock, _request_tokens(request, body), bound)
         except BaseException:
             _unpaced(runner, state, guarded, hold, permit, probe)
             raise
@@ -898,7 +900,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         start = clock.now()
         attempt = _Attempt(
             runner, state, request, permit, start, start - enqueued, self._scenario,
-            number=number, guarded=guarded,
+            number=number, guarded=guarded, body=body,
         )
         attempt.hold = hold
         if guarded is not None:
