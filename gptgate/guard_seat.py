@@ -14,16 +14,29 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
-
-if TYPE_CHECKING:
-    from .stream_watch import OpenBody
 
 __all__ = ["Seat"]
 
 T = TypeVar("T")
+
+
+class SeatHolder(Protocol):
+    """The request holding a seat, as gptgate/guard_self_wait.py asks about it."""
+
+    def left_by_this_task(self) -> bool:
+        """Its body is open, unread, and this task opened or last read it."""
+        ...
+
+    def whole(self) -> bool:
+        """Its answer arrived whole (the stream's end marker), its body still open."""
+        ...
+
+    async def end_whole(self) -> None:
+        """Close a whole answer's body as read to its end (the seat is freed)."""
+        ...
 
 
 class _Waiter:
@@ -38,14 +51,14 @@ class _Waiter:
 class Seat:
     """One guarded try's permit, as its body's requests hold it: one at a time."""
 
-    __slots__ = ("_taken", "_waiters", "body")
+    __slots__ = ("_taken", "_waiters", "holder")
 
     def __init__(self) -> None:
         self._taken = False
         self._waiters: deque[_Waiter] = deque()
-        #: the open body of the request holding the seat, once its headers came (a wait on
-        #: it by the task that must read it is a wait on itself: gptgate/guard_self_wait.py)
-        self.body: OpenBody[Any] | None = None
+        #: the request holding the seat, once its body is open (a wait on it by the task
+        #: that must read it is a wait on itself: gptgate/guard_self_wait.py)
+        self.holder: SeatHolder | None = None
 
     @property
     def taken(self) -> bool:
@@ -53,7 +66,7 @@ class Seat:
 
     def free(self) -> None:
         """The request holding the seat ended: the longest waiter gets it, else it is free."""
-        self.body = None
+        self.holder = None
         if not self._waiters:
             self._taken = False
             return

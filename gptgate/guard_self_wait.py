@@ -12,9 +12,11 @@ later reads then failed: a stall of the idle bound, then an error far from its c
 The request is answered instead at once, unsent, with a 409 (``x-should-retry: false``, the
 ``x-gptgate-refused`` header: the guard does not try the body again) whose message says what
 holds the permit and the fix: read or close the first stream before the next request (or
-raise the backend's ``concurrency``). On a wider limit the request takes a permit of its own,
-as before. Only a stream this task opened or last read and is not reading counts: a stream
-another task of the body reads (``asyncio.gather``) frees the seat by itself.
+raise the backend's ``concurrency``). A stream whose answer arrived whole (its end marker:
+the body broke out at the last chunk without closing it) is closed as read to its end, and
+the request goes on. On a wider limit the request takes a permit of its own, as before. Only
+a stream this task opened or last read and is not reading counts: a stream another task of
+the body reads (``asyncio.gather``) frees the seat by itself.
 """
 
 from __future__ import annotations
@@ -25,17 +27,22 @@ from .guard import REFUSED_HEADER
 from .guard_seat import Seat
 from .limits import Limiter
 
-__all__ = ["refused", "waits_on_itself"]
+__all__ = ["refused", "unblocked"]
 
 
-def waits_on_itself(seat: Seat, limiter: Limiter) -> bool:
-    """A request of the guarded body sent now would wait for ``seat`` held by a stream this
-    task left unread, on a limiter whose only permit that seat is."""
-    body = seat.body
-    return (
-        seat.taken and body is not None and body.left_by_this_task()
-        and limiter.current_limit <= 1
-    )
+async def unblocked(seat: Seat, limiter: Limiter) -> bool:
+    """Whether a request of the guarded body may go on to wait for ``seat`` (or a permit of
+    its own): False when the seat is held by a stream this task left unread on a limiter
+    whose only permit that seat is (a wait on itself). A stream left open after its answer
+    arrived whole (a ``break`` at the last chunk, before the connection's end) is closed as
+    read to its end instead, and the seat is the request's: the server was done with it."""
+    holder = seat.holder
+    if holder is None or limiter.current_limit > 1 or not holder.left_by_this_task():
+        return True
+    if holder.whole():
+        await holder.end_whole()
+        return True
+    return False
 
 
 def refused(request: httpx2.Request, backend: str, idle_s: float) -> httpx2.Response:

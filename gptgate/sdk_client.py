@@ -44,7 +44,7 @@ from .guard import (
 )
 from .guard_seat import Seat
 from .guard_self_wait import refused as self_wait_refused
-from .guard_self_wait import waits_on_itself
+from .guard_self_wait import unblocked
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
@@ -147,6 +147,8 @@ class _Attempt:
         self._body = body  # parsed already (its tokens were paced), else when first needed
         #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
         self.seat: Seat | None = None
+        #: its open body, while it holds its guard's seat (gptgate/guard_self_wait.py)
+        self.open_body: OpenBody[bytes] | None = None
         #: its take from the backend's rate budget (gptgate/sdk_pace.py), settled at its end
         self.pace: Reservation | None = None
         #: the tokens a failed attempt booked (the server may have counted them)
@@ -211,6 +213,18 @@ class _Attempt:
         self.permit = permit
         self.guarded = None
         self.on_end = on_end
+
+    # -- the guard's seat it holds, as a body's next request asks (guard_self_wait.py) -------
+
+    def left_by_this_task(self) -> bool:
+        return self.open_body is not None and self.open_body.left_by_this_task()
+
+    def whole(self) -> bool:
+        return self.tap is not None and self.tap.complete
+
+    async def end_whole(self) -> None:
+        if self.open_body is not None:
+            await self.open_body.close()  # the caller's close: a whole answer, a success
 
     # -- its body, as the watch tells it (gptgate/stream_watch.py) ---------------------------
 
@@ -857,7 +871,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
         admitted: tuple[BudgetHold | None, Permit, int] | httpx2.Response | None = None
-        if guarded is not None and waits_on_itself(guarded.seat, state.limiter):
+        if guarded is not None and not await unblocked(guarded.seat, state.limiter):
             return self_wait_refused(request, state.name, state.backend.idle_timeout)
         if guarded is not None:
             # the guard's permit covers one of its body's requests at a time; one sent while
@@ -961,5 +975,6 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         if attempt.guarded is not None:
             attempt.guarded.open_requests.append(attempt)
         if attempt.seat is not None:  # a request of its body waiting on it: guard_self_wait
-            attempt.seat.body = body
+            attempt.open_body = body
+            attempt.seat.holder = attempt
         return response

@@ -23,10 +23,12 @@ MESSAGES: Any = [{"role": "user", "content": "hi"}]
 
 
 async def _second_request_while_unread(
-    concurrency: int, *, read_first: bool = False
+    concurrency: int, *, read_first: bool = False, break_at_end: bool = False
 ) -> tuple[str, float, int]:
     """(how the body ended, the virtual seconds it took, the requests the server saw).
-    ``read_first``: the body reads its stream before the second request (no self-wait)."""
+    ``read_first``: the body reads its stream before the second request (no self-wait);
+    ``break_at_end``: it reads it to the chunk that finishes the answer and breaks there,
+    leaving the stream open (the ``[DONE]`` came with that chunk)."""
     clock = LoopClock()
     async with anyio.create_task_group() as tg:
         server = GeneratingServer(tg, tokens=5, answer_s=0.5)
@@ -38,15 +40,20 @@ async def _second_request_while_unread(
             client = sdk_on(gate)
 
             async def read(stream: Any) -> str:
-                return "".join([c.choices[0].delta.content or "" async for c in stream
-                                if c.choices])
+                parts = []
+                async for chunk in stream:
+                    if chunk.choices:
+                        parts.append(chunk.choices[0].delta.content or "")
+                        if break_at_end and chunk.choices[0].finish_reason:
+                            break
+                return "".join(parts)
 
             @gate.guard(backend="b")
             async def body() -> str:
                 first = await client.chat.completions.create(
                     model="m", messages=MESSAGES, stream=True
                 )
-                text = await read(first) if read_first else ""
+                text = await read(first) if read_first or break_at_end else ""
                 await client.chat.completions.create(model="m", messages=MESSAGES)
                 return text or await read(first)
 
@@ -79,3 +86,14 @@ def test_on_a_wider_limit_it_takes_a_permit_of_its_own() -> None:
 def test_a_stream_read_before_the_next_request_frees_the_seat() -> None:
     outcome, took, sent = run_virtual(lambda: _second_request_while_unread(1, read_first=True))
     assert outcome == "w0 w1 w2 w3 w4 " and took < 2.0 and sent == 2
+
+
+def test_a_stream_left_open_after_its_whole_answer_is_closed_and_the_request_goes_on() -> None:
+    """A ``break`` at the chunk that finishes the answer leaves the stream open, its answer
+    whole: it is closed as read to its end and the next request takes the seat at once.
+    Before, it waited the idle timeout out (the stream then hung up on)."""
+    outcome, took, sent = run_virtual(
+        lambda: _second_request_while_unread(1, break_at_end=True)
+    )
+    assert outcome == "w0 w1 w2 w3 w4 " and sent == 2
+    assert took < 2.0, took
