@@ -522,13 +522,22 @@ def _prompt_tokens(body: Mapping[str, Any]) -> int:
         system = body.get("system")  # Anthropic's system prompt, beside the messages
         extra = [{"role": "system", "content": system}] if system else []
         return estimate_prompt_tokens([*extra, *(m for m in messages if isinstance(m, Mapping))])
+    instructions = body.get("instructions")  # the Responses API's system prompt
+    told = estimate_text_tokens(instructions) if isinstance(instructions, str) else 0
     for key in ("prompt", "input"):
         value = body.get(key)
         if isinstance(value, str):
-            return estimate_text_tokens(value)
+            return told + estimate_text_tokens(value)
         if isinstance(value, list):
-            return sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
-    return 0
+            # strings (a completion's prompts, an embedding's inputs), or the Responses API's
+            # input items: messages whose content is text or parts with text
+            items = [v for v in value if isinstance(v, Mapping)]
+            return (
+                told
+                + sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
+                + (estimate_prompt_tokens(items) if items else 0)
+            )
+    return told
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:

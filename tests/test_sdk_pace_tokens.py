@@ -19,6 +19,7 @@ import openai
 import pytest
 
 import gptgate as gg
+from gptgate.sdk_client import _json_body, _request_tokens
 from gptgate.sim import ANTHROPIC_PROFILE, LoopClock, SimEngine, SimTransport, run_virtual
 from gptgate.sim.profiles import get_profile
 from tests.mockbackend import Script, backend, completion, gateway, sse
@@ -221,3 +222,22 @@ async def _no_room() -> None:
         assert "raise the client's timeout" in str(caught.value)
         assert len(script.requests) == 1
         assert pacer.statistics(clock.now()).tokens_available == pytest.approx(before)
+
+
+def test_a_responses_api_request_is_sized_by_its_input_items() -> None:
+    """The Responses API's ``input`` is a list of message items (and ``instructions`` its
+    system prompt): sized as the same chat messages are, not as no prompt at all (which
+    reserved only ``max_output_tokens`` for a prompt of any size)."""
+    text = "lorem ipsum " * 100
+    chat = httpx2.Request("POST", "http://h/v1/chat/completions", json={
+        "model": "m", "max_tokens": 50, "messages": [
+            {"role": "system", "content": "be brief"}, {"role": "user", "content": text},
+        ],
+    })
+    responses = httpx2.Request("POST", "http://h/v1/responses", json={
+        "model": "m", "max_output_tokens": 50, "instructions": "be brief",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
+    })
+    sized = {r.url.path: _request_tokens(r, _json_body(r)) for r in (chat, responses)}
+    assert sized["/v1/responses"] > 300  # before: 50
+    assert abs(sized["/v1/responses"] - sized["/v1/chat/completions"]) <= 8
