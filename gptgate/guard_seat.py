@@ -14,13 +14,29 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
 __all__ = ["Seat"]
 
 T = TypeVar("T")
+
+
+class SeatHolder(Protocol):
+    """The request holding a seat, as gptgate/guard_self_wait.py asks about it."""
+
+    def left_by_this_task(self) -> bool:
+        """Its body is open, unread, and this task opened or last read it."""
+        ...
+
+    def whole(self) -> bool:
+        """Its answer arrived whole (the stream's end marker), its body still open."""
+        ...
+
+    async def end_whole(self) -> None:
+        """Close a whole answer's body as read to its end (the seat is freed)."""
+        ...
 
 
 class _Waiter:
@@ -35,14 +51,22 @@ class _Waiter:
 class Seat:
     """One guarded try's permit, as its body's requests hold it: one at a time."""
 
-    __slots__ = ("_taken", "_waiters")
+    __slots__ = ("_taken", "_waiters", "holder")
 
     def __init__(self) -> None:
         self._taken = False
         self._waiters: deque[_Waiter] = deque()
+        #: the request holding the seat, once its body is open (a wait on it by the task
+        #: that must read it is a wait on itself: gptgate/guard_self_wait.py)
+        self.holder: SeatHolder | None = None
+
+    @property
+    def taken(self) -> bool:
+        return self._taken
 
     def free(self) -> None:
         """The request holding the seat ended: the longest waiter gets it, else it is free."""
+        self.holder = None
         if not self._waiters:
             self._taken = False
             return

@@ -43,6 +43,8 @@ from .guard import (
     classify_exception,
 )
 from .guard_seat import Seat
+from .guard_self_wait import refused as self_wait_refused
+from .guard_self_wait import unblocked
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .observe import ResponseTap
@@ -53,7 +55,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
-from .sdk_pace import relax, wait_paced
+from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .telemetry import NAMES
@@ -109,6 +111,7 @@ class _Attempt:
         self, runner: CallRunner, state: BackendState, request: httpx2.Request,
         permit: Permit | None, start: float, queue_s: float, scenario: str | None,
         *, number: int = 1, guarded: GuardedCall | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         self.runner = runner
         self.state = state
@@ -141,9 +144,15 @@ class _Attempt:
         #: when the SDK asked (before its wait for a permit): the gateway's deadline counts
         #: from here
         self.asked = start
-        self._body: dict[str, Any] | None = None
+        self._body = body  # parsed already (its tokens were paced), else when first needed
         #: the guard's seat this request holds (gptgate/guard_seat.py), None: its own permit
         self.seat: Seat | None = None
+        #: its open body, while it holds its guard's seat (gptgate/guard_self_wait.py)
+        self.open_body: OpenBody[bytes] | None = None
+        #: its take from the backend's rate budget (gptgate/sdk_pace.py), settled at its end
+        self.pace: Reservation | None = None
+        #: the tokens a failed attempt booked (the server may have counted them)
+        self.counted_tokens = 0
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
@@ -167,7 +176,7 @@ class _Attempt:
             self.span.set_attributes(attributes)  # one lock and one pass, not one per attribute
 
     def _model(self) -> str:
-        content = self.request.content if self.request.method == "POST" else b""
+        content = _content(self.request) if self.request.method == "POST" else b""
         match = _MODEL.search(content[:4096]) if content else None
         if match is None:
             return self.state.backend.model
@@ -204,6 +213,18 @@ class _Attempt:
         self.permit = permit
         self.guarded = None
         self.on_end = on_end
+
+    # -- the guard's seat it holds, as a body's next request asks (guard_self_wait.py) -------
+
+    def left_by_this_task(self) -> bool:
+        return self.open_body is not None and self.open_body.left_by_this_task()
+
+    def whole(self) -> bool:
+        return self.tap is not None and self.tap.complete
+
+    async def end_whole(self) -> None:
+        if self.open_body is not None:
+            await self.open_body.close()  # the caller's close: a whole answer, a success
 
     # -- its body, as the watch tells it (gptgate/stream_watch.py) ---------------------------
 
@@ -420,6 +441,7 @@ class _Attempt:
             unread = max(0, output - tokens_for_chars(self.read_chars))
         if prompt or output:
             usage = self._cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
+            self.counted_tokens = usage.total_tokens
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
@@ -450,6 +472,8 @@ class _Attempt:
         if self.ended:
             return
         self.ended = True
+        if self.pace is not None:  # what the answer did not use goes back to the budget
+            self.pace.settle(usage.total_tokens if usage is not None else self.counted_tokens)
         seat, self.seat = self.seat, None
         if seat is not None:  # the guard's permit may cover the body's next request
             seat.free()
@@ -473,9 +497,20 @@ class _Attempt:
             self.on_end(error, usage, self.cost_usd)
 
 
-def _json_body(request: httpx2.Request) -> dict[str, Any]:
+def _content(request: httpx2.Request) -> bytes:
+    """The request's body, b"" when it is streamed (a file upload's multipart body, read only
+    as it is sent): no JSON to size, and reading it here would crash the send
+    (``RequestNotRead``: every ``client.files.create`` failed on ``gate.http_client``)."""
     try:
-        parsed = json.loads(request.content) if request.content else {}
+        return request.content
+    except httpx2.RequestNotRead:
+        return b""
+
+
+def _json_body(request: httpx2.Request) -> dict[str, Any]:
+    content = _content(request)
+    try:
+        parsed = json.loads(content) if content else {}
     except ValueError:
         parsed = {}
     return parsed if isinstance(parsed, dict) else {}
@@ -487,13 +522,22 @@ def _prompt_tokens(body: Mapping[str, Any]) -> int:
         system = body.get("system")  # Anthropic's system prompt, beside the messages
         extra = [{"role": "system", "content": system}] if system else []
         return estimate_prompt_tokens([*extra, *(m for m in messages if isinstance(m, Mapping))])
+    instructions = body.get("instructions")  # the Responses API's system prompt
+    told = estimate_text_tokens(instructions) if isinstance(instructions, str) else 0
     for key in ("prompt", "input"):
         value = body.get(key)
         if isinstance(value, str):
-            return estimate_text_tokens(value)
+            return told + estimate_text_tokens(value)
         if isinstance(value, list):
-            return sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
-    return 0
+            # strings (a completion's prompts, an embedding's inputs), or the Responses API's
+            # input items: messages whose content is text or parts with text
+            items = [v for v in value if isinstance(v, Mapping)]
+            return (
+                told
+                + sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
+                + (estimate_prompt_tokens(items) if items else 0)
+            )
+    return told
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
@@ -502,6 +546,13 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def _request_tokens(request: httpx2.Request, body: Mapping[str, Any]) -> int:
+    """The tokens ``request`` (``body``: its JSON) reserves at its backend's rate budget
+    (gptgate/sdk_pace.py)."""
+    generative = operation_of(request.url.path) in _GENERATIVE
+    return request_tokens(_prompt_tokens(body), _max_tokens(body), generative=generative)
 
 
 #: what an SDK request without max_tokens reserves under a dollar budget (as gate.chat)
@@ -559,13 +610,24 @@ def _unpaced(
         _give_back(runner, state, hold, permit, probe)
 
 
-def _paused(request: httpx2.Request, backend: str, left: float) -> httpx2.Response:
-    """The answer to an SDK request whose backend is paused past the request's bound: the 429
-    the server would give, with its ``retry-after``, unsent and not retried by the SDK."""
-    message = (
-        f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for {left:.1f} s "
-        f"more, past this request's timeout; the request was not sent"
-    )
+def _paused(
+    request: httpx2.Request, backend: str, left: float, *, budget: bool = False
+) -> httpx2.Response:
+    """The answer to an SDK request whose backend is paused past the request's bound — or
+    (``budget``) whose RPM/TPM budget has no room for it before then: the 429 the server
+    would give, with its ``retry-after``, unsent and not retried by the SDK."""
+    if budget:
+        message = (
+            f"gptgate: backend {backend!r}'s rate budget (RPM/TPM, from its x-ratelimit "
+            f"headers) has no room for this request for {left:.1f} s, past this request's "
+            f"timeout (its pool timeout, or the gateway's deadline_s); the request was not "
+            f"sent — raise the client's timeout to wait its turn"
+        )
+    else:
+        message = (
+            f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for "
+            f"{left:.1f} s more, past this request's timeout; the request was not sent"
+        )
     return httpx2.Response(
         429,
         headers={
@@ -818,6 +880,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         enqueued = clock.now()
         guarded = held if held is not None and held.limiter is state.limiter else None
         admitted: tuple[BudgetHold | None, Permit, int] | httpx2.Response | None = None
+        if guarded is not None and not await unblocked(guarded.seat, state.limiter):
+            return self_wait_refused(request, state.name, state.backend.idle_timeout)
         if guarded is not None:
             # the guard's permit covers one of its body's requests at a time; one sent while
             # it covers another takes the seat or a permit of its own, whichever comes first
@@ -840,14 +904,16 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             if isinstance(admitted, httpx2.Response):
                 return admitted
             hold, permit, probe = admitted
-        try:  # its place in the backend's rate pacer, as gate.chat's (gptgate/sdk_pace.py)
-            left = await wait_paced(state, clock, bound)
+        try:  # its tokens' place in the backend's rate budget, as gate.chat's (sdk_pace.py)
+            body = _json_body(request)  # parsed once: its tokens here, its attempt's span after
+            pace, left = await wait_paced(state, clock, _request_tokens(request, body), bound)
         except BaseException:
             _unpaced(runner, state, guarded, hold, permit, probe)
             raise
         if left is not None:
             _unpaced(runner, state, guarded, hold, permit, probe)
-            return _paused(request, state.name, left)
+            paused = state.pacer.paused_until > clock.now()
+            return _paused(request, state.name, left, budget=not paused)
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
         if number > 1 or requeued:
@@ -857,7 +923,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         start = clock.now()
         attempt = _Attempt(
             runner, state, request, permit, start, start - enqueued, self._scenario,
-            number=number, guarded=guarded,
+            number=number, guarded=guarded, body=body,
         )
         attempt.hold = hold
         if guarded is not None:
@@ -866,6 +932,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.probe = probe or state.breaker.on_attempt(start)
         attempt.cut_at = cut_at
         attempt.asked = enqueued
+        attempt.pace = pace
         return await self._sent(runner, state, request, attempt)
 
     async def _sent(
@@ -883,7 +950,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.send_failed(exc)
             raise
         status = response.status_code
-        relax(state, clock, status)
+        # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
+        runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
         if status >= 400:
             attempt.status_failed(status, response.headers)
             return response
@@ -915,4 +983,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             raise
         if attempt.guarded is not None:
             attempt.guarded.open_requests.append(attempt)
+        if attempt.seat is not None:  # a request of its body waiting on it: guard_self_wait
+            attempt.open_body = body
+            attempt.seat.holder = attempt
         return response

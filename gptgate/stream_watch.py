@@ -256,6 +256,14 @@ class OpenBody(Generic[T]):
             self._progress_at = anyio.current_time()
         return piece
 
+    def left_by_this_task(self) -> bool:
+        """Open, not being read, and this task is the one that opened or last read it: while
+        this task waits on something else, nobody reads it (gptgate/guard_self_wait.py)."""
+        if self.done or self.reading or self._reader is None:
+            return False
+        task = _task()
+        return task is not None and self._reader() is task
+
     def _shut_down(self) -> bool:
         return self._registry is not None and self._registry.cancelled
 
