@@ -539,6 +539,7 @@ class _Attempt:
             response_id=parsed.response_id,
             finish_reason=parsed.finish_reason,
             text=parsed.text,
+            raw=parsed.raw,
             extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
         )
         self.span = None

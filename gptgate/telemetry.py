@@ -18,6 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from .errors import GateError
+from .genai_content import input_messages, output_messages
 
 try:  # the global meter provider before one is set (the OpenTelemetry API's own placeholder)
     from opentelemetry.metrics._internal import _ProxyMeterProvider as _UnsetMeterProvider
@@ -323,9 +324,7 @@ class Telemetry:
             cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
         )
         if self.capture_content and span.is_recording():  # opted in, and only if kept
-            import json
-
-            span.set_attribute(NAMES["input_messages"], json.dumps(list(messages)))
+            span.set_attribute(NAMES["input_messages"], input_messages(messages))
         return span
 
     def end_attempt(
@@ -344,7 +343,10 @@ class Telemetry:
         error: BaseException | None = None,
         extra: Mapping[str, Any] | None = None,
         operation: str = "chat",
+        raw: Mapping[str, Any] | None = None,
     ) -> None:
+        """End an attempt's span; ``text`` and ``raw`` (the answer's body, for its tool
+        calls) go on it only with ``capture_content``."""
         if self.metering:
             self._record_attempt(provider, model, duration_s, usage, ttft_s, error, operation)
         if span.is_recording():
@@ -359,7 +361,7 @@ class Telemetry:
             if finish_reason:
                 attributes[NAMES["finish_reasons"]] = [finish_reason]
             if text is not None and self.capture_content:
-                attributes[NAMES["output_text"]] = text
+                attributes[NAMES["output_text"]] = output_messages(text, finish_reason, raw)
             if error is not None:
                 attributes[NAMES["error_type"]] = type(error).__name__
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
