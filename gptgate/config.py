@@ -260,10 +260,15 @@ class Backend(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if any(c.isspace() for c in value):
+            # a key pasted after the URL would go out in every request's path
+            raise ValueError("base_url must not contain whitespace")
         try:
             url = httpx2.URL(value)
         except Exception as exc:
-            raise ValueError(f"malformed URL: {exc}") from None
+            # the parser quotes the part it could not read: a key pasted where the port goes
+            detail = re.sub(r"'[^']{2,}'", "'…'", str(exc))
+            raise ValueError(f"malformed URL: {detail}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("base_url must be an absolute http(s) URL with a host")
         if not _HOST.match(url.host):
