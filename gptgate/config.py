@@ -134,7 +134,8 @@ class Backend(BaseModel):
 
     name: str
     #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
-    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name`` (the
+    #: conventions' value where they have one: ``azure`` → ``azure.ai.openai``)
     provider: str = Field(default="openai", min_length=1)
     #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str

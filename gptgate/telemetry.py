@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
-__all__ = ["NAMES", "Telemetry", "usage_attributes"]
+__all__ = ["NAMES", "Telemetry", "provider_name", "usage_attributes"]
 
 _V = TypeVar("_V")
 
@@ -81,6 +81,15 @@ NAMES: dict[str, str] = {
     "escalation_reason": "gptgate.escalation_reason",
     "metric_tier": "gptgate.client.tier.calls",
 }
+
+def provider_name(provider: str) -> str:
+    """``gen_ai.provider.name`` for a ``Backend(provider=...)``: the conventions' well-known
+    value where they have one (``azure`` → ``azure.ai.openai``), else gptgate's name."""
+    from .providers import PROVIDERS
+
+    preset = PROVIDERS.get(provider)
+    return preset.semconv_name or provider if preset is not None else provider
+
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
     """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
@@ -297,7 +306,7 @@ class Telemetry:
         if cached is None:
             fixed: dict[str, Any] = {
                 NAMES["operation"]: operation,
-                NAMES["provider"]: provider,
+                NAMES["provider"]: provider_name(provider),
                 NAMES["request_model"]: model,
                 NAMES["server_address"]: host,
                 NAMES["request_stream"]: stream,
@@ -384,7 +393,7 @@ class Telemetry:
         if points is None:
             base: dict[str, Any] = {
                 NAMES["operation"]: operation,
-                NAMES["provider"]: provider,
+                NAMES["provider"]: provider_name(provider),
                 NAMES["request_model"]: model,
             }
             if error_type is not None:
