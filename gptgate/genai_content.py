@@ -7,16 +7,18 @@ that shape; OpenAI's own message list, or the bare answer text, shows there as n
 
 Parts: ``text``, ``tool_call`` (``arguments`` parsed when they are JSON), ``tool_call_response``,
 an image URL as ``uri``, a ``data:`` image as ``blob`` (its base64 ``content``); any other part
-is kept as given, under its own ``type``. Only called when content capture is on.
+is kept as given, under its own ``type``. Anthropic's blocks, in what its SDK sends on
+``gate.http_client``, map the same way (``image``, ``tool_use``, ``tool_result``), and its
+``system`` goes on ``gen_ai.system_instructions``. Only called when content capture is on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["input_messages", "output_messages"]
+__all__ = ["input_messages", "output_messages", "request_content"]
 
 #: OpenAI's finish reasons → the conventions' (the rest, "stop", "length", …, are the same)
 _FINISH = {"tool_calls": "tool_call", "function_call": "tool_call"}
@@ -25,6 +27,22 @@ _FINISH = {"tool_calls": "tool_call", "function_call": "tool_call"}
 def input_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     """The ``gen_ai.input.messages`` value for OpenAI-style chat ``messages``."""
     return json.dumps([_message(m) for m in messages])
+
+
+def request_content(body: Mapping[str, Any]) -> dict[str, str]:
+    """The content attributes of a request an SDK sent (``gate.http_client``): its
+    ``messages`` (OpenAI's or Anthropic's) and Anthropic's ``system`` as
+    ``gen_ai.system_instructions``; nothing for a request without messages (embeddings, …)."""
+    attributes: dict[str, str] = {}
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages:
+        attributes["gen_ai.input.messages"] = input_messages(
+            [m for m in messages if isinstance(m, Mapping)]
+        )
+    system = body.get("system")
+    if system:
+        attributes["gen_ai.system_instructions"] = json.dumps(_content_parts(system))
+    return attributes
 
 
 def output_messages(
@@ -79,7 +97,29 @@ def _part(part: Any) -> dict[str, Any]:
         url = image.get("url") if isinstance(image, Mapping) else image
         if isinstance(url, str):
             return _image(url)
+    if kind in _ANTHROPIC:
+        return _ANTHROPIC[kind](part)
     return dict(part)
+
+
+def _anthropic_image(part: Mapping[str, Any]) -> dict[str, Any]:
+    source = part.get("source")
+    if isinstance(source, Mapping) and source.get("type") == "base64":
+        return {"type": "blob", "modality": "image", "mime_type": source.get("media_type"),
+                "content": source.get("data")}
+    if isinstance(source, Mapping) and isinstance(source.get("url"), str):
+        return {"type": "uri", "modality": "image", "uri": source["url"]}
+    return dict(part)
+
+
+#: Anthropic's content blocks (a request its SDK sends on ``gate.http_client``)
+_ANTHROPIC: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "image": _anthropic_image,
+    "tool_use": lambda p: {"type": "tool_call", "id": p.get("id"), "name": p.get("name"),
+                           "arguments": p.get("input")},
+    "tool_result": lambda p: {"type": "tool_call_response", "id": p.get("tool_use_id"),
+                              "response": p.get("content")},
+}
 
 
 def _image(url: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
     REFUSED_HEADER,
@@ -160,6 +161,8 @@ class _Attempt:
             }
             if scenario is not None:
                 attributes[NAMES["scenario"]] = scenario
+            if telemetry.capture_content:
+                attributes.update(request_content(body))
             for param, name in _REQUEST_PARAMS:
                 value = body.get(param)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -50,6 +50,7 @@ NAMES: dict[str, str] = {
     "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
     "token_type": "gen_ai.token.type",
     "input_messages": "gen_ai.input.messages",
+    "system_instructions": "gen_ai.system_instructions",
     "output_text": "gen_ai.output.messages",
     "server_address": "server.address",
     "server_port": "server.port",
@@ -332,7 +333,7 @@ class Telemetry:
         span = self.tracer.start_span(
             cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
         )
-        if self.capture_content and span.is_recording():  # opted in, and only if kept
+        if self.capture_content and messages and span.is_recording():  # opted in, if kept
             span.set_attribute(NAMES["input_messages"], input_messages(messages))
         return span
 
