@@ -32,6 +32,7 @@ from opentelemetry.trace import Span
 from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
+from .call_span_shared import SharedCallSpan
 from .clock import Clock
 from .errors import (
     BackendError,
@@ -125,6 +126,8 @@ class CallSpec:
     tier_attributes: Mapping[str, Any] | None = None
     #: the large tier asked again for a small answer (a failure keeps that answer)
     escalation: bool = False
+    #: the call span this run shares with the call's other runs (gptgate/call_span_shared.py)
+    shared_span: SharedCallSpan | None = None
 
 
 @dataclass(slots=True)
@@ -687,7 +690,11 @@ class CallRunner:
             assert state.result is not None
             return state.result
 
-        span = self._start_call(spec, state)
+        shared = spec.shared_span
+        span = (
+            self._start_call(spec, state) if shared is None
+            else shared.adopt(state, spec.tier_attributes)
+        )
         failure: GateError | None = None
         try:
             with self.telemetry.use_call(span):
@@ -709,7 +716,15 @@ class CallRunner:
                 failure = self.shutdown_error()
             raise
         finally:
-            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            if shared is None:
+                self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            else:  # its opener ends it, with the whole call's outcome
+                shared.ran(state)
+
+    def open_call_span(self, spec: CallSpec) -> SharedCallSpan:
+        """A call span for several runs of one call (tier escalation)."""
+        state = CallState(start=self.clock.now())
+        return SharedCallSpan(self._start_call(spec, state), named=state.named)
 
     def _start_call(self, spec: CallSpec, state: CallState) -> Span:
         """The call's INTERNAL span, named after the model the caller asked for (or, at the
