@@ -579,10 +579,13 @@ class _Attempt:
         """The caller left a visible stream mid-answer, or cancelled the call: what the
         server did for a request it received is still billed."""
         if self.sent:
-            self.runner._record_abandoned(
+            cost_before = self.state.cost_usd
+            usage = self.runner._record_abandoned(
                 self.backend, self.spec, self.state, self.reader, self.clock.now() - self.sent_at,
                 self.late,
             )
+            if self.span is not None:  # what was booked for it, on its own span too
+                Telemetry.abandoned(self.span, usage, self.state.cost_usd - cost_before)
 
     async def release(self) -> None:
         """Hand back what the stages took, on every path; each is a no-op once settled."""
@@ -1382,7 +1385,7 @@ class CallRunner:
         reader: ChatStreamReader | None,
         elapsed_s: float,
         late: LateAnswer | None = None,
-    ) -> None:
+    ) -> Usage | None:
         """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
         what had been generated — a stream's output received (text, reasoning, a tool call's
         pieces), or else the elapsed time through
@@ -1407,6 +1410,7 @@ class CallRunner:
             state.billed = state.billed + usage
         if late is not None:
             late.recorded(usage, uncertain=not seen)
+        return usage
 
     def _generated_by(
         self, backend: BackendState, spec: CallSpec, elapsed_s: float

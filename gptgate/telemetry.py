@@ -255,6 +255,17 @@ class Telemetry:
         span.end()
 
     @staticmethod
+    def abandoned(span: Span, usage: Usage | None, cost_usd: float) -> None:
+        """An attempt gptgate hung up on (a hedge's loser, a cancelled call): what the ledger
+        booked for it, so that a call's attempts add up to its cost."""
+        if span.is_recording():
+            attributes: dict[str, Any] = {NAMES["outcome"]: "abandoned",
+                                          NAMES["cost_usd"]: cost_usd}
+            if usage is not None:
+                attributes.update(usage_attributes(usage))
+            span.set_attributes(attributes)
+
+    @staticmethod
     def parent_of(span: Span | None) -> Context | None:
         """The context that makes ``span`` the parent of an attempt's span."""
         if span is None or span is trace.INVALID_SPAN:
