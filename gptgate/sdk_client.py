@@ -470,7 +470,7 @@ class _Attempt:
             response_model=tap.response_model if tap is not None else None,
             response_id=tap.response_id if tap is not None else None,
             finish_reason=tap.finish_reason if tap is not None else None,
-            error=error, operation=self.operation,
+            error=error, operation=self.operation, extra={NAMES["cost_usd"]: self.cost_usd},
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
