@@ -1299,6 +1299,7 @@ class CallRunner:
         streamed: bool,
     ) -> None:
         now = self.clock.now()
+        self.ledger.learn_model(backend.name, parsed.model)  # an Azure deployment's model
         backend.latency.add(latency)
         if ttft is not None:
             backend.ttft.add(ttft)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .config import Price
+from .price_by_answer import PricedByAnswer
 from .prices import CatalogPrice, PriceSource
 from .results import Usage
 
@@ -98,15 +99,20 @@ class Ledger:
         source = self._prices.get(backend)
         if isinstance(source, CatalogPrice):
             return source.at(self._utc_now(), input_tokens)
-        return source
+        return source if isinstance(source, Price) else None
 
     def cost(self, backend: str, usage: Usage) -> float:
+        price = self.price(backend, usage.input_tokens)
+        return 0.0 if price is None else price.cost(usage)
+
+    def learn_model(self, backend: str, model: str | None) -> None:
+        """An answer of ``backend`` named ``model``: a hosted backend the table did not know
+        by its configured model (an Azure deployment's name) is priced by it from now on."""
         source = self._prices.get(backend)
-        if source is None:
-            return 0.0
-        if isinstance(source, CatalogPrice):
-            return source.at(self._utc_now(), usage.input_tokens).cost(usage)
-        return source.cost(usage)
+        if isinstance(source, PricedByAnswer):
+            found = source.learn(model)
+            if found is not None:
+                self._prices[backend] = found
 
     def record_attempt(
         self,

@@ -307,6 +307,7 @@ class _Attempt:
             self.state.breaker.on_success()
         if usage is not None:
             ledger = self.runner.ledger
+            ledger.learn_model(self.state.name, tap.response_model)
             self.cost_usd += ledger.record_attempt(
                 self.state.name, usage, streamed=tap.streamed, wasted=False
             )
