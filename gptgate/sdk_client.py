@@ -57,7 +57,7 @@ from .sdk_circuit import through_circuit
 from .sdk_pace import relax, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
-from .telemetry import NAMES
+from .telemetry import LINKS, NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ class _Attempt:
             provider=config.provider, model=self.model, host=url.host, port=url.port,
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
+            links=request.extensions.get(LINKS, ()),
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
-__all__ = ["NAMES", "Telemetry", "provider_name", "usage_attributes"]
+__all__ = ["LINKS", "NAMES", "Telemetry", "provider_name", "usage_attributes"]
 
 _V = TypeVar("_V")
 
@@ -82,6 +82,10 @@ NAMES: dict[str, str] = {
     "escalation_reason": "gptgate.escalation_reason",
     "metric_tier": "gptgate.client.tier.calls",
 }
+
+#: a request's extension naming the span contexts a merged request serves (``gate.embed``)
+LINKS = "gptgate.trace_links"
+
 
 def provider_name(provider: str) -> str:
     """``gen_ai.provider.name`` for a ``Backend(provider=...)``: the conventions' well-known
@@ -310,7 +314,10 @@ class Telemetry:
         parent: Span | None = None,
         extra: Mapping[str, Any] | None = None,
         operation: str = "chat",
+        links: Sequence[trace.SpanContext] = (),
     ) -> Span:
+        """An attempt's CLIENT span; ``links``: the callers a merged request serves besides
+        its parent (``gate.embed``)."""
         if not self.tracing:
             return trace.INVALID_SPAN
         key = (operation, provider, model, host, port, stream, backend, hardware)
@@ -342,7 +349,8 @@ class Telemetry:
             else self.parent_of(parent)
         )
         span = self.tracer.start_span(
-            cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
+            cached[0], context, kind=SpanKind.CLIENT, attributes=attributes,
+            links=[trace.Link(c) for c in links] if links else None,
         )
         if self.capture_content and messages and span.is_recording():  # opted in, if kept
             span.set_attribute(NAMES["input_messages"], input_messages(messages))
