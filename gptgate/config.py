@@ -21,6 +21,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -347,6 +348,12 @@ class Backend(BaseModel):
     def pseudo_concurrency(self) -> bool:
         """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
+
+    @field_serializer("headers")
+    def _dump_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """Dumped by name only, as shown (``__repr_args__``): a configuration logged at start
+        must not carry a proxy's token."""
+        return {name: "***" for name in headers}
 
     def __repr_args__(self) -> Any:
         """``headers`` shown by name only: a proxy's token goes there as often as in
