@@ -27,3 +27,16 @@ def test_header_values_stay_out_of_every_dump() -> None:
     # the headers themselves are untouched: they are sent as given
     assert backend.headers["Authorization"] == f"Bearer {TOKEN}"
     assert gg.Backend.model_validate(backend, from_attributes=True).headers == backend.headers
+
+
+def test_the_shared_redis_password_stays_out_of_every_dump() -> None:
+    backend = gg.Backend(name="a", base_url="http://127.0.0.1:9/v1", model="m")
+    gate = gg.Gateway([backend], shared="redis://:hunter2pw@cache.internal:6379/0")
+    assert gate.config.shared is not None
+    dumps = [
+        str(gate.config.model_dump()), gate.config.model_dump_json(),
+        str(gate.config.shared.model_dump()), repr(gate.config),
+    ]
+    for dump in dumps:
+        assert "hunter2pw" not in dump and "cache.internal:6379" in dump
+    assert gate.config.shared.url.endswith(":hunter2pw@cache.internal:6379/0")  # as connected

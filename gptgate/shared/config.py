@@ -10,7 +10,15 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    field_serializer,
+    field_validator,
+)
 
 __all__ = ["SCHEMES", "Shared"]
 
@@ -116,6 +124,12 @@ class Shared(BaseModel):
             raise ValueError(f"malformed URL {shown!r}: the path must be a database number")
         del port
         return url
+
+    @field_serializer("url")
+    def _dump_url(self, url: str) -> str:
+        """Dumped as shown (``display_url``): a configuration logged at start must not carry
+        the Redis password."""
+        return _redact(url)
 
     @field_validator("namespace")
     @classmethod
