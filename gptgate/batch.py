@@ -641,6 +641,7 @@ class BatchJob:
             output_tokens=estimate_text_tokens(parsed.text),
             estimated=True,
         )
+        self._gate.ledger.learn_model(name, parsed.model)  # an Azure deployment's model
         cost = self._gate.ledger.batch_cost(name, usage, self._backend.batch_discount)
         return ChatResult(
             text=parsed.text,

@@ -6,7 +6,8 @@ or the batcher closes. A flushed batch is dispatched as a burst, its items group
 ``group_of`` (their prefix group) so same-prefix items go out together: the CacheGate lets the
 first warm the prefix and the rest follow behind it.
 
-Each item runs ``run_item`` in its own task in the batcher's task group; its result or error
+Each item runs ``run_item`` in its own task in the batcher's task group, with its submitter's
+context variables (the trace span current at ``submit``, a request id); its result or error
 lands in the :class:`ItemHandle` that ``submit`` returned, and one item failing never affects
 another. ``submit`` waits while ``policy.max_pending`` items are accepted but unfinished
 (queued or running), so a producer of 100,000 items runs in bounded memory: results live in the
@@ -27,6 +28,7 @@ ends in :class:`ItemCancelledError` and its place counts as free for backpressur
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
@@ -60,6 +62,17 @@ class ItemCancelledError(GateError):
     retryable = True
 
 
+def _adopt(context: contextvars.Context) -> None:
+    """Give the running task (it has its own copy of the context it was started from: the
+    flusher's) the values ``context`` holds — the submitter's, for an item's task."""
+    for var, value in context.items():
+        if var.get(_UNSET) is not value:
+            var.set(value)
+
+
+_UNSET = object()
+
+
 class ItemHandle(Generic[R]):
     """The future result of one submitted item. ``await handle`` (any number of times) gives
     the result or raises the item's error. ``submitted_at`` and ``dispatched_at`` are the
@@ -68,6 +81,7 @@ class ItemHandle(Generic[R]):
 
     __slots__ = (
         "_canceller",
+        "_context",
         "_error",
         "_event",
         "_result",
@@ -89,6 +103,9 @@ class ItemHandle(Generic[R]):
         self._set = False
         self._result: R | None = None
         self._error: BaseException | None = None
+        #: the submitter's context variables (its trace span, a request id): the item runs
+        #: with them, not with those of whoever flushed its batch
+        self._context = contextvars.copy_context()
         self.submitted_at = submitted_at
         self.dispatched_at: float | None = None
 
@@ -349,6 +366,7 @@ class MicroBatcher(Generic[T, R]):
             handle._scope.cancel()
 
     async def _run(self, item: T, handle: ItemHandle[R]) -> None:
+        _adopt(handle._context)
         scope = handle._scope or anyio.CancelScope()
         try:
             with scope:

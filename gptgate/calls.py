@@ -32,6 +32,7 @@ from opentelemetry.trace import Span
 from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
+from .call_span_shared import SharedCallSpan
 from .clock import Clock
 from .errors import (
     BackendError,
@@ -125,6 +126,8 @@ class CallSpec:
     tier_attributes: Mapping[str, Any] | None = None
     #: the large tier asked again for a small answer (a failure keeps that answer)
     escalation: bool = False
+    #: the call span this run shares with the call's other runs (gptgate/call_span_shared.py)
+    shared_span: SharedCallSpan | None = None
 
 
 @dataclass(slots=True)
@@ -539,6 +542,7 @@ class _Attempt:
             response_id=parsed.response_id,
             finish_reason=parsed.finish_reason,
             text=parsed.text,
+            raw=parsed.raw,
             extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
         )
         self.span = None
@@ -575,10 +579,13 @@ class _Attempt:
         """The caller left a visible stream mid-answer, or cancelled the call: what the
         server did for a request it received is still billed."""
         if self.sent:
-            self.runner._record_abandoned(
+            cost_before = self.state.cost_usd
+            usage = self.runner._record_abandoned(
                 self.backend, self.spec, self.state, self.reader, self.clock.now() - self.sent_at,
                 self.late,
             )
+            if self.span is not None:  # what was booked for it, on its own span too
+                Telemetry.abandoned(self.span, usage, self.state.cost_usd - cost_before)
 
     async def release(self) -> None:
         """Hand back what the stages took, on every path; each is a no-op once settled."""
@@ -686,7 +693,11 @@ class CallRunner:
             assert state.result is not None
             return state.result
 
-        span = self._start_call(spec, state)
+        shared = spec.shared_span
+        span = (
+            self._start_call(spec, state) if shared is None
+            else shared.adopt(state, spec.tier_attributes)
+        )
         failure: GateError | None = None
         try:
             with self.telemetry.use_call(span):
@@ -708,7 +719,15 @@ class CallRunner:
                 failure = self.shutdown_error()
             raise
         finally:
-            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            if shared is None:
+                self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            else:  # its opener ends it, with the whole call's outcome
+                shared.ran(state)
+
+    def open_call_span(self, spec: CallSpec) -> SharedCallSpan:
+        """A call span for several runs of one call (tier escalation)."""
+        state = CallState(start=self.clock.now())
+        return SharedCallSpan(self._start_call(spec, state), named=state.named)
 
     def _start_call(self, spec: CallSpec, state: CallState) -> Span:
         """The call's INTERNAL span, named after the model the caller asked for (or, at the
@@ -1280,6 +1299,7 @@ class CallRunner:
         streamed: bool,
     ) -> None:
         now = self.clock.now()
+        self.ledger.learn_model(backend.name, parsed.model)  # an Azure deployment's model
         backend.latency.add(latency)
         if ttft is not None:
             backend.ttft.add(ttft)
@@ -1366,7 +1386,7 @@ class CallRunner:
         reader: ChatStreamReader | None,
         elapsed_s: float,
         late: LateAnswer | None = None,
-    ) -> None:
+    ) -> Usage | None:
         """An attempt sent and then cancelled (or a stream the caller left): the prompt, and
         what had been generated — a stream's output received (text, reasoning, a tool call's
         pieces), or else the elapsed time through
@@ -1391,6 +1411,7 @@ class CallRunner:
             state.billed = state.billed + usage
         if late is not None:
             late.recorded(usage, uncertain=not seen)
+        return usage
 
     def _generated_by(
         self, backend: BackendState, spec: CallSpec, elapsed_s: float

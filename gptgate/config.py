@@ -21,6 +21,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -134,7 +135,8 @@ class Backend(BaseModel):
 
     name: str
     #: the wire dialect, auth, parameter rules and rate-limit headers: a name of
-    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name``
+    #: ``gg.PROVIDERS`` (docs/providers.md); also the spans' ``gen_ai.provider.name`` (the
+    #: conventions' value where they have one: ``azure`` → ``azure.ai.openai``)
     provider: str = Field(default="openai", min_length=1)
     #: optional where the provider's preset has one (``gg.PROVIDERS[provider].base_url``)
     base_url: str
@@ -260,10 +262,15 @@ class Backend(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        if any(c.isspace() for c in value):
+            # a key pasted after the URL would go out in every request's path
+            raise ValueError("base_url must not contain whitespace")
         try:
             url = httpx2.URL(value)
         except Exception as exc:
-            raise ValueError(f"malformed URL: {exc}") from None
+            # the parser quotes the part it could not read: a key pasted where the port goes
+            detail = re.sub(r"'[^']{2,}'", "'…'", str(exc))
+            raise ValueError(f"malformed URL: {detail}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("base_url must be an absolute http(s) URL with a host")
         if not _HOST.match(url.host):
@@ -341,6 +348,12 @@ class Backend(BaseModel):
     def pseudo_concurrency(self) -> bool:
         """More concurrent calls allowed than connections: the extra ones only wait."""
         return self.ceiling > self.pool_size
+
+    @field_serializer("headers")
+    def _dump_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """Dumped by name only, as shown (``__repr_args__``): a configuration logged at start
+        must not carry a proxy's token."""
+        return {name: "***" for name in headers}
 
     def __repr_args__(self) -> Any:
         """``headers`` shown by name only: a proxy's token goes there as often as in

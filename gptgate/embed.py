@@ -20,12 +20,14 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx2
+from opentelemetry.trace import SpanContext
 
 from .embed_batcher import Coalescer, EmbedCaps, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .guard import classify_exception
 from .providers import PROVIDERS
 from .sdk_client import GuardTransport
+from .telemetry import LINKS
 from .tokens import estimate_text_tokens
 
 if TYPE_CHECKING:
@@ -166,8 +168,10 @@ class Embedder:
         )
         names = frozenset(b.name for b in eligible)
 
-        async def send(texts: list[str], deadline: float | None) -> list[Vector]:
-            return await self._send(names, model, texts, params, deadline)
+        async def send(
+            texts: list[str], deadline: float | None, links: Sequence[SpanContext]
+        ) -> list[Vector]:
+            return await self._send(names, model, texts, params, deadline, links)
 
         return Coalescer(
             send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
@@ -178,7 +182,7 @@ class Embedder:
 
     async def _send(
         self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any],
-        deadline: float | None,
+        deadline: float | None, links: Sequence[SpanContext] = (),
     ) -> list[Vector]:
         """One request's texts, retried (failing over) under the gateway's policy until the
         latest deadline of its callers."""
@@ -197,7 +201,7 @@ class Embedder:
             if number > 1:
                 state.retries += 1
             try:
-                return await self._post(state, body, len(texts), deadline)
+                return await self._post(state, body, len(texts), deadline, links)
             except GateError as error:
                 if not isinstance(error, BadRequestError):
                     failed.add(state.name)
@@ -216,7 +220,8 @@ class Embedder:
         return min(fresh, key=lambda s: s.predicted_s(False))
 
     async def _post(
-        self, state: BackendState, body: bytes, count: int, deadline: float | None
+        self, state: BackendState, body: bytes, count: int, deadline: float | None,
+        links: Sequence[SpanContext] = (),
     ) -> list[Vector]:
         client = state.pool.client
         # in the backend's queue until the callers' deadline, as a chat call waits — not the
@@ -226,7 +231,8 @@ class Embedder:
         queue_s = None if deadline is None else clock.to_real(max(0.0, deadline - clock.now()))
         timeout = httpx2.Timeout(**(client.timeout.as_dict() | {"pool": queue_s}))
         request = client.build_request(
-            "POST", embeddings_url(state), content=body, timeout=timeout
+            "POST", embeddings_url(state), content=body, timeout=timeout,
+            extensions={LINKS: tuple(links)} if links else None,
         )
         transport = GuardTransport(self._gate, state, _PRIORITY)
         try:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from opentelemetry import trace
+from opentelemetry.trace import SpanContext
 
 from .clock import Clock
 from .errors import (
@@ -32,7 +34,8 @@ __all__ = ["Coalescer", "EmbedCaps", "Waiter"]
 
 Vector = list[float]
 #: a request's texts and the latest deadline of its callers (None: one has none) → vectors
-Send = Callable[[list[str], float | None], Awaitable[list[Vector]]]
+#: (texts, the latest deadline, the callers' span contexts) → their vectors
+Send = Callable[[list[str], float | None, Sequence[SpanContext]], Awaitable[list[Vector]]]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 
 
@@ -47,9 +50,11 @@ class EmbedCaps:
 class Waiter:
     """One caller's texts: their vectors fill in as requests return, or the first error."""
 
-    __slots__ = ("cancelled", "deadline", "done", "error", "left", "vectors")
+    __slots__ = ("cancelled", "deadline", "done", "error", "left", "trace", "vectors")
 
     def __init__(self, count: int, deadline: float | None = None) -> None:
+        #: the caller's span: the request that serves its texts links it
+        self.trace = trace.get_current_span().get_span_context()
         self.vectors: list[Vector | None] = [None] * count
         self.left = count
         self.error: GateError | None = None
@@ -208,7 +213,7 @@ class Coalescer:
     async def _deliver(self, batch: list[_Entry]) -> None:
         """One request; its vectors to each caller in it, or its error to each of them."""
         try:
-            vectors = await self._send([e.text for e in batch], _latest(batch))
+            vectors = await self._send([e.text for e in batch], _latest(batch), _links(batch))
         except GateError as error:
             callers = _by_caller(batch)
             if len(callers) > 1 and _refuses_an_input(error):
@@ -232,6 +237,16 @@ class Coalescer:
             raise
         for entry, vector in zip(batch, vectors, strict=True):
             entry.waiter.fill(entry.index, vector)
+
+
+def _links(batch: list[_Entry]) -> list[SpanContext]:
+    """The spans of the callers a request serves, once each (those with one)."""
+    seen: dict[int, SpanContext] = {}
+    for entry in batch:
+        context = entry.waiter.trace
+        if context.is_valid:
+            seen.setdefault(context.span_id, context)
+    return list(seen.values())
 
 
 def _by_caller(batch: list[_Entry]) -> list[list[_Entry]]:

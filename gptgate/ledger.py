@@ -14,11 +14,13 @@ moment of the attempt (DeepSeek's off-peak hours) and for its prompt's size (lon
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .config import Price
+from .price_by_answer import PricedByAnswer
 from .prices import CatalogPrice, PriceSource
 from .results import Usage
 
@@ -98,15 +100,20 @@ class Ledger:
         source = self._prices.get(backend)
         if isinstance(source, CatalogPrice):
             return source.at(self._utc_now(), input_tokens)
-        return source
+        return source if isinstance(source, Price) else None
 
     def cost(self, backend: str, usage: Usage) -> float:
+        price = self.price(backend, usage.input_tokens)
+        return 0.0 if price is None else price.cost(usage)
+
+    def learn_model(self, backend: str, model: str | None) -> None:
+        """An answer of ``backend`` named ``model``: a hosted backend the table did not know
+        by its configured model (an Azure deployment's name) is priced by it from now on."""
         source = self._prices.get(backend)
-        if source is None:
-            return 0.0
-        if isinstance(source, CatalogPrice):
-            return source.at(self._utc_now(), usage.input_tokens).cost(usage)
-        return source.cost(usage)
+        if isinstance(source, PricedByAnswer):
+            found = source.learn(model)
+            if found is not None:
+                self._prices[backend] = found
 
     def record_attempt(
         self,
@@ -235,12 +242,26 @@ class Ledger:
         return total
 
     def plan(self, budget_per_hour_usd: float, backend: str | None = None) -> BudgetPlan:
-        """Calls per hour a budget buys at the cost per successful call observed so far."""
+        """Calls per hour a budget buys at the cost per successful call observed so far.
+
+        A budget that is not a finite number >= 0, or an unknown ``backend``, is a
+        ``ValueError`` naming it."""
+        if not (isinstance(budget_per_hour_usd, int | float)
+                and math.isfinite(budget_per_hour_usd) and budget_per_hour_usd >= 0):
+            raise ValueError(
+                f"budget_per_hour_usd must be a finite number >= 0, got {budget_per_hour_usd!r}"
+            )
+        if backend is not None and backend not in self.entries:
+            raise ValueError(
+                f"unknown backend {backend!r}; known: {', '.join(sorted(self.entries))}"
+            )
         entry = self.entries[backend] if backend is not None else self.total()
         per_call = entry.cost_per_success
         if not per_call:
             raise ValueError("no successful priced calls observed yet")
-        return BudgetPlan(budget_per_hour_usd, per_call, int(budget_per_hour_usd // per_call))
+        # rounded first: $10 at $0.00001 a call is 1,000,000 calls, not 999,999.99999999991
+        calls = math.floor(round(budget_per_hour_usd / per_call, 6))
+        return BudgetPlan(budget_per_hour_usd, per_call, calls)
 
 
 def _count(entry: LedgerEntry, usage: Usage, sign: int) -> None:

@@ -19,11 +19,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx2
 
 from .config import Backend, Price
+
+if TYPE_CHECKING:
+    from .price_by_answer import PricedByAnswer
 
 __all__ = ["CatalogPrice", "PriceSource", "catalog_price", "price_source"]
 
@@ -114,8 +117,9 @@ class CatalogPrice:
         return f"CatalogPrice({self.provider_id!r}, {self.model_id!r})"
 
 
-#: what the ledger prices a backend with: a typed price, a table entry, or nothing
-PriceSource = Price | CatalogPrice | None
+#: what the ledger prices a backend with: a typed price, a table entry, a hosted backend
+#: waiting for an answer to name its model (gptgate/price_by_answer.py), or nothing
+PriceSource: TypeAlias = "Price | CatalogPrice | PricedByAnswer | None"
 
 
 def catalog_price(provider: str, model: str, base_url: str | None = None) -> CatalogPrice | None:
@@ -149,16 +153,25 @@ def price_source(backend: Backend) -> PriceSource:
     if backend.price is not None:
         return backend.price
     found = catalog_price(backend.provider, backend.model, backend.base_url)
-    if found is None:
+    if found is not None:
+        return found
+    listed = _table_id(backend.provider, backend.base_url) is not None
+    if listed and _has_table():  # an Azure deployment's own name: its answers name the model
+        from .price_by_answer import PricedByAnswer
+
         logger.info(
-            "backend %r: no price for provider %r, model %r (give price=gg.Price(...)%s); "
-            "its calls cost $0 in the ledger and the budget",
-            backend.name, backend.provider, backend.model,
-            " or install gptgate[prices]"
-            if _table_id(backend.provider, backend.base_url) and not _has_table()
-            else "",
+            "backend %r: the price table has no model %r for provider %r: priced by the "
+            "model its answers name (or give price=gg.Price(...))",
+            backend.name, backend.model, backend.provider,
         )
-    return found
+        return PricedByAnswer(backend.name, backend.provider, backend.base_url)
+    logger.info(
+        "backend %r: no price for provider %r, model %r (give price=gg.Price(...)%s); "
+        "its calls cost $0 in the ledger and the budget",
+        backend.name, backend.provider, backend.model,
+        " or install gptgate[prices]" if listed else "",
+    )
+    return None
 
 
 def _has_table() -> bool:

@@ -69,6 +69,10 @@ class Provider:
     #: its OpenAI format takes Anthropic's ``thinking`` as it is (DeepSeek's thinking-mode
     #: switch); elsewhere the dialect leaves it out or refuses it (wire/openai_thinking.py)
     takes_thinking: bool = False
+    #: ``gen_ai.provider.name`` where the GenAI conventions give this provider a well-known
+    #: value of their own (``azure.ai.openai``, …); None: its ``name`` (the conventions' too,
+    #: or none of theirs fits: a self-hosted server, a router)
+    semconv_name: str | None = None
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -103,7 +107,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         Provider(
             "azure", "azure", None, "AZURE_OPENAI_API_KEY", "azure", max_embedding_inputs=2048,
             max_embedding_tokens=300_000, models=(OPENAI_REASONING, OPENAI_CHAT),
-            strict_messages=True,
+            strict_messages=True, semconv_name="azure.ai.openai",
         ),
         Provider(
             "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
@@ -117,7 +121,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
             "gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai",
             "GEMINI_API_KEY",
             rejects=_OPENAI_EXTRAS | {"frequency_penalty", "presence_penalty", "logit_bias"},
-            max_embedding_inputs=100, strict_messages=True,
+            max_embedding_inputs=100, strict_messages=True, semconv_name="gcp.gemini",
         ),
         Provider(
             "groq", "openai", "https://api.groq.com/openai/v1", "GROQ_API_KEY", "openai",
@@ -128,7 +132,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         Provider(
             "mistral", "openai", "https://api.mistral.ai/v1", "MISTRAL_API_KEY",
             rejects=_OPENAI_EXTRAS | {"logit_bias", "logprobs", "top_logprobs"},
-            strict_messages=True,
+            strict_messages=True, semconv_name="mistral_ai",
         ),
         _local("vllm", 8000, "VLLM_API_KEY"),
         _local("sglang", 30000, "SGLANG_API_KEY"),

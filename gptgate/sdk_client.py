@@ -34,6 +34,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
     REFUSED_HEADER,
@@ -58,7 +59,7 @@ from .sdk_circuit import through_circuit
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
-from .telemetry import NAMES
+from .telemetry import LINKS, NAMES
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ class _Attempt:
             provider=config.provider, model=self.model, host=url.host, port=url.port,
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
+            links=request.extensions.get(LINKS, ()),
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()
@@ -169,6 +171,8 @@ class _Attempt:
             }
             if scenario is not None:
                 attributes[NAMES["scenario"]] = scenario
+            if telemetry.capture_content:
+                attributes.update(request_content(body))
             for param, name in _REQUEST_PARAMS:
                 value = body.get(param)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -325,6 +329,7 @@ class _Attempt:
             self.state.breaker.on_success()
         if usage is not None:
             ledger = self.runner.ledger
+            ledger.learn_model(self.state.name, tap.response_model)
             self.cost_usd += ledger.record_attempt(
                 self.state.name, usage, streamed=tap.streamed, wasted=False
             )
@@ -491,7 +496,7 @@ class _Attempt:
             response_model=tap.response_model if tap is not None else None,
             response_id=tap.response_id if tap is not None else None,
             finish_reason=tap.finish_reason if tap is not None else None,
-            error=error, operation=self.operation,
+            error=error, operation=self.operation, extra={NAMES["cost_usd"]: self.cost_usd},
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)

@@ -26,11 +26,12 @@ import queue
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 import anyio
 import httpx2
 from anyio.lowlevel import EventLoopToken
+from opentelemetry import context as otel_context
 
 from .errors import RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
@@ -63,7 +64,8 @@ class ThreadCall(Generic[R]):
 
     def __init__(self, fn: Callable[[], R]) -> None:
         self._fn = fn
-        #: loop → thread: a try's permit (run the function now), or ``_DONE``
+        #: loop → thread: a try's permit and the guard's trace context (run the function
+        #: now, its SDK requests children of the guard's span), or ``_DONE``
         self.inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._try = 0
         self._replied: anyio.Event | None = None
@@ -88,7 +90,7 @@ class ThreadCall(Generic[R]):
         self._replied = replied = anyio.Event()
         self._stream_end, self._stream_error = None, None
         guarded = _GUARD_PERMIT.get()
-        self.inbox.put(guarded)
+        self.inbox.put((guarded, otel_context.get_current()))
         with anyio.CancelScope(shield=True):  # the function runs on until it returns
             await replied.wait()
         value, error = self._outcome
@@ -184,7 +186,11 @@ class ThreadCall(Generic[R]):
                 if message is _DONE:
                     return wait(task)
                 number = self._try
-                token = GUARDED_HERE.set(message)  # type: ignore[arg-type]
+                held_permit, trace_context = cast(
+                    "tuple[GuardedCall | None, otel_context.Context]", message
+                )
+                token = GUARDED_HERE.set(held_permit)
+                traced = otel_context.attach(trace_context)
                 try:
                     # a stream manager returned unentered is entered on this try's permit
                     value = entered_now(self._fn())
@@ -198,6 +204,7 @@ class ThreadCall(Generic[R]):
                     )
                     raise
                 finally:
+                    otel_context.detach(traced)
                     GUARDED_HERE.reset(token)
                 self._reads = StreamReads()
                 held = _hold_stream(

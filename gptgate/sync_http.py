@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from contextvars import ContextVar
 
@@ -138,12 +138,12 @@ class _Exchange:
             response = await transport.handle_async_request(request)
             try:
                 if not _is_event_stream(response):
-                    raw = b"".join([chunk async for chunk in response.aiter_raw()])
+                    raw = b"".join([chunk async for chunk in _raw(response)])
                     self.whole = True
                     self.head.set_result(_copy(response, httpx2.ByteStream(raw)))
                     return
                 self.head.set_result(response)
-                async for chunk in response.aiter_raw():
+                async for chunk in _raw(response):
                     self.chunks.put(chunk)
                     await self._wait_for_room()
                 self.chunks.put(_End(None))
@@ -160,6 +160,16 @@ class _Exchange:
                 self.head.set_exception(GatewayClosedError("the SyncGateway closed"))
             self.chunks.put(_End(GatewayClosedError("the stream was closed")))
             self.ended.set()
+
+
+async def _raw(response: httpx2.Response) -> AsyncIterator[bytes]:
+    """The body's bytes as they come; a body already in memory — a mock transport's
+    ``httpx2.Response(200, json=...)``, which counts as consumed — as it is."""
+    if response.is_stream_consumed:
+        yield response.content
+        return
+    async for chunk in response.aiter_raw():
+        yield chunk
 
 
 def _copy(response: httpx2.Response, stream: httpx2.SyncByteStream) -> httpx2.Response:

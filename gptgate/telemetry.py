@@ -18,6 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from .errors import GateError
+from .genai_content import input_messages, output_messages
 
 try:  # the global meter provider before one is set (the OpenTelemetry API's own placeholder)
     from opentelemetry.metrics._internal import _ProxyMeterProvider as _UnsetMeterProvider
@@ -25,7 +26,7 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
-__all__ = ["NAMES", "Telemetry", "usage_attributes"]
+__all__ = ["LINKS", "NAMES", "Telemetry", "provider_name", "usage_attributes"]
 
 _V = TypeVar("_V")
 
@@ -49,6 +50,7 @@ NAMES: dict[str, str] = {
     "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
     "token_type": "gen_ai.token.type",
     "input_messages": "gen_ai.input.messages",
+    "system_instructions": "gen_ai.system_instructions",
     "output_text": "gen_ai.output.messages",
     "server_address": "server.address",
     "server_port": "server.port",
@@ -80,6 +82,19 @@ NAMES: dict[str, str] = {
     "escalation_reason": "gptgate.escalation_reason",
     "metric_tier": "gptgate.client.tier.calls",
 }
+
+#: a request's extension naming the span contexts a merged request serves (``gate.embed``)
+LINKS = "gptgate.trace_links"
+
+
+def provider_name(provider: str) -> str:
+    """``gen_ai.provider.name`` for a ``Backend(provider=...)``: the conventions' well-known
+    value where they have one (``azure`` → ``azure.ai.openai``), else gptgate's name."""
+    from .providers import PROVIDERS
+
+    preset = PROVIDERS.get(provider)
+    return preset.semconv_name or provider if preset is not None else provider
+
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
     """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
@@ -244,6 +259,17 @@ class Telemetry:
         span.end()
 
     @staticmethod
+    def abandoned(span: Span, usage: Usage | None, cost_usd: float) -> None:
+        """An attempt gptgate hung up on (a hedge's loser, a cancelled call): what the ledger
+        booked for it, so that a call's attempts add up to its cost."""
+        if span.is_recording():
+            attributes: dict[str, Any] = {NAMES["outcome"]: "abandoned",
+                                          NAMES["cost_usd"]: cost_usd}
+            if usage is not None:
+                attributes.update(usage_attributes(usage))
+            span.set_attributes(attributes)
+
+    @staticmethod
     def parent_of(span: Span | None) -> Context | None:
         """The context that makes ``span`` the parent of an attempt's span."""
         if span is None or span is trace.INVALID_SPAN:
@@ -288,7 +314,10 @@ class Telemetry:
         parent: Span | None = None,
         extra: Mapping[str, Any] | None = None,
         operation: str = "chat",
+        links: Sequence[trace.SpanContext] = (),
     ) -> Span:
+        """An attempt's CLIENT span; ``links``: the callers a merged request serves besides
+        its parent (``gate.embed``)."""
         if not self.tracing:
             return trace.INVALID_SPAN
         key = (operation, provider, model, host, port, stream, backend, hardware)
@@ -296,7 +325,7 @@ class Telemetry:
         if cached is None:
             fixed: dict[str, Any] = {
                 NAMES["operation"]: operation,
-                NAMES["provider"]: provider,
+                NAMES["provider"]: provider_name(provider),
                 NAMES["request_model"]: model,
                 NAMES["server_address"]: host,
                 NAMES["request_stream"]: stream,
@@ -320,12 +349,11 @@ class Telemetry:
             else self.parent_of(parent)
         )
         span = self.tracer.start_span(
-            cached[0], context, kind=SpanKind.CLIENT, attributes=attributes
+            cached[0], context, kind=SpanKind.CLIENT, attributes=attributes,
+            links=[trace.Link(c) for c in links] if links else None,
         )
-        if self.capture_content and span.is_recording():  # opted in, and only if kept
-            import json
-
-            span.set_attribute(NAMES["input_messages"], json.dumps(list(messages)))
+        if self.capture_content and messages and span.is_recording():  # opted in, if kept
+            span.set_attribute(NAMES["input_messages"], input_messages(messages))
         return span
 
     def end_attempt(
@@ -344,7 +372,10 @@ class Telemetry:
         error: BaseException | None = None,
         extra: Mapping[str, Any] | None = None,
         operation: str = "chat",
+        raw: Mapping[str, Any] | None = None,
     ) -> None:
+        """End an attempt's span; ``text`` and ``raw`` (the answer's body, for its tool
+        calls) go on it only with ``capture_content``."""
         if self.metering:
             self._record_attempt(provider, model, duration_s, usage, ttft_s, error, operation)
         if span.is_recording():
@@ -359,7 +390,7 @@ class Telemetry:
             if finish_reason:
                 attributes[NAMES["finish_reasons"]] = [finish_reason]
             if text is not None and self.capture_content:
-                attributes[NAMES["output_text"]] = text
+                attributes[NAMES["output_text"]] = output_messages(text, finish_reason, raw)
             if error is not None:
                 attributes[NAMES["error_type"]] = type(error).__name__
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
@@ -382,7 +413,7 @@ class Telemetry:
         if points is None:
             base: dict[str, Any] = {
                 NAMES["operation"]: operation,
-                NAMES["provider"]: provider,
+                NAMES["provider"]: provider_name(provider),
                 NAMES["request_model"]: model,
             }
             if error_type is not None:

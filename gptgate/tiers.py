@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from opentelemetry import metrics
 
+from .call_span_shared import shared_call_span
 from .errors import BadRequestError, GateError
 from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
 from .results import ChatResult
@@ -494,6 +495,14 @@ class Tiering:
                 return result
             self._observe_large(result, spec.route.tier)
             return dataclasses.replace(result, tier=spec.route.tier, tier_reason="explicit")
+        # one call in its trace, however many runs its escalation takes
+        with shared_call_span(runner, spec) as shared:
+            spec = dataclasses.replace(spec, shared_span=shared)
+            return await self._run_auto(runner, spec, decision, accept)
+
+    async def _run_auto(
+        self, runner: CallRunner, spec: CallSpec, decision: TierDecision, accept: Accept | None
+    ) -> ChatResult:
         counts = self._counts.get(decision.reason)
         if counts is None:
             counts = self._counts[decision.reason] = _RuleCounts()

@@ -13,6 +13,7 @@ import pytest
 
 import gptgate as gg
 from gptgate.ledger import Ledger
+from gptgate.price_by_answer import PricedByAnswer
 from gptgate.prices import CatalogPrice, catalog_price, price_source
 from tests.mockbackend import USER, Script, gateway, ok
 
@@ -62,10 +63,12 @@ def test_an_unknown_model_logs_one_line_and_costs_nothing(
     )
     with caplog.at_level(logging.INFO, logger="gptgate.prices"):
         source = price_source(unknown)
-    assert source is None
+    # priced only once an answer names a model the table knows (tests/test_price_by_answer.py)
+    assert isinstance(source, PricedByAnswer)
     lines = [r for r in caplog.records if r.name == "gptgate.prices"]
     assert len(lines) == 1 and "'no-such-model'" in lines[0].getMessage()
-    assert Ledger({"ds": source}).cost("ds", gg.Usage(input_tokens=10**6)) == 0.0
+    ledger = Ledger({"ds": source})
+    assert ledger.cost("ds", gg.Usage(input_tokens=10**6)) == 0.0 and ledger.price("ds") is None
 
 
 def test_any_openai_compatible_server_is_not_priced_as_openai() -> None:

@@ -39,7 +39,8 @@ NOTES: dict[str, str] = {
     "Backend.connect_timeout": "seconds to open a connection",
     "Backend.private": "compliance: a `private=True` call goes only to backends marked private",
     "Backend.tier": "`small` or `large`: the model's tier for `tier=` and `tier=\"auto\"`",
-    "Backend.provider": "`gen_ai.provider.name` on spans and metrics",
+    "Backend.provider": "`gen_ai.provider.name` on spans and metrics (the conventions' "
+    "value: `azure` is `azure.ai.openai`)",
     "Backend.headers": "extra HTTP headers on every request (values are never logged)",
     "GatewayConfig.backends": "the backends, at least one, names unique",
     "GatewayConfig.backoff_base_s": "retry back-off: full jitter, `U(0, min(cap, base·2ⁿ))` "

@@ -10,7 +10,15 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    field_serializer,
+    field_validator,
+)
 
 __all__ = ["SCHEMES", "Shared"]
 
@@ -30,6 +38,8 @@ def _redact(url: str) -> str:
     except ValueError:  # malformed (its error shows it): a best effort
         return re.sub(r"//[^/]*@", f"//{MASK}@", url)
     netloc, query = parts.netloc, parts.query
+    if "@" in url.split("?", 1)[0] and "@" not in netloc:
+        return _mask_loose(url)
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         name, colon, _ = user.partition(":")
@@ -40,6 +50,20 @@ def _redact(url: str) -> str:
     if (netloc, query) == (parts.netloc, parts.query):
         return url  # nothing to mask (and unix:///path stays as written)
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _mask_loose(url: str) -> str:
+    """A URL with an ``@`` that did not parse as credentials (``rediss//:pw@h``, ``redis:/``,
+    a ``/`` in the password): everything between the scheme and the last ``@`` is masked —
+    such a URL is refused anyway, and its error must not carry the password."""
+    head, _, tail = url.split("?", 1)[0].rpartition("@")
+    slashes = head.find("//")
+    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/?/?", head)
+    start = slashes + 2 if slashes >= 0 else (scheme.end() if scheme else 0)
+    user = head[start:]
+    name, colon, _ = user.partition(":")
+    shown = f"{name}:{MASK}" if colon and "/" not in name else MASK
+    return f"{head[:start]}{shown}@{tail}"
 
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -82,7 +106,10 @@ class Shared(BaseModel):
             parts = urlsplit(url)
             port = parts.port  # a non-numeric or out-of-range port raises here
         except ValueError as error:
-            raise ValueError(f"malformed URL {shown!r}: {error}") from None
+            # urllib quotes what it could not read as a port: with a '/' in the password,
+            # that is the password's start
+            detail = re.sub(r" as '.*'$", "", str(error))
+            raise ValueError(f"malformed URL {shown!r}: {detail}") from None
         if parts.scheme not in SCHEMES:
             known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
             raise ValueError(f"unknown scheme in {shown!r}; expected one of {known}")
@@ -97,6 +124,12 @@ class Shared(BaseModel):
             raise ValueError(f"malformed URL {shown!r}: the path must be a database number")
         del port
         return url
+
+    @field_serializer("url")
+    def _dump_url(self, url: str) -> str:
+        """Dumped as shown (``display_url``): a configuration logged at start must not carry
+        the Redis password."""
+        return _redact(url)
 
     @field_validator("namespace")
     @classmethod
