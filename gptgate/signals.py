@@ -11,9 +11,10 @@ While the snapshot is fresh:
   server is the knee's evidence (more in flight would only wait there), so the cap is what we
   had in flight less what waits, then grows by one per quiet read; the slot count is a
   ceiling. In slow start the limit doubles per read that shows a full limit running and
-  nothing waiting; after it, what the server ran without a queue is a floor. Stale or
-  absent signals, or reads of one server of several behind a balancer (they count a part
-  of our calls): the latency-only controller alone, as before.
+  nothing waiting; after it, what the server ran without a queue is a floor.
+  Stale or absent signals, or reads of one server of several behind a balancer (they
+  count a part of our calls), or reads not yet shown to count our calls: the
+  latency-only controller alone, as before.
 - the router adds :func:`server_wait_s`: the work waiting per slot times the service time, and
   a little for a fuller KV cache — a warm prefix (worth half a service time) beats a short
   queue, not a long one.
@@ -108,6 +109,8 @@ class SignalReader:
         #: per recent read with calls in flight: did it miss most of them (see ``partial``)
         self._missed: deque[bool] = deque(maxlen=PARTIAL_READS)
         self.partial = False
+        #: the last read may be acted on: see :meth:`_judge_view`
+        self._usable = False
         self._warned_partial = False
         #: called with each good read of the whole server and our calls in flight then
         self.listeners: list[Callable[[ServerLoad, int], None]] = []
@@ -115,8 +118,8 @@ class SignalReader:
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
         """The last read, or None when it is older than three intervals (or absent), or
-        when the reads are of a part of the server (:attr:`partial`)."""
-        if self.load is None or self.read_at is None or self.partial:
+        when the reads are of a part of the server (:attr:`partial`) or not yet shown whole."""
+        if self.load is None or self.read_at is None or not self._usable:
             return None
         now = self.clock.now() if now is None else now
         if now - self.read_at > STALE_INTERVALS * self.interval_s:
@@ -170,27 +173,40 @@ class SignalReader:
         if self._failing:
             log.info("gptgate: backend %r: server signals readable again", self.backend.name)
         self._failing = False
-        if not self.partial:
+        if self._usable:
             self._move_knee(load, in_flight)
             for listener in self.listeners:
                 listener(load, in_flight)
 
     def _judge_view(self, load: ServerLoad, in_flight: int) -> None:
-        """Whether the reads show the server our calls go to, or a part of it.
+        """Whether the reads show the server our calls go to, or a part of it; and whether
+        this read may be acted on.
 
         Several servers behind one URL (llama-servers behind a balancer, vLLM pods behind a
         Service) answer each read from one of them: its slots are not the server's (a
         ceiling there halved family draw 34's goodput, 2 × 2 slots) nor its queue. Such a
         read counts a fraction of our calls in flight; a whole server counts them all but
         the few stalled before its scheduler or in transit. Half of the last reads missing
-        a quarter of our calls: the view is partial, and the limit and router ignore it."""
-        if in_flight <= 0:
+        a quarter of our calls: the view is partial, and the limit and router ignore it.
+
+        Until that verdict has reads to go by, a read is acted on only if it counts our
+        calls itself: a whole server's first read with calls in flight does, one replica's
+        does not. Acted on, one replica's first reads capped the limit at its slots and
+        ended slow start at its queue, and what they set outlived the verdict (family
+        draws 60 and 1048, 5 × 8 and 12 × 5 llama-servers: a third of plain ``auto``'s
+        goodput). A read with nothing in flight proves nothing either way: the first read,
+        before any call, is not acted on (draw 60's set the floor and ceiling at one
+        replica's 8 slots)."""
+        if in_flight <= 0:  # keeps the standing of the reads before it
+            self._usable = self._usable or (
+                not self.partial and len(self._missed) >= PARTIAL_READS // 2
+            )
             return
         accounted = (load.running or load.slots_busy or 0) + (load.waiting or 0)
-        self._missed.append(accounted < ACCOUNTED * in_flight)
-        partial = len(self._missed) >= PARTIAL_READS // 2 and 2 * sum(self._missed) >= len(
-            self._missed
-        )
+        missed = accounted < ACCOUNTED * in_flight
+        self._missed.append(missed)
+        judged = len(self._missed) >= PARTIAL_READS // 2
+        partial = judged and 2 * sum(self._missed) >= len(self._missed)
         if partial and not self._warned_partial:
             self._warned_partial = True  # once: a view that flaps must not flood the log
             log.warning(
@@ -200,6 +216,7 @@ class SignalReader:
                 self.backend.name, accounted, in_flight,
             )
         self.partial = partial
+        self._usable = not partial and (judged or not missed)
 
     def _move_knee(self, load: ServerLoad, in_flight: int) -> None:
         waiting = load.waiting or 0
