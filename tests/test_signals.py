@@ -204,6 +204,20 @@ def test_free_slots_and_no_queue_raise_the_limit_to_the_slots_left_for_us() -> N
     assert capped.limit == 6  # never past max_concurrency
 
 
+def test_the_servers_room_never_lifts_the_limit_past_the_controllers_ceiling() -> None:
+    """Free slots say nothing of a scenario's window or an RPM/TPM budget: raised past the
+    controller's ceiling, the extra calls only hold permits while they wait (family draw
+    72: a knee of 64 kept as a floor where the rate allowed ~20, p99 4.7 s → 23.7 s)."""
+    in_flight = [2]
+    reader, _ = _reader(in_flight, provider="llamacpp")
+    inner = LLMLimit(initial=4, max_limit=64)
+    inner.set_window(None, 6)
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=2, slots_total=8, slots_busy=2))
+    assert reader.floor() == 8
+    assert limit.limit == 6
+
+
 # -- the router's term ------------------------------------------------------------------------
 
 
