@@ -63,6 +63,9 @@ KV_FULL = 0.98
 ACCOUNTED = 0.75
 #: the last reads judged for a partial view: half of them missing our calls is a balancer
 PARTIAL_READS = 8
+#: a first read with a slot count and nothing in flight is read again this many times an
+#: interval (at most this many times) until a read finds calls in flight
+QUICK_READS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,7 @@ class SignalReader:
         #: the last read may be acted on: see :meth:`_judge_view`
         self._usable = False
         self._warned_partial = False
+        self._quick = 0  # quick reads made (``QUICK_READS``); -1: no more
         #: called with each good read of the whole server and our calls in flight then
         self.listeners: list[Callable[[ServerLoad, int], None]] = []
 
@@ -273,7 +277,26 @@ class SignalReader:
         ) as client:
             while True:
                 await self._one_turn(client, timeout)
-                await self.clock.sleep(self.interval_s)
+                await self.clock.sleep(self._pause_s())
+
+    def _pause_s(self) -> float:
+        """The time to the next read: an interval, but an eighth of one while the reads
+        have a slot count (a floor and a ceiling to set) and found no calls in flight yet.
+        The read at the open finds none and is not acted on (one replica's reads the same);
+        on a whole server the next read proves the view, and waiting a whole interval for
+        it cost family draw 92 (one llama-server of 23 slots, 0.5-s calls) 7 points of
+        goodput. The reads then keep their phase (every interval from the first)."""
+        step = self.interval_s / QUICK_READS
+        if self._quick < 0:
+            return self.interval_s
+        load = self.load
+        if not self._missed and self._quick < QUICK_READS - 1 and (
+            load is not None and load.slots_total is not None
+        ):
+            self._quick += 1
+            return step
+        made, self._quick = self._quick, -1
+        return self.interval_s - made * step
 
     async def _one_turn(self, client: httpx2.AsyncClient, timeout: float) -> None:
         if self.share is not None:

@@ -265,6 +265,42 @@ def test_stats_show_the_servers_load_while_calls_run() -> None:
     assert stats.failures == 0
 
 
+def test_a_llama_servers_slots_are_filled_a_fraction_of_an_interval_after_the_first_calls() -> None:
+    """The read at the open finds nothing in flight, so it cannot show the server whole and
+    is not acted on (one replica behind a balancer reads the same); the next read, with the
+    calls in flight, does. Waiting a whole interval for it cost family draw 92 (one
+    llama-server of 23 slots, 0.5-s calls) 7 points of goodput: it comes an eighth of an
+    interval later, and the reads keep their phase after it."""
+
+    async def main() -> tuple[int, int, int]:
+        clock = LoopClock()
+        profile = gg.sim.get_profile("gpu").model_copy(
+            update={"flavor": "llamacpp", "slots": 8}
+        )
+        backend, _ = sim_backend(
+            profile, name="v", clock=clock, seed=1, provider="llamacpp", signals=True,
+            signals_interval_s=2.0,
+        )
+        async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(gate.chat, [{"role": "user", "content": "hi"}])
+                await anyio.sleep(0.05)
+                before = gate.stats()["v"].limit
+                await anyio.sleep(0.5)
+                after = gate.stats()["v"].limit
+                reader = gate._signals.readers["v"]
+                reads = reader.reads
+                await anyio.sleep(2.0)
+                tg.cancel_scope.cancel()
+            return before, after, reader.reads - reads
+
+    before, after, reads_in_an_interval = run_virtual(main)
+    assert before == 4  # the first read (nothing in flight yet) is not acted on
+    assert after == 8  # the quick read after it, with calls in flight, is
+    assert reads_in_an_interval == 1  # then one read an interval, as configured
+
+
 def test_signals_off_leave_server_empty() -> None:
     async def main() -> ServerSignals:
         backend, _ = sim_backend("gpu", name="v", clock=LoopClock())
