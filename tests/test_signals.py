@@ -192,21 +192,43 @@ def test_free_slots_and_no_queue_raise_the_limit_to_the_slots_left_for_us() -> N
     assert limit.limit <= 8 and reader.floor() is None  # a queue: the knee decides, no floor
     clock.t += 3 * reader.interval_s + 0.01
     assert limit.limit == 4  # stale: latency alone again
-    fresh, _ = _reader([0], provider="llamacpp")
+    idle = [0]
+    fresh, _ = _reader(idle, provider="llamacpp")
     capped = SignalLimit(LLMLimit(initial=4, max_limit=6), fresh)
     fresh.observe(ServerLoad(running=0, slots_total=8, slots_busy=0))
+    # nothing in flight: the read cannot show it is the whole server (one replica of a
+    # balancer reads the same), so it is not acted on yet
+    assert capped.limit == 4
+    idle[0] = 1
+    fresh.observe(ServerLoad(running=1, slots_total=8, slots_busy=1))
     assert capped.limit == 6  # never past max_concurrency
+
+
+def test_the_servers_room_never_lifts_the_limit_past_the_controllers_ceiling() -> None:
+    """Free slots say nothing of a scenario's window or an RPM/TPM budget: raised past the
+    controller's ceiling, the extra calls only hold permits while they wait (family draw
+    72: a knee of 64 kept as a floor where the rate allowed ~20, p99 4.7 s → 23.7 s)."""
+    in_flight = [2]
+    reader, _ = _reader(in_flight, provider="llamacpp")
+    inner = LLMLimit(initial=4, max_limit=64)
+    inner.set_window(None, 6)
+    limit = SignalLimit(inner, reader)
+    reader.observe(ServerLoad(running=2, slots_total=8, slots_busy=2))
+    assert reader.floor() == 8
+    assert limit.limit == 6
 
 
 # -- the router's term ------------------------------------------------------------------------
 
 
 def test_router_term_waiting_per_slot_and_kv_room() -> None:
-    reader, _ = _reader([0])
+    in_flight = [12]
+    reader, _ = _reader(in_flight)
     assert server_wait_s(None, 1.0) == 0.0
     assert server_wait_s(reader, 1.0) == 0.0  # never read
     reader.observe(ServerLoad(running=8, waiting=4, kv_usage=0.0))
     assert server_wait_s(reader, 2.0) == pytest.approx(1.0)  # half a queue per slot × 2 s
+    in_flight[0] = 8
     reader.observe(ServerLoad(running=8, waiting=0, kv_usage=1.0))
     assert server_wait_s(reader, 2.0) == pytest.approx(0.5)
 
@@ -241,6 +263,42 @@ def test_stats_show_the_servers_load_while_calls_run() -> None:
     assert any(s.running == 4 and (s.waiting or 0) > 0 for s in seen)
     assert all(s.age_s is not None and s.age_s <= 0.5 for s in seen)
     assert stats.failures == 0
+
+
+def test_a_llama_servers_slots_are_filled_a_fraction_of_an_interval_after_the_first_calls() -> None:
+    """The read at the open finds nothing in flight, so it cannot show the server whole and
+    is not acted on (one replica behind a balancer reads the same); the next read, with the
+    calls in flight, does. Waiting a whole interval for it cost family draw 92 (one
+    llama-server of 23 slots, 0.5-s calls) 7 points of goodput: it comes an eighth of an
+    interval later, and the reads keep their phase after it."""
+
+    async def main() -> tuple[int, int, int]:
+        clock = LoopClock()
+        profile = gg.sim.get_profile("gpu").model_copy(
+            update={"flavor": "llamacpp", "slots": 8}
+        )
+        backend, _ = sim_backend(
+            profile, name="v", clock=clock, seed=1, provider="llamacpp", signals=True,
+            signals_interval_s=2.0,
+        )
+        async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+            async with anyio.create_task_group() as tg:
+                for _ in range(40):
+                    tg.start_soon(gate.chat, [{"role": "user", "content": "hi"}])
+                await anyio.sleep(0.05)
+                before = gate.stats()["v"].limit
+                await anyio.sleep(0.5)
+                after = gate.stats()["v"].limit
+                reader = gate._signals.readers["v"]
+                reads = reader.reads
+                await anyio.sleep(2.0)
+                tg.cancel_scope.cancel()
+            return before, after, reader.reads - reads
+
+    before, after, reads_in_an_interval = run_virtual(main)
+    assert before == 4  # the first read (nothing in flight yet) is not acted on
+    assert after == 8  # the quick read after it, with calls in flight, is
+    assert reads_in_an_interval == 1  # then one read an interval, as configured
 
 
 def test_signals_off_leave_server_empty() -> None:
@@ -377,7 +435,10 @@ def test_reads_of_one_server_behind_a_balancer_are_ignored_not_a_ceiling(
     reader, _ = _reader(in_flight, provider="llamacpp")
     limit = SignalLimit(LLMLimit(initial=8, max_limit=64), reader)
     reader.observe(ServerLoad(running=2, slots_total=2, slots_busy=2))
-    assert limit.limit == 2  # one read: a ceiling, as any server's slot count
+    # not even the first read is a ceiling: it counts half of our calls (acted on, one
+    # replica's first reads capped the limit at its slots and ended slow start at its
+    # queue, and that outlived the verdict: family draws 60 and 1048)
+    assert limit.limit == 8 and reader.cap() is None
     with caplog.at_level(logging.WARNING, logger="gptgate"):
         for running in (1, 2, 2, 0):
             reader.observe(ServerLoad(running=running, slots_total=2, slots_busy=running))

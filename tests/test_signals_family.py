@@ -53,3 +53,26 @@ def test_calls_waiting_for_the_rate_pacer_are_not_missing_from_the_servers_count
     with caplog.at_level(logging.WARNING, logger="gptgate"):
         _auto(1029, True)
     assert not [r for r in caplog.records if "calls in flight" in r.getMessage()]
+
+
+@pytest.mark.parametrize("draw", [60, 1048])
+def test_first_reads_of_one_replica_behind_a_balancer_are_not_acted_on(draw: int) -> None:
+    """Draws 60 (5 × 8 llama-server slots) and 1048 (12 × 5) behind one URL: each read is one
+    replica's. The first reads, acted on before half of 8 reads had missed our calls, capped
+    the limit at one replica's slots and ended slow start at its queue, and what they set
+    outlived the verdict: ``auto`` + signals at 41% and 26% of plain ``auto``'s goodput. A
+    read that counts a fraction of our calls is no view of the server from the first."""
+    plain, signals = _auto(draw, False), _auto(draw, True)
+    assert signals.failed == plain.failed == 0
+    assert signals.goodput >= 0.95 * plain.goodput
+
+
+def test_a_rate_limits_ceiling_bounds_the_servers_floor() -> None:
+    """Draw 72: 1 × 64 slots behind a 1,993-RPM / 210,602-TPM limit. The server's KV cache
+    filled at 64 in flight, so its knee (64) stayed a floor after slow start while the rate
+    sustained ~20: the other calls held permits at the pacer, p99 4.7 s → 23.7 s at the
+    same goodput (dominated by fixed 8)."""
+    plain, signals = _auto(72, False), _auto(72, True)
+    assert signals.failed == plain.failed == 0
+    assert signals.goodput >= 0.99 * plain.goodput
+    assert signals.p99_s <= 1.25 * plain.p99_s
