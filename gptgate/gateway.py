@@ -65,6 +65,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
 from .opened import Opened
+from .own_options import refuse_own_options
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
@@ -283,6 +284,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     reservation, the attempt timeout and the stream rule, so a wrong one is refused rather
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
     default. Every other parameter passes through untouched, known to gptgate or not."""
+    refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
     for name in _TOKEN_PARAMS:
         value = params.get(name)
         if value is not None and not (_is_int(value) and value >= 1):
