@@ -45,6 +45,7 @@ from .batch_api import BatchLimits
 from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
+from .cache_slots import slot_cached
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
@@ -538,6 +539,8 @@ class Gateway:
             self.cache_gate.set_min_prefix_tokens(
                 backend.name, getattr(pool.dialect, "min_cacheable", 0)
             )
+            if slot_cached(backend):  # llama.cpp: a prompt cached in one slot only
+                self.cache_gate.set_slot_cache(backend.name)
             limiter = Limiter(
                 self._warm_limit(backend, warm),
                 clock=self.clock,
