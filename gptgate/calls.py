@@ -33,6 +33,7 @@ from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
 from .clock import Clock
+from .context_failover import move_elsewhere, refused_for_length
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -558,6 +559,8 @@ class _Attempt:
         runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent, self.late
         )
+        # too long for this backend's window: another may hold it (gptgate/context_failover.py)
+        move_elsewhere(error, runner.router, spec.route, self.state.failed_backends)
         if self.span is not None:
             runner.telemetry.end_attempt(
                 self.span,
@@ -810,6 +813,8 @@ class CallRunner:
         failed = self.router.by_name.get(name) if name is not None else None
         if failed is None:
             return False
+        if refused_for_length(error):  # never fits there: moved on (context_failover.py)
+            return error.retryable
         if not (error.unsent or not failed.breaker.allows(self.clock.now())):
             return False
         # any healthy backend will do, one that failed this call before included (the router

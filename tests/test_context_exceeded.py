@@ -113,3 +113,108 @@ def test_the_gateway_raises_it_once_without_retrying(stream: bool) -> None:
 
     anyio.run(main)
     assert len(sent) == 1
+
+
+def _answering(sent: list[str], name: str) -> httpx2.MockTransport:
+    usage = {"prompt_tokens": 12011, "completion_tokens": 1, "total_tokens": 12012}
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(name)
+        if json.loads(request.content).get("stream"):
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                {"choices": [], "usage": usage},
+            ]
+            body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            return httpx2.Response(200, content=body.encode(),
+                                   headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, json={
+            "id": "c", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                         "finish_reason": "stop"}],
+            "usage": usage,
+        })
+
+    return httpx2.MockTransport(handler)
+
+
+def _refusing(sent: list[str], name: str) -> httpx2.MockTransport:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(name)
+        return httpx2.Response(400, content=LLAMA_BODY,
+                               headers={"content-type": "application/json"})
+
+    return httpx2.MockTransport(handler)
+
+
+def _two(small: httpx2.MockTransport, large: httpx2.MockTransport, tiers: bool) -> gg.Gateway:
+    def backend(name: str, transport: httpx2.MockTransport) -> gg.Backend:
+        tier = {"tier": name} if tiers else {}
+        return gg.Backend(name=name, provider="llamacpp", base_url="http://127.0.0.1:9/v1",
+                          model="m", transport=transport, **tier)
+
+    return gg.Gateway([backend("small", small), backend("large", large)])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_for_the_small_tier_goes_to_the_large(stream: bool) -> None:
+    """Measured on two real llama-servers (contexts of 512 and 2,048 tokens, tiers small and
+    large): a 1,211-token call with ``tier="auto"`` failed on the small one while the large
+    one could take it."""
+    sent: list[str] = []
+
+    async def main() -> None:
+        gate = _two(_refusing(sent, "small"), _answering(sent, "large"), tiers=True)
+        async with gate:
+            if stream:
+                async with gate.stream([{"role": "user", "content": "y"}], max_tokens=8) as s:
+                    async for _ in s:
+                        pass
+                assert s.result.backend == "large"
+            else:
+                result = await gate.chat([{"role": "user", "content": "x"}], max_tokens=8)
+                assert result.backend == "large"
+            small = gate.stats()["small"]
+            assert (small.circuit, small.in_flight) == ("closed", 0)
+
+    anyio.run(main)
+    assert sent == ["small", "large"]
+
+
+def test_a_job_over_two_backends_loses_no_call_to_the_smaller_window() -> None:
+    """The same measurement without tiers: 4 of 6 such calls failed on the small server."""
+    sent: list[str] = []
+
+    async def main() -> None:
+        async with _two(_refusing(sent, "small"), _answering(sent, "large"), False) as gate:
+            results = await gate.map([{"messages": [{"role": "user", "content": f"{i}"}]}
+                                      for i in range(6)])
+            assert [r.backend for r in results if isinstance(r, gg.ChatResult)] == ["large"] * 6
+
+    anyio.run(main)
+    assert sent.count("large") == 6 and "small" in sent
+
+
+def test_it_is_raised_once_every_backend_refused_it() -> None:
+    sent: list[str] = []
+
+    async def main() -> None:
+        async with _two(_refusing(sent, "small"), _refusing(sent, "large"), False) as gate:
+            with pytest.raises(RequestTooLargeError):
+                await gate.chat([{"role": "user", "content": "x"}])
+
+    anyio.run(main)
+    assert sorted(sent) == ["large", "small"]  # each asked once, not five attempts
+
+
+def test_a_pinned_backend_is_not_left() -> None:
+    sent: list[str] = []
+
+    async def main() -> None:
+        async with _two(_refusing(sent, "small"), _answering(sent, "large"), False) as gate:
+            with pytest.raises(RequestTooLargeError):
+                await gate.chat([{"role": "user", "content": "x"}], backend="small")
+
+    anyio.run(main)
+    assert sent == ["small"]
