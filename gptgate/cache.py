@@ -26,6 +26,7 @@ from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
+from .cache_slots import slot_ramp
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -849,6 +850,13 @@ class CacheGate:
         #: per backend: whether some warm groups' calls are much slower than others', prefixes
         #: sharing a home replica (gptgate/cache_shared_home.py)
         self._shared_homes = SharedHomes()
+        #: backends whose servers cache a prompt per slot (``set_slot_cache``)
+        self._slot_cached: set[str] = set()
+
+    def set_slot_cache(self, backend: str) -> None:
+        """``backend``'s server caches a prompt per slot (llama.cpp; gptgate/cache_slots.py):
+        its groups start one call wide, run side by side and are not paced."""
+        self._slot_cached.add(backend)
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
         """``backend``'s provider caches no prefix shorter than ``tokens`` (Anthropic: 4,096
@@ -871,6 +879,8 @@ class CacheGate:
         """
         if group is None or group.prefix_tokens < self._min_prefix_of(backend, policy):
             return CacheTicket(None, None, False)
+        if backend in self._slot_cached:
+            policy = slot_ramp(policy)
         state = self._lookup(backend, group, policy, limit)
         self._limits[backend] = max(1, limit)
         state.released[0] = self._release_judge.released(backend, self._clock.now())
@@ -930,7 +940,8 @@ class CacheGate:
             in_flight=state.in_flight,
             start=start,
             spreading=self._spreading(state.backend) and not state.released[0]
-            and not self._order_trial.ordered(state.backend, self._clock.now()),
+            and not self._order_trial.ordered(state.backend, self._clock.now())
+            and state.backend not in self._slot_cached,
         ):
             return ticket
         assert state.prefill_s is not None

@@ -34,6 +34,7 @@ from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
 from .call_span_shared import SharedCallSpan
 from .clock import Clock
+from .context_failover import move_elsewhere, refused_for_length
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -562,6 +563,8 @@ class _Attempt:
         runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent, self.late
         )
+        # too long for this backend's window: another may hold it (gptgate/context_failover.py)
+        move_elsewhere(error, runner.router, spec.route, self.state.failed_backends)
         if self.span is not None:
             runner.telemetry.end_attempt(
                 self.span,
@@ -829,6 +832,8 @@ class CallRunner:
         failed = self.router.by_name.get(name) if name is not None else None
         if failed is None:
             return False
+        if refused_for_length(error):  # never fits there: moved on (context_failover.py)
+            return error.retryable
         if not (error.unsent or not failed.breaker.allows(self.clock.now())):
             return False
         # any healthy backend will do, one that failed this call before included (the router

@@ -45,6 +45,7 @@ from .batch_api import BatchLimits
 from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
+from .cache_slots import slot_cached
 from .calls import CallRunner, CallSpec, CallState
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
@@ -65,6 +66,7 @@ from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
 from .opened import Opened
+from .own_options import refuse_own_options
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
@@ -283,6 +285,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     reservation, the attempt timeout and the stream rule, so a wrong one is refused rather
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
     default. Every other parameter passes through untouched, known to gptgate or not."""
+    refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
     for name in _TOKEN_PARAMS:
         value = params.get(name)
         if value is not None and not (_is_int(value) and value >= 1):
@@ -536,6 +539,8 @@ class Gateway:
             self.cache_gate.set_min_prefix_tokens(
                 backend.name, getattr(pool.dialect, "min_cacheable", 0)
             )
+            if slot_cached(backend):  # llama.cpp: a prompt cached in one slot only
+                self.cache_gate.set_slot_cache(backend.name)
             limiter = Limiter(
                 self._warm_limit(backend, warm),
                 clock=self.clock,

@@ -73,6 +73,10 @@ class Provider:
     #: value of their own (``azure.ai.openai``, …); None: its ``name`` (the conventions' too,
     #: or none of theirs fits: a self-hosted server, a router)
     semconv_name: str | None = None
+    #: its server caches a prompt in the slot that ran it (llama.cpp's server): two calls of
+    #: one prefix at once prefill it twice, so the cache gate runs one call per prefix at first
+    #: and lets prefixes run side by side (gptgate/cache_slots.py)
+    slot_cache: bool = False
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -85,11 +89,11 @@ class Provider:
 
 def _local(
     name: str, port: int, env: str, ignores: frozenset[str] = frozenset(),
-    max_embedding_inputs: int | None = None,
+    max_embedding_inputs: int | None = None, slot_cache: bool = False,
 ) -> Provider:
     return Provider(
         name, "openai", f"http://localhost:{port}/v1", env, ignores=ignores, hosted=False,
-        max_embedding_inputs=max_embedding_inputs,
+        max_embedding_inputs=max_embedding_inputs, slot_cache=slot_cache,
     )
 
 
@@ -137,7 +141,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
         _local("vllm", 8000, "VLLM_API_KEY"),
         _local("sglang", 30000, "SGLANG_API_KEY"),
         # llama-server embeds at most --batch-size tokens per input; its parallel slots cap inputs
-        _local("llamacpp", 8080, "LLAMA_API_KEY", max_embedding_inputs=32),
+        _local("llamacpp", 8080, "LLAMA_API_KEY", max_embedding_inputs=32, slot_cache=True),
         # its OpenAI endpoint drops Ollama's own options: a num_ctx there does nothing, and
         # the prompt is cut to the default context without a word
         _local("ollama", 11434, "OLLAMA_API_KEY", ignores=frozenset({"num_ctx", "options"})),

@@ -36,6 +36,7 @@ from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
+from gptgate.wire.context_window import context_exceeded
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
@@ -812,6 +813,11 @@ def error_for_status(
         error = _too_large_error(text, code, kind, backend=backend, status=status, request_id=rid)
         if error is not None:
             return error
+    sizes = context_exceeded(body, text, code, kind) if cls is BadRequestError else None
+    if sizes is not None:  # the server's own "cannot fit": as gptgate's check says it
+        cls = RequestTooLargeError
+        return cls(_message(cls, status, text, code, kind), backend=backend, status=status,
+                   request_id=rid, limit=sizes[0], requested=sizes[1])
     return cls(
         _message(cls, status, text, code, kind),
         backend=backend,

@@ -1,0 +1,41 @@
+"""A prompt too long for one backend's context window goes to another that may hold it.
+
+A server's "exceeds the context window" 400 (``RequestTooLargeError`` with a status:
+gptgate/wire/context_window.py) says the prompt can never fit *there*; a backend with a larger
+window may take it — the large tier behind a small one, a server started with a longer
+``--ctx-size``. On two real llama-servers (512 and 2,048 tokens) 4 of 6 such calls of a job
+failed on the smaller one while the larger was free. Such a refusal is a failover (no back-off,
+no retry budget, no mark against the backend's health) when an eligible backend the call has
+not tried remains; when none does, or the call is pinned to its backend, it is raised as is.
+gptgate's own check before the send (no status) has already looked at every eligible backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import TYPE_CHECKING
+
+from .errors import GateError, RequestTooLargeError
+
+if TYPE_CHECKING:
+    from .routing import Router, RouteRequest
+
+__all__ = ["move_elsewhere", "refused_for_length"]
+
+
+def refused_for_length(error: GateError) -> bool:
+    """The server refused the request as too long for it (not gptgate's own check)."""
+    return isinstance(error, RequestTooLargeError) and error.status is not None
+
+
+def move_elsewhere(
+    error: GateError, router: Router, route: RouteRequest, tried: Set[str]
+) -> bool:
+    """Make ``error`` a retry on another backend when one the call has not ``tried`` may take
+    it; returns whether it did."""
+    if not refused_for_length(error) or error.backend is None:
+        return False
+    if not router.has_alternative(route, frozenset(tried) | {error.backend}):
+        return False
+    error.retryable = True
+    return True

@@ -1,0 +1,68 @@
+"""A server's 400 saying the prompt does not fit the model's context window.
+
+gptgate's own check (``Backend(context_tokens=...)``) raises ``RequestTooLargeError`` for a
+call that cannot fit; the server's verdict on the same call must be the same type, so one
+``except RequestTooLargeError`` catches both and reads the counts. Recognised shapes:
+llama-server's ``exceed_context_size_error`` (``n_ctx``, ``n_prompt_tokens`` in the body),
+OpenAI's ``context_length_exceeded``, vLLM's/OpenAI's "maximum context length is N tokens.
+However, you requested M" message and Anthropic's "prompt is too long: M tokens > N maximum".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["context_exceeded"]
+
+_CODES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+_WINDOW = re.compile(r"maximum context length is (\d[\d,]*) tokens", re.IGNORECASE)
+_ASKED = re.compile(r"(?:requested|resulted in) (\d[\d,]*) tokens", re.IGNORECASE)
+#: Anthropic and llama-server say (requested, window): "prompt is too long: 210000 tokens >
+#: 200000 maximum", "request (12011 tokens) exceeds the available context size (2048 tokens)"
+_ANTHROPIC = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum", re.IGNORECASE)
+_LLAMA = re.compile(
+    r"\((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", re.IGNORECASE
+)
+
+
+def context_exceeded(body: bytes, text: str, code: Any, kind: Any
+                     ) -> tuple[int | None, int | None] | None:
+    """``(window, requested)`` — either may be None when the server does not say — when a
+    bad-request response (``text``, ``code`` and ``kind`` its message, code and type) refuses
+    the prompt as too long for the context window; else None."""
+    tags = {tag for tag in (code, kind) if isinstance(tag, str)}
+    window = _number(_WINDOW, text, 1)
+    said = _LLAMA.search(text) or _ANTHROPIC.search(text)
+    if not tags & _CODES and window is None and said is None:
+        return None
+    extra = _error_object(body)
+    window = _int(extra.get("n_ctx")) or window or (int(said.group(2)) if said else None)
+    requested = (
+        _int(extra.get("n_prompt_tokens"))
+        or _number(_ASKED, text, 1)
+        or (int(said.group(1)) if said else None)
+    )
+    return window, requested
+
+
+def _error_object(body: bytes) -> dict[str, Any]:
+    """The body's ``error`` object (or the body itself), or {} when it is not JSON."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return {}
+    if isinstance(payload, dict):
+        inner = payload.get("error")
+        return inner if isinstance(inner, dict) else payload
+    return {}
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def _number(pattern: re.Pattern[str], text: str, group: int) -> int | None:
+    match = pattern.search(text)
+    return int(match.group(group).replace(",", "")) if match else None
