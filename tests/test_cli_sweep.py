@@ -333,3 +333,28 @@ def test_a_write_that_fails_at_the_end_still_prints_what_was_measured(
     assert main([*argv, "--json"]) == 1  # the JSON report too
     report = json.loads(capsys.readouterr().out)
     assert report["csv"] is None and [row["concurrency"] for row in report["rows"]] == [2]
+
+
+def test_provider_names_the_servers_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--provider llamacpp`` measures a llama-server as gptgate would call it (its slot
+    caches, its signals' dialect); without it every URL was measured as ``openai``."""
+    from gptgate.cli import build_parser
+    from gptgate.cli.sweep import target_from
+
+    argv = ["sweep", "--base-url", "http://127.0.0.1:8080/v1", "--model", "m", "--out", "d",
+            "--provider", "llamacpp"]
+    args = build_parser().parse_args(argv)
+    assert target_from(args).backend(4).provider == "llamacpp"
+    plain = build_parser().parse_args(argv[:-2])
+    assert target_from(plain).backend(4).provider == "openai"
+
+
+def test_an_unknown_provider_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sweep", "--base-url", "http://127.0.0.1:8080/v1", "--model", "m",
+                 "--out", "d", "--provider", "lamacpp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "lamacpp" in err and "llamacpp" in err
+    assert main(["sweep", "--sim", "gpu", "--out", "d", "--provider", "llamacpp"]) == 2
+    assert "--provider" in capsys.readouterr().err

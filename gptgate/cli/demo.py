@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", metavar="URL",
                         help="a real OpenAI-compatible endpoint instead of the simulator "
                         "(key from OPENAI_API_KEY, if set)")
+    parser.add_argument("--provider", default="openai", metavar="NAME",
+                        help="the server behind --base-url, as Backend(provider=...) names it: "
+                        "llamacpp, vllm, ... (default: openai)")
     parser.add_argument("--real", action="store_true",
                         help=f"call {OPENAI_URL} (needs OPENAI_API_KEY)")
     add_target_arguments(parser)
@@ -63,9 +66,11 @@ def run(args: argparse.Namespace) -> int:
         base_url = OPENAI_URL
     price = parse_price(args.price)
     if base_url is None:
-        target = Target(model=args.model, profile=args.profile, price=price)
+        target = Target(model=args.model, profile=args.profile, price=price,
+                        provider=args.provider)
     else:
-        target = Target(model=args.model, base_url=base_url, price=price)
+        target = Target(model=args.model, base_url=base_url, price=price,
+                        provider=args.provider)
     levels = parse_levels(args.levels)
     items = workload(args.requests, args.seed)
     sweep = measure("demo", target, levels, items, args)

@@ -76,13 +76,18 @@ def parse_levels(text: str, *, append_auto: bool = False) -> list[Level]:
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where the calls go: the in-process simulator (``profile``) or an OpenAI-compatible
-    ``base_url`` (its key from ``api_key_env``)."""
+    ``base_url`` (its key from ``api_key_env``, called as ``provider``'s preset has it: a
+    llama-server's slot caches, a vLLM's signals dialect)."""
 
     model: str
     profile: str | None = None
     base_url: str | None = None
     price: Price = DEFAULT_PRICE
-    api_key_env: str = "OPENAI_API_KEY"
+    #: where the key is read; None: the provider preset's variable (``OPENAI_API_KEY`` for
+    #: ``openai``)
+    api_key_env: str | None = None
+    #: the ``Backend(provider=...)`` preset a ``base_url`` is called with
+    provider: str = "openai"
     #: per-attempt timeout, seconds
     timeout_s: float = 60.0
     #: the scenario preset the job runs under (its stream rule, micro-batching, cache ramp)
@@ -112,6 +117,14 @@ class Target:
         if self.scenario not in PRESETS:
             known = ", ".join(sorted(PRESETS))
             raise UsageError(f"unknown scenario {self.scenario!r}; known: {known}")
+        from ..providers import PROVIDERS
+
+        if self.provider not in PROVIDERS:
+            known = ", ".join(PROVIDERS)
+            raise UsageError(f"--provider: unknown provider {self.provider!r}; known: {known}")
+        if self.base_url is None and self.provider != "openai":
+            raise UsageError("--provider names the server behind --base-url; the simulator's "
+                             "profiles have their own")
         if self.base_url is not None:
             try:
                 self.backend(1)
@@ -133,14 +146,16 @@ class Target:
                 timeout=self.timeout_s,
             )
         assert self.base_url is not None
+        key_env = {} if self.api_key_env is None else {"api_key_env": self.api_key_env}
         return Backend(
             name="endpoint",
             base_url=self.base_url,
             model=self.model,
+            provider=self.provider,
             concurrency=concurrency,
             price=self.price,
-            api_key_env=self.api_key_env,
             timeout=self.timeout_s,
+            **key_env,
         )
 
 

@@ -89,9 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--base-url", metavar="URL",
                        help="an OpenAI-compatible endpoint, e.g. https://api.openai.com/v1")
     parser.add_argument("--model", help="the model to ask (required with --base-url)")
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                        help="the environment variable holding the key (default: "
-                        "OPENAI_API_KEY; unset: no Authorization header)")
+    parser.add_argument("--api-key-env", metavar="VAR",
+                        help="the environment variable holding the key (default: the "
+                        "provider's, OPENAI_API_KEY for openai; unset: no Authorization header)")
+    parser.add_argument("--provider", default="openai", metavar="NAME",
+                        help="the server behind --base-url, as Backend(provider=...) names it: "
+                        "llamacpp, vllm, azure, ... (default: openai; docs/providers.md)")
     parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, metavar="LIST",
                         help=f"fixed levels, comma-separated (default: {DEFAULT_CONCURRENCY}); "
                         "'auto' (gptgate's adaptive limit) is measured last")
@@ -192,11 +195,12 @@ def target_from(args: argparse.Namespace) -> Target:
         except KeyError as exc:
             raise UsageError(str(exc.args[0])) from None
         return Target(model=model, profile=args.sim, price=price, timeout_s=args.timeout,
-                      scenario=args.scenario)
+                      scenario=args.scenario, provider=args.provider)
     if not args.model:
         raise UsageError("--base-url needs --model (the model name the endpoint serves)")
     return Target(model=args.model, base_url=args.base_url, price=price,
-                  api_key_env=args.api_key_env, timeout_s=args.timeout, scenario=args.scenario)
+                  api_key_env=args.api_key_env, timeout_s=args.timeout, scenario=args.scenario,
+                  provider=args.provider)
 
 
 def run(args: argparse.Namespace) -> int:
