@@ -990,6 +990,12 @@ class Gateway:
         "refresh", "bypass"; default: use when deterministic) reads and fills the
         ``response_cache`` (docs/response-cache.md).
         """
+        judge = check_accept(accept)
+        if judge is not None and (tier != "auto" or backend is not None):
+            raise BadRequestError(
+                "accept applies to tier='auto' calls only: an explicit tier or backend is "
+                "never escalated"
+            )
         if self._cached.applies(cache, params):
             key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
             budget_s = timeout or self._resolve(scenario).deadline_s or self.config.deadline_s
@@ -998,14 +1004,8 @@ class Gateway:
                 tier=tier, backend=backend, priority=priority, timeout=left,
                 max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
                 cache="bypass", **params,
-            ), budget_s)
+            ), budget_s, judge=self._tiering.judge_of(judge) if tier == "auto" else None)
         runner = self.runner
-        judge = check_accept(accept)
-        if judge is not None and (tier != "auto" or backend is not None):
-            raise BadRequestError(
-                "accept applies to tier='auto' calls only: an explicit tier or backend is "
-                "never escalated"
-            )
         spec = self._spec(
             messages,
             scenario=scenario,

@@ -572,6 +572,16 @@ class Tiering:
         )
         return key, verdict, informed or self.learner.has_evidence(key)
 
+    def judge_of(self, accept: Accept | None) -> Callable[[ChatResult], Awaitable[bool]] | None:
+        """The verdict a ``tier="auto"`` call's small answer gets (its ``accept``, else the
+        gateway's), for an answer that did not come from the tiering itself: one the
+        response cache serves (gptgate/response_cache_calls.py)."""
+        judge = accept or self.accept
+        if not self.active or judge is None:
+            return None
+        chosen = judge
+        return lambda result: self._accepts(chosen, result)
+
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
         """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
         try:
