@@ -100,6 +100,7 @@ from .tiers import (
     served_by,
 )
 from .tokens import estimate_prompt_tokens
+from .warm import warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
 
@@ -1386,29 +1387,22 @@ class Gateway:
     ) -> list[ChatResult | GateError]:
         """Pre-warm a prompt prefix (e.g. a system prompt) off-peak: one minimal request
         (``max_tokens=1``) per eligible backend, since each backend has its own cache
-        (LiteLLM #6784 needs one call per deployment)."""
+        (LiteLLM #6784 needs one call per deployment), all at once (gptgate/warm.py)."""
         checked = list(_validate_messages(messages))
         if checked[-1].get("role") != "user":
             checked.append({"role": "user", "content": "."})
         route = RouteRequest(private=private, tier=tier, backend=backend)
         targets = [s.name for s in self.runner.router.eligible(route)]
         group = prefix_key(checked)
-        results: list[ChatResult | GateError] = []
-        for name in targets:
-            try:
-                results.append(
-                    await self.chat(
-                        checked, backend=name, max_tokens=1, stream=False, scenario="default"
-                    )
-                )
-            except GateError as error:
-                results.append(error)
-                continue
+
+        def warmed(name: str) -> None:  # the first real call of this prefix need not warm it
             if group is not None:
-                # the first real call of this prefix need not warm it again
                 limit = self.backend_state(name).limiter.current_limit
                 self.cache_gate.mark_warm(name, group, RampPolicy(), limit)
-        return results
+
+        return await warm_each(targets, lambda name: self.chat(
+            checked, backend=name, max_tokens=1, stream=False, scenario="default"
+        ), warmed)
 
     # -- observability --------------------------------------------------------------------
 
