@@ -100,7 +100,7 @@ from .tiers import (
     served_by,
 )
 from .tokens import estimate_prompt_tokens
-from .warm import warm_each
+from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
 
@@ -946,20 +946,23 @@ class Gateway:
                 await self._closing.wait()
             if self._closing.is_set():
                 return
-            for name in self._states:
-                for key in self.cache_gate.hot_groups(name, self.config.keep_warm_min_rate_per_min):
-                    prefix = self._prefixes.get(key)
-                    if not prefix:
-                        continue
-                    try:
-                        await self.chat(
-                            [*prefix, {"role": "user", "content": "."}],
-                            backend=name, max_tokens=1, stream=False, scenario="default",
-                            max_attempts=1,
-                        )
-                        self.keep_warm_calls += 1
-                    except GateError as error:
-                        log.info("keep-warm of a prefix on %s failed: %s", name, error)
+            await refresh_each(list(self._states), self._refresh_backend)
+
+    async def _refresh_backend(self, name: str) -> None:
+        """Refresh one backend's hot prefix groups (backends at once: gptgate/warm.py)."""
+        for key in self.cache_gate.hot_groups(name, self.config.keep_warm_min_rate_per_min):
+            prefix = self._prefixes.get(key)
+            if not prefix:
+                continue
+            try:
+                await self.chat(
+                    [*prefix, {"role": "user", "content": "."}],
+                    backend=name, max_tokens=1, stream=False, scenario="default",
+                    max_attempts=1,
+                )
+                self.keep_warm_calls += 1
+            except GateError as error:
+                log.info("keep-warm of a prefix on %s failed: %s", name, error)
 
     async def chat(
         self,
