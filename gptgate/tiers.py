@@ -40,6 +40,7 @@ from .errors import BadRequestError, GateError
 from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
 from .results import ChatResult
 from .telemetry import NAMES
+from .tier_fallback import kept_for_want_of_large
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
 
 if TYPE_CHECKING:
@@ -616,6 +617,7 @@ class Tiering:
         if not runner.router.has_alternative(large, frozenset()):
             counts.unescalated += 1
             self._count(decision, escalated=False)
+            kept_for_want_of_large()
             return first, None
         key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
         while verdict == "wait" and key[1] != "length_at_cap":
@@ -649,6 +651,7 @@ class Tiering:
         except GateError as error:
             counts.escalation_failed += 1
             log.info("escalation to the large tier failed (%s): small answer kept", error)
+            kept_for_want_of_large()
             return first, None
         finally:
             self.learner.observe(key, paid=paid, probe=verdict == "probe")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 import gptgate as gg
 from gptgate.testing import LoopClock, run_virtual
-from tests.mockbackend import Script, ok
+from tests.mockbackend import Script, error, ok
 from tests.mockbackend import backend as mock_backend
 
 ASK = [{"role": "user", "content": "Name a colour"}]
@@ -71,3 +72,27 @@ def test_accept_with_an_explicit_tier_is_refused_from_the_cache_too() -> None:
     """Before, only a call that missed the cache checked it: a hit returned the answer."""
     with pytest.raises(gg.BadRequestError, match="accept applies to tier='auto'"):
         run_virtual(_accept_with_explicit_tier)
+
+
+async def _kept_while_the_large_tier_failed() -> dict[str, Any]:
+    small = Script(ok(""))  # an empty answer: escalated
+    large = Script(error(503), error(503), error(503), ok("red"))  # down, then back
+    gate = _gate(small, large, backoff_base_s=0.001, backoff_cap_s=0.01)
+    async with gate:
+        kept = await gate.chat(ASK, max_tokens=50, temperature=0)
+        await anyio.sleep(60)
+        later = await gate.chat(ASK, max_tokens=50, temperature=0)
+    return {"kept": kept, "later": later, "stats": gate.tier_stats(),
+            "large": len(large.requests)}
+
+
+def test_a_small_answer_kept_only_because_the_large_tier_failed_is_not_stored() -> None:
+    """The empty small answer is returned while the large tier is down (as documented),
+    but not stored: a minute later, the large tier back, the same request is escalated.
+    Before, it was served from the cache (``from_cache=True``, empty) for the whole TTL."""
+    out = run_virtual(_kept_while_the_large_tier_failed)
+    kept, later = out["kept"], out["later"]
+    assert kept.tier == "small" and kept.text == "" and not kept.escalated
+    assert out["stats"].rules["short_ask"].escalation_failed == 1
+    assert not later.from_cache
+    assert later.tier == "large" and later.escalated and later.text == "red"
