@@ -26,7 +26,7 @@ from .embed_batcher import Coalescer, EmbedCaps, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .guard import classify_exception
 from .providers import PROVIDERS
-from .sdk_client import GuardTransport
+from .sdk_client import REFUSAL_EXTENSION, GuardTransport
 from .telemetry import LINKS
 from .tokens import estimate_text_tokens
 
@@ -245,6 +245,9 @@ class Embedder:
             raise
         except Exception as exc:
             raise classify_exception(exc, state.name) from exc
+        refusal = response.extensions.get(REFUSAL_EXTENSION)
+        if isinstance(refusal, GateError):  # the budget's, not the server's: typed as such
+            raise refusal
         if response.status_code >= 400:
             raise state.pool.dialect.error_for_status(
                 response.status_code, response.headers, content, backend=state.name

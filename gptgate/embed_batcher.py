@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanContext
 from .clock import Clock
 from .errors import (
     BadRequestError,
+    BudgetExceededError,
     GateError,
     GatewayClosedError,
     RequestTimeout,
@@ -216,10 +217,11 @@ class Coalescer:
             vectors = await self._send([e.text for e in batch], _latest(batch), _links(batch))
         except GateError as error:
             callers = _by_caller(batch)
-            if len(callers) > 1 and _refuses_an_input(error):
+            if len(callers) > 1 and (_refuses_an_input(error) or _refuses_the_sum(error)):
                 # one caller's input (longer than the model takes, ...) made the provider
                 # refuse the whole request: each caller's texts again alone, so the others
-                # merged with it get their vectors and only its own caller the 400
+                # merged with it get their vectors and only its own caller the 400; or the
+                # dollar budget refused what merging made of them — each alone may fit
                 async with anyio.create_task_group() as tg:
                     for own in callers:
                         if own[0].waiter.cancelled:
@@ -263,6 +265,12 @@ def _refuses_an_input(error: GateError) -> bool:
     return isinstance(error, RequestTooLargeError) or (
         isinstance(error, BadRequestError) and error.status in (400, 413, 422)
     )
+
+
+def _refuses_the_sum(error: GateError) -> bool:
+    """The dollar budget refused the merged request (nothing was sent): its callers were
+    each admitted or refused alone had they not been merged."""
+    return isinstance(error, BudgetExceededError)
 
 
 def _latest(batch: list[_Entry]) -> float | None:

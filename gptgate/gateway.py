@@ -102,6 +102,7 @@ from .tiers import (
     served_by,
 )
 from .tokens import estimate_prompt_tokens
+from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
 
@@ -950,20 +951,23 @@ class Gateway:
                 await self._closing.wait()
             if self._closing.is_set():
                 return
-            for name in self._states:
-                for key in self.cache_gate.hot_groups(name, self.config.keep_warm_min_rate_per_min):
-                    prefix = self._prefixes.get(key)
-                    if not prefix:
-                        continue
-                    try:
-                        await self.chat(
-                            [*prefix, {"role": "user", "content": "."}],
-                            backend=name, max_tokens=1, stream=False, scenario="default",
-                            max_attempts=1,
-                        )
-                        self.keep_warm_calls += 1
-                    except GateError as error:
-                        log.info("keep-warm of a prefix on %s failed: %s", name, error)
+            await refresh_each(list(self._states), self._refresh_backend)
+
+    async def _refresh_backend(self, name: str) -> None:
+        """Refresh one backend's hot prefix groups (backends at once: gptgate/warm.py)."""
+        for key in self.cache_gate.hot_groups(name, self.config.keep_warm_min_rate_per_min):
+            prefix = self._prefixes.get(key)
+            if not prefix:
+                continue
+            try:
+                await self.chat(
+                    [*prefix, {"role": "user", "content": "."}],
+                    backend=name, max_tokens=1, stream=False, scenario="default",
+                    max_attempts=1,
+                )
+                self.keep_warm_calls += 1
+            except GateError as error:
+                log.info("keep-warm of a prefix on %s failed: %s", name, error)
 
     async def chat(
         self,
@@ -995,6 +999,12 @@ class Gateway:
         "refresh", "bypass"; default: use when deterministic) reads and fills the
         ``response_cache`` (docs/response-cache.md).
         """
+        judge = check_accept(accept)
+        if judge is not None and (tier != "auto" or backend is not None):
+            raise BadRequestError(
+                "accept applies to tier='auto' calls only: an explicit tier or backend is "
+                "never escalated"
+            )
         if self._cached.applies(cache, params):
             key = self._cached.key(messages, params, tier=tier, backend=backend, private=private)
             budget_s = timeout or self._resolve(scenario).deadline_s or self.config.deadline_s
@@ -1003,14 +1013,8 @@ class Gateway:
                 tier=tier, backend=backend, priority=priority, timeout=left,
                 max_attempts=max_attempts, cache_key=cache_key, hedge=hedge, accept=accept,
                 cache="bypass", **params,
-            ), budget_s)
+            ), budget_s, judge=self._tiering.judge_of(judge) if tier == "auto" else None)
         runner = self.runner
-        judge = check_accept(accept)
-        if judge is not None and (tier != "auto" or backend is not None):
-            raise BadRequestError(
-                "accept applies to tier='auto' calls only: an explicit tier or backend is "
-                "never escalated"
-            )
         spec = self._spec(
             messages,
             scenario=scenario,
@@ -1391,29 +1395,22 @@ class Gateway:
     ) -> list[ChatResult | GateError]:
         """Pre-warm a prompt prefix (e.g. a system prompt) off-peak: one minimal request
         (``max_tokens=1``) per eligible backend, since each backend has its own cache
-        (LiteLLM #6784 needs one call per deployment)."""
+        (LiteLLM #6784 needs one call per deployment), all at once (gptgate/warm.py)."""
         checked = list(_validate_messages(messages))
         if checked[-1].get("role") != "user":
             checked.append({"role": "user", "content": "."})
         route = RouteRequest(private=private, tier=tier, backend=backend)
         targets = [s.name for s in self.runner.router.eligible(route)]
         group = prefix_key(checked)
-        results: list[ChatResult | GateError] = []
-        for name in targets:
-            try:
-                results.append(
-                    await self.chat(
-                        checked, backend=name, max_tokens=1, stream=False, scenario="default"
-                    )
-                )
-            except GateError as error:
-                results.append(error)
-                continue
+
+        def warmed(name: str) -> None:  # the first real call of this prefix need not warm it
             if group is not None:
-                # the first real call of this prefix need not warm it again
                 limit = self.backend_state(name).limiter.current_limit
                 self.cache_gate.mark_warm(name, group, RampPolicy(), limit)
-        return results
+
+        return await warm_each(targets, lambda name: self.chat(
+            checked, backend=name, max_tokens=1, stream=False, scenario="default"
+        ), warmed)
 
     # -- observability --------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ When it is used (``cache=`` on ``gate.chat`` / ``gate.stream`` / map items):
 ``None`` (default) only for a deterministic request (``temperature=0`` or a ``seed``);
 ``"use"`` read and write whatever the request; ``"refresh"`` call anyway and overwrite;
 ``"bypass"`` neither. Never stored: an error, a cut stream, an answer without a finish
-reason, one a content filter stopped (``content_filter``, Anthropic's ``refusal``), and
+reason, one a content filter stopped (``content_filter``, Anthropic's ``refusal``), a
+failed-looking small-tier answer kept for want of the large tier (gptgate/tier_fallback.py),
+and
 — into a ``shared=`` Redis — a private backend's answer unless ``share_private=True``.
 Identical requests in flight at once share one call (single-flight); a leader cancelled
 mid-call, or out of its own shorter deadline, hands the call to one of its followers, and
@@ -37,6 +39,7 @@ from .flight_deadline import CallerDeadline
 from .response_cache_fleet import answer_or_claim, kept
 from .response_cache_loop import LoopHolders
 from .results import ChatResult, Usage
+from .tier_fallback import watching
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -368,10 +371,12 @@ class ResponseCache:
                 flight.result = decode_result(data)
                 return flight.result, False
             claimed = redis is not None
-            async with kept(redis, key):  # renewed while the call runs
-                result = flight.result = await call(deadline.left())
+            with watching() as for_want_of_large:  # gptgate/tier_fallback.py
+                async with kept(redis, key):  # renewed while the call runs
+                    result = flight.result = await call(deadline.left())
             self.count(result.backend).misses += 1
-            if cacheable(result):  # stored before the claim goes: the fleet finds it
+            if cacheable(result) and not for_want_of_large:
+                # stored before the claim goes: the fleet finds it
                 await self.put(key, result, private=is_private(result.backend))
         except GateError as error:
             flight.error = error

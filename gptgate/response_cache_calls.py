@@ -77,13 +77,31 @@ class CachedCalls:
         mode: CacheMode | None,
         call: Callable[[float | None], Awaitable[ChatResult]],
         budget_s: float | None,
+        *,
+        judge: Callable[[ChatResult], Awaitable[bool]] | None = None,
     ) -> ChatResult:
         """The answer, within the caller's ``budget_s`` (``call(timeout)`` sends it with what
-        is left of that, when this caller is the one to send)."""
+        is left of that, when this caller is the one to send).
+
+        ``judge`` is a ``tier="auto"`` caller's ``accept``: it is not in the key, so a small
+        answer stored (or answered to an identical call in flight) for another caller is
+        judged again here, and one it rejects is sent as ``cache="refresh"`` would — the
+        tiering escalates it, and the large answer replaces the stored one."""
         assert self.cache is not None
-        return await self.cache.serve(
-            key, mode, call, clock=self._gate.clock, is_private=self.is_private,
+        clock = self._gate.clock
+        start = clock.now()
+        result = await self.cache.serve(
+            key, mode, call, clock=clock, is_private=self.is_private,
             on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=budget_s,
+        )
+        if judge is None or not result.from_cache or result.tier != "small":
+            return result
+        if await judge(result):
+            return result
+        left = None if budget_s is None else max(0.0, budget_s - (clock.now() - start))
+        return await self.cache.serve(
+            key, "refresh", call, clock=clock, is_private=self.is_private,
+            on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=left,
         )
 
     def answers_reach_redis(self) -> bool:

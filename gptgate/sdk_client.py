@@ -573,6 +573,10 @@ def _sdk_attempt(request: httpx2.Request) -> int:
     return int(value) + 1
 
 
+#: the response extension that carries a local refusal's own ``GateError``
+REFUSAL_EXTENSION = "gptgate_refusal"
+
+
 def _over_budget(
     request: httpx2.Request, backend: str, error: BudgetExceededError
 ) -> httpx2.Response:
@@ -586,6 +590,8 @@ def _over_budget(
         headers=headers,
         json={"error": {"message": f"gptgate: {error.message}", "type": "gptgate_budget_exceeded"}},
         request=request,
+        # gptgate's own callers on this path (gate.embed) raise the typed error itself
+        extensions={REFUSAL_EXTENSION: error},
     )
 
 

@@ -41,6 +41,7 @@ from .errors import BadRequestError, GateError
 from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
 from .results import ChatResult
 from .telemetry import NAMES
+from .tier_fallback import kept_for_want_of_large
 from .tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens, message_text
 
 if TYPE_CHECKING:
@@ -581,6 +582,16 @@ class Tiering:
         )
         return key, verdict, informed or self.learner.has_evidence(key)
 
+    def judge_of(self, accept: Accept | None) -> Callable[[ChatResult], Awaitable[bool]] | None:
+        """The verdict a ``tier="auto"`` call's small answer gets (its ``accept``, else the
+        gateway's), for an answer that did not come from the tiering itself: one the
+        response cache serves (gptgate/response_cache_calls.py)."""
+        judge = accept or self.accept
+        if not self.active or judge is None:
+            return None
+        chosen = judge
+        return lambda result: self._accepts(chosen, result)
+
     async def _accepts(self, judge: Accept, result: ChatResult) -> bool:
         """The user's verdict; one that raises or is not a bool keeps the answer (warned)."""
         try:
@@ -615,6 +626,7 @@ class Tiering:
         if not runner.router.has_alternative(large, frozenset()):
             counts.unescalated += 1
             self._count(decision, escalated=False)
+            kept_for_want_of_large()
             return first, None
         key, verdict, informed = self._verdict(runner, spec, decision.reason, first, why)
         while verdict == "wait" and key[1] != "length_at_cap":
@@ -648,6 +660,7 @@ class Tiering:
         except GateError as error:
             counts.escalation_failed += 1
             log.info("escalation to the large tier failed (%s): small answer kept", error)
+            kept_for_want_of_large()
             return first, None
         finally:
             self.learner.observe(key, paid=paid, probe=verdict == "probe")

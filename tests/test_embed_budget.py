@@ -1,0 +1,90 @@
+"""``gate.embed`` under a dollar budget (``budget=gg.Budget(...)``).
+
+Two things a user of both features met:
+
+* an embedding request the budget refused surfaced as ``RateLimitedError`` (the local 429 an
+  SDK on ``gate.http_client`` is answered with), not the ``BudgetExceededError`` that
+  docs/budget.md promises for every refusal — a caller catching it to back off never did;
+* merging: callers that each fit the budget alone were merged into one request dearer than
+  the whole hourly budget, which is refused in either mode — so every caller failed, though
+  sent alone each would have been admitted (with ``throttle``: paced through the hour).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+import gptgate as gg
+from gptgate.testing import LoopClock, run_virtual, sim_backend
+
+PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
+
+
+def _gate(clock: LoopClock, budget: gg.Budget) -> tuple[gg.Gateway, Any]:
+    backend, engine = sim_backend(
+        "gpu", name="sim", clock=clock, seed=1, price=PRICE,
+        embedding_model="text-embedding-3-small",
+    )
+    return gg.Gateway([backend], clock=clock, seed=1, budget=budget), engine
+
+
+async def _one_embed_dearer_than_the_budget() -> dict[str, Any]:
+    clock = LoopClock()
+    gate, engine = _gate(clock, gg.Budget(usd_per_hour=0.001, on_exceed="raise"))
+    async with gate:
+        try:
+            await gate.embed(["a long passage " * 400] * 4)
+        except gg.GateError as error:
+            caught: gg.GateError = error
+        return {"error": caught, "sent": engine.ledger.snapshot().requests,
+                "status": gate.budget_status(), "stats": gate.stats()["sim"]}
+
+
+def test_an_embed_the_budget_refuses_raises_budget_exceeded() -> None:
+    out = run_virtual(_one_embed_dearer_than_the_budget)
+    error = out["error"]
+    assert isinstance(error, gg.BudgetExceededError), repr(error)  # was RateLimitedError
+    assert error.budget_usd == 0.001
+    assert out["sent"] == 0 and out["status"].spent_usd == 0.0
+    stats = out["stats"]
+    assert stats.rate_limited == 0 and stats.failures == 0 and stats.circuit == "closed"
+
+
+async def _callers_merged_past_the_budget(on_exceed: str) -> dict[str, Any]:
+    clock = LoopClock()
+    # each caller's text costs ~$0.0009 to embed: one fits the $0.005 hour, thirty together not
+    budget = gg.Budget(usd_per_hour=0.005, on_exceed=on_exceed, burst_s=3600)  # type: ignore[arg-type]
+    gate, engine = _gate(clock, budget)
+    outcomes: list[object] = []
+    async with gate:
+
+        async def one(i: int) -> None:
+            try:
+                outcomes.append(await gate.embed(f"passage {i} " * 300))
+            except gg.GateError as error:
+                outcomes.append(error)
+
+        async with anyio.create_task_group() as group:
+            for i in range(30):
+                group.start_soon(one, i)
+        return {"outcomes": outcomes, "status": gate.budget_status(),
+                "sent": engine.ledger.snapshot().requests}
+
+
+def test_merged_callers_dearer_together_than_the_budget_are_sent_apart_when_throttled() -> None:
+    out = run_virtual(_callers_merged_past_the_budget, "throttle")
+    vectors = [o for o in out["outcomes"] if isinstance(o, list)]
+    assert len(vectors) == 30, out["outcomes"][:3]  # before: 30 refused, none sent
+    assert out["status"].reserved_usd == 0.0
+
+
+def test_merged_callers_under_raise_get_what_the_budget_has_room_for() -> None:
+    out = run_virtual(_callers_merged_past_the_budget, "raise")
+    outcomes = out["outcomes"]
+    served = sum(isinstance(o, list) for o in outcomes)
+    refused = [o for o in outcomes if not isinstance(o, list)]
+    assert served >= 3  # before: 0 — the merged request was dearer than the whole hour
+    assert all(isinstance(o, gg.BudgetExceededError) for o in refused), refused[:1]
+    assert out["status"].spent_usd <= 0.005 and out["status"].reserved_usd == 0.0
