@@ -214,6 +214,9 @@ class FleetClient:
         self._marked = False
         #: times Redis was found to have lost the fleet's state with no outage declared
         self.losses = 0
+        #: this process's wall clock minus Redis's, at the last renewal (seconds)
+        self.clock_skew_s = 0.0
+        self._skew_warned = False
         self._relearning = anyio.Lock()
         #: a renewal has counted the fleet's live workers with every process rejoined
         self._seen = False
@@ -651,7 +654,7 @@ class FleetClient:
                 args += [index, lease_id]
         outages = self.outages
         try:
-            workers, gone = await self._op("RENEW", keys, args)
+            workers, gone, seconds, micros = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
         if self.outages != outages:
@@ -659,6 +662,7 @@ class FleetClient:
             # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
+        self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
         self._marked = True
         for admission in self._admissions:
             admission.marked = True
@@ -851,6 +855,28 @@ class FleetClient:
     def rejoining(self) -> bool:
         """Whether this process rejoined so lately that others may still be on their shares."""
         return time.monotonic() < self._rejoined_until
+
+    def _skew(self, sent: float, answered: float, redis_s: float) -> None:
+        """How far this process's wall clock is from Redis's (the middle of the renewal's
+        round trip against Redis's TIME). Leases expire on each process's own wall clock: a
+        lease stays at least ``lease_s`` × 2/3 ahead of its holder's clock, so two processes
+        whose clocks each stay within ``lease_s / 3`` of Redis's never sweep each other's
+        live permits. Beyond that, one warning (the fleet's limit may be passed), and another
+        only once the clock has come back within half of it."""
+        self.clock_skew_s = skew = (sent + answered) / 2 - redis_s
+        bound = self.shared.lease_s / 3
+        if abs(skew) > bound and not self._skew_warned:
+            self._skew_warned = True
+            log.warning(
+                "gptgate: this process's clock is %.1f s %s the clock of shared state %s; "
+                "the fleet's leases need every clock within lease_s / 3 (%.1f s) of it, or "
+                "processes count each other's live permits as expired and the fleet's limit "
+                "is passed: sync the clocks (NTP) or raise Shared(lease_s=...)",
+                abs(skew), "ahead of" if skew > 0 else "behind", self.shared.display_url,
+                bound,
+            )
+        elif abs(skew) <= bound / 2:
+            self._skew_warned = False
 
     def _lost(self) -> None:
         """Redis lost the fleet's state and this process has just registered its permits

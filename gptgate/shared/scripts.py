@@ -278,7 +278,7 @@ return 0
 #: then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
 #: count). → {live workers, 1 if this worker was marked live before and is not any more:
-#: Redis lost the fleet's state (``_LOST``)}
+#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME)}
 RENEW = """
 local lost = 0
 if ARGV[6] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[3]) then lost = 1 end
@@ -295,7 +295,8 @@ for i = 7, #ARGV, 2 do
   redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
   redis.call('PEXPIRE', key, ARGV[4])
 end
-return {redis.call('ZCARD', KEYS[1]), lost}
+local time = redis.call('TIME')
+return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2]}
 """
 
 #: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire
