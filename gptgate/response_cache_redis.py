@@ -206,7 +206,7 @@ class RedisAnswers:
             _log.warning(
                 "response cache: Redis %s unreachable (%s); answers are cached in this "
                 "process only for the next %.0f s", self.shared.display_url,
-                self.shared.mask(f"{type(error).__name__}: {error}"), self.retry_s,
+                _why(self.shared, error), self.retry_s,
             )
         self._down_until = time.monotonic() + self.retry_s
 
@@ -215,3 +215,10 @@ class RedisAnswers:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True):
                 await redis.aclose()
+
+
+def _why(shared: Shared, error: BaseException) -> str:
+    """An error as the warning shows it: its type, and its text (the password masked) if any
+    — a Redis that does not answer raises a bare TimeoutError."""
+    text = shared.mask(str(error))
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -8,9 +8,13 @@ for every answer itself."""
 
 from __future__ import annotations
 
+import logging
+
 import anyio
+import pytest
 
 import gptgate as gg
+from gptgate.response_cache_redis import RedisAnswers
 from tests.fleettools import namespace
 from tests.mockbackend import Script, backend, gateway, ok
 
@@ -50,3 +54,15 @@ async def test_a_burst_of_lookups_reads_the_fleets_answers_without_an_outage(
         stats = two.stats()["mock"].response_cache
     assert stats is not None and stats.shared_errors == 0
     assert len(script.requests) == CALLS and all(hits)
+
+
+def test_an_outage_warning_names_an_error_without_text_cleanly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Redis that does not answer raises a bare TimeoutError: the warning said
+    "(TimeoutError: )"."""
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    answers = RedisAnswers(gg.Shared("redis://:pw@127.0.0.1:9/0"), ttl_s=60)
+    answers._down(TimeoutError())
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "(TimeoutError);" in message and "pw" not in message.replace("://:****", "")
