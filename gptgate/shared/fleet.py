@@ -297,10 +297,7 @@ class FleetClient:
             self._down(self._unreached)
             self._unreached = None
         task_group.start_soon(self._batch.serve)
-        await self._renew()
-        for admission in self._admissions:
-            if admission.fixed:
-                await self._publish_limit(admission)
+        await self._renew()  # (publishes this process's fixed limits too)
         if self._autos and self.state == "up":
             await self._lead()  # a leader from the first call on
         if self.state == "up":
@@ -652,9 +649,16 @@ class FleetClient:
                 args += [index, lease.id]
             for lease_id in admission._reusable:  # may be reused before its release is sent
                 args += [index, lease_id]
+        # each fixed limit, again: the fleet's is the lowest of the processes still renewing
+        fixed = [a for a in self._admissions if a.fixed]
+        limits: list[Command] = [
+            ("LIMIT", [a.limit_key], [a.limit, 2 * lease_ms]) for a in fixed
+        ]
         outages = self.outages
         try:
-            workers, gone, seconds, micros = await self._op("RENEW", keys, args)
+            (workers, gone, seconds, micros), *before = await self.run(
+                [("RENEW", keys, args), *limits]
+            )
         except _RedisDown:
             return
         if self.outages != outages:
@@ -662,6 +666,9 @@ class FleetClient:
             # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
+        for admission, prev in zip(fixed, before, strict=True):
+            if int(prev) > 0:
+                admission._saw_fleet_limit(int(prev))
         self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
         self._marked = True
         for admission in self._admissions:

@@ -122,10 +122,7 @@ local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
 local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
-if fleet > 0 then
-  redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  if fleet < cap then cap = fleet end
-end
+if fleet > 0 and fleet < cap then cap = fleet end
 local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
@@ -139,15 +136,16 @@ wake(KEYS[4], math.min(freed, cap - held), KEYS[1], ARGV[1])
 return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@, 0}
 """.replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]"))
 
-#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
+#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two;
+#: only a process whose limit is the fleet's keeps the key alive (every renewal sends it), so
+#: once the last such process has gone the key lapses and the next lowest takes over — kept
+#: alive by every acquire, the lowest limit ever set stayed for as long as any process called.
 #: → the fleet's limit before (-1: none)
 LIMIT = """
 local prev = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local want = tonumber(ARGV[1])
-if prev < 0 or want < prev then
+if prev < 0 or want <= prev then
   redis.call('SET', KEYS[1], want, 'PX', ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return prev
 """
