@@ -649,16 +649,9 @@ class FleetClient:
                 args += [index, lease.id]
             for lease_id in admission._reusable:  # may be reused before its release is sent
                 args += [index, lease_id]
-        # each fixed limit, again: the fleet's is the lowest of the processes still renewing
-        fixed = [a for a in self._admissions if a.fixed]
-        limits: list[Command] = [
-            ("LIMIT", [a.limit_key], [a.limit, 2 * lease_ms]) for a in fixed
-        ]
         outages = self.outages
         try:
-            (workers, gone, seconds, micros), *before = await self.run(
-                [("RENEW", keys, args), *limits]
-            )
+            workers, gone, seconds, micros = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
         if self.outages != outages:
@@ -666,9 +659,6 @@ class FleetClient:
             # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
-        for admission, prev in zip(fixed, before, strict=True):
-            if int(prev) > 0:
-                admission._saw_fleet_limit(int(prev))
         self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
         self._marked = True
         for admission in self._admissions:
@@ -677,6 +667,19 @@ class FleetClient:
             self._lost()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
         self._seen = self._seen or not self.rejoining
+        await self._publish_limits()
+
+    async def _publish_limits(self) -> None:
+        """Each fixed limit of this process, again (every renewal): the fleet's limit is the
+        lowest of the processes still renewing theirs (``scripts.LIMIT``)."""
+        fixed = [a for a in self._admissions if a.fixed]
+        ttl_ms = 2 * int(self.shared.lease_s * 1000)
+        before = await self._send_all(
+            [("LIMIT", [a.limit_key], [a.limit, ttl_ms]) for a in fixed]
+        ) if fixed else None
+        for admission, prev in zip(fixed, before or [], strict=False):
+            if int(prev) > 0:
+                admission._saw_fleet_limit(int(prev))
 
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
