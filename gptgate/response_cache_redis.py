@@ -32,6 +32,10 @@ __all__ = ["RedisAnswers"]
 
 _log = logging.getLogger("gptgate")
 
+#: connections one process's cache opens at most: lookups beyond them wait their turn (a few
+#: round trips of a fraction of a millisecond each), not a socket per call in a burst
+POOL_CONNECTIONS = 16
+
 #: extend a claim's lease, or drop the claim — only while it is still this claimant's: a lease
 #: that lapsed may have been claimed by another process since
 _RENEW = (
@@ -66,15 +70,21 @@ class RedisAnswers:
             self._down_until = -math.inf
             self._tokens = {}
         if self._redis is None:
-            from redis.asyncio import Redis  # only with shared=: an optional extra
+            # only with shared=: an optional extra
+            from redis.asyncio import BlockingConnectionPool, Redis
             from redis.exceptions import RedisError
 
             backstop = max(1.0, 10 * self.shared.op_budget_s)
             self._errors = (RedisError, OSError, TimeoutError)
-            self._redis = Redis.from_url(
-                self.shared.url, socket_timeout=backstop, socket_connect_timeout=backstop,
+            # a lookup past the pool's last connection waits for one (within its budget):
+            # redis-py's default pool raised MaxConnectionsError past 100 at once — an outage
+            # in a gate.map burst, after which the process paid for every answer itself
+            pool = BlockingConnectionPool.from_url(
+                self.shared.url, max_connections=POOL_CONNECTIONS, timeout=backstop,
+                socket_timeout=backstop, socket_connect_timeout=backstop,
                 health_check_interval=0,
             )
+            self._redis = Redis.from_pool(pool)
         return self._redis
 
     def key(self, key: str) -> str:
@@ -196,7 +206,7 @@ class RedisAnswers:
             _log.warning(
                 "response cache: Redis %s unreachable (%s); answers are cached in this "
                 "process only for the next %.0f s", self.shared.display_url,
-                self.shared.mask(f"{type(error).__name__}: {error}"), self.retry_s,
+                _why(self.shared, error), self.retry_s,
             )
         self._down_until = time.monotonic() + self.retry_s
 
@@ -205,3 +215,10 @@ class RedisAnswers:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True):
                 await redis.aclose()
+
+
+def _why(shared: Shared, error: BaseException) -> str:
+    """An error as the warning shows it: its type, and its text (the password masked) if any
+    — a Redis that does not answer raises a bare TimeoutError."""
+    text = shared.mask(str(error))
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -114,7 +114,7 @@ class FleetAutoAdmission(FleetAdmission):
             [self.permits_key, self.pause_key, self.limit_key, self.samples_key,
              self.waiters_key, self.workers_key],
             [now_ms, now_ms + lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
-             self.take_samples()],
+             self.take_samples(), "1" if self.marked else "0"],
         )
 
     @property

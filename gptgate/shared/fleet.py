@@ -95,6 +95,12 @@ class _RedisDown(Exception):
     operation's outcome is unknown and it is asked again."""
 
 
+class _Lost(Exception):
+    """Redis no longer marks this process live on the backend: it lost the fleet's state
+    (restarted empty, flushed) while this process's connection reconnected without an error.
+    The acquire did nothing; the process registers its permits again and asks once more."""
+
+
 class Lease:
     """One fleet permit held by this process. ``registered``: it may be counted in Redis, so
     its release must be sent there (a permit granted locally during an outage is not, until
@@ -150,6 +156,9 @@ class FleetStatistics:
     #: the most permits this process may hold now: ``limit`` while Redis answers,
     #: ``local_share`` during an outage or a rejoin (1 before the fleet was seen)
     in_force: int = 0
+    #: times Redis was found to have lost the fleet's state (restarted empty, flushed) with
+    #: no outage seen: the permits were registered again (docs/guide/many-processes.md)
+    losses: int = 0
 
 
 class FleetClient:
@@ -200,6 +209,15 @@ class FleetClient:
         self.slow_since: float | None = None
         #: until when (monotonic) a rejoined process keeps to its share (``rejoining``)
         self._rejoined_until = 0.0
+        #: a renewal has marked this worker live: from then on, finding it gone means Redis
+        #: lost the fleet's state (``scripts._LOST``)
+        self._marked = False
+        #: times Redis was found to have lost the fleet's state with no outage declared
+        self.losses = 0
+        #: this process's wall clock minus Redis's, at the last renewal (seconds)
+        self.clock_skew_s = 0.0
+        self._skew_warned = False
+        self._relearning = anyio.Lock()
         #: a renewal has counted the fleet's live workers with every process rejoined
         self._seen = False
         #: why the connect failed, for the outage ``start`` declares
@@ -279,10 +297,7 @@ class FleetClient:
             self._down(self._unreached)
             self._unreached = None
         task_group.start_soon(self._batch.serve)
-        await self._renew()
-        for admission in self._admissions:
-            if admission.fixed:
-                await self._publish_limit(admission)
+        await self._renew()  # (publishes this process's fixed limits too)
         if self._autos and self.state == "up":
             await self._lead()  # a leader from the first call on
         if self.state == "up":
@@ -457,18 +472,25 @@ class FleetClient:
                 self._pending.append((admission.permits_key, lease.id))
             self._kick.set()
 
+        losses = self.losses
         try:
             if take is not None:
-                granted, held, pause_ms, cap, _, waiting, live = await take.send_with(
+                granted, held, pause_ms, cap, _, waiting, live, lost = await take.send_with(
                     name, keys, args, cancelled
                 )
             else:
                 (answer,) = await self.run([(name, keys, args)], cancelled)
-                granted, held, pause_ms, cap, _, waiting, live = answer
+                granted, held, pause_ms, cap, _, waiting, live, lost = answer
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
             raise
+        if int(lost):
+            # nothing ran: the releases go again, after this process's permits are counted
+            self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
+            await self._relearn(losses)
+            raise _Lost()
+        admission.marked = True
         pause_s = self.clock_s(int(pause_ms))
         admission.live_workers = max(1, int(live))
         admission.fleet_waiting = int(waiting)
@@ -592,16 +614,31 @@ class FleetClient:
         for health, (state, left_ms) in zip(self._healths, circuits, strict=True):
             health.apply(int(state), int(left_ms))
 
-    async def _renew(self) -> None:
+    async def _relearn(self, losses: int) -> None:
+        """An acquire found Redis had lost the fleet's state (``losses``: the count when it
+        was sent): register this process's permits again, once for all the acquires that
+        found it, and keep to the share while the others have not (``_renew``)."""
+        async with self._relearning:
+            if self.losses == losses:
+                await self._renew(lost=True)
+
+    async def _renew(self, *, lost: bool = False) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
-        restart this registers them: they are in flight, so they must count)."""
+        restart this registers them: they are in flight, so they must count). A renewal
+        that finds this worker gone though it had been marked live (``lost``: an acquire
+        found it so) learns that Redis lost the fleet's state: the other processes' permits
+        are counted nowhere until their own next renewal (``lease_s / 3``) or acquire, so
+        this process keeps to its share until then (``rejoining``)."""
         # the fleet's workers, then each backend's: a process counts on every backend it
         # has, calling it or not (it may call it during an outage, on its share)
         keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
         args: list[Any] = []
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
-        args += [now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions)]
+        args += [
+            now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions),
+            "1" if self._marked else "0",
+        ]
         for admission in self._admissions:
             if not admission.held and not admission._reusable:
                 continue
@@ -614,7 +651,7 @@ class FleetClient:
                 args += [index, lease_id]
         outages = self.outages
         try:
-            workers = await self._op("RENEW", keys, args)
+            workers, gone, seconds, micros = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
         if self.outages != outages:
@@ -622,8 +659,27 @@ class FleetClient:
             # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
+        self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
+        self._marked = True
+        for admission in self._admissions:
+            admission.marked = True
+        if lost or int(gone):
+            self._lost()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)
         self._seen = self._seen or not self.rejoining
+        await self._publish_limits()
+
+    async def _publish_limits(self) -> None:
+        """Each fixed limit of this process, again (every renewal): the fleet's limit is the
+        lowest of the processes still renewing theirs (``scripts.LIMIT``)."""
+        fixed = [a for a in self._admissions if a.fixed]
+        ttl_ms = 2 * int(self.shared.lease_s * 1000)
+        before = await self._send_all(
+            [("LIMIT", [a.limit_key], [a.limit, ttl_ms]) for a in fixed]
+        ) if fixed else None
+        for admission, prev in zip(fixed, before or [], strict=False):
+            if int(prev) > 0:
+                admission._saw_fleet_limit(int(prev))
 
     async def _flush(self) -> None:
         """Send the pending releases and pauses, pipelined in one round trip."""
@@ -760,6 +816,9 @@ class FleetClient:
             admission._reusable.clear()  # their releases are sent at the rejoin
         self.outages += 1
         self._batch.fail_queued(error)
+        # the first probe in probe_s, not when the background task's wait for the next
+        # renewal ends (lease_s / 3: 10 s with lease_s 30, on the share all the while)
+        self._kick.set()
         for auto in self._autos:
             auto.resign()  # its lease lapses: another process may lead meanwhile
         if self.seen:
@@ -806,6 +865,50 @@ class FleetClient:
     def rejoining(self) -> bool:
         """Whether this process rejoined so lately that others may still be on their shares."""
         return time.monotonic() < self._rejoined_until
+
+    def _skew(self, sent: float, answered: float, redis_s: float) -> None:
+        """How far this process's wall clock is from Redis's (the middle of the renewal's
+        round trip against Redis's TIME). Leases expire on each process's own wall clock: a
+        lease stays at least ``lease_s`` × 2/3 ahead of its holder's clock, so two processes
+        whose clocks each stay within ``lease_s / 3`` of Redis's never sweep each other's
+        live permits. Beyond that, one warning (the fleet's limit may be passed), and another
+        only once the clock has come back within half of it."""
+        self.clock_skew_s = skew = (sent + answered) / 2 - redis_s
+        bound = self.shared.lease_s / 3
+        # Redis read its clock somewhere in the round trip: a late answer (a busy loop) is
+        # no evidence of skew
+        if abs(skew) - abs(answered - sent) / 2 > bound and not self._skew_warned:
+            self._skew_warned = True
+            log.warning(
+                "gptgate: this process's clock is %.1f s %s the clock of shared state %s; "
+                "the fleet's leases need every clock within lease_s / 3 (%.1f s) of it, or "
+                "processes count each other's live permits as expired and the fleet's limit "
+                "is passed: sync the clocks (NTP) or raise Shared(lease_s=...)",
+                abs(skew), "ahead of" if skew > 0 else "behind", self.shared.display_url,
+                bound,
+            )
+        elif abs(skew) <= bound / 2:
+            self._skew_warned = False
+
+    def _lost(self) -> None:
+        """Redis lost the fleet's state and this process has just registered its permits
+        again. The others register theirs at their next renewal (every ``lease_s / 3``) or
+        acquire, which finds the loss too; until then Redis cannot count them, so this
+        process keeps to its share (the rejoin's rule) for that long, and a probe period."""
+        self.losses += 1
+        log.warning(
+            "gptgate: shared state %s lost the fleet's state (restarted empty or flushed): "
+            "permits registered again, shares for %.1f s",
+            self.shared.display_url,
+            self._relearn_s,
+        )
+        self._rejoined_until = max(self._rejoined_until, time.monotonic() + self._relearn_s)
+
+    @property
+    def _relearn_s(self) -> float:
+        """How long a process keeps to its share after Redis lost the fleet's state: until
+        every other live process has renewed (and so registered its permits) once."""
+        return max(2 * self.probe_s, self.shared.lease_s / 3 + self.probe_s)
 
     def _up(self) -> None:
         if self.state == "down":
@@ -885,6 +988,9 @@ class FleetAdmission:
         self._asking = 0
         #: the calling task's RPM/TPM take to send with an acquire (gptgate/shared/pacing.py)
         self.rider: Callable[[str], PendingTake | None] | None = None
+        #: a renewal or an acquire has marked this process live on the backend: an acquire
+        #: that finds it gone finds Redis lost the fleet's state (``scripts._LOST``)
+        self.marked = False
 
     @property
     def live_workers(self) -> int:
@@ -947,7 +1053,8 @@ class FleetAdmission:
             "ACQUIRE",
             [self.permits_key, self.pause_key, self.limit_key, self.waiters_key,
              self.workers_key],
-            [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms],
+            [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms,
+             "1" if self.marked else "0"],
         )
 
     def _poll_interval(self) -> float:
@@ -968,6 +1075,8 @@ class FleetAdmission:
             self._asking += 1
             try:
                 granted, counted, pause_s, cap = await client.acquire(self, lease)
+            except _Lost:
+                granted = None  # its permits counted again: ask once more, within the share
             except _RedisDown:
                 # a slow Redis may still run this acquire after we gave up on it: take that
                 # grant back (at the rejoin), and go on under a fresh id — asking again when
@@ -977,6 +1086,8 @@ class FleetAdmission:
                 return False if client.state == "up" else self._try_local(lease)
             finally:
                 self._asking -= 1  # (no await until the grant is in ``held``)
+            if granted is None:
+                return await self._try(lease)
             self._answered_at = time.monotonic()
             self._fleet_in_flight = counted
             self._saw_fleet_limit(cap)
@@ -1107,4 +1218,5 @@ class FleetAdmission:
             loop_busy=self.client.loop_busy,
             slow_ops=self.client.slow_ops,
             reused=self.reused,
+            losses=self.client.losses,
         )

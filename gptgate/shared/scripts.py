@@ -89,19 +89,32 @@ _LIVE = """(function()
   return redis.call('ZCOUNT', @WORKERS@, ARGV[1], '+inf')
 end)()"""
 
+#: Lua statement: a process that has been marked live on the backend (ARGV[@FLAG@] '1') and is
+#: not there any more finds Redis lost the fleet's state — restarted empty, flushed, or this
+#: process stalled past its lease — without any error on its side: redis-py reconnects an
+#: idle connection the server closed on the spot. Its permits are then counted nowhere, so
+#: nothing is granted on a count that leaves them out: the answer says "lost" (its 8th value)
+#: and the process registers its permits again first (FleetClient.acquire).
+_LOST = """if ARGV[@FLAG@] == '1' and not redis.call('ZSCORE', @WORKERS@,
+    string.match(ARGV[4], '^(.*):[^:]*$')) then
+  return {0, 0, 0, 0, 0, 0, 0, 1}
+end
+"""
+
 #: KEYS: permits zset, pause key, fleet limit key, waiters zset, workers zset. ARGV: now
-#: ms, expiry ms, this process's limit, lease id, key ttl ms, then the ids of leases this
+#: ms, expiry ms, this process's limit, lease id, key ttl ms, '1' if this process was marked
+#: live on the backend before (``_LOST``), then the ids of leases this
 #: process has ended and not yet released (released first: the acquire carries them, so a
 #: busy process's releases cost no round trip of their own and never make it wait for its
 #: own stale permits). The
 #: fleet admits up to the lowest limit any process configured (the limit key, see LIMIT). A
 #: refused process is queued as a waiter; permits freed here and left free wake as many.
 #: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied,
-#: 0, processes waiting, workers live on the backend}
-ACQUIRE = _WAKE + """
+#: 0, processes waiting, workers live on the backend, 0 (1: lost, nothing done)}
+ACQUIRE = _WAKE + _LOST.replace("@FLAG@", "6").replace("@WORKERS@", "KEYS[5]") + """
 unreserve(KEYS[1], ARGV[4])
 local freed = 0
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
 end
 freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
@@ -109,10 +122,7 @@ local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
 local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
-if fleet > 0 then
-  redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  if fleet < cap then cap = fleet end
-end
+if fleet > 0 and fleet < cap then cap = fleet end
 local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
@@ -123,18 +133,19 @@ else
   wait(KEYS[4], ARGV[4], ARGV[1], ARGV[5])
 end
 wake(KEYS[4], math.min(freed, cap - held), KEYS[1], ARGV[1])
-return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@}
+return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@, 0}
 """.replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]"))
 
-#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two.
+#: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two;
+#: only a process whose limit is the fleet's keeps the key alive (every renewal sends it), so
+#: once the last such process has gone the key lapses and the next lowest takes over — kept
+#: alive by every acquire, the lowest limit ever set stayed for as long as any process called.
 #: → the fleet's limit before (-1: none)
 LIMIT = """
 local prev = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local want = tonumber(ARGV[1])
-if prev < 0 or want < prev then
+if prev < 0 or want <= prev then
   redis.call('SET', KEYS[1], want, 'PX', ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return prev
 """
@@ -166,13 +177,14 @@ return released
 #: workers zset.
 #: ARGV: now ms, expiry ms, this process's proposal (its last known fleet limit: the cap while
 #: none is published), lease id, key ttl ms, a batch of samples ('' none), then the ids of
-#: leases ended and not yet released (as ACQUIRE, waiters too).
+#: '1' if marked live on the backend before (``_LOST``), then the ids of leases ended and
+#: not yet released (as ACQUIRE, waiters too).
 #: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0,
-#: processes waiting, workers live on the backend}
-ACQUIRE_AUTO = _WAKE + """
+#: processes waiting, workers live on the backend, 0 (1: lost, nothing done)}
+ACQUIRE_AUTO = _WAKE + _LOST.replace("@FLAG@", "7").replace("@WORKERS@", "KEYS[6]") + """
 unreserve(KEYS[1], ARGV[4])
 local freed = 0
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
 end
 if ARGV[6] ~= '' then
@@ -196,7 +208,7 @@ else
   wait(KEYS[5], ARGV[4], ARGV[1], ARGV[5])
 end
 wake(KEYS[5], math.min(freed, cap - held), KEYS[1], ARGV[1])
-return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@}
+return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@, 0}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES)).replace(
     "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[6]")
 )
@@ -260,10 +272,14 @@ return 0
 """
 
 #: KEYS: workers zset, n backends' workers zsets, then every permits zset named below. ARGV:
-#: now ms, expiry ms, worker id, key ttl ms, n, then pairs (index into KEYS, lease id).
+#: now ms, expiry ms, worker id, key ttl ms, n, '1' if this worker was marked live before,
+#: then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
-#: count). → live workers
+#: count). → {live workers, 1 if this worker was marked live before and is not any more:
+#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME)}
 RENEW = """
+local lost = 0
+if ARGV[6] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[3]) then lost = 1 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -272,12 +288,13 @@ for k = 2, tonumber(ARGV[5]) + 1 do
   redis.call('ZADD', KEYS[k], ARGV[2], ARGV[3])
   redis.call('PEXPIRE', KEYS[k], ARGV[4])
 end
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
   redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
   redis.call('PEXPIRE', key, ARGV[4])
 end
-return redis.call('ZCARD', KEYS[1])
+local time = redis.call('TIME')
+return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2]}
 """
 
 #: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire

@@ -1,0 +1,52 @@
+"""Clock skew between the processes of a fleet. Leases expire on each process's own wall
+clock (a lease stays at least ``lease_s`` × 2/3 ahead of its holder's clock: renewed every
+``lease_s / 3``), so a process whose clock runs ahead of another's by more than that sweeps
+the other's live permits as expired, and the fleet's limit is passed — silently, before.
+Clocks within ``lease_s / 3`` of Redis's keep it; a process beyond that now warns, naming its
+skew, once."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from tests.fleettools import Wall, admission, namespace
+from tests.fleettools import fleet_client as shared_fleet_client
+
+
+def skew_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "clock is" in r.getMessage()]
+
+
+async def test_clocks_within_a_third_of_lease_s_keep_the_fleet_limit_without_a_warning(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    ns, now = namespace(), time.time()
+    wall_a, wall_b = Wall(now), Wall(now + 1.9)  # b 1.9 s ahead; lease_s 6: within 2 s
+    async with shared_fleet_client(redis_url, ns, wall=wall_a, lease_s=6.0) as a, \
+            shared_fleet_client(redis_url, ns, wall=wall_b, lease_s=6.0) as b:
+        at_a, at_b = admission(a, 2), admission(b, 2)
+        held = [await at_a.enter(None), await at_a.enter(None)]
+        wall_a.now += 1.9  # just before a's next renewal (every 2 s)
+        wall_b.now += 1.9
+        assert not await at_b._try(b.new_lease())  # a's permits still count for b
+        assert abs(b.clock_skew_s - 1.9) < 0.5
+        for lease in held:
+            at_a.leave(lease)
+    assert skew_warnings(caplog) == []
+
+
+async def test_a_process_whose_clock_is_off_by_more_than_a_third_of_lease_s_warns_once(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gptgate")
+    wall = Wall(time.time() + 3.0)
+    async with shared_fleet_client(redis_url, namespace(), wall=wall, lease_s=6.0) as a:
+        admission(a, 2)
+        await a._renew()
+        await a._renew()
+    (warning,) = skew_warnings(caplog)
+    assert "3.0 s ahead of" in warning and "lease_s / 3 (2.0 s)" in warning
