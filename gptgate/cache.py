@@ -26,7 +26,7 @@ from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
-from .cache_slots import slot_ramp
+from .cache_slots import SETTLE_S, slot_ramp, slot_shares, worth_a_slot
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -496,6 +496,7 @@ class _Waiter:
 class _Group:
     __slots__ = (
         "active",
+        "active_since",
         "backend",
         "cacheable",
         "cacheable_total",
@@ -568,6 +569,8 @@ class _Group:
         #: has its turn on the backend (see ``RampPolicy.turn_wait_s``); ``queued`` calls wait
         #: for it on ``turn``
         self.active = False
+        #: when it last got its turn (gptgate/cache_slots.py: its calls wait a moment after)
+        self.active_since = -math.inf
         self.queued = 0
         self.turn: anyio.Event | None = None
         self.cached_total = 0
@@ -890,6 +893,8 @@ class CacheGate:
                 self._activate(state)
             else:
                 await self._await_turn(state, policy.turn_wait_s)
+        if backend in self._slot_cached:
+            await self._settle_in(state)
         if state.waiting == 0 and self._may_admit(state):
             ticket = self._admit(state)
             if ticket.warmer and self._fleet_warmup is not None:
@@ -909,6 +914,23 @@ class CacheGate:
         if waiter.ticket.warmer and self._fleet_warmup is not None:
             await self._fleet_claim(state, waiter.ticket)
         return await self._pace(state, waiter.ticket)
+
+    async def _settle_in(self, state: _Group) -> None:
+        """On a slot-cache server a prefix's first call goes at once (one slot is its own
+        whatever the others); its other calls wait until ``SETTLE_S`` after it started, so
+        that the prefixes arriving together (a job's opening, a flushed batch) all count
+        before the slots are shared out among them. Cancelled meanwhile: no trace."""
+        wait = state.active_since + SETTLE_S - self._clock.now()
+        if wait <= 0 or state.idle():
+            return
+        state.queued += 1
+        try:
+            await self._clock.sleep(wait)
+        except BaseException:
+            state.queued -= 1
+            self._settle(state)
+            raise
+        state.queued -= 1
 
     async def _fleet_claim(self, state: _Group, ticket: CacheTicket) -> None:
         """``shared=``: the warmer picked here asks the fleet first. Another process warmed
@@ -1117,6 +1139,9 @@ class CacheGate:
         fair = 0 if running < 2 else max(1, limit // running)
         # a straggling warm-up holds one place, not its share (gptgate/cache_warming.py)
         share = fair and warm_share(limit, running, self._late_warmups(backend, groups))
+        if running and backend in self._slot_cached:
+            self._slot_reshare(groups, limit)
+            return
         crowded = self._crowded(backend, groups)
         grew = share > cell[0] or (cell[1] and not crowded)
         cell[0] = share
@@ -1125,6 +1150,19 @@ class CacheGate:
             for g in list(self._active.values()):
                 if g.backend == backend:
                     self._wake(g)
+
+    def _slot_reshare(self, groups: Mapping[str, _Group], limit: int) -> None:
+        """Slot caches: each running group its own slots, the limit split among them
+        (gptgate/cache_slots.py); a group whose share grew is woken."""
+        means = self._release_judge.means(next(iter(groups.values())).backend)
+        for g, width in zip(groups.values(), slot_shares(limit, len(groups)), strict=True):
+            old = g.share[0] if g.share and g.share is not self._shares.get(g.backend) else 0
+            if old and width > old and not worth_a_slot(g.waiting + g.queued, old, means):
+                width = old
+            grew = width > old
+            g.share = [width, width]
+            if grew:
+                self._wake(g)
 
     def _late_warmups(self, backend: str, groups: Mapping[str, _Group]) -> int:
         """Running groups of ``backend`` whose warm-up is late (gptgate/cache_warming.py):
@@ -1148,6 +1186,7 @@ class CacheGate:
         if state.active:
             return
         state.active = True
+        state.active_since = self._clock.now()
         self._running.setdefault(state.backend, {})[state.key] = state
         if state.warm:  # back after an idle spell: behind the groups already warm
             self._warm_order.enqueue(state.backend, state.key, state)

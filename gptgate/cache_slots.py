@@ -21,7 +21,12 @@ from .config import Backend
 from .providers import PROVIDERS
 from .scenarios import RampPolicy
 
-__all__ = ["slot_cached", "slot_ramp"]
+__all__ = ["SETTLE_S", "slot_cached", "slot_ramp", "slot_shares", "worth_a_slot"]
+
+#: clock seconds a prefix's calls beyond its first wait after it started, for the prefixes
+#: arriving together to be counted before the slots are shared out: a batch's calls enter
+#: within microseconds; a cold prefill takes seconds
+SETTLE_S = 0.05
 
 #: per scenario ramp (by identity; the ramp is kept alive here): its slot-cache variant
 _ADAPTED: dict[int, tuple[RampPolicy, RampPolicy]] = {}
@@ -40,6 +45,26 @@ def slot_ramp(ramp: RampPolicy) -> RampPolicy:
     if kept is None or kept[0] is not ramp:
         if len(_ADAPTED) >= _KEEP:  # scenarios built per call: start over rather than grow
             _ADAPTED.clear()
-        kept = (ramp, ramp.model_copy(update={"start": 1, "turn_wait_s": None}))
+        kept = (ramp, ramp.model_copy(update={"start": 1, "turn_wait_s": None, "warmup": False}))
         _ADAPTED[id(ramp)] = kept
     return kept[1]
+
+
+def slot_shares(limit: int, running: int) -> list[int]:
+    """The calls in flight each of ``running`` prefixes may have on a slot-cache server of
+    ``limit`` slots: the slots it can have to itself — all of them for a lone prefix, the
+    limit split among several (the first ones take the remainder), at least one each."""
+    base, extra = divmod(max(1, limit), max(1, running))
+    return [max(1, base + (i < extra)) for i in range(running)]
+
+
+def worth_a_slot(waiting: int, width: int, means: tuple[float, float] | None) -> bool:
+    """Whether a prefix running ``width`` calls wide with ``waiting`` calls left gains by one
+    more slot, cold for it: only if its calls left take longer at its width than one prefill
+    (``means``: the backend's mean call time on a hit and on a miss; None: not measured — yes).
+    A job's last prefixes took the slots the others left, each prefilling its prefix again
+    for a few calls: three prefixes on four slots 1.22× the plain client's time."""
+    if means is None:
+        return True
+    hit_s, miss_s = means
+    return waiting * hit_s / max(1, width) > miss_s
