@@ -26,7 +26,7 @@ from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
-from .cache_slots import SETTLE_S, slot_ramp, slot_shares, worth_a_slot
+from .cache_slots import slot_ramp, slot_shares, worth_a_slot
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -496,7 +496,6 @@ class _Waiter:
 class _Group:
     __slots__ = (
         "active",
-        "active_since",
         "backend",
         "cacheable",
         "cacheable_total",
@@ -569,8 +568,6 @@ class _Group:
         #: has its turn on the backend (see ``RampPolicy.turn_wait_s``); ``queued`` calls wait
         #: for it on ``turn``
         self.active = False
-        #: when it last got its turn (gptgate/cache_slots.py: its calls wait a moment after)
-        self.active_since = -math.inf
         self.queued = 0
         self.turn: anyio.Event | None = None
         self.cached_total = 0
@@ -858,7 +855,8 @@ class CacheGate:
 
     def set_slot_cache(self, backend: str) -> None:
         """``backend``'s server caches a prompt per slot (llama.cpp; gptgate/cache_slots.py):
-        its groups start one call wide, run side by side and are not paced."""
+        its groups ramp from one call, run side by side on their share of the slots and are
+        not paced."""
         self._slot_cached.add(backend)
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
@@ -893,8 +891,6 @@ class CacheGate:
                 self._activate(state)
             else:
                 await self._await_turn(state, policy.turn_wait_s)
-        if backend in self._slot_cached:
-            await self._settle_in(state)
         if state.waiting == 0 and self._may_admit(state):
             ticket = self._admit(state)
             if ticket.warmer and self._fleet_warmup is not None:
@@ -914,23 +910,6 @@ class CacheGate:
         if waiter.ticket.warmer and self._fleet_warmup is not None:
             await self._fleet_claim(state, waiter.ticket)
         return await self._pace(state, waiter.ticket)
-
-    async def _settle_in(self, state: _Group) -> None:
-        """On a slot-cache server a prefix's first call goes at once (one slot is its own
-        whatever the others); its other calls wait until ``SETTLE_S`` after it started, so
-        that the prefixes arriving together (a job's opening, a flushed batch) all count
-        before the slots are shared out among them. Cancelled meanwhile: no trace."""
-        wait = state.active_since + SETTLE_S - self._clock.now()
-        if wait <= 0 or state.idle():
-            return
-        state.queued += 1
-        try:
-            await self._clock.sleep(wait)
-        except BaseException:
-            state.queued -= 1
-            self._settle(state)
-            raise
-        state.queued -= 1
 
     async def _fleet_claim(self, state: _Group, ticket: CacheTicket) -> None:
         """``shared=``: the warmer picked here asks the fleet first. Another process warmed
@@ -1152,11 +1131,15 @@ class CacheGate:
                     self._wake(g)
 
     def _slot_reshare(self, groups: Mapping[str, _Group], limit: int) -> None:
-        """Slot caches: each running group its own slots, the limit split among them
-        (gptgate/cache_slots.py); a group whose share grew is woken."""
+        """Slot caches: while several groups run, each has its own slots, the limit split
+        among them (gptgate/cache_slots.py); a group whose share grew is woken."""
+        widths = slot_shares(limit, len(groups))
         means = self._release_judge.means(next(iter(groups.values())).backend)
-        for g, width in zip(groups.values(), slot_shares(limit, len(groups)), strict=True):
-            old = g.share[0] if g.share and g.share is not self._shares.get(g.backend) else 0
+        for g, width in zip(groups.values(), widths or [0] * len(groups), strict=True):
+            if not width:  # a lone prefix ramps from its warm slot
+                g.share = []
+                continue
+            old = g.share[0] if g.share else 0
             if old and width > old and not worth_a_slot(g.waiting + g.queued, old, means):
                 width = old
             grew = width > old
@@ -1186,7 +1169,6 @@ class CacheGate:
         if state.active:
             return
         state.active = True
-        state.active_since = self._clock.now()
         self._running.setdefault(state.backend, {})[state.key] = state
         if state.warm:  # back after an idle spell: behind the groups already warm
             self._warm_order.enqueue(state.backend, state.key, state)
