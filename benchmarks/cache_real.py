@@ -6,10 +6,11 @@ least recently used one, and reuses only that slot's cached tokens. Two calls of
 running at once are on two slots: the second prefills the prefix again. This job — ``--prefixes``
 long system prompts (cold: each run salts them), ``--questions`` calls each, shuffled — runs
 alternately with no scenario (a plain client at the same limit), with ``batch_content`` on
-``provider="llamacpp"`` (whose preset knows the per-slot cache: one call per prefix at first, no
-turns, no pacing; gptgate/cache_slots.py) and with ``batch_content`` on ``provider="openai"``
-(the gate's defaults for a shared prefix cache: warm-up, ramp from 5, prefixes taking turns),
-and prints per run the wall time and the token-weighted hit rate the server reported
+``provider="llamacpp"`` (whose preset knows the per-slot cache: one call per prefix after its
+warm-up, no turns, no pacing, the slots split among the prefixes running;
+gptgate/cache_slots.py) and with ``batch_content`` on ``provider="openai"`` (the gate's
+defaults for a shared prefix cache: warm-up, ramp from 5, prefixes taking turns), and prints
+per run the wall time and the token-weighted hit rate the server reported
 (``usage.prompt_tokens_details.cached_tokens``).
 
 Start the server first (4 slots, the slow model; prompts of ~1,100 tokens fit its 2,048)::

@@ -26,7 +26,7 @@ from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
-from .cache_slots import slot_ramp
+from .cache_slots import slot_ramp, slot_shares, worth_a_slot
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -855,7 +855,8 @@ class CacheGate:
 
     def set_slot_cache(self, backend: str) -> None:
         """``backend``'s server caches a prompt per slot (llama.cpp; gptgate/cache_slots.py):
-        its groups start one call wide, run side by side and are not paced."""
+        its groups ramp from one call, run side by side on their share of the slots and are
+        not paced."""
         self._slot_cached.add(backend)
 
     def set_min_prefix_tokens(self, backend: str, tokens: int) -> None:
@@ -1117,6 +1118,9 @@ class CacheGate:
         fair = 0 if running < 2 else max(1, limit // running)
         # a straggling warm-up holds one place, not its share (gptgate/cache_warming.py)
         share = fair and warm_share(limit, running, self._late_warmups(backend, groups))
+        if running and backend in self._slot_cached:
+            self._slot_reshare(groups, limit)
+            return
         crowded = self._crowded(backend, groups)
         grew = share > cell[0] or (cell[1] and not crowded)
         cell[0] = share
@@ -1125,6 +1129,23 @@ class CacheGate:
             for g in list(self._active.values()):
                 if g.backend == backend:
                     self._wake(g)
+
+    def _slot_reshare(self, groups: Mapping[str, _Group], limit: int) -> None:
+        """Slot caches: while several groups run, each has its own slots, the limit split
+        among them (gptgate/cache_slots.py); a group whose share grew is woken."""
+        widths = slot_shares(limit, len(groups))
+        means = self._release_judge.means(next(iter(groups.values())).backend)
+        for g, width in zip(groups.values(), widths or [0] * len(groups), strict=True):
+            if not width:  # a lone prefix ramps from its warm slot
+                g.share = []
+                continue
+            old = g.share[0] if g.share else 0
+            if old and width > old and not worth_a_slot(g.waiting + g.queued, old, means):
+                width = old
+            grew = width > old
+            g.share = [width, width]
+            if grew:
+                self._wake(g)
 
     def _late_warmups(self, backend: str, groups: Mapping[str, _Group]) -> int:
         """Running groups of ``backend`` whose warm-up is late (gptgate/cache_warming.py):

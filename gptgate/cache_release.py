@@ -65,6 +65,14 @@ class ReleaseJudge:
         stats = self._backends.get(backend)
         return stats is not None and stats.released_until > now
 
+    def means(self, backend: str) -> tuple[float, float] | None:
+        """``backend``'s mean latency of a call that hit and of one that missed (None: not
+        both measured yet)."""
+        stats = self._backends.get(backend)
+        if stats is None or not stats.hits or not stats.misses:
+            return None
+        return stats.hit_s / stats.hits, stats.miss_s / stats.misses
+
     def record(self, backend: str, *, hit: bool, latency_s: float, now: float) -> bool:
         """Count one finished call (not a warm-up); True when this call releases the backend."""
         stats = self._backends.setdefault(backend, _Latencies())

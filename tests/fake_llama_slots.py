@@ -59,10 +59,23 @@ class FakeLlamaSlots:
     ram_entries: int = 32
     cached: int = 0
     prompt: int = 0
+    #: prompts the server prefills at once: None, every slot (compute to spare, as a GPU with
+    #: room); 1, one after the other — the slots share the compute (this build on a CPU,
+    #: ``-t 1``: four cold prefills at once take four times as long as one)
+    prefill_lanes: int | None = None
 
     def __post_init__(self) -> None:
         self.pool = [Slot() for _ in range(self.slots)]
         self._freed = anyio.Event()
+        self._lanes = (anyio.CapacityLimiter(self.prefill_lanes)
+                       if self.prefill_lanes is not None else None)
+
+    async def _prefill(self, tokens: int) -> None:
+        if self._lanes is None or tokens <= 0:
+            await self.clock.sleep(tokens * self.prefill_s)
+            return
+        async with self._lanes:
+            await self.clock.sleep(tokens * self.prefill_s)
 
     def _pick(self, tokens: list[str]) -> Slot | None:
         idle = [s for s in self.pool if not s.busy]
@@ -89,7 +102,8 @@ class FakeLlamaSlots:
             self.ram.append(slot.tokens)
         out = int(body.get("max_tokens") or 16)
         try:
-            await self.clock.sleep((len(tokens) - hit) * self.prefill_s + out * self.decode_s)
+            await self._prefill(len(tokens) - hit)
+            await self.clock.sleep(out * self.decode_s)
         finally:
             slot.tokens, slot.busy, slot.last_used = tokens, False, self.clock.now()
             self._freed.set()
