@@ -46,8 +46,8 @@ from .errors import (
     RequestTooLargeError,
     StreamInterruptedError,
 )
+from .guard_inner import inner_permit, settle_inner
 from .hedge import HedgePolicy
-from .hedge_permit import hedge_permit
 from .hedge_race import HedgeRace
 from .hedge_timing import refused_as_full
 from .late_answer import LateAnswer, Spawn, read_to_its_end
@@ -716,6 +716,7 @@ class CallRunner:
         except GateError as error:
             failure = error
             self.record_failed_call(error)
+            settle_inner(error)  # retried and counted here: not again by a guard around it
             raise
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled: by the shutdown, it failed
@@ -771,6 +772,7 @@ class CallRunner:
                         yield delta
         except GateError as error:
             failure = error
+            settle_inner(error)  # retried and counted here: not again by a guard around it
             raise
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled or closed: by the shutdown, failed
@@ -952,7 +954,7 @@ class CallRunner:
                         raise Rerouted()  # its circuit opened while the call was held
                 self._refuse_if_too_large(backend, spec)
                 tag = QueuedCall(spec.route, avoid, gated)
-                permit = await hedge_permit(
+                permit = await inner_permit(  # a running guard's seat, if it covers the call
                     backend.limiter, self.hedging.lent_from(spec, state), self.clock,
                     priority=spec.priority, deadline=spec.deadline, tag=tag, stall_s=spec.stall_s,
                 )

@@ -44,13 +44,14 @@ from .budget import BudgetStatus
 from .errors import BadRequestError, GateError, GatewayClosedError
 from .gateway import BackendStats, ChatStream, Gateway
 from .guard import GuardedCall
+from .guard_inner import under_guard
 from .guard_nested import covers_options
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
 from .sync_batch import SyncBatchJob
 from .sync_guard import sync_guard
-from .sync_http import PortalTransport
+from .sync_http import GUARDED_HERE, PortalTransport
 from .sync_portal import (
     AppLoop,
     LoopPortal,
@@ -119,7 +120,8 @@ class SyncChatStream:
     def __iter__(self) -> Iterator[str]:
         if self._task is not None:
             raise RuntimeError("a ChatStream can be iterated only once")
-        self._task = spawn_on(self._loop, self._pump)
+        # read inside the caller's sync guarded try, if any (gptgate/guard_inner.py)
+        self._task = spawn_on(self._loop, under_guard(GUARDED_HERE.get(), self._pump))
         return self._read()
 
     def _read(self) -> Iterator[str]:
@@ -278,7 +280,9 @@ class SyncGateway:
     # -- calls --------------------------------------------------------------------------
 
     def _run(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return run_on(self._loop, functools.partial(verb, *args, **kwargs))
+        # inside a sync guarded try: the call runs under its permit (gptgate/guard_inner.py)
+        call = functools.partial(verb, *args, **kwargs)
+        return run_on(self._loop, under_guard(GUARDED_HERE.get(), call))
 
     def chat(
         self,
