@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
@@ -32,6 +33,23 @@ TPM = 50_000
 MESSAGES: list[Any] = [{"role": "user", "content": PROMPT}]
 
 
+
+async def _outcomes(one: Callable[[], Awaitable[None]]) -> collections.Counter[str]:
+    """``CALLS`` of ``one`` at once: how many ended ok, and the rest by exception type."""
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    async def counted() -> None:
+        try:
+            await one()
+            outcomes["ok"] += 1
+        except Exception as exc:  # counted by type
+            outcomes[type(exc).__name__] += 1
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(CALLS):
+            tg.start_soon(counted)
+    return outcomes
+
 def run_job(path: str, *, stream: bool) -> tuple[collections.Counter[str], int]:
     """``CALLS`` concurrent big calls on a simulated backend limited to ``TPM`` tokens a
     minute (virtual time, seeded) by ``path`` ("chat", "sdk" or "guard": the SDK in
@@ -45,7 +63,6 @@ def run_job(path: str, *, stream: bool) -> tuple[collections.Counter[str], int]:
             name="h", base_url="http://127.0.0.1:2/v1", model=profile.model,
             transport=SimTransport(engine), concurrency=16,
         )
-        outcomes: collections.Counter[str] = collections.Counter()
         async with gg.Gateway([hosted], clock=clock, seed=1, max_attempts=10) as gate:
             # the job takes ~2 minutes of budget: the SDK's own timeout (the backend's
             # 60 s) would bound a request's wait for its turn
@@ -70,18 +87,12 @@ def run_job(path: str, *, stream: bool) -> tuple[collections.Counter[str], int]:
             guarded = gate.guard(backend="h")(sdk)
 
             async def one() -> None:
-                try:
-                    if path == "chat":
-                        await gate.chat(MESSAGES, max_tokens=MAX_TOKENS, stream=stream)
-                    else:
-                        await (sdk() if path == "sdk" else guarded())
-                    outcomes["ok"] += 1
-                except Exception as exc:  # counted by type
-                    outcomes[type(exc).__name__] += 1
+                if path == "chat":
+                    await gate.chat(MESSAGES, max_tokens=MAX_TOKENS, stream=stream)
+                else:
+                    await (sdk() if path == "sdk" else guarded())
 
-            async with anyio.create_task_group() as tg:
-                for _ in range(CALLS):
-                    tg.start_soon(one)
+            outcomes = await _outcomes(one)
         return outcomes, engine.ledger.snapshot().rate_limited
 
     return run_virtual(main)
@@ -113,7 +124,6 @@ def run_anthropic_job(path: str) -> tuple[collections.Counter[str], int]:
             model=profile.model, api_key="sk-ant-test", transport=SimTransport(engine),
             concurrency=16,
         )
-        outcomes: collections.Counter[str] = collections.Counter()
         async with gg.Gateway([claude], clock=clock, seed=1, max_attempts=10) as gate:
             client = anthropic.AsyncAnthropic(
                 api_key="sk-ant-test", base_url="http://127.0.0.1:2", max_retries=0,
@@ -121,20 +131,14 @@ def run_anthropic_job(path: str) -> tuple[collections.Counter[str], int]:
             )
 
             async def one() -> None:
-                try:
-                    if path == "chat":
-                        await gate.chat(MESSAGES, max_tokens=MAX_TOKENS)
-                    else:
-                        await client.messages.create(
-                            model=profile.model, messages=MESSAGES, max_tokens=MAX_TOKENS
-                        )
-                    outcomes["ok"] += 1
-                except Exception as exc:  # counted by type
-                    outcomes[type(exc).__name__] += 1
+                if path == "chat":
+                    await gate.chat(MESSAGES, max_tokens=MAX_TOKENS)
+                else:
+                    await client.messages.create(
+                        model=profile.model, messages=MESSAGES, max_tokens=MAX_TOKENS
+                    )
 
-            async with anyio.create_task_group() as tg:
-                for _ in range(CALLS):
-                    tg.start_soon(one)
+            outcomes = await _outcomes(one)
         return outcomes, engine.ledger.snapshot().rate_limited
 
     return run_virtual(main)

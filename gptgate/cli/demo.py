@@ -15,7 +15,13 @@ import os
 from .common import Command, UsageError, positive_int
 from .measure import Target, parse_levels, workload
 from .report import DEMO_COLUMNS
-from .sweep import add_target_arguments, measure, parse_price, print_outcome
+from .sweep import (
+    add_provider_argument,
+    add_target_arguments,
+    measure,
+    parse_price,
+    print_outcome,
+)
 
 __all__ = ["COMMAND"]
 
@@ -47,9 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", metavar="URL",
                         help="a real OpenAI-compatible endpoint instead of the simulator "
                         "(key from OPENAI_API_KEY, if set)")
-    parser.add_argument("--provider", default="openai", metavar="NAME",
-                        help="the server behind --base-url, as Backend(provider=...) names it: "
-                        "llamacpp, vllm, ... (default: openai)")
+    add_provider_argument(parser)
     parser.add_argument("--real", action="store_true",
                         help=f"call {OPENAI_URL} (needs OPENAI_API_KEY)")
     add_target_arguments(parser)

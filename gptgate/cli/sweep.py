@@ -81,6 +81,13 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_flag(parser)
 
 
+def add_provider_argument(parser: argparse.ArgumentParser) -> None:
+    """``--provider``: the preset ``--base-url`` is called with (``demo`` and ``sweep``)."""
+    parser.add_argument("--provider", default="openai", metavar="NAME",
+                        help="the server behind --base-url, as Backend(provider=...) names it: "
+                        "llamacpp, vllm, azure, ... (default: openai; docs/providers.md)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--sim", metavar="PROFILE",
@@ -92,9 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", metavar="VAR",
                         help="the environment variable holding the key (default: the "
                         "provider's, OPENAI_API_KEY for openai; unset: no Authorization header)")
-    parser.add_argument("--provider", default="openai", metavar="NAME",
-                        help="the server behind --base-url, as Backend(provider=...) names it: "
-                        "llamacpp, vllm, azure, ... (default: openai; docs/providers.md)")
+    add_provider_argument(parser)
     parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, metavar="LIST",
                         help=f"fixed levels, comma-separated (default: {DEFAULT_CONCURRENCY}); "
                         "'auto' (gptgate's adaptive limit) is measured last")
