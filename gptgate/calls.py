@@ -69,8 +69,9 @@ from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .shed import Refusals
 from .telemetry import NAMES, Telemetry
-from .tokens import estimate_text_tokens
+from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
+from .wire.answer_chars import answer_chars
 
 if TYPE_CHECKING:
     from .shared.pacing import PaceSeq, PendingTake
@@ -511,7 +512,7 @@ class _Attempt:
         assert permit is not None and span is not None
         latency = self.clock.now() - self.sent_at
         cost_before = self.state.cost_usd
-        usage = parsed.usage or runner._estimated_usage(spec, parsed.text)
+        usage = parsed.usage or runner._estimated_usage(spec, parsed)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
             ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
@@ -1283,12 +1284,11 @@ class CallRunner:
                 raise httpx2.ReadTimeout(f"stream {what}")
             yield chunk
 
-    def _estimated_usage(self, spec: CallSpec, text: str) -> Usage:
-
-
+    def _estimated_usage(self, spec: CallSpec, parsed: ParsedChat) -> Usage:
+        """An answer the server sent no usage for, at all it generated (answer_chars.py)."""
         return Usage(
             input_tokens=spec.prompt_tokens,
-            output_tokens=estimate_text_tokens(text),
+            output_tokens=tokens_for_chars(answer_chars(parsed.raw, parsed.text)),
             estimated=True,
         )
 
