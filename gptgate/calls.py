@@ -33,6 +33,7 @@ from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
 from .call_span_shared import SharedCallSpan
+from .choice_count import choice_count
 from .clock import Clock
 from .context_failover import move_elsewhere, refused_for_length
 from .errors import (
@@ -190,6 +191,12 @@ def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
 _DEFAULT_MAX_TOKENS = 1024
 
 
+def output_bound(spec: CallSpec) -> int:
+    """The most output an attempt may generate: ``max_tokens`` (else the 1024 a TPM budget
+    reserves) for each of its ``n`` choices (gptgate/choice_count.py)."""
+    return (spec.route.output_tokens or _DEFAULT_MAX_TOKENS) * choice_count(spec.params)
+
+
 class _Attempt:
     """One attempt's state, with one method per stage of a call (docs/architecture.md).
 
@@ -261,7 +268,7 @@ class _Attempt:
         )
         fleet = routed.fleet_pacer
         if fleet is not None:
-            tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+            tokens = spec.prompt_tokens + output_bound(spec)
             self.take = fleet.ride_along(tokens, spec.deadline)
         try:
             self.backend, self.ticket, self.permit, self.probe = await runner._admit(
@@ -283,7 +290,7 @@ class _Attempt:
         """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
-        self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+        self.reserved = spec.prompt_tokens + output_bound(spec)
         take = self.take
         if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
             # taken with the permit: its delay counts from then, and a 429 pause still holds
@@ -885,7 +892,7 @@ class CallRunner:
         price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
-        output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
+        output = output_bound(spec)
         return price.most_cost(spec.prompt_tokens, output)
 
     async def admit_budget(
