@@ -73,6 +73,7 @@ from .telemetry import NAMES, Telemetry
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
+from .wire.stream_usage import learn_refusal
 
 if TYPE_CHECKING:
     from .shared.pacing import PaceSeq, PendingTake
@@ -427,9 +428,9 @@ class _Attempt:
         dialect = backend.pool.dialect
         if response.status_code >= 400:
             await response.aread()
-            raise dialect.error_for_status(
+            raise learn_refusal(getattr(dialect, "stream_usage", None), dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
-            )
+            ))
         self.reader = dialect.stream_reader(
             runner._timed_chunks(
                 response, self.sent_at + self.attempt_timeout, config.idle_timeout,

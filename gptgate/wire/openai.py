@@ -90,6 +90,7 @@ def build_chat_body(
     *,
     stream: bool,
     prompt_cache_key: str | None = None,
+    include_usage: bool = True,
 ) -> bytes:
     """The UTF-8 JSON body of one ``/chat/completions`` attempt.
 
@@ -97,7 +98,8 @@ def build_chat_body(
     ``messages``, ``stream``). A streamed attempt always asks for ``include_usage`` (merged
     into the caller's ``stream_options``): the usage chunk is how billed tokens are known. A
     non-streamed one carries no ``stream``/``stream_options`` at all — some servers reject
-    ``stream_options`` without ``stream: true``.
+    ``stream_options`` without ``stream: true``. ``include_usage=False``: none at all, for a
+    server that refuses the key (stream_usage.py).
 
     Raises :class:`BadRequestError`, and sends nothing, when ``messages``/``params`` cannot be
     written as UTF-8 JSON: a value ``json`` does not know (an object, a set, bytes), a NaN or
@@ -115,11 +117,14 @@ def build_chat_body(
     if stream:
         body["stream"] = True
         options = params.get("stream_options")
-        body["stream_options"] = (
-            {**options, "include_usage": True}
-            if isinstance(options, Mapping)
-            else {"include_usage": True}
-        )
+        if not include_usage:
+            body.pop("stream_options", None)
+        else:
+            body["stream_options"] = (
+                {**options, "include_usage": True}
+                if isinstance(options, Mapping)
+                else {"include_usage": True}
+            )
     elif "stream_options" in body:
         del body["stream_options"]
     if prompt_cache_key is not None and "prompt_cache_key" not in body:
