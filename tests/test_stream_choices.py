@@ -160,3 +160,18 @@ async def test_a_non_streamed_answer_without_usage_is_booked_at_all_it_generated
             "choices": choices}
     result = await _run(httpx2.Response(200, json=body), stream=False, n=2)
     assert result.usage.estimated and result.usage.output_tokens == expected
+
+
+async def test_an_n2_stream_cut_before_its_second_choice_ends_is_not_whole() -> None:
+    """Choice 0 finished, choice 1 still generating, then the connection ends (no [DONE]):
+    the answer is not whole — before, the stream completed with choice 1 cut short and its
+    ``finish_reason`` None, as if it had been answered."""
+    chunks = [_chunk([_choice(i, {"role": "assistant", "content": f"part {i}"})])
+              for i in (0, 1)]
+    chunks.append(_chunk([_choice(0, {}, "stop")]))
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)  # cut: no end, no [DONE]
+    answer = httpx2.Response(200, content=body.encode(),
+                             headers={"content-type": "text/event-stream"})
+    with pytest.raises(gg.StreamInterruptedError) as caught:
+        await _run(answer, stream=True, n=2)
+    assert caught.value.partial_text == "part 0"

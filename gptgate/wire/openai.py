@@ -302,6 +302,11 @@ class StreamAccumulator:
         return max(partial, tokens_for_chars(chars)), False
 
     @property
+    def whole(self) -> bool:
+        """Every choice begun has its finish reason (an n > 1 answer: not only choice 0)."""
+        return self.finish_reason is not None and not self.choices.unfinished
+
+    @property
     def has_output(self) -> bool:
         """Any output arrived (text, reasoning, a tool call's piece): booked from it."""
         return self.has_content or self.side.chars > 0 or self.choices.chars > 0
@@ -583,7 +588,7 @@ class ChatStreamReader:
         self._error = error
 
     def _fail_transport(self, exc: Exception) -> None:
-        if self.accumulator.finish_reason is not None:
+        if self.accumulator.whole:
             # the answer is whole; only the trailer ([DONE], usage) was lost
             self._finish()
             return
@@ -595,7 +600,7 @@ class ChatStreamReader:
         self._fail(error)
 
     def _end_of_stream(self) -> None:
-        if self.accumulator.finish_reason is not None:
+        if self.accumulator.whole:
             self._finish()
             return
         reason = "the stream was cut mid-event" if self._decoder.truncated else "no [DONE]"

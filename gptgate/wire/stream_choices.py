@@ -147,6 +147,12 @@ class StreamChoices:
             other = self._others[index] = _Other()
         self.chars += other.take(choice, delta) + other.extras.take(choice, delta)
 
+    @property
+    def unfinished(self) -> bool:
+        """A choice other than 0 began and has no finish reason yet: a stream cut then is
+        not whole, though choice 0 ended."""
+        return any(other.finish_reason is None for other in (self._others or {}).values())
+
     def put_on(self, choices: list[dict[str, Any]]) -> None:
         """Complete a result's ``choices`` (choice 0 first, built by the accumulator)."""
         first = choices[0]
