@@ -175,3 +175,26 @@ async def test_an_n2_stream_cut_before_its_second_choice_ends_is_not_whole() -> 
     with pytest.raises(gg.StreamInterruptedError) as caught:
         await _run(answer, stream=True, n=2)
     assert caught.value.partial_text == "part 0"
+
+
+async def test_tool_call_pieces_without_an_index_continue_the_call_they_belong_to() -> None:
+    """Servers that leave ``index`` out of tool-call deltas: a piece with a new ``id`` starts
+    a call (Gemini's OpenAI endpoint sends each call whole), a piece without one continues the
+    last — before, every argument fragment became a call of its own, with no name."""
+    def call(delta: dict[str, Any]) -> dict[str, Any]:
+        return _chunk([_choice(0, {"tool_calls": [delta]})])
+
+    answer = _sse([
+        _chunk([_choice(0, {"role": "assistant", "content": None})]),
+        call({"id": "call_a", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"city": '}}),
+        call({"function": {"arguments": '"Paris"}'}}),
+        call({"id": "call_b", "type": "function",
+              "function": {"name": "get_time", "arguments": "{}"}}),
+        _chunk([_choice(0, {}, "tool_calls")]),
+    ])
+    result = await _run(answer, stream=True, tools=[])
+    assert result.raw is not None
+    calls = result.raw["choices"][0]["message"]["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("call_a", "get_weather", '{"city": "Paris"}'), ("call_b", "get_time", "{}")]

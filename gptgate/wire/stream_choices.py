@@ -19,14 +19,20 @@ __all__ = ["StreamChoices", "merge_tool_calls"]
 
 def merge_tool_calls(calls: dict[int, dict[str, Any]], deltas: Any) -> int:
     """Fold streamed tool-call ``deltas`` into ``calls`` (by their ``index``: parallel calls
-    interleave); return the characters of names and arguments that arrived."""
+    interleave; without one, a new ``id`` starts a call and a piece without one continues
+    the last); return the characters of names and arguments that arrived."""
     if not isinstance(deltas, list):
         return 0
     chars = 0
     for delta in deltas:
         if not isinstance(delta, dict):
             continue
-        index = delta.get("index", len(calls))
+        index: Any = delta.get("index")
+        if index is None:  # a server that leaves it out: a new id starts a call
+            last = max(calls) if calls else None
+            fresh = last is None or (
+                isinstance(delta.get("id"), str) and delta["id"] != calls[last]["id"])
+            index = len(calls) if fresh or last is None else last
         call = calls.get(index)
         if call is None:
             call = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
