@@ -33,6 +33,7 @@ from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold
 from .cached_guess import CachedGuess, prefix_of
 from .call_span_shared import SharedCallSpan
+from .choice_count import choice_count
 from .clock import Clock
 from .context_failover import move_elsewhere, refused_for_length
 from .errors import (
@@ -69,8 +70,10 @@ from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .shed import Refusals
 from .telemetry import NAMES, Telemetry
-from .tokens import estimate_text_tokens
+from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
+from .wire.answer_chars import answer_chars
+from .wire.stream_usage import learn_refusal
 
 if TYPE_CHECKING:
     from .shared.pacing import PaceSeq, PendingTake
@@ -189,6 +192,12 @@ def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
 _DEFAULT_MAX_TOKENS = 1024
 
 
+def output_bound(spec: CallSpec) -> int:
+    """The most output an attempt may generate: ``max_tokens`` (else the 1024 a TPM budget
+    reserves) for each of its ``n`` choices (gptgate/choice_count.py)."""
+    return (spec.route.output_tokens or _DEFAULT_MAX_TOKENS) * choice_count(spec.params)
+
+
 class _Attempt:
     """One attempt's state, with one method per stage of a call (docs/architecture.md).
 
@@ -260,7 +269,7 @@ class _Attempt:
         )
         fleet = routed.fleet_pacer
         if fleet is not None:
-            tokens = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+            tokens = spec.prompt_tokens + output_bound(spec)
             self.take = fleet.ride_along(tokens, spec.deadline)
         try:
             self.backend, self.ticket, self.permit, self.probe = await runner._admit(
@@ -282,7 +291,7 @@ class _Attempt:
         """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
-        self.reserved = spec.prompt_tokens + (spec.route.output_tokens or _DEFAULT_MAX_TOKENS)
+        self.reserved = spec.prompt_tokens + output_bound(spec)
         take = self.take
         if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
             # taken with the permit: its delay counts from then, and a 429 pause still holds
@@ -419,9 +428,9 @@ class _Attempt:
         dialect = backend.pool.dialect
         if response.status_code >= 400:
             await response.aread()
-            raise dialect.error_for_status(
+            raise learn_refusal(getattr(dialect, "stream_usage", None), dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
-            )
+            ))
         self.reader = dialect.stream_reader(
             runner._timed_chunks(
                 response, self.sent_at + self.attempt_timeout, config.idle_timeout,
@@ -511,7 +520,7 @@ class _Attempt:
         assert permit is not None and span is not None
         latency = self.clock.now() - self.sent_at
         cost_before = self.state.cost_usd
-        usage = parsed.usage or runner._estimated_usage(spec, parsed.text)
+        usage = parsed.usage or runner._estimated_usage(spec, parsed)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
             ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
@@ -884,7 +893,7 @@ class CallRunner:
         price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
-        output = spec.route.output_tokens or _DEFAULT_MAX_TOKENS
+        output = output_bound(spec)
         return price.most_cost(spec.prompt_tokens, output)
 
     async def admit_budget(
@@ -1283,12 +1292,11 @@ class CallRunner:
                 raise httpx2.ReadTimeout(f"stream {what}")
             yield chunk
 
-    def _estimated_usage(self, spec: CallSpec, text: str) -> Usage:
-
-
+    def _estimated_usage(self, spec: CallSpec, parsed: ParsedChat) -> Usage:
+        """An answer the server sent no usage for, at all it generated (answer_chars.py)."""
         return Usage(
             input_tokens=spec.prompt_tokens,
-            output_tokens=estimate_text_tokens(text),
+            output_tokens=tokens_for_chars(answer_chars(parsed.raw, parsed.text)),
             estimated=True,
         )
 

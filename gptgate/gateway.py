@@ -47,6 +47,7 @@ from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
 from .cache_slots import slot_cached
 from .calls import CallRunner, CallSpec, CallState
+from .choice_count import check_choice_count
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
 from .drift import DriftMonitor, DriftPolicy, check_baseline_arg, drift_monitors
@@ -287,6 +288,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
     default. Every other parameter passes through untouched, known to gptgate or not."""
     refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
+    check_choice_count(params)  # n sizes the output bound (gptgate/choice_count.py)
     for name in _TOKEN_PARAMS:
         value = params.get(name)
         if value is not None and not (_is_int(value) and value >= 1):

@@ -33,6 +33,7 @@ from gptgate.wire.openai_messages import STRICT_DROPPED, openai_messages, with_r
 from gptgate.wire.openai_thinking import PARAM as THINKING
 from gptgate.wire.openai_thinking import asks_to_think, thinking_fate
 from gptgate.wire.ratelimits import RateLimitInfo, parse_rate_limits
+from gptgate.wire.stream_usage import StreamUsageOption
 
 if TYPE_CHECKING:
     from gptgate.config import Backend
@@ -147,6 +148,8 @@ class OpenAIDialect:
             own_url or not preset.models_at_own_url_only
         )
         self._rule_of: dict[str, ModelRule | None] = {}
+        #: the server takes stream_options until it refuses them (wire/stream_usage.py)
+        self.stream_usage = StreamUsageOption()
 
     parse_response = staticmethod(parse_chat_response)
     parse_usage = staticmethod(parse_usage)
@@ -193,7 +196,8 @@ class OpenAIDialect:
         if extra is not None:
             params = _with_extra_body(params, extra)
         return build_chat_body(
-            model, messages, params, stream=stream, prompt_cache_key=prompt_cache_key
+            model, messages, params, stream=stream, prompt_cache_key=prompt_cache_key,
+            include_usage=not self.stream_usage.refused,
         )
 
     def stream_reader(

@@ -42,6 +42,7 @@ from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
 from gptgate.wire.sse import SSEDecoder, SSEEvent
+from gptgate.wire.stream_choices import StreamChoices, merge_tool_calls
 from gptgate.wire.stream_start import generates
 from gptgate.wire.usage import parse_usage
 
@@ -89,6 +90,7 @@ def build_chat_body(
     *,
     stream: bool,
     prompt_cache_key: str | None = None,
+    include_usage: bool = True,
 ) -> bytes:
     """The UTF-8 JSON body of one ``/chat/completions`` attempt.
 
@@ -96,7 +98,8 @@ def build_chat_body(
     ``messages``, ``stream``). A streamed attempt always asks for ``include_usage`` (merged
     into the caller's ``stream_options``): the usage chunk is how billed tokens are known. A
     non-streamed one carries no ``stream``/``stream_options`` at all — some servers reject
-    ``stream_options`` without ``stream: true``.
+    ``stream_options`` without ``stream: true``. ``include_usage=False``: none at all, for a
+    server that refuses the key (stream_usage.py).
 
     Raises :class:`BadRequestError`, and sends nothing, when ``messages``/``params`` cannot be
     written as UTF-8 JSON: a value ``json`` does not know (an object, a set, bytes), a NaN or
@@ -114,11 +117,14 @@ def build_chat_body(
     if stream:
         body["stream"] = True
         options = params.get("stream_options")
-        body["stream_options"] = (
-            {**options, "include_usage": True}
-            if isinstance(options, Mapping)
-            else {"include_usage": True}
-        )
+        if not include_usage:
+            body.pop("stream_options", None)
+        else:
+            body["stream_options"] = (
+                {**options, "include_usage": True}
+                if isinstance(options, Mapping)
+                else {"include_usage": True}
+            )
     elif "stream_options" in body:
         del body["stream_options"]
     if prompt_cache_key is not None and "prompt_cache_key" not in body:
@@ -237,8 +243,9 @@ class StreamAccumulator:
 
     Tolerates what servers really send: a role-only first chunk with ``content: null``,
     absent or empty content, extra keys (llama.cpp ``timings``), usage on a final chunk with
-    ``choices: []``. Only choice index 0 is accumulated. Tool-call deltas are merged too and
-    show up in :meth:`result`'s ``raw``, so a streamed tool call is not lost.
+    ``choices: []``. Choice 0's text is the answer's; tool-call deltas are merged, and the
+    other choices of ``n > 1``, ``logprobs`` and a ``refusal`` folded (stream_choices.py),
+    all in :meth:`result`'s ``raw`` as a non-streamed answer has them.
     """
 
     __slots__ = (
@@ -246,6 +253,7 @@ class StreamAccumulator:
         "_parts",
         "_request_id",
         "_tool_calls",
+        "choices",
         "chunks",
         "finish_reason",
         "generating",
@@ -272,6 +280,8 @@ class StreamAccumulator:
         self.chunks = 0
         #: output besides the text — reasoning, tool-call pieces (side_output.py)
         self.side = SideOutput()
+        #: the other choices of n > 1, logprobs, a refusal (stream_choices.py)
+        self.choices = StreamChoices()
 
     @property
     def counted_usage(self) -> Usage | None:
@@ -288,12 +298,18 @@ class StreamAccumulator:
         if counted is not None:
             return counted.output_tokens, True
         partial = self.usage.output_tokens if self.usage is not None else 0
-        return max(partial, tokens_for_chars(len(self.text) + self.side.chars)), False
+        chars = len(self.text) + self.side.chars + self.choices.chars
+        return max(partial, tokens_for_chars(chars)), False
+
+    @property
+    def whole(self) -> bool:
+        """Every choice begun has its finish reason (an n > 1 answer: not only choice 0)."""
+        return self.finish_reason is not None and not self.choices.unfinished
 
     @property
     def has_output(self) -> bool:
         """Any output arrived (text, reasoning, a tool call's piece): booked from it."""
-        return self.has_content or self.side.chars > 0
+        return self.has_content or self.side.chars > 0 or self.choices.chars > 0
 
     @property
     def text(self) -> str:
@@ -325,7 +341,10 @@ class StreamAccumulator:
             return ""
         text = ""
         for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            if not isinstance(choice, dict):
+                continue
+            self.choices.feed(choice)
+            if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
@@ -346,30 +365,9 @@ class StreamAccumulator:
         return text
 
     def _merge_tool_calls(self, deltas: Any) -> None:
-        if not isinstance(deltas, list):
-            return
         if self._tool_calls is None:
             self._tool_calls = {}
-        for delta in deltas:
-            if not isinstance(delta, dict):
-                continue
-            index = delta.get("index", len(self._tool_calls))
-            call = self._tool_calls.get(index)
-            if call is None:
-                call = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-                self._tool_calls[index] = call
-            if isinstance(delta.get("id"), str):
-                call["id"] = delta["id"]
-            if isinstance(delta.get("type"), str):
-                call["type"] = delta["type"]
-            function = delta.get("function")
-            if isinstance(function, dict):
-                self.side.tool_piece(function)
-                target = call["function"]
-                if isinstance(function.get("name"), str):
-                    target["name"] += function["name"]
-                if isinstance(function.get("arguments"), str):
-                    target["arguments"] += function["arguments"]
+        self.side.chars += merge_tool_calls(self._tool_calls, deltas)
 
     def result(self) -> ParsedChat:
         """The answer so far, with ``raw`` shaped like a non-streamed chat completion."""
@@ -384,6 +382,7 @@ class StreamAccumulator:
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
         }
+        self.choices.put_on(raw["choices"])
         if self.usage is not None:
             raw["usage"] = {
                 "prompt_tokens": self.usage.input_tokens,
@@ -589,7 +588,7 @@ class ChatStreamReader:
         self._error = error
 
     def _fail_transport(self, exc: Exception) -> None:
-        if self.accumulator.finish_reason is not None:
+        if self.accumulator.whole:
             # the answer is whole; only the trailer ([DONE], usage) was lost
             self._finish()
             return
@@ -601,7 +600,7 @@ class ChatStreamReader:
         self._fail(error)
 
     def _end_of_stream(self) -> None:
-        if self.accumulator.finish_reason is not None:
+        if self.accumulator.whole:
             self._finish()
             return
         reason = "the stream was cut mid-event" if self._decoder.truncated else "no [DONE]"

@@ -21,7 +21,7 @@ __all__ = ["generates", "reasoning_chars", "reasoning_piece"]
 #: parser: ``reasoning_content``; vLLM's newer, ollama, OpenRouter: ``reasoning``)
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 #: the delta fields that carry generated output in OpenAI-compatible streams
-_OUTPUT_FIELDS = ("content", "tool_calls", *_REASONING_FIELDS)
+_OUTPUT_FIELDS = ("content", "tool_calls", "refusal", *_REASONING_FIELDS)
 
 
 def generates(delta: Mapping[str, Any]) -> bool:
