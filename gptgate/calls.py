@@ -68,7 +68,7 @@ from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .shed import Refusals
-from .telemetry import NAMES, Telemetry
+from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import estimate_text_tokens
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 
@@ -545,6 +545,7 @@ class _Attempt:
             text=parsed.text,
             raw=parsed.raw,
             extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
+            **self._endpoint(),
         )
         self.span = None
 
@@ -575,8 +576,12 @@ class _Attempt:
                 ttft_s=self.ttft,
                 error=error,
                 extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
+                **self._endpoint(),
             )
             self.span = None
+
+    def _endpoint(self) -> Endpoint:
+        return endpoint(self.backend.name, self.backend.pool.client.base_url)
 
     def abandon(self) -> None:
         """The caller left a visible stream mid-answer, or cancelled the call: what the

@@ -59,7 +59,7 @@ from .sdk_circuit import through_circuit
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
-from .telemetry import LINKS, NAMES
+from .telemetry import LINKS, NAMES, endpoint
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
 if TYPE_CHECKING:
@@ -497,6 +497,7 @@ class _Attempt:
             response_id=tap.response_id if tap is not None else None,
             finish_reason=tap.finish_reason if tap is not None else None,
             error=error, operation=self.operation, extra={NAMES["cost_usd"]: self.cost_usd},
+            **endpoint(self.state.name, self.state.pool.client.base_url),
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
