@@ -59,6 +59,7 @@ from .sdk_circuit import through_circuit
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
+from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
@@ -490,6 +491,8 @@ class _Attempt:
             self.hold = None
         tap = self.tap
         config = self.state.backend
+        # an answer read whole (capture_content): a failed or cut one shows none, as gate.chat's
+        answer = tap.answer if tap is not None and error is None else None
         self.runner.telemetry.end_attempt(
             self.span, provider=config.provider, model=self.model, duration_s=self._elapsed(),
             usage=usage, ttft_s=tap.ttft_s if tap is not None and tap.streamed else None,
@@ -497,6 +500,8 @@ class _Attempt:
             response_id=tap.response_id if tap is not None else None,
             finish_reason=tap.finish_reason if tap is not None else None,
             error=error, operation=self.operation, extra={NAMES["cost_usd"]: self.cost_usd},
+            text=answer.text if answer is not None else None,
+            raw=answer.raw() if answer is not None else None,
             **endpoint(self.state.name, self.state.pool.client.base_url),
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
@@ -968,6 +973,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.status_failed(status, response.headers)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
+        if runner.telemetry.capture_content and attempt.span.is_recording():
+            tap.answer = AnswerText()  # the answer for the span (gptgate/tap_answer.py)
         if response.is_closed:  # a pre-read body: the call is over already
             now = clock.now()
             tap.feed(response.content, now)
