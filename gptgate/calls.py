@@ -909,12 +909,17 @@ class CallRunner:
         priority: int,
         deadline: float | None,
         counted: bool = True,
+        *,
+        embedding: bool = False,
+        split: bool = False,
     ) -> BudgetHold | None:
-        """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request)."""
+        """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request;
+        ``embedding``, ``split``: as :meth:`BudgetGate.admit`'s)."""
         if self.spending is None or self.ledger.price(backend.name) is None:
             return None
         return await self.spending.admit(
-            usd, priority=priority, deadline=deadline, counted=counted
+            usd, priority=priority, deadline=deadline, counted=counted,
+            embedding=embedding, split=split,
         )
 
     async def admit_guarded(

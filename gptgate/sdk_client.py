@@ -22,7 +22,7 @@ import httpx2
 
 from .billed import BilledWork
 from .body_bound import body_bound
-from .budget import BudgetHold
+from .budget import SPLIT_IF_REFUSED, BudgetHold
 from .cached_guess import prefix_of
 from .clock import from_real
 from .errors import (
@@ -833,10 +833,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         price = runner.ledger.price(state.name, prompt)
         if price is None:
             return None
-        generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
+        operation = operation_of(request.url.path)
+        generative = operation in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
         return await runner.admit_cost(
-            state, price.most_cost(prompt, output), self._priority, deadline
+            state, price.most_cost(prompt, output), self._priority, deadline,
+            embedding=operation == "embeddings",
+            split=bool(request.extensions.get(SPLIT_IF_REFUSED)),
         )
 
     async def _send(
