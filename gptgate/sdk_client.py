@@ -141,6 +141,8 @@ class _Attempt:
         self.probe = 0
         #: the caller closed the stream it was reading (not gptgate hanging up on it)
         self.caller_left = False
+        #: the body was read to its end (its answer may go on the span: capture_content)
+        self.read_whole = False
         #: a refusal sent again: its body is read no further than this bound
         self.cut_at: float | None = None
         #: when the SDK asked (before its wait for a permit): the gateway's deadline counts
@@ -338,6 +340,7 @@ class _Attempt:
             if self.guarded is not None:
                 self.guarded.cost_usd += self.cost_usd
                 self.guarded.answered(usage, tap.ttft_s, generative=self.generative)
+        self.read_whole = True
         self._end(usage, None)
 
     def cut(self, exc: BaseException) -> None:
@@ -491,8 +494,9 @@ class _Attempt:
             self.hold = None
         tap = self.tap
         config = self.state.backend
-        # an answer read whole (capture_content): a failed or cut one shows none, as gate.chat's
-        answer = tap.answer if tap is not None and error is None else None
+        # an answer read whole (capture_content): one failed, cut or left shows none, as
+        # gate.chat's
+        answer = tap.answer if tap is not None and self.read_whole else None
         self.runner.telemetry.end_attempt(
             self.span, provider=config.provider, model=self.model, duration_s=self._elapsed(),
             usage=usage, ttft_s=tap.ttft_s if tap is not None and tap.streamed else None,

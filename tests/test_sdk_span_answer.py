@@ -8,10 +8,11 @@ read what the model said found only half the exchange."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anthropic
+import anyio
 import httpx2
 import openai
 import pytest
@@ -210,3 +211,42 @@ def test_a_long_streamed_answer_is_kept_to_a_bound() -> None:
     assert len(text) == MAX_ANSWER_CHARS
     # the tap's own counts are untouched by the bound
     assert tap.content_chars == events * len(piece)
+
+
+async def test_a_stream_its_caller_left_shows_no_answer() -> None:
+    """Only an answer read whole goes on the span: a stream left after its first chunk is
+    no answer the model gave (as ``gate.chat``'s interrupted streams show none)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    whole = _openai_stream().content
+    first = whole[: whole.index(b"\n\n") + 2]  # the first event; the rest never comes
+
+    async def body() -> AsyncIterator[bytes]:
+        yield first
+        await anyio.sleep_forever()
+
+    def respond(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(
+            200, content=body(), headers={"content-type": "text/event-stream"}
+        )
+
+    backend = gg.Backend(
+        name="b", model="m", api_key="k", concurrency=2, timeout=5.0,
+        base_url="http://127.0.0.1:9/v1", transport=httpx2.MockTransport(Script(respond)),
+    )
+    async with gg.Gateway([backend], seed=1, tracer_provider=provider,
+                          capture_content=True) as gate:
+        client = openai.AsyncOpenAI(
+            api_key="k", base_url="http://127.0.0.1:9/v1", http_client=gate.http_client("b"),
+            max_retries=0,
+        )
+        chunks = await client.chat.completions.create(
+            model="m", messages=USER, stream=True,  # type: ignore[arg-type]
+        )
+        async for _ in chunks:
+            break
+        await chunks.close()
+    (span,) = [dict(s.attributes or {}) for s in exporter.get_finished_spans()
+               if s.kind == SpanKind.CLIENT]
+    assert NAMES["output_text"] not in span
