@@ -374,7 +374,7 @@ class _Attempt:
             provider=config.provider,
             model=config.model,
             host=backend.pool.client.base_url.host,
-            port=backend.pool.client.base_url.port,
+            port=self._endpoint()["port"],
             stream=spec.stream,
             params=spec.params,
             backend=backend.name,

@@ -162,7 +162,8 @@ class _Attempt:
         telemetry.record_queue(queue_s, state.name)
         url = state.pool.client.base_url
         self.span: Span = telemetry.start_attempt(
-            provider=config.provider, model=self.model, host=url.host, port=url.port,
+            provider=config.provider, model=self.model, host=url.host,
+            port=endpoint(state.name, url)["port"],
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
             links=request.extensions.get(LINKS, ()),

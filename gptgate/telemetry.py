@@ -106,10 +106,15 @@ class Endpoint(TypedDict):
     port: int | None
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def endpoint(backend: str, url: Any) -> Endpoint:
-    """A backend's name and its base URL's host and port (``url``: an ``httpx2.URL``; no
-    port when the scheme's default, as on the attempt's span)."""
-    return Endpoint(backend=backend, host=url.host, port=url.port)
+    """A backend's name and its base URL's host and port (``url``: an ``httpx2.URL``; a URL
+    naming no port is on its scheme's — the conventions require ``server.port`` with
+    ``server.address``)."""
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme)
+    return Endpoint(backend=backend, host=url.host, port=port)
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:

@@ -78,3 +78,17 @@ async def test_sdk_requests_name_their_backend_and_server() -> None:
             assert point["gptgate.backend"] == "east"
             assert point["server.address"] == "127.0.0.1"
             assert point["server.port"] == 9103
+
+
+async def test_a_default_port_is_named_too() -> None:
+    """``server.port`` is required with ``server.address`` by the conventions: a base URL
+    without one (``https://host/v1``) is on its scheme's port, not on none."""
+    reader = InMemoryMetricReader()
+    backend = gg.Backend(
+        name="hosted", base_url="https://api.example.test/v1", model="m", api_key="k",
+        transport=httpx2.MockTransport(Script(ok("hi"))),
+    )
+    async with gateway(backend, meter_provider=MeterProvider(metric_readers=[reader])) as gate:
+        await gate.chat(USER)
+    (point,) = _points(reader, METRICS[0])
+    assert point["server.address"] == "api.example.test" and point["server.port"] == 443
