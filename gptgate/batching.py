@@ -20,6 +20,10 @@ the body raised (the error is re-raised after the drain). If the batcher's scope
 exactly once. ``ItemHandle.cancel()`` drops one item: a pending one is never sent, a running
 one is cancelled (its ``run_item`` unwinds as a cancelled call does); either way the handle
 ends in :class:`ItemCancelledError` and its place counts as free for backpressure.
+Cancelling the task that awaits a handle does the same, as a cancelled ``gate.chat`` is
+cancelled, once no other task awaits it: a caller that gave up on ``await handle`` (its
+timeout, its own cancellation) does not leave its item to be sent for no one. An item already
+running was possibly sent: a server that received it bills it, as for any cancelled call.
 
 >>> async with MicroBatcher(BatchPolicy.MICRO, call) as batcher:   # doctest: +SKIP
 ...     handles = [await batcher.submit(item) for item in items]
@@ -80,6 +84,7 @@ class ItemHandle(Generic[R]):
     (``None`` until then); ``wait_s`` is the time it spent collecting."""
 
     __slots__ = (
+        "_awaiters",
         "_canceller",
         "_context",
         "_error",
@@ -97,6 +102,8 @@ class ItemHandle(Generic[R]):
         canceller: Callable[[ItemHandle[R]], None] | None = None,
     ) -> None:
         self._canceller = canceller
+        #: tasks awaiting the handle now: the last one cancelled cancels the item
+        self._awaiters = 0
         #: the scope ``run_item`` runs in once dispatched (cancelled by ``cancel()``)
         self._scope: anyio.CancelScope | None = None
         self._event = anyio.Event()
@@ -142,7 +149,17 @@ class ItemHandle(Generic[R]):
         return self._error
 
     async def wait(self) -> R:
-        await self._event.wait()
+        """The result; cancelled while no other task awaits it, the item is cancelled too
+        (:meth:`cancel`)."""
+        self._awaiters += 1
+        try:
+            await self._event.wait()
+        except anyio.get_cancelled_exc_class():
+            if self._awaiters == 1:  # no one is left to read the answer
+                self.cancel()
+            raise
+        finally:
+            self._awaiters -= 1
         return self.result()
 
     def __await__(self) -> Generator[Any, None, R]:

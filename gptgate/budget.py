@@ -48,6 +48,10 @@ HOUR_S = 3600.0
 EPISODE_QUIET_S = 300.0
 
 
+#: a request's extension: it merges several callers, each sent alone if the budget refuses
+#: it (``gate.embed``) — its own refusal is not counted, theirs are (``admit(split=True)``)
+SPLIT_IF_REFUSED = "gptgate.budget.split_if_refused"
+
 def _usd(value: float) -> str:
     """A budget in a message: cents, or the figures that matter below a cent ($0.0005/h
     printed as $0.00/h reads as no budget at all)."""
@@ -296,20 +300,28 @@ class BudgetGate:
         deadline: float | None = None,
         guarded: bool = False,
         counted: bool = True,
+        embedding: bool = False,
+        split: bool = False,
     ) -> BudgetHold | None:
         """Admit a call that may cost up to ``usd``: its reservation (None for $0).
 
         ``guarded``: ``usd`` is :meth:`unsized_estimate`'s (the advice on refusal says what
-        such a call can change). ``counted=False``: a try whose refusal is not its call's —
-        a hedge's duplicate, an escalation (the call keeps its first answer) — is not counted
-        among the calls throttled or raised."""
+        such a call can change); ``embedding``: an embeddings request (no ``max_tokens`` to
+        lower: its advice is fewer or shorter texts). ``counted=False``: a try whose refusal
+        is not its call's — a hedge's duplicate, an escalation (the call keeps its first
+        answer) — is not counted among the calls throttled or raised. ``split``: a request
+        merged from several callers that are each sent alone if it is refused (``gate.embed``,
+        gptgate/embed_batcher.py): its refusal is not counted, theirs are — once each."""
         now = self.clock.now()
+        raised_counted = counted and not split
         if usd > self.budget.usd_per_hour:
-            self._refused("raised", counted)
+            self._refused("raised", raised_counted)
             advice = (
                 "(the mean cost of its backend's attempts so far): raise the budget, or "
                 "guard a cheaper backend (@gate.guard(backend=...))"
                 if guarded
+                else "embed fewer or shorter texts per call, or raise the budget"
+                if embedding
                 else "lower max_tokens or raise the budget"
             )
             raise BudgetExceededError(
@@ -322,9 +334,9 @@ class BudgetGate:
             if at is not None and at <= now:
                 return self._grant(usd)
             if self.budget.on_exceed == "raise":
-                self._refused("raised", counted)
+                self._refused("raised", raised_counted)
                 raise self._exceeded(now, usd, at)
-        return await self._wait(usd, priority, deadline, counted)
+        return await self._wait(usd, priority, deadline, counted, raised_counted)
 
     def _grant(self, usd: float) -> BudgetHold | None:
         if usd <= 0:
@@ -332,7 +344,8 @@ class BudgetGate:
         return BudgetHold(self.windows.reserve(usd), usd)
 
     async def _wait(
-        self, usd: float, priority: int, deadline: float | None, counted: bool
+        self, usd: float, priority: int, deadline: float | None, counted: bool,
+        raised_counted: bool,
     ) -> BudgetHold | None:
         clock = self.clock
         now = clock.now()
@@ -361,11 +374,12 @@ class BudgetGate:
                         return self._grant(usd)
                     late = at is not None and deadline is not None and at > deadline
                     if late or (deadline is not None and now >= deadline):
-                        raise self._late(now, usd, counted, at)  # room comes too late: fail now
+                        # room comes too late: fail now
+                        raise self._late(now, usd, raised_counted, at)
                     if at is not None:
                         until = at if deadline is None else min(at, deadline)
                 elif deadline is not None and now >= deadline:
-                    raise self._late(now, usd, counted)
+                    raise self._late(now, usd, raised_counted)
                 # the head: until room, or a release; behind it: until its turn
                 await self._until(waiter.turn, now, until)
         finally:

@@ -69,7 +69,7 @@ from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .shed import Refusals
-from .telemetry import NAMES, Telemetry
+from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
@@ -383,7 +383,7 @@ class _Attempt:
             provider=config.provider,
             model=config.model,
             host=backend.pool.client.base_url.host,
-            port=backend.pool.client.base_url.port,
+            port=self._endpoint()["port"],
             stream=spec.stream,
             params=spec.params,
             backend=backend.name,
@@ -554,6 +554,7 @@ class _Attempt:
             text=parsed.text,
             raw=parsed.raw,
             extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
+            **self._endpoint(),
         )
         self.span = None
 
@@ -584,8 +585,12 @@ class _Attempt:
                 ttft_s=self.ttft,
                 error=error,
                 extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
+                **self._endpoint(),
             )
             self.span = None
+
+    def _endpoint(self) -> Endpoint:
+        return endpoint(self.backend.name, self.backend.pool.client.base_url)
 
     def abandon(self) -> None:
         """The caller left a visible stream mid-answer, or cancelled the call: what the
@@ -913,12 +918,17 @@ class CallRunner:
         priority: int,
         deadline: float | None,
         counted: bool = True,
+        *,
+        embedding: bool = False,
+        split: bool = False,
     ) -> BudgetHold | None:
-        """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request)."""
+        """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request;
+        ``embedding``, ``split``: as :meth:`BudgetGate.admit`'s)."""
         if self.spending is None or self.ledger.price(backend.name) is None:
             return None
         return await self.spending.admit(
-            usd, priority=priority, deadline=deadline, counted=counted
+            usd, priority=priority, deadline=deadline, counted=counted,
+            embedding=embedding, split=split,
         )
 
     async def admit_guarded(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 from opentelemetry.trace import SpanContext
 
+from .budget import SPLIT_IF_REFUSED
 from .embed_batcher import Coalescer, EmbedCaps, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .guard import classify_exception
@@ -169,9 +170,10 @@ class Embedder:
         names = frozenset(b.name for b in eligible)
 
         async def send(
-            texts: list[str], deadline: float | None, links: Sequence[SpanContext]
+            texts: list[str], deadline: float | None, links: Sequence[SpanContext],
+            merged: bool,
         ) -> list[Vector]:
-            return await self._send(names, model, texts, params, deadline, links)
+            return await self._send(names, model, texts, params, deadline, links, merged)
 
         return Coalescer(
             send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
@@ -182,10 +184,11 @@ class Embedder:
 
     async def _send(
         self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any],
-        deadline: float | None, links: Sequence[SpanContext] = (),
+        deadline: float | None, links: Sequence[SpanContext] = (), merged: bool = False,
     ) -> list[Vector]:
         """One request's texts, retried (failing over) under the gateway's policy until the
-        latest deadline of its callers."""
+        latest deadline of its callers; ``merged``: they are several callers', each sent
+        alone if the dollar budget refuses them together."""
         from .gateway import _ACCEPTED  # (gateway imports this module)
 
         gate = self._gate
@@ -201,7 +204,7 @@ class Embedder:
             if number > 1:
                 state.retries += 1
             try:
-                return await self._post(state, body, len(texts), deadline, links)
+                return await self._post(state, body, len(texts), deadline, links, merged)
             except GateError as error:
                 if not isinstance(error, BadRequestError):
                     failed.add(state.name)
@@ -221,7 +224,7 @@ class Embedder:
 
     async def _post(
         self, state: BackendState, body: bytes, count: int, deadline: float | None,
-        links: Sequence[SpanContext] = (),
+        links: Sequence[SpanContext] = (), merged: bool = False,
     ) -> list[Vector]:
         client = state.pool.client
         # in the backend's queue until the callers' deadline, as a chat call waits — not the
@@ -232,7 +235,7 @@ class Embedder:
         timeout = httpx2.Timeout(**(client.timeout.as_dict() | {"pool": queue_s}))
         request = client.build_request(
             "POST", embeddings_url(state), content=body, timeout=timeout,
-            extensions={LINKS: tuple(links)} if links else None,
+            extensions=_extensions(links, merged),
         )
         transport = GuardTransport(self._gate, state, _PRIORITY)
         try:
@@ -253,6 +256,17 @@ class Embedder:
                 response.status_code, response.headers, content, backend=state.name
             )
         return _vectors(content, count, state.name)
+
+
+def _extensions(links: Sequence[SpanContext], merged: bool) -> dict[str, object] | None:
+    """The request's callers' spans, and whether a refusal by the budget is theirs to count
+    (each is sent alone then: gptgate/embed_batcher.py)."""
+    extensions: dict[str, object] = {}
+    if links:
+        extensions[LINKS] = tuple(links)
+    if merged:
+        extensions[SPLIT_IF_REFUSED] = True
+    return extensions or None
 
 
 def embeddings_url(state: BackendState) -> httpx2.URL:

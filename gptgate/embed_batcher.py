@@ -34,9 +34,11 @@ from .errors import (
 __all__ = ["Coalescer", "EmbedCaps", "Waiter"]
 
 Vector = list[float]
-#: a request's texts and the latest deadline of its callers (None: one has none) → vectors
-#: (texts, the latest deadline, the callers' span contexts) → their vectors
-Send = Callable[[list[str], float | None, Sequence[SpanContext]], Awaitable[list[Vector]]]
+#: (texts, the latest deadline of their callers (None: one has none), the callers' span
+#: contexts, whether the request merges several callers) → their vectors
+Send = Callable[
+    [list[str], float | None, Sequence[SpanContext], bool], Awaitable[list[Vector]]
+]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 
 
@@ -214,9 +216,11 @@ class Coalescer:
     async def _deliver(self, batch: list[_Entry]) -> None:
         """One request; its vectors to each caller in it, or its error to each of them."""
         try:
-            vectors = await self._send([e.text for e in batch], _latest(batch), _links(batch))
-        except GateError as error:
             callers = _by_caller(batch)
+            vectors = await self._send(
+                [e.text for e in batch], _latest(batch), _links(batch), len(callers) > 1
+            )
+        except GateError as error:
             if len(callers) > 1 and (_refuses_an_input(error) or _refuses_the_sum(error)):
                 # one caller's input (longer than the model takes, ...) made the provider
                 # refuse the whole request: each caller's texts again alone, so the others

@@ -21,6 +21,7 @@ __all__ = [
     "BudgetExceededError",
     "GateError",
     "GatewayClosedError",
+    "InvalidConfigError",
     "NoBackendError",
     "OverloadedError",
     "RateLimitedError",
@@ -129,6 +130,13 @@ class BadRequestError(GateError):
     """The call itself is wrong (4xx other than 408/409/429, or caught before sending)."""
 
     retryable = False
+
+
+class InvalidConfigError(BadRequestError, ValueError):
+    """A configuration value out of range, raised by a constructor that is not a pydantic
+    model (``ResponseCache``). A ``ValueError`` naming its field, as the models'
+    ``ValidationError`` is, so one ``except ValueError`` covers a service's set-up; still a
+    ``BadRequestError``, as it was before."""
 
 
 class RequestTooLargeError(BadRequestError):

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from .results import Usage
+from .tap_answer import AnswerText
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_stream import FINISH_REASONS
@@ -42,6 +43,7 @@ class ResponseTap:
         "_size",
         "_sse",
         "_start",
+        "answer",
         "complete",
         "content_chars",
         "events",
@@ -95,6 +97,8 @@ class ResponseTap:
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.finish_reason: str | None = None
+        #: the answer's text and tool calls, kept only when set (``capture_content``)
+        self.answer: AnswerText | None = None
 
     @property
     def streamed(self) -> bool:
@@ -129,6 +133,7 @@ class ResponseTap:
                 parsed = _loads(body)
                 self.malformed = parsed is None and bool(body.strip())
                 self._take_usage(parsed)
+                self._keep_answer(parsed, whole=True)
         except Exception:
             self._give_up()
         self._decoder = self._buffer = None
@@ -140,6 +145,19 @@ class ResponseTap:
         self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.output_counted = False
         self.content_chars = 0
+        self.answer = None
+
+    def _keep_answer(self, parsed: Any, *, whole: bool) -> None:
+        """Hand the answer's keeper what was parsed; its error drops the answer only."""
+        if self.answer is None:
+            return
+        try:
+            if whole:
+                self.answer.body(parsed)
+            else:
+                self.answer.event(parsed)
+        except Exception:
+            self.answer = None
 
     def _event(self, data: str, now: float) -> None:
         if data.strip() == "[DONE]":
@@ -148,6 +166,7 @@ class ResponseTap:
         chunk = _loads(data)
         if not isinstance(chunk, dict):
             return
+        self._keep_answer(chunk, whole=False)
         kind = chunk.get("type")
         if kind == "response.completed":
             self.complete = True

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from cachetools import TTLCache
 
-from .errors import BadRequestError, GateError
+from .errors import BadRequestError, GateError, InvalidConfigError
 from .flight_deadline import CallerDeadline
 from .response_cache_fleet import answer_or_claim, kept
 from .response_cache_loop import LoopHolders
@@ -202,11 +202,9 @@ class ResponseCache:
         share_private: bool = False,
     ) -> None:
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not ttl_s > 0:
-            raise BadRequestError(
-                f"ResponseCache ttl_s must be a number > 0, got {ttl_s!r}"
-            )
+            raise InvalidConfigError(f"ResponseCache ttl_s must be a number > 0, got {ttl_s!r}")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise BadRequestError(
+            raise InvalidConfigError(
                 f"ResponseCache max_entries must be an int >= 1, got {max_entries!r}"
             )
         self.ttl_s = float(ttl_s)

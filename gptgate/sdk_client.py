@@ -22,7 +22,7 @@ import httpx2
 
 from .billed import BilledWork
 from .body_bound import body_bound
-from .budget import BudgetHold
+from .budget import SPLIT_IF_REFUSED, BudgetHold
 from .cached_guess import prefix_of
 from .clock import from_real
 from .errors import (
@@ -59,7 +59,8 @@ from .sdk_circuit import through_circuit
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
-from .telemetry import LINKS, NAMES
+from .tap_answer import AnswerText
+from .telemetry import LINKS, NAMES, endpoint
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ class _Attempt:
         self.probe = 0
         #: the caller closed the stream it was reading (not gptgate hanging up on it)
         self.caller_left = False
+        #: the body was read to its end (its answer may go on the span: capture_content)
+        self.read_whole = False
         #: a refusal sent again: its body is read no further than this bound
         self.cut_at: float | None = None
         #: when the SDK asked (before its wait for a permit): the gateway's deadline counts
@@ -159,7 +162,8 @@ class _Attempt:
         telemetry.record_queue(queue_s, state.name)
         url = state.pool.client.base_url
         self.span: Span = telemetry.start_attempt(
-            provider=config.provider, model=self.model, host=url.host, port=url.port,
+            provider=config.provider, model=self.model, host=url.host,
+            port=endpoint(state.name, url)["port"],
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
             links=request.extensions.get(LINKS, ()),
@@ -337,6 +341,7 @@ class _Attempt:
             if self.guarded is not None:
                 self.guarded.cost_usd += self.cost_usd
                 self.guarded.answered(usage, tap.ttft_s, generative=self.generative)
+        self.read_whole = True
         self._end(usage, None)
 
     def cut(self, exc: BaseException) -> None:
@@ -490,6 +495,9 @@ class _Attempt:
             self.hold = None
         tap = self.tap
         config = self.state.backend
+        # an answer read whole (capture_content): one failed, cut or left shows none, as
+        # gate.chat's
+        answer = tap.answer if tap is not None and self.read_whole else None
         self.runner.telemetry.end_attempt(
             self.span, provider=config.provider, model=self.model, duration_s=self._elapsed(),
             usage=usage, ttft_s=tap.ttft_s if tap is not None and tap.streamed else None,
@@ -497,6 +505,9 @@ class _Attempt:
             response_id=tap.response_id if tap is not None else None,
             finish_reason=tap.finish_reason if tap is not None else None,
             error=error, operation=self.operation, extra={NAMES["cost_usd"]: self.cost_usd},
+            text=answer.text if answer is not None else None,
+            raw=answer.raw() if answer is not None else None,
+            **endpoint(self.state.name, self.state.pool.client.base_url),
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
@@ -827,10 +838,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         price = runner.ledger.price(state.name, prompt)
         if price is None:
             return None
-        generative = operation_of(request.url.path) in _GENERATIVE  # an embedding: no output
+        operation = operation_of(request.url.path)
+        generative = operation in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
         return await runner.admit_cost(
-            state, price.most_cost(prompt, output), self._priority, deadline
+            state, price.most_cost(prompt, output), self._priority, deadline,
+            embedding=operation == "embeddings",
+            split=bool(request.extensions.get(SPLIT_IF_REFUSED)),
         )
 
     async def _send(
@@ -967,6 +981,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             attempt.status_failed(status, response.headers)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
+        if runner.telemetry.capture_content and attempt.span.is_recording():
+            tap.answer = AnswerText()  # the answer for the span (gptgate/tap_answer.py)
         if response.is_closed:  # a pre-read body: the call is over already
             now = clock.now()
             tap.feed(response.content, now)

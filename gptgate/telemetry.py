@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -26,7 +26,9 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 
-__all__ = ["LINKS", "NAMES", "Telemetry", "provider_name", "usage_attributes"]
+__all__ = [
+    "LINKS", "NAMES", "Endpoint", "Telemetry", "endpoint", "provider_name", "usage_attributes"
+]
 
 _V = TypeVar("_V")
 
@@ -96,6 +98,25 @@ def provider_name(provider: str) -> str:
     return preset.semconv_name or provider if preset is not None else provider
 
 
+class Endpoint(TypedDict):
+    """Where an attempt went, for its metric points (``Telemetry.end_attempt``'s keywords)."""
+
+    backend: str
+    host: str
+    port: int | None
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def endpoint(backend: str, url: Any) -> Endpoint:
+    """A backend's name and its base URL's host and port (``url``: an ``httpx2.URL``; a URL
+    naming no port is on its scheme's — the conventions require ``server.port`` with
+    ``server.address``)."""
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme)
+    return Endpoint(backend=backend, host=url.host, port=port)
+
+
 def usage_attributes(usage: Usage) -> dict[str, int]:
     """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
     most providers have neither)."""
@@ -150,7 +171,8 @@ class Telemetry:
     """Spans and metrics for the gateway. Pass providers in (tests) or use the globals.
 
     With an SDK configured, the attribute sets that repeat from call to call (a backend's
-    attempt attributes, a metric point's ``(operation, provider, model, error)``) are built
+    attempt attributes, a metric point's ``(operation, provider, model, error, backend,
+    server)``) are built
     once and reused: the SDK copies what it is given, so a shared dict is never mutated, and
     rebuilding them per call was most of what gptgate itself paid for its telemetry."""
 
@@ -193,10 +215,10 @@ class Telemetry:
         self._call_attributes: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
         #: what an attempt's span starts with that depends only on its backend and request
         self._attempt_attributes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
-        #: (operation, provider, model, error type) → a point's (duration, input, output)
-        #: attributes
+        #: (operation, provider, model, error type, backend, host, port) → a point's
+        #: (duration, input, output) attributes
         self._metric_attributes: dict[
-            tuple[str, str, str, str | None],
+            tuple[Any, ...],
             tuple[dict[str, Any], dict[str, Any], dict[str, Any]],
         ] = {}
         #: backend → a queue point's attributes
@@ -373,11 +395,18 @@ class Telemetry:
         extra: Mapping[str, Any] | None = None,
         operation: str = "chat",
         raw: Mapping[str, Any] | None = None,
+        backend: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
     ) -> None:
         """End an attempt's span; ``text`` and ``raw`` (the answer's body, for its tool
-        calls) go on it only with ``capture_content``."""
+        calls) go on it only with ``capture_content``. ``backend``, ``host`` and ``port``
+        label its metric points, so two backends serving one model are two series."""
         if self.metering:
-            self._record_attempt(provider, model, duration_s, usage, ttft_s, error, operation)
+            self._record_attempt(
+                provider, model, duration_s, usage, ttft_s, error, operation,
+                (backend, host, port),
+            )
         if span.is_recording():
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
@@ -406,9 +435,10 @@ class Telemetry:
         ttft_s: float | None,
         error: BaseException | None,
         operation: str,
+        endpoint: tuple[str | None, str | None, int | None],
     ) -> None:
         error_type = type(error).__name__ if error is not None else None
-        key = (operation, provider, model, error_type)
+        key = (operation, provider, model, error_type, *endpoint)
         points = self._metric_attributes.get(key)
         if points is None:
             base: dict[str, Any] = {
@@ -416,6 +446,14 @@ class Telemetry:
                 NAMES["provider"]: provider_name(provider),
                 NAMES["request_model"]: model,
             }
+            # configuration, one set per backend: bounded, unlike a per-request value
+            backend, host, port = endpoint
+            if backend:
+                base[NAMES["backend"]] = backend
+            if host:
+                base[NAMES["server_address"]] = host
+                if port is not None:
+                    base[NAMES["server_port"]] = port
             if error_type is not None:
                 base[NAMES["error_type"]] = error_type
             points = _remember(self._metric_attributes, key, (

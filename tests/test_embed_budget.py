@@ -7,7 +7,10 @@ Two things a user of both features met:
   docs/budget.md promises for every refusal — a caller catching it to back off never did;
 * merging: callers that each fit the budget alone were merged into one request dearer than
   the whole hourly budget, which is refused in either mode — so every caller failed, though
-  sent alone each would have been admitted (with ``throttle``: paced through the hour).
+  sent alone each would have been admitted (with ``throttle``: paced through the hour);
+* the merged request's refusal was counted in ``budget_status().raised`` on top of each
+  caller's (22 for 21 refused callers), and the refusal advised "lower max_tokens", which an
+  embedding request has none of.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def test_an_embed_the_budget_refuses_raises_budget_exceeded() -> None:
     error = out["error"]
     assert isinstance(error, gg.BudgetExceededError), repr(error)  # was RateLimitedError
     assert error.budget_usd == 0.001
+    # advice an embedding can follow: it has no max_tokens to lower
+    assert "max_tokens" not in error.message and "fewer or shorter texts" in error.message
+    assert out["status"].raised == 1
     assert out["sent"] == 0 and out["status"].spent_usd == 0.0
     stats = out["stats"]
     assert stats.rate_limited == 0 and stats.failures == 0 and stats.circuit == "closed"
@@ -87,4 +93,7 @@ def test_merged_callers_under_raise_get_what_the_budget_has_room_for() -> None:
     refused = [o for o in outcomes if not isinstance(o, list)]
     assert served >= 3  # before: 0 — the merged request was dearer than the whole hour
     assert all(isinstance(o, gg.BudgetExceededError) for o in refused), refused[:1]
+    assert refused  # the hour's room ran out
+    # each refused caller counted once: not the merged request they were split from too
+    assert out["status"].raised == len(refused)
     assert out["status"].spent_usd <= 0.005 and out["status"].reserved_usd == 0.0

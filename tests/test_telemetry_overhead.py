@@ -73,6 +73,14 @@ def _base(model: str = "m", **more: str) -> dict[str, str]:
     }
 
 
+def _at(backend: str, model: str = "m", **more: str) -> dict[str, object]:
+    """A point's attributes for an attempt on one of the mock backends (127.0.0.1:9)."""
+    return {
+        **_base(model, **more), NAMES["backend"]: backend,
+        NAMES["server_address"]: "127.0.0.1", NAMES["server_port"]: 9,
+    }
+
+
 async def test_an_attempts_request_attributes_are_all_there_at_its_start() -> None:
     sampler = _Seen()
     provider = TracerProvider(sampler=sampler)
@@ -125,17 +133,17 @@ async def test_metric_points_carry_the_right_attributes_per_error_type_and_backe
             await gate.chat(USER, max_tokens=20, backend="mock")
         await gate.chat(USER, max_tokens=20, backend="other")
     assert _points(reader, NAMES["metric_duration"]) == {
-        frozenset(_base().items()): 3,
-        frozenset(_base(**{NAMES["error_type"]: "BackendError"}).items()): 2,
-        frozenset(_base(**{NAMES["error_type"]: "RateLimitedError"}).items()): 1,
-        frozenset(_base("m2").items()): 1,
+        frozenset(_at("mock").items()): 3,
+        frozenset(_at("mock", **{NAMES["error_type"]: "BackendError"}).items()): 2,
+        frozenset(_at("mock", **{NAMES["error_type"]: "RateLimitedError"}).items()): 1,
+        frozenset(_at("other", "m2").items()): 1,
     }
     # tokens: successes only, one input and one output point each, never an error type
     assert _points(reader, NAMES["metric_tokens"]) == {
-        frozenset(_base(**{NAMES["token_type"]: kind}).items()): 3
+        frozenset(_at("mock", **{NAMES["token_type"]: kind}).items()): 3
         for kind in ("input", "output")
     } | {
-        frozenset(_base("m2", **{NAMES["token_type"]: kind}).items()): 1
+        frozenset(_at("other", "m2", **{NAMES["token_type"]: kind}).items()): 1
         for kind in ("input", "output")
     }
     assert _points(reader, NAMES["metric_queue"]) == {
