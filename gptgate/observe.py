@@ -291,6 +291,8 @@ def _content_chars(chunk: dict[str, Any]) -> int:
         content = delta.get("content")
         size = len(content) if isinstance(content, str) else 0
         size += reasoning_chars(delta)  # a reasoning model's thinking, billed as output
+        refusal = delta.get("refusal")  # a structured output's refusal is its answer
+        size += len(refusal) if isinstance(refusal, str) else 0
         if delta.get("tool_calls"):
             size += len(json.dumps(delta["tool_calls"]))
         return size

@@ -24,6 +24,7 @@ from .billed import BilledWork
 from .body_bound import body_bound
 from .budget import SPLIT_IF_REFUSED, BudgetHold
 from .cached_guess import prefix_of
+from .choice_count import choice_count
 from .clock import from_real
 from .errors import (
     BackendError,
@@ -557,10 +558,12 @@ def _prompt_tokens(body: Mapping[str, Any]) -> int:
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    """The most output the request may be billed: ``n`` choices of ``max_tokens`` each
+    (gptgate/choice_count.py; one choice's held let ``n=3`` spend three times the hold)."""
     for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return value * choice_count(body)
     return None
 
 

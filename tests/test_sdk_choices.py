@@ -1,9 +1,9 @@
-"""The SDK side of ``n > 1`` and refusals (gate.http_client): strict xfails for defects in
-observe.py / sdk_client.py, files another helper owns in this round. They pass once fixed.
+"""The SDK side of ``n > 1`` and refusals (gate.http_client): a streamed refusal counts as
+output, and a request is held at ``n × max_tokens`` as ``gate.chat``'s calls are.
 
 * ResponseTap estimates a stream that sent no usage (the SDK's default: no
-  ``include_usage``) without ``delta.refusal``: a streamed refusal is booked no output.
-* An SDK request's reservation under a dollar budget is one choice's ``max_tokens``."""
+  ``include_usage``): a streamed ``delta.refusal`` was booked no output.
+* An SDK request's reservation under a dollar budget was one choice's ``max_tokens``."""
 
 from __future__ import annotations
 
@@ -41,14 +41,12 @@ def test_an_n2_sdk_stream_without_usage_counts_both_choices() -> None:
     assert _tap(_sse(chunks)).output_so_far() == 20  # 80 characters
 
 
-@pytest.mark.xfail(strict=True, reason="observe._content_chars ignores delta.refusal")
 def test_a_streamed_sdk_refusal_counts_as_output() -> None:
     chunks = [_chunk(0, {"role": "assistant", "refusal": ""}),
               _chunk(0, {"refusal": "I'm sorry, I cannot help."}), _chunk(0, {}, "stop")]
     assert _tap(_sse(chunks)).output_so_far() == 7  # 25 characters
 
 
-@pytest.mark.xfail(strict=True, reason="sdk_client holds one choice's max_tokens")
 async def test_an_sdk_request_is_held_at_n_times_max_tokens() -> None:
     sent: list[dict[str, Any]] = []
 
