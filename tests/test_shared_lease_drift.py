@@ -13,7 +13,7 @@ import redis.asyncio
 from tests.fleettools import admission, leave_all, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
 
-SHORT_S = 0.2  # its keys' TTL: 0.4 s
+SHORT_S = 0.5  # its keys' TTL: 1 s; renewed every 0.17 s
 LONG_S = 60.0  # renews every 20 s: never within this test
 
 
@@ -28,12 +28,12 @@ async def test_a_short_lease_does_not_drop_a_long_lease_processs_permits(redis_u
         held = [await at_long.enter(None)]  # a long call, in flight all along
         at_short.leave(await at_short.enter(None))  # one short call: its acquire set TTLs
         # past the short process's key TTL (a bounded poll, not a sleep race)
-        with anyio.move_on_after(4 * SHORT_S):
+        with anyio.move_on_after(3 * SHORT_S):
             while await raw.exists(at_long.permits_key):
                 await anyio.sleep(0.02)
         counted = await raw.zcard(at_long.permits_key)
         short_leases = []
-        with anyio.move_on_after(1.0):
+        with anyio.move_on_after(SHORT_S):
             while len(short_leases) < 2:
                 short_leases.append(await at_short.enter(None))
         # the fleet limit is 2 and the long call holds one: the short process gets one only
