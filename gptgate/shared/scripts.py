@@ -282,12 +282,14 @@ end
 return 0
 """
 
-#: KEYS: workers zset, n backends' workers zsets, then every permits zset named below. ARGV:
-#: now ms, expiry ms, worker id, key ttl ms, n, '1' if this worker was marked live before,
-#: then pairs (index into KEYS, lease id).
+#: KEYS: workers zset, n backends' workers zsets, their n names zsets (gptgate/shared/
+#: names.py), then every permits zset named below. ARGV: now ms, expiry ms, worker id, key
+#: ttl ms, n, '1' if this worker was marked live before, n ``base_url|model`` (one per
+#: backend, registered under its name), then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
 #: count). → {live workers, 1 if this worker was marked live before and is not any more:
-#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME)}
+#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME),
+#: per backend the other ``base_url|model`` registered under its name}
 RENEW = _KEEP + """
 local lost = 0
 if ARGV[6] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[3]) then lost = 1 end
@@ -299,13 +301,26 @@ for k = 2, tonumber(ARGV[5]) + 1 do
   redis.call('ZADD', KEYS[k], ARGV[2], ARGV[3])
   keep(KEYS[k], ARGV[4])
 end
-for i = 7, #ARGV, 2 do
+local n = tonumber(ARGV[5])
+local others = {}
+for k = 1, n do
+  local key, mine = KEYS[n + 1 + k], ARGV[6 + k]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+  redis.call('ZADD', key, ARGV[2], mine)
+  keep(key, ARGV[4])
+  local found = {}
+  for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    if member ~= mine then found[#found + 1] = member end
+  end
+  others[k] = found
+end
+for i = 7 + n, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
   redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
   keep(key, ARGV[4])
 end
 local time = redis.call('TIME')
-return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2]}
+return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2], others}
 """
 
 #: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire
