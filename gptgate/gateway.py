@@ -610,9 +610,11 @@ class Gateway:
         ``config.shutdown_grace_s``) to finish; what is left is then cancelled and ends in
         ``GatewayClosedError``, handing back its permit, cache ticket and connection. Nothing
         waits longer than ``grace_s`` + 1 s, and nothing of it counts against a backend's
-        health. Idempotent."""
+        health. Idempotent: a close while another task's is under way returns once that one
+        has ended."""
         grace = self.config.shutdown_grace_s if grace_s is None else _check_grace(grace_s)
         if not self._opened.begin_close():
+            await self._opened.wait_closed()  # another task's close: return once it ends
             return
         calls = self._calls
         calls.closing = True

@@ -18,6 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Literal
 
+import anyio
+
 from .errors import GateError
 
 __all__ = ["OTHER_LOOP", "Opened", "current_loop"]
@@ -47,13 +49,15 @@ def current_loop() -> int:
 class Opened:
     """The open/close bookkeeping of one gateway; every transition under one lock."""
 
-    __slots__ = ("_lock", "loop", "phase")
+    __slots__ = ("_closed", "_lock", "loop", "phase")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.phase: Phase = "closed"
         #: the loop holding the gateway (None when closed)
         self.loop: int | None = None
+        #: set once the close under way has ended (made when it begins, in the owner's loop)
+        self._closed: anyio.Event | None = None
 
     def claim(self) -> None:
         """Start opening in this loop, or refuse: open (or opening, closing) elsewhere or
@@ -83,12 +87,25 @@ class Opened:
             if self.phase != "open":
                 return False
             self.phase = "closing"
+            self._closed = anyio.Event()
             return True
+
+    async def wait_closed(self) -> None:
+        """Return once a close another task of this loop began has ended: an app's SIGTERM
+        handler closes the gateway and its ``async with gate:`` exit closes it again — that
+        second close returned at once, and the program ended while the first was still
+        handing the fleet's permits back (tests/test_close_twice.py)."""
+        closed = self._closed
+        if closed is not None and self.phase == "closing":
+            await closed.wait()
 
     def release(self) -> None:
         """Closed (or the opening failed): any loop may open the gateway again."""
         with self._lock:
             self.phase, self.loop = "closed", None
+            closed, self._closed = self._closed, None
+        if closed is not None:
+            closed.set()
 
     def check_loop(self) -> None:
         """Refuse a call from another loop than the owner's (it would hang on foreign

@@ -54,6 +54,7 @@ from .coalesce import Coalescer, Command, SenderStopped
 from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
+from .names import BackendNames
 from .wake import FleetWake, waiters_key
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ class FleetClient:
         #: releases handed on to another process: sent on their own, never carried back
         self._yielded: set[str] = set()
         self._prefix = f"gptgate:{shared.namespace}"
+        #: each backend's name → its base_url and model, told to the fleet (config drift)
+        self.names = BackendNames(self._prefix)
         #: the subscriber that wakes this process's waiting calls on another's release
         self.wake = FleetWake(self)
 
@@ -356,6 +359,7 @@ class FleetClient:
             on_pause=on_pause,
         )
         self._admissions.append(admission)
+        self.names.add(name, base_url, model)
         self.wake.add(admission)
         return admission
 
@@ -381,6 +385,7 @@ class FleetClient:
             factory=factory, on_pause=on_pause,
         )
         self._admissions.append(admission)
+        self.names.add(name, base_url, model)
         self._autos.append(admission)
         self.wake.add(admission)
         return admission
@@ -632,12 +637,13 @@ class FleetClient:
         # the fleet's workers, then each backend's: a process counts on every backend it
         # has, calling it or not (it may call it during an outage, on its share)
         keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
+        keys += self.names.keys()  # (as many, in the same order: one per admission)
         args: list[Any] = []
         now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
         args += [
             now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions),
-            "1" if self._marked else "0",
+            "1" if self._marked else "0", *self.names.members(),
         ]
         for admission in self._admissions:
             if not admission.held and not admission._reusable:
@@ -651,7 +657,7 @@ class FleetClient:
                 args += [index, lease_id]
         outages = self.outages
         try:
-            workers, gone, seconds, micros = await self._op("RENEW", keys, args)
+            workers, gone, seconds, micros, others = await self._op("RENEW", keys, args)
         except _RedisDown:
             return
         if self.outages != outages:
@@ -660,6 +666,7 @@ class FleetClient:
             return
         self._up()
         self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
+        self.names.heard(others)
         self._marked = True
         for admission in self._admissions:
             admission.marked = True

@@ -54,13 +54,24 @@ SAMPLE_BATCHES = 4096
 # its lease id's worker part. ``wait`` queues it (first wait's time kept: oldest woken first),
 # ``waited`` takes it off when it is granted, ``wake`` pops ``n``, reserves a permit for each
 # and publishes to it, ``unreserve`` takes a process's reservation back (it asks now).
-_WAKE = """
+#: Lua: a shared key's TTL is only ever lengthened. Every process sets its own 2 × lease_s, and
+#: with ``lease_s`` configured differently (config drift in a rolling deploy) a short-lease
+#: process's acquire shortened the TTL under a long-lease process's permits: Redis dropped
+#: them with its calls in flight, and the fleet admitted its limit again on top
+#: (tests/test_shared_lease_drift.py).
+_KEEP = """
+local function keep(key, ttl)
+  if redis.call('PTTL', key) < tonumber(ttl) then redis.call('PEXPIRE', key, ttl) end
+end
+"""
+
+_WAKE = _KEEP + """
 local function worker_of(lease_id)
   return string.match(lease_id, '^(.*):') or lease_id
 end
 local function wait(waiters, lease_id, now, ttl)
   redis.call('ZADD', waiters, 'NX', now, worker_of(lease_id))
-  redis.call('PEXPIRE', waiters, ttl)
+  keep(waiters, ttl)
 end
 local function waited(waiters, lease_id)
   redis.call('ZREM', waiters, worker_of(lease_id))
@@ -85,7 +96,7 @@ end
 #: that started first — which then admitted the whole limit on top of the others' shares).
 _LIVE = """(function()
   redis.call('ZADD', @WORKERS@, ARGV[2], string.match(ARGV[4], '^(.*):[^:]*$'))
-  redis.call('PEXPIRE', @WORKERS@, ARGV[5])
+  keep(@WORKERS@, ARGV[5])
   return redis.call('ZCOUNT', @WORKERS@, ARGV[1], '+inf')
 end)()"""
 
@@ -126,7 +137,7 @@ if fleet > 0 and fleet < cap then cap = fleet end
 local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  keep(KEYS[1], ARGV[5])
   waited(KEYS[4], ARGV[4])
   granted, held = 1, held + 1
 else
@@ -201,7 +212,7 @@ if fleet > 0 then cap = fleet end
 local granted = 0
 if held < cap then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  keep(KEYS[1], ARGV[5])
   waited(KEYS[5], ARGV[4])
   granted, held = 1, held + 1
 else
@@ -271,30 +282,45 @@ end
 return 0
 """
 
-#: KEYS: workers zset, n backends' workers zsets, then every permits zset named below. ARGV:
-#: now ms, expiry ms, worker id, key ttl ms, n, '1' if this worker was marked live before,
-#: then pairs (index into KEYS, lease id).
+#: KEYS: workers zset, n backends' workers zsets, their n names zsets (gptgate/shared/
+#: names.py), then every permits zset named below. ARGV: now ms, expiry ms, worker id, key
+#: ttl ms, n, '1' if this worker was marked live before, n ``base_url|model`` (one per
+#: backend, registered under its name), then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
 #: count). → {live workers, 1 if this worker was marked live before and is not any more:
-#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME)}
-RENEW = """
+#: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME),
+#: per backend the other ``base_url|model`` registered under its name}
+RENEW = _KEEP + """
 local lost = 0
 if ARGV[6] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[3]) then lost = 1 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+keep(KEYS[1], ARGV[4])
 for k = 2, tonumber(ARGV[5]) + 1 do
   redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[1])
   redis.call('ZADD', KEYS[k], ARGV[2], ARGV[3])
-  redis.call('PEXPIRE', KEYS[k], ARGV[4])
+  keep(KEYS[k], ARGV[4])
 end
-for i = 7, #ARGV, 2 do
+local n = tonumber(ARGV[5])
+local others = {}
+for k = 1, n do
+  local key, mine = KEYS[n + 1 + k], ARGV[6 + k]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+  redis.call('ZADD', key, ARGV[2], mine)
+  keep(key, ARGV[4])
+  local found = {}
+  for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    if member ~= mine then found[#found + 1] = member end
+  end
+  others[k] = found
+end
+for i = 7 + n, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
   redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
-  redis.call('PEXPIRE', key, ARGV[4])
+  keep(key, ARGV[4])
 end
 local time = redis.call('TIME')
-return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2]}
+return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2], others}
 """
 
 #: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire
