@@ -3,6 +3,7 @@ backend's admission."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from gptgate.clock import SystemClock
 from gptgate.limits import Limit
 from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
+from gptgate.sim import SimTransport
 
 BASE_URL = "http://127.0.0.1:9/v1"
 
@@ -107,3 +109,27 @@ async def published(url: str) -> int:
     finally:
         await client.aclose()
     return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+@asynccontextmanager
+async def sim_fleet(
+    engine: Any, clock: Any, url: str | None, count: int, *, seed: int, base_url: str
+) -> AsyncIterator[list[gg.Gateway]]:
+    """``count`` started gateways — a fleet's processes with ``shared=`` at ``url`` (None:
+    each alone) — on one backend ``tier1`` of the simulator ``engine``, concurrency 32 each
+    (fleet-wide with ``shared=``: concurrency alone does not hold a rate limit)."""
+    profile = engine.profile
+    transport = SimTransport(engine)
+    shared = None if url is None else gg.Shared(url, namespace=namespace())
+    gates = [
+        gg.Gateway(
+            [gg.Backend(name="tier1", base_url=base_url, model=profile.model,
+                        hardware=profile.hardware, transport=transport, concurrency=32)],
+            clock=clock, seed=seed + i, shared=shared,
+        )
+        for i in range(count)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for gate in gates:
+            await stack.enter_async_context(gate)
+        yield gates

@@ -6,8 +6,6 @@ process sent as fast as its permits allowed — a 429 storm. Against a real redi
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from typing import Any
 
 import anyio
@@ -18,9 +16,9 @@ from redis.asyncio.connection import AbstractConnection
 
 import gptgate as gg
 from gptgate.clock import ScaledClock
-from gptgate.sim import SimEngine, SimTransport
+from gptgate.sim import SimEngine
 from gptgate.sim.profiles import get_profile
-from tests.fleettools import namespace
+from tests.fleettools import namespace, sim_fleet
 from tests.mockbackend import Script, backend, gateway, ok
 
 #: ~500 prompt tokens, 100 more of max_tokens: 600 a request
@@ -37,19 +35,8 @@ async def _two_gateways_of_sdk_requests(
     clock = ScaledClock(60.0)
     profile = get_profile("tier1").model_copy(update=limits)
     engine = SimEngine(profile, clock=clock, seed=seed)
-    transport = SimTransport(engine)
-    shared = None if url is None else gg.Shared(url, namespace=f"t{uuid.uuid4().hex[:12]}")
-    gates = [
-        gg.Gateway(
-            [gg.Backend(name="tier1", base_url="http://127.0.0.1:2/v1", model=profile.model,
-                        hardware=profile.hardware, transport=transport, concurrency=32)],
-            clock=clock, seed=seed + i, shared=shared,
-        )
-        for i in range(2)
-    ]
-    async with contextlib.AsyncExitStack() as stack:
-        for gate in gates:
-            await stack.enter_async_context(gate)
+    base_url = "http://127.0.0.1:2/v1"
+    async with sim_fleet(engine, clock, url, 2, seed=seed, base_url=base_url) as gates:
         end = clock.now() + 120.0
 
         async def worker(gate: gg.Gateway) -> None:

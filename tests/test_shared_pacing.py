@@ -8,7 +8,6 @@ gateways on one rate-limited simulated server."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,11 +22,18 @@ from gptgate.limits.pacing import RateLimitPacer
 from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.fleet import FleetClient
 from gptgate.shared.pacing import FleetPacer
-from gptgate.sim import SimEngine, SimTransport
+from gptgate.sim import SimEngine
 from gptgate.sim.profiles import get_profile
 from gptgate.wire.ratelimits import RateLimitInfo
 from tests.conftest import RedisServer
-from tests.fleettools import BASE_URL, admission, fleet_client, namespace, scripts_run
+from tests.fleettools import (
+    BASE_URL,
+    admission,
+    fleet_client,
+    namespace,
+    scripts_run,
+    sim_fleet,
+)
 from tests.mockbackend import USER, Script, backend, gateway, ok
 
 #: 60 requests a minute: with the 0.9 margin a full budget is 54 calls, refilled 0.9 a second
@@ -251,19 +257,7 @@ async def _four_gateways_on_one_rate_limit(url: str | None, seed: int = 1) -> tu
     clock = ScaledClock(60.0)
     profile = get_profile("tier1").model_copy(update={"rpm": 120})
     engine = SimEngine(profile, clock=clock, seed=seed)
-    transport = SimTransport(engine)
-    shared = None if url is None else gg.Shared(url, namespace=f"t{uuid.uuid4().hex[:12]}")
-    gates = [
-        gg.Gateway(
-            [gg.Backend(name="tier1", base_url="http://sim/v1", model=profile.model,
-                        hardware=profile.hardware, transport=transport, concurrency=32)],
-            clock=clock, seed=seed + i, shared=shared,
-        )
-        for i in range(4)
-    ]
-    async with contextlib.AsyncExitStack() as stack:
-        for gate in gates:
-            await stack.enter_async_context(gate)
+    async with sim_fleet(engine, clock, url, 4, seed=seed, base_url="http://sim/v1") as gates:
         end = clock.now() + 120.0
 
         async def worker(gate: gg.Gateway) -> None:
