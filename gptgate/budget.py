@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
 from .clock import Clock
 from .errors import BudgetExceededError
 
-__all__ = ["Budget", "BudgetGate", "BudgetHold", "BudgetStatus", "SpendWindows"]
+__all__ = ["Budget", "BudgetGate", "BudgetHold", "BudgetStatus", "Callers", "SpendWindows"]
 
 log = logging.getLogger("gptgate")
 
@@ -48,9 +48,25 @@ HOUR_S = 3600.0
 EPISODE_QUIET_S = 300.0
 
 
-#: a request's extension: it merges several callers, each sent alone if the budget refuses
-#: it (``gate.embed``) — its own refusal is not counted, theirs are (``admit(split=True)``)
-SPLIT_IF_REFUSED = "gptgate.budget.split_if_refused"
+#: a request's extension: the :class:`Callers` it carries (``gate.embed``), for ``admit``
+CALLERS = "gptgate.budget.callers"
+
+
+@dataclass(slots=True)
+class Callers:
+    """The callers one request carries (``gate.embed`` merges several into one, and sends
+    each alone if the budget refuses them together: gptgate/embed_batcher.py), so that
+    ``throttled`` and ``raised`` count each caller once — not the request, nor a caller again
+    in the request it is split into."""
+
+    count: int = 1
+    #: each caller is sent alone if the budget refuses this request: its refusal is not
+    #: counted, theirs are
+    split: bool = False
+    #: the callers were counted throttled already (set when this request, or the merged one
+    #: it was split from, waited): a wait of theirs is not counted again
+    waited: bool = False
+
 
 def _usd(value: float) -> str:
     """A budget in a message: cents, or the figures that matter below a cent ($0.0005/h
@@ -301,7 +317,7 @@ class BudgetGate:
         guarded: bool = False,
         counted: bool = True,
         embedding: bool = False,
-        split: bool = False,
+        callers: Callers | None = None,
     ) -> BudgetHold | None:
         """Admit a call that may cost up to ``usd``: its reservation (None for $0).
 
@@ -309,11 +325,11 @@ class BudgetGate:
         such a call can change); ``embedding``: an embeddings request (no ``max_tokens`` to
         lower: its advice is fewer or shorter texts). ``counted=False``: a try whose refusal
         is not its call's — a hedge's duplicate, an escalation (the call keeps its first
-        answer) — is not counted among the calls throttled or raised. ``split``: a request
-        merged from several callers that are each sent alone if it is refused (``gate.embed``,
-        gptgate/embed_batcher.py): its refusal is not counted, theirs are — once each."""
+        answer) — is not counted among the calls throttled or raised. ``callers``: whom the
+        request carries (``gate.embed``'s, possibly merged): a wait counts each of them
+        throttled once; a refusal, unless they are each sent alone after it (``split``)."""
         now = self.clock.now()
-        raised_counted = counted and not split
+        raised_counted = counted and not (callers is not None and callers.split)
         if usd > self.budget.usd_per_hour:
             self._refused("raised", raised_counted)
             advice = (
@@ -336,7 +352,7 @@ class BudgetGate:
             if self.budget.on_exceed == "raise":
                 self._refused("raised", raised_counted)
                 raise self._exceeded(now, usd, at)
-        return await self._wait(usd, priority, deadline, counted, raised_counted)
+        return await self._wait(usd, priority, deadline, counted, raised_counted, callers)
 
     def _grant(self, usd: float) -> BudgetHold | None:
         if usd <= 0:
@@ -345,14 +361,18 @@ class BudgetGate:
 
     async def _wait(
         self, usd: float, priority: int, deadline: float | None, counted: bool,
-        raised_counted: bool,
+        raised_counted: bool, callers: Callers | None = None,
     ) -> BudgetHold | None:
         clock = self.clock
         now = clock.now()
         episode, self._last_wait = self._throttling(now), now
         waiter = _Waiter((-priority, next(self._order)), usd)
         heapq.heappush(self._queue, waiter)
-        self._refused("throttled", counted)
+        if callers is None:
+            self._refused("throttled", counted)
+        elif counted and not callers.waited:
+            callers.waited = True
+            self._refused("throttled", count=callers.count)
         if not episode:
             log.warning(
                 "budget: throttling — $%.2f spent and $%.2f reserved in the last hour of "
@@ -407,14 +427,16 @@ class BudgetGate:
 
     # -- errors ---------------------------------------------------------------------------
 
-    def _refused(self, how: Literal["throttled", "raised"], counted: bool = True) -> None:
+    def _refused(
+        self, how: Literal["throttled", "raised"], counted: bool = True, count: int = 1
+    ) -> None:
         if not counted:
             return
         if how == "throttled":
-            self.throttled += 1
+            self.throttled += count
         else:
-            self.raised += 1
-        self._refusals.add(1, {"gptgate.budget.outcome": how})
+            self.raised += count
+        self._refusals.add(count, {"gptgate.budget.outcome": how})
 
     def _late(
         self, now: float, usd: float, counted: bool, at: float | None = None

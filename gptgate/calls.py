@@ -30,7 +30,7 @@ import httpx2
 from opentelemetry.trace import Span
 
 from .billed import BilledWork
-from .budget import BudgetGate, BudgetHold
+from .budget import BudgetGate, BudgetHold, Callers
 from .cached_guess import CachedGuess, prefix_of
 from .call_span_shared import SharedCallSpan
 from .choice_count import choice_count
@@ -920,15 +920,15 @@ class CallRunner:
         counted: bool = True,
         *,
         embedding: bool = False,
-        split: bool = False,
+        callers: Callers | None = None,
     ) -> BudgetHold | None:
         """``admit_budget`` for a try whose cost is estimated elsewhere (an SDK request;
-        ``embedding``, ``split``: as :meth:`BudgetGate.admit`'s)."""
+        ``embedding``, ``callers``: as :meth:`BudgetGate.admit`'s)."""
         if self.spending is None or self.ledger.price(backend.name) is None:
             return None
         return await self.spending.admit(
             usd, priority=priority, deadline=deadline, counted=counted,
-            embedding=embedding, split=split,
+            embedding=embedding, callers=callers,
         )
 
     async def admit_guarded(

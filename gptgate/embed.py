@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 from opentelemetry.trace import SpanContext
 
-from .budget import SPLIT_IF_REFUSED
+from .budget import CALLERS, Callers
 from .embed_batcher import Coalescer, EmbedCaps, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .guard import classify_exception
@@ -171,9 +171,9 @@ class Embedder:
 
         async def send(
             texts: list[str], deadline: float | None, links: Sequence[SpanContext],
-            merged: bool,
+            callers: Callers,
         ) -> list[Vector]:
-            return await self._send(names, model, texts, params, deadline, links, merged)
+            return await self._send(names, model, texts, params, deadline, links, callers)
 
         return Coalescer(
             send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
@@ -184,11 +184,12 @@ class Embedder:
 
     async def _send(
         self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any],
-        deadline: float | None, links: Sequence[SpanContext] = (), merged: bool = False,
+        deadline: float | None, links: Sequence[SpanContext] = (),
+        callers: Callers | None = None,
     ) -> list[Vector]:
         """One request's texts, retried (failing over) under the gateway's policy until the
-        latest deadline of its callers; ``merged``: they are several callers', each sent
-        alone if the dollar budget refuses them together."""
+        latest deadline of its callers; ``callers``: whom the dollar budget counts (several:
+        merged, each sent alone if the budget refuses them together)."""
         from .gateway import _ACCEPTED  # (gateway imports this module)
 
         gate = self._gate
@@ -204,7 +205,7 @@ class Embedder:
             if number > 1:
                 state.retries += 1
             try:
-                return await self._post(state, body, len(texts), deadline, links, merged)
+                return await self._post(state, body, len(texts), deadline, links, callers)
             except GateError as error:
                 if not isinstance(error, BadRequestError):
                     failed.add(state.name)
@@ -224,7 +225,7 @@ class Embedder:
 
     async def _post(
         self, state: BackendState, body: bytes, count: int, deadline: float | None,
-        links: Sequence[SpanContext] = (), merged: bool = False,
+        links: Sequence[SpanContext] = (), callers: Callers | None = None,
     ) -> list[Vector]:
         client = state.pool.client
         # in the backend's queue until the callers' deadline, as a chat call waits — not the
@@ -235,7 +236,7 @@ class Embedder:
         timeout = httpx2.Timeout(**(client.timeout.as_dict() | {"pool": queue_s}))
         request = client.build_request(
             "POST", embeddings_url(state), content=body, timeout=timeout,
-            extensions=_extensions(links, merged),
+            extensions=_extensions(links, callers),
         )
         transport = GuardTransport(self._gate, state, _PRIORITY)
         try:
@@ -258,14 +259,16 @@ class Embedder:
         return _vectors(content, count, state.name)
 
 
-def _extensions(links: Sequence[SpanContext], merged: bool) -> dict[str, object] | None:
-    """The request's callers' spans, and whether a refusal by the budget is theirs to count
-    (each is sent alone then: gptgate/embed_batcher.py)."""
+def _extensions(
+    links: Sequence[SpanContext], callers: Callers | None
+) -> dict[str, object] | None:
+    """The request's callers' spans, and the callers the budget counts (each once, in this
+    request or in those it is split into: gptgate/embed_batcher.py)."""
     extensions: dict[str, object] = {}
     if links:
         extensions[LINKS] = tuple(links)
-    if merged:
-        extensions[SPLIT_IF_REFUSED] = True
+    if callers is not None:
+        extensions[CALLERS] = callers
     return extensions or None
 
 

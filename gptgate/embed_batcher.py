@@ -21,6 +21,7 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext
 
+from .budget import Callers
 from .clock import Clock
 from .errors import (
     BadRequestError,
@@ -35,9 +36,10 @@ __all__ = ["Coalescer", "EmbedCaps", "Waiter"]
 
 Vector = list[float]
 #: (texts, the latest deadline of their callers (None: one has none), the callers' span
-#: contexts, whether the request merges several callers) → their vectors
+#: contexts, the callers the budget counts (several: merged, each sent alone if refused))
+#: → their vectors
 Send = Callable[
-    [list[str], float | None, Sequence[SpanContext], bool], Awaitable[list[Vector]]
+    [list[str], float | None, Sequence[SpanContext], Callers], Awaitable[list[Vector]]
 ]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 
@@ -213,12 +215,15 @@ class Coalescer:
         self.requests += 1
         self.inputs += len(batch)
 
-    async def _deliver(self, batch: list[_Entry]) -> None:
-        """One request; its vectors to each caller in it, or its error to each of them."""
+    async def _deliver(self, batch: list[_Entry], waited: bool = False) -> None:
+        """One request; its vectors to each caller in it, or its error to each of them.
+        ``waited``: its callers were counted throttled already (in the merged request it was
+        split from), so the budget does not count them again."""
         try:
             callers = _by_caller(batch)
+            counted = Callers(len(callers), split=len(callers) > 1, waited=waited)
             vectors = await self._send(
-                [e.text for e in batch], _latest(batch), _links(batch), len(callers) > 1
+                [e.text for e in batch], _latest(batch), _links(batch), counted
             )
         except GateError as error:
             if len(callers) > 1 and (_refuses_an_input(error) or _refuses_the_sum(error)):
@@ -231,7 +236,7 @@ class Coalescer:
                         if own[0].waiter.cancelled:
                             continue  # its caller has left
                         self._count(own)
-                        tg.start_soon(self._deliver, own)
+                        tg.start_soon(self._deliver, own, counted.waited)
                 return
             for entry in batch:
                 entry.waiter.fail(error)

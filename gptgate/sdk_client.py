@@ -22,7 +22,7 @@ import httpx2
 
 from .billed import BilledWork
 from .body_bound import body_bound
-from .budget import SPLIT_IF_REFUSED, BudgetHold
+from .budget import CALLERS, BudgetHold, Callers
 from .cached_guess import prefix_of
 from .choice_count import choice_count
 from .clock import from_real
@@ -844,10 +844,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         operation = operation_of(request.url.path)
         generative = operation in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
+        callers = request.extensions.get(CALLERS)  # gate.embed's (gptgate/embed.py)
         return await runner.admit_cost(
             state, price.most_cost(prompt, output), self._priority, deadline,
             embedding=operation == "embeddings",
-            split=bool(request.extensions.get(SPLIT_IF_REFUSED)),
+            callers=callers if isinstance(callers, Callers) else None,
         )
 
     async def _send(

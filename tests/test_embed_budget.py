@@ -10,7 +10,10 @@ Two things a user of both features met:
   sent alone each would have been admitted (with ``throttle``: paced through the hour);
 * the merged request's refusal was counted in ``budget_status().raised`` on top of each
   caller's (22 for 21 refused callers), and the refusal advised "lower max_tokens", which an
-  embedding request has none of.
+  embedding request has none of;
+* with ``throttle``, a merged request that waited counted one in ``budget_status().throttled``
+  for its N callers, and a caller split from it after a refusal was counted again when it
+  waited alone (5 for 4 callers).
 """
 
 from __future__ import annotations
@@ -97,3 +100,47 @@ def test_merged_callers_under_raise_get_what_the_budget_has_room_for() -> None:
     # each refused caller counted once: not the merged request they were split from too
     assert out["status"].raised == len(refused)
     assert out["status"].spent_usd <= 0.005 and out["status"].reserved_usd == 0.0
+
+
+async def _merged_callers_wait(timeout: float | None) -> dict[str, Any]:
+    clock = LoopClock()
+    # four callers' texts (~$0.0015 each) fit the $0.01 hour together, but not — nor one of
+    # them — beside the six an earlier call spent: their merged request waits for that spend
+    # to leave the hour
+    budget = gg.Budget(usd_per_hour=0.01, burst_s=3600)
+    gate, engine = _gate(clock, budget)
+    outcomes: list[object] = []
+    async with gate:
+        await gate.embed([f"earlier {i} " * 300 for i in range(6)])
+
+        async def one(i: int) -> None:
+            try:
+                outcomes.append(await gate.embed(f"passage {i} " * 300, timeout=timeout))
+            except gg.GateError as error:
+                outcomes.append(error)
+
+        async with anyio.create_task_group() as group:
+            for i in range(4):
+                group.start_soon(one, i)
+        return {"outcomes": outcomes, "status": gate.budget_status(),
+                "sent": engine.ledger.snapshot().requests}
+
+
+def test_a_merged_request_that_waits_counts_each_of_its_callers_throttled() -> None:
+    out = run_virtual(_merged_callers_wait, None)
+    assert all(isinstance(o, list) for o in out["outcomes"]), out["outcomes"][:1]
+    assert out["sent"] == 2  # the earlier call's request, then the four callers' merged one
+    # four callers waited in one merged request: four throttled, as four alone would be
+    assert out["status"].throttled == 4  # before: 1
+    assert out["status"].raised == 0
+
+
+def test_callers_split_from_a_merged_request_that_waited_are_not_counted_twice() -> None:
+    # room comes back in an hour, past the callers' 60 s deadline: the merged request waits,
+    # is refused, and each caller is sent alone, to wait and be refused again
+    out = run_virtual(_merged_callers_wait, 60.0)
+    refused = out["outcomes"]
+    assert len(refused) == 4 and out["sent"] == 1  # only the earlier call's
+    assert all(isinstance(o, gg.BudgetExceededError) for o in refused), refused[:1]
+    assert out["status"].throttled == 4  # before: 5 (the merged request, then each caller)
+    assert out["status"].raised == 4
