@@ -17,6 +17,10 @@ the body broke out at the last chunk without closing it) is closed as read to it
 the request goes on. On a wider limit the request takes a permit of its own, as before. Only
 a stream this task opened or last read and is not reading counts: a stream another task of
 the body reads (``asyncio.gather``) frees the seat by itself.
+
+A sync body's stream (``SyncGateway.guard``, gptgate/sync_http.py) is read on the loop by a
+pump only a few chunks ahead of its thread; the thread blocked on its next request takes none,
+so the stream counts as left unread by that thread while it is open (gptgate/sync_caller.py).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ def refused(request: httpx2.Request, backend: str, idle_s: float) -> httpx2.Resp
         f"unread, and that stream holds the guard's permit (the backend's limit is 1): this "
         f"request would wait for it until the idle timeout ({idle_s:g} s) while the body "
         f"cannot read it. Not sent: read or close the stream first (iterate it to its end, "
-        f"or `await stream.close()` / `async with`), or raise the backend's concurrency"
+        f"or close it: `stream.close()`, `with`, or their async forms), or raise the "
+        f"backend's concurrency"
     )
     return httpx2.Response(
         409,

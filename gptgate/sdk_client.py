@@ -232,8 +232,10 @@ class _Attempt:
         return self.tap is not None and self.tap.complete
 
     async def end_whole(self) -> None:
-        if self.open_body is not None:
-            await self.open_body.close()  # the caller's close: a whole answer, a success
+        # the caller's close: a whole answer, a success. A sync caller's pump still reading
+        # it reads on to its end (its end marker came): the request waits for that
+        if self.open_body is not None and not self.open_body.reading:
+            await self.open_body.close()
 
     # -- its body, as the watch tells it (gptgate/stream_watch.py) ---------------------------
 

@@ -33,6 +33,7 @@ import httpx2
 
 from .errors import GateError, GatewayClosedError, RequestTimeout
 from .stream_reads import PAST_DEADLINE
+from .sync_caller import SYNC_CALLER
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -155,6 +156,8 @@ class OpenBody(Generic[T]):
         self.dropped = False
         self._reader: weakref.ref[asyncio.Task[Any]] | None = None
         self._follow_reader()
+        #: the sync thread whose pump reads it (gptgate/sync_caller.py), None: async
+        self._caller = SYNC_CALLER.get()
         #: the cycle collector was asked once in this unread spell
         self._probed = False
         self._facade: weakref.ref[object] | None = None
@@ -258,8 +261,14 @@ class OpenBody(Generic[T]):
 
     def left_by_this_task(self) -> bool:
         """Open, not being read, and this task is the one that opened or last read it: while
-        this task waits on something else, nobody reads it (gptgate/guard_self_wait.py)."""
-        if self.done or self.reading or self._reader is None:
+        this task waits on something else, nobody reads it (gptgate/guard_self_wait.py).
+        A sync caller's stream: this task works for the thread whose pump reads it — the
+        pump reads only a few chunks ahead of that thread, blocked now on this request."""
+        if self.done:
+            return False
+        if self._caller is not None:
+            return SYNC_CALLER.get() == self._caller
+        if self.reading or self._reader is None:
             return False
         task = _task()
         return task is not None and self._reader() is task

@@ -29,6 +29,7 @@ import httpx2
 
 from .errors import GatewayClosedError
 from .guard import _GUARD_PERMIT, GuardedCall
+from .sync_caller import SYNC_CALLER
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
 __all__ = ["GUARDED_HERE", "PortalTransport"]
@@ -130,8 +131,9 @@ class _Exchange:
 
     async def run(
         self, transport: httpx2.AsyncBaseTransport, request: httpx2.Request,
-        guarded: GuardedCall | None,
+        guarded: GuardedCall | None, caller: int,
     ) -> None:
+        SYNC_CALLER.set(caller)  # the thread it reads for: a self-wait is that thread's
         if guarded is not None:
             _GUARD_PERMIT.set(guarded)  # this task's own context: one call, one permit
         try:
@@ -194,7 +196,9 @@ class PortalTransport(httpx2.BaseTransport):
         transport = self._transport()
         request.read()  # a sync body is read here, in the caller's thread
         exchange = _Exchange()
-        task = spawn_on(loop, exchange.run, transport, request, GUARDED_HERE.get())
+        task = spawn_on(
+            loop, exchange.run, transport, request, GUARDED_HERE.get(), threading.get_ident()
+        )
         try:
             head = exchange.head.result()
         except BaseException:
