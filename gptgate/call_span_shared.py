@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
+from .call_outcome import ended_call
 from .errors import GateError
 
 if TYPE_CHECKING:
@@ -52,16 +53,9 @@ def shared_call_span(runner: CallRunner, spec: CallSpec) -> Iterator[SharedCallS
     """The call's span, current while the block runs its runs, ended once with the outcome
     (a ``GateError`` out of the block, or the gateway's shutdown, fails it)."""
     shared = runner.open_call_span(spec)
-    failure: GateError | None = None
-    try:
-        with runner.telemetry.use_call(shared.span):
-            yield shared
-    except GateError as error:
-        failure = error
-        raise
-    except BaseException as exc:
-        if not isinstance(exc, Exception):  # cancelled: by the shutdown, it failed
-            failure = runner.shutdown_error()
-        raise
-    finally:
+
+    def end(failure: GateError | None) -> None:
         runner.telemetry.end_call(shared.span, error=failure, cost_usd=shared.cost_usd)
+
+    with ended_call(runner.shutdown_error, end), runner.telemetry.use_call(shared.span):
+        yield shared

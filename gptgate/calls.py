@@ -32,6 +32,7 @@ from opentelemetry.trace import Span
 from .billed import BilledWork
 from .budget import BudgetGate, BudgetHold, Callers
 from .cached_guess import CachedGuess, prefix_of
+from .call_outcome import ended_call
 from .call_span_shared import SharedCallSpan
 from .choice_count import choice_count
 from .clock import Clock
@@ -711,36 +712,38 @@ class CallRunner:
             return state.result
 
         shared = spec.shared_span
-        span = (
-            self._start_call(spec, state) if shared is None
-            else shared.adopt(state, spec.tier_attributes)
-        )
-        failure: GateError | None = None
-        try:
-            with self.telemetry.use_call(span):
-                return await self.retry.run(
-                    attempt,
-                    deadline=spec.deadline,
-                    budget=self.budget,
-                    max_attempts=spec.max_attempts,
-                    on_retry=lambda exc, wait: self._on_retry(state, exc),
-                    failover=lambda error: self.is_failover(spec.route, error),
-                    refusals=Refusals(self.clock, spec.deadline, spec.stall_s),
-                )
-        except GateError as error:
-            failure = error
-            self.record_failed_call(error)
-            settle_inner(error)  # retried and counted here: not again by a guard around it
-            raise
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled: by the shutdown, it failed
-                failure = self.shutdown_error()
-            raise
-        finally:
-            if shared is None:
-                self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
-            else:  # its opener ends it, with the whole call's outcome
-                shared.ran(state)
+        if shared is None:
+            span = self._start_call(spec, state)
+        else:  # its opener ends it, with the whole call's outcome
+            span = shared.adopt(state, spec.tier_attributes)
+        with ended_call(
+            self.shutdown_error,
+            lambda failure: self._end_call(span, state, failure, shared),
+            self._failed_call,
+        ), self.telemetry.use_call(span):
+            return await self.retry.run(
+                attempt,
+                deadline=spec.deadline,
+                budget=self.budget,
+                max_attempts=spec.max_attempts,
+                on_retry=lambda exc, wait: self._on_retry(state, exc),
+                failover=lambda error: self.is_failover(spec.route, error),
+                refusals=Refusals(self.clock, spec.deadline, spec.stall_s),
+            )
+
+    def _end_call(
+        self, span: Span, state: CallState, failure: GateError | None,
+        shared: SharedCallSpan | None = None,
+    ) -> None:
+        """A run ends its call span, or tells the span its runs share what it cost."""
+        if shared is None:
+            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+        else:
+            shared.ran(state)
+
+    def _failed_call(self, error: GateError) -> None:
+        self.record_failed_call(error)
+        settle_inner(error)  # retried and counted here: not again by a guard around it
 
     def open_call_span(self, spec: CallSpec) -> SharedCallSpan:
         """A call span for several runs of one call (tier escalation)."""
@@ -778,22 +781,14 @@ class CallRunner:
         path (completion, error, cancellation, the caller leaving). It is never made current:
         this generator's context would leak to the caller between yields."""
         span = self._start_call(spec, state)
-        failure: GateError | None = None
-        try:
+        with ended_call(
+            self.shutdown_error, lambda failure: self._end_call(span, state, failure),
+            settle_inner,  # retried and counted here: not again by a guard around it
+        ):
             async with aclosing(self._stream_attempts(spec, state)) as deltas:
                 async for delta in deltas:
                     if delta:  # not the "" of an answer begun without text (stream_start.py)
                         yield delta
-        except GateError as error:
-            failure = error
-            settle_inner(error)  # retried and counted here: not again by a guard around it
-            raise
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled or closed: by the shutdown, failed
-                failure = self.shutdown_error()
-            raise
-        finally:
-            self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
 
     async def _stream_attempts(
         self, spec: CallSpec, state: CallState
