@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import httpx2
 
-from .guard import REFUSED_HEADER
 from .guard_seat import Seat
 from .limits import Limiter
+from .local_refusal import local_refusal
 
 __all__ = ["refused", "unblocked"]
 
@@ -59,9 +59,6 @@ def refused(request: httpx2.Request, backend: str, idle_s: float) -> httpx2.Resp
         f"or close it: `stream.close()`, `with`, or their async forms), or raise the "
         f"backend's concurrency"
     )
-    return httpx2.Response(
-        409,
-        headers={"x-should-retry": "false", REFUSED_HEADER: "self-wait"},
-        json={"error": {"message": message, "type": "gptgate_guard_self_wait"}},
-        request=request,
+    return local_refusal(
+        request, 409, refused="self-wait", kind="gptgate_guard_self_wait", message=message
     )

@@ -12,13 +12,12 @@ false``), saying when the backend is probed again (``retry-after``).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import httpx2
 
 from .errors import BackendError
-from .guard import REFUSED_HEADER
+from .local_refusal import local_refusal
 from .routing import BackendState, RouteRequest
 
 if TYPE_CHECKING:
@@ -44,16 +43,12 @@ async def through_circuit(
 def _circuit_open(
     request: httpx2.Request, backend: str, retry_after: float | None
 ) -> httpx2.Response:
-    headers = {"x-should-retry": "false", REFUSED_HEADER: "circuit-open"}
-    if retry_after is not None:
-        headers["retry-after"] = str(math.ceil(retry_after))
     message = (
         f"gptgate: backend {backend!r} failed repeatedly and its circuit is open; the request "
         f"was not sent"
         + (f" (probed again in {retry_after:.1f} s)" if retry_after is not None else "")
     )
-    return httpx2.Response(
-        503, headers=headers,
-        json={"error": {"message": message, "type": "gptgate_circuit_open"}},
-        request=request,
+    return local_refusal(
+        request, 503, refused="circuit-open", kind="gptgate_circuit_open", message=message,
+        retry_after=retry_after,
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,6 @@ from .errors import (
 from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
-    REFUSED_HEADER,
     GuardedCall,
     GuardedGateway,
     WireEnd,
@@ -49,6 +47,7 @@ from .guard_self_wait import refused as self_wait_refused
 from .guard_self_wait import unblocked
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
+from .local_refusal import local_refusal
 from .observe import ResponseTap
 from .outcomes import count_failure, report_failure
 from .pause_wait import pause_past
@@ -598,14 +597,9 @@ def _over_budget(
 ) -> httpx2.Response:
     """The answer to an SDK request the dollar budget has no room for: a 429 that tells the
     SDK not to retry and says why (spend, budget, when room frees up), nothing sent."""
-    headers = {"x-should-retry": "false", REFUSED_HEADER: "dollar-budget"}
-    if error.retry_after is not None:
-        headers["retry-after"] = str(math.ceil(error.retry_after))
-    return httpx2.Response(
-        429,
-        headers=headers,
-        json={"error": {"message": f"gptgate: {error.message}", "type": "gptgate_budget_exceeded"}},
-        request=request,
+    return local_refusal(
+        request, 429, refused="dollar-budget", kind="gptgate_budget_exceeded",
+        message=f"gptgate: {error.message}", retry_after=error.retry_after,
         # gptgate's own callers on this path (gate.embed) raise the typed error itself
         extensions={REFUSAL_EXTENSION: error},
     )
@@ -655,14 +649,9 @@ def _paused(
             f"gptgate: backend {backend!r} is rate-limited (a 429's retry-after) for "
             f"{left:.1f} s more, past this request's timeout; the request was not sent"
         )
-    return httpx2.Response(
-        429,
-        headers={
-            "x-should-retry": "false", REFUSED_HEADER: "paused",
-            "retry-after": str(math.ceil(left)),
-        },
-        json={"error": {"message": message, "type": "gptgate_rate_limit_paused"}},
-        request=request,
+    return local_refusal(
+        request, 429, refused="paused", kind="gptgate_rate_limit_paused", message=message,
+        retry_after=left,
     )
 
 def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
@@ -672,11 +661,9 @@ def _refused(request: httpx2.Request, backend: str) -> httpx2.Response:
         f"gptgate: the retry budget is spent, so the SDK's retry was not sent to backend "
         f"{backend!r} (set max_retries=0 on the SDK client and let the gateway retry)"
     )
-    return httpx2.Response(
-        503,
-        headers={"x-should-retry": "false", REFUSED_HEADER: "retry-budget"},
-        json={"error": {"message": message, "type": "gptgate_retry_budget_spent"}},
-        request=request,
+    return local_refusal(
+        request, 503, refused="retry-budget", kind="gptgate_retry_budget_spent",
+        message=message,
     )
 
 
