@@ -84,13 +84,15 @@ async def learn_short_lived(
 
 
 def assert_gate_against_plain(
-    draw: int, concurrency: int, *, hits: float, time: float, repeats: int = 1
+    draw: int, concurrency: int, *, hits: float, time: float, repeats: int = 1,
+    seeds: list[int] | None = None,
 ) -> None:
     """Family draw ``draw``'s cache job (400 calls over 4 prefixes) through gptgate and the
     plain client at ``concurrency``: none failed, the gate's hit rate at most ``hits`` under
     the plain client's and its time at most ``time`` times the plain client's — pooled over
     ``repeats`` engine seeds ``draw + 10,000 × k``, as benchmarks/family.py's judge pools its
-    ``--cache-repeats`` (one seed's time is mostly which long answer starts last)."""
+    ``--cache-repeats`` (one seed's time is mostly which long answer starts last); or over
+    the engine ``seeds`` given."""
     benchmarks = str(Path(__file__).resolve().parent.parent / "benchmarks")
     if benchmarks not in sys.path:
         sys.path.insert(0, benchmarks)
@@ -100,7 +102,8 @@ def assert_gate_against_plain(
 
     server = family(draw)
     items = job(4, 400, draw)
-    seeds = [draw + 10_000 * k for k in range(repeats)]
+    if seeds is None:
+        seeds = [draw + 10_000 * k for k in range(repeats)]
     plain_runs: list[Run] = []
     gate_runs: list[Run] = []
     for seed in seeds:
