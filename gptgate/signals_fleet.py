@@ -75,7 +75,7 @@ class SignalShare:
         try:
             record = json.loads(raw)
             load = ServerLoad(**record["load"])
-            age = max(0.0, self.client.wall() - float(record["wall"]))
+            age = max(0.0, self.client.fleet_time() - float(record["wall"]))
         except (ValueError, TypeError, KeyError):
             return "follow", None
         return "follow", (load, age / self.client.clock.to_real(1.0))
@@ -84,6 +84,6 @@ class SignalShare:
         """The holder's good read, for the fleet."""
         if self.client.state != "up":
             return
-        record = json.dumps({"load": asdict(load), "wall": self.client.wall()})
+        record = json.dumps({"load": asdict(load), "wall": self.client.fleet_time()})
         with contextlib.suppress(_RedisDown):
             await self.client._op("SIGNALS_PUT", self._keys[1:], [record, self._keep_ms])
