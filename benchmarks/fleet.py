@@ -33,6 +33,10 @@ SIGKILLed ``--kill-after-s`` into the run — the survivors must lose no call, t
 permits must be back within ``lease_s`` (read from Redis), and another worker must lead within
 ``lease_s``. ``--restart-redis``: the ``shared= auto`` row with redis-server stopped (SIGKILL)
 and restarted empty mid-run, down ``--redis-down-s``: no call may fail.
+``--skew-s S``: only the ``shared= fixed N`` rows, with worker 0's wall clock S seconds ahead
+(a host with its clock off): ``peak`` must stay within N — the fleet's leases are judged on
+Redis's clock; on a release that judged them on each process's own, worker 0 swept the
+others' live permits and the fleet passed its limit.
 
 ``FLEET_TRACE=1`` prints each leader's limit trace, as (real seconds since the job started,
 limit), and its event counts (stderr) as it closes; also each attempt timeout (its bound
@@ -41,7 +45,7 @@ against the learned p99), each worker's retries and timeouts, and each row's ser
 
     python benchmarks/fleet.py [--workers 4,8] [--calls 1200] [--levels 8,16,32,48]
                                [--servers cap,rate,cache] [--time-scale 20]
-                               [--kill] [--restart-redis] [--repeat 3]
+                               [--kill] [--restart-redis] [--repeat 3] [--skew-s 3600]
 
 The yardstick is the best fixed limit that failed no call: one above a hard cap fails half
 the job with 503s, and its successes per second of the shorter run can top the others'.
@@ -151,16 +155,16 @@ def _items(job: str, index: int, calls: int, seed: int) -> list[dict[str, Any]]:
 def _worker(
     base_url: str, shared_url: str | None, namespace: str, concurrency: int | str, calls: int,
     index: int, start_at: float, out: Any, op_budget_s: float, job: str, seed: int,
-    time_scale: float,
+    time_scale: float, wall_offset_s: float = 0.0,
 ) -> None:
     asyncio.run(_work(base_url, shared_url, namespace, concurrency, calls, index, start_at, out,
-                      op_budget_s, job, seed, time_scale))
+                      op_budget_s, job, seed, time_scale, wall_offset_s))
 
 
 async def _work(
     base_url: str, shared_url: str | None, namespace: str, concurrency: int | str, calls: int,
     index: int, start_at: float, out: Any, op_budget_s: float, job: str, seed: int,
-    time_scale: float,
+    time_scale: float, wall_offset_s: float = 0.0,
 ) -> None:
     backend = gg.Backend(name="sim", base_url=base_url, model="m", concurrency=concurrency,
                          timeout=120.0, max_concurrency=128)
@@ -172,7 +176,10 @@ async def _work(
     # the server's clock: its latencies, retry-afters and x-ratelimit reset times are in its
     # (scaled) seconds, so the gateway's timeouts, pacing and limits must run on them too
     clock = ScaledClock(time_scale)
-    async with gg.Gateway([backend], shared=shared, seed=index, clock=clock) as gate:
+    gate = gg.Gateway([backend], shared=shared, seed=index, clock=clock)
+    if wall_offset_s:  # this process's wall clock runs ahead (--skew-s)
+        gate._fleet_options = {"wall": lambda: time.time() + wall_offset_s}
+    async with gate:
         fleet = gate._fleet
         out.put(("hello", index, fleet.worker_id if fleet is not None else None))
         await asyncio.sleep(max(0.0, start_at - time.time()))
@@ -307,7 +314,7 @@ def _commandstats(url: str) -> tuple[int, int]:
 
 def _run(
     args: argparse.Namespace, server_name: str, workers: int, concurrency: int | str,
-    redis: RedisServer | None, kill: bool = False, restart: bool = False,
+    redis: RedisServer | None, kill: bool = False, restart: bool = False, skew_s: float = 0.0,
 ) -> tuple[Row, str]:
     """One row on a fresh server; ``kill``: SIGKILL worker 0 mid-run; ``restart``: stop
     redis-server mid-run and start it again, empty, ``--redis-down-s`` later."""
@@ -324,7 +331,8 @@ def _run(
             context.Process(target=_worker, args=(server.base_url, shared_url, namespace,
                                                    concurrency, args.calls // workers, i,
                                                    start_at, out, args.op_budget_s, job,
-                                                   args.seed, args.time_scale))
+                                                   args.seed, args.time_scale,
+                                                   skew_s if i == 0 else 0.0))
             for i in range(workers)
         ]
         for p in processes:
@@ -537,6 +545,8 @@ def main() -> int:
     parser.add_argument("--kill-after-s", type=float, default=1.0)
     parser.add_argument("--redis-down-s", type=float, default=1.0)
     parser.add_argument("--op-budget-s", type=float, default=OP_BUDGET_S)
+    parser.add_argument("--skew-s", type=float, default=0.0,
+                        help="only the fixed rows, worker 0's wall clock this far ahead")
     args = parser.parse_args()
 
     print("$ python benchmarks/fleet.py " + " ".join(sys.argv[1:]))
@@ -549,6 +559,19 @@ def main() -> int:
             for workers in (int(w) for w in args.workers.split(",")):
                 print(f"\n{server} ({profile} {overrides or ''}, {job} job), {workers} worker "
                       f"processes, {args.calls} calls, time scale {args.time_scale}")
+                if args.skew_s:
+                    for k in range(args.repeat):
+                        seeded = copy.copy(args)
+                        seeded.seed = args.seed + k
+                        for level in levels:
+                            row, _ = _run(seeded, server, workers, level, redis,
+                                          skew_s=args.skew_s)
+                            print(f"--skew-s {args.skew_s:g} (worker 0 ahead), seed "
+                                  f"{seeded.seed}, {row.name}: peak {row.peak}/{level} "
+                                  f"[{'holds' if row.peak <= level else 'PASSED'}], goodput "
+                                  f"{row.goodput:.1f}/s, failed {row.failed}, outages "
+                                  f"{row.outages}")
+                    continue
                 rounds = []
                 for k in range(args.repeat):
                     seeded = copy.copy(args)

@@ -480,7 +480,7 @@ class Gateway:
         self._fleet: FleetClient | None = None
         #: closing: when the backends have noticed the requests it hung up on
         self._noticed_by = -math.inf
-        #: FleetClient keyword arguments (tests inject a wall clock, poll and probe periods)
+        #: FleetClient keyword arguments (tests inject a fleet clock, poll and probe periods)
         self._fleet_options: dict[str, Any] = {}
         #: ``gate.embed`` (gptgate/embed.py); a SyncGateway's embed calls the same verb
         self._embedder = Embedder(self)

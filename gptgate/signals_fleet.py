@@ -2,7 +2,9 @@
 
 Without this, 64 worker processes each scraped one server every interval. Now a lease per
 backend (a Redis key naming its holder, for two intervals) picks the reader; it publishes
-each good read with its fleet wall time, and the others take that instead of reading. A
+each good read dated on the fleet's clock (Redis's, ``FleetClient.fleet_time``: a holder
+whose own clock is off does not make its read look fresh or stale), and the others take that
+instead of reading. A
 holder that dies lets its lease lapse and the next process to look takes over. Redis away:
 each process reads for itself, as without ``shared=``.
 """
@@ -56,8 +58,8 @@ class SignalShare:
 
     async def turn(self) -> tuple[Literal["read", "follow"], tuple[ServerLoad, float] | None]:
         """``("read", None)``: this process reads (it holds the lease, or Redis is away);
-        ``("follow", (load, age_s))``: the holder's last read, ``age_s`` of the fleet's wall
-        time old (None: it has published nothing yet)."""
+        ``("follow", (load, age_s))``: the holder's last read, ``age_s`` old on the
+        fleet's clock (None: it has published nothing yet)."""
         if self.client.state != "up":
             return "read", None
         self._register()
@@ -75,7 +77,7 @@ class SignalShare:
         try:
             record = json.loads(raw)
             load = ServerLoad(**record["load"])
-            age = max(0.0, self.client.wall() - float(record["wall"]))
+            age = max(0.0, self.client.fleet_time() - float(record["wall"]))
         except (ValueError, TypeError, KeyError):
             return "follow", None
         return "follow", (load, age / self.client.clock.to_real(1.0))
@@ -84,6 +86,6 @@ class SignalShare:
         """The holder's good read, for the fleet."""
         if self.client.state != "up":
             return
-        record = json.dumps({"load": asdict(load), "wall": self.client.wall()})
+        record = json.dumps({"load": asdict(load), "wall": self.client.fleet_time()})
         with contextlib.suppress(_RedisDown):
             await self.client._op("SIGNALS_PUT", self._keys[1:], [record, self._keep_ms])

@@ -24,8 +24,9 @@ BASE_URL = "http://127.0.0.1:9/v1"
 
 
 class Wall:
-    """An injected wall clock (the fleet's: lease expiries, the leader's lease), moved by
-    hand."""
+    """An injected clock moved by hand: as ``fleet_clock=``, the one the scripts judge leases,
+    leads and budgets by (Redis's otherwise); as ``wall=``, a process's own wall clock, which
+    judges nothing (tests/test_shared_redis_clock.py)."""
 
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
@@ -45,6 +46,7 @@ async def fleet_client(
     ns: str,
     *,
     wall: Callable[[], float] = time.time,
+    fleet_clock: Callable[[], float] | None = None,
     lease_s: float = 5.0,
     op_budget_s: float = 1.0,
     probe_s: float | None = None,
@@ -55,10 +57,12 @@ async def fleet_client(
 ) -> AsyncIterator[FleetClient]:
     """A started client; ``autos``: one ``concurrency="auto"`` backend ("b"), led with the
     first of these limits (and the others after it, for each take-over; or ``factory``'s, a
-    fresh limit starting at the limit it is given)."""
+    fresh limit starting at the limit it is given). ``fleet_clock``: the scripts' clock, for
+    a test that moves leases by hand; ``wall``: the process's own."""
     shared = gg.Shared(url, namespace=ns, lease_s=lease_s, op_budget_s=op_budget_s)
     client = FleetClient(
-        shared, clock=SystemClock(), wall=wall, poll_s=poll_s, probe_s=probe_s, lead_s=lead_s
+        shared, clock=SystemClock(), wall=wall, fleet_clock=fleet_clock, poll_s=poll_s,
+        probe_s=probe_s, lead_s=lead_s,
     )
     if autos:
         limits = iter(autos[1:])

@@ -4,13 +4,15 @@ release's tree (``PYTHONPATH``): a rolling deploy's old and new processes on one
 
 argv: redis url, namespace, backend base url, concurrency, calls, message prefix. Prints
 ``ready`` once its gateway is open, waits for a line on stdin, makes the calls at once, prints
-``done``, closes."""
+``done``, closes. ``FLEET_WALL_OFFSET_S``: this process's wall clock runs that far ahead (a
+host with its clock off)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+import time
 
 import gptgate as gg
 
@@ -23,7 +25,11 @@ async def main() -> None:
     )
     lease_s = float(os.environ.get("FLEET_LEASE_S", "5"))
     shared = gg.Shared(url, namespace=ns, lease_s=lease_s)
-    async with gg.Gateway([backend], shared=shared, seed=1) as gate:
+    gate = gg.Gateway([backend], shared=shared, seed=1)
+    offset = float(os.environ.get("FLEET_WALL_OFFSET_S", "0"))
+    if offset:
+        gate._fleet_options = {"wall": lambda: time.time() + offset}
+    async with gate:
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         await asyncio.gather(

@@ -117,7 +117,7 @@ def test_a_call_granted_under_an_older_cap_is_left_out_whenever_it_was_granted()
 
 async def test_one_leader_then_hand_over_when_it_closes(redis_url: str) -> None:
     ns, wall = namespace(), Wall()
-    lead = functools.partial(fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS)
+    lead = functools.partial(fleet_client, redis_url, ns, fleet_clock=wall, lead_s=NO_ROUNDS)
     async with lead(autos=[FixedLimit(6)]) as b:
         async with lead(autos=[FixedLimit(5)]) as a:
             await a._lead()
@@ -138,7 +138,7 @@ async def test_hand_over_when_the_leaders_lease_lapses_warm_from_its_state(
 ) -> None:
     ns, wall = namespace(), Wall()
     lead = functools.partial(
-        fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS, lease_s=5.0
+        fleet_client, redis_url, ns, fleet_clock=wall, lead_s=NO_ROUNDS, lease_s=5.0
     )
     learned = LLMLimit(initial=4)
     learned.restore(
@@ -182,7 +182,7 @@ async def test_a_follower_that_takes_the_lead_with_no_state_kept_starts_near_the
         return FixedLimit(limit)
 
     lead = functools.partial(
-        fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS, lease_s=5.0
+        fleet_client, redis_url, ns, fleet_clock=wall, lead_s=NO_ROUNDS, lease_s=5.0
     )
     async with (
         lead(autos=[FixedLimit(11)]) as old,
@@ -211,7 +211,7 @@ async def test_the_fleets_first_limit_starts_at_initial_times_the_live_workers(
         return LLMLimit(initial=limit, max_limit=64)
 
     lead = functools.partial(
-        fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS, factory=fresh
+        fleet_client, redis_url, ns, fleet_clock=wall, lead_s=NO_ROUNDS, factory=fresh
     )
     async with lead(autos=[LLMLimit(initial=4, max_limit=64)]) as first:
         await first._lead()
@@ -231,7 +231,7 @@ async def test_the_fleets_first_limit_starts_at_initial_times_the_live_workers(
                 assert made == [8] and auto(first).fleet_limit == 8
     # a fixed limit does not slow-start: it is never scaled
     lead = functools.partial(
-        fleet_client, redis_url, namespace(), wall=wall, lead_s=NO_ROUNDS, factory=fresh
+        fleet_client, redis_url, namespace(), fleet_clock=wall, lead_s=NO_ROUNDS, factory=fresh
     )
     async with lead(autos=[FixedLimit(4)]) as alone, lead(autos=[FixedLimit(4)]):
         await alone._renew()
@@ -314,7 +314,7 @@ async def test_a_call_granted_before_the_publish_ran_is_stale_though_dated_after
     under the new limit."""
     ns, wall = namespace(), Wall()
     recorded = RecordingLimit(6)
-    lead = functools.partial(fleet_client, redis_url, ns, wall=wall, lead_s=NO_ROUNDS)
+    lead = functools.partial(fleet_client, redis_url, ns, fleet_clock=wall, lead_s=NO_ROUNDS)
     async with lead(autos=[recorded]) as b, lead(autos=[FixedLimit(6)]) as a:
         await b._lead()
         await a._lead()
@@ -352,7 +352,7 @@ async def test_outage_local_share_of_the_fleet_limit_then_rejoin_each_permit_onc
 ) -> None:
     ns, wall = namespace(), Wall()
     lead = functools.partial(
-        fleet_client, own_redis.url, ns, wall=wall, lead_s=NO_ROUNDS, op_budget_s=0.05,
+        fleet_client, own_redis.url, ns, fleet_clock=wall, lead_s=NO_ROUNDS, op_budget_s=0.05,
         probe_s=0.01,
     )
     async with (

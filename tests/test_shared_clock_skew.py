@@ -1,9 +1,9 @@
-"""Clock skew between the processes of a fleet. Leases expire on each process's own wall
-clock (a lease stays at least ``lease_s`` × 2/3 ahead of its holder's clock: renewed every
-``lease_s / 3``), so a process whose clock runs ahead of another's by more than that sweeps
-the other's live permits as expired, and the fleet's limit is passed — silently, before.
-Clocks within ``lease_s / 3`` of Redis's keep it; a process beyond that now warns, naming its
-skew, once."""
+"""Clock skew between the processes of a fleet. Leases once expired on each process's own
+wall clock, so a process ahead of another by more than ``lease_s`` × 2/3 swept the other's
+live permits — silently at first, then with a warning. They are judged on Redis's clock now
+(tests/test_shared_redis_clock.py); each renewal still measures the process's skew from
+Redis's ``TIME`` and warns once beyond ``lease_s / 3``, the bound an earlier release's
+processes in a rolling deploy still need."""
 
 from __future__ import annotations
 

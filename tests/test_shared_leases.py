@@ -35,11 +35,11 @@ async def test_acquire_up_to_the_limit_then_wait_for_a_release(redis_url: str) -
 
 async def test_a_dead_holders_permits_return_after_lease_s(redis_url: str) -> None:
     ns, wall = namespace(), Wall()
-    async with fleet_client(redis_url, ns, wall=wall, lease_s=5.0) as dead:
+    async with fleet_client(redis_url, ns, fleet_clock=wall, lease_s=5.0) as dead:
         for _ in range(2):
             await admission(dead, 2).enter(None)
         dead._admissions.clear()  # it "dies": it neither renews nor releases
-    async with fleet_client(redis_url, ns, wall=wall, lease_s=5.0) as alive:
+    async with fleet_client(redis_url, ns, fleet_clock=wall, lease_s=5.0) as alive:
         at = admission(alive, 2)
         wall.now += 4.9
         assert not await at._try(alive.new_lease())
@@ -51,13 +51,13 @@ async def test_a_dead_holders_permits_return_after_lease_s(redis_url: str) -> No
 
 async def test_held_leases_are_renewed(redis_url: str) -> None:
     ns, wall = namespace(), Wall()
-    async with fleet_client(redis_url, ns, wall=wall, lease_s=5.0) as holder:
+    async with fleet_client(redis_url, ns, fleet_clock=wall, lease_s=5.0) as holder:
         at = admission(holder, 2)
         await at.enter(None)
         await at.enter(None)
         wall.now += 4.0
         await holder._renew()  # what its background task does every lease_s / 3
-        async with fleet_client(redis_url, ns, wall=wall, lease_s=5.0) as other:
+        async with fleet_client(redis_url, ns, fleet_clock=wall, lease_s=5.0) as other:
             wall.now += 3.0  # 7 s after the grant, 3 s after the renewal
             assert not await admission(other, 2)._try(other.new_lease())
             assert other.live_workers == 2
@@ -161,7 +161,7 @@ async def test_permits_of_a_process_killed_with_sigkill_come_back(redis_url: str
     assert child.returncode == -signal.SIGKILL
     killed_at = time.time()
     wall = Wall(killed_at)
-    async with fleet_client(redis_url, ns, wall=wall, lease_s=lease_s) as alive:
+    async with fleet_client(redis_url, ns, fleet_clock=wall, lease_s=lease_s) as alive:
         at = admission(alive, 2)
         assert not await at._try(alive.new_lease())  # still counted: the child held both
         wall.now = killed_at + lease_s + 0.01  # within lease_s of its death, they are back

@@ -1,10 +1,12 @@
-"""A rolling deploy: processes of the release before the fleet's script changes (8304dcb:
-acquire without the "lost" flag, renewal without Redis's TIME, the limit key kept alive by
-every acquire) and of this tree, as real OS processes on one namespace, one redis-server and
-one loopback backend. The fleet's limit holds across both, neither crashes on the other's
-keys, and a 429's pause seen by either holds the other (docs/fleet.md, "Upgrading a fleet").
-Each process runs its own scripts by their SHA, and the keys' types and values are the same
-in both releases: nothing to refuse. Skipped where the old release is not in git."""
+"""A rolling deploy: processes of an earlier release and of this tree, as real OS processes
+on one namespace, one redis-server and one loopback backend. Two earlier releases: 8304dcb
+(before the fleet's script changes: acquire without the "lost" flag, renewal without Redis's
+TIME, the limit key kept alive by every acquire) and 54ef0d3 (the release before leases moved
+to Redis's clock: it still sweeps by its own wall clock). The fleet's limit holds across both,
+neither crashes on the other's keys, and a 429's pause seen by either holds the other
+(docs/fleet.md, "Upgrading a fleet"). Each process runs its own scripts by their SHA, and the
+keys' types and values are the same in every release: nothing to refuse. Skipped where the
+old release is not in git."""
 
 from __future__ import annotations
 
@@ -22,30 +24,32 @@ import redis
 from tests.countserver import count_server
 from tests.fleettools import namespace
 
-OLD = "8304dcb"
+#: earlier releases run against this tree
+OLD = ("8304dcb", "54ef0d3")
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = str(Path(__file__).with_name("fleetworker.py"))
 LIMIT = 3
 
 
-@pytest.fixture(scope="module")
-def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("old")
+@pytest.fixture(scope="module", params=OLD)
+def old_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    release = request.param
+    where = tmp_path_factory.mktemp(f"old{release}")
     archive = where / "old.tar"
     done = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "-o", str(archive), OLD, "gptgate"],
+        ["git", "-C", str(ROOT), "archive", "-o", str(archive), release, "gptgate"],
         capture_output=True, check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"release {OLD} not in this checkout's git")
+        pytest.skip(f"release {release} not in this checkout's git")
     with tarfile.open(archive) as tar:
         tar.extractall(where, filter="data")
     return where
 
 
 class Worker:
-    def __init__(self, tree: Path, args: list[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+    def __init__(self, tree: Path, args: list[str], *, wall_offset_s: float = 0.0) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree), "FLEET_WALL_OFFSET_S": str(wall_offset_s)}
         self.proc = subprocess.Popen(
             [sys.executable, WORKER, *args], env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -90,6 +94,27 @@ def test_old_and_new_processes_keep_one_fleet_limit(
     assert not any("Traceback" in err or "ERROR" in err for err in errors), errors
 
 
+def test_new_processes_an_hour_ahead_keep_the_limit_beside_old_ones(
+    redis_url: str, old_tree: Path, workers: list[Worker]
+) -> None:
+    """This release judges its leases on Redis's clock: its processes' clocks may be off,
+    and the old release's processes (which sweep by their own clocks) still find the new
+    leases' expiries on Redis's clock, which theirs agree with. Before, a new process an hour
+    ahead swept the old ones' permits as expired (tests/test_shared_redis_clock.py)."""
+    ns = namespace()
+    with count_server(delay_s=0.03) as (base_url, counts):
+        args = [redis_url, ns, base_url, str(LIMIT), "15", "hi"]
+        for tree, offset in ((old_tree, 0.0), (ROOT, 3600.0), (old_tree, 0.0), (ROOT, 3600.0)):
+            workers.append(Worker(tree, args, wall_offset_s=offset))
+        for worker in workers:
+            worker.go()
+        for worker in workers:
+            worker.finish()
+    assert len(counts.arrivals) == 60
+    assert counts.most <= LIMIT, counts.most
+
+
+@pytest.mark.parametrize("old_tree", OLD[-1:], indirect=True)  # (the pause is the same in both)
 @pytest.mark.parametrize("tripper", ["old", "new"])
 def test_a_pause_seen_by_one_release_holds_the_other(
     redis_url: str, old_tree: Path, workers: list[Worker], tripper: str

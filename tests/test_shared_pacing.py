@@ -61,8 +61,8 @@ async def two_processes(
 ) -> AsyncIterator[tuple[FleetClient, FleetClient]]:
     ns = namespace()
     async with (
-        fleet_client(url, ns, wall=wall, **options) as a,
-        fleet_client(url, ns, wall=wall, **options) as b,
+        fleet_client(url, ns, fleet_clock=wall, **options) as a,
+        fleet_client(url, ns, fleet_clock=wall, **options) as b,
     ):
         yield a, b
 
@@ -287,7 +287,7 @@ async def test_a_redis_restarted_empty_gets_the_budget_back_from_the_kept_report
     own_redis: RedisServer,
 ) -> None:
     wall = Wall()
-    async with fleet_client(own_redis.url, namespace(), wall=wall, op_budget_s=0.2,
+    async with fleet_client(own_redis.url, namespace(), fleet_clock=wall, op_budget_s=0.2,
                             probe_s=0.02) as client:
         p = pacer(client)
         p.observe(0.0, BUDGET, None)

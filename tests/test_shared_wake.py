@@ -308,7 +308,7 @@ async def test_a_permit_reserved_for_a_waiter_that_died_is_free_after_reserve_ms
     redis_url: str,
 ) -> None:
     ns, wall = namespace(), Wall()
-    async with fleet_client(redis_url, ns, wall=wall, poll_s=NEVER_S) as a:
+    async with fleet_client(redis_url, ns, fleet_clock=wall, poll_s=NEVER_S) as a:
         at = admission(a, 1)
         held = await at.enter(None)
         r: Any = redis.asyncio.Redis.from_url(redis_url)

@@ -87,8 +87,8 @@ class FleetAutoAdmission(FleetAdmission):
         #: how many times this process took the lead
         self.terms = 0
         self._outbox: list[FleetSample] = []
-        #: (limit, wall) this round publishes, confirmed by its reply
-        self._publishing: tuple[int, float] | None = None
+        #: the limit this round publishes, confirmed (and dated) by its reply
+        self._publishing: int | None = None
         self._last_left: Lease | None = None
         #: the local Limit that follows the fleet's (the backend's Limiter enforces it)
         self.local = FleetAutoLimit(self)
@@ -105,7 +105,7 @@ class FleetAutoAdmission(FleetAdmission):
     # -- the hot path ---------------------------------------------------------------------
 
     def acquire_script(
-        self, now_ms: int, lease_ms: int, lease: Lease
+        self, now: int | str, lease_ms: int, lease: Lease
     ) -> tuple[str, list[str], list[Any]]:
         # proposed cap while no limit is published (Redis restarted, no leader yet): the
         # last one this process saw
@@ -113,7 +113,7 @@ class FleetAutoAdmission(FleetAdmission):
             "ACQUIRE_AUTO",
             [self.permits_key, self.pause_key, self.limit_key, self.samples_key,
              self.waiters_key, self.workers_key],
-            [now_ms, now_ms + lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
+            [now, lease_ms, self.fleet_limit, lease.id, 2 * lease_ms,
              self.take_samples(), "1" if self.marked else "0"],
         )
 
@@ -214,7 +214,7 @@ class FleetAutoAdmission(FleetAdmission):
 
     # -- leadership (the background task's rounds) ----------------------------------------
 
-    def lead_script(self, now_ms: int, lease_ms: int) -> tuple[list[str], list[Any]]:
+    def lead_script(self, now: int | str, lease_ms: int) -> tuple[list[str], list[Any]]:
         """The LEAD script's keys and arguments: as the leader, publish the limit and keep
         its state for a successor; without a limit of its own, ask for the kept state."""
         publish, state = 0, ""
@@ -222,7 +222,7 @@ class FleetAutoAdmission(FleetAdmission):
             publish = self._own.limit  # where none is published: the fleet's first leader
         if self.leader is not None:
             publish = self.leader.limit
-            self._publishing = (publish, now_ms / 1000.0)
+            self._publishing = publish
             export = getattr(self.leader.algorithm, "export_state", None)
             saved = export() if callable(export) else None
             if saved is not None:
@@ -231,26 +231,25 @@ class FleetAutoAdmission(FleetAdmission):
         return (
             [self.leader_key, self.samples_key, self.limit_key, self.state_key,
              self.permits_key, self.waiters_key],
-            [self.client.worker_id, now_ms, lease_ms, publish, state, ttl,
+            [self.client.worker_id, now, lease_ms, publish, state, ttl,
              "0" if self.leader is not None else "1"],
         )
 
     def led(self, reply: Any) -> None:
         """What the round answered: leading or not, the published limit, the drained
-        sample batches, the kept state (when asked)."""
+        sample batches, the kept state (when asked), and when it ran on Redis's clock — the
+        publish's date, on the clock the samples' grants are dated by."""
         from .leader import decode
 
-        leading, published, batches, kept = reply
+        leading, published, batches, kept, now_ms = reply
         publishing, self._publishing = self._publishing, None
         if not int(leading):
             self.resign()
             self.follow(int(published))
             return
         client = self.client
-        if self.leader is not None and publishing is not None:
-            limit, wall = publishing
-            if limit == self.leader.limit:
-                self.leader.published(wall)
+        if self.leader is not None and publishing == self.leader.limit:
+            self.leader.published(int(now_ms) / 1000.0)
         if self.leader is None:
             self.leader = FleetLeader(self._take_over(kept), to_real=client.clock.to_real(1.0))
             self.terms += 1
@@ -259,7 +258,7 @@ class FleetAutoAdmission(FleetAdmission):
         samples = [s for batch in batches for s in decode(batch)]
         if self._cold:
             self._start_for_the_fleet(bool(samples))
-        self.leader.feed(samples, now=client.clock.now(), wall=client.wall())
+        self.leader.feed(samples, now=client.clock.now(), wall=client.fleet_time())
         self.follow(self.leader.limit)
 
     def _take_over(self, kept: Any) -> Limit:

@@ -11,9 +11,10 @@ no acquire carried it first), never more. And the round trips are shared: every 
 the client goes through one queue and one connection (gptgate/shared/coalesce.py), so calls
 that acquire at once travel in one pipeline.
 
-Leases expire on the fleet's wall clock (``wall``: ``time.time`` by default, injectable for
+Leases expire on Redis's clock (each script reads ``TIME``; ``fleet_clock`` replaces it in
 tests): a process that dies has its permits back within ``lease_s``, while a live one renews
-its leases every ``lease_s / 3``. Redis down or slower than ``op_budget_s`` is an *outage*:
+its leases every ``lease_s / 3``. No process's own clock judges a lease, so one whose clock
+runs ahead sweeps nobody's live permits. Redis down or slower than ``op_budget_s`` is an *outage*:
 one warning, and admission goes on locally — this process's share of the limit, ``limit ÷``
 the live workers last seen (at least 1) — until a probe finds Redis again, when the permits
 held meanwhile are registered (re-added, so none is counted twice or not at all). For two
@@ -113,7 +114,7 @@ class Lease:
         self.id = lease_id
         self.registered = False
         #: leases the fleet counted at the grant, this one included (None: granted locally,
-        #: during an outage); when, on the gateway's clock and on the fleet's wall clock
+        #: during an outage); when, on the gateway's clock and on the fleet's (Redis's)
         self.counted: int | None = None
         self.granted_at = 0.0
         self.granted_wall = 0.0
@@ -172,13 +173,21 @@ class FleetClient:
         *,
         clock: Clock,
         wall: Callable[[], float] = time.time,
+        fleet_clock: Callable[[], float] | None = None,
         poll_s: float = 0.005,
         probe_s: float | None = None,
         lead_s: float | None = None,
     ) -> None:
         self.shared = shared
         self.clock = clock
+        #: this process's wall clock: it judges no lease (Redis's clock does), only the
+        #: skew warning reads it (``_skew``)
         self.wall = wall
+        #: the clock the scripts judge leases, leads and budgets by (seconds): None is
+        #: Redis's own (``TIME``). Only tests pass one, to move time by hand
+        self.fleet_clock = fleet_clock
+        #: Redis's clock at the last renewal (seconds) and when (monotonic): ``fleet_time``
+        self._redis_at: tuple[float, float] | None = None
         #: how often the one waiting call of a backend asks Redis again (real seconds) — while
         #: no wake-up can reach it; with the subscriber listening, a release elsewhere wakes
         #: it at once and the poll is a backstop, ``WAKE_BACKSTOP`` × as long
@@ -416,6 +425,27 @@ class FleetClient:
     def new_lease(self) -> Lease:
         return Lease(f"{self.worker_id}:{next(self._ids)}")
 
+    def now_arg(self) -> int | str:
+        """The scripts' ``now`` argument: '' (the script reads Redis's clock), or the test's
+        ``fleet_clock`` in ms."""
+        return "" if self.fleet_clock is None else int(self.fleet_clock() * 1000)
+
+    def fleet_time(self) -> float:
+        """The fleet's clock now (seconds), for what is dated with no script to read it (a
+        reused permit's grant, the leader's feed, a shared signal read): Redis's clock at the
+        last renewal plus the real time since — this process's wall clock before any."""
+        if self.fleet_clock is not None:
+            return self.fleet_clock()
+        if self._redis_at is None:
+            return self.wall()
+        redis_s, at = self._redis_at
+        return redis_s + (time.monotonic() - at)
+
+    def stopwatch(self) -> float:
+        """Seconds on a clock that only measures intervals (how long ago a rate report was
+        read): real time, or the test's ``fleet_clock``."""
+        return self.fleet_clock() if self.fleet_clock is not None else time.monotonic()
+
     # -- operations -----------------------------------------------------------------------
 
     async def _op(self, name: str, keys: list[str], args: list[Any]) -> Any:
@@ -461,10 +491,9 @@ class FleetClient:
         self, admission: FleetAdmission, lease: Lease
     ) -> tuple[bool, int, float, int]:
         """One atomic try: (granted, leases counted, pause seconds left, fleet limit)."""
-        now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
         carried = self._take_releases(admission.permits_key)
-        name, keys, args = admission.acquire_script(now_ms, lease_ms, lease)
+        name, keys, args = admission.acquire_script(self.now_arg(), lease_ms, lease)
         args = [*args, *carried]
         # shared= pacing: the call's RPM/TPM take rides in the same round trip
         take = admission.rider(lease.id) if admission.rider is not None else None
@@ -480,12 +509,10 @@ class FleetClient:
         losses = self.losses
         try:
             if take is not None:
-                granted, held, pause_ms, cap, _, waiting, live, lost = await take.send_with(
-                    name, keys, args, cancelled
-                )
+                answer = await take.send_with(name, keys, args, cancelled)
             else:
                 (answer,) = await self.run([(name, keys, args)], cancelled)
-                granted, held, pause_ms, cap, _, waiting, live, lost = answer
+            granted, held, pause_ms, cap, _, waiting, live, lost, now_ms = answer
         except _RedisDown:
             # sent again after the rejoin (a release may run twice: ZREM is idempotent)
             self._pending[:0] = [(admission.permits_key, lease_id) for lease_id in carried]
@@ -502,7 +529,7 @@ class FleetClient:
         if granted:
             lease.counted = int(held)
             lease.granted_at = self.clock.now()
-            lease.granted_wall = now_ms / 1000.0
+            lease.granted_wall = int(now_ms) / 1000.0  # Redis's clock
             lease.cap = int(cap)
         return bool(granted), int(held), pause_s, int(cap)
 
@@ -639,10 +666,9 @@ class FleetClient:
         keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
         keys += self.names.keys()  # (as many, in the same order: one per admission)
         args: list[Any] = []
-        now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 1000)
         args += [
-            now_ms, now_ms + lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions),
+            self.now_arg(), lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions),
             "1" if self._marked else "0", *self.names.members(),
         ]
         for admission in self._admissions:
@@ -656,6 +682,7 @@ class FleetClient:
             for lease_id in admission._reusable:  # may be reused before its release is sent
                 args += [index, lease_id]
         outages = self.outages
+        sent, sent_at = self.wall(), time.monotonic()
         try:
             workers, gone, seconds, micros, others = await self._op("RENEW", keys, args)
         except _RedisDown:
@@ -665,7 +692,9 @@ class FleetClient:
             # nothing of Redis now (taken as "up", the next op failed and warned again)
             return
         self._up()
-        self._skew(now_ms / 1000.0, self.wall(), int(seconds) + int(micros) / 1e6)
+        redis_s = int(seconds) + int(micros) / 1e6
+        self._redis_at = (redis_s, (sent_at + time.monotonic()) / 2)
+        self._skew(sent, self.wall(), redis_s)
         self.names.heard(others)
         self._marked = True
         for admission in self._admissions:
@@ -718,16 +747,16 @@ class FleetClient:
         for key in batches:
             released.setdefault(key, [])
         commands: list[Command] = []
-        now_ms = int(self.wall() * 1000)
+        now = self.now_arg()
         for key, lease_ids in released.items():
             auto = batches.get(key)
             if auto is not None:
                 commands.append(
                     ("RELEASE", [key, auto.waiters_key, auto.samples_key],
-                     [auto.take_samples(), now_ms, *lease_ids])
+                     [auto.take_samples(), now, *lease_ids])
                 )
             else:
-                commands.append(("RELEASE", [key, waiters[key]], ["", now_ms, *lease_ids]))
+                commands.append(("RELEASE", [key, waiters[key]], ["", now, *lease_ids]))
         for admission, seconds in pauses:
             ms = max(1, int(self.clock.to_real(seconds) * 1000))
             commands.append(("PAUSE", [admission.pause_key], [ms]))
@@ -736,7 +765,7 @@ class FleetClient:
             commands.append(
                 ("STATE",
                  [admission.pause_key, admission.limit_key, admission.waiters_key,
-                  admission.workers_key], [now_ms])
+                  admission.workers_key], [now])
             )
         for health, (circuit, seconds) in breakers:
             # "closed" is remembered long enough for every process's poll to read it
@@ -774,10 +803,9 @@ class FleetClient:
         """One leadership round for every ``concurrency="auto"`` backend, pipelined: take or
         renew the lead, and as the leader publish the limit and drain the samples; as a
         follower read the published limit (gptgate/shared/auto.py)."""
-        now_ms = int(self.wall() * 1000)
         lease_ms = int(self.shared.lease_s * 750)
         commands: list[Command] = [
-            ("LEAD", *auto.lead_script(now_ms, lease_ms)) for auto in self._autos
+            ("LEAD", *auto.lead_script(self.now_arg(), lease_ms)) for auto in self._autos
         ]
         self.lead_rounds += 1
         replies = await self._send_all(commands)
@@ -875,11 +903,12 @@ class FleetClient:
 
     def _skew(self, sent: float, answered: float, redis_s: float) -> None:
         """How far this process's wall clock is from Redis's (the middle of the renewal's
-        round trip against Redis's TIME). Leases expire on each process's own wall clock: a
-        lease stays at least ``lease_s`` × 2/3 ahead of its holder's clock, so two processes
-        whose clocks each stay within ``lease_s / 3`` of Redis's never sweep each other's
-        live permits. Beyond that, one warning (the fleet's limit may be passed), and another
-        only once the clock has come back within half of it."""
+        round trip against Redis's TIME). It judges nothing here: leases, leads and budgets
+        are on Redis's clock. But a process of an earlier gptgate on the same namespace (a
+        rolling deploy) sweeps leases by its own wall clock, and keeps the fleet's limit only
+        while every clock stays within ``lease_s / 3`` of Redis's: a host this far off may
+        run one. So one warning beyond that bound, saying so, and another only once the
+        clock has come back within half of it."""
         self.clock_skew_s = skew = (sent + answered) / 2 - redis_s
         bound = self.shared.lease_s / 3
         # Redis read its clock somewhere in the round trip: a late answer (a busy loop) is
@@ -887,10 +916,11 @@ class FleetClient:
         if abs(skew) - abs(answered - sent) / 2 > bound and not self._skew_warned:
             self._skew_warned = True
             log.warning(
-                "gptgate: this process's clock is %.1f s %s the clock of shared state %s; "
-                "the fleet's leases need every clock within lease_s / 3 (%.1f s) of it, or "
-                "processes count each other's live permits as expired and the fleet's limit "
-                "is passed: sync the clocks (NTP) or raise Shared(lease_s=...)",
+                "gptgate: this process's clock is %.1f s %s the clock of shared state %s. "
+                "Harmless to this release, which judges the fleet's leases on Redis's clock; "
+                "but a process of an earlier release (which judges them on its own) with a "
+                "clock more than lease_s / 3 (%.1f s) off passes the fleet's limit: sync the "
+                "clocks (NTP) before a rolling deploy from one",
                 abs(skew), "ahead of" if skew > 0 else "behind", self.shared.display_url,
                 bound,
             )
@@ -1053,14 +1083,15 @@ class FleetAdmission:
             self._waiting -= 1
 
     def acquire_script(
-        self, now_ms: int, lease_ms: int, lease: Lease
+        self, now: int | str, lease_ms: int, lease: Lease
     ) -> tuple[str, list[str], list[Any]]:
-        """The acquire script, its keys and its arguments before the carried releases."""
+        """The acquire script, its keys and its arguments before the carried releases
+        (``now``: ``FleetClient.now_arg``)."""
         return (
             "ACQUIRE",
             [self.permits_key, self.pause_key, self.limit_key, self.waiters_key,
              self.workers_key],
-            [now_ms, now_ms + lease_ms, self.limit, lease.id, 2 * lease_ms,
+            [now, lease_ms, self.limit, lease.id, 2 * lease_ms,
              "1" if self.marked else "0"],
         )
 
@@ -1144,7 +1175,7 @@ class FleetAdmission:
                 lease.registered = True
                 lease.counted = self._fleet_in_flight
                 lease.granted_at = self.client.clock.now()
-                lease.granted_wall = self.client.wall()
+                lease.granted_wall = self.client.fleet_time()
                 self.held.add(lease)
                 self.reused += 1
                 self._reusing = True

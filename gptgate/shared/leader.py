@@ -5,12 +5,13 @@ No Redis and no I/O here (gptgate/shared/auto.py moves the bytes): the codec is 
 its input, and :class:`FleetLeader` is driven by explicit ``now``/``wall`` readings, so it is
 tested with exact values like any other :class:`~gptgate.limits.Limit`.
 
-A sample crosses processes on the fleet's wall clock, in real seconds: each process's gateway
-clock may be scaled (a simulator's time scale) or simply started at another moment, so the
-leader maps a sample back onto *its* clock by how long ago, in wall time, the permit was
-granted. Its in-flight count is the fleet's (the leases Redis counted when it was granted),
-so the one ``LLMLimit`` sees the fleet as one gateway would: N processes at the knee, not N
-knees.
+A sample crosses processes on the fleet's clock — Redis's, which the acquire script read when
+it granted the permit — in real seconds: each process's gateway clock may be scaled (a
+simulator's time scale) or simply started at another moment, and its wall clock may be off,
+so the leader maps a sample back onto *its* clock by how long ago, on Redis's clock, the
+permit was granted. Its in-flight count is the fleet's (the leases Redis counted when it was
+granted), so the one ``LLMLimit`` sees the fleet as one gateway would: N processes at the
+knee, not N knees.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = ["FleetLeader", "FleetSample", "decode", "encode"]
 class FleetSample:
     """One finished attempt, as a process publishes it (times in real seconds)."""
 
-    #: fleet wall clock (s) when the fleet permit was granted
+    #: the fleet's clock (Redis's, s) when the fleet permit was granted
     granted_wall: float
     #: how long the permit was held (the attempt, and any wait before its send)
     hold_s: float

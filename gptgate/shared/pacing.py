@@ -56,20 +56,23 @@ PaceSeq = tuple[int, int]
 
 @dataclass(frozen=True, slots=True)
 class _Report:
-    at_ms: int
+    #: when it was read (``FleetClient.stopwatch``): sent as how long ago, so the script dates
+    #: it on Redis's clock, not on this process's (which may be off)
+    at_s: float
     seq: PaceSeq | None
     limit_requests: float | None
     remaining_requests: float | None
     limit_tokens: float | None
     remaining_tokens: float | None
 
-    def args(self) -> list[float | int]:
+    def args(self, now_s: float) -> list[float | int]:
+        """The PACE script's report arguments, ``now_s`` on the stopwatch."""
         def value(x: float | None) -> float:
             return -1.0 if x is None else float(x)
 
         seq = self.seq or (-1, -1)
         return [
-            self.at_ms, seq[0], seq[1],
+            max(0, round((now_s - self.at_s) * 1000)), seq[0], seq[1],
             value(self.limit_requests), value(self.remaining_requests),
             value(self.limit_tokens), value(self.remaining_tokens),
         ]
@@ -245,15 +248,15 @@ class FleetPacer:
         carried = client._take_releases(self.permits_key)
         report, self._report = self._report, None
         give_back, self._give_back = self._give_back, 0.0
-        now_ms = int(client.wall() * 1000)
         minute_ms = client.clock.to_real(60.0) * 1000.0
         ttl_ms = int(max(2 * minute_ms, 2000 * client.shared.lease_s))
         most_ms = -1
         if deadline is not None:
             most_ms = int(client.clock.to_real(max(0.0, deadline - now)) * 1000)
         args: list[Any] = [
-            now_ms, max(0, tokens), self.local.margin, minute_ms, ttl_ms, give_back,
-            *(report.args() if report is not None else _NO_REPORT), most_ms, lease_id, *carried,
+            client.now_arg(), max(0, tokens), self.local.margin, minute_ms, ttl_ms, give_back,
+            *(report.args(client.stopwatch()) if report is not None else _NO_REPORT), most_ms,
+            lease_id, *carried,
         ]
         keys = [self.pace_key, self.permits_key, waiters_key(self.permits_key)]
         return _Command(keys, args, carried, report, give_back)
@@ -337,14 +340,14 @@ class FleetPacer:
             reset_tokens_s=info.reset_tokens_s,
         )
         report = _Report(
-            int(self.client.wall() * 1000), seq,
+            self.client.stopwatch(), seq,
             info.limit_requests, info.remaining_requests,
             info.limit_tokens, info.remaining_tokens,
         )
         kept = self._report
         # the freshest report wins; an exact one (with its sequence) over a bound at a tie
-        if kept is None or (report.at_ms, report.seq is not None) >= (
-            kept.at_ms, kept.seq is not None
+        if kept is None or (report.at_s, report.seq is not None) >= (
+            kept.at_s, kept.seq is not None
         ):
             self._report = report
 

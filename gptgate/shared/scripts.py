@@ -1,8 +1,16 @@
 """The Lua scripts: each one fleet operation, atomic on the Redis server.
 
-A backend's permits are a sorted set of lease id → expiry (ms, the fleets' wall clock): a
-lease counts while its expiry is in the future, so a process that dies without releasing has
-its permits back once they expire. Expired leases are swept by whoever acquires next.
+A backend's permits are a sorted set of lease id → expiry (ms, Redis's clock): a lease
+counts while its expiry is in the future, so a process that dies without releasing has its
+permits back once they expire. Expired leases are swept by whoever acquires next.
+
+Every script reads its ``now`` from Redis (``TIME``): leases, waiters, live marks, the
+leader's lead and the budgets' refills are all judged on one clock, so a process whose own
+clock runs ahead (an hour, a VM resumed with a stale clock) no longer sweeps the others' live
+permits (tests/test_shared_redis_clock.py). Redis 5+ replicates a script by its effects (the
+scores it wrote, not the script), so a script may read the time and then write; the fleet
+already needs 5+ (ZPOPMIN). The ``now`` argument each script still takes is '' but in tests
+(``FleetClient(fleet_clock=...)``), which move time by hand.
 
 A process refused a permit is queued in the backend's *waiters* sorted set (worker id → when
 it began waiting, ms); a script that frees permits pops as many waiters as it freed, oldest
@@ -41,7 +49,7 @@ __all__ = [
     "WARM_DONE",
 ]
 
-#: how long a permit freed for a woken process is kept for it (ms of the fleets' wall clock):
+#: how long a permit freed for a woken process is kept for it (ms of Redis's clock):
 #: a pub/sub delivery and one round trip, with room for a loaded box. A waiter that died
 #: meanwhile costs the fleet one permit for this long, once.
 RESERVE_MS = 250
@@ -65,7 +73,17 @@ local function keep(key, ttl)
 end
 """
 
-_WAKE = _KEEP + """
+#: Lua: the fleet's clock in ms — Redis's (TIME), unless ``given`` is a time (a test's
+#: ``fleet_clock``; '' otherwise) or already one (a number a script resolved before).
+_CLOCK = """
+local function clock(given)
+  if given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+_WAKE = _CLOCK + _KEEP + """
 local function worker_of(lease_id)
   return string.match(lease_id, '^(.*):') or lease_id
 end
@@ -82,8 +100,9 @@ end
 local function wake(waiters, n, permits, now)
   if n <= 0 then return end
   local woken = redis.call('ZPOPMIN', waiters, n)
+  if #woken > 0 then now = clock(now) end
   for i = 1, #woken, 2 do
-    redis.call('ZADD', permits, tonumber(now) + @RESERVE_MS@, woken[i] .. ':~')
+    redis.call('ZADD', permits, now + @RESERVE_MS@, woken[i] .. ':~')
     redis.call('PUBLISH', waiters .. '|' .. woken[i], '1')
   end
 end
@@ -95,9 +114,9 @@ end
 #: acquire, it is as fresh as the last call, not the last renewal (seconds old, 1 for a process
 #: that started first — which then admitted the whole limit on top of the others' shares).
 _LIVE = """(function()
-  redis.call('ZADD', @WORKERS@, ARGV[2], string.match(ARGV[4], '^(.*):[^:]*$'))
+  redis.call('ZADD', @WORKERS@, expiry, string.match(ARGV[4], '^(.*):[^:]*$'))
   keep(@WORKERS@, ARGV[5])
-  return redis.call('ZCOUNT', @WORKERS@, ARGV[1], '+inf')
+  return redis.call('ZCOUNT', @WORKERS@, now, '+inf')
 end)()"""
 
 #: Lua statement: a process that has been marked live on the backend (ARGV[@FLAG@] '1') and is
@@ -108,27 +127,33 @@ end)()"""
 #: and the process registers its permits again first (FleetClient.acquire).
 _LOST = """if ARGV[@FLAG@] == '1' and not redis.call('ZSCORE', @WORKERS@,
     string.match(ARGV[4], '^(.*):[^:]*$')) then
-  return {0, 0, 0, 0, 0, 0, 0, 1}
+  return {0, 0, 0, 0, 0, 0, 0, 1, now}
 end
 """
 
+#: Lua: an acquire's ``now`` (ARGV[1]) and its lease's expiry (ARGV[2]: lease ms later).
+_NOW = """
+local now = clock(ARGV[1])
+local expiry = now + tonumber(ARGV[2])
+"""
+
 #: KEYS: permits zset, pause key, fleet limit key, waiters zset, workers zset. ARGV: now
-#: ms, expiry ms, this process's limit, lease id, key ttl ms, '1' if this process was marked
-#: live on the backend before (``_LOST``), then the ids of leases this
-#: process has ended and not yet released (released first: the acquire carries them, so a
-#: busy process's releases cost no round trip of their own and never make it wait for its
-#: own stale permits). The
-#: fleet admits up to the lowest limit any process configured (the limit key, see LIMIT). A
-#: refused process is queued as a waiter; permits freed here and left free wake as many.
+#: ('': Redis's), lease ms, this process's limit, lease id, key ttl ms, '1' if this process
+#: was marked live on the backend before (``_LOST``), then the ids of leases this process has
+#: ended and not yet released (released first: the acquire carries them, so a busy process's
+#: releases cost no round trip of their own and never make it wait for its own stale
+#: permits). The fleet admits up to the lowest limit any process configured (the limit key,
+#: see LIMIT). A refused process is queued as a waiter; permits freed here and left free
+#: wake as many.
 #: → {granted 0/1, leases counted after it, pause ms left (<= 0: none), the limit applied,
-#: 0, processes waiting, workers live on the backend, 0 (1: lost, nothing done)}
-ACQUIRE = _WAKE + _LOST.replace("@FLAG@", "6").replace("@WORKERS@", "KEYS[5]") + """
+#: 0, processes waiting, workers live on the backend, 0 (1: lost, nothing done), now ms}
+ACQUIRE = _WAKE + _NOW + _LOST.replace("@FLAG@", "6").replace("@WORKERS@", "KEYS[5]") + """
 unreserve(KEYS[1], ARGV[4])
 local freed = 0
 for i = 7, #ARGV do
   freed = freed + redis.call('ZREM', KEYS[1], ARGV[i])
 end
-freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
@@ -136,15 +161,15 @@ local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
 if fleet > 0 and fleet < cap then cap = fleet end
 local granted = 0
 if held < cap then
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+  redis.call('ZADD', KEYS[1], expiry, ARGV[4])
   keep(KEYS[1], ARGV[5])
   waited(KEYS[4], ARGV[4])
   granted, held = 1, held + 1
 else
-  wait(KEYS[4], ARGV[4], ARGV[1], ARGV[5])
+  wait(KEYS[4], ARGV[4], now, ARGV[5])
 end
-wake(KEYS[4], math.min(freed, cap - held), KEYS[1], ARGV[1])
-return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@, 0}
+wake(KEYS[4], math.min(freed, cap - held), KEYS[1], now)
+return {granted, held, pause, cap, 0, redis.call('ZCARD', KEYS[4]), @LIVE@, 0, now}
 """.replace("@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[5]"))
 
 #: KEYS: fleet limit key. ARGV: this process's limit, key ttl ms. Keeps the lower of the two;
@@ -162,8 +187,8 @@ return prev
 """
 
 #: KEYS: permits zset, waiters zset [, samples list]. ARGV: a batch of samples ('' none; only
-#: with the samples key), now ms, then the ids of the leases ended; as many waiters are woken
-#: (a permit reserved for each).
+#: with the samples key), now ('': Redis's), then the ids of the leases ended; as many
+#: waiters are woken (a permit reserved for each).
 #: → how many were still counted
 RELEASE = _WAKE + """
 if KEYS[3] and ARGV[1] ~= '' then
@@ -186,13 +211,13 @@ return released
 
 #: KEYS: permits zset, pause key, auto (published limit) key, samples list, waiters zset,
 #: workers zset.
-#: ARGV: now ms, expiry ms, this process's proposal (its last known fleet limit: the cap while
-#: none is published), lease id, key ttl ms, a batch of samples ('' none), then the ids of
-#: '1' if marked live on the backend before (``_LOST``), then the ids of leases ended and
-#: not yet released (as ACQUIRE, waiters too).
+#: ARGV: now ('': Redis's), lease ms, this process's proposal (its last known fleet limit: the
+#: cap while none is published), lease id, key ttl ms, a batch of samples ('' none), '1' if
+#: marked live on the backend before (``_LOST``), then the ids of leases ended and not yet
+#: released (as ACQUIRE, waiters too).
 #: → {granted 0/1, leases counted after it, pause ms left, the cap applied, published or 0,
-#: processes waiting, workers live on the backend, 0 (1: lost, nothing done)}
-ACQUIRE_AUTO = _WAKE + _LOST.replace("@FLAG@", "7").replace("@WORKERS@", "KEYS[6]") + """
+#: processes waiting, workers live on the backend, 0 (1: lost, nothing done), now ms}
+ACQUIRE_AUTO = _WAKE + _NOW + _LOST.replace("@FLAG@", "7").replace("@WORKERS@", "KEYS[6]") + """
 unreserve(KEYS[1], ARGV[4])
 local freed = 0
 for i = 8, #ARGV do
@@ -203,7 +228,7 @@ if ARGV[6] ~= '' then
   redis.call('LTRIM', KEYS[4], -@BATCHES@, -1)
   redis.call('PEXPIRE', KEYS[4], 600000)
 end
-freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+freed = freed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1])
 local pause = redis.call('PTTL', KEYS[2])
 local cap = tonumber(ARGV[3])
@@ -211,29 +236,30 @@ local fleet = tonumber(redis.call('GET', KEYS[3]) or '0')
 if fleet > 0 then cap = fleet end
 local granted = 0
 if held < cap then
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+  redis.call('ZADD', KEYS[1], expiry, ARGV[4])
   keep(KEYS[1], ARGV[5])
   waited(KEYS[5], ARGV[4])
   granted, held = 1, held + 1
 else
-  wait(KEYS[5], ARGV[4], ARGV[1], ARGV[5])
+  wait(KEYS[5], ARGV[4], now, ARGV[5])
 end
-wake(KEYS[5], math.min(freed, cap - held), KEYS[1], ARGV[1])
-return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@, 0}
+wake(KEYS[5], math.min(freed, cap - held), KEYS[1], now)
+return {granted, held, pause, cap, fleet, redis.call('ZCARD', KEYS[5]), @LIVE@, 0, now}
 """.replace("@BATCHES@", str(SAMPLE_BATCHES)).replace(
     "@LIVE@", _LIVE.replace("@WORKERS@", "KEYS[6]")
 )
 
 #: KEYS: leader key, samples list, auto key, state key, permits zset, waiters zset. ARGV:
-#: worker id, now ms, lease ms,
+#: worker id, now ('': Redis's), lease ms,
 #: limit to publish (0: none), limit state to keep ('' none), key ttl ms, 1 from a process
 #: not leading yet (it is handed the kept state, and its limit is published only where none
 #: is: the last leader's stands until the new one has computed its own). Takes the lead when
 #: nobody holds it or its holder's lease ran out; the leader renews it, publishes, and drains
 #: the samples. A limit published above the leases held wakes as many waiters.
-#: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state}
+#: → {1 leading / 0 not, published limit or 0, the sample batches drained, the kept state,
+#: now ms (the publish's date: calls granted before it ran under the last limit)}
 LEAD = _WAKE + """
-local now = tonumber(ARGV[2])
+local now = clock(ARGV[2])
 local held = redis.call('GET', KEYS[1])
 local holder = nil
 if held then
@@ -243,7 +269,7 @@ if held then
   end
 end
 if holder and holder ~= ARGV[1] then
-  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), {}, false}
+  return {0, tonumber(redis.call('GET', KEYS[3]) or '0'), {}, false, now}
 end
 redis.call('SET', KEYS[1], (now + tonumber(ARGV[3])) .. '|' .. ARGV[1], 'PX', ARGV[6])
 if tonumber(ARGV[4]) > 0 then
@@ -254,8 +280,8 @@ if tonumber(ARGV[4]) > 0 then
   end
   if redis.call('EXISTS', KEYS[6]) == 1 then
     local published = tonumber(redis.call('GET', KEYS[3]) or '0')
-    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[2], '+inf'), KEYS[5],
-         ARGV[2])
+    wake(KEYS[6], published - redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf'), KEYS[5],
+         now)
   end
 end
 if ARGV[5] ~= '' then
@@ -265,7 +291,7 @@ local batches = redis.call('LRANGE', KEYS[2], 0, -1)
 redis.call('DEL', KEYS[2])
 local state = false
 if ARGV[7] == '1' then state = redis.call('GET', KEYS[4]) end
-return {1, tonumber(redis.call('GET', KEYS[3]) or '0'), batches, state}
+return {1, tonumber(redis.call('GET', KEYS[3]) or '0'), batches, state, now}
 """
 
 #: KEYS: leader key. ARGV: worker id. A leader that stops hands the lead over at once (the
@@ -283,30 +309,32 @@ return 0
 """
 
 #: KEYS: workers zset, n backends' workers zsets, their n names zsets (gptgate/shared/
-#: names.py), then every permits zset named below. ARGV: now ms, expiry ms, worker id, key
+#: names.py), then every permits zset named below. ARGV: now ('': Redis's), lease ms, worker id, key
 #: ttl ms, n, '1' if this worker was marked live before, n ``base_url|model`` (one per
 #: backend, registered under its name), then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
 #: count). → {live workers, 1 if this worker was marked live before and is not any more:
 #: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME),
 #: per backend the other ``base_url|model`` registered under its name}
-RENEW = _KEEP + """
+RENEW = _CLOCK + _KEEP + """
+local now = clock(ARGV[1])
+local expiry = now + tonumber(ARGV[2])
 local lost = 0
 if ARGV[6] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[3]) then lost = 1 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], expiry, ARGV[3])
 keep(KEYS[1], ARGV[4])
 for k = 2, tonumber(ARGV[5]) + 1 do
-  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[1])
-  redis.call('ZADD', KEYS[k], ARGV[2], ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+  redis.call('ZADD', KEYS[k], expiry, ARGV[3])
   keep(KEYS[k], ARGV[4])
 end
 local n = tonumber(ARGV[5])
 local others = {}
 for k = 1, n do
   local key, mine = KEYS[n + 1 + k], ARGV[6 + k]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
-  redis.call('ZADD', key, ARGV[2], mine)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  redis.call('ZADD', key, expiry, mine)
   keep(key, ARGV[4])
   local found = {}
   for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
@@ -316,20 +344,21 @@ for k = 1, n do
 end
 for i = 7 + n, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
-  redis.call('ZADD', key, ARGV[2], ARGV[i + 1])
+  redis.call('ZADD', key, expiry, ARGV[i + 1])
   keep(key, ARGV[4])
 end
 local time = redis.call('TIME')
 return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2], others}
 """
 
-#: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ms. What an acquire
+#: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ('': Redis's).
+#: What an acquire
 #: tells besides its grant, for a process whose calls reuse the permits its last calls ended
 #: (sent with its releases, no round trip of its own). → {pause ms left (<= 0: none), the
 #: fleet's limit or 0, processes waiting, workers live on the backend}
-STATE = """
+STATE = _CLOCK + """
 return {redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0'),
-        redis.call('ZCARD', KEYS[3]), redis.call('ZCOUNT', KEYS[4], ARGV[1], '+inf')}
+        redis.call('ZCARD', KEYS[3]), redis.call('ZCOUNT', KEYS[4], clock(ARGV[1]), '+inf')}
 """
 
 # A claim with a lease, single-flight across the fleet (a half-open probe, a warm-up): the
@@ -407,9 +436,10 @@ return 0
 
 #: KEYS: pace hash, permits zset (this process's releases of the backend ride along), its
 #: waiters zset (as many are woken as were released).
-#: ARGV: 1 now ms, 2 tokens to take (-1: take nothing), 3 margin, 4 ms of one minute of the
-#: gateway's clock, 5 key ttl ms, 6 tokens given back (reconciled calls), 7-13 a report or
-#: -1s: its time ms, the requests and tokens the fleet had taken at its call's take (-1:
+#: ARGV: 1 now ('': Redis's), 2 tokens to take (-1: take nothing), 3 margin, 4 ms of one
+#: minute of the gateway's clock, 5 key ttl ms, 6 tokens given back (reconciled calls), 7-13 a
+#: report or -1s: how long ago it was read (ms: it is dated on Redis's clock, not on the
+#: process's, which may be off), the requests and tokens the fleet had taken at its call's take (-1:
 #: unknown), limit and remaining requests, limit and remaining tokens; 14 the longest delay
 #: the caller can wait (ms, -1: any; a longer one takes nothing: a call that will not be sent
 #: must not spend the budget); 15 the lease this take rides with ("" none: a take sent on its
@@ -421,12 +451,12 @@ return 0
 #: → {delay ms, requests taken up to this take, tokens taken up to it (-1s: none taken, the
 #: delay is too long; -2s: none taken, the lease was not granted), 1 if a budget is known}
 PACE = _WAKE + """
+local now = clock(ARGV[1])
 local released = 0
 for i = 16, #ARGV do
   released = released + redis.call('ZREM', KEYS[2], ARGV[i])
 end
-wake(KEYS[3], released, KEYS[2], ARGV[1])
-local now = tonumber(ARGV[1])
+wake(KEYS[3], released, KEYS[2], now)
 local want = tonumber(ARGV[2])
 local margin = tonumber(ARGV[3])
 local minute = tonumber(ARGV[4])
@@ -462,7 +492,7 @@ local function report(p, at, seq, limit, remaining)
   end
 end
 if tonumber(ARGV[7]) >= 0 then
-  local at = tonumber(ARGV[7])
+  local at = now - tonumber(ARGV[7])
   report('r', at, tonumber(ARGV[8]), tonumber(ARGV[10]), tonumber(ARGV[11]))
   report('k', at, tonumber(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[13]))
 end
@@ -547,11 +577,11 @@ return 1
 #: KEYS: the backend's hit counts, then per prefix its hit counts and its members (hashes of
 #: "c" cached and "n" cacheable input tokens, expiring on their own when no process uses the
 #: prefix any more; a zset of the processes with calls on it, each until its expiry).
-#: ARGV: ttl ms, this process's id, now ms, member ms, then a pair (cached, cacheable) per
-#: prefix: what this process observed since it last sent them (0s for a prefix it only
-#: calls). → {cached, cacheable} of the backend, then {cached, cacheable, processes} of each
-#: prefix: the fleet's
-WARM_COUNTS = """
+#: ARGV: ttl ms, this process's id, now ('': Redis's), member ms, then a pair (cached,
+#: cacheable) per prefix: what this process observed since it last sent them (0s for a
+#: prefix it only calls). → {cached, cacheable} of the backend, then {cached, cacheable,
+#: processes} of each prefix: the fleet's
+WARM_COUNTS = _CLOCK + """
 local out = {}
 local function add(key, cached, cacheable)
   out[#out + 1] = redis.call('HINCRBY', key, 'c', cached)
@@ -565,7 +595,7 @@ for g = 1, groups do
   cacheable = cacheable + tonumber(ARGV[4 + 2 * g])
 end
 add(KEYS[1], cached, cacheable)
-local now = tonumber(ARGV[3])
+local now = clock(ARGV[3])
 for g = 1, groups do
   add(KEYS[2 * g], tonumber(ARGV[3 + 2 * g]), tonumber(ARGV[4 + 2 * g]))
   local members = KEYS[2 * g + 1]

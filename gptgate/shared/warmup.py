@@ -189,14 +189,13 @@ class FleetWarmup:
             if backend in self.keys:
                 by_backend.setdefault(backend, []).append((prefix, counts.get(group, [0, 0])))
         ttl_ms = self._ms(WARM_TTL_S)
-        now_ms = int(self.client.wall() * 1000)
         member_ms = int(MEMBER_S * 1000)
         for backend, groups in by_backend.items():
             key = self.keys[backend]
             keys = [f"{key}:hits"]
             for prefix, _ in groups:
                 keys += [f"{key}:hits:{prefix}", f"{key}:members:{prefix}"]
-            args = [ttl_ms, self.client.worker_id, now_ms, member_ms]
+            args = [ttl_ms, self.client.worker_id, self.client.now_arg(), member_ms]
             args += [n for _, pair in groups for n in pair]
             try:
                 answer = await self.client._op("WARM_COUNTS", keys, args)
