@@ -145,7 +145,7 @@ class LLMLimit:
         evidence_horizon: int = 32,
         guard_z: float = 3.0,
         doubling_z: float = math.inf,
-        probe_queue_z: float = math.inf,
+        probe_queue_z: float = FIXED_PART_Z,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -242,8 +242,6 @@ class LLMLimit:
         self._side_lines = (LengthLine(), LengthLine())  # probing's low, high side since a move
         self._side_n = 0.0  # the high side's mean calls in flight, last window
         self._side_levels = (0, 0)  # the probes those lines measured
-        self.quiet_windows = 3
-        self._quiet = 0
         self._refused: float
         self._reset_window()
         # the first burst, admitted before any answer came back: (rank, a, b) per call (its
@@ -924,17 +922,6 @@ class LLMLimit:
         hist.append(window)
         ab = (window.a, window.b)
         self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
-        if (
-            not self._probe_high
-            and self.quiet_windows > 0
-            and self._elasticity < self.knee_elasticity
-            and self._quiet < self.quiet_windows
-        ):
-            # EXPERIMENT: the last estimate read no gain above: stay on the low probe
-            self._quiet += 1
-            self._apply(now, down=True)
-            return
-        self._quiet = 0
         self._probe_high = not self._probe_high
         self._apply(now, down=not self._probe_high)
 
