@@ -21,7 +21,6 @@ from .doubling import doubling_queued, served_after_doubling
 from .latency_bound import LatencyBound
 from .normalise import LatencyNormaliser
 from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
-from .probe_queue import centre_below, high_side_queued
 from .rate_ceiling import ceiling_pace
 from .refusal import centre_after_refusal
 
@@ -145,7 +144,6 @@ class LLMLimit:
         evidence_horizon: int = 32,
         guard_z: float = 3.0,
         doubling_z: float = math.inf,
-        probe_queue_z: float = FIXED_PART_Z,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -186,7 +184,6 @@ class LLMLimit:
         #: at 2 it holds the plateau's edge (docs/adaptive.md, "At a plateau's edge") but cost
         #: one false attempt timeout in a 400-call gpu burst and a family draw with stragglers
         self.doubling_z = doubling_z
-        self.probe_queue_z = probe_queue_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
@@ -239,9 +236,6 @@ class LLMLimit:
         self._c: _Sums
         self._line = LengthLine()  # the open window's non-streamed calls: latency on length
         self._line_before = LengthLine()  # slow start's windows before the open one
-        self._side_lines = (LengthLine(), LengthLine())  # probing's low, high side since a move
-        self._side_n = 0.0  # the high side's mean calls in flight, last window
-        self._side_levels = (0, 0)  # the probes those lines measured
         self._refused: float
         self._reset_window()
         # the first burst, admitted before any answer came back: (rank, a, b) per call (its
@@ -865,8 +859,6 @@ class LLMLimit:
 
     def _probe_window(self, now: float, window: _Window, app_limited: bool) -> None:
         hist = self._hist
-        if math.isfinite(self.probe_queue_z):
-            self._probe_side_merge(window)
         if len(hist) == 2:
             w1, w2 = hist
             x1, x2, x3 = self._ln_x(w1), self._ln_x(w2), self._ln_x(window)
@@ -917,40 +909,11 @@ class LLMLimit:
                         # estimate shares one
                         hist.clear()
                     self._pinned = err > 0.0 and self._center >= self.ceiling and self._rate_bound
-        if math.isfinite(self.probe_queue_z) and self._probe_side_queued(now):
-            return
         hist.append(window)
         ab = (window.a, window.b)
         self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
         self._probe_high = not self._probe_high
         self._apply(now, down=not self._probe_high)
-
-    def _probe_side_merge(self, window: _Window) -> None:
-        """Probing: the closed window's non-streamed calls join its side's line (both sides
-        forgotten when the probes moved)."""
-        levels = self._probe_levels()
-        if levels != self._side_levels:
-            self._side_lines = (LengthLine(), LengthLine())
-            self._side_levels = levels
-        self._side_lines[1 if self._probe_high else 0].merge(self._line)
-        if self._probe_high:
-            self._side_n = math.exp(window.ln_n)
-
-    def _probe_side_queued(self, now: float) -> bool:
-        """True when the high side read as queued against the low side
-        (gptgate/limits/probe_queue.py) and the centre stepped down."""
-        if self._probe_levels() != self._side_levels:
-            return False  # this window's estimate moved the probes already
-        low, high = self._side_lines
-        if not high_side_queued(
-            low, high, self._side_n, self._elasticity,
-            z=self.probe_queue_z, tolerance=self.queue_tolerance,
-        ):
-            return False
-        self.events["queue"] += 1
-        self._center = centre_below(self._center, self._side_levels[0], self.probe)
-        self._restart(now)
-        return True
 
     def _queued(self, sums: _Sums, n_mean: float, *, final: bool) -> float:
         """Calls in flight that wait instead of being served, by Little's law:
@@ -1023,14 +986,8 @@ class LLMLimit:
         self._last_err = 0.0
         self._evidence = 0.0
         self._evidence_n = 0
-        self._side_lines = (LengthLine(), LengthLine())
         self._apply(now, down=True)
         self._guard_from = self._window_start
-
-    def _probe_levels(self) -> tuple[int, int]:
-        c = self._center
-        lo = self._clamp(round(c * (1.0 - self.probe)))
-        return lo, self._clamp(max(round(c * (1.0 + self.probe)), lo + 1))
 
     def _apply(self, now: float, *, down: bool) -> None:
         ceiling = float(self.ceiling)
