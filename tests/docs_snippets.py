@@ -1,0 +1,365 @@
+"""Reads the ```python blocks of README.md and docs/ the way a new user copies them, and names
+what in them the library does not have: a ``gg.`` name, a keyword argument a call does not take,
+an attribute a returned object does not carry. Static (no call is made), so it is fast and
+deterministic; tests/test_docs_snippets.py runs it.
+
+A block that is deliberately not Python-as-written is marked in the markdown, on the line
+before its fence: ``<!-- snippet: skip -->`` (not compiled or checked). Blocks without
+imports are fragments: ``gg`` is then ``gptgate``, and ``gate`` a ``Gateway`` unless the
+block builds it otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = "<!-- snippet: skip -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # of the first line of code
+    source: str
+    skipped: bool
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    index = 0
+    while index < len(lines):
+        fence = re.match(r"^(\s*)```(\w*)", lines[index])
+        if not fence:
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and not lines[end].strip().startswith("```"):
+            end += 1
+        if fence.group(2) == "python":
+            indent = len(fence.group(1))
+            before = lines[index - 1].strip() if index else ""
+            yield Block(path, index + 2, "\n".join(x[indent:] for x in lines[index + 1:end]),
+                        before == SKIP)
+        index = end + 1
+
+
+# -- what a name in a block stands for ------------------------------------------------------
+
+class Instance:
+    """A value of a known class (the checker never builds one)."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+
+class Unknown:
+    """Whatever the checker cannot follow: never reported."""
+
+
+UNKNOWN = Unknown()
+
+
+def _gateway_keywords() -> set[str]:
+    import gptgate as gg
+
+    taken = set(inspect.signature(gg.Gateway.__init__).parameters) - {"self", "options"}
+    return taken | set(gg.GatewayConfig.model_fields)
+
+
+def _accepted(target: Any) -> set[str] | None:
+    """The keywords ``target(...)`` takes; None when any is (``**kwargs`` passed on)."""
+    import gptgate as gg
+
+    if target in (gg.Gateway, gg.SyncGateway):
+        return _gateway_keywords() | {"gateway"}
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        return None
+    fields = getattr(target, "model_fields", None) or {}  # a pydantic model's __init__(**data)
+    return set(fields) | {name for name, p in signature.parameters.items()
+                          if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _has_attribute(cls: type, name: str) -> bool:
+    if hasattr(cls, name):
+        return True
+    fields = getattr(cls, "model_fields", None) or {}
+    if name in fields:
+        return True
+    if dataclasses.is_dataclass(cls) and name in {f.name for f in dataclasses.fields(cls)}:
+        return True
+    for klass in cls.__mro__:
+        if name in getattr(klass, "__annotations__", {}):
+            return True
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if re.search(rf"self\.{re.escape(name)}\s*(:[^=\n]*)?=", source):
+            return True
+    return False
+
+
+def _class_named(text: str, scope: dict[str, Any]) -> Any:
+    """The class an annotation names: ``ChatResult``, ``BudgetStatus | None``,
+    ``dict[str, BackendStats]`` (kept as a mapping of it), else UNKNOWN."""
+    import gptgate
+
+    text = re.sub(r"\s*\|\s*None$", "", text.strip().strip("'\""))
+    container = re.fullmatch(r"(?:dict\[str, |list\[|Mapping\[str, |Sequence\[)(\w+)\]", text)
+    if container:
+        inner = _class_named(container.group(1), scope)
+        return ("items", inner) if isinstance(inner, Instance) else UNKNOWN
+    if not re.fullmatch(r"\w+", text):
+        return UNKNOWN
+    found = scope.get(text, getattr(gptgate, text, None))
+    return Instance(found) if isinstance(found, type) else UNKNOWN
+
+
+def _field_type(cls: type, name: str) -> Any:
+    """What a field's annotation names (``ChatResult.usage`` is a ``Usage``)."""
+    import sys
+
+    for klass in cls.__mro__:
+        annotation = getattr(klass, "__annotations__", {}).get(name)
+        if annotation is not None:
+            if isinstance(annotation, type):
+                return Instance(annotation)
+            scope = vars(sys.modules.get(klass.__module__, object()))
+            return _class_named(str(annotation), scope)
+    return UNKNOWN
+
+
+def _annotated(function: Any) -> bool:
+    try:
+        return inspect.signature(function).return_annotation is not inspect.Signature.empty
+    except (TypeError, ValueError):
+        return False
+
+
+def _returns(function: Any) -> Any:
+    try:
+        annotation = inspect.signature(function).return_annotation
+    except (TypeError, ValueError):
+        return UNKNOWN
+    if annotation is inspect.Signature.empty:
+        return UNKNOWN
+    if isinstance(annotation, type):
+        return Instance(annotation)
+    if isinstance(annotation, str):
+        return _class_named(annotation, getattr(function, "__globals__", {}))
+    return UNKNOWN
+
+
+class Checker(ast.NodeVisitor):
+    """Walks one block in order, binding names to what they stand for, and collects what a
+    reader's copy of it would trip on."""
+
+    def __init__(self, block: Block) -> None:
+        import gptgate
+
+        self.block = block
+        self.problems: list[str] = []
+        self.names: dict[str, Any] = {"gg": gptgate, "gptgate": gptgate,
+                                      "gate": Instance(gptgate.Gateway)}
+
+    def report(self, node: ast.AST, what: str) -> None:
+        line = self.block.line + getattr(node, "lineno", 1) - 1
+        self.problems.append(f"{self.block.path.relative_to(ROOT)}:{line}: {what}")
+
+    # imports
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not alias.name.startswith("gptgate"):
+                continue
+            try:
+                module = importlib.import_module(alias.name)
+            except ImportError as error:
+                self.report(node, f"import {alias.name}: {error}")
+                continue
+            if alias.asname:
+                self.names[alias.asname] = module
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not (node.module or "").startswith("gptgate"):
+            return
+        try:
+            module = importlib.import_module(node.module or "")
+        except ImportError as error:
+            self.report(node, f"from {node.module}: {error}")
+            return
+        for alias in node.names:
+            if not hasattr(module, alias.name):
+                self.report(node, f"{node.module} has no {alias.name!r}")
+                continue
+            self.names[alias.asname or alias.name] = getattr(module, alias.name)
+
+    # what an expression stands for
+    def value(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Name):
+            return self.names.get(node.id, UNKNOWN)
+        if isinstance(node, ast.Await):
+            return self.value(node.value)
+        if isinstance(node, ast.Attribute):
+            owner = self.value(node.value)
+            if isinstance(owner, (Unknown, tuple)):
+                return UNKNOWN
+            if isinstance(owner, Instance):
+                if not _has_attribute(owner.cls, node.attr):
+                    self.report(node, f"{owner.cls.__name__} has no attribute {node.attr!r}")
+                    return UNKNOWN
+                member = getattr(owner.cls, node.attr, None)
+                if isinstance(member, property):
+                    return _returns(member.fget)
+                if callable(member):
+                    return ("method", owner.cls, member)
+                return _field_type(owner.cls, node.attr)
+            if (inspect.ismodule(owner) and owner.__name__.startswith("gptgate")) or (
+                isinstance(owner, type) and owner.__module__.startswith("gptgate")
+            ):
+                if inspect.ismodule(owner) and not hasattr(owner, node.attr):
+                    try:  # a submodule the page names without importing it
+                        return importlib.import_module(f"{owner.__name__}.{node.attr}")
+                    except ImportError:
+                        pass
+                if not hasattr(owner, node.attr):
+                    name = getattr(owner, "__name__", "?")
+                    self.report(node, f"{name} has no attribute {node.attr!r}")
+                    return UNKNOWN
+                return getattr(owner, node.attr)
+            return UNKNOWN
+        if isinstance(node, ast.Subscript):
+            owner = self.value(node.value)
+            if isinstance(owner, tuple) and owner[0] == "items":
+                return owner[1]
+            return UNKNOWN
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        self.generic_visit(node)
+        return UNKNOWN
+
+    def call(self, node: ast.Call) -> Any:
+        target = self.value(node.func)
+        for argument in [*node.args, *(k.value for k in node.keywords)]:
+            self.visit(argument)
+        if isinstance(target, tuple) and target[0] == "method":
+            _, cls, function = target
+            self.keywords(node, function, f"{cls.__name__}.{function.__name__}")
+            return _returns(function)
+        if isinstance(target, type) and target.__module__.startswith("gptgate"):
+            self.keywords(node, target, target.__name__)
+            return Instance(target)
+        if callable(target) and getattr(target, "__module__", "").startswith("gptgate"):
+            self.keywords(node, target, getattr(target, "__name__", "?"))
+            return _returns(target)
+        return UNKNOWN
+
+    def keywords(self, node: ast.Call, target: Any, name: str) -> None:
+        accepted = _accepted(target)
+        if accepted is None:
+            return
+        for keyword in node.keywords:
+            if keyword.arg is not None and keyword.arg not in accepted:
+                self.report(node, f"{name}() takes no keyword {keyword.arg!r}")
+
+    # statements that bind names
+    def bind(self, target: ast.expr, value: Any) -> None:
+        if isinstance(target, ast.Name):
+            self.names[target.id] = value
+        else:
+            self.visit(target)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = self.value(node.value)
+        for target in node.targets:
+            self.bind(target, value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.bind(node.target, self.value(node.value))
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        self.value(node.value)
+
+    def _with(self, node: ast.With | ast.AsyncWith, enter: str) -> None:
+        for item in node.items:
+            value = self.value(item.context_expr)
+            if item.optional_vars is not None:
+                entered = value
+                method = getattr(value.cls, enter, None) if isinstance(value, Instance) else None
+                if method is not None and _annotated(method):
+                    entered = _returns(method)
+                self.bind(item.optional_vars, entered)
+        for statement in node.body:
+            self.visit(statement)
+
+    def visit_With(self, node: ast.With) -> None:
+        self._with(node, "__enter__")
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        self._with(node, "__aenter__")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.value(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.call(node)
+
+
+def check(block: Block) -> list[str]:
+    try:
+        tree = compile(block.source, block.where, "exec",
+                       flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError as error:
+        return [f"{block.where}: does not compile: {error.msg} (line {error.lineno})"]
+    checker = Checker(block)
+    checker.visit(tree)
+    return checker.problems
+
+
+def inline_calls() -> Iterator[Block]:
+    """Inline code in the prose that builds one of gptgate's objects (```gg.Budget(...)```),
+    its ``...`` placeholders read as ``None``; a public name written bare (```Budget(...)```)
+    is read as ``gg.``'s, and ``gate`` is a ``Gateway``."""
+    import gptgate
+
+    public = "|".join(name for name in gptgate.__all__ if name[0].isupper() or name == "plan")
+    starts = re.compile(rf"(?:gg\.|gate\.)\w+\(|(?:{public})\(")
+    for path in pages():
+        fenced = False
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip().startswith("```"):
+                fenced = not fenced
+                continue
+            if fenced:
+                continue
+            for span in re.findall(r"(?<!`)`([^`]+)`(?!`)", line):
+                if not starts.match(span):
+                    continue
+                code = span.replace("...", "None").replace("…", "None")
+                if not code.startswith(("gg.", "gate.")):
+                    code = f"gg.{code}"
+                try:
+                    ast.parse(code)
+                except SyntaxError:
+                    continue  # a shape, not code: `gg.Shared(url, namespace=…)` still parses
+                yield Block(path, number, code, skipped=False)

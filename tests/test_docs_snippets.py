@@ -1,0 +1,66 @@
+"""The docs' code says only what the library has: every ```python block of README.md and
+docs/ compiles, and each ``gg.`` name, keyword argument and attribute of a result it uses
+exists (tests/docs_snippets.py reads them statically: fast, no call made). Inline code that
+builds one of gptgate's objects (```gg.Budget(usd_per_hour=10)```) is held to the same."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests import docs_snippets as snippets
+
+BLOCKS = [block for page in snippets.pages() for block in snippets.blocks(page)]
+
+
+def test_the_pages_hold_the_blocks_the_reader_copies() -> None:
+    # the extractor finds them (a fence it misread would check nothing)
+    assert len(BLOCKS) >= 50
+    assert len(list(snippets.inline_calls())) >= 20
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.skipped], ids=lambda b: b.where)
+def test_python_block(block: snippets.Block) -> None:
+    assert snippets.check(block) == []
+
+
+def test_inline_constructions() -> None:
+    problems = [problem for block in snippets.inline_calls() for problem in snippets.check(block)]
+    assert problems == []
+
+
+def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
+    """Each kind of mistake a stale page holds is named (else the checks above prove nothing)."""
+    block = snippets.Block(snippets.ROOT / "README.md", 1, "\n".join([
+        "import gptgate as gg",
+        "from gptgate.testing import sim_backend, no_such_helper",
+        'gate = gg.Gateway([gg.Backend(name="x", base_url="u", model="m", colour=1)],',
+        "                  max_attempt=3)",
+        "async with gate:",
+        "    r = await gate.chat(messages)",
+        "    print(r.txt, r.usage.output_token, gate.stats()['x'].limt)",
+        "    async with gate.stream(messages) as s:",
+        "        pass",
+        "    s.result.ttft",
+        "gg.Nope",
+        "with gg.SyncGateway([], bogus=1) as sync:",
+        "    sync.chat(messages).textt",
+    ]), skipped=False)
+    found = "\n".join(snippets.check(block))
+    for expected in [
+        "README.md:2: gptgate.testing has no 'no_such_helper'",
+        "README.md:3: Backend() takes no keyword 'colour'",
+        "README.md:3: Gateway() takes no keyword 'max_attempt'",
+        "README.md:7: ChatResult has no attribute 'txt'",
+        "README.md:7: Usage has no attribute 'output_token'",
+        "README.md:7: BackendStats has no attribute 'limt'",
+        "README.md:10: ChatResult has no attribute 'ttft'",
+        "README.md:11: gptgate has no attribute 'Nope'",
+        "README.md:12: SyncGateway() takes no keyword 'bogus'",
+        "README.md:13: ChatResult has no attribute 'textt'",
+    ]:
+        assert expected in found
+    assert len(re.findall(r"^README", found, re.M)) == 10, found
+    broken = snippets.Block(snippets.ROOT / "README.md", 1, "gate.chat(]", skipped=False)
+    assert "does not compile" in snippets.check(broken)[0]
