@@ -99,6 +99,19 @@ def _accepted(target: Any) -> set[str] | None:
                           if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+def _positional(target: Any) -> int | None:
+    """How many positional arguments ``target(...)`` takes; None when any number."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    kinds = [p.kind for p in signature.parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return None
+    return sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               for k in kinds)
+
+
 def _has_attribute(cls: type, name: str) -> bool:
     if hasattr(cls, name):
         return True
@@ -263,7 +276,7 @@ class Checker(ast.NodeVisitor):
             self.visit(argument)
         if isinstance(target, tuple) and target[0] == "method":
             _, cls, function = target
-            self.keywords(node, function, f"{cls.__name__}.{function.__name__}")
+            self.keywords(node, function, f"{cls.__name__}.{function.__name__}", bound=1)
             return _returns(function)
         if isinstance(target, type) and target.__module__.startswith("gptgate"):
             self.keywords(node, target, target.__name__)
@@ -273,7 +286,16 @@ class Checker(ast.NodeVisitor):
             return _returns(target)
         return UNKNOWN
 
-    def keywords(self, node: ast.Call, target: Any, name: str) -> None:
+    def keywords(self, node: ast.Call, target: Any, name: str, bound: int = 0) -> None:
+        """Each keyword is one ``target`` takes, and it takes that many positional arguments
+        (``bound``: the ``self`` of a method read off its class)."""
+        positional = _positional(target)
+        # `gg.Price(...)`: "its arguments", not one argument
+        given = sum(not (isinstance(a, ast.Constant) and a.value is Ellipsis) for a in node.args)
+        starred = any(isinstance(arg, ast.Starred) for arg in node.args)
+        if positional is not None and not starred and given > positional - bound:
+            self.report(node, f"{name}() takes {positional - bound} positional argument(s), "
+                              f"the page gives {given}")
         accepted = _accepted(target)
         if accepted is None:
             return
@@ -312,6 +334,13 @@ class Checker(ast.NodeVisitor):
         for statement in node.body:
             self.visit(statement)
 
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        caught = self.value(node.type) if node.type is not None else UNKNOWN
+        if node.name is not None:
+            self.names[node.name] = Instance(caught) if isinstance(caught, type) else UNKNOWN
+        for statement in node.body:
+            self.visit(statement)
+
     def visit_With(self, node: ast.With) -> None:
         self._with(node, "__enter__")
 
@@ -345,21 +374,42 @@ def inline_calls() -> Iterator[Block]:
     public = "|".join(name for name in gptgate.__all__ if name[0].isupper() or name == "plan")
     starts = re.compile(rf"(?:gg\.|gate\.)\w+\(|(?:{public})\(")
     for path in pages():
-        fenced = False
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip().startswith("```"):
-                fenced = not fenced
+        prose, fenced = [], False  # the page with its fenced blocks blanked, lines kept
+        for line in path.read_text(encoding="utf-8").splitlines():
+            fence = line.strip().startswith("```")
+            prose.append("" if fenced or fence else line)
+            fenced ^= fence
+        text = "\n".join(prose)
+        for found in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):
+            if "\n\n" in found.group(1):
+                continue  # not a span: a stray backtick's pairing across paragraphs
+            number = text.count("\n", 0, found.start()) + 1
+            code = _placeholders(" ".join(found.group(1).split()))  # a span may wrap a line
+            if starts.match(code) and _parses(code):
+                yield Block(path, number, _qualified(code), skipped=False)
                 continue
-            if fenced:
-                continue
-            for span in re.findall(r"(?<!`)`([^`]+)`(?!`)", line):
-                if not starts.match(span):
-                    continue
-                code = span.replace("...", "None").replace("…", "None")
-                if not code.startswith(("gg.", "gate.")):
-                    code = f"gg.{code}"
-                try:
-                    ast.parse(code)
-                except SyntaxError:
-                    continue  # a shape, not code: `gg.Shared(url, namespace=…)` still parses
-                yield Block(path, number, code, skipped=False)
+            # a shape, not code (`gg.Scenario(name=..., stream=, ...)`): the calls in it that
+            # are code on their own (`batch=gg.BatchPolicy(max_size, max_wait_s)`)
+            for call in re.findall(rf"(?<![\w.])((?:{starts.pattern})[^()]*\))", code):
+                if _parses(call):
+                    yield Block(path, number, _qualified(call), skipped=False)
+
+
+def _placeholders(code: str) -> str:
+    """``...`` as an argument is "the other arguments", ``x=...`` some value."""
+    code = code.replace("…", "...")
+    code = re.sub(r"(?<=\()\s*\.\.\.\s*(,\s*)?", "", code)  # `f(...)`, `f(..., x=1)`
+    code = re.sub(r",\s*\.\.\.\s*(?=[,)])", "", code)  # `f(a, ...)`, `f(a, ..., x=1)`
+    return code.replace("...", "None")
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
+def _qualified(code: str) -> str:
+    return code if code.startswith(("gg.", "gate.")) else f"gg.{code}"

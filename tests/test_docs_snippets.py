@@ -46,6 +46,10 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "gg.Nope",
         "with gg.SyncGateway([], bogus=1) as sync:",
         "    sync.chat(messages).textt",
+        "try:",
+        "    gg.BatchPolicy(8, 2.0)",
+        "except gg.BudgetExceededError as error:",
+        "    error.spent",
     ]), skipped=False)
     found = "\n".join(snippets.check(block))
     for expected in [
@@ -59,8 +63,13 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "README.md:11: gptgate has no attribute 'Nope'",
         "README.md:12: SyncGateway() takes no keyword 'bogus'",
         "README.md:13: ChatResult has no attribute 'textt'",
+        "README.md:15: BatchPolicy() takes 0 positional argument(s), the page gives 2",
+        "README.md:17: BudgetExceededError has no attribute 'spent'",
     ]:
         assert expected in found
-    assert len(re.findall(r"^README", found, re.M)) == 10, found
+    assert len(re.findall(r"^README", found, re.M)) == 12, found
+    # inline: a span that wraps a line, and a call inside a span that is a shape, not code
+    assert snippets._placeholders("gate.batch(items, ..., max_tokens=60)") == (
+        "gate.batch(items, max_tokens=60)")
     broken = snippets.Block(snippets.ROOT / "README.md", 1, "gate.chat(]", skipped=False)
     assert "does not compile" in snippets.check(broken)[0]
