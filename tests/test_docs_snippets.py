@@ -73,3 +73,18 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "gate.batch(items, max_tokens=60)")
     broken = snippets.Block(snippets.ROOT / "README.md", 1, "gate.chat(]", skipped=False)
     assert "does not compile" in snippets.check(broken)[0]
+
+
+def test_the_configuration_reference_shows_every_gateway_argument() -> None:
+    """docs/configuration.md's ``gg.Gateway(...)`` block is the one place that lists the
+    constructor's own arguments (the fields below it are generated): one added to the code
+    must be added there."""
+    import inspect
+
+    import gptgate as gg
+
+    page = snippets.ROOT / "docs" / "configuration.md"
+    block = next(b for b in snippets.blocks(page) if "gg.Gateway(" in b.source)
+    own = [name for name in inspect.signature(gg.Gateway.__init__).parameters
+           if name not in ("self", "options")]
+    assert [name for name in own if f"{name}=" not in block.source] == []
