@@ -183,6 +183,17 @@ def _returns(function: Any) -> Any:
     return UNKNOWN
 
 
+#: what a gateway does only once open
+_VERBS = {"chat", "stream", "map", "submit", "embed", "batch", "take_up_batch", "warm"}
+
+
+def _builds_gateway(node: ast.expr) -> bool:
+    """``gg.Gateway(...)`` / ``Gateway(...)`` (not a ``SyncGateway``: that opens on use)."""
+    func = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(func, ast.Attribute) and func.attr == "Gateway") or (
+        isinstance(func, ast.Name) and func.id == "Gateway")
+
+
 class Checker(ast.NodeVisitor):
     """Walks one block in order, binding names to what they stand for, and collects what a
     reader's copy of it would trip on."""
@@ -194,6 +205,10 @@ class Checker(ast.NodeVisitor):
         self.problems: list[str] = []
         self.names: dict[str, Any] = {"gg": gptgate, "gptgate": gptgate,
                                       "gate": Instance(gptgate.Gateway)}
+        #: gateways the block builds and has not opened yet: a call on one fails
+        #: (GatewayClosedError, "not open") when the block runs as written
+        self.unopened: set[str] = set()
+        self.in_function = 0
 
     def report(self, node: ast.AST, what: str) -> None:
         line = self.block.line + getattr(node, "lineno", 1) - 1
@@ -271,6 +286,7 @@ class Checker(ast.NodeVisitor):
         return UNKNOWN
 
     def call(self, node: ast.Call) -> Any:
+        self.opened_first(node)
         target = self.value(node.func)
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             self.visit(argument)
@@ -285,6 +301,31 @@ class Checker(ast.NodeVisitor):
             self.keywords(node, target, getattr(target, "__name__", "?"))
             return _returns(target)
         return UNKNOWN
+
+    def opened_first(self, node: ast.Call) -> None:
+        """A gateway the block built is opened (``async with gate``, ``await gate.start()``)
+        before the block calls it — at the block's top level; in a function, the app's."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            return
+        name = func.value.id
+        if name not in self.unopened or self.in_function:
+            return
+        if func.attr == "start":
+            self.unopened.discard(name)
+        elif func.attr in _VERBS:
+            self.report(node, f"{name}.{func.attr}() on a gateway the block never opened "
+                              f"(async with {name}: ...)")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.in_function += 1
+        self.generic_visit(node)
+        self.in_function -= 1
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self.in_function += 1
+        self.generic_visit(node)
+        self.in_function -= 1
 
     def keywords(self, node: ast.Call, target: Any, name: str, bound: int = 0) -> None:
         """Each keyword is one ``target`` takes, and it takes that many positional arguments
@@ -314,6 +355,9 @@ class Checker(ast.NodeVisitor):
         value = self.value(node.value)
         for target in node.targets:
             self.bind(target, value)
+            if isinstance(target, ast.Name):
+                built = _builds_gateway(node.value) and not self.in_function
+                (self.unopened.add if built else self.unopened.discard)(target.id)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -324,6 +368,8 @@ class Checker(ast.NodeVisitor):
 
     def _with(self, node: ast.With | ast.AsyncWith, enter: str) -> None:
         for item in node.items:
+            if isinstance(item.context_expr, ast.Name):
+                self.unopened.discard(item.context_expr.id)
             value = self.value(item.context_expr)
             if item.optional_vars is not None:
                 entered = value

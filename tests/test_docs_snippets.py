@@ -88,3 +88,22 @@ def test_the_configuration_reference_shows_every_gateway_argument() -> None:
     own = [name for name in inspect.signature(gg.Gateway.__init__).parameters
            if name not in ("self", "options")]
     assert [name for name in own if f"{name}=" not in block.source] == []
+
+
+def test_a_block_that_builds_a_gateway_opens_it_before_calling_it() -> None:
+    """docs/tiers.md built a Gateway and awaited ``gate.chat`` on it: copied as shown, a
+    GatewayClosedError ("the gateway is not open"). In a function the app opens it."""
+    block = snippets.Block(snippets.ROOT / "docs" / "tiers.md", 1, "\n".join([
+        "gate = gg.Gateway(backends=[])",
+        "r = await gate.chat(messages)",
+        "async def answer():",
+        "    await gate.chat(messages)",
+        "async with gate:",
+        "    await gate.chat(messages)",
+        "other = gg.Gateway([])",
+        "await other.start()",
+        "await other.map([])",
+    ]), skipped=False)
+    assert snippets.check(block) == [
+        "docs/tiers.md:2: gate.chat() on a gateway the block never opened (async with gate: ...)"
+    ]
