@@ -107,3 +107,14 @@ def test_a_block_that_builds_a_gateway_opens_it_before_calling_it() -> None:
     assert snippets.check(block) == [
         "docs/tiers.md:2: gate.chat() on a gateway the block never opened (async with gate: ...)"
     ]
+
+
+def test_the_readme_links_every_page_of_the_site() -> None:
+    """README.md's "Documentation" list is the site's table of contents for readers on the
+    repository: a page in mkdocs.yml's nav that it does not link is a page they never find
+    (fleet.md and fleet-pacing.md were missing)."""
+    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$",
+                     (snippets.ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    readme = (snippets.ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(nav) > 30
+    assert [page for page in nav if f"(docs/{page}" not in readme] == []
