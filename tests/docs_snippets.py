@@ -418,7 +418,7 @@ def inline_calls() -> Iterator[Block]:
     import gptgate
 
     public = "|".join(name for name in gptgate.__all__ if name[0].isupper() or name == "plan")
-    starts = re.compile(rf"(?:gg\.|gate\.)\w+\(|(?:{public})\(")
+    starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\(")
     for path in pages():
         prose, fenced = [], False  # the page with its fenced blocks blanked, lines kept
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -458,4 +458,4 @@ def _parses(code: str) -> bool:
 
 
 def _qualified(code: str) -> str:
-    return code if code.startswith(("gg.", "gate.")) else f"gg.{code}"
+    return code if code.startswith(("gg.", "gate.", "gptgate.")) else f"gg.{code}"
