@@ -6,6 +6,7 @@ builds one of gptgate's objects (```gg.Budget(usd_per_hour=10)```) is held to th
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,11 @@ def test_the_readme_links_every_page_of_the_site() -> None:
     readme = (snippets.ROOT / "README.md").read_text(encoding="utf-8")
     assert len(nav) > 30
     assert [page for page in nav if f"(docs/{page}" not in readme] == []
+
+
+def test_a_block_marked_skip_is_not_checked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n<!-- snippet: skip -->\n```python\ngg.Nope(\n```\n\n"
+                    "```python\ngg.Budget(usd_per_hour=1)\n```\n", encoding="utf-8")
+    found = list(snippets.blocks(page))
+    assert [(b.line, b.skipped) for b in found] == [(5, True), (9, False)]
