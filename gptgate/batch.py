@@ -28,6 +28,7 @@ assumes the caller's thread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -508,9 +509,15 @@ class BatchJob:
     # -- polling --------------------------------------------------------------------------
 
     async def refresh(self) -> str:
-        """Poll every part still running once; returns the job's status."""
+        """Poll every part still running once; returns the job's status. A part that ended
+        before this process saw it (a job taken up after it finished) is read once, for its
+        counts: its record keeps only its status."""
         for part in self._job.parts:
-            if part.batch_id is None or part.status in TERMINAL:
+            if part.batch_id is None or (part.name in self._remote and part.status in TERMINAL):
+                continue
+            if part.status in TERMINAL:
+                with contextlib.suppress(GateError):  # counts only: the status is recorded
+                    self._remote[part.name] = await self._api.retrieve(part.batch_id)
                 continue
             remote = await self._call(self._api.retrieve, part.batch_id)
             self._remote[part.name] = remote

@@ -77,7 +77,7 @@ from .response_cache_calls import CachedCalls
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
-from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, resolve_scenario
+from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, scenario_for_call
 from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient
@@ -429,7 +429,7 @@ class Gateway:
             meter_provider=meter_provider,
             capture_content=config.capture_content,
         )
-        self._default_scenario = resolve_scenario(config.default_scenario)
+        self._default_scenario = scenario_for_call(config.default_scenario)
         #: tier="auto": small vs large, and escalation (gptgate/tiers.py, docs/tiers.md)
         self._tiering = Tiering(
             tiers=frozenset(b.tier for b in config.backends),
@@ -1281,10 +1281,7 @@ class Gateway:
         )
 
     def _resolve(self, scenario: str | Scenario | None) -> Scenario:
-        try:
-            return self._default_scenario if scenario is None else resolve_scenario(scenario)
-        except KeyError as exc:
-            raise BadRequestError(str(exc.args[0])) from None
+        return self._default_scenario if scenario is None else scenario_for_call(scenario)
 
     def _deadline_s(self, kwargs: Mapping[str, Any]) -> float | None:
         """The deadline an item's call will have (``timeout``, else its scenario's, else the
@@ -1561,7 +1558,7 @@ class Gateway:
     ) -> GuardTransport:
         """The transport behind ``http_client`` (SyncGateway's sync client wraps it)."""
         self._configured(backend)
-        resolved = resolve_scenario(scenario) if scenario is not None else None
+        resolved = scenario_for_call(scenario) if scenario is not None else None
         if priority is None:
             priority = resolved.priority if resolved is not None else 5
         elif isinstance(priority, bool) or not isinstance(priority, int):

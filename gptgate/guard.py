@@ -46,7 +46,7 @@ from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .results import Usage
 from .routing import BackendState, RouteRequest
-from .scenarios import Scenario, resolve_scenario
+from .scenarios import Scenario, scenario_for_call
 from .shed import Refusals
 from .wire import parse_retry_after, parse_should_retry
 
@@ -297,7 +297,7 @@ def make_guard(
     tier: Literal["small", "large", "auto"],
     retry: bool,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
-    resolved = resolve_scenario(scenario)
+    resolved = scenario_for_call(scenario)
     route = RouteRequest(
         private=private,
         tier=tier,

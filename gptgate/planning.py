@@ -48,6 +48,13 @@ class Band:
     goodput_rps: float | None = None
 
     def __post_init__(self) -> None:
+        level = self.concurrency
+        fixed = isinstance(level, int) and not isinstance(level, bool) and level >= 1
+        if not (fixed or (isinstance(level, str) and level.strip())):
+            # a band at no concurrency could be planned, even be the best: "concurrency 0
+            # buys the most"
+            raise ValueError(f"band {level!r}: concurrency must be an int >= 1 or a label "
+                             "such as 'auto→42'")
         if not math.isfinite(self.cost_per_request_usd) or self.cost_per_request_usd <= 0:
             raise ValueError(
                 f"band {self.concurrency}: cost per request must be > 0, "

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from .errors import BadRequestError
 from .hedge import HedgePolicy
 
 __all__ = [
@@ -192,6 +193,15 @@ def resolve_scenario(scenario: str | Scenario | None) -> Scenario:
         return PRESETS[scenario]
     except KeyError:
         raise KeyError(f"unknown scenario {scenario!r}; known: {known}") from None
+
+
+def scenario_for_call(scenario: str | Scenario | None) -> Scenario:
+    """:func:`resolve_scenario` for a verb's ``scenario=`` (``chat``, ``@gate.guard``,
+    ``http_client``): an unknown name is the caller's ``BadRequestError``, as everywhere."""
+    try:
+        return resolve_scenario(scenario)
+    except KeyError as exc:
+        raise BadRequestError(str(exc.args[0])) from None
 
 
 StreamDecision = Literal[

@@ -48,7 +48,7 @@ from .guard_inner import under_guard
 from .guard_nested import covers_options
 from .ledger import Ledger
 from .results import ChatResult
-from .scenarios import Scenario
+from .scenarios import Scenario, scenario_for_call
 from .sync_batch import SyncBatchJob
 from .sync_guard import sync_guard
 from .sync_http import GUARDED_HERE, PortalTransport
@@ -394,6 +394,7 @@ class SyncGateway:
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a plain function (a sync SDK call inside): it runs in the caller's thread
         holding a permit, retried and classified as ``Gateway.guard`` does for async ones."""
+        scenario_for_call(scenario)  # an unknown name fails here, as Gateway.guard's does
         options = {
             "scenario": scenario, "backend": backend, "private": private, "tier": tier,
             "retry": retry,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import gptgate as gg
+from gptgate.batch_openai import OpenAIBatches
 from gptgate.sim import SimBatches, SimBatchPlan, SimEngine, SimServer, get_profile
 
 from .test_batch import Sim, _run, refuse_creates_after_the_first
@@ -66,3 +67,36 @@ def test_a_sync_gateway_takes_a_job_up_over_loopback_sending_nothing(tmp_path: P
             job.cancel()
             assert job.status == "cancelling"
     assert (batches.creates, batches.uploads) == (1, 1)
+
+
+def test_a_finished_job_taken_up_later_counts_what_the_provider_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gptgate batch status DIR`` the morning after: the job ended while its process was
+    gone (or was collected), and a new process takes it up. Its parts are recorded as ended,
+    so the poll skipped them and the counts were this process's last poll — none: "completed
+    — 0/5 answered". A part that ended is read from the provider once per process."""
+    items = [{**item, "max_tokens": 20} for item in _prompts(5)]
+    retrieved: list[str] = []
+    retrieve = OpenAIBatches.retrieve
+
+    async def counted(self: OpenAIBatches, batch_id: str) -> Any:
+        retrieved.append(batch_id)
+        return await retrieve(self, batch_id)
+
+    monkeypatch.setattr(OpenAIBatches, "retrieve", counted)
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            results = await (await gate.batch(items, job_dir=tmp_path, poll_s=5.0)).wait()
+            assert all(isinstance(r, gg.ChatResult) for r in results)
+        async with sim.gate() as gate:  # the next process
+            job = await gate.take_up_batch(items, job_dir=tmp_path)
+            assert await job.refresh() == "completed"
+            assert job.counts == gg.BatchCounts(total=5, completed=5, failed=0)
+            polls = len(retrieved)
+            await job.refresh()  # an ended part is read once, not at every poll
+            assert len(retrieved) == polls
+        assert (sim.batches.creates, sim.batches.uploads) == (1, 1)
+
+    _run(body, SimBatchPlan(complete_after_s=60))

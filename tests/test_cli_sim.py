@@ -163,3 +163,19 @@ def test_with_json_stdout_holds_only_the_address_not_the_access_log() -> None:
         out, err = process.communicate(timeout=20)
     assert out == ""
     assert "POST /v1/chat/completions" in err  # the access log is still there, on stderr
+
+
+@pytest.mark.parametrize("options", [[], ["--json"]])
+def test_without_uvicorn_no_address_is_printed_for_a_server_that_never_serves(
+    options: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script reads the address line and goes on (docs/cli.md): without the ``sim`` extra
+    that line used to come first, then the one-line error — the script called a server that
+    was never there. Now the missing extra is the only line, on stderr, exit 1."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # ``import uvicorn`` raises ImportError
+    assert main(["sim", "serve", "--port", "0", *options]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "needs uvicorn: pip install 'gptgate[sim]'" in _one_line(err)

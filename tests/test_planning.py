@@ -117,3 +117,15 @@ def test_no_overrun_when_no_dearer_band_can_run_the_best_rate() -> None:
     assert (result.best.concurrency, result.best.requests_per_hour) == (14, 50563)
     assert result.worst_overrun is None
     assert [b.concurrency for b in result.too_slow] == [4]
+
+
+@pytest.mark.parametrize("level", [0, -5, True, 2.5, ""])
+def test_a_band_at_no_concurrency_is_refused(level: object) -> None:
+    """docs/cli.md: "a bad budget or band is a ValueError saying what is wrong". A band at
+    concurrency 0 (or -5, True, 2.5) was planned, and could be the plan's best: "concurrency 0
+    buys the most". A level is an int >= 1 or a label ("auto→42")."""
+    with pytest.raises(ValueError, match="concurrency must be an int >= 1 or a label"):
+        gg.plan(10, {level: 0.02})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="concurrency must be an int >= 1 or a label"):
+        gg.Band(level, 0.02)  # type: ignore[arg-type]
+    assert gg.plan(10, {"auto→42": 0.02, 1: 0.02}).best.concurrency == 1

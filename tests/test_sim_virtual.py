@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import anyio
+import pytest
 
 from gptgate.testing import run_virtual
 
@@ -30,3 +31,13 @@ def test_a_thread_finishes_before_a_timer_set_after_it_fires() -> None:
             return await asyncio.to_thread(lambda: time.sleep(0.05) or "done")
 
     assert run_virtual(main) == "done"
+
+
+def test_a_simulated_backend_built_outside_the_loop_says_where_to_build_it() -> None:
+    """A sync pytest fixture or a module-level ``sim_backend("gpu")``: the engine reads the
+    loop's clock as it is built, and there is no loop yet. Before, anyio's "Not currently
+    running on any asynchronous event loop" from deep inside the engine; now the fix."""
+    from gptgate.testing import sim_backend
+
+    with pytest.raises(RuntimeError, match=r"inside the coroutine run_virtual runs"):
+        sim_backend("gpu")

@@ -119,12 +119,16 @@ def _listen(host: str, port: int) -> socket.socket:
 def serve(args: argparse.Namespace) -> int:
     from ..sim import get_profile
     from ..sim import serve as serve_sim
+    from ..sim.server import _uvicorn
 
     try:
         profile = get_profile(args.profile)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     faults = fault_plan(args)
+    # a missing ``sim`` extra fails before the address is printed: a script reads that line
+    # as "served" and goes on
+    _uvicorn()
     listening = _listen(args.host, args.port)
     port = listening.getsockname()[1]
     # the base_url each provider's preset and SDK take: the server root for these three

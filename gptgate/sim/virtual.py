@@ -88,7 +88,15 @@ class LoopClock:
         try:
             return asyncio.get_running_loop().time()
         except RuntimeError:  # trio (no asyncio loop in this thread)
+            pass
+        try:
             return anyio.current_time()
+        except RuntimeError:  # anyio's NoEventLoopError: no loop at all, so no time to read
+            raise RuntimeError(
+                "LoopClock reads the running event loop's clock, and none runs here: build the "
+                "SimEngine / sim_backend(...) inside the coroutine run_virtual runs (or give "
+                "it a clock of its own: gg.ScaledClock(...))"
+            ) from None
 
     async def sleep(self, seconds: float) -> None:
         try:

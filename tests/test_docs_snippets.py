@@ -1,0 +1,129 @@
+"""The docs' code says only what the library has: every ```python block of README.md and
+docs/ compiles, and each ``gg.`` name, keyword argument and attribute of a result it uses
+exists (tests/docs_snippets.py reads them statically: fast, no call made). Inline code that
+builds one of gptgate's objects (```gg.Budget(usd_per_hour=10)```) is held to the same."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests import docs_snippets as snippets
+
+BLOCKS = [block for page in snippets.pages() for block in snippets.blocks(page)]
+
+
+def test_the_pages_hold_the_blocks_the_reader_copies() -> None:
+    # the extractor finds them (a fence it misread would check nothing)
+    assert len(BLOCKS) >= 50
+    assert len(list(snippets.inline_calls())) >= 20
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.skipped], ids=lambda b: b.where)
+def test_python_block(block: snippets.Block) -> None:
+    assert snippets.check(block) == []
+
+
+def test_inline_constructions() -> None:
+    problems = [problem for block in snippets.inline_calls() for problem in snippets.check(block)]
+    assert problems == []
+
+
+def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
+    """Each kind of mistake a stale page holds is named (else the checks above prove nothing)."""
+    block = snippets.Block(snippets.ROOT / "README.md", 1, "\n".join([
+        "import gptgate as gg",
+        "from gptgate.testing import sim_backend, no_such_helper",
+        'gate = gg.Gateway([gg.Backend(name="x", base_url="u", model="m", colour=1)],',
+        "                  max_attempt=3)",
+        "async with gate:",
+        "    r = await gate.chat(messages)",
+        "    print(r.txt, r.usage.output_token, gate.stats()['x'].limt)",
+        "    async with gate.stream(messages) as s:",
+        "        pass",
+        "    s.result.ttft",
+        "gg.Nope",
+        "with gg.SyncGateway([], bogus=1) as sync:",
+        "    sync.chat(messages).textt",
+        "try:",
+        "    gg.BatchPolicy(8, 2.0)",
+        "except gg.BudgetExceededError as error:",
+        "    error.spent",
+    ]), skipped=False)
+    found = "\n".join(snippets.check(block))
+    for expected in [
+        "README.md:2: gptgate.testing has no 'no_such_helper'",
+        "README.md:3: Backend() takes no keyword 'colour'",
+        "README.md:3: Gateway() takes no keyword 'max_attempt'",
+        "README.md:7: ChatResult has no attribute 'txt'",
+        "README.md:7: Usage has no attribute 'output_token'",
+        "README.md:7: BackendStats has no attribute 'limt'",
+        "README.md:10: ChatResult has no attribute 'ttft'",
+        "README.md:11: gptgate has no attribute 'Nope'",
+        "README.md:12: SyncGateway() takes no keyword 'bogus'",
+        "README.md:13: ChatResult has no attribute 'textt'",
+        "README.md:15: BatchPolicy() takes 0 positional argument(s), the page gives 2",
+        "README.md:17: BudgetExceededError has no attribute 'spent'",
+    ]:
+        assert expected in found
+    assert len(re.findall(r"^README", found, re.M)) == 12, found
+    # inline: a span that wraps a line, and a call inside a span that is a shape, not code
+    assert snippets._placeholders("gate.batch(items, ..., max_tokens=60)") == (
+        "gate.batch(items, max_tokens=60)")
+    broken = snippets.Block(snippets.ROOT / "README.md", 1, "gate.chat(]", skipped=False)
+    assert "does not compile" in snippets.check(broken)[0]
+
+
+def test_the_configuration_reference_shows_every_gateway_argument() -> None:
+    """docs/configuration.md's ``gg.Gateway(...)`` block is the one place that lists the
+    constructor's own arguments (the fields below it are generated): one added to the code
+    must be added there."""
+    import inspect
+
+    import gptgate as gg
+
+    page = snippets.ROOT / "docs" / "configuration.md"
+    block = next(b for b in snippets.blocks(page) if "gg.Gateway(" in b.source)
+    own = [name for name in inspect.signature(gg.Gateway.__init__).parameters
+           if name not in ("self", "options")]
+    assert [name for name in own if f"{name}=" not in block.source] == []
+
+
+def test_a_block_that_builds_a_gateway_opens_it_before_calling_it() -> None:
+    """docs/tiers.md built a Gateway and awaited ``gate.chat`` on it: copied as shown, a
+    GatewayClosedError ("the gateway is not open"). In a function the app opens it."""
+    block = snippets.Block(snippets.ROOT / "docs" / "tiers.md", 1, "\n".join([
+        "gate = gg.Gateway(backends=[])",
+        "r = await gate.chat(messages)",
+        "async def answer():",
+        "    await gate.chat(messages)",
+        "async with gate:",
+        "    await gate.chat(messages)",
+        "other = gg.Gateway([])",
+        "await other.start()",
+        "await other.map([])",
+    ]), skipped=False)
+    assert snippets.check(block) == [
+        "docs/tiers.md:2: gate.chat() on a gateway the block never opened (async with gate: ...)"
+    ]
+
+
+def test_the_readme_links_every_page_of_the_site() -> None:
+    """README.md's "Documentation" list is the site's table of contents for readers on the
+    repository: a page in mkdocs.yml's nav that it does not link is a page they never find
+    (fleet.md and fleet-pacing.md were missing)."""
+    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$",
+                     (snippets.ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    readme = (snippets.ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(nav) > 30
+    assert [page for page in nav if f"(docs/{page}" not in readme] == []
+
+
+def test_a_block_marked_skip_is_not_checked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n<!-- snippet: skip -->\n```python\ngg.Nope(\n```\n\n"
+                    "```python\ngg.Budget(usd_per_hour=1)\n```\n", encoding="utf-8")
+    found = list(snippets.blocks(page))
+    assert [(b.line, b.skipped) for b in found] == [(5, True), (9, False)]
