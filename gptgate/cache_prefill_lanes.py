@@ -20,7 +20,8 @@ the same burst, :data:`AFTER`: one of those may have had the compute first) that
 within :data:`FAST` of it vote "side by side"; those that took at least :data:`SLOW` of it
 vote "shared". Which calls will miss is not guessed at admission: several admitted at once
 take the warm slots in an order the gate cannot see. Two votes in a row say "side by side";
-one says "shared" (the gate's behaviour before, the safe one).
+one says "shared" (the gate's behaviour before, the safe one). Where answers are long, a hit
+takes about a miss's time whatever the slots do: its votes say "shared", as before.
 """
 
 from __future__ import annotations
