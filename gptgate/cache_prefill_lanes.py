@@ -11,17 +11,17 @@ prefix 2.25× the plain client's time on ``tests/fake_llama_slots.py`` (16 calls
 200), where sending it to every slot at once costs nothing but the hits the plain client
 loses too.
 
-The two show apart in what the gate already sends: a call that hits (a short prompt to
-process, its answer to decode) beside another call's cold prefill. Where the slots share the
-compute it waits for that prefill (on the fake, its whole rest; on the real server, 2–3 s of
-a 0.2 s call); where they do not, it ends in its usual time. So each call whose usage showed
+The two show apart in what the gate already sends: a call that hits (a short prompt to process,
+its answer to decode) beside another call's cold prefill. Where the slots share the compute it
+waits for that prefill (on the fake, its whole rest; on the real server, its 16 tokens took
+3.5 s, 0.17 s alone); where they do not, it ends in its usual time. So each call whose usage showed
 a miss is a measurement: the hits admitted within its first :data:`EARLY` of its time (not in
-the same burst, :data:`AFTER`: one of those may have had the compute first) that ended
-within :data:`FAST` of it vote "side by side"; those that took at least :data:`SLOW` of it
-vote "shared". Which calls will miss is not guessed at admission: several admitted at once
-take the warm slots in an order the gate cannot see. Two votes in a row say "side by side";
-one says "shared" (the gate's behaviour before, the safe one). Where answers are long, a hit
-takes about a miss's time whatever the slots do: its votes say "shared", as before.
+the same burst, :data:`AFTER`: one of those may have had the compute first) that ended within
+:data:`FAST` of it vote "side by side"; those that took at least :data:`SLOW` of it vote
+"shared". Which calls will miss is not guessed at admission: several admitted at once take the
+warm slots in an order the gate cannot see. Two votes in a row say "side by side"; one says
+"shared" (the gate's behaviour before, the safe one). Where answers are long, a hit takes about
+a miss's time whatever the slots do: its votes say "shared", as before.
 """
 
 from __future__ import annotations
