@@ -24,9 +24,10 @@ from .cache_expiry import ExpiryLearner
 from .cache_order import WarmOrder, head_goes_first
 from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
+from .cache_prefill_lanes import PrefillLanes
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
-from .cache_slots import slot_ramp, slot_shares, worth_a_slot
+from .cache_slots import pair_with_warmup, slot_ramp, slot_shares, worth_a_slot
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -65,6 +66,10 @@ _LATENCY_WEIGHT = 0.2
 #: widenings a group may owe for good windows held while its backend was full, at most (so a
 #: width never jumps more than growth³ beyond the last one a window confirmed)
 _MAX_DEFERRED = 3
+
+#: event-loop turns a call that may go with a slot-cache warm-up waits for the others of
+#: its burst to reach the gate
+_PAIR_CHECKPOINTS = 3
 
 GroupState = Literal["cold", "warming", "ramping", "open"]
 
@@ -501,6 +506,7 @@ class _Group:
         "cacheable_total",
         "cached_total",
         "controller",
+        "fastest_hit",
         "fleet_members",
         "in_flight",
         "key",
@@ -508,6 +514,7 @@ class _Group:
         "latency_s",
         "misses",
         "next_send",
+        "paired",
         "peak",
         "prefill_s",
         "prefix_tokens",
@@ -517,6 +524,7 @@ class _Group:
         "released",
         "samples",
         "share",
+        "slots",
         "spent",
         "spills_seen",
         "turn",
@@ -589,6 +597,13 @@ class _Group:
         #: the backend's cell: the ramp does not pay there, a warm group uses the whole limit
         #: (gptgate/cache_release.py)
         self.released: list[bool] = [False]
+        #: slot caches: most calls of the group in flight at once so far — the slots it has
+        #: warm, as far as the gate knows (a call beyond them prefills its prefix cold)
+        self.slots = 0
+        #: slot caches: a second call went with its warm-up (gptgate/cache_slots.py)
+        self.paired = False
+        #: slot caches: its fastest call that kept its hits (a warm slot's time per call)
+        self.fastest_hit: float | None = None
 
     @property
     def window(self) -> int:
@@ -651,9 +666,9 @@ class CacheTicket:
     usage is known. A ticket of a bypassed group does nothing."""
 
     __slots__ = (
-        "_admitted_at", "_epoch", "_gap", "_gate", "_group", "_hit", "_order_epoch", "_paced",
-        "_prefilled", "_queued",
-        "_released", "fleet_claim", "warmer",
+        "_admitted_at", "_cold_miss", "_epoch", "_gap", "_gate", "_group", "_hit",
+        "_order_epoch", "_paced", "_prefilled", "_queued",
+        "_released", "fleet_claim", "probe", "warmer",
     )
 
     def __init__(self, gate: CacheGate | None, group: _Group | None, warmer: bool) -> None:
@@ -667,6 +682,10 @@ class CacheTicket:
         self._paced = False
         #: this call warms the prefix: the others of its group wait for its prefill
         self.warmer = warmer
+        #: slot caches: a second cold call sent with the warm-up (not a sample of the ramp)
+        self.probe = False
+        #: the call's usage showed a miss (None: not observed): it prefilled its prefix
+        self._cold_miss: bool | None = None
         #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
         self.fleet_claim = ""
         self._epoch = group.controller.epoch if group is not None else 0
@@ -728,7 +747,8 @@ class CacheTicket:
         fleet = self._gate._fleet_warmup
         if fleet is not None:  # shared=: the fleet's hit rate
             fleet.count(group.backend, group.key, cached, cacheable)
-        if self.warmer:
+        self._cold_miss = not group.controller.meets_target(cached, cacheable)
+        if self.warmer or self.probe:
             return  # the warm-up is a miss by construction: not a signal for the ramp
         self._hit = hit = group.controller.meets_target(cached, cacheable)
         group.misses += not hit
@@ -753,7 +773,7 @@ class CacheTicket:
         group = self._group
         assert group is not None and self._gate is not None
         group.in_flight -= 1
-        if not self.warmer:
+        if not self.warmer and not self.probe:
             latency = self._gate._clock.now() - self._admitted_at
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
@@ -775,6 +795,7 @@ class CacheTicket:
         if self.warmer and self._prefilled:
             group.spent = 0
             group.warmup_s = self._gate._clock.now() - self._admitted_at
+        self._gate._measure_lanes(self)
         self._gate._busy[group.backend] -= 1
         if self.warmer and not group.warm:
             group.warming = False
@@ -852,6 +873,9 @@ class CacheGate:
         self._shared_homes = SharedHomes()
         #: backends whose servers cache a prompt per slot (``set_slot_cache``)
         self._slot_cached: set[str] = set()
+        #: per slot-cache backend: whether its slots prefill side by side, measured
+        #: (gptgate/cache_prefill_lanes.py)
+        self._lanes = PrefillLanes()
 
     def set_slot_cache(self, backend: str) -> None:
         """``backend``'s server caches a prompt per slot (llama.cpp; gptgate/cache_slots.py):
@@ -891,6 +915,11 @@ class CacheGate:
                 self._activate(state)
             else:
                 await self._await_turn(state, policy.turn_wait_s)
+        if state.paired is False and state.warming and backend in self._slot_cached:
+            # a call that may go with the warm-up: let the calls that arrive together (a
+            # job's first ones) all reach the gate first — with other prefixes, none pairs
+            for _ in range(_PAIR_CHECKPOINTS):
+                await anyio.lowlevel.checkpoint()
         if state.waiting == 0 and self._may_admit(state):
             ticket = self._admit(state)
             if ticket.warmer and self._fleet_warmup is not None:
@@ -1135,9 +1164,13 @@ class CacheGate:
         among them (gptgate/cache_slots.py); a group whose share grew is woken."""
         widths = slot_shares(limit, len(groups))
         means = self._release_judge.means(next(iter(groups.values())).backend)
+        side = self._lanes.side_by_side(next(iter(groups.values())).backend)
         for g, width in zip(groups.values(), widths or [0] * len(groups), strict=True):
-            if not width:  # a lone prefix ramps from its warm slot
-                g.share = []
+            if not width:  # a lone prefix ramps from its warm slot, or takes every slot
+                g.share = []  # where they prefill side by side (``_slot_admit``)
+                if side:
+                    g.controller.adopt(limit)
+                    self._wake(g)
                 continue
             old = g.share[0] if g.share else 0
             if old and width > old and not worth_a_slot(g.waiting + g.queued, old, means):
@@ -1330,13 +1363,68 @@ class CacheGate:
         # the group's rate counts the calls it sends, not those that waited here and went to
         # another backend's gate (late binding)
         state.touch(self._clock.now())
-        warmer = not state.warm
+        # slot caches: a call sent while the warm-up is out goes with it (gptgate/cache_slots.py)
+        probe = state.backend in self._slot_cached and not state.warm and state.warming
+        warmer = not state.warm and not probe
         if warmer:
             state.warming = True
         state.in_flight += 1
         state.peak = max(state.peak, state.in_flight)
         self._busy[state.backend] = self._busy.get(state.backend, 0) + 1
-        return CacheTicket(self, state, warmer)
+        ticket = CacheTicket(self, state, warmer)
+        if state.backend in self._slot_cached:
+            ticket.probe = probe
+            state.paired = state.paired or probe
+            state.slots = max(state.slots, state.in_flight)
+        return ticket
+
+    def _slot_admit(self, state: _Group) -> bool | None:
+        """Slot caches (gptgate/cache_slots.py): whether a call of ``state`` may go now,
+        where that differs from the ramp's rule (None: the ramp decides)."""
+        backend = state.backend
+        lone = len(self._running.get(backend, {})) <= 1 and not state.share
+        if not lone:
+            return None
+        limit = state.controller.limit
+        side = self._lanes.side_by_side(backend)
+        if not state.warm:
+            if side:  # slots that prefill at once: every slot from the first call
+                return state.in_flight < limit
+            return None if not state.warming else pair_with_warmup(
+                in_flight=state.in_flight, paired=state.paired, limit=limit
+            )
+        if state.in_flight < state.slots or not state.can_admit():
+            return None
+        means = self._release_judge.means(backend)
+        miss_s = means[1] if means is not None else state.warmup_s
+        hit_s = state.fastest_hit
+        if hit_s is None:  # none of its calls ended warm yet: wait for one (or, if they
+            return state.misses > 0  # came back cold, there is nothing to keep: widen)
+        if miss_s is None:
+            return True
+        return worth_a_slot(
+            state.waiting, max(1, state.in_flight), (hit_s, miss_s), stalls=not side
+        )
+
+    def _measure_lanes(self, ticket: CacheTicket) -> None:
+        """A call of a slot-cache backend ended: a measurement of whether its slots prefill
+        side by side (gptgate/cache_prefill_lanes.py); a new verdict reshapes its groups."""
+        group = ticket._group
+        assert group is not None
+        backend = group.backend
+        if backend not in self._slot_cached:
+            return
+        before = self._lanes.side_by_side(backend)
+        now = self._clock.now()
+        if ticket._cold_miss:
+            self._lanes.miss_released(backend, ticket._admitted_at, now)
+        elif ticket._cold_miss is not None and not ticket._paced:
+            self._lanes.hit_released(backend, ticket._admitted_at, now)
+            latency = now - ticket._admitted_at
+            fastest = group.fastest_hit
+            group.fastest_hit = latency if fastest is None else min(fastest, latency)
+        if self._lanes.side_by_side(backend) != before:
+            self._reshare(backend)
 
     def _expired(self, state: _Group, gap_s: float, hit: bool) -> bool:
         """Whether a warm call of ``state`` missed for an expired copy (gptgate/cache_expiry.py);
@@ -1349,6 +1437,8 @@ class CacheGate:
     def _became_warm(self, state: _Group) -> None:
         state.warm = True
         state.warming = False
+        if state.paired:  # slot caches: its probe warms a second slot
+            state.controller.adopt(2)
         if state.active:
             self._warm_order.enqueue(state.backend, state.key, state)
             self._reshare(state.backend)  # a late warm-up's share is its own again
@@ -1396,7 +1486,12 @@ class CacheGate:
     def _may_admit(self, state: _Group) -> bool:
         """``state.can_admit()`` — but on a backend serving warm groups in order, the head
         is released (its calls up to the limit: "warm one, then release"), and once the
-        backend's limit is taken the others wait for the slots it leaves."""
+        backend's limit is taken the others wait for the slots it leaves; a slot-cache
+        backend's lone group has its own rule (``_slot_admit``)."""
+        if state.backend in self._slot_cached:
+            slot = self._slot_admit(state)
+            if slot is not None:
+                return slot
         if not self._in_order(state):
             return state.can_admit()
         backend = state.backend

@@ -16,10 +16,14 @@ While several prefixes run, each has the slots it can have to itself — the lim
 them (``slot_shares``: three on four slots 2-1-1) — and takes a slot another one left only
 when its calls left would take longer than a prefill (``worth_a_slot``): a ramp from one call
 that took every slot left over made three prefixes on four slots 1.13× the plain client's
-time. A lone prefix keeps its warm-up and ramp: the slots of llama-server share its compute
-(the build here on a CPU: four cold prefills at once take four prefills' time), so warming
-one slot and widening while the hits hold gets 86.6 % hits in 0.61–0.73× the plain client's
-time, where all four slots at once, as tried, got the plain client's 74.3 %, at its time.
+time. A lone prefix sends a second call with its warm-up (``pair_with_warmup``) and takes a
+slot cold for it only when that pays (``worth_a_slot`` with ``stalls``); where the gate has
+measured the slots prefilling side by side (gptgate/cache_prefill_lanes.py) it takes every
+slot from its first call. Where they share the compute (the build here on a CPU: four cold
+prefills at once take four prefills' time) warming first gets 86.6 % hits in 0.61–0.73× the
+plain client's time, where all four slots at once, as tried, got the plain client's 74.3 %,
+at its time; where they prefill at once the warm-up and ramp took 2.25× the plain client's
+time on the fake server, now 1.25× (1.00× once measured).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from .config import Backend
 from .providers import PROVIDERS
 from .scenarios import RampPolicy
 
-__all__ = ["slot_cached", "slot_ramp", "slot_shares", "worth_a_slot"]
+__all__ = ["pair_with_warmup", "slot_cached", "slot_ramp", "slot_shares", "worth_a_slot"]
 
 #: per scenario ramp (by identity; the ramp is kept alive here): its slot-cache variant
 _ADAPTED: dict[int, tuple[RampPolicy, RampPolicy]] = {}
@@ -62,13 +66,30 @@ def slot_shares(limit: int, running: int) -> list[int]:
     return [max(1, base + (i < extra)) for i in range(running)]
 
 
-def worth_a_slot(waiting: int, width: int, means: tuple[float, float] | None) -> bool:
+def worth_a_slot(
+    waiting: int, width: int, means: tuple[float, float] | None, *, stalls: bool = False
+) -> bool:
     """Whether a prefix running ``width`` calls wide with ``waiting`` calls left gains by one
     more slot, cold for it: only if its calls left take longer at its width than one prefill
     (``means``: the backend's mean call time on a hit and on a miss; None: not measured — yes).
     A job's last prefixes took the slots the others left, each prefilling its prefix again
-    for a few calls: three prefixes on four slots 1.22× the plain client's time."""
+    for a few calls: three prefixes on four slots 1.22× the plain client's time.
+
+    ``stalls``: the slots share the compute (or that is not measured yet), so the cold
+    prefill holds every running call for its time: the slot pays only if what it saves,
+    ``waiting × hit × (1/width − 1/(width+1))``, is more than a prefill."""
     if means is None:
         return True
     hit_s, miss_s = means
-    return waiting * hit_s / max(1, width) > miss_s
+    left = waiting * hit_s / max(1, width)
+    if stalls:
+        return left / (max(1, width) + 1) > miss_s
+    return left > miss_s
+
+
+def pair_with_warmup(*, in_flight: int, paired: bool, limit: int) -> bool:
+    """Whether a lone prefix, its warm-up in flight, sends a second call with it (cold, on a
+    second slot): both slots are warm at the end of the warm-up where the slots prefill at
+    once; where they share the compute the second slot's prefill comes at the same cost as
+    the ramp's first widening, only sooner."""
+    return not paired and in_flight == 1 and limit >= 2
