@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -27,7 +27,7 @@ WALL_CLOCK = frozenset({
     "lifecycle", "lifecycle_loops", "limits_limiter", "map_progress", "outcomes", "pause_paths",
     "pool_stale", "profile", "provider_anthropic", "provider_azure", "response_cache",
     "sdk_client_telemetry", "sdk_finish", "sdk_permit_wait", "sdk_requeue",
-    "sdk_stream_abandon", "sdk_stream_young", "shared_auto", "shared_breakers",
+    "sdk_pace_fleet", "sdk_stream_abandon", "sdk_stream_young", "shared_auto", "shared_breakers",
     "shared_busy_loop", "shared_coalesce", "shared_config", "shared_cost", "shared_leases",
     "shared_outage", "shared_pacing", "shared_pause", "shared_pause_paths",
     "shared_probe_paths", "shared_reuse",
@@ -39,9 +39,11 @@ WALL_CLOCK = frozenset({
 #: of those, the modules whose real-time bounds assume the machine to themselves — several
 #: server processes on 2 cores, ratios of wall times, a ``ScaledClock(50)`` turning a bound of
 #: seconds into a fraction of one (each of chaos, sync_sdks, guard_manager failed once beside
-#: another worker on a machine loaded 4-6 times over): under ``-n`` no other test runs while
-#: one of them does
-ALONE = frozenset({"chaos", "failover", "guard_manager", "sync_sdks"})
+#: another worker on a machine loaded 4-6 times over; sdk_pace_fleet's two minutes on a
+#: ``ScaledClock(60)`` sent 149 requests where it asserts >= 150 beside two workers, and 86-112
+#: of them beside two busy loops, 229-300 without): under ``-n`` no other test runs while one
+#: of them does
+ALONE = frozenset({"chaos", "failover", "guard_manager", "sdk_pace_fleet", "sync_sdks"})
 
 
 def _module_name(path: Path) -> str:
@@ -66,6 +68,45 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return WallClockOnOneWorker(config, log)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n``, the ``ALONE`` modules first (a stable sort: the rest keep their
+    order). The wall-clock worker then starts with them, while the other workers have just
+    begun, and holds ``alone.lock`` once across all of them (below): before, each ``ALONE``
+    module sat in the middle of the run waiting for the module another worker had begun to
+    end (chaos 38 s, sync_sdks 30 s of set-up on a loaded run), then that worker waited for
+    it. Every worker sorts its own collection the same way, as xdist requires."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: _module_name(item.path) not in ALONE)
+
+
+class _AloneLock:
+    """This worker's hold on the run's readers-writer lock: exclusive from its first ``ALONE``
+    module until a module that is not one begins, so consecutive ``ALONE`` modules run as one
+    block and no other worker's module slips in between them."""
+
+    def __init__(self) -> None:
+        self.file: IO[str] | None = None
+        self.exclusive = False
+
+    def hold(self, path: Path, *, exclusive: bool) -> None:
+        import fcntl
+
+        if self.file is not None and self.exclusive and exclusive:
+            return  # still held from the previous ALONE module
+        self.release()
+        self.file = open(path, "a")  # noqa: SIM115 - held across modules, closed in release
+        fcntl.flock(self.file, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.exclusive = exclusive
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.close()  # closing the file drops its flock
+            self.file = None
+
+
+_ALONE_LOCK = _AloneLock()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _alone_when_it_must_be(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -77,15 +118,15 @@ def _alone_when_it_must_be(
     if "PYTEST_XDIST_WORKER" not in os.environ or os.name != "posix":
         yield
         return
-    import fcntl
-
     alone = _module_name(request.path) in ALONE
-    with open(tmp_path_factory.getbasetemp().parent / "alone.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    _ALONE_LOCK.hold(tmp_path_factory.getbasetemp().parent / "alone.lock", exclusive=alone)
+    yield
+    if not alone:
+        _ALONE_LOCK.release()  # an ALONE module's hold lasts into the next module's set-up
+
+
+def pytest_sessionfinish() -> None:
+    _ALONE_LOCK.release()
 
 
 def _skip_without_redis() -> None:

@@ -2,7 +2,7 @@
 ``gate.chat`` does: a sick backend is not hammered by SDK traffic the gateway governs.
 
 Before, the transport sent whatever the SDK asked: 16 SDK workers bound to a backend answering
-500 after 2 s put 464 requests on it in 60 s, where ``gate.chat`` put 64.
+500 after 2 s put 464 requests on it in 60 s (240 in 30 s), where ``gate.chat`` put 19 (18).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ANSWER = {
 ASK = [{"role": "user", "content": "x"}]
 
 
-async def _sick_for_60s(path: str) -> tuple[int, collections.Counter[str]]:
+async def _sick_for_30s(path: str) -> tuple[int, collections.Counter[str]]:
     clock = LoopClock()
     reached = 0
 
@@ -44,7 +44,7 @@ async def _sick_for_60s(path: str) -> tuple[int, collections.Counter[str]]:
                                  http_client=gate.http_client("a"), max_retries=0)
 
         async def worker() -> None:
-            end = clock.now() + 60.0
+            end = clock.now() + 30.0  # 30 s: the verdict of 60, at half the CPU
             while clock.now() < end:
                 try:
                     if path == "chat":
@@ -65,11 +65,11 @@ async def _sick_for_60s(path: str) -> tuple[int, collections.Counter[str]]:
 
 
 def test_an_sdk_on_the_gateways_client_puts_no_more_on_a_sick_backend_than_chat() -> None:
-    by_chat, _ = run_virtual(_sick_for_60s, "chat")
-    by_sdk, seen = run_virtual(_sick_for_60s, "sdk")
-    assert by_sdk <= by_chat < 100  # 464 before
+    by_chat, _ = run_virtual(_sick_for_30s, "chat")
+    by_sdk, seen = run_virtual(_sick_for_30s, "sdk")
+    assert by_sdk <= by_chat < 100  # 240 before (a plain client's, seeds 1-3: 18 <= 18 now)
     # the rest were answered without being sent: a 503 the SDK does not retry, saying why
-    assert seen["503 gptgate_circuit_open"] > 1000
+    assert seen["503 gptgate_circuit_open"] > 1000  # 2,254 (5,933 in 60 s)
     assert seen["500 None"] <= by_sdk
 
 
