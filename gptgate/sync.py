@@ -46,6 +46,7 @@ from .gateway import BackendStats, ChatStream, Gateway
 from .guard import GuardedCall
 from .guard_inner import under_guard
 from .guard_nested import covers_options
+from .guard_parens import refuse_bare
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario
@@ -385,6 +386,8 @@ class SyncGateway:
 
     def guard(
         self,
+        _bare: None = None,
+        /,
         *,
         scenario: str | Scenario | None = None,
         backend: str | None = None,
@@ -394,6 +397,7 @@ class SyncGateway:
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a plain function (a sync SDK call inside): it runs in the caller's thread
         holding a permit, retried and classified as ``Gateway.guard`` does for async ones."""
+        refuse_bare(_bare, "gate.guard")  # without (): gptgate/guard_parens.py
         options = {
             "scenario": scenario, "backend": backend, "private": private, "tier": tier,
             "retry": retry,
