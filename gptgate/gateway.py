@@ -60,6 +60,7 @@ from .errors import (
     RequestTooLargeError,
 )
 from .guard import make_guard
+from .guard_parens import refuse_bare
 from .hedge import HedgePolicy, resolve_hedge
 from .ledger import Ledger
 from .lifecycle import CallRegistry
@@ -1516,6 +1517,8 @@ class Gateway:
 
     def guard(
         self,
+        _bare: None = None,
+        /,
         *,
         scenario: str | Scenario | None = None,
         backend: str | None = None,
@@ -1527,6 +1530,7 @@ class Gateway:
         priority, retries under the gateway's policy and budget, ``stats()``, a span per call
         and a ledger entry from the usage it returns (docs/guide.md: "The two adoption paths
         together"). Raises ``TypeError`` at decoration for anything but an ``async def``."""
+        refuse_bare(_bare, "gate.guard")  # @gate.guard without (): gptgate/guard_parens.py
         return make_guard(
             self, scenario=scenario, backend=backend, private=private, tier=tier, retry=retry
         )

@@ -46,6 +46,7 @@ from .gateway import BackendStats, ChatStream, Gateway
 from .guard import GuardedCall
 from .guard_inner import under_guard
 from .guard_nested import covers_options
+from .guard_parens import refuse_bare
 from .ledger import Ledger
 from .results import ChatResult
 from .scenarios import Scenario, scenario_for_call
@@ -385,6 +386,8 @@ class SyncGateway:
 
     def guard(
         self,
+        _bare: None = None,
+        /,
         *,
         scenario: str | Scenario | None = None,
         backend: str | None = None,
@@ -395,6 +398,7 @@ class SyncGateway:
         """Decorate a plain function (a sync SDK call inside): it runs in the caller's thread
         holding a permit, retried and classified as ``Gateway.guard`` does for async ones."""
         scenario_for_call(scenario)  # an unknown name fails here, as Gateway.guard's does
+        refuse_bare(_bare, "gate.guard")  # without (): gptgate/guard_parens.py
         options = {
             "scenario": scenario, "backend": backend, "private": private, "tier": tier,
             "retry": retry,

@@ -100,6 +100,24 @@ async def _coroutine() -> str:
     return "ok"
 
 
+def test_guard_written_without_parentheses_says_so() -> None:
+    """``@gate.guard`` (the prose's spelling) on a function failed with Python's "guard() takes
+    1 positional argument but 2 were given", naming neither the fix nor the function."""
+    backends = [gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m")]
+
+    def plain() -> str:
+        return "sent"
+
+    with pytest.raises(TypeError, match=r"@gate\.guard\(\).*_coroutine"):
+        gg.Gateway(backends).guard(_coroutine)  # type: ignore[arg-type]
+    sync_gate = gg.SyncGateway(backends)
+    try:
+        with pytest.raises(TypeError, match=r"@gate\.guard\(\).*plain"):
+            sync_gate.guard(plain)  # type: ignore[arg-type]
+    finally:
+        sync_gate.close()
+
+
 class _Flaky(Exception):
     status_code = 503
 
