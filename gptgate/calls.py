@@ -35,6 +35,7 @@ from .cached_guess import CachedGuess, prefix_of
 from .call_outcome import ended_call
 from .call_span_shared import SharedCallSpan
 from .choice_count import choice_count
+from .circuit_cause import open_circuit_error
 from .clock import Clock
 from .context_failover import move_elsewhere, refused_for_length
 from .errors import (
@@ -878,11 +879,8 @@ class CallRunner:
                 allowed = min(allowed, deadline - clock.now())
             if wait > allowed:
                 # fail fast rather than pile calls up behind a dead backend
-                raise BackendError(
-                    "every eligible backend's circuit is open",
-                    backend=backend.name,
-                    retry_after=wait,
-                    should_retry=False,
+                raise open_circuit_error(
+                    backend, self.router.eligible(request, exclude), wait
                 )
             await clock.sleep(wait)
         return backend
