@@ -719,7 +719,7 @@ class CallRunner:
             span = shared.adopt(state, spec.tier_attributes)
         with ended_call(
             self.shutdown_error,
-            lambda failure: self._end_call(span, state, failure, shared),
+            lambda failure: self._end_call(span, state, failure, spec.scenario.name, shared),
             self._failed_call,
         ), self.telemetry.use_call(span):
             return await self.retry.run(
@@ -733,12 +733,15 @@ class CallRunner:
             )
 
     def _end_call(
-        self, span: Span, state: CallState, failure: GateError | None,
+        self, span: Span, state: CallState, failure: GateError | None, scenario: str,
         shared: SharedCallSpan | None = None,
     ) -> None:
-        """A run ends its call span, or tells the span its runs share what it cost."""
+        """A run ends its call span, or tells the span its runs share what it cost; a
+        failure with nothing sent is counted (gptgate/unsent_calls.py)."""
         if shared is None:
             self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            if failure is not None and state.sent_to is None and self.telemetry.metering:
+                self.telemetry.unsent.record(failure, scenario)
         else:
             shared.ran(state)
 
@@ -783,7 +786,8 @@ class CallRunner:
         this generator's context would leak to the caller between yields."""
         span = self._start_call(spec, state)
         with ended_call(
-            self.shutdown_error, lambda failure: self._end_call(span, state, failure),
+            self.shutdown_error,
+            lambda failure: self._end_call(span, state, failure, spec.scenario.name),
             settle_inner,  # retried and counted here: not again by a guard around it
         ):
             async with aclosing(self._stream_attempts(spec, state)) as deltas:
