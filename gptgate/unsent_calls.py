@@ -2,7 +2,7 @@
 
 The GenAI duration histogram is recorded per attempt, so a call that never reached a
 backend — its circuit open, shed by the limiter, no eligible backend, refused by the
-budget, bad input — made no metric point at all: with the only backend refusing
+budget, a body that cannot be encoded — made no metric point at all: with the only backend refusing
 connections, 100 failed calls made 8 points (the attempts before its circuit opened), and a
 dashboard saw the traffic stop rather than fail. Each such call is one count, labelled by
 ``error.type``, the backend it was bound for (``gptgate.backend``, a configured name) and
@@ -26,7 +26,7 @@ class UnsentCalls:
         self._counter = meter.create_counter(
             name, unit="{call}",
             description="Calls that failed with no attempt sent (an open circuit, shed, "
-                        "no backend, budget, bad input)",
+                        "no backend, budget, unencodable body)",
         )
         self._points: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
