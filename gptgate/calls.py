@@ -38,6 +38,7 @@ from .choice_count import choice_count
 from .circuit_cause import open_circuit_error
 from .clock import Clock
 from .context_failover import move_elsewhere, refused_for_length
+from .credential_failover import credentials_refused_here, refused_credentials
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -577,6 +578,9 @@ class _Attempt:
         )
         # too long for this backend's window: another may hold it (gptgate/context_failover.py)
         move_elsewhere(error, runner.router, spec.route, self.state.failed_backends)
+        # its key refused: the backend's failure, not the call's (credential_failover.py)
+        credentials_refused_here(error, backend, spec.headers, runner.router, spec.route,
+                                 self.state.failed_backends, self.clock.now())
         if self.span is not None:
             runner.telemetry.end_attempt(
                 self.span,
@@ -848,8 +852,8 @@ class CallRunner:
         failed = self.router.by_name.get(name) if name is not None else None
         if failed is None:
             return False
-        if refused_for_length(error):  # never fits there: moved on (context_failover.py)
-            return error.retryable
+        if refused_for_length(error) or refused_credentials(error):  # moved on, see
+            return error.retryable  # context_failover.py and credential_failover.py
         if not (error.unsent or not failed.breaker.allows(self.clock.now())):
             return False
         # any healthy backend will do, one that failed this call before included (the router
