@@ -76,6 +76,7 @@ from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
+from .wire.html_page import html_stream_error
 from .wire.stream_usage import learn_refusal
 
 if TYPE_CHECKING:
@@ -434,6 +435,9 @@ class _Attempt:
             raise learn_refusal(getattr(dialect, "stream_usage", None), dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
             ))
+        page = await html_stream_error(response, backend.name)  # a proxy's page, not SSE
+        if page is not None:
+            raise page
         self.reader = dialect.stream_reader(
             runner._timed_chunks(
                 response, self.sent_at + self.attempt_timeout, config.idle_timeout,

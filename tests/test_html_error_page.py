@@ -52,3 +52,31 @@ async def test_a_proxy_page_is_named_by_its_title(status: int) -> None:
     assert "a proxy or load balancer in front?" in message
     assert "<!DOCTYPE" not in message
     assert caught.value.status == status
+
+
+async def test_a_stream_answered_by_a_page_is_the_backends_failure() -> None:
+    """A streamed call answered by a 200 HTML page (a proxy's login page) read as a cut stream:
+    ``StreamInterruptedError ... stream ended before its final chunk`` — a cut stream is no
+    sign the backend is down, so the circuit never opened and every stream paid for it."""
+    sent = 0
+
+    def login(request: httpx2.Request) -> httpx2.Response:
+        nonlocal sent
+        sent += 1
+        return httpx2.Response(200, headers={"content-type": "text/html; charset=utf-8"},
+                               text="<html><head><title>Sign in - Proxy</title></head></html>")
+
+    b = gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m", api_key="EMPTY",
+                   transport=httpx2.MockTransport(login))
+    gate = gg.Gateway([b], max_attempts=1, breaker_threshold=2, breaker_cooldown_s=60.0,
+                      max_breaker_wait_s=0.0)
+    async with gate:
+        for _ in range(4):
+            with pytest.raises(gg.BackendError) as caught:
+                async with gate.stream([{"role": "user", "content": "hi"}]) as stream:
+                    async for _ in stream:
+                        pass
+            assert not isinstance(caught.value, gg.StreamInterruptedError)
+            assert '"Sign in - Proxy"' in caught.value.message
+        assert gate.stats()["b"].circuit == "open"
+    assert sent == 2

@@ -13,7 +13,12 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["html_page_message", "html_title"]
+import httpx2
+
+from gptgate.errors import BackendError
+from gptgate.wire.ratelimits import request_id
+
+__all__ = ["html_page_message", "html_stream_error", "html_title"]
 
 #: the title sits in the head: a page is looked at this far
 _SCAN_BYTES = 16_384
@@ -46,3 +51,22 @@ def html_page_message(body: bytes) -> str | None:
     if title is None:
         return None
     return f'an HTML page, not an API answer (a proxy or load balancer in front?): "{title}"'
+
+
+async def html_stream_error(response: httpx2.Response, backend: str) -> BackendError | None:
+    """A streamed request answered 2xx with an HTML page: the backend's failure (counted
+    towards its circuit), named by the page's title. Before, the page was read as a stream
+    cut before its first event — a ``StreamInterruptedError``, which no circuit counts, so
+    a proxy's login page took every stream with nothing opening. None for anything else."""
+    if "text/html" not in response.headers.get("content-type", "").lower():
+        return None
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= _SCAN_BYTES:
+            break
+    what = html_page_message(body) or "an HTML page, not an API answer"
+    return BackendError(
+        f"malformed response: {what}", backend=backend, status=response.status_code,
+        request_id=request_id(response.headers),
+    )
