@@ -35,8 +35,10 @@ from .cached_guess import CachedGuess, prefix_of
 from .call_outcome import ended_call
 from .call_span_shared import SharedCallSpan
 from .choice_count import choice_count
+from .circuit_cause import open_circuit_error
 from .clock import Clock
 from .context_failover import move_elsewhere, refused_for_length
+from .credential_failover import credentials_refused_here, refused_credentials
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -74,6 +76,7 @@ from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
+from .wire.html_page import html_stream_error
 from .wire.stream_usage import learn_refusal
 
 if TYPE_CHECKING:
@@ -432,6 +435,9 @@ class _Attempt:
             raise learn_refusal(getattr(dialect, "stream_usage", None), dialect.error_for_status(
                 response.status_code, response.headers, response.content, backend=backend.name
             ))
+        page = await html_stream_error(response, backend.name)  # a proxy's page, not SSE
+        if page is not None:
+            raise page
         self.reader = dialect.stream_reader(
             runner._timed_chunks(
                 response, self.sent_at + self.attempt_timeout, config.idle_timeout,
@@ -576,6 +582,9 @@ class _Attempt:
         )
         # too long for this backend's window: another may hold it (gptgate/context_failover.py)
         move_elsewhere(error, runner.router, spec.route, self.state.failed_backends)
+        # its key refused: the backend's failure, not the call's (credential_failover.py)
+        credentials_refused_here(error, backend, spec.headers, runner.router, spec.route,
+                                 self.state.failed_backends, self.clock.now())
         if self.span is not None:
             runner.telemetry.end_attempt(
                 self.span,
@@ -718,7 +727,7 @@ class CallRunner:
             span = shared.adopt(state, spec.tier_attributes)
         with ended_call(
             self.shutdown_error,
-            lambda failure: self._end_call(span, state, failure, shared),
+            lambda failure: self._end_call(span, state, failure, spec.scenario.name, shared),
             self._failed_call,
         ), self.telemetry.use_call(span):
             return await self.retry.run(
@@ -732,12 +741,15 @@ class CallRunner:
             )
 
     def _end_call(
-        self, span: Span, state: CallState, failure: GateError | None,
+        self, span: Span, state: CallState, failure: GateError | None, scenario: str,
         shared: SharedCallSpan | None = None,
     ) -> None:
-        """A run ends its call span, or tells the span its runs share what it cost."""
+        """A run ends its call span, or tells the span its runs share what it cost; a
+        failure with nothing sent is counted (gptgate/unsent_calls.py)."""
         if shared is None:
             self.telemetry.end_call(span, error=failure, cost_usd=state.cost_usd)
+            if failure is not None and state.sent_to is None and self.telemetry.metering:
+                self.telemetry.unsent.record(failure, scenario)
         else:
             shared.ran(state)
 
@@ -782,7 +794,8 @@ class CallRunner:
         this generator's context would leak to the caller between yields."""
         span = self._start_call(spec, state)
         with ended_call(
-            self.shutdown_error, lambda failure: self._end_call(span, state, failure),
+            self.shutdown_error,
+            lambda failure: self._end_call(span, state, failure, spec.scenario.name),
             settle_inner,  # retried and counted here: not again by a guard around it
         ):
             async with aclosing(self._stream_attempts(spec, state)) as deltas:
@@ -843,8 +856,8 @@ class CallRunner:
         failed = self.router.by_name.get(name) if name is not None else None
         if failed is None:
             return False
-        if refused_for_length(error):  # never fits there: moved on (context_failover.py)
-            return error.retryable
+        if refused_for_length(error) or refused_credentials(error):  # moved on, see
+            return error.retryable  # context_failover.py and credential_failover.py
         if not (error.unsent or not failed.breaker.allows(self.clock.now())):
             return False
         # any healthy backend will do, one that failed this call before included (the router
@@ -878,11 +891,8 @@ class CallRunner:
                 allowed = min(allowed, deadline - clock.now())
             if wait > allowed:
                 # fail fast rather than pile calls up behind a dead backend
-                raise BackendError(
-                    "every eligible backend's circuit is open",
-                    backend=backend.name,
-                    retry_after=wait,
-                    should_retry=False,
+                raise open_circuit_error(
+                    backend, self.router.eligible(request, exclude), wait
                 )
             await clock.sleep(wait)
         return backend

@@ -162,7 +162,8 @@ class Backend(BaseModel):
     connect_timeout: StrictFloat = Field(default=5.0, gt=0)
     #: waiting for a pooled connection
     pool_timeout: StrictFloat = Field(default=10.0, gt=0)
-    #: time to the first byte of the response; None → ``timeout``
+    #: time to a stream's first byte (a plain answer's is bounded by ``timeout``); None →
+    #: ``timeout``
     first_byte_timeout: StrictFloat | None = Field(default=None, gt=0)
     #: longest silence between two stream chunks
     idle_timeout: StrictFloat = Field(default=30.0, gt=0)

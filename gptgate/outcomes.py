@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from .circuit_cause import remember_failure
 from .errors import (
     BackendError,
     GateError,
@@ -142,4 +143,5 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
     if isinstance(error, (BackendError, RequestTimeout)) and not (
         isinstance(error, StreamInterruptedError) or shed
     ):  # a cut stream, or a busy server's refusal, is no sign the backend is down
+        remember_failure(state.breaker, error)
         state.breaker.on_failure(now)

@@ -192,7 +192,9 @@ class BackendPool:
             inner = httpx2.AsyncHTTPTransport(limits=limits)
             traced = True
         self._transport = _InstrumentedTransport(inner, clock, traced)
-        read = max(backend.first_byte_timeout or backend.timeout, backend.idle_timeout)
+        # a backstop only: the attempt's own bounds (first byte, idle, ``timeout``) are
+        # enforced by the call; below ``timeout`` it cut plain answers at ``idle_timeout``
+        read = max(backend.timeout, backend.first_byte_timeout or 0.0, backend.idle_timeout)
         timeout = httpx2.Timeout(
             connect=backend.connect_timeout,
             read=clock.to_real(read),

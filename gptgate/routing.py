@@ -29,6 +29,7 @@ from .results import Usage
 from .signals import SignalReader, server_wait_s
 
 if TYPE_CHECKING:
+    from .circuit_cause import FailureCause
     from .drift import DriftMonitor
     from .shared.health import FleetHealth
     from .shared.pacing import FleetPacer
@@ -96,6 +97,8 @@ class CircuitBreaker:
         self.on_open = on_open
         #: (opened?, cool-down seconds): a transition this process caused
         self.on_transition: Callable[[bool, float], object] | None = None
+        #: the last failure counted, said while the circuit is open (circuit_cause.py)
+        self.cause: FailureCause | None = None
         #: open because the fleet said so, not because of failures seen here
         self.forced = False
         #: a probe ended without a verdict (``shared=``: the fleet's probe lease goes back)

@@ -20,6 +20,7 @@ __all__ = [
     "MASK",
     "MIN_SECRET_LEN",
     "forget_secrets",
+    "is_secret_name",
     "remember_call_headers",
     "remember_headers",
     "remember_secret",
@@ -79,9 +80,13 @@ def remember_headers(headers: Mapping[str, str]) -> None:
                 remember_secret(part)
 
 
-def _is_secret_name(name: str) -> bool:
+def is_secret_name(name: str) -> bool:
+    """A header named for a credential (``Authorization``, ``x-api-key``, a token, …)."""
     lowered = name.lower()
     return any(word in lowered for word in _SECRET_NAMES)
+
+
+_is_secret_name = is_secret_name
 
 
 def remember_call_headers(headers: Mapping[str, str] | None) -> None:

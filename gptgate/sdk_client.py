@@ -62,6 +62,7 @@ from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
+from .warn_once import warn_once
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -726,19 +727,17 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         self._scenario = scenario
         #: the scenario's deadline (None: the gateway's ``deadline_s``)
         self._deadline_s = deadline_s
-        self._warned = False
 
     def _retry_funded(self, runner: CallRunner, state: BackendState) -> bool:
         """An SDK's own retry (``max_retries``) spends the gateway's retry budget like any
         other: SDK retries and the gateway's multiply otherwise (one guarded call meeting
-        429s sent 9 requests). Said once per client, with the way out."""
-        if not self._warned:
-            self._warned = True
-            _log.warning(
-                "the SDK on gate.http_client(%r) retries on its own (max_retries, default 2): "
-                "its retries spend the gateway's retry budget; pass max_retries=0 to let "
-                "gptgate alone retry", state.name,
-            )
+        429s sent 9 requests). Said once per backend, with the way out."""
+        warn_once(  # once per backend: SDK clients are often built per request
+            _log, state, "sdk_retries",
+            "the SDK on gate.http_client(%r) retries on its own (max_retries, default 2): "
+            "its retries spend the gateway's retry budget; pass max_retries=0 to let "
+            "gptgate alone retry", state.name,
+        )
         return runner.budget is None or runner.budget.try_spend(runner.clock.now())
 
     def _backend(self) -> BackendState:

@@ -25,6 +25,7 @@ try:  # the global meter provider before one is set (the OpenTelemetry API's own
 except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
+from .unsent_calls import UnsentCalls
 
 __all__ = [
     "LINKS", "NAMES", "Endpoint", "Telemetry", "endpoint", "provider_name", "usage_attributes"
@@ -83,6 +84,7 @@ NAMES: dict[str, str] = {
     "escalated": "gptgate.escalated",
     "escalation_reason": "gptgate.escalation_reason",
     "metric_tier": "gptgate.client.tier.calls",
+    "metric_unsent": "gptgate.client.calls.unsent",
 }
 
 #: a request's extension naming the span contexts a merged request serves (``gate.embed``)
@@ -211,6 +213,8 @@ class Telemetry:
         self.queue = histogram(
             "metric_queue", "s", "Time a call waited for admission", _DURATION_BUCKETS
         )
+        #: calls that failed with no attempt sent (gptgate/unsent_calls.py)
+        self.unsent = UnsentCalls(meter, NAMES["metric_unsent"])
         #: (scenario, model) → (span name, attributes) of a call's span
         self._call_attributes: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
         #: what an attempt's span starts with that depends only on its backend and request

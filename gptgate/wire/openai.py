@@ -37,6 +37,7 @@ from gptgate.scrub import scrub_known
 from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.context_window import context_exceeded
+from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
@@ -214,7 +215,8 @@ def load_answer(
     try:
         obj = _loads_body(body)
     except ValueError:
-        raise _malformed("response is not JSON", backend, status, headers) from None
+        what = html_page_message(body) or "response is not JSON"
+        raise _malformed(what, backend, status, headers) from None
     if not isinstance(obj, dict):
         raise _malformed("response is not a JSON object", backend, status, headers)
     error = obj.get("error")
@@ -703,6 +705,9 @@ def _body_message(body: bytes) -> tuple[str, Any, Any]:
             return _describe(_loads_body(stripped))
         except ValueError:
             pass
+    page = html_page_message(body)  # a proxy's page: its title (html_page.py)
+    if page is not None:
+        return page, None, None
     return body[:200].decode("utf-8", "replace"), None, None
 
 
