@@ -27,7 +27,7 @@ from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_prefill_lanes import PrefillLanes
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
-from .cache_slots import pair_with_warmup, slot_ramp, slot_shares, worth_a_slot
+from .cache_slots import lone_admit, slot_ramp, slot_shares, worth_a_slot
 from .cache_warming import late, warm_share
 from .clock import Clock, SystemClock
 from .scenarios import RampPolicy
@@ -1382,29 +1382,11 @@ class CacheGate:
         """Slot caches (gptgate/cache_slots.py): whether a call of ``state`` may go now,
         where that differs from the ramp's rule (None: the ramp decides)."""
         backend = state.backend
-        lone = len(self._running.get(backend, {})) <= 1 and not state.share
-        if not lone:
-            return None
-        limit = state.controller.limit
-        side = self._lanes.side_by_side(backend)
-        if not state.warm:
-            if side:  # slots that prefill at once: every slot from the first call
-                return state.in_flight < limit
-            return None if not state.warming else pair_with_warmup(
-                in_flight=state.in_flight, paired=state.paired, limit=limit
-            )
-        if state.in_flight < state.slots or not state.can_admit():
-            return None
-        means = self._release_judge.means(backend)
-        miss_s = means[1] if means is not None else state.warmup_s
-        hit_s = state.fastest_hit
-        if hit_s is None:  # none of its calls ended warm yet: wait for one (or, if they
-            return state.misses > 0  # came back cold, there is nothing to keep: widen)
-        if miss_s is None:
-            return True
-        return worth_a_slot(
-            state.waiting, max(1, state.in_flight), (hit_s, miss_s), stalls=not side
-        )
+        if len(self._running.get(backend, {})) > 1 or state.share:
+            return None  # several prefixes: their shares of the slots (``_reshare``)
+        return lone_admit(state, limit=state.controller.limit,
+                          side=self._lanes.side_by_side(backend),
+                          means=self._release_judge.means(backend))
 
     def _measure_lanes(self, ticket: CacheTicket) -> None:
         """A call of a slot-cache backend ended: a measurement of whether its slots prefill

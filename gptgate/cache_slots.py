@@ -28,11 +28,16 @@ time on the fake server, now 1.25× (1.00× once measured).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .config import Backend
 from .providers import PROVIDERS
 from .scenarios import RampPolicy
 
-__all__ = ["pair_with_warmup", "slot_cached", "slot_ramp", "slot_shares", "worth_a_slot"]
+__all__ = [
+    "LoneGroup", "lone_admit", "pair_with_warmup", "slot_cached", "slot_ramp", "slot_shares",
+    "worth_a_slot",
+]
 
 #: per scenario ramp (by identity; the ramp is kept alive here): its slot-cache variant
 _ADAPTED: dict[int, tuple[RampPolicy, RampPolicy]] = {}
@@ -93,3 +98,45 @@ def pair_with_warmup(*, in_flight: int, paired: bool, limit: int) -> bool:
     once; where they share the compute the second slot's prefill comes at the same cost as
     the ramp's first widening, only sooner."""
     return not paired and in_flight == 1 and limit >= 2
+
+
+class LoneGroup(Protocol):
+    """What ``lone_admit`` reads of a prefix's group at the cache gate (gptgate/cache.py)."""
+
+    warm: bool
+    warming: bool
+    in_flight: int
+    paired: bool
+    slots: int
+    waiting: int
+    misses: int
+    fastest_hit: float | None
+    warmup_s: float | None
+
+    def can_admit(self) -> bool: ...
+
+
+def lone_admit(
+    group: LoneGroup, *, limit: int, side: bool, means: tuple[float, float] | None
+) -> bool | None:
+    """Whether a call of a lone prefix's ``group`` may go now on a slot-cache backend of
+    ``limit`` slots, where that differs from the ramp's rule (None: the ramp decides).
+    ``side``: its slots were measured prefilling side by side — every slot from the first
+    call; else a second call goes with the warm-up, and a cold slot is taken once warm only
+    when it pays (``worth_a_slot`` against the group's fastest hit and the backend's mean
+    miss, ``means``)."""
+    if not group.warm:
+        if side:
+            return group.in_flight < limit
+        if not group.warming:
+            return None
+        return pair_with_warmup(in_flight=group.in_flight, paired=group.paired, limit=limit)
+    if group.in_flight < group.slots or not group.can_admit():
+        return None
+    miss_s = means[1] if means is not None else group.warmup_s
+    hit_s = group.fastest_hit
+    if hit_s is None:  # none of its calls ended warm yet: wait for one (or, if they came
+        return group.misses > 0  # back cold, there is nothing to keep: widen)
+    if miss_s is None:
+        return True
+    return worth_a_slot(group.waiting, max(1, group.in_flight), (hit_s, miss_s), stalls=not side)
