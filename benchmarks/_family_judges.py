@@ -83,6 +83,9 @@ class Verdict:
     #: the tightest condition's slack in points (negative: missed by that much)
     margin: float
     detail: str
+    #: whether the draw's bound says the rule is within reach (the cold-start bound's
+    #: goodput, the oracle hedger's p99); None: no bound for this rule — shown, not judged
+    reachable: bool | None = None
 
 
 # --------------------------------------------------------------------------- cache gate
@@ -226,8 +229,11 @@ def _judge_auto(rule: str, f: AdaptiveFigures, auto: LimitRun) -> Verdict:
         default=ROOM,
     )
     detail = f"goodput {ratio:.1%} of limit {best.limit}'s (≥ 95%)"
+    reachable = None
     if f.ramp is not None and best.goodput:
-        detail += f" [cold-start bound {f.ramp.goodput / best.goodput:.1%}]"
+        bound = f.ramp.goodput / best.goodput
+        detail += f" [cold-start bound {bound:.1%}]"
+        reachable = 100 * (bound - 0.95) >= -_EPSILON
     if dominators:
         top = min(dominators, key=lambda r: r.p99_s)
         detail += (f"; dominated by limit {top.limit}: goodput {top.goodput / auto.goodput:.2f}×,"
@@ -236,7 +242,7 @@ def _judge_auto(rule: str, f: AdaptiveFigures, auto: LimitRun) -> Verdict:
         detail += "; not dominated"
     return Verdict(
         rule, _holds(goodput_slack)[0] and not dominators, min(goodput_slack, domination_slack),
-        detail,
+        detail, reachable,
     )
 
 
@@ -306,12 +312,20 @@ class HedgeFigures:
     oracle_p99_s: float | None = None
 
 
+def _oracle_reach(f: HedgeFigures, p99_bound: float) -> bool | None:
+    """Whether the oracle hedger met the p99 bound: whether any hedging could have."""
+    if f.oracle_p99_s is None or not f.plain_p99_s:
+        return None
+    return f.oracle_p99_s / f.plain_p99_s <= p99_bound
+
+
 def _oracle_note(f: HedgeFigures, p99_bound: float) -> str:
     """The oracle's p99 beside the verdict: whether any hedging could have met the rule."""
-    if f.oracle_p99_s is None or not f.plain_p99_s:
+    reach = _oracle_reach(f, p99_bound)
+    if reach is None or f.oracle_p99_s is None:
         return ""
     ratio = f.oracle_p99_s / f.plain_p99_s
-    return f" [oracle {ratio:.2f}×: {'feasible' if ratio <= p99_bound else 'infeasible'}]"
+    return f" [oracle {ratio:.2f}×: {'feasible' if reach else 'infeasible'}]"
 
 
 def judge_hedge(f: HedgeFigures) -> list[Verdict]:
@@ -329,6 +343,8 @@ def judge_hedge(f: HedgeFigures) -> list[Verdict]:
             "hedge",
             *_holds(p99_slack, extra_slack),
             f"{text}, {f.hedges} hedges{_oracle_note(f, p99_bound)}",
+            # without stragglers not hedging meets the rule: always within reach
+            _oracle_reach(f, p99_bound) if f.stragglers else True,
         )
     ]
 
@@ -345,6 +361,10 @@ class RuleSummary:
     #: the draw seed with the smallest margin, and that verdict
     worst_seed: int | None
     worst: Verdict | None
+    #: of the draws the rule's bound says are within reach: how many, and how many held
+    #: (0, 0: the rule has no bound)
+    reachable: int = 0
+    reachable_held: int = 0
 
     @property
     def share(self) -> float:
@@ -368,5 +388,7 @@ def summarise(verdicts: Iterable[tuple[int, Verdict]]) -> list[RuleSummary]:
             continue
         worst_seed, worst = min(judged, key=lambda sv: (sv[1].margin, sv[0]))
         held = sum(v.ok for _, v in judged)
-        summaries.append(RuleSummary(rule, len(judged), held, required, worst_seed, worst))
+        reach = [v for _, v in judged if v.reachable]
+        summaries.append(RuleSummary(rule, len(judged), held, required, worst_seed, worst,
+                                     len(reach), sum(v.ok for v in reach)))
     return summaries

@@ -33,7 +33,10 @@ would write instead, side by side in one run, on the in-process simulator under 
 
 Output: the draws' shapes, one table per judge (per draw: its figures and holds/MISS), and a
 summary: per rule, the draws that hold against the required share, and the worst draw (the
-smallest margin) with the command that reruns it alone.
+smallest margin) with the command that reruns it alone; beside it, not judged, how many of
+the draws a bound says are within reach held (adaptive: the cold-start bound's goodput
+≥ 95% of the best fixed limit's; hedge: the oracle hedger's p99 within the bound, or no
+stragglers) — a rule no policy can meet on a draw is told apart from one gptgate misses.
 
     python benchmarks/family.py [--draws 20] [--seed 1] [--only cache,adaptive,tiers,hedge]
                                 [--workers 1] [--cache-calls 400] [--cache-prompts 4]
@@ -472,6 +475,14 @@ def print_summary(summaries: Sequence[RuleSummary], sizes: Sizes) -> None:
             f"{'holds' if s.holds else 'DOES NOT HOLD':>13}  seed {s.worst_seed} "
             f"(margin {worst.margin:+.1f} pts): {worst.detail}"
         )
+    bounded = [s for s in summaries if s.reachable]
+    if bounded:  # informative: the issue's rule is the table above
+        print("\non the draws the rule's bound says are within reach (adaptive: the cold-start "
+              "bound's goodput ≥ 95%; hedge: the oracle hedger's p99 within the bound) — shown, "
+              "not the rule:")
+        for s in bounded:
+            print(f"  {s.rule:<16} {s.reachable_held}/{s.reachable} held "
+                  f"({s.reachable_held / s.reachable:.0%}) of {s.judged} draws")
     print("\nrerun the worst draw of a rule alone:")
     for s in summaries:
         assert s.worst_seed is not None

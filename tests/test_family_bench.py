@@ -274,6 +274,27 @@ def test_summary_counts_draws_against_the_required_share_and_names_the_worst() -
     assert (hedge.held, hedge.judged, hedge.holds, hedge.worst_seed) == (1, 2, False, 2)
 
 
+def test_the_draws_a_bound_says_are_within_reach_are_counted_beside_the_rule() -> None:
+    grid = (LimitRun(64, 20.0, 3.0),)
+    auto = LimitRun(None, 12.0, 3.0)
+    out_of_reach = judge_adaptive(AdaptiveFigures(grid, auto, 400, LimitRun(64, 15.0, 3.0)))[0]
+    within_miss = judge_adaptive(AdaptiveFigures(grid, auto, 400, LimitRun(64, 19.0, 3.0)))[0]
+    within_held = judge_adaptive(
+        AdaptiveFigures(grid, LimitRun(None, 19.5, 3.0), 400, LimitRun(64, 19.0, 3.0)))[0]
+    unbounded = judge_adaptive(AdaptiveFigures(grid, auto, 400))[0]
+    assert [v.reachable for v in (out_of_reach, within_miss, within_held, unbounded)] == [
+        False, True, True, None]
+    hedge = judge_hedge(HedgeFigures(True, 10.0, 7.5, 100_000, 100_000, oracle_p99_s=5.0))[0]
+    assert hedge.reachable is True and not hedge.ok
+    calm = judge_hedge(HedgeFigures(False, 10.0, 10.0, 100_000, 100_000))[0]
+    assert calm.reachable is True and calm.ok  # not hedging holds it
+    (adaptive, hedged) = summarise(
+        [(1, out_of_reach), (2, within_miss), (3, within_held), (4, unbounded), (5, hedge)])
+    assert (adaptive.held, adaptive.judged) == (1, 4)  # the rule counts every draw
+    assert (adaptive.reachable_held, adaptive.reachable) == (1, 2)
+    assert (hedged.reachable_held, hedged.reachable) == (0, 1)
+
+
 # --------------------------------------------------------------------------- the harness
 
 TINY = family.Sizes(
