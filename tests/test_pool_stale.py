@@ -7,94 +7,28 @@ Real loopback HTTP (a raw asyncio server), since the fault lives in connection r
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 import gptgate as gg
-
-BODY = json.dumps({
-    "id": "c1", "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
-}).encode()
+from tests.rawhttp import ANSWER, RawServer
 
 
-class DroppingServer:
+class DroppingServer(RawServer):
     """Answers a connection's first ``serve`` requests, then closes it when the next one
     arrives, without a byte of response (``serve=0``: every connection dies at once)."""
 
     def __init__(self, serve: int) -> None:
+        super().__init__()
         self.serve = serve
-        self.requests = 0
         self.dropped = 0
-        self.connections = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.port = 0
-        self._server: asyncio.Server
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        served = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
-                self.requests += 1
-                if served >= self.serve:
-                    self.dropped += 1
-                    return  # close without a response
-                served += 1
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    + f"content-length: {len(BODY)}\r\n\r\n".encode() + BODY
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
-        finally:
-            writer.close()
-
-    def __enter__(self) -> DroppingServer:
-        self._thread.start()
-        self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # end the connections' handlers on their own loop, then close it: left suspended, a
-        # handler was garbage-collected during a later test, its ``finally`` ran on a closed
-        # loop, and pytest reported the error there (tests/test_profile.py, in CI)
-        async def shutdown() -> None:
-            self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._server.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+    async def respond(self, served: int) -> bytes | None:
+        if served >= self.serve:
+            self.dropped += 1
+            return None
+        return ANSWER
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ streaming-minded config: ``first_byte_timeout=10``), the client's read timeout b
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -18,65 +16,20 @@ import pytest
 import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.pool import BackendPool
-
-BODY = json.dumps({
-    "id": "c1", "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
-}).encode()
+from tests.rawhttp import ANSWER, RawServer
 
 
-class SlowServer:
+class SlowServer(RawServer):
     """Answers every request after ``delay_s`` of silence (a non-streamed answer being
     generated: no byte until it is done)."""
 
     def __init__(self, delay_s: float) -> None:
+        super().__init__()
         self.delay_s = delay_s
-        self.requests = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
-                self.requests += 1
-                await asyncio.sleep(self.delay_s)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    + f"content-length: {len(BODY)}\r\n\r\n".encode() + BODY
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
-        finally:
-            writer.close()
-
-    def __enter__(self) -> SlowServer:
-        self._thread.start()
-        self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+    async def respond(self, served: int) -> bytes | None:
+        await asyncio.sleep(self.delay_s)
+        return ANSWER
 
 
 @pytest.fixture
