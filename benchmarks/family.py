@@ -478,8 +478,8 @@ def print_summary(summaries: Sequence[RuleSummary], sizes: Sizes) -> None:
     bounded = [s for s in summaries if s.reachable]
     if bounded:  # informative: the rule is the table above
         print("\non the draws the rule's bound says are within reach (adaptive: the cold-start "
-              "bound's goodput ≥ 95%; hedge: the oracle hedger's p99 within the bound) — shown, "
-              "not the rule:")
+              "bound's goodput ≥ 95%; hedge: the oracle hedger's p99 within the bound, or no "
+              "stragglers) — shown, not the rule:")
         for s in bounded:
             print(f"  {s.rule:<16} {s.reachable_held}/{s.reachable} held "
                   f"({s.reachable_held / s.reachable:.0%}) of {s.judged} draws")
