@@ -94,3 +94,32 @@ async def test_a_json_body_cut_short_is_still_billed() -> None:
     booked = await _booked("JSON cut short")
     assert booked["attempts"] == 1
     assert booked["input_tokens"] > 0 and booked["output_tokens"] > 0 and booked["cost_usd"] > 0
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/json"])
+async def test_a_page_to_an_sdk_books_nothing_and_counts_against_the_backend(
+    content_type: str,
+) -> None:
+    """The same page reaching an SDK through ``gate.http_client``: before, a ``text/html`` page
+    was a success to the circuit (it never opened, as on ``gate.chat`` it does), and one
+    labelled JSON was booked as a malformed answer — the prompt and ``max_tokens``, $5.0e-04
+    a call here (tests/test_sdk_malformed.py: a JSON body cut short still is)."""
+    sent = 0
+
+    def proxy(request: httpx2.Request) -> httpx2.Response:
+        nonlocal sent
+        sent += 1
+        return httpx2.Response(200, headers={"content-type": content_type}, text=LOGIN)
+
+    b = gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m", api_key="EMPTY",
+                   price=PRICE, transport=httpx2.MockTransport(proxy))
+    async with gg.Gateway([b], breaker_threshold=3, breaker_cooldown_s=60.0,
+                          max_breaker_wait_s=0.0) as gate:
+        client = gate.http_client("b")
+        for _ in range(5):
+            await client.post("http://127.0.0.1:9/v1/chat/completions",
+                              json={"model": "m", "messages": PROMPT, "max_tokens": 50})
+        entry = gate.ledger.entries["b"]
+        assert (entry.cost_usd, entry.attempts, entry.input_tokens) == (0.0, 0, 0)
+        assert gate.stats()["b"].circuit == "open"
+    assert sent == 3  # the circuit opened on the third page
