@@ -76,7 +76,7 @@ from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
-from .wire.html_page import html_stream_error
+from .wire.html_page import html_stream_error, is_html_page
 from .wire.stream_usage import learn_refusal
 
 if TYPE_CHECKING:
@@ -1263,14 +1263,16 @@ class CallRunner:
         self, backend: BackendState, response: httpx2.Response, content: bytes, max_tokens: int
     ) -> ParsedChat:
         """Parse a 2xx body; one that is not a chat completion was still generated, and is
-        counted as billed (an in-band ``{"error": ...}`` is not: the server refused)."""
+        counted as billed (an in-band ``{"error": ...}`` is not: the server refused, nor is a
+        proxy's HTML page: no model ran, gptgate/wire/html_page.py)."""
         try:
             return backend.pool.dialect.parse_response(
                 content, backend=backend.name, status=response.status_code,
                 headers=response.headers,
             )
         except BackendError as error:
-            if error.message.startswith("malformed response"):
+            page = is_html_page(content, response.headers.get("content-type", ""))
+            if error.message.startswith("malformed response") and not page:
                 error.billed = True
                 error.output_tokens = self._billed(backend).malformed(content, max_tokens or None)
             raise

@@ -393,6 +393,10 @@ class GatewayConfig(BaseModel):
     #: consecutive failures that open a backend's circuit, and its first cool-down
     breaker_threshold: StrictInt = Field(default=5, ge=1)
     breaker_cooldown_s: StrictFloat = Field(default=5.0, gt=0)
+    #: the cool-down doubles after each failed probe up to this (never below
+    #: ``breaker_cooldown_s``): after a long outage, the most a recovered backend waits for its
+    #: next probe — with steady traffic, up to this many seconds of failures past its return
+    breaker_max_cooldown_s: StrictFloat = Field(default=60.0, gt=0)
     #: how long a call may wait for an open circuit to half-open when no other backend is
     #: eligible; beyond it the call fails fast (never past the call's own deadline)
     max_breaker_wait_s: StrictFloat = Field(default=5.0, ge=0)

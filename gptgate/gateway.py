@@ -557,6 +557,7 @@ class Gateway:
             breaker = CircuitBreaker(
                 threshold=self.config.breaker_threshold,
                 cooldown_s=self.config.breaker_cooldown_s,
+                max_cooldown_s=self.config.breaker_max_cooldown_s,
             )
             self._states[backend.name] = BackendState(backend, pool, limiter, breaker)
         if self._drift is None:

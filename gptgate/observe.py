@@ -22,6 +22,7 @@ from .tap_answer import AnswerText
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_stream import FINISH_REASONS
+from .wire.html_page import is_html_page
 from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
@@ -53,6 +54,7 @@ class ResponseTap:
         "malformed",
         "output_counted",
         "output_tokens",
+        "page",
         "received",
         "response_id",
         "response_model",
@@ -94,6 +96,9 @@ class ResponseTap:
         #: the body could not be read as its content type says (a JSON body cut short, a
         #: broken event): an answer the server generated and billed, whatever the SDK makes of it
         self.malformed = False
+        #: a proxy's HTML page, not the server's answer: no model ran, so nothing was billed
+        #: (gptgate/wire/html_page.py); the backend's failure all the same
+        self.page = "text/html" in content_type.lower()
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.finish_reason: str | None = None
@@ -132,6 +137,7 @@ class ResponseTap:
                 body = b"".join(self._buffer)
                 parsed = _loads(body)
                 self.malformed = parsed is None and bool(body.strip())
+                self.page = self.page or (self.malformed and is_html_page(body, ""))
                 self._take_usage(parsed)
                 self._keep_answer(parsed, whole=True)
         except Exception:

@@ -85,7 +85,9 @@ class CircuitBreaker:
     ):
         self.threshold = threshold
         self.base_cooldown_s = cooldown_s
-        self.max_cooldown_s = max_cooldown_s
+        #: the doubling's cap (``breaker_max_cooldown_s``); a first cool-down above it stays
+        #: (a failed probe "doubled" a 120 s cool-down down to 60 s)
+        self.max_cooldown_s = max(cooldown_s, max_cooldown_s)
         self.failures = 0
         self.opened_until = 0.0
         self._cooldown_s = cooldown_s

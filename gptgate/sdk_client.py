@@ -301,8 +301,8 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
-        if tap.malformed and not tap.streamed and self.generative:
-            self._malformed()
+        if (tap.malformed or tap.page) and not tap.streamed and self.generative:
+            self._malformed(billed=not tap.page)  # a proxy's page: no model ran
             return
         latency = self._elapsed()
         usage: Usage | None = None
@@ -367,18 +367,21 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
-    def _malformed(self) -> None:
+    def _malformed(self, *, billed: bool = True) -> None:
         """A whole body that is no answer (JSON cut short): the server generated the answer
         before sending it, so it is billed in full — booked as ``gate.chat`` books it (the
         prompt, and the output the backend's recent answers suggest, else ``max_tokens``),
-        and a failure of the backend's, not a success."""
-        error = BackendError(
-            "malformed response: the body is not a readable answer", backend=self.state.name,
-            billed=True,
-        )
+        and a failure of the backend's, not a success. Not ``billed``: a proxy's HTML page,
+        which no model produced — the failure alone, as on ``gate.chat``."""
+        what = "the body is not a readable answer" if billed else "an HTML page, not an API answer"
+        error = BackendError(f"malformed response: {what}", backend=self.state.name,
+                             billed=billed)
         self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
+        if not billed:
+            self._end(None, error)
+            return
         usage = self._cut_usage(
             None, self.prompt_tokens(), self._billed().malformed(b"", self.max_tokens())
         )

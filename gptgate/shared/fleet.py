@@ -671,11 +671,9 @@ class FleetClient:
             self.now_arg(), lease_ms, self.worker_id, 2 * lease_ms, len(self._admissions),
             "1" if self._marked else "0", *self.names.members(),
         ]
-        for admission in self._admissions:
-            if not admission.held and not admission._reusable:
-                continue
-            keys.append(admission.permits_key)
-            index = len(keys)
+        keys += [a.permits_key for a in self._admissions]  # each counted (fleet_in_flight)
+        first = len(keys) - len(self._admissions) + 1  # (the script's KEYS count from 1)
+        for index, admission in enumerate(self._admissions, start=first):
             for lease in admission.held:
                 lease.registered = True  # from here on it may be in Redis: release it there
                 args += [index, lease.id]
@@ -684,7 +682,9 @@ class FleetClient:
         outages = self.outages
         sent, sent_at = self.wall(), time.monotonic()
         try:
-            workers, gone, seconds, micros, others = await self._op("RENEW", keys, args)
+            workers, gone, seconds, micros, others, counted = await self._op(
+                "RENEW", keys, args
+            )
         except _RedisDown:
             return
         if self.outages != outages:
@@ -697,8 +697,9 @@ class FleetClient:
         self._skew(sent, self.wall(), redis_s)
         self.names.heard(others)
         self._marked = True
-        for admission in self._admissions:
+        for admission, count in zip(self._admissions, counted, strict=True):
             admission.marked = True
+            admission._fleet_in_flight = int(count)
         if lost or int(gone):
             self._lost()
         self.live_workers = believed_live(int(workers), self.live_workers, self.rejoining)

@@ -309,13 +309,15 @@ return 0
 """
 
 #: KEYS: workers zset, n backends' workers zsets, their n names zsets (gptgate/shared/
-#: names.py), then every permits zset named below. ARGV: now ('': Redis's), lease ms, worker id, key
+#: names.py), then their n permits zsets. ARGV: now ('': Redis's), lease ms, worker id, key
 #: ttl ms, n, '1' if this worker was marked live before, n ``base_url|model`` (one per
 #: backend, registered under its name), then pairs (index into KEYS, lease id).
 #: Re-adds a lease Redis lost (a restart empties it: the call is still in flight, so it must
 #: count). → {live workers, 1 if this worker was marked live before and is not any more:
 #: Redis lost the fleet's state (``_LOST``), Redis's clock: seconds, microseconds (TIME),
-#: per backend the other ``base_url|model`` registered under its name}
+#: per backend the other ``base_url|model`` registered under its name, per backend the
+#: leases counted now (unexpired: what an acquire would count; an idle process's
+#: ``fleet_in_flight`` was its last acquire's for good)}
 RENEW = _CLOCK + _KEEP + """
 local now = clock(ARGV[1])
 local expiry = now + tonumber(ARGV[2])
@@ -347,8 +349,12 @@ for i = 7 + n, #ARGV, 2 do
   redis.call('ZADD', key, expiry, ARGV[i + 1])
   keep(key, ARGV[4])
 end
+local counted = {}
+for k = 1, n do
+  counted[k] = redis.call('ZCOUNT', KEYS[2 * n + 1 + k], '(' .. now, '+inf')
+end
 local time = redis.call('TIME')
-return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2], others}
+return {redis.call('ZCARD', KEYS[1]), lost, time[1], time[2], others, counted}
 """
 
 #: KEYS: pause key, fleet limit key, waiters zset, workers zset. ARGV: now ('': Redis's).

@@ -18,7 +18,7 @@ import httpx2
 from gptgate.errors import BackendError
 from gptgate.wire.ratelimits import request_id
 
-__all__ = ["html_page_message", "html_stream_error", "html_title"]
+__all__ = ["html_page_message", "html_stream_error", "html_title", "is_html_page"]
 
 #: the title sits in the head: a page is looked at this far
 _SCAN_BYTES = 16_384
@@ -43,6 +43,12 @@ def html_title(body: bytes) -> str | None:
         if text:
             return text[:_MAX_TITLE]
     return None
+
+
+def is_html_page(body: bytes, content_type: str) -> bool:
+    """Whether a body is an HTML page (labelled so, or opening like one, title or not): a
+    proxy's answer, not the model server's — no model ran, so nothing was billed for it."""
+    return "text/html" in content_type.lower() or bool(_HTML.match(body[:_SCAN_BYTES]))
 
 
 def html_page_message(body: bytes) -> str | None:
