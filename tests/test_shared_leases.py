@@ -112,9 +112,10 @@ async def test_without_shared_each_gateway_has_its_own_limit() -> None:
 
 
 async def test_auto_concurrency_takes_fleet_permits_too(redis_url: str) -> None:
-    """(It stayed per process before fleet-wide auto: tests/test_shared_auto.py.)"""
+    """(It stayed per process before fleet-wide auto: tests/test_shared_auto.py.) A long
+    lease: a renewal between the call and the read would recount the fleet (0 in flight)."""
     script = Script(ok())
-    shared = gg.Shared(redis_url, namespace=namespace())
+    shared = gg.Shared(redis_url, namespace=namespace(), lease_s=60.0)
     gate = gateway(backend(script, concurrency="auto"), shared=shared)
     async with gate:
         await gate.chat(USER)
