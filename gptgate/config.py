@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx2
 from pydantic import (
@@ -29,6 +29,9 @@ from pydantic import (
 from .budget import Budget
 from .results import Usage
 from .shared.config import Shared
+
+if TYPE_CHECKING:
+    from .signals_auto import SignalsMode
 
 __all__ = ["Backend", "GatewayConfig", "Hardware", "Price", "Tier", "pool_size_for"]
 
@@ -214,8 +217,9 @@ class Backend(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     #: read the server's own load (vLLM/SGLang ``/metrics``, llama.cpp ``/slots``) into the
     #: limit and the router, every ``signals_interval_s`` (docs/signals.md; the ``signals``
-    #: extra)
-    signals: bool = False
+    #: extra). None: on for a ``vllm``, ``sglang`` or ``llamacpp`` backend whose server
+    #: serves them and with the extra installed, else off, quietly (``signals_mode``)
+    signals: bool | None = None
     signals_interval_s: StrictFloat = Field(default=2.0, ge=0.05, le=3600)
     #: an ``httpx2.AsyncBaseTransport`` to use instead of the network (the simulator, a mock)
     transport: Any = Field(default=None, repr=False, exclude=True)
@@ -321,8 +325,8 @@ class Backend(BaseModel):
     def _check_served(self) -> Backend:
         from .providers import PROVIDERS, unserved
 
-        why = unserved(PROVIDERS[self.provider], self.base_url, signals=self.signals,
-                       embedding_model=self.embedding_model)
+        why = unserved(PROVIDERS[self.provider], self.base_url,
+                       signals=self.signals_mode != "off", embedding_model=self.embedding_model)
         if why is not None:
             raise ValueError(why)
         return self
@@ -335,6 +339,15 @@ class Backend(BaseModel):
             # a fixed limit is its own ceiling: size the pool for it
             object.__setattr__(self, "max_concurrency", self.concurrency)
         return self
+
+    @property
+    def signals_mode(self) -> SignalsMode:
+        """``signals`` resolved: ``"on"`` (True), ``"auto"`` (None on a preset whose server
+        reports its load: read until shown not served), ``"off"`` (gptgate/signals_auto.py)."""
+        from .providers import PROVIDERS
+        from .signals_auto import signals_mode
+
+        return signals_mode(PROVIDERS[self.provider], self.signals)
 
     @property
     def ceiling(self) -> int:

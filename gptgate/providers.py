@@ -77,6 +77,9 @@ class Provider:
     #: one prefix at once prefill it twice, so the cache gate runs one call per prefix at first
     #: and lets prefixes run side by side (gptgate/cache_slots.py)
     slot_cache: bool = False
+    #: its server reports its own load (vLLM's and SGLang's ``/metrics``, llama.cpp's
+    #: ``/slots``): ``Backend(signals=None)`` reads it (gptgate/signals_auto.py)
+    reports_load: bool = False
 
     def unsupported(self, param: str) -> str | None:
         """Why ``param`` may not be sent to this provider, or None when it may."""
@@ -90,10 +93,12 @@ class Provider:
 def _local(
     name: str, port: int, env: str, ignores: frozenset[str] = frozenset(),
     max_embedding_inputs: int | None = None, slot_cache: bool = False,
+    reports_load: bool = False,
 ) -> Provider:
     return Provider(
         name, "openai", f"http://localhost:{port}/v1", env, ignores=ignores, hosted=False,
         max_embedding_inputs=max_embedding_inputs, slot_cache=slot_cache,
+        reports_load=reports_load,
     )
 
 
@@ -138,10 +143,12 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType({
             rejects=_OPENAI_EXTRAS | {"logit_bias", "logprobs", "top_logprobs"},
             strict_messages=True, semconv_name="mistral_ai",
         ),
-        _local("vllm", 8000, "VLLM_API_KEY"),
-        _local("sglang", 30000, "SGLANG_API_KEY"),
+        # /metrics: vLLM's always, SGLang's with --enable-metrics; llama.cpp: /slots by default
+        _local("vllm", 8000, "VLLM_API_KEY", reports_load=True),
+        _local("sglang", 30000, "SGLANG_API_KEY", reports_load=True),
         # llama-server embeds at most --batch-size tokens per input; its parallel slots cap inputs
-        _local("llamacpp", 8080, "LLAMA_API_KEY", max_embedding_inputs=32, slot_cache=True),
+        _local("llamacpp", 8080, "LLAMA_API_KEY", max_embedding_inputs=32, slot_cache=True,
+               reports_load=True),
         # its OpenAI endpoint drops Ollama's own options: a num_ctx there does nothing, and
         # the prompt is cut to the default context without a word
         _local("ollama", 11434, "OLLAMA_API_KEY", ignores=frozenset({"num_ctx", "options"})),

@@ -40,6 +40,7 @@ from .clock import Clock
 from .config import Backend
 from .limits import FixedLimit
 from .limits.base import Sample
+from .signals_auto import AutoSignals, parser_ready
 from .signals_parse import ServerLoad, combine, merge_props, parse_metrics, parse_slots
 
 if TYPE_CHECKING:
@@ -121,6 +122,11 @@ class SignalReader:
         self._quick = 0  # quick reads made (``QUICK_READS``); -1: no more
         #: called with each good read of the whole server and our calls in flight then
         self.listeners: list[Callable[[ServerLoad, int], None]] = []
+        #: ``signals=None`` before its first good read: quiet failures, and a stop when the
+        #: server does not serve its load (gptgate/signals_auto.py); None: ``signals=True``
+        self.auto: AutoSignals | None = None
+        #: called when the reader stops for good (an ``auto`` reader's server serves no load)
+        self.on_stop: list[Callable[[], None]] = []
 
     # ---- what the limit and router see ---------------------------------------------------
     def fresh(self, now: float | None = None) -> ServerLoad | None:
@@ -172,6 +178,7 @@ class SignalReader:
     # ---- reading -------------------------------------------------------------------------
     def observe(self, load: ServerLoad, age_s: float = 0.0) -> None:
         """A good read (``age_s`` old: the fleet's reader's): remember it, move the knee."""
+        self.auto = None  # served: from here on as signals=True
         in_flight = self._in_flight()
         self._judge_view(load, in_flight)
         self.load = load
@@ -271,9 +278,11 @@ class SignalReader:
         """Read every interval until cancelled (the gateway's close)."""
         timeout = min(MAX_READ_S, max(0.05, self.clock.to_real(self.interval_s)))
         headers = dict(self.backend.headers)
-        key = self.backend.api_key
+        # the key the calls send, from api_key_env too: llama-server's --api-key guards
+        # /slots, /props and /metrics as it does /v1 (a read without it is a 401)
+        key = self.backend.resolve_api_key()
         if key is not None:
-            headers["authorization"] = f"Bearer {key.get_secret_value()}"
+            headers["authorization"] = f"Bearer {key}"
         async with httpx2.AsyncClient(
             base_url=_root(self.backend.base_url),
             transport=self.backend.transport,
@@ -282,7 +291,11 @@ class SignalReader:
         ) as client:
             while True:
                 await self._one_turn(client, timeout)
+                if self.auto is not None and self.auto.stopped:
+                    break
                 await self.clock.sleep(self._pause_s())
+        for stop in self.on_stop:
+            stop()
 
     def _pause_s(self) -> float:
         """The time to the next read: an interval, but an eighth of one while the reads
@@ -322,6 +335,9 @@ class SignalReader:
 
     def _failed(self, error: Exception) -> None:
         self.failures += 1
+        if self.auto is not None:  # never read: not served, or not yet; no warning
+            self.auto.failed(error)
+            return
         if not self._failing:
             # one line per outage, never the key: the URL and the error's type and text
             log.warning(
@@ -410,7 +426,8 @@ def server_wait_s(reader: SignalReader | None, service_s: float) -> float:
 
 
 class SignalGauges:
-    """Starts a reader per ``signals=True`` backend at each open, and publishes what they
+    """Starts a reader per backend with signals on (``signals=True``, or ``None`` on a preset
+    that reports its load: ``Backend.signals_mode``) at each open, and publishes what they
     read as OTel gauges (``gptgate.server.requests.running`` / ``.waiting``,
     ``gptgate.server.kv_cache.usage``, ``gptgate.server.slots``), per backend."""
 
@@ -427,12 +444,18 @@ class SignalGauges:
         fleet: FleetClient | None = None,
     ) -> None:
         self.readers = {}
-        for state in states:
-            if not state.backend.signals:
-                continue
-            _require_parser()
+        chosen = [s for s in states if s.backend.signals_mode != "off"]
+        if any(s.backend.signals_mode == "on" for s in chosen):
+            parser_ready("on", [])  # raises ImportError without the extra
+        auto = [s.name for s in chosen if s.backend.signals_mode == "auto"]
+        if auto and not parser_ready("auto", auto):  # one INFO line, no reader
+            chosen = [s for s in chosen if s.backend.signals_mode == "on"]
+        for state in chosen:
             limiter = state.limiter
             reader = SignalReader(state.backend, clock, functools.partial(_in_flight, state))
+            if state.backend.signals_mode == "auto":
+                reader.auto = AutoSignals(state.name, functools.partial(_answered, state))
+                reader.on_stop.append(functools.partial(self._detach, state, reader))
             state.signals = reader
             if fleet is not None:
                 from .signals_fleet import SignalShare
@@ -447,6 +470,17 @@ class SignalGauges:
         if self.readers and not self._made:
             self._made = True
             self._gauges()
+
+    def _detach(self, state: BackendState, reader: SignalReader) -> None:
+        """An ``auto`` reader stopped (its server serves no load): the backend as with
+        ``signals=False`` — no reader for the router, its own limit unwrapped."""
+        if state.signals is reader:
+            state.signals = None
+        limit = state.limiter.limit
+        if isinstance(limit, SignalLimit) and limit.reader is reader:
+            state.limiter.limit = limit.inner
+        if self.readers.get(state.name) is reader:
+            del self.readers[state.name]
 
     def _gauges(self) -> None:
         meter = metrics.get_meter("gptgate", meter_provider=self._meter_provider)
@@ -479,11 +513,6 @@ def _in_flight(state: BackendState) -> int:
     return max(0, state.limiter.in_flight - state.pacing)
 
 
-def _require_parser() -> None:
-    try:
-        import prometheus_client.parser  # noqa: F401
-    except ImportError:
-        raise ImportError(
-            "Backend(signals=True) reads Prometheus text with prometheus-client: "
-            "pip install 'gptgate[signals]'"
-        ) from None
+def _answered(state: BackendState) -> bool:
+    """Has the server answered a call of ours (its failed reads then mean "not served")?"""
+    return state.latency.count > 0

@@ -1,4 +1,4 @@
-"""``shared=`` with ``signals=True``: one process of the fleet reads a server's signals.
+"""``shared=`` with signals on: one process of the fleet reads a server's signals.
 
 Without this, 64 worker processes each scraped one server every interval. Now a lease per
 backend (a Redis key naming its holder, for two intervals) picks the reader; it publishes

@@ -63,6 +63,15 @@ class FakeLlamaSlots:
     #: room); 1, one after the other — the slots share the compute (this build on a CPU,
     #: ``-t 1``: four cold prefills at once take four times as long as one)
     prefill_lanes: int | None = None
+    #: GET ``/slots`` answers as llama-server's (on by default there); False: as with
+    #: ``--no-slots``, and every other GET (``/metrics`` without ``--metrics``, ``/props``) is
+    #: a 404 — a server whose load ``Backend(signals=None)`` cannot read
+    serves_slots: bool = False
+    #: GET requests seen (the signals reader's)
+    reads: int = 0
+    #: as ``--api-key``: a GET without this bearer token is a 401 (llama-server guards
+    #: ``/slots``, ``/props`` and ``/metrics`` as it does ``/v1``)
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         self.pool = [Slot() for _ in range(self.slots)]
@@ -87,6 +96,14 @@ class FakeLlamaSlots:
         return min(idle, key=lambda s: s.last_used)
 
     async def handle(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":
+            if self.api_key is not None and (
+                request.headers.get("authorization") != f"Bearer {self.api_key}"
+            ):
+                self.reads += 1
+                return httpx2.Response(401, json={"error": {"code": 401,
+                                                            "message": "Invalid API Key"}})
+            return self._read(request.url.path)
         body = json.loads(request.content)
         tokens = _tokens(body["messages"])
         while (slot := self._pick(tokens)) is None:
@@ -128,6 +145,16 @@ class FakeLlamaSlots:
                          "message": {"role": "assistant", "content": "x " * out}}],
             "usage": usage,
         })
+
+    def _read(self, path: str) -> httpx2.Response:
+        self.reads += 1
+        if path == "/slots" and self.serves_slots:
+            return httpx2.Response(200, json=[
+                {"id": n, "n_ctx": 4096, "is_processing": slot.busy}
+                for n, slot in enumerate(self.pool)
+            ])
+        return httpx2.Response(404, json={"error": {"code": 404, "message": "File Not Found",
+                                                    "type": "not_found_error"}})
 
     def transport(self) -> httpx2.MockTransport:
         return httpx2.MockTransport(self.handle)

@@ -80,6 +80,8 @@ def test_a_context_message_in_a_429_is_still_a_rate_limit() -> None:
 
 def _llama_server(sent: list[bytes]) -> httpx2.MockTransport:
     def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":  # the signals reads (on by default): not served here
+            return httpx2.Response(404)
         sent.append(request.content)
         return httpx2.Response(
             400, content=LLAMA_BODY,
@@ -119,6 +121,8 @@ def _answering(sent: list[str], name: str) -> httpx2.MockTransport:
     usage = {"prompt_tokens": 12011, "completion_tokens": 1, "total_tokens": 12012}
 
     def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":  # the signals reads (on by default): not served here
+            return httpx2.Response(404)
         sent.append(name)
         if json.loads(request.content).get("stream"):
             chunks = [
@@ -141,6 +145,8 @@ def _answering(sent: list[str], name: str) -> httpx2.MockTransport:
 
 def _refusing(sent: list[str], name: str) -> httpx2.MockTransport:
     def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":  # the signals reads (on by default): not served here
+            return httpx2.Response(404)
         sent.append(name)
         return httpx2.Response(400, content=LLAMA_BODY,
                                headers={"content-type": "application/json"})
