@@ -19,6 +19,7 @@ from gptgate.limits import Limit
 from gptgate.shared.auto import FleetAutoAdmission
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
 from gptgate.sim import SimTransport
+from tests.mockbackend import Script, backend, gateway
 
 BASE_URL = "http://127.0.0.1:9/v1"
 
@@ -137,3 +138,12 @@ async def sim_fleet(
         for gate in gates:
             await stack.enter_async_context(gate)
         yield gates
+
+
+def fleet_pair(script: Script, shared: gg.Shared, limit: int = 4) -> list[gg.Gateway]:
+    """Two gateways of one fleet on ``script``'s backend at ``limit``, polling Redis fast (a
+    waiting acquire retries every 2 ms): the fleet's outage and restart tests."""
+    gates = [gateway(backend(script, concurrency=limit), shared=shared) for _ in range(2)]
+    for gate in gates:
+        gate._fleet_options = {"poll_s": 0.002, "probe_s": 0.01}
+    return gates

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -292,6 +293,13 @@ def test_the_inner_calls_span_is_a_child_of_the_guard_span() -> None:
     assert [s.name for s in calls] == ["chat m"], [(s.name, s.parent) for s in spans]
 
 
+def _limit_of_one(handler: Callable[[httpx2.Request], httpx2.Response]) -> gg.Backend:
+    return gg.Backend(
+        name="a", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
+        transport=httpx2.MockTransport(handler),
+    )
+
+
 def test_sync_chat_inside_a_sync_guard_on_a_limit_of_one_runs_under_its_permit() -> None:
     seen: list[int] = []
 
@@ -299,10 +307,7 @@ def test_sync_chat_inside_a_sync_guard_on_a_limit_of_one_runs_under_its_permit()
         seen.append(1)
         return httpx2.Response(200, json=completion("sync answer"))
 
-    backend = gg.Backend(
-        name="a", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
-        transport=httpx2.MockTransport(handler),
-    )
+    backend = _limit_of_one(handler)
     with gg.SyncGateway([backend], deadline_s=30.0) as gate:
 
         @gate.guard(backend="a")
@@ -328,10 +333,7 @@ def test_sync_stream_and_map_inside_a_sync_guard_on_a_limit_of_one() -> None:
             )
         return httpx2.Response(200, json=completion("mapped"))
 
-    backend = gg.Backend(
-        name="a", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
-        transport=httpx2.MockTransport(handler),
-    )
+    backend = _limit_of_one(handler)
     with gg.SyncGateway([backend], deadline_s=30.0) as gate:
 
         @gate.guard(backend="a")

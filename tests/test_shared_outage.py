@@ -21,7 +21,7 @@ from gptgate.clock import SystemClock
 from gptgate.shared import fleet as fleet_module
 from gptgate.shared.fleet import FleetAdmission
 from tests.conftest import RedisServer
-from tests.fleettools import admission, namespace
+from tests.fleettools import admission, fleet_pair, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
 from tests.mockbackend import USER, Script, backend, gateway, ok, wait_until
 
@@ -302,9 +302,7 @@ async def test_no_call_fails_because_redis_stopped_and_restarted(
     release = anyio.Event()
     script = Script(held_until(release))
     shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=5.0)
-    gates = [gateway(backend(script, concurrency=4), shared=shared) for _ in range(2)]
-    for gate in gates:
-        gate._fleet_options = {"poll_s": 0.002, "probe_s": 0.01}
+    gates = fleet_pair(script, shared)
     results: list[gg.ChatResult] = []
 
     async def one(gate: gg.Gateway) -> None:

@@ -26,9 +26,9 @@ import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
 from tests.conftest import RedisServer
-from tests.fleettools import admission, namespace
+from tests.fleettools import admission, fleet_pair, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
-from tests.mockbackend import USER, Script, backend, gateway, ok, wait_until
+from tests.mockbackend import USER, Script, ok, wait_until
 
 #: lease_s 30: a renewal every 10 s, far beyond the test; a probe every 10 ms
 fleet_client = functools.partial(
@@ -135,9 +135,7 @@ async def test_two_gateways_keep_the_backend_within_the_limit_across_a_redis_res
     release = anyio.Event()
     script = Script(held_until(release))
     shared = gg.Shared(own_redis.url, namespace=namespace(), lease_s=30.0, op_budget_s=0.5)
-    gates = [gateway(backend(script, concurrency=4), shared=shared) for _ in range(2)]
-    for gate in gates:
-        gate._fleet_options = {"poll_s": 0.002, "probe_s": 0.01}
+    gates = fleet_pair(script, shared)
     results: list[gg.ChatResult] = []
 
     async def one(gate: gg.Gateway) -> None:
