@@ -521,9 +521,9 @@ class Gateway:
 
     async def _lost(self) -> None:
         """The loop is ending with the gateway open (never closed): close what it holds, so
-        that a later loop may open it again."""
+        that a later loop may open it again — and write ``state=``, as any exit does."""
         if self._opened.begin_close():
-            await self._release(save=False)
+            await self._release(save=True)
 
     async def _open_here(self) -> None:
         await self._connect_fleet()  # first: Shared(required=True) may fail the start
