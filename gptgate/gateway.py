@@ -72,6 +72,7 @@ from .own_options import refuse_own_options
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
+from .process_bound import refuse_pickle
 from .relocate import Relocator
 from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
@@ -487,6 +488,9 @@ class Gateway:
         self._embedder = Embedder(self)
         #: ``response_cache=`` (gptgate/response_cache.py, docs/response-cache.md)
         self._cached = CachedCalls(self, response_cache)
+
+    #: not sent to another process, nor copied: a TypeError naming what to send
+    __reduce_ex__ = refuse_pickle
 
     # -- lifecycle ------------------------------------------------------------------------
 
