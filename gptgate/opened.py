@@ -55,6 +55,13 @@ FORKED = (
     "worker_process_init), or close it before forking; a gg.SyncGateway builds a fresh "
     "gateway in a forked child by itself"
 )
+#: what every loop is told of a gateway whose own loop was closed under it
+DEAD_LOOP = (
+    "the event loop that opened this gateway was closed with the gateway still open "
+    "(loop.close() with no aclose() before it, and no asyncio.run to close it on the way "
+    "out): nothing can close it now, nor open it again. Build a new Gateway; close a gateway "
+    "before its loop closes (`async with gate:`, or asyncio.run, which closes one left open)"
+)
 #: a thread id no thread has: the owner of a gateway that was open in the parent of a fork
 _PARENTS = -1
 
@@ -102,7 +109,7 @@ class Opened:
         if phase == "forked":
             raise GateError(FORKED)
         if loop != here or owner is not running:
-            raise GateError(OTHER_LOOP)
+            raise GateError(_elsewhere(owner))
         raise GateError(_REFUSED_HERE[phase])
 
     def opened(self) -> None:
@@ -118,7 +125,8 @@ class Opened:
             if self.phase == "forked":
                 return False  # the parent's to close: nothing of it is touched here
             if self.loop is not None and (self.loop != here or self._owner_loop is not running):
-                raise GateError(OTHER_LOOP + "; close it from the loop that opened it")
+                owner = self._owner_loop
+                raise GateError(_elsewhere(owner, "; close it from the loop that opened it"))
             if self.phase != "open":
                 return False
             self.phase = "closing"
@@ -150,7 +158,7 @@ class Opened:
         attribute reads and a C call."""
         loop = self.loop
         if loop is not None and (loop != current_loop() or self._owner_loop is not _running()):
-            raise GateError(FORKED if loop == _PARENTS else OTHER_LOOP)
+            raise GateError(FORKED if loop == _PARENTS else _elsewhere(self._owner_loop))
 
     def forked(self) -> None:
         """In the child of a fork: a gateway open (or opening, closing) in the parent stays
@@ -158,6 +166,13 @@ class Opened:
         self._lock = threading.Lock()  # another thread may have held it at the fork
         if self.phase != "closed":
             self.phase, self.loop, self._owner_loop, self._closed = "forked", _PARENTS, None, None
+
+
+def _elsewhere(owner: object, then: str = "") -> str:
+    """Why a loop that is not the owner is refused: the owner still runs, or it was closed."""
+    if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
+        return DEAD_LOOP
+    return OTHER_LOOP + then
 
 
 #: every gateway's bookkeeping, for the fork hook (weak: a gateway dropped is gone)

@@ -88,6 +88,30 @@ def test_a_second_loop_of_the_owners_thread_is_refused_before_anything_is_sent(
     assert asyncio.run(_open_and_call(gate, "a later loop")) == "a later loop"
 
 
+def test_a_gateway_whose_loop_was_closed_under_it_says_so(
+    server: tuple[str, SimEngine],
+) -> None:
+    """The pre-``asyncio.run`` pattern: ``loop.run_until_complete(main())`` opens the gateway,
+    then ``loop.close()`` — no task cancelled, the gateway never closed, and nothing can
+    close it any more. Every later loop was told it "belongs to another event loop while it
+    is open there", an owner that no longer exists; now the error names what happened and
+    what to do."""
+    base_url, engine = server
+    gate = _gate(base_url)
+    dead = asyncio.new_event_loop()
+    dead.run_until_complete(gate.start())
+    dead.close()
+    with pytest.raises(gg.GateError, match="was closed with the gateway still open"):
+        asyncio.run(_open_and_call(gate, "after the loop closed"))
+
+    async def call() -> None:
+        await gate.chat(_user("a call after the loop closed"))
+
+    with pytest.raises(gg.GateError, match="was closed with the gateway still open"):
+        asyncio.run(call())
+    assert _prompts(engine) == []
+
+
 async def _open_and_call(gate: gg.Gateway, text: str) -> str:
     async with gate:
         await gate.chat(_user(text))
