@@ -477,7 +477,7 @@ class Gateway:
         #: set when a hosted micro-batcher has drained (closing waits for them)
         self._hosts_done: list[anyio.Event] = []
         #: which event loop has it open: its queues and events live there (gptgate/opened.py)
-        self._opened = Opened()
+        self._opened = Opened(at_exit=self._save_state)  # state= still saved at exit if open
         #: ``shared=``: the fleet's Redis while open (gptgate/shared/)
         self._fleet: FleetClient | None = None
         #: closing: when the backends have noticed the requests it hung up on

@@ -20,14 +20,22 @@ A process forked while a gateway was open (a process pool started by an async ap
 wrote on the parent's connection, and the parent could then read the answer to the child's
 prompt. In the child such a gateway is ``forked``: every call, open and close is refused with
 a typed error before anything is sent, and a close touches nothing.
+
+A process that exits with a gateway still open (its loop run by a daemon thread, or parked)
+never ran that loop again to close it, so ``state=`` — "written on exit" — was not: at
+interpreter exit every gateway still open here is told to write it (``at_exit``), a plain
+file write that needs no loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Literal
 
 import anyio
@@ -84,9 +92,12 @@ _running = asyncio._get_running_loop
 class Opened:
     """The open/close bookkeeping of one gateway; every transition under one lock."""
 
-    __slots__ = ("__weakref__", "_closed", "_lock", "_owner_loop", "loop", "phase")
+    __slots__ = ("__weakref__", "_closed", "_lock", "_owner_loop", "at_exit", "loop", "phase")
 
-    def __init__(self) -> None:
+    def __init__(self, at_exit: Callable[[], None] | None = None) -> None:
+        #: the gateway's method run at interpreter exit if it is still open then (its state
+        #: file); held weakly: the registry of every gateway's bookkeeping keeps none alive
+        self.at_exit = None if at_exit is None else weakref.WeakMethod(at_exit)
         self._lock = threading.Lock()
         self.phase: Phase = "closed"
         #: the thread of the loop holding the gateway (None when closed)
@@ -184,5 +195,17 @@ def _forked_all() -> None:
         opened.forked()
 
 
+def _exiting() -> None:
+    """Interpreter exit: what a gateway still open here saves on its way out."""
+    for opened in list(_ALL):
+        save = opened.at_exit() if opened.at_exit is not None else None
+        if opened.phase == "open" and save is not None:
+            with contextlib.suppress(Exception):  # at exit: nothing to tell anyone
+                save()
+
+
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_forked_all)
+# registered before gptgate/sync.py's hook, so it runs after it (LIFO): a SyncGateway's
+# gateway is closed (and saved) by then, and skipped here
+atexit.register(_exiting)

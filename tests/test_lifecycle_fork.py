@@ -10,6 +10,7 @@ server's answer to the child's prompt was then read by the parent's next call.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import textwrap
@@ -184,3 +185,41 @@ def test_a_process_forked_with_the_gateway_open_gets_a_typed_error_and_sends_not
         "GateError fork=True", "GateError fork=True", "done", "parent's own answer True",
     ]
     assert _prompts(engine) == ["parent first", "parent again"]
+
+
+# -- a process that exits with the gateway open -------------------------------------------
+
+LEFT_OPEN_SCRIPT = """
+import asyncio, sys, threading
+import gptgate as gg
+
+gate = gg.Gateway(
+    [gg.Backend(name="sim", base_url=sys.argv[1], model="m", concurrency="auto")],
+    state=sys.argv[2],
+)
+loop = asyncio.new_event_loop()  # run by a thread of the app (docs/guide/closing.md)
+threading.Thread(target=loop.run_forever, daemon=True).start()
+on_loop = lambda coroutine: asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+on_loop(gate.start())
+on_loop(gate.chat([{"role": "user", "content": "left open"}]))
+print("exiting with the gateway open", flush=True)
+"""
+
+
+def test_a_process_exiting_with_the_gateway_open_writes_its_state_file(
+    server: tuple[str, SimEngine], tmp_path: Path
+) -> None:
+    """``state=`` is "written on exit". A process whose gateway was still open on a loop of
+    its own thread (or a parked one) when it exited never wrote it: that loop never ran
+    again to close the gateway, and the next start was cold. Now the interpreter's exit
+    writes it for any gateway still open."""
+    path = tmp_path / "gptgate-state.json"
+    script = tmp_path / "left_open.py"
+    script.write_text(textwrap.dedent(LEFT_OPEN_SCRIPT))
+    done = subprocess.run(
+        [sys.executable, str(script), server[0], str(path)], capture_output=True, text=True,
+        timeout=60, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["exiting with the gateway open"]
+    assert "sim" in json.loads(path.read_text())["backends"]
