@@ -7,7 +7,7 @@ and every message is cleared of the exact secrets the gateway sends (``gptgate.s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .scrub import scrub_known
 
@@ -93,6 +93,19 @@ class GateError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its class, message and fields — not rebuilt by calling the class with
+        the message alone, as exceptions are: ``SharedUnreachableError(url=...)`` could not
+        be, and a multiprocessing pool whose worker raised one waited for it forever."""
+        return (_rebuilt, (type(self), self.args), self.__dict__)
+
+
+def _rebuilt(cls: type[GateError], args: tuple[Any, ...]) -> GateError:
+    """An unpickled error: its fields come back from its pickled ``__dict__``."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    return error
 
 
 class RateLimitedError(GateError):

@@ -72,6 +72,7 @@ from .own_options import refuse_own_options
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
+from .process_bound import refuse_pickle
 from .relocate import Relocator
 from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
@@ -476,7 +477,7 @@ class Gateway:
         #: set when a hosted micro-batcher has drained (closing waits for them)
         self._hosts_done: list[anyio.Event] = []
         #: which event loop has it open: its queues and events live there (gptgate/opened.py)
-        self._opened = Opened()
+        self._opened = Opened(at_exit=self._save_state)  # state= still saved at exit if open
         #: ``shared=``: the fleet's Redis while open (gptgate/shared/)
         self._fleet: FleetClient | None = None
         #: closing: when the backends have noticed the requests it hung up on
@@ -487,6 +488,9 @@ class Gateway:
         self._embedder = Embedder(self)
         #: ``response_cache=`` (gptgate/response_cache.py, docs/response-cache.md)
         self._cached = CachedCalls(self, response_cache)
+
+    #: not sent to another process, nor copied: a TypeError naming what to send
+    __reduce_ex__ = refuse_pickle
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -521,9 +525,9 @@ class Gateway:
 
     async def _lost(self) -> None:
         """The loop is ending with the gateway open (never closed): close what it holds, so
-        that a later loop may open it again."""
+        that a later loop may open it again — and write ``state=``, as any exit does."""
         if self._opened.begin_close():
-            await self._release(save=False)
+            await self._release(save=True)
 
     async def _open_here(self) -> None:
         await self._connect_fleet()  # first: Shared(required=True) may fail the start

@@ -9,13 +9,33 @@ second loop gets a typed :class:`GateError` naming the supported ways, the first
 and closing gives the claim back whatever happens, so a later loop can open it again.
 
 Phases: ``closed`` → ``opening`` → ``open`` → ``closing`` → ``closed``; a failed or cancelled
-``opening`` goes back to ``closed``. An event loop runs in one thread and two loops cannot run
-at once in one thread, so the thread names the loop (cheap enough for every call).
+``opening`` goes back to ``closed``. A loop is named by its thread *and* its asyncio loop
+object (None under trio): one thread runs one loop at a time, but may park one loop and run
+another (a session-scoped test fixture's loop, a ``loop.run_until_complete`` style app) —
+named by its thread only, that second loop's call went through and wrote its request on the
+first loop's pooled connection before failing untyped.
+
+A process forked while a gateway was open (a process pool started by an async app, a
+``--preload`` master that opened it) holds a copy whose sockets are the parent's: a call there
+wrote on the parent's connection, and the parent could then read the answer to the child's
+prompt. In the child such a gateway is ``forked``: every call, open and close is refused with
+a typed error before anything is sent, and a close touches nothing.
+
+A process that exits with a gateway still open (its loop run by a daemon thread, or parked)
+never ran that loop again to close it, so ``state=`` — "written on exit" — was not: at
+interpreter exit every gateway still open here is told to write it (``at_exit``), a plain
+file write that needs no loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import os
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Literal
 
 import anyio
@@ -24,7 +44,7 @@ from .errors import GateError
 
 __all__ = ["OTHER_LOOP", "Opened", "current_loop"]
 
-Phase = Literal["closed", "opening", "open", "closing"]
+Phase = Literal["closed", "opening", "open", "closing", "forked"]
 
 #: what a caller on another loop is told (a call, an open, a close)
 OTHER_LOOP = (
@@ -34,6 +54,25 @@ OTHER_LOOP = (
     "a background thread for sync code; gg.SyncGateway(gateway=...) to drive this one from "
     "other threads) to share one gateway between threads"
 )
+#: what a forked child is told of a gateway that was open in its parent at the fork
+FORKED = (
+    "this gateway was open in the parent process when it forked: its connections (their "
+    "sockets shared with the parent) and its event loop are the parent's, so nothing is sent "
+    "through it from this process. Build the Gateway in each process after the fork (a "
+    "process pool's initializer, the app's lifespan or gunicorn's post_fork, Celery's "
+    "worker_process_init), or close it before forking; a gg.SyncGateway builds a fresh "
+    "gateway in a forked child by itself"
+)
+#: what every loop is told of a gateway whose own loop was closed under it
+DEAD_LOOP = (
+    "the event loop that opened this gateway was closed with the gateway still open "
+    "(loop.close() with no aclose() before it, and no asyncio.run to close it on the way "
+    "out): nothing can close it now, nor open it again. Build a new Gateway; close a gateway "
+    "before its loop closes (`async with gate:`, or asyncio.run, which closes one left open)"
+)
+#: a thread id no thread has: the owner of a gateway that was open in the parent of a fork
+_PARENTS = -1
+
 _REFUSED_HERE = {
     "open": "the gateway is already open in this event loop: open it once (one `async with`)",
     "opening": "the gateway is still opening in this event loop: await the first start()",
@@ -42,34 +81,46 @@ _REFUSED_HERE = {
 
 
 def current_loop() -> int:
-    """Which event loop this is (the thread that runs it)."""
+    """The thread that runs this event loop (with :func:`_running`, which loop of it)."""
     return threading.get_ident()
+
+
+#: the running asyncio loop of this thread, or None (trio, or no loop): one C call
+_running = asyncio._get_running_loop
 
 
 class Opened:
     """The open/close bookkeeping of one gateway; every transition under one lock."""
 
-    __slots__ = ("_closed", "_lock", "loop", "phase")
+    __slots__ = ("__weakref__", "_closed", "_lock", "_owner_loop", "at_exit", "loop", "phase")
 
-    def __init__(self) -> None:
+    def __init__(self, at_exit: Callable[[], None] | None = None) -> None:
+        #: the gateway's method run at interpreter exit if it is still open then (its state
+        #: file); held weakly: the registry of every gateway's bookkeeping keeps none alive
+        self.at_exit = None if at_exit is None else weakref.WeakMethod(at_exit)
         self._lock = threading.Lock()
         self.phase: Phase = "closed"
-        #: the loop holding the gateway (None when closed)
+        #: the thread of the loop holding the gateway (None when closed)
         self.loop: int | None = None
+        #: that loop itself, when asyncio's (a thread may park one loop and run another)
+        self._owner_loop: object = None
         #: set once the close under way has ended (made when it begins, in the owner's loop)
         self._closed: anyio.Event | None = None
+        _ALL.add(self)
 
     def claim(self) -> None:
         """Start opening in this loop, or refuse: open (or opening, closing) elsewhere or
         already here."""
-        here = current_loop()
+        here, running = current_loop(), _running()
         with self._lock:
             if self.phase == "closed":
-                self.phase, self.loop = "opening", here
+                self.phase, self.loop, self._owner_loop = "opening", here, running
                 return
-            phase, loop = self.phase, self.loop
-        if loop != here:
-            raise GateError(OTHER_LOOP)
+            phase, loop, owner = self.phase, self.loop, self._owner_loop
+        if phase == "forked":
+            raise GateError(FORKED)
+        if loop != here or owner is not running:
+            raise GateError(_elsewhere(owner))
         raise GateError(_REFUSED_HERE[phase])
 
     def opened(self) -> None:
@@ -80,10 +131,13 @@ class Opened:
         """Start closing: False when there is nothing to close here (never opened, already
         closed or being closed by another task of this loop); a typed error from another loop,
         whose close would touch the owner's queues from the wrong thread."""
-        here = current_loop()
+        here, running = current_loop(), _running()
         with self._lock:
-            if self.loop is not None and self.loop != here:
-                raise GateError(OTHER_LOOP + "; close it from the loop that opened it")
+            if self.phase == "forked":
+                return False  # the parent's to close: nothing of it is touched here
+            if self.loop is not None and (self.loop != here or self._owner_loop is not running):
+                owner = self._owner_loop
+                raise GateError(_elsewhere(owner, "; close it from the loop that opened it"))
             if self.phase != "open":
                 return False
             self.phase = "closing"
@@ -102,14 +156,56 @@ class Opened:
     def release(self) -> None:
         """Closed (or the opening failed): any loop may open the gateway again."""
         with self._lock:
-            self.phase, self.loop = "closed", None
+            if self.phase == "forked":
+                return
+            self.phase, self.loop, self._owner_loop = "closed", None, None
             closed, self._closed = self._closed, None
         if closed is not None:
             closed.set()
 
     def check_loop(self) -> None:
         """Refuse a call from another loop than the owner's (it would hang on foreign
-        events): the hot path, so no lock — ``loop`` is one attribute read."""
+        events, or write on the owner's connections): the hot path, so no lock — two
+        attribute reads and a C call."""
         loop = self.loop
-        if loop is not None and loop != current_loop():
-            raise GateError(OTHER_LOOP)
+        if loop is not None and (loop != current_loop() or self._owner_loop is not _running()):
+            raise GateError(FORKED if loop == _PARENTS else _elsewhere(self._owner_loop))
+
+    def forked(self) -> None:
+        """In the child of a fork: a gateway open (or opening, closing) in the parent stays
+        the parent's — refused here, never closed here."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self.phase != "closed":
+            self.phase, self.loop, self._owner_loop, self._closed = "forked", _PARENTS, None, None
+
+
+def _elsewhere(owner: object, then: str = "") -> str:
+    """Why a loop that is not the owner is refused: the owner still runs, or it was closed."""
+    if isinstance(owner, asyncio.AbstractEventLoop) and owner.is_closed():
+        return DEAD_LOOP
+    return OTHER_LOOP + then
+
+
+#: every gateway's bookkeeping, for the fork hook (weak: a gateway dropped is gone)
+_ALL: weakref.WeakSet[Opened] = weakref.WeakSet()
+
+
+def _forked_all() -> None:
+    for opened in list(_ALL):
+        opened.forked()
+
+
+def _exiting() -> None:
+    """Interpreter exit: what a gateway still open here saves on its way out."""
+    for opened in list(_ALL):
+        save = opened.at_exit() if opened.at_exit is not None else None
+        if opened.phase == "open" and save is not None:
+            with contextlib.suppress(Exception):  # at exit: nothing to tell anyone
+                save()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked_all)
+# registered before gptgate/sync.py's hook, so it runs after it (LIFO): a SyncGateway's
+# gateway is closed (and saved) by then, and skipped here
+atexit.register(_exiting)

@@ -24,6 +24,7 @@ import anyio
 
 from .errors import SharedUnreachableError
 from .shared.loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
+from .shared.needs_asyncio import require_asyncio
 
 if TYPE_CHECKING:
     from .shared import Shared
@@ -96,7 +97,9 @@ class RedisAnswers:
 
     async def start(self) -> None:
         """Reach Redis once: ``required=True`` fails the start without it; otherwise an
-        unreachable Redis is an outage from the start."""
+        unreachable Redis is an outage from the start; under trio a GateError (redis-py's
+        client is asyncio's)."""
+        require_asyncio("ResponseCache(shared=...)")
         try:
             await self._op(lambda: self._client().ping())
         except SharedUnreachableError:

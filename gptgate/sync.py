@@ -48,6 +48,7 @@ from .guard_inner import under_guard
 from .guard_nested import covers_options
 from .guard_parens import refuse_bare
 from .ledger import Ledger
+from .process_bound import refuse_pickle
 from .results import ChatResult
 from .scenarios import Scenario, scenario_for_call
 from .sync_batch import SyncBatchJob
@@ -211,6 +212,9 @@ class SyncGateway:
             self._gateway = self._make()  # bad configuration fails here, as Gateway's does
             self._loop = OwnLoop()
         _LIVE.add(self)
+
+    #: not sent to another process, nor copied: a TypeError naming what to send
+    __reduce_ex__ = refuse_pickle
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -9,8 +9,10 @@ opening or closing while thread B's loop tries to open, call or close it.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -291,3 +293,21 @@ async def test_a_background_task_that_fails_is_raised_when_the_gateway_closes() 
             assert (await gate.chat(USER)).text == "still served"
     assert raised.group_contains(ValueError, match="background boom")
     assert await _use(gate) == "still served"
+
+
+@pytest.mark.parametrize("library", BACKENDS)
+def test_a_loop_that_ends_with_the_gateway_open_still_writes_its_state_file(
+    library: str, tmp_path: Path
+) -> None:
+    """``Gateway(state=path)`` is "written on exit": a script whose loop ended after
+    ``start()`` with no ``aclose()`` had its gateway closed by the loop's end, but the file
+    was never written — the next start was cold. Now that close saves it too."""
+    path = tmp_path / "gptgate-state.json"
+    gate = gateway(backend(Script(ok("once")), concurrency="auto"), state=path)
+
+    async def open_and_leave() -> None:
+        await gate.start()
+        await gate.chat(USER)
+
+    anyio.run(open_and_leave, backend=library)
+    assert "mock" in json.loads(path.read_text())["backends"]

@@ -56,6 +56,7 @@ from .config import Shared
 from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 from .names import BackendNames
+from .needs_asyncio import require_asyncio
 from .wake import FleetWake, waiters_key
 
 if TYPE_CHECKING:
@@ -261,7 +262,9 @@ class FleetClient:
         pays a connect or a script load inside its budget (and within the backstop, not one
         operation's budget: no call waits on it). ``Shared(required=True)``: a Redis that
         cannot be reached raises :class:`~gptgate.errors.SharedUnreachableError`, naming
-        it; else :meth:`start` declares the outage."""
+        it; else :meth:`start` declares the outage. Under trio a GateError: redis-py's client
+        is asyncio's (gptgate/shared/needs_asyncio.py)."""
+        require_asyncio("shared= (the fleet's Redis)")
         from redis.asyncio import BlockingConnectionPool, Redis  # only with shared=: optional
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
