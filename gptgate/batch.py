@@ -271,19 +271,22 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
     estimate = job.estimate(indices)
     priced = spending is not None and estimate > 0
     if record is None:
-        if priced:
-            assert spending is not None
-            job.holds.append(await spending.admit(estimate, priority=0))
+        # split first: an item no batch file can hold is refused before the budget holds
+        # (or waits for) anything
         prefix = f"gptgate-{key[:16]}"
         parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
-        record = JobRecord(key=key, backend=config.name, items=len(lines), retry=job._retry,
-                           parts=parts)
-        store.save(record)  # the intent, before anything is sent
-    elif priced and not record.settled:
-        assert spending is not None
-        job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
-    job.record = record
     try:
+        if record is None:
+            if priced:
+                assert spending is not None
+                job.holds.append(await spending.admit(estimate, priority=0))
+            record = JobRecord(key=key, backend=config.name, items=len(lines),
+                               retry=job._retry, parts=parts)
+            store.save(record)  # the intent, before anything is sent
+        elif priced and not record.settled:
+            assert spending is not None
+            job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
+        job.record = record
         if record.cancelled:  # a cancelled job sends nothing new: unsent parts end here
             await job.drop_unsent()
         elif send:
