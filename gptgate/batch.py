@@ -142,18 +142,21 @@ def _index_of(custom_id: str) -> int | None:
 
 
 def _split(
-    lines: Mapping[int, bytes], indices: list[int], limits: BatchLimits, prefix: str, round_: int
+    lines: Mapping[int, bytes], indices: list[int], api: BatchAPI, prefix: str, round_: int
 ) -> list[PartRecord]:
-    """Parts of at most ``limits`` requests and bytes each, in input order."""
+    """Parts of at most ``api.limits`` requests and bytes each (the API's envelope
+    included), in input order."""
+    limits = api.limits
+    room = limits.max_bytes - api.envelope_bytes
     parts: list[PartRecord] = []
     current: list[int] = []
     size = 0
     for index in indices:
         length = len(lines[index]) + 1
-        if current and (len(current) >= limits.max_requests or size + length > limits.max_bytes):
+        if current and (len(current) >= limits.max_requests or size + length > room):
             parts.append(_part(prefix, round_, len(parts), current))
             current, size = [], 0
-        if length > limits.max_bytes:
+        if length > room:
             raise BadRequestError(
                 f"item {index} is {length} bytes: more than a batch file may hold "
                 f"({limits.max_bytes})"
@@ -274,7 +277,7 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
         # split first: an item no batch file can hold is refused before the budget holds
         # (or waits for) anything
         prefix = f"gptgate-{key[:16]}"
-        parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
+        parts = _split(dict(enumerate(lines)), indices, job._api, prefix, 0)
     try:
         if record is None:
             if priced:
@@ -733,7 +736,7 @@ class BatchJob:
                 return False
             await self._admit(indices)
             lines = {i: self._line(i, 1) for i in indices}
-            parts = _split(lines, indices, self._api.limits, f"gptgate-{job.key[:16]}", 1)
+            parts = _split(lines, indices, self._api, f"gptgate-{job.key[:16]}", 1)
             job.parts.extend(parts)
             self._save()  # the retry round's intent
             for part in parts:
