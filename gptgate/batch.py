@@ -295,6 +295,8 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
         elif send:
             for part in record.parts:
                 await job.submit_part(part)
+        else:  # looking only: a create a crash lost the answer of is found, not sent
+            await job.find_lost()
     except BaseException:
         job.release_holds()
         raise
@@ -558,6 +560,18 @@ class BatchJob:
                 await self._call(self._api.cancel, part.batch_id)
                 part.status = "cancelling"
         self._save()
+
+    async def find_lost(self) -> None:
+        """Record the batches whose create reached the provider before a crash lost their
+        id (looked up, nothing sent): a job taken up to be seen shows them running."""
+        for part in self._job.parts:
+            if part.batch_id is None and part.created_after is not None and \
+                    part.status not in TERMINAL:
+                found = await self._call(self._api.find_batch, self._metadata(part),
+                                         self._intent(part))
+                if found is not None:
+                    part.batch_id = found
+                    self._save()
 
     async def drop_unsent(self) -> None:
         """End the parts of a cancelled job that were never created, unsent. One whose create
