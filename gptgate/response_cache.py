@@ -407,10 +407,11 @@ class ResponseCache:
 
 #: finish reasons of an answer a content filter stopped (Anthropic's ``refusal`` arrives
 #: mapped to ``content_filter``): filters change and a retry with other settings is the
-#: remedy, so replaying one to every identical request would make it permanent. ``length``
-#: is stored: the same ``max_tokens`` cuts the answer the same way, and a larger one is
-#: another key.
-NOT_STORED_FINISH = frozenset({"content_filter"})
+#: remedy, so replaying one to every identical request would make it permanent. ``error``
+#: (OpenRouter's, among its normalised reasons): the generation ended in the provider's error
+#: under a 200, its text partial. ``length`` is stored: the same ``max_tokens`` cuts the
+#: answer the same way, and a larger one is another key.
+NOT_STORED_FINISH = frozenset({"content_filter", "error"})
 
 
 def cacheable(result: ChatResult) -> bool:
