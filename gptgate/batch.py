@@ -812,13 +812,15 @@ class BatchJob:
     ) -> list[ChatResult | GateError]:
         """Book every batch answer in the ledger (live retries booked themselves) that no
         process booked before — a job settled once and taken up again with ``retry=`` books
-        its new round's answers only — release the budget's holds; the results in input
-        order."""
+        its new round's answers only — and store those answers in the response cache (a job
+        collected again stores nothing again: its answers would get a fresh TTL, over answers
+        refreshed live since); release the budget's holds; the results in input order."""
         ledger = self._gate.ledger
         name = self._backend.name
         live, settled = self._live, self._job.settled
         source = self._sources()
         results: list[ChatResult | GateError] = []
+        done_before: set[int] = set()
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
@@ -828,9 +830,11 @@ class BatchJob:
                 if isinstance(outcome, ChatResult):
                     ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
                 ledger.record_call(name, isinstance(outcome, ChatResult))
+            elif index not in live:
+                done_before.add(index)
             results.append(outcome)
         self.release_holds()
-        await self.cache.store(outcomes, skip=live)
+        await self.cache.store(outcomes, skip=live | done_before)
         if not settled or not all(p.booked for p in self._job.parts):
             for part in self._job.parts:
                 part.booked = True
