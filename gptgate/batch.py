@@ -432,7 +432,12 @@ class BatchJob:
         return {"gptgate_job": self._job.key[:40], "gptgate_part": part.name}
 
     def _save(self) -> None:
+        self._sync_cancelled()  # a cancel from another process is not written back
         self._store.save(self._job)
+
+    def _sync_cancelled(self) -> None:
+        if not self._job.cancelled and self._store.cancelled():
+            self._job.cancelled = True
 
     async def submit_part(self, part: PartRecord) -> None:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
@@ -739,6 +744,7 @@ class BatchJob:
         """Send failed items again as the ``retry`` mode says; True when a new batch round
         was started (poll on), False when the outcomes are final."""
         job = self._job
+        self._sync_cancelled()  # cancelled by another process while this one polled
         if self._retry is None or job.cancelled:
             return False
         latest = max(p.round for p in job.parts)
