@@ -118,6 +118,12 @@ def _prepare(
         raise BadRequestError(f"item {index} needs 'messages': a non-empty list of dicts")
     if kwargs.get("stream"):
         raise BadRequestError(f"item {index}: a Batch API request is never streamed")
+    if "custom_id" in kwargs:  # else a chat parameter in the body: every item a 400, late
+        raise BadRequestError(
+            f"item {index}: custom_id is not a chat parameter; gptgate numbers the requests "
+            "itself and wait() returns the results in input order (results[i] answers "
+            "items[i]): keep your own ids beside the items"
+        )
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
         body = dialect.build_body(model, messages, params, stream=False)
