@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 
+from .batch_anthropic import BatchLookupError
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
 from .batch_cache import BatchCache
@@ -578,8 +579,12 @@ class BatchJob:
         for part in self._job.parts:
             if part.batch_id is None and part.created_after is not None and \
                     part.status not in TERMINAL:
-                found = await self._call(self._api.find_batch, self._metadata(part),
-                                         self._intent(part))
+                try:
+                    found = await self._call(self._api.find_batch, self._metadata(part),
+                                             self._intent(part))
+                except BatchLookupError as error:  # shown, not guessed: cancel() raises it
+                    log.warning("batch job %s, part %s: %s", self.id, part.name, error)
+                    continue
                 if found is not None:
                     part.batch_id = found
                     self._save()
