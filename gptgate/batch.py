@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 
+from .batch_anthropic import BatchLookupError
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
 from .batch_cache import BatchCache
@@ -118,6 +119,12 @@ def _prepare(
         raise BadRequestError(f"item {index} needs 'messages': a non-empty list of dicts")
     if kwargs.get("stream"):
         raise BadRequestError(f"item {index}: a Batch API request is never streamed")
+    if "custom_id" in kwargs:  # else a chat parameter in the body: every item a 400, late
+        raise BadRequestError(
+            f"item {index}: custom_id is not a chat parameter; gptgate numbers the requests "
+            "itself and wait() returns the results in input order (results[i] answers "
+            "items[i]): keep your own ids beside the items"
+        )
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
         body = dialect.build_body(model, messages, params, stream=False)
@@ -142,18 +149,21 @@ def _index_of(custom_id: str) -> int | None:
 
 
 def _split(
-    lines: Mapping[int, bytes], indices: list[int], limits: BatchLimits, prefix: str, round_: int
+    lines: Mapping[int, bytes], indices: list[int], api: BatchAPI, prefix: str, round_: int
 ) -> list[PartRecord]:
-    """Parts of at most ``limits`` requests and bytes each, in input order."""
+    """Parts of at most ``api.limits`` requests and bytes each (the API's envelope
+    included), in input order."""
+    limits = api.limits
+    room = limits.max_bytes - api.envelope_bytes
     parts: list[PartRecord] = []
     current: list[int] = []
     size = 0
     for index in indices:
         length = len(lines[index]) + 1
-        if current and (len(current) >= limits.max_requests or size + length > limits.max_bytes):
+        if current and (len(current) >= limits.max_requests or size + length > room):
             parts.append(_part(prefix, round_, len(parts), current))
             current, size = [], 0
-        if length > limits.max_bytes:
+        if length > room:
             raise BadRequestError(
                 f"item {index} is {length} bytes: more than a batch file may hold "
                 f"({limits.max_bytes})"
@@ -271,24 +281,29 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
     estimate = job.estimate(indices)
     priced = spending is not None and estimate > 0
     if record is None:
-        if priced:
-            assert spending is not None
-            job.holds.append(await spending.admit(estimate, priority=0))
+        # split first: an item no batch file can hold is refused before the budget holds
+        # (or waits for) anything
         prefix = f"gptgate-{key[:16]}"
-        parts = _split(dict(enumerate(lines)), indices, job._api.limits, prefix, 0)
-        record = JobRecord(key=key, backend=config.name, items=len(lines), retry=job._retry,
-                           parts=parts)
-        store.save(record)  # the intent, before anything is sent
-    elif priced and not record.settled:
-        assert spending is not None
-        job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
-    job.record = record
+        parts = _split(dict(enumerate(lines)), indices, job._api, prefix, 0)
     try:
+        if record is None:
+            if priced:
+                assert spending is not None
+                job.holds.append(await spending.admit(estimate, priority=0))
+            record = JobRecord(key=key, backend=config.name, items=len(lines),
+                               retry=job._retry, parts=parts)
+            store.save(record)  # the intent, before anything is sent
+        elif priced and not record.settled:
+            assert spending is not None
+            job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
+        job.record = record
         if record.cancelled:  # a cancelled job sends nothing new: unsent parts end here
             await job.drop_unsent()
         elif send:
             for part in record.parts:
                 await job.submit_part(part)
+        else:  # looking only: a create a crash lost the answer of is found, not sent
+            await job.find_lost()
     except BaseException:
         job.release_holds()
         raise
@@ -424,7 +439,12 @@ class BatchJob:
         return {"gptgate_job": self._job.key[:40], "gptgate_part": part.name}
 
     def _save(self) -> None:
+        self._sync_cancelled()  # a cancel from another process is not written back
         self._store.save(self._job)
+
+    def _sync_cancelled(self) -> None:
+        if not self._job.cancelled and self._store.cancelled():
+            self._job.cancelled = True
 
     async def submit_part(self, part: PartRecord) -> None:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
@@ -552,6 +572,22 @@ class BatchJob:
                 await self._call(self._api.cancel, part.batch_id)
                 part.status = "cancelling"
         self._save()
+
+    async def find_lost(self) -> None:
+        """Record the batches whose create reached the provider before a crash lost their
+        id (looked up, nothing sent): a job taken up to be seen shows them running."""
+        for part in self._job.parts:
+            if part.batch_id is None and part.created_after is not None and \
+                    part.status not in TERMINAL:
+                try:
+                    found = await self._call(self._api.find_batch, self._metadata(part),
+                                             self._intent(part))
+                except BatchLookupError as error:  # shown, not guessed: cancel() raises it
+                    log.warning("batch job %s, part %s: %s", self.id, part.name, error)
+                    continue
+                if found is not None:
+                    part.batch_id = found
+                    self._save()
 
     async def drop_unsent(self) -> None:
         """End the parts of a cancelled job that were never created, unsent. One whose create
@@ -719,6 +755,7 @@ class BatchJob:
         """Send failed items again as the ``retry`` mode says; True when a new batch round
         was started (poll on), False when the outcomes are final."""
         job = self._job
+        self._sync_cancelled()  # cancelled by another process while this one polled
         if self._retry is None or job.cancelled:
             return False
         latest = max(p.round for p in job.parts)
@@ -730,7 +767,7 @@ class BatchJob:
                 return False
             await self._admit(indices)
             lines = {i: self._line(i, 1) for i in indices}
-            parts = _split(lines, indices, self._api.limits, f"gptgate-{job.key[:16]}", 1)
+            parts = _split(lines, indices, self._api, f"gptgate-{job.key[:16]}", 1)
             job.parts.extend(parts)
             self._save()  # the retry round's intent
             for part in parts:
@@ -792,13 +829,15 @@ class BatchJob:
     ) -> list[ChatResult | GateError]:
         """Book every batch answer in the ledger (live retries booked themselves) that no
         process booked before — a job settled once and taken up again with ``retry=`` books
-        its new round's answers only — release the budget's holds; the results in input
-        order."""
+        its new round's answers only — and store those answers in the response cache (a job
+        collected again stores nothing again: its answers would get a fresh TTL, over answers
+        refreshed live since); release the budget's holds; the results in input order."""
         ledger = self._gate.ledger
         name = self._backend.name
         live, settled = self._live, self._job.settled
         source = self._sources()
         results: list[ChatResult | GateError] = []
+        done_before: set[int] = set()
         for index in range(len(self._requests)):
             outcome = outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
@@ -808,9 +847,11 @@ class BatchJob:
                 if isinstance(outcome, ChatResult):
                     ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
                 ledger.record_call(name, isinstance(outcome, ChatResult))
+            elif index not in live:
+                done_before.add(index)
             results.append(outcome)
         self.release_holds()
-        await self.cache.store(outcomes, skip=live)
+        await self.cache.store(outcomes, skip=live | done_before)
         if not settled or not all(p.booked for p in self._job.parts):
             for part in self._job.parts:
                 part.booked = True

@@ -54,6 +54,10 @@ _STATUS = {
 }
 
 
+#: the inline create body around the request lines
+_OPEN, _CLOSE = b'{"requests":[', b"]}"
+
+
 class BatchLookupError(BackendError):
     """Several batches match a create whose answer was lost: which one is this job's cannot
     be told, and guessing could pay twice or lose the job."""
@@ -66,6 +70,9 @@ class AnthropicBatches(OpenAIBatches):
     ``anthropic-version`` headers); ``root`` is the batches URL."""
 
     uploads = False
+    #: ``{"requests":[`` and ``]}`` (15 bytes) around lines joined by commas (one fewer than
+    #: the newlines the split counts)
+    envelope_bytes = len(_OPEN) + len(_CLOSE) - 1
 
     def __init__(
         self, client: httpx2.AsyncClient, backend: str, limits: BatchLimits = ANTHROPIC_LIMITS,
@@ -119,7 +126,7 @@ class AnthropicBatches(OpenAIBatches):
         return found[0] if found else None
 
     async def create(self, file_id: str, metadata: Mapping[str, str], data: bytes) -> str:
-        body = b'{"requests":[' + b",".join(data.splitlines()) + b"]}"
+        body = _OPEN + b",".join(data.splitlines()) + _CLOSE
         obj = await self._json("POST", "", content=body,
                                headers={"content-type": "application/json"})
         return _batch_id(obj, self._backend)

@@ -74,6 +74,10 @@ class BatchAPI(Protocol):
     """One provider's Batch API, over the backend's pooled client."""
 
     limits: BatchLimits
+    #: bytes a batch holds beyond its request lines and a newline after each (what the split
+    #: counts against ``limits.max_bytes``): 0 for a JSONL file; Anthropic's inline
+    #: ``{"requests":[...]}`` body, commas between the lines, 14
+    envelope_bytes: int
     #: True: the requests go up as a file (``upload``), then ``create`` names it; False: the
     #: requests go inline in ``create``'s ``data`` (Anthropic's Message Batches)
     uploads: bool

@@ -36,6 +36,8 @@ class OpenAIBatches:
 
     #: the input goes up as a file first (Anthropic's batches take their requests inline)
     uploads = True
+    #: the file is the lines, each with its newline: nothing more
+    envelope_bytes = 0
 
     def __init__(
         self,

@@ -111,6 +111,16 @@ class JobStore:
                 f"{self.path} is not a gptgate batch job record ({exc})"
             ) from None
 
+    def cancelled(self) -> bool:
+        """The recorded job was cancelled — maybe by another process (``gptgate batch
+        cancel`` beside a process still waiting on it), whose record this one's must not
+        overwrite."""
+        try:
+            record = self.load()
+        except BadRequestError:
+            return False
+        return record is not None and record.cancelled
+
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold ``job_dir`` while sending (uploads, creates, live retries): a second process

@@ -15,7 +15,10 @@ and ``stats()`` counters — as for a chat attempt.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import struct
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -299,8 +302,8 @@ def _vectors(content: bytes, count: int, backend: str) -> list[Vector]:
     try:
         data = json.loads(content)["data"]
         ordered = sorted(data, key=lambda item: item["index"])
-        vectors = [item["embedding"] for item in ordered]
-    except (ValueError, KeyError, TypeError):
+        vectors = [_floats(item["embedding"]) for item in ordered]
+    except (ValueError, KeyError, TypeError, binascii.Error, struct.error):
         raise BackendError("malformed embeddings answer", backend=backend) from None
     if len(vectors) != count or not all(isinstance(v, list) for v in vectors):
         raise BackendError(
@@ -308,3 +311,13 @@ def _vectors(content: bytes, count: int, backend: str) -> list[Vector]:
             backend=backend,
         )
     return vectors
+
+
+def _floats(embedding: Any) -> Any:
+    """A vector as floats: ``encoding_format="base64"`` answers each as the base64 of its
+    little-endian float32s (as OpenAI's SDK decodes it) — a paid answer, not a malformed one
+    to send again."""
+    if not isinstance(embedding, str):
+        return embedding
+    raw = base64.b64decode(embedding, validate=True)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))

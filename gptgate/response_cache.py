@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from cachetools import TTLCache
+from cachetools import TLRUCache
 
 from .errors import BadRequestError, GateError, InvalidConfigError
 from .flight_deadline import CallerDeadline
@@ -219,15 +219,21 @@ class ResponseCache:
             config = shared if isinstance(shared, SharedConfig) else SharedConfig(shared)
             self.redis = RedisAnswers(config, ttl_s=self.ttl_s)
         self._timer: Callable[[], float] = time.monotonic
-        self._store: TTLCache[str, bytes] = self._new_store()
+        #: per key being stored: the seconds it may be served for, when less than ``ttl_s``
+        #: (an answer read from Redis, for what is left of its TTL there)
+        self._lifetimes: dict[str, float] = {}
+        self._store: TLRUCache[str, bytes] = self._new_store()
         self._flights: dict[str, _Flight] = {}
         self._counts: dict[str, _Counts] = {}
         self._pid = os.getpid()
         #: the open gateways using it, and the thread of the event loop they run on
         self._holders = LoopHolders()
 
-    def _new_store(self) -> TTLCache[str, bytes]:
-        return TTLCache(maxsize=self.max_entries, ttl=self.ttl_s, timer=lambda: self._timer())
+    def _new_store(self) -> TLRUCache[str, bytes]:
+        def expires(key: str, value: bytes, now: float) -> float:
+            return now + self._lifetimes.pop(key, self.ttl_s)
+
+        return TLRUCache(maxsize=self.max_entries, ttu=expires, timer=lambda: self._timer())
 
     def bind(self, clock: Clock) -> None:
         """Count the TTL on the gateway's clock (a test's virtual time). A gateway rebuilt in
@@ -283,8 +289,11 @@ class ResponseCache:
     async def get(self, key: str) -> ChatResult | None:
         data = self._store.get(key)
         if data is None and self.redis is not None:
-            data = await self.redis.get(key)
-            if data is not None:
+            found = await self.redis.get_aged(key)
+            if found is not None:
+                data, left = found
+                if left is not None and left < self.ttl_s:  # stored there a while ago
+                    self._lifetimes[key] = left
                 self._store[key] = data
         return decode_result(data) if data is not None else None
 
@@ -398,10 +407,11 @@ class ResponseCache:
 
 #: finish reasons of an answer a content filter stopped (Anthropic's ``refusal`` arrives
 #: mapped to ``content_filter``): filters change and a retry with other settings is the
-#: remedy, so replaying one to every identical request would make it permanent. ``length``
-#: is stored: the same ``max_tokens`` cuts the answer the same way, and a larger one is
-#: another key.
-NOT_STORED_FINISH = frozenset({"content_filter"})
+#: remedy, so replaying one to every identical request would make it permanent. ``error``
+#: (OpenRouter's, among its normalised reasons): the generation ended in the provider's error
+#: under a 200, its text partial. ``length`` is stored: the same ``max_tokens`` cuts the
+#: answer the same way, and a larger one is another key.
+NOT_STORED_FINISH = frozenset({"content_filter", "error"})
 
 
 def cacheable(result: ChatResult) -> bool:

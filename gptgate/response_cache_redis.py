@@ -115,6 +115,27 @@ class RedisAnswers:
             return None
         return value if isinstance(value, bytes) else None
 
+    async def get_aged(self, key: str) -> tuple[bytes, float | None] | None:
+        """An answer and the seconds left of its TTL in Redis (None: no expiry set): a
+        process that copies it into its memory keeps it no longer than Redis does."""
+        if not self.up:
+            return None
+
+        async def both() -> Any:
+            pipe = self._client().pipeline(transaction=False)
+            pipe.get(self.key(key))
+            pipe.pttl(self.key(key))
+            return await pipe.execute()
+
+        try:
+            value, left_ms = await self._op(both)
+        except SharedUnreachableError:
+            return None
+        if not isinstance(value, bytes):
+            return None
+        left = left_ms / 1000 if isinstance(left_ms, int) and left_ms >= 0 else None
+        return value, left
+
     async def put(self, key: str, data: bytes) -> None:
         if not self.up:
             return

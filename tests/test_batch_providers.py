@@ -189,6 +189,9 @@ def test_an_anthropic_lost_create_matching_two_batches_is_not_guessed(
         async with sim.gate() as gate:
             with pytest.raises(BatchLookupError, match="2 batches match"):
                 await gate.batch(_items(5), job_dir=tmp_path)
+            # taken up to be seen (gptgate batch status): shown, not guessed, not refused
+            job = await gate.take_up_batch(_items(5), job_dir=tmp_path)
+            assert job.status == "submitting" and job.batch_ids == []
         assert sim.batches.creates == 2  # nothing more was sent
 
     _claude(body)

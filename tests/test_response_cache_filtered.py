@@ -87,3 +87,14 @@ async def test_an_anthropic_refusal_is_not_stored() -> None:
 async def test_a_finished_or_length_cut_answer_is_still_stored(finish: str) -> None:
     (first, again), sent = await _twice("openai", finish, False)
     assert first.finish_reason == finish and again.from_cache and sent == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answer_that_finished_in_an_error_is_not_stored(stream: bool) -> None:
+    """OpenRouter normalises ``finish_reason`` to ``stop``, ``length``, ``tool_calls``,
+    ``content_filter`` or ``error``: ``error`` is a generation the provider ended in an error
+    under a 200 (its partial text). Stored, that error was served to every identical request
+    for the TTL."""
+    (first, again), sent = await _twice("openai", "error", stream)
+    assert first.finish_reason == "error"
+    assert not again.from_cache and sent == 2

@@ -152,6 +152,12 @@ def submit(args: argparse.Namespace) -> int:
     _read_items(Path(saved["items"]))  # a bad items file fails before anything is written
     store = JobStore(job_dir)
     recorded = store.path.exists()
+    before = _remembered_raw(job_dir)
+    if not recorded:
+        # before anything is sent: a submit killed part-way (SIGKILL, an OOM kill) leaves
+        # parts running at the provider, which status and cancel must reach without sending
+        # the rest
+        _remember(job_dir, saved)
 
     async def then(job: BatchJob) -> int:
         _remember(job_dir, saved)  # once the job is its own: a refused one changes nothing
@@ -160,14 +166,16 @@ def submit(args: argparse.Namespace) -> int:
 
     try:
         return _run_job(args, then, saved)
-    except (GateError, KeyboardInterrupt) as error:
-        if recorded or not store.path.exists():
+    except BaseException as error:
+        if recorded:
             raise
-        # this submit recorded the job, then stopped part-way (a create refused, Ctrl-C):
-        # parts may run at the provider; the other commands must reach them
-        _remember(job_dir, saved)
-        if isinstance(error, KeyboardInterrupt):
+        if not store.path.exists():  # refused before its record: as it was before
+            _restore(job_dir, before)
             raise
+        if not isinstance(error, GateError):
+            raise
+        # this submit recorded the job, then stopped part-way (a create refused): parts may
+        # run at the provider; the other commands reach them (cli.json is written)
         raise RunFailed(f"{error}; {_stopped_part_way(store, job_dir)}") from None
 
 
@@ -213,7 +221,27 @@ def _line(index: int, outcome: ChatResult | GateError) -> dict[str, Any]:
 
 
 def _remember(job_dir: Path, saved: dict[str, Any]) -> None:
-    (job_dir / _CLI_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
+    """Write ``cli.json`` whole or not at all (a kill mid-write leaves the old one)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    temp = job_dir / f".{_CLI_FILE}.{os.getpid()}.tmp"
+    temp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
+    os.replace(temp, job_dir / _CLI_FILE)
+
+
+def _remembered_raw(job_dir: Path) -> bytes | None:
+    try:
+        return (job_dir / _CLI_FILE).read_bytes()
+    except OSError:
+        return None
+
+
+def _restore(job_dir: Path, before: bytes | None) -> None:
+    """Put ``cli.json`` back as a submit found it (it recorded no job)."""
+    path = job_dir / _CLI_FILE
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(before)
 
 
 def _write_results(out: Path, results: list[ChatResult | GateError]) -> None:

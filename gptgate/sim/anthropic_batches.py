@@ -134,6 +134,10 @@ class SimMessageBatches:
                     "last_id": data[-1]["id"] if data else None})
 
     def _create(self, body: bytes) -> SimResponse:
+        limit = self.plan.max_batch_bytes
+        if limit is not None and len(body) > limit:
+            return _error(413, f"request_too_large: {len(body)} bytes, the most a batch "
+                               f"takes is {limit}")
         try:
             req = json.loads(body)
         except ValueError:

@@ -45,6 +45,9 @@ class SimBatchPlan:
     #: a batch that would go over it fails at validation with ``token_limit_exceeded``, as
     #: OpenAI's do; None: no limit
     enqueued_token_limit: int | None = None
+    #: the most bytes one Message Batches create body may hold (Anthropic's 256 MB): a
+    #: larger one is the API's 413 ``request_too_large``; None: no limit
+    max_batch_bytes: int | None = None
 
 
 @dataclass(slots=True)
