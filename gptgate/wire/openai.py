@@ -329,10 +329,10 @@ class StreamAccumulator:
             raise _in_band_error(
                 error, backend=self._backend, status=None, request_id=self._request_id
             )
-        if self.response_id is None:
-            self.response_id = _optional_str(chunk.get("id"))
-        if self.model is None:
-            self.model = _optional_str(chunk.get("model"))
+        if not self.response_id:  # Azure's prompt-filter chunk comes first, id and model ""
+            self.response_id = _optional_str(chunk.get("id")) or None
+        if not self.model:
+            self.model = _optional_str(chunk.get("model")) or None
         usage = chunk.get("usage")
         if usage is not None:
             parsed = parse_usage(usage)
