@@ -27,6 +27,7 @@ from gptgate.errors import (
     BackendError,
     BadRequestError,
     GateError,
+    OutOfFundsError,
     RateLimitedError,
     RequestTimeout,
     RequestTooLargeError,
@@ -39,6 +40,7 @@ from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.context_window import context_exceeded
 from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
+from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
@@ -727,6 +729,7 @@ _LEAD = {
     BadRequestError: "bad request",
     BackendError: "backend error",
     RequestTooLargeError: "request too large",
+    OutOfFundsError: "out of funds",
 }
 
 #: "Limit 10000, Requested 15009" in a 429's message (OpenAI, Groq, Together, …); a number
@@ -805,7 +808,8 @@ def error_for_status(
 ) -> GateError:
     """The typed error for a non-2xx response: 408 → RequestTimeout, 409 → BackendError,
     429 → RateLimitedError (RequestTooLargeError when its message says the request exceeds
-    the whole limit), 5xx → BackendError, other 4xx → BadRequestError.
+    the whole limit), 5xx → BackendError, other 4xx → BadRequestError; an account out of
+    funds or quota, whatever its status, → OutOfFundsError (out_of_funds.py).
 
     Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
     overrides the class's own ``retryable``); the message is the server's, scrubbed.
@@ -813,6 +817,10 @@ def error_for_status(
     cls = _class_for_status(status)
     text, code, kind = _body_message(body)
     rid = _header_request_id(headers) if headers is not None else None
+    if out_of_funds(status, text, code, kind):  # the account's, not the call's (out_of_funds.py)
+        lead = _message(OutOfFundsError, status, text[:300], code, kind)
+        return OutOfFundsError(f"{lead}; {OUT_OF_FUNDS_HINT}", backend=backend, status=status,
+                               request_id=rid)
     if cls is RateLimitedError:
         error = _too_large_error(text, code, kind, backend=backend, status=status, request_id=rid)
         if error is not None:
