@@ -871,6 +871,14 @@ def _in_band_error(
         cls = BackendError
     if headers is not None and request_id is None:
         request_id = _header_request_id(headers)
+    if cls is BadRequestError:  # a streamed "does not fit the window", as its HTTP 400 is
+        sizes = context_exceeded(json.dumps(payload, default=str).encode(), text, code, kind)
+        if sizes is not None:  # in a stream, the status its code names: the server's verdict,
+            return RequestTooLargeError(  # which moves the call (context_failover.py)
+                _message(RequestTooLargeError, numeric, text, code, kind), backend=backend,
+                status=numeric if status is None else status, request_id=request_id,
+                limit=sizes[0], requested=sizes[1],
+            )
     if cls is RateLimitedError:
         error = _too_large_error(
             text, code, kind, backend=backend, status=status, request_id=request_id
