@@ -81,9 +81,9 @@ async def test_in_a_fleet_it_moves_to_the_server_with_the_longer_context() -> No
               + b"data: [DONE]\n\n")
     small = _server(hits, "small", _error_line(TOO_LONG)).model_copy(update={"hardware": "tpu"})
     large = _server(hits, "large", answer).model_copy(update={"hardware": "cpu"})
-    async with gg.Gateway([small, large]) as gate:
-        async with gate.stream([{"role": "user", "content": "long " * 3000}]) as s:
-            text = "".join([t async for t in s])
+    gate = gg.Gateway([small, large])
+    async with gate, gate.stream([{"role": "user", "content": "long " * 3000}]) as s:
+        text = "".join([t async for t in s])
     assert text == "Done" and s.result.backend == "large" and hits == {"small": 1, "large": 1}
 
 
