@@ -14,8 +14,9 @@ bills the wrong thing (LiteLLM #5017 and #16009: DeepSeek's cache unread; #9812,
 - **Anthropic** (native Messages API): ``input_tokens`` is only the prompt *after* the last
   cache breakpoint; ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` come *on
   top* of it; ``output_tokens_details.thinking_tokens`` is the part of ``output_tokens``
-  spent on extended thinking. Recognised by those keys without a ``prompt_tokens`` (a proxy that adds them
-  beside an OpenAI-style ``prompt_tokens`` means them as parts, and is read so).
+  spent on extended thinking. Recognised by those keys without a ``prompt_tokens`` (a proxy
+  that adds them beside an OpenAI-style ``prompt_tokens`` means them as parts, and is read
+  so).
 
 Every reader returns None when the object carries no token count at all (so a caller can tell
 "no usage reported" from "zero tokens"), and clamps the parts to their whole: a count that
