@@ -15,6 +15,7 @@ fallback got none; the 429 was a retryable ``RateLimitedError``, retried on the 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -22,6 +23,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
+from gptgate.wire.openai import error_for_status
 
 ANSWER = {"id": "c", "object": "chat.completion", "model": "m",
           "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
@@ -126,3 +128,14 @@ async def test_a_plain_bad_request_still_blames_the_call() -> None:
             await gate.chat(MESSAGES)
         assert gate.stats()["primary"].circuit == "closed"
     assert hits == {"primary": 1}
+
+
+def test_geminis_per_minute_quota_is_still_a_rate_limit() -> None:
+    """Gemini's 429 also says "You exceeded your current quota", of its per-minute limit,
+    which waiting clears: read by its code, not its words, it stays a RateLimitedError."""
+    body = [{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message":
+                       "You exceeded your current quota, please check your plan and billing "
+                       "details. For more information on this error, head to: "
+                       "https://ai.google.dev/gemini-api/docs/rate-limits."}}]
+    error = error_for_status(429, {"retry-after": "7"}, json.dumps(body).encode(), backend="g")
+    assert type(error) is gg.RateLimitedError and error.retryable and error.retry_after == 7
