@@ -37,7 +37,7 @@ from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
-from gptgate.wire.context_window import context_exceeded
+from gptgate.wire.context_window import window_refusal
 from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
@@ -817,19 +817,19 @@ def error_for_status(
     cls = _class_for_status(status)
     text, code, kind = _body_message(body)
     rid = _header_request_id(headers) if headers is not None else None
-    if out_of_funds(status, text, code, kind):  # the account's, not the call's (out_of_funds.py)
-        lead = _message(OutOfFundsError, status, text[:300], code, kind)
-        return OutOfFundsError(f"{lead}; {OUT_OF_FUNDS_HINT}", backend=backend, status=status,
+    if out_of_funds(status, text, code, kind):  # the account's, not the call's
+        return OutOfFundsError(f"{_message(OutOfFundsError, status, text[:300], code, kind)}; "
+                               f"{OUT_OF_FUNDS_HINT}", backend=backend, status=status,
                                request_id=rid)
     if cls is RateLimitedError:
         error = _too_large_error(text, code, kind, backend=backend, status=status, request_id=rid)
         if error is not None:
             return error
-    sizes = context_exceeded(body, text, code, kind) if cls is BadRequestError else None
-    if sizes is not None:  # the server's own "cannot fit": as gptgate's check says it
-        cls = RequestTooLargeError
-        return cls(_message(cls, status, text, code, kind), backend=backend, status=status,
-                   request_id=rid, limit=sizes[0], requested=sizes[1])
+    too_long = window_refusal(body, text, code, kind, status, cls is BadRequestError,
+                              lambda: _message(RequestTooLargeError, status, text, code, kind))
+    if too_long is not None:  # the server's own "cannot fit": as gptgate's check says it
+        too_long.backend, too_long.request_id = backend, rid
+        return too_long
     return cls(
         _message(cls, status, text, code, kind),
         backend=backend,
@@ -871,14 +871,13 @@ def _in_band_error(
         cls = BackendError
     if headers is not None and request_id is None:
         request_id = _header_request_id(headers)
-    if cls is BadRequestError:  # a streamed "does not fit the window", as its HTTP 400 is
-        sizes = context_exceeded(json.dumps(payload, default=str).encode(), text, code, kind)
-        if sizes is not None:  # in a stream, the status its code names: the server's verdict,
-            return RequestTooLargeError(  # which moves the call (context_failover.py)
-                _message(RequestTooLargeError, numeric, text, code, kind), backend=backend,
-                status=numeric if status is None else status, request_id=request_id,
-                limit=sizes[0], requested=sizes[1],
-            )
+    said = numeric if status is None else status  # streamed: the status its code names
+    too_long = window_refusal(json.dumps(payload, default=str).encode(), text, code, kind, said,
+                              cls is BadRequestError,
+                              lambda: _message(RequestTooLargeError, said, text, code, kind))
+    if too_long is not None:  # as its HTTP 400 is
+        too_long.backend, too_long.request_id = backend, request_id
+        return too_long
     if cls is RateLimitedError:
         error = _too_large_error(
             text, code, kind, backend=backend, status=status, request_id=request_id
