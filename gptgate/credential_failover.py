@@ -1,4 +1,6 @@
 """A backend that refuses its credentials (401/403) fails over, and counts against its health.
+So does one whose account is out of funds or quota (``OutOfFundsError``: a 402, OpenAI's
+``insufficient_quota``, Anthropic's "credit balance is too low"), for the same reason.
 
 A revoked or rotated key is the backend's failure, not the call's: every call sent there
 will be refused the same way. It was a ``BadRequestError`` like a malformed call — never
@@ -20,7 +22,7 @@ from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING
 
 from .circuit_cause import remember_failure
-from .errors import BadRequestError, GateError, RequestTooLargeError
+from .errors import BadRequestError, GateError, OutOfFundsError, RequestTooLargeError
 from .scrub import is_secret_name
 
 if TYPE_CHECKING:
@@ -33,7 +35,10 @@ _STATUSES = frozenset({401, 403})
 
 
 def refused_credentials(error: GateError) -> bool:
-    """The server refused the backend's credentials (a 401 or 403)."""
+    """The server refused the backend's credentials (a 401 or 403) or its account (out of
+    funds or quota, whatever the status: wire/out_of_funds.py)."""
+    if isinstance(error, OutOfFundsError):
+        return True
     return (
         isinstance(error, BadRequestError)
         and not isinstance(error, RequestTooLargeError)

@@ -23,6 +23,7 @@ __all__ = [
     "GatewayClosedError",
     "InvalidConfigError",
     "NoBackendError",
+    "OutOfFundsError",
     "OverloadedError",
     "RateLimitedError",
     "RequestTimeout",
@@ -150,6 +151,16 @@ class InvalidConfigError(BadRequestError, ValueError):
     model (``ResponseCache``). A ``ValueError`` naming its field, as the models'
     ``ValidationError`` is, so one ``except ValueError`` covers a service's set-up; still a
     ``BadRequestError``, as it was before."""
+
+
+class OutOfFundsError(BadRequestError):
+    """The provider refused the account behind the backend's key: no balance, credits or
+    quota left (a 402; OpenAI's 429 ``insufficient_quota``; Anthropic's "credit balance is too
+    low"). Not the call's fault and not a rate limit — waiting does not clear it, topping the
+    account up does — so the call moves to another eligible backend and the backend's circuit
+    counts it, as for a refused key (gptgate/credential_failover.py)."""
+
+    retryable = False
 
 
 class RequestTooLargeError(BadRequestError):

@@ -113,10 +113,10 @@ def test_error_code_is_kept_as_a_tag() -> None:
     error = error_for_status(
         429,
         {},
-        openai_error("You exceeded your quota", "insufficient_quota", "insufficient_quota"),
+        openai_error("Rate limit reached for requests", "requests", "rate_limit_exceeded"),
         backend="b",
     )
-    assert error.message == "rate limited: [insufficient_quota] You exceeded your quota"
+    assert error.message == "rate limited: [rate_limit_exceeded] Rate limit reached for requests"
 
 
 def test_llama_cpp_context_overflow_is_a_bad_request() -> None:

@@ -135,6 +135,17 @@ def completion_body(
     return dumps(body).encode()
 
 
+#: Azure's first stream event: its content filter's verdict on the prompt, with no choices
+#: and an empty id and model (as Azure sends it; the answer's come with the next chunk)
+AZURE_PROMPT_FILTER = "data: " + dumps({
+    "choices": [], "created": 0, "id": "", "model": "", "object": "",
+    "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {
+        name: {"filtered": False, "severity": "safe"}
+        for name in ("hate", "self_harm", "sexual", "violence")
+    }}],
+}) + "\n\n"
+
+
 class ChunkWriter:
     """Formats the SSE events of one streamed response."""
 
@@ -172,7 +183,10 @@ class ChunkWriter:
     def role(self) -> str:
         if self._llama:
             return self._chunk('{"role":"assistant","content":null}')
-        return self._chunk('{"role":"assistant","content":"","refusal":null}')
+        first = self._chunk('{"role":"assistant","content":"","refusal":null}')
+        if self._meta.flavor == "azure":  # the content filter's verdict on the prompt first
+            return AZURE_PROMPT_FILTER + first
+        return first
 
     def content(self, piece: str) -> str:
         return self._chunk(f'{{"content":{dumps(piece)}}}')

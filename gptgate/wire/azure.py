@@ -10,7 +10,8 @@ What differs from :class:`~gptgate.wire.dialect.OpenAIDialect`, and why:
   token as ``Authorization: Bearer``, asked for again when it expires (:class:`EntraAuth`);
 * a 404 "Resource not found" says which of endpoint, deployment and api-version to check
   (the Azure error users report most), and a 429 without ``retry-after`` takes the wait from
-  the reset headers Azure sends instead;
+  the reset headers Azure sends instead; a 400 ``content_filter`` (the prompt refused) is
+  billed by Azure, so it is booked at its prompt;
 * its RPM is enforced over 1 s or 10 s windows: after a 429 the pacer sends the held calls
   one retry-after apart (``spaced_after_429``) instead of all at once.
 """
@@ -117,6 +118,18 @@ class EntraAuth(httpx2.Auth):
         return "EntraAuth(provider=...)"
 
 
+def _prompt_filtered(body: bytes) -> bool:
+    """Is this 400 the content filter refusing the prompt (``"code": "content_filter"``)?
+    Azure bills such a request: "there will be a charge for this request as the prompt was
+    evaluated by the service" (its content-filtering page)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    inner = payload.get("error") if isinstance(payload, dict) else None
+    return isinstance(inner, dict) and inner.get("code") == "content_filter"
+
+
 class AzureDialect(OpenAIDialect):
     """Azure OpenAI: see the module docstring."""
 
@@ -160,6 +173,8 @@ class AzureDialect(OpenAIDialect):
             )
         if isinstance(error, RateLimitedError) and error.retry_after is None and headers:
             error.retry_after = retry_after_from_resets(headers)
+        if status == 400 and _prompt_filtered(body):
+            error.billed = True  # Azure charges the prompt it evaluated: booked, not free
         return error
 
     def _where(self) -> str:

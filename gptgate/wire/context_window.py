@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["context_exceeded"]
+from gptgate.errors import RequestTooLargeError
+
+__all__ = ["context_exceeded", "window_refusal"]
 
 _CODES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
 _WINDOW = re.compile(r"maximum context length is (\d[\d,]*) tokens", re.IGNORECASE)
@@ -45,6 +48,18 @@ def context_exceeded(body: bytes, text: str, code: Any, kind: Any
         or (int(said.group(1)) if said else None)
     )
     return window, requested
+
+
+def window_refusal(body: bytes, text: str, code: Any, kind: Any, status: int | None,
+                   bad_request: bool, message: Callable[[], str]) -> RequestTooLargeError | None:
+    """The :class:`RequestTooLargeError` of a ``bad_request`` that refuses the prompt as too
+    long for the window — with a status, as the server's verdict: it moves the call to a
+    backend with a longer window (gptgate/context_failover.py) — else None. Shared by the
+    HTTP error and the one in a stream (llama-server's, vLLM's)."""
+    sizes = context_exceeded(body, text, code, kind) if bad_request else None
+    if sizes is None:
+        return None
+    return RequestTooLargeError(message(), status=status, limit=sizes[0], requested=sizes[1])
 
 
 def _error_object(body: bytes) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from gptgate.errors import (
     BackendError,
     BadRequestError,
     GateError,
+    OutOfFundsError,
     RateLimitedError,
     RequestTimeout,
     RequestTooLargeError,
@@ -36,9 +37,10 @@ from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
-from gptgate.wire.context_window import context_exceeded
+from gptgate.wire.context_window import window_refusal
 from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
+from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
@@ -329,10 +331,10 @@ class StreamAccumulator:
             raise _in_band_error(
                 error, backend=self._backend, status=None, request_id=self._request_id
             )
-        if self.response_id is None:
-            self.response_id = _optional_str(chunk.get("id"))
-        if self.model is None:
-            self.model = _optional_str(chunk.get("model"))
+        if not self.response_id:  # Azure's prompt-filter chunk comes first, id and model ""
+            self.response_id = _optional_str(chunk.get("id")) or None
+        if not self.model:
+            self.model = _optional_str(chunk.get("model")) or None
         usage = chunk.get("usage")
         if usage is not None:
             parsed = parse_usage(usage)
@@ -727,6 +729,7 @@ _LEAD = {
     BadRequestError: "bad request",
     BackendError: "backend error",
     RequestTooLargeError: "request too large",
+    OutOfFundsError: "out of funds",
 }
 
 #: "Limit 10000, Requested 15009" in a 429's message (OpenAI, Groq, Together, …); a number
@@ -805,7 +808,8 @@ def error_for_status(
 ) -> GateError:
     """The typed error for a non-2xx response: 408 → RequestTimeout, 409 → BackendError,
     429 → RateLimitedError (RequestTooLargeError when its message says the request exceeds
-    the whole limit), 5xx → BackendError, other 4xx → BadRequestError.
+    the whole limit), 5xx → BackendError, other 4xx → BadRequestError; an account out of
+    funds or quota, whatever its status, → OutOfFundsError (out_of_funds.py).
 
     Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
     overrides the class's own ``retryable``); the message is the server's, scrubbed.
@@ -813,15 +817,19 @@ def error_for_status(
     cls = _class_for_status(status)
     text, code, kind = _body_message(body)
     rid = _header_request_id(headers) if headers is not None else None
+    if out_of_funds(status, text, code, kind):  # the account's, not the call's
+        return OutOfFundsError(f"{_message(OutOfFundsError, status, text[:300], code, kind)}; "
+                               f"{OUT_OF_FUNDS_HINT}", backend=backend, status=status,
+                               request_id=rid)
     if cls is RateLimitedError:
         error = _too_large_error(text, code, kind, backend=backend, status=status, request_id=rid)
         if error is not None:
             return error
-    sizes = context_exceeded(body, text, code, kind) if cls is BadRequestError else None
-    if sizes is not None:  # the server's own "cannot fit": as gptgate's check says it
-        cls = RequestTooLargeError
-        return cls(_message(cls, status, text, code, kind), backend=backend, status=status,
-                   request_id=rid, limit=sizes[0], requested=sizes[1])
+    too_long = window_refusal(body, text, code, kind, status, cls is BadRequestError,
+                              lambda: _message(RequestTooLargeError, status, text, code, kind))
+    if too_long is not None:  # the server's own "cannot fit": as gptgate's check says it
+        too_long.backend, too_long.request_id = backend, rid
+        return too_long
     return cls(
         _message(cls, status, text, code, kind),
         backend=backend,
@@ -863,6 +871,13 @@ def _in_band_error(
         cls = BackendError
     if headers is not None and request_id is None:
         request_id = _header_request_id(headers)
+    said = numeric if status is None else status  # streamed: the status its code names
+    too_long = window_refusal(json.dumps(payload, default=str).encode(), text, code, kind, said,
+                              cls is BadRequestError,
+                              lambda: _message(RequestTooLargeError, said, text, code, kind))
+    if too_long is not None:  # as its HTTP 400 is
+        too_long.backend, too_long.request_id = backend, request_id
+        return too_long
     if cls is RateLimitedError:
         error = _too_large_error(
             text, code, kind, backend=backend, status=status, request_id=request_id

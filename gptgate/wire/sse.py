@@ -18,6 +18,12 @@ __all__ = ["SSEDecoder", "SSEEvent"]
 
 _BOM = "\ufeff"
 
+#: ``error: {json}`` — not an EventSource field, but how llama-server (until its October 2025
+#: rework, llama.cpp PR 16486) sends a streamed request's failure, the first one included: it
+#: is decoded as ``event: error`` with that data, where the rules would drop it and leave a
+#: stream that merely ended without ``[DONE]``
+_ERROR_FIELD = "error"
+
 
 @dataclass(slots=True)
 class SSEEvent:
@@ -117,11 +123,13 @@ class SSEDecoder:
                 if line.startswith(_BOM):
                     line = line[1:]
             field, colon, value = line.partition(":")
-            if colon and field == "data":
+            if colon and field in ("data", _ERROR_FIELD):
                 if value.startswith(" "):
                     value = value[1:]
                 if _is_complete_payload(value):
                     self._data.append(value)
+                    if field == _ERROR_FIELD:
+                        self._event = "error"
                 else:
                     self.truncated = True
             elif line:
@@ -178,4 +186,7 @@ class SSEDecoder:
                     self._id = value
             elif field == "retry" and value.isascii() and value.isdigit():
                 self._retry = int(value)
+            elif field == _ERROR_FIELD:  # llama-server before its 2025 rework
+                self._event = "error"
+                self._data.append(value)
         return events

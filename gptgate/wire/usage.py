@@ -13,8 +13,10 @@ bills the wrong thing (LiteLLM #5017 and #16009: DeepSeek's cache unread; #9812,
   ``prompt_tokens``.
 - **Anthropic** (native Messages API): ``input_tokens`` is only the prompt *after* the last
   cache breakpoint; ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` come *on
-  top* of it. Recognised by those keys without a ``prompt_tokens`` (a proxy that adds them
-  beside an OpenAI-style ``prompt_tokens`` means them as parts, and is read so).
+  top* of it; ``output_tokens_details.thinking_tokens`` is the part of ``output_tokens``
+  spent on extended thinking. Recognised by those keys without a ``prompt_tokens`` (a proxy
+  that adds them beside an OpenAI-style ``prompt_tokens`` means them as parts, and is read
+  so).
 
 Every reader returns None when the object carries no token count at all (so a caller can tell
 "no usage reported" from "zero tokens"), and clamps the parts to their whole: a count that
@@ -76,7 +78,9 @@ def parse_anthropic_usage(obj: Any) -> Usage | None:
     write = token_count(obj.get("cache_creation_input_tokens")) or 0
     if uncached is None and output is None and not read and not write:
         return None
-    usage = _normalised((uncached or 0) + read + write, read, write, output or 0, 0)
+    details = obj.get("output_tokens_details")  # Claude's thinking, a part of the output
+    thinking = token_count(details.get("thinking_tokens")) if isinstance(details, dict) else 0
+    usage = _normalised((uncached or 0) + read + write, read, write, output or 0, thinking or 0)
     split = obj.get("cache_creation")  # the writes by TTL: the one-hour ones cost more
     hour = token_count(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
     if hour:
@@ -118,6 +122,8 @@ def parse_usage(obj: Any) -> Usage | None:
     details = _details(obj, "completion_tokens_details", "output_tokens_details")
     if details is not None:
         reasoning = token_count(details.get("reasoning_tokens"))
+        if reasoning is None:  # Anthropic's name, in a usage without its cache keys
+            reasoning = token_count(details.get("thinking_tokens"))
     return _normalised(prompt or 0, read or 0, write or 0, output or 0, reasoning or 0)
 
 
