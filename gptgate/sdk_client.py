@@ -25,6 +25,7 @@ from .budget import CALLERS, BudgetHold, Callers
 from .cached_guess import prefix_of
 from .choice_count import choice_count
 from .clock import from_real
+from .credential_owner import count_refused_key
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -291,6 +292,8 @@ class _Attempt:
             status, headers, b"", backend=self.state.name
         )
         self._count_failure(error)
+        # the backend's own key refused: its failure (a tenant's key: nobody's)
+        count_refused_key(self.state, error, self.request.headers, self.runner.clock.now())
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)
