@@ -41,7 +41,10 @@ def _key_headers(state: BackendState, headers: Mapping[str, str]) -> dict[str, b
 
 def carries_backends_key(state: BackendState, headers: Mapping[str, str]) -> bool:
     """The request's credential is the one the backend's pool sends (no key for both
-    included); the values are only compared, never kept."""
+    included); the values are only compared, never kept. A backend whose credential is made
+    per request (Azure's token provider: no key header) cannot tell: never."""
+    if not any(is_secret_name(name) for name in state.pool.dialect.auth_headers("k")):
+        return False
     own = _key_headers(state, state.pool.client.headers)
     sent = _key_headers(state, headers)
     return own.keys() == sent.keys() and all(

@@ -20,7 +20,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-import anyio
 import httpx2
 import openai
 import pytest
@@ -147,35 +146,62 @@ async def test_a_guarded_functions_own_client_counts_the_backends_key_only(key: 
 
 
 def test_a_sync_guarded_sdk_calls_refused_key_opens_the_circuit() -> None:
-    with _servers() as (primary, _, backends):
-        with gg.SyncGateway(backends, breaker_threshold=THRESHOLD, breaker_cooldown_s=600.0,
-                            max_breaker_wait_s=0.0) as gate:
-            client = openai.OpenAI(api_key=REVOKED, base_url=primary.url, max_retries=0,
-                                   http_client=gate.http_client("primary"))
+    with _servers() as (primary, _, backends), gg.SyncGateway(
+        backends, breaker_threshold=THRESHOLD, breaker_cooldown_s=600.0, max_breaker_wait_s=0.0
+    ) as gate:
+        client = openai.OpenAI(api_key=REVOKED, base_url=primary.url, max_retries=0,
+                               http_client=gate.http_client("primary"))
 
-            @gate.guard(backend="primary")
-            def ask() -> str:
-                answer = client.chat.completions.create(model="m", messages=USER)
-                return answer.choices[0].message.content or ""
+        @gate.guard(backend="primary")
+        def ask() -> str:
+            answer = client.chat.completions.create(model="m", messages=USER)
+            return answer.choices[0].message.content or ""
 
-            failed: list[BaseException] = []
+        failed: list[BaseException] = []
 
-            def caller() -> None:
-                for _ in range(10):
-                    try:
-                        ask()
-                    except (openai.APIStatusError, gg.BackendError) as error:
-                        failed.append(error)
+        def caller() -> None:
+            for _ in range(10):
+                try:
+                    ask()
+                except (openai.APIStatusError, gg.BackendError) as error:
+                    failed.append(error)
 
-            thread = threading.Thread(target=caller, daemon=True)
-            thread.start()
-            thread.join(30)
-            assert not thread.is_alive()
-            circuit = gate.stats()["primary"].circuit
-            routed = gate.chat(USER)
+        thread = threading.Thread(target=caller, daemon=True)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive()
+        circuit = gate.stats()["primary"].circuit
+        routed = gate.chat(USER)
     assert len(failed) == 10
     assert (primary.requests, circuit) == (THRESHOLD, "open")  # 10, closed before
     assert routed.backend == "fallback"
 
 
-_ = anyio  # the async tests run on the project's anyio plugin
+@pytest.mark.parametrize(("provider", "sent", "backends"), [
+    ("openai", {"Authorization": f"Bearer {REVOKED}"}, True),
+    ("openai", {"authorization": f"Bearer {TENANT}"}, False),
+    ("openai", {}, False),  # the backend has a key; a request without one is not refused it
+    ("anthropic", {"x-api-key": REVOKED}, True),
+    ("anthropic", {"x-api-key": TENANT}, False),
+    ("anthropic", {"Authorization": f"Bearer {REVOKED}"}, False),  # not where it reads one
+])
+async def test_whose_key_a_request_carried(
+    provider: str, sent: dict[str, str], backends: bool
+) -> None:
+    from gptgate.credential_owner import carries_backends_key
+
+    gate = gg.Gateway([gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m",
+                                  provider=provider, api_key=REVOKED)])
+    async with gate:
+        assert carries_backends_key(gate.backend_state("b"), sent) is backends
+
+
+async def test_a_keyless_backends_own_is_no_key() -> None:
+    from gptgate.credential_owner import carries_backends_key
+
+    backend = gg.Backend(name="b", base_url="http://127.0.0.1:9/v1", model="m",
+                         api_key_env="GPTGATE_TEST_UNSET_KEY")
+    async with gg.Gateway([backend]) as gate:
+        state = gate.backend_state("b")
+        assert carries_backends_key(state, {})
+        assert not carries_backends_key(state, {"authorization": f"Bearer {TENANT}"})
