@@ -31,6 +31,12 @@ class FailureCause:
     message: str
     status: int | None
 
+    @property
+    def refused_key(self) -> bool:
+        """A refused key (only the credential paths count a 401/403: credential_failover.py,
+        credential_owner.py): the key's failure, not the server's."""
+        return self.status in (401, 403)
+
 
 def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
     """Keep ``error`` as the breaker's latest cause (called as it is counted)."""
