@@ -19,6 +19,7 @@ ANSWER = json.dumps({
                  "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
 }).encode()
+LISTING = json.dumps({"object": "list", "data": [], "has_more": False}).encode()
 
 
 def tag(key: str) -> str:
@@ -53,6 +54,9 @@ def key_server(accepts: str | None, status: int = 401) -> Iterator[KeyServer]:
         def log_message(self, *args: object) -> None:
             pass
 
+        def do_GET(self) -> None:  # a listing (``client.files.list()``): same key check
+            self.do_POST()
+
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
             auth = self.headers.get("authorization") or ""
@@ -66,7 +70,7 @@ def key_server(accepts: str | None, status: int = 401) -> Iterator[KeyServer]:
                     state.refused += 1
             if ok:
                 self.send_response(200)
-                payload = ANSWER
+                payload = ANSWER if self.command == "POST" else LISTING
             else:
                 self.send_response(state.status)
                 payload = json.dumps({"error": {

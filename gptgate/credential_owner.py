@@ -11,7 +11,9 @@ A refusal counts against the backend's circuit only when the refused request car
 backend's own credential (its dialect's key headers with the values the backend's pool sends,
 compared in constant time; a key-less backend's own is "none"). A tenant's refused key blames
 no backend — one user's wrong key must not open the circuit for every user. A refused request
-that cannot be seen (an exception that does not carry it) blames none either.
+that cannot be seen (an exception that does not carry it) blames none either, nor does one
+off the endpoints the gateway's calls use (a restricted key lacking ``api.files.read`` is
+refused ``/files`` and still serves chat).
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from typing import TYPE_CHECKING
 from .circuit_cause import remember_failure
 from .credential_failover import refused_credentials
 from .errors import GateError
+from .operations import operation_of
 from .scrub import is_secret_name
 
 if TYPE_CHECKING:
     from .routing import BackendState
 
-__all__ = ["carries_backends_key", "count_refused_key", "refused_request_headers"]
+__all__ = ["RefusedRequest", "carries_backends_key", "count_refused_key", "refused_request"]
+
+#: a refused request as seen: its headers and its URL's path
+RefusedRequest = tuple[Mapping[str, str], str]
 
 
 def _key_headers(state: BackendState, headers: Mapping[str, str]) -> dict[str, bytes]:
@@ -53,11 +59,16 @@ def carries_backends_key(state: BackendState, headers: Mapping[str, str]) -> boo
 
 
 def count_refused_key(
-    state: BackendState, error: GateError, headers: Mapping[str, str] | None, now: float
+    state: BackendState, error: GateError, refused: RefusedRequest | None, now: float
 ) -> bool:
-    """Count a refusal of the backend's own key (``headers``: the refused request's) against
-    its circuit, as ``gate.chat`` counts one; returns whether it did."""
-    if not refused_credentials(error) or headers is None:
+    """Count a refusal of the backend's own key (``refused``: the request's headers and
+    path) against its circuit, as ``gate.chat`` counts one; returns whether it did. Only on an
+    endpoint the backend serves the gateway's calls on: a restricted key refused ``/files``
+    (a scope it lacks) may still serve chat."""
+    if not refused_credentials(error) or refused is None:
+        return False
+    headers, path = refused
+    if operation_of(path) is None:
         return False
     if not carries_backends_key(state, headers):
         return False
@@ -66,14 +77,15 @@ def count_refused_key(
     return True
 
 
-def refused_request_headers(exc: BaseException) -> Mapping[str, str] | None:
-    """The headers of the request an SDK's or httpx's status error carries (openai's and
-    anthropic's ``APIStatusError.request``, ``HTTPStatusError.request``), None without one."""
+def refused_request(exc: BaseException) -> RefusedRequest | None:
+    """The headers and path of the request an SDK's or httpx's status error carries (openai's
+    and anthropic's ``APIStatusError.request``, ``HTTPStatusError.request``), None without."""
     for holder in (exc, getattr(exc, "response", None)):
         request = None
         with suppress(RuntimeError):  # httpx: a response built without its request
             request = getattr(holder, "request", None)
         headers = getattr(request, "headers", None)
-        if isinstance(headers, Mapping):
-            return headers
+        path = getattr(getattr(request, "url", None), "path", None)
+        if isinstance(headers, Mapping) and isinstance(path, str):
+            return headers, path
     return None

@@ -25,7 +25,7 @@ import httpx2
 from cachetools import LRUCache
 
 from .clock import Clock
-from .credential_owner import count_refused_key, refused_request_headers
+from .credential_owner import count_refused_key, refused_request
 from .errors import (
     BackendError,
     BadRequestError,
@@ -523,7 +523,7 @@ class _GuardRun:
             if not call.wire_attempts and not isinstance(view, OverloadedError):
                 count_failure(state, view, self.clock.now())  # the wire counts what it saw
                 count_refused_key(  # the backend's own key refused (credential_owner.py)
-                    state, view, refused_request_headers(original), self.clock.now()
+                    state, view, refused_request(original), self.clock.now()
                 )
             self.failed.add(state.name)
         failure = _ForeignFailure(view, original)

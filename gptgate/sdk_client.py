@@ -50,6 +50,8 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .local_refusal import local_refusal
 from .observe import ResponseTap
+from .operations import GENERATIVE as _GENERATIVE
+from .operations import operation_of
 from .outcomes import count_failure, report_failure
 from .pause_wait import pause_past
 from .probe_claim import claim_probe
@@ -74,16 +76,6 @@ __all__ = ["GuardTransport", "operation_of"]
 
 _log = logging.getLogger("gptgate")
 
-#: the GenAI operation of an OpenAI-compatible endpoint, by the path's last segments
-_OPERATIONS = (
-    ("/chat/completions", "chat"),
-    ("/completions", "text_completion"),
-    ("/embeddings", "embeddings"),
-    ("/responses", "chat"),
-    ("/v1/messages", "chat"),  # Anthropic's Messages API
-)
-#: operations whose answers, with a known size, teach the limit its latency per token
-_GENERATIVE = frozenset({"chat", "text_completion"})
 #: request parameters that go on the attempt's span, by their attribute name
 _REQUEST_PARAMS = tuple(
     (param, NAMES[key])
@@ -97,15 +89,6 @@ _REQUEST_PARAMS = tuple(
 )
 #: the request model, read without parsing the body (metrics want it on every attempt)
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
-def operation_of(path: str) -> str | None:
-    """The GenAI operation name of a request path; None for any other endpoint."""
-    path = path.rstrip("/")
-    for suffix, operation in _OPERATIONS:
-        if path.endswith(suffix):
-            return operation
-    return None
 
 
 class _Attempt:
@@ -293,7 +276,10 @@ class _Attempt:
         )
         self._count_failure(error)
         # the backend's own key refused: its failure (a tenant's key: nobody's)
-        count_refused_key(self.state, error, self.request.headers, self.runner.clock.now())
+        count_refused_key(
+            self.state, error, (self.request.headers, self.request.url.path),
+            self.runner.clock.now(),
+        )
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)

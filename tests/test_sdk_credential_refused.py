@@ -177,6 +177,21 @@ def test_a_sync_guarded_sdk_calls_refused_key_opens_the_circuit() -> None:
     assert routed.backend == "fallback"
 
 
+async def test_a_refusal_off_the_served_endpoints_blames_no_backend() -> None:
+    """A restricted key may lack a scope (``api.files.read``: 401/403 on ``/files``) and
+    still serve chat: only a refusal on an endpoint the backend serves for the gateway (chat,
+    completions, embeddings, responses, messages) counts towards its circuit."""
+    with _servers(403) as (primary, _, backends):
+        gate = _gate(backends)
+        async with gate:
+            client = _sdk(gate, primary.url, REVOKED)
+            for _ in range(5):
+                with pytest.raises(openai.PermissionDeniedError):
+                    await client.files.list()
+            assert gate.stats()["primary"].circuit == "closed"
+    assert primary.refused == 5
+
+
 @pytest.mark.parametrize(("provider", "sent", "backends"), [
     ("openai", {"Authorization": f"Bearer {REVOKED}"}, True),
     ("openai", {"authorization": f"Bearer {TENANT}"}, False),
