@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .errors import BackendError, GateError
 from .routing import BackendState, CircuitBreaker
 
-__all__ = ["FailureCause", "open_circuit_error", "remember_failure"]
+__all__ = ["FailureCause", "last_failure", "open_circuit_error", "remember_failure"]
 
 #: a cause is one line of an error, not a whole HTML page
 MAX_CAUSE_CHARS = 200
@@ -31,6 +31,12 @@ class FailureCause:
     message: str
     status: int | None
 
+    @property
+    def refused_key(self) -> bool:
+        """A refused key (only the credential paths count a 401/403: credential_failover.py,
+        credential_owner.py): the key's failure, not the server's."""
+        return self.status in (401, 403)
+
 
 def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
     """Keep ``error`` as the breaker's latest cause (called as it is counted)."""
@@ -40,7 +46,8 @@ def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
     breaker.cause = FailureCause(message, error.status)
 
 
-def _said(state: BackendState) -> str:
+def last_failure(state: BackendState) -> str:
+    """What the backend's circuit last counted, one line (its cause, or that there is none)."""
     cause = state.breaker.cause
     if state.breaker.forced:
         return f"{state.name}: another process of the fleet found it down"
@@ -59,7 +66,7 @@ def open_circuit_error(
     old answer for this call's — the last status is in the message."""
     ordered = [soonest, *(s for s in candidates if s is not soonest)][:MAX_NAMED]
     return BackendError(
-        "every eligible backend's circuit is open; " + "; ".join(_said(s) for s in ordered),
+        "every eligible backend's circuit is open; " + "; ".join(last_failure(s) for s in ordered),
         backend=soonest.name,
         retry_after=wait,
         should_retry=False,

@@ -29,6 +29,7 @@ from pydantic import (
 from .budget import Budget
 from .results import Usage
 from .shared.config import Shared
+from .shared.scope import check_fleet_key
 
 if TYPE_CHECKING:
     from .signals_auto import SignalsMode
@@ -149,6 +150,10 @@ class Backend(BaseModel):
     #: where ``api_key=None`` looks (default: the provider's, ``OPENAI_API_KEY`` for
     #: ``"openai"``); a missing variable sends no key
     api_key_env: str = Field(default="OPENAI_API_KEY", min_length=1)
+    #: with ``shared=``: the scope whose limit, 429 pause, RPM/TPM budget and circuit the
+    #: backend shares across the fleet — a label (the provider project its key belongs to);
+    #: None: its name, as before (gptgate/shared/scope.py, docs/guide/many-processes.md)
+    fleet_key: str | None = None
     #: "auto" → adaptive limit between min and max; an int → that fixed limit
     #: (ints are strict here and below: ``"8"`` or ``True`` is refused, not read as 8 or 1)
     concurrency: Literal["auto"] | StrictInt = "auto"
@@ -329,6 +334,12 @@ class Backend(BaseModel):
                        signals=self.signals_mode != "off", embedding_model=self.embedding_model)
         if why is not None:
             raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
+    def _check_fleet_key(self) -> Backend:
+        if self.fleet_key is not None:
+            check_fleet_key(self.fleet_key, self.resolve_api_key())
         return self
 
     @model_validator(mode="after")

@@ -84,6 +84,7 @@ from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
 from .shared.fleet import FleetAdmission, FleetClient
 from .shared.pacing import FleetPacer
+from .shared.scope import fleet_scope
 from .shared.warmup import FleetWarmup, fleet_keys
 from .signals import ServerSignals, SignalGauges
 from .snapshot import (
@@ -670,9 +671,10 @@ class Gateway:
             return
         for state in self._states.values():
             backend = state.backend
+            scope = fleet_scope(backend)  # its name, or its fleet_key (shared/scope.py)
             state.fleet_health = fleet.health(
                 name=backend.name, base_url=backend.base_url, model=backend.model,
-                breaker=state.breaker, probe_s=self.clock.to_real(backend.timeout),
+                breaker=state.breaker, probe_s=self.clock.to_real(backend.timeout), scope=scope,
             )
             state.fleet_pacer = FleetPacer.for_backend(fleet, backend, state.pacer)
             if isinstance(backend.concurrency, int):
@@ -682,6 +684,7 @@ class Gateway:
                     model=backend.model,
                     limit=backend.concurrency,
                     on_pause=functools.partial(self._fleet_pause, state),
+                    scope=scope,
                 )
             else:  # "auto": one limit for the fleet, computed by a leader (shared/auto.py)
                 auto = fleet.auto_admission(
@@ -691,6 +694,7 @@ class Gateway:
                     own=state.limiter.limit,
                     factory=functools.partial(self._limit_from, backend),
                     on_pause=functools.partial(self._fleet_pause, state),
+                    scope=scope,
                 )
                 auto.local.on_grow = state.limiter.poke
                 state.limiter.admission = auto

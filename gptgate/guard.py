@@ -25,6 +25,7 @@ import httpx2
 from cachetools import LRUCache
 
 from .clock import Clock
+from .credential_owner import count_refused_key, refused_request
 from .errors import (
     BackendError,
     BadRequestError,
@@ -521,6 +522,9 @@ class _GuardRun:
             report_failure(permit, view, latency)
             if not call.wire_attempts and not isinstance(view, OverloadedError):
                 count_failure(state, view, self.clock.now())  # the wire counts what it saw
+                count_refused_key(  # the backend's own key refused (credential_owner.py)
+                    state, view, refused_request(original), self.clock.now()
+                )
             self.failed.add(state.name)
         failure = _ForeignFailure(view, original)
         failure.billed = call.sized  # a refusal after the try's work: no free requeue (shed.py)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import httpx2
 
+from .circuit_cause import last_failure
 from .errors import BackendError
 from .local_refusal import local_refusal
 from .routing import BackendState, RouteRequest
@@ -36,16 +37,17 @@ async def through_circuit(
     try:
         await runner.route(RouteRequest(backend=state.name), frozenset(), deadline)
     except BackendError as error:
-        return _circuit_open(request, state.name, error.retry_after)
+        return _circuit_open(request, state, error.retry_after)
     return None
 
 
 def _circuit_open(
-    request: httpx2.Request, backend: str, retry_after: float | None
+    request: httpx2.Request, state: BackendState, retry_after: float | None
 ) -> httpx2.Response:
+    """The refusal, naming what opened the circuit (a revoked key's 401 reads as such)."""
     message = (
-        f"gptgate: backend {backend!r} failed repeatedly and its circuit is open; the request "
-        f"was not sent"
+        f"gptgate: backend {state.name!r} failed repeatedly and its circuit is open "
+        f"({last_failure(state)}); the request was not sent"
         + (f" (probed again in {retry_after:.1f} s)" if retry_after is not None else "")
     )
     return local_refusal(

@@ -25,6 +25,7 @@ from .budget import CALLERS, BudgetHold, Callers
 from .cached_guess import prefix_of
 from .choice_count import choice_count
 from .clock import from_real
+from .credential_owner import count_refused_key
 from .errors import (
     BackendError,
     BudgetExceededError,
@@ -49,6 +50,8 @@ from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .local_refusal import local_refusal
 from .observe import ResponseTap
+from .operations import GENERATIVE as _GENERATIVE
+from .operations import operation_of
 from .outcomes import count_failure, report_failure
 from .pause_wait import pause_past
 from .probe_claim import claim_probe
@@ -73,16 +76,6 @@ __all__ = ["GuardTransport", "operation_of"]
 
 _log = logging.getLogger("gptgate")
 
-#: the GenAI operation of an OpenAI-compatible endpoint, by the path's last segments
-_OPERATIONS = (
-    ("/chat/completions", "chat"),
-    ("/completions", "text_completion"),
-    ("/embeddings", "embeddings"),
-    ("/responses", "chat"),
-    ("/v1/messages", "chat"),  # Anthropic's Messages API
-)
-#: operations whose answers, with a known size, teach the limit its latency per token
-_GENERATIVE = frozenset({"chat", "text_completion"})
 #: request parameters that go on the attempt's span, by their attribute name
 _REQUEST_PARAMS = tuple(
     (param, NAMES[key])
@@ -96,15 +89,6 @@ _REQUEST_PARAMS = tuple(
 )
 #: the request model, read without parsing the body (metrics want it on every attempt)
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
-def operation_of(path: str) -> str | None:
-    """The GenAI operation name of a request path; None for any other endpoint."""
-    path = path.rstrip("/")
-    for suffix, operation in _OPERATIONS:
-        if path.endswith(suffix):
-            return operation
-    return None
 
 
 class _Attempt:
@@ -291,6 +275,11 @@ class _Attempt:
             status, headers, b"", backend=self.state.name
         )
         self._count_failure(error)
+        # the backend's own key refused: its failure (a tenant's key: nobody's)
+        count_refused_key(
+            self.state, error, (self.request.headers, self.request.url.path),
+            self.runner.clock.now(),
+        )
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)

@@ -461,8 +461,7 @@ class SignalGauges:
                 from .signals_fleet import SignalShare
 
                 backend = state.backend
-                key = fleet._backend_key(backend.name, backend.base_url, backend.model)
-                reader.share = SignalShare(fleet, key, reader.interval_s)
+                reader.share = SignalShare(fleet, fleet.key_of(backend), reader.interval_s)
             if not isinstance(limiter.limit, FixedLimit):
                 limiter.limit = SignalLimit(limiter.limit, reader)
             self.readers[state.name] = reader

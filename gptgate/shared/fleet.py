@@ -57,9 +57,11 @@ from .health import HEALTH_POLL_S, FleetHealth
 from .loop_budget import BUSY_OUTAGE_S, LoopBusy, op_budget
 from .names import BackendNames
 from .needs_asyncio import require_asyncio
+from .scope import fleet_scope
 from .wake import FleetWake, waiters_key
 
 if TYPE_CHECKING:
+    from ..config import Backend
     from ..limits.base import Limit
     from ..routing import CircuitBreaker
     from .auto import FleetAutoAdmission
@@ -356,10 +358,12 @@ class FleetClient:
         model: str,
         limit: int,
         on_pause: Callable[[float], None] | None = None,
+        scope: str | None = None,
     ) -> FleetAdmission:
-        """The shared layer of one backend: keyed by namespace + name + base_url + model, so
-        two fleets (or two models behind one URL) never share permits by accident."""
-        key = self._backend_key(name, base_url, model)
+        """The shared layer of one backend: keyed by namespace + name (or ``scope``: its
+        ``fleet_key``, gptgate/shared/scope.py) + base_url + model, so two fleets (or two
+        models behind one URL) never share permits by accident."""
+        key = self._backend_key(scope or name, base_url, model)
         admission = FleetAdmission(
             self,
             name=name,
@@ -384,6 +388,7 @@ class FleetClient:
         own: Limit,
         factory: Callable[[int], Limit],
         on_pause: Callable[[float], None] | None = None,
+        scope: str | None = None,
     ) -> FleetAutoAdmission:
         """The shared layer of one ``concurrency="auto"`` backend: one limit for the fleet,
         computed by a leader from every process's samples (gptgate/shared/auto.py). ``own``
@@ -393,7 +398,7 @@ class FleetClient:
         from .auto import FleetAutoAdmission
 
         admission = FleetAutoAdmission(
-            self, name=name, key=self._backend_key(name, base_url, model), own=own,
+            self, name=name, key=self._backend_key(scope or name, base_url, model), own=own,
             factory=factory, on_pause=on_pause,
         )
         self._admissions.append(admission)
@@ -403,11 +408,13 @@ class FleetClient:
         return admission
 
     def health(
-        self, *, name: str, base_url: str, model: str, breaker: CircuitBreaker, probe_s: float
+        self, *, name: str, base_url: str, model: str, breaker: CircuitBreaker, probe_s: float,
+        scope: str | None = None,
     ) -> FleetHealth:
         """The fleet's circuit of one backend, kept in step with its local ``breaker``."""
         health = FleetHealth(
-            self, name=name, key=self._backend_key(name, base_url, model), breaker=breaker,
+            self, name=name, key=self._backend_key(scope or name, base_url, model),
+            breaker=breaker,
             probe_s=probe_s,
         )
         self._healths.append(health)
@@ -416,6 +423,10 @@ class FleetClient:
     def _backend_key(self, name: str, base_url: str, model: str) -> str:
         # one hash slot per backend (the braces), so each script's keys sit together
         return f"{self._prefix}:{{{name}|{base_url}|{model}}}"
+
+    def key_of(self, backend: Backend) -> str:
+        """A configured backend's fleet key: by its name, or its ``fleet_key`` (scope.py)."""
+        return self._backend_key(fleet_scope(backend), backend.base_url, backend.model)
 
     def kick(self) -> None:
         """Wake the background task: something is queued to send."""

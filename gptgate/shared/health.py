@@ -8,7 +8,9 @@ backend's circuit every ``HEALTH_POLL_S`` and applies it here (another process's
 this breaker; another's successful probe closes a breaker the fleet opened). Nothing of it is
 on a call's path but a half-open probe, which first asks Redis whether it may go
 (:meth:`FleetHealth.may_probe`, one round trip, once per cool-down). With Redis away the
-breakers are local, as without ``shared=``.
+breakers are local, as without ``shared=``. An open caused by a refused key (401/403) stays
+local: the key is this process's, and the fleet's processes may hold different ones (an old
+pod's revoked key opened the circuit of the new pods whose key worked).
 """
 
 from __future__ import annotations
@@ -51,9 +53,18 @@ class FleetHealth:
         breaker.on_probe_left = self._left
 
     def _saw(self, opened: bool, cooldown_s: float) -> None:
-        if self.client.state == "up":
-            self.to_send = ("open", cooldown_s) if opened else ("closed", 0.0)
+        if self.client.state != "up":
+            return
+        cause = self.breaker.cause
+        if opened and cause is not None and cause.refused_key:
+            # the key this process holds was refused, not the backend: other processes may
+            # hold another (a rotation under way, a fleet_key's keys). Kept here, and a probe
+            # lease it took goes back (an open would have cleared it)
+            self.probe_to_leave = True
             self.client.kick()
+            return
+        self.to_send = ("open", cooldown_s) if opened else ("closed", 0.0)
+        self.client.kick()
 
     def _left(self) -> None:
         if self.client.state == "up":

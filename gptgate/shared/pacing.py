@@ -194,7 +194,7 @@ class FleetPacer:
         cls, client: FleetClient, backend: Backend, local: RateLimitPacer
     ) -> FleetPacer:
         """Keyed like the backend's permits (namespace + name + base_url + model)."""
-        key = client._backend_key(backend.name, backend.base_url, backend.model)
+        key = client.key_of(backend)
         return cls(client, name=backend.name, key=key, local=local)
 
     @property

@@ -229,7 +229,7 @@ def fleet_keys(client: FleetClient, states: Iterable[BackendState]) -> dict[str,
     """Each backend's fleet key, by name: the same backend (name + base_url + model) shares
     its warm prefixes across the fleet."""
     return {
-        s.name: client._backend_key(s.backend.name, s.backend.base_url, s.backend.model)
+        s.name: client.key_of(s.backend)
         for s in states
     }
 
