@@ -38,23 +38,34 @@ __all__ = ["RefusedRequest", "carries_backends_key", "count_refused_key", "refus
 RefusedRequest = tuple[Mapping[str, str], str]
 
 
-def _key_headers(state: BackendState, headers: Mapping[str, str]) -> dict[str, bytes]:
-    """The values ``headers`` holds under the names the backend's dialect puts its key in."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    names = (n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n))
-    return {name: lowered[name].encode() for name in names if name in lowered}
+def _credentials(state: BackendState, headers: Mapping[str, str]) -> list[bytes]:
+    """The keys ``headers`` present under the names the backend's dialect puts its key in,
+    or as a bearer token: the ``anthropic`` package sends its ``api_key`` as
+    ``Authorization: Bearer`` where gptgate sends ``x-api-key`` — the same key."""
+    names = {n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n)}
+    names.add("authorization")
+    keys = []
+    for name, value in headers.items():
+        if name.lower() not in names:
+            continue
+        key = value.strip()
+        if name.lower() == "authorization" and key[:7].lower() == "bearer ":
+            key = key[7:].strip()
+        keys.append(key.encode())
+    return sorted(set(keys))
 
 
 def carries_backends_key(state: BackendState, headers: Mapping[str, str]) -> bool:
     """The request's credential is the one the backend's pool sends (no key for both
-    included); the values are only compared, never kept. A backend whose credential is made
-    per request (Azure's token provider: no key header) cannot tell: never."""
+    included), in whichever header its client put it; the values are only compared, never
+    kept. A backend whose credential is made per request (Azure's token provider: no key
+    header) cannot tell: never."""
     if not any(is_secret_name(name) for name in state.pool.dialect.auth_headers("k")):
         return False
-    own = _key_headers(state, state.pool.client.headers)
-    sent = _key_headers(state, headers)
-    return own.keys() == sent.keys() and all(
-        hmac.compare_digest(own[name], sent[name]) for name in own
+    own = _credentials(state, state.pool.client.headers)
+    sent = _credentials(state, headers)
+    return len(own) == len(sent) and all(
+        hmac.compare_digest(mine, theirs) for mine, theirs in zip(own, sent, strict=True)
     )
 
 

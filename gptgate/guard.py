@@ -26,6 +26,7 @@ from cachetools import LRUCache
 
 from .clock import Clock
 from .credential_owner import count_refused_key, refused_request
+from .error_body import body_of
 from .errors import (
     BackendError,
     BadRequestError,
@@ -213,11 +214,16 @@ _CLASSES: dict[
 ] = {}
 
 
-def classify_exception(exc: BaseException, backend: str) -> GateError:
+def classify_exception(
+    exc: BaseException, backend: str, dialect: StatusClassifier | None = None
+) -> GateError:
     """A gptgate view of a foreign exception (an SDK's, httpx's), to decide on retries and
-    on the limit's signal; the original is what the caller sees. Anything that is neither an
-    HTTP status nor a timeout or transport error of a known HTTP stack is the application's
-    own: a bare ``GateError`` (never retried, not the backend's fault)."""
+    on the limit's signal; the original is what the caller sees. An HTTP status error whose
+    body it carries is classified by that body with the backend's ``dialect``, as
+    ``gate.chat`` classifies it (an empty account's 429 is no rate limit: error_body.py).
+    Anything that is neither an HTTP status nor a timeout or transport error of a known HTTP
+    stack is the application's own: a bare ``GateError`` (never retried, not the backend's
+    fault)."""
     if isinstance(exc, GateError):
         return exc
     status = _status_of(exc)
@@ -226,6 +232,9 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
         headers = _headers_of(exc)
         if headers is not None and headers.get(REFUSED_HEADER):
             return OverloadedError(name, backend=backend, should_retry=False)
+        body = body_of(exc) if dialect is not None else None
+        if body and dialect is not None:
+            return dialect.error_for_status(status, headers, body, backend=backend)
         cls: type[GateError]
         if status == 429:
             cls = RateLimitedError
@@ -251,6 +260,14 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
     if isinstance(exc, transport):
         return BackendError(name, backend=backend)
     return GateError(name, backend=backend)  # an application error: never retried
+
+
+class StatusClassifier(Protocol):
+    """A backend's dialect, as far as classifying an error response goes."""
+
+    def error_for_status(
+        self, status: int, headers: Mapping[str, str] | None, body: bytes, *, backend: str
+    ) -> GateError: ...
 
 
 def _is_the_applications(view: GateError) -> bool:
@@ -511,7 +528,7 @@ class _GuardRun:
             return
         cut = exc.original if isinstance(exc, ReturnedStreamCut) else None
         original = exc if cut is None else cut
-        view = classify_exception(original, state.name)
+        view = classify_exception(original, state.name, state.pool.dialect)
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
