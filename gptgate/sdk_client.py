@@ -310,6 +310,9 @@ class _Attempt:
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
             return
+        if tap.in_band is not None and self.generative:
+            self._in_band(tap.in_band)
+            return
         latency = self._elapsed()
         usage: Usage | None = None
         if tap.usage is not None:
@@ -371,6 +374,21 @@ class _Attempt:
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._wasted(interrupted=tap.streamed)
+        self._end(None, error)
+
+    def _in_band(self, body: bytes) -> None:
+        """A success status whose body is an error (a proxy's ``{"error": …}``): the error
+        the dialect's answer parser names, as ``gate.chat`` reads it — the backend's failure,
+        nothing billed; no success to reset its circuit's count."""
+        error: GateError
+        try:
+            self.state.pool.dialect.parse_response(body, backend=self.state.name)
+            error = BackendError("an error sent with a success status", backend=self.state.name)
+        except GateError as raised:
+            error = raised
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
         self._end(None, error)
 
     def _malformed(self, *, billed: bool = True) -> None:

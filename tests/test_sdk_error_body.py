@@ -210,3 +210,26 @@ async def test_an_error_body_larger_than_the_read_reaches_the_sdk_whole() -> Non
             with pytest.raises(openai.BadRequestError) as caught:
                 await sdk.chat.completions.create(model="m", messages=USER)
     assert caught.value.response.content == json.dumps(big).encode()
+
+
+async def test_a_200_whose_body_is_an_error_is_a_failure_on_the_sdk_path() -> None:
+    """A proxy's (OpenRouter's) 200 carrying ``{"error": …}``: ``gate.chat`` reads it as the
+    error it names (``load_answer``), a failure of the backend's. On the SDK path it was a
+    success that reset the circuit's count: 10 sent to a backend whose upstream was down,
+    circuit closed. Now 3, as on ``gate.chat``."""
+    upstream_down = {"error": {"message": "Upstream error from provider", "code": 502}}
+    with error_server(200, upstream_down) as server:
+        primary = gg.Backend(name="primary", base_url=server.url + "/v1", model="m",
+                             api_key=KEY)
+        async with gg.Gateway([primary], breaker_threshold=THRESHOLD,
+                              breaker_cooldown_s=600.0, max_breaker_wait_s=0.0) as gate:
+            sdk = openai.AsyncOpenAI(api_key=KEY, base_url=server.url + "/v1", max_retries=0,
+                                     http_client=gate.http_client("primary"))
+            for _ in range(10):
+                try:
+                    await sdk.chat.completions.create(model="m", messages=USER)
+                except openai.APIStatusError as error:
+                    assert error.status_code == 503  # the open circuit's refusal
+            stats = gate.stats()["primary"]
+    assert server.requests == THRESHOLD and stats.circuit == "open"
+    assert stats.failures == THRESHOLD
