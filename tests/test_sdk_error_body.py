@@ -233,3 +233,22 @@ async def test_a_200_whose_body_is_an_error_is_a_failure_on_the_sdk_path() -> No
             stats = gate.stats()["primary"]
     assert server.requests == THRESHOLD and stats.circuit == "open"
     assert stats.failures == THRESHOLD
+
+
+def test_the_sync_sdk_on_a_sync_gateway_reads_the_same_body() -> None:
+    """``SyncGateway.http_client`` under ``openai.OpenAI``: the same transport, the same
+    classification, the SDK's own retries held (``x-should-retry: false``)."""
+    with error_server(429, OPENAI_QUOTA) as server, gg.SyncGateway(
+        [gg.Backend(name="primary", base_url=server.url + "/v1", model="m", api_key=KEY)],
+        breaker_threshold=THRESHOLD, breaker_cooldown_s=600.0, max_breaker_wait_s=0.0,
+    ) as gate:
+        sdk = openai.OpenAI(api_key=KEY, base_url=server.url + "/v1", max_retries=2,
+                            http_client=gate.http_client("primary"))
+        seen = []
+        for _ in range(6):
+            with pytest.raises(openai.APIStatusError) as caught:
+                sdk.chat.completions.create(model="m", messages=USER)
+            seen.append((caught.value.status_code, caught.value.code))
+        circuit = gate.stats()["primary"].circuit
+    assert server.requests == THRESHOLD and circuit == "open"
+    assert seen == [(429, "insufficient_quota")] * THRESHOLD + [(503, None)] * THRESHOLD
