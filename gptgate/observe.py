@@ -299,11 +299,25 @@ def _content_chars(chunk: dict[str, Any]) -> int:
         size += reasoning_chars(delta)  # a reasoning model's thinking, billed as output
         refusal = delta.get("refusal")  # a structured output's refusal is its answer
         size += len(refusal) if isinstance(refusal, str) else 0
-        if delta.get("tool_calls"):
-            size += len(json.dumps(delta["tool_calls"]))
+        size += _tool_call_chars(delta.get("tool_calls"))
         return size
     text = choice.get("text")  # a text completion's chunk
     return len(text) if isinstance(text, str) else 0
+
+
+def _tool_call_chars(deltas: Any) -> int:
+    """Characters of the names and arguments in a delta's ``tool_calls``, what ``gate.chat``
+    counts (gptgate/wire/stream_choices.py): their whole JSON — ``index``, ``id``, ``type``,
+    the keys around a piece of arguments a few characters long — booked 119 output tokens
+    for a parallel call that generated 14."""
+    chars = 0
+    for call in deltas if isinstance(deltas, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            for key in ("name", "arguments"):
+                piece = function.get(key)
+                chars += len(piece) if isinstance(piece, str) else 0
+    return chars
 
 
 def _finish_reason(obj: dict[str, Any]) -> str | None:
