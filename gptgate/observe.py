@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from .results import Usage
+from .sdk_in_band import in_band_failure
 from .tap_answer import AnswerText
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
@@ -48,6 +49,7 @@ class ResponseTap:
         "complete",
         "content_chars",
         "events",
+        "failure",
         "finish_reason",
         "input_tokens",
         "last_content_s",
@@ -104,6 +106,8 @@ class ResponseTap:
         self.finish_reason: str | None = None
         #: the answer's text and tool calls, kept only when set (``capture_content``)
         self.answer: AnswerText | None = None
+        #: the error the answer said it ended in (gptgate/sdk_in_band.py), None: none
+        self.failure: Any = None
 
     @property
     def streamed(self) -> bool:
@@ -116,7 +120,7 @@ class ResponseTap:
             if self._decoder is not None:
                 for event in self._decoder.feed(chunk):
                     self.events += 1
-                    self._event(event.data, now)
+                    self._event(event.data, now, event.event)
             elif self._buffer is not None:
                 self._size += len(chunk)
                 if self._size > MAX_JSON_BYTES:
@@ -132,7 +136,7 @@ class ResponseTap:
         try:
             if self._decoder is not None:
                 for event in self._decoder.close():
-                    self._event(event.data, now)
+                    self._event(event.data, now, event.event)
             elif self._buffer is not None:
                 body = b"".join(self._buffer)
                 parsed = _loads(body)
@@ -140,6 +144,7 @@ class ResponseTap:
                 self.page = self.page or (self.malformed and is_html_page(body, ""))
                 self._take_usage(parsed)
                 self._keep_answer(parsed, whole=True)
+                self.failure = in_band_failure(parsed)
         except Exception:
             self._give_up()
         self._decoder = self._buffer = None
@@ -165,11 +170,15 @@ class ResponseTap:
         except Exception:
             self.answer = None
 
-    def _event(self, data: str, now: float) -> None:
+    def _event(self, data: str, now: float, name: str | None = None) -> None:
         if data.strip() == "[DONE]":
             self.complete = True
             return
         chunk = _loads(data)
+        if self.failure is None:
+            self.failure = in_band_failure(chunk)
+            if self.failure is None and name == "error":  # an error event with no error object
+                self.failure = chunk or data or "error event"
         if not isinstance(chunk, dict):
             return
         self._keep_answer(chunk, whole=False)

@@ -27,6 +27,7 @@ from .choice_count import choice_count
 from .clock import from_real
 from .errors import (
     BackendError,
+    BadRequestError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -56,6 +57,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
@@ -301,6 +303,9 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
+        if tap.failure is not None:
+            self._failed_in_band()
+            return
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
             return
@@ -367,6 +372,36 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
+    def _failed_in_band(self) -> None:
+        """The answer said it failed (gptgate/sdk_in_band.py): the backend's failure, as
+        ``gate.chat`` reads it — a stream that had begun its answer was cut
+        (``StreamInterruptedError``); what it generated is booked as waste: the usage it
+        reported, else a stream's output so far (the server ended it: nothing past that),
+        and an error body under a 200 nothing, the server having refused."""
+        tap = self.tap
+        assert tap is not None
+        error = in_band_error(tap.failure, backend=self.state.name, status=None)
+        interrupted = tap.streamed and tap.content_chars > 0
+        interrupted = interrupted and not isinstance(error, BadRequestError)
+        if interrupted:
+            cut = StreamInterruptedError(f"stream cut: {error.message}", backend=self.state.name)
+            cut.__cause__ = error
+            error = cut
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        self.read_chars = None  # the server ended the answer: none went on past what came
+        if tap.usage is not None and self.generative:
+            self.cost_usd += self.runner.ledger.record_attempt(
+                self.state.name, tap.usage, streamed=tap.streamed, wasted=True,
+                interrupted=interrupted,
+            )
+            if self.guarded is not None:
+                self.guarded.cost_usd += self.cost_usd
+        elif tap.streamed:
+            self._wasted(interrupted=interrupted)
+        self._end(None, error)
+
     def _malformed(self, *, billed: bool = True) -> None:
         """A whole body that is no answer (JSON cut short): the server generated the answer
         before sending it, so it is billed in full — booked as ``gate.chat`` books it (the
@@ -398,9 +433,9 @@ class _Attempt:
         marker is whole: a success."""
         if self.ended:
             return
-        if self.tap is not None and self.tap.complete:
+        if self.tap is not None and (self.tap.complete or self.tap.failure is not None):
             self.tap.close(self.runner.clock.now())
-            self.succeeded()
+            self.succeeded()  # or its failure, which ended the answer (an SDK raised on it)
             return
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
