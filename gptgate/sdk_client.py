@@ -59,6 +59,7 @@ from .routing import BackendState
 from .sdk_circuit import through_circuit
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
+from .sdk_reads import operation_name
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
@@ -129,7 +130,7 @@ class _Attempt:
         self.start = start
         path = request.url.path
         known = operation_of(path)
-        self.operation = known or path.rstrip("/").rsplit("/", 1)[-1] or "request"
+        self.operation = known or operation_name(path)  # no id in a span's or metric's name
         self.generative = known in _GENERATIVE
         self.model = self._model()
         self.tap: ResponseTap | None = None
@@ -339,6 +340,10 @@ class _Attempt:
             else:
                 self.permit.ignore()  # a token-less reply says nothing of the load per token
             self.state.breaker.on_success()
+        if usage is not None and self.request.method == "GET":  # a stored answer read again
+            usage = usage if self.runner.booked_answers.first_read(tap.response_id) else None
+        elif usage is not None:
+            self.runner.booked_answers.booked(tap.response_id)
         if usage is not None:
             ledger = self.runner.ledger
             ledger.learn_model(self.state.name, tap.response_model)
