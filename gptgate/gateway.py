@@ -103,7 +103,7 @@ from .tiers import (
     check_classifier,
     served_by,
 )
-from .tokens import estimate_prompt_tokens
+from .tokens import estimate_prompt_tokens, estimate_tools_tokens
 from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -874,7 +874,7 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        prompt_tokens = estimate_prompt_tokens(checked)
+        prompt_tokens = estimate_prompt_tokens(checked) + estimate_tools_tokens(params.get("tools"))
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(

@@ -64,7 +64,12 @@ from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
-from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
+from .tokens import (
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+    estimate_tools_tokens,
+    tokens_for_chars,
+)
 from .warn_once import warn_once
 
 if TYPE_CHECKING:
@@ -579,6 +584,12 @@ def _json_body(request: httpx2.Request) -> dict[str, Any]:
 
 
 def _prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The request's prompt, estimated: its messages (or a completion's ``prompt``, the
+    Responses API's ``input`` and ``instructions``) and its ``tools`` definitions."""
+    return _input_tokens(body) + estimate_tools_tokens(body.get("tools"))
+
+
+def _input_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
         system = body.get("system")  # Anthropic's system prompt, beside the messages
