@@ -7,7 +7,8 @@ through ``gate.http_client`` is only bytes to gptgate, and ``@gate.guard`` only 
 SDK's return value — without this, such calls reach the limit as bare latencies.
 
 :class:`ResponseTap` watches the body as the SDK reads it — at most :data:`MAX_JSON_BYTES` of
-a JSON body, and for an event stream one SSE decoder that keeps no text — and never changes
+a JSON body (past it, its head and tail: gptgate/large_answer.py), and for an event stream one
+SSE decoder that keeps no text — and never changes
 what the SDK gets: anything it cannot read — or any error of its own — leaves the counts
 unknown and stops it watching, never the SDK's read.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .large_answer import LargeAnswer
 from .results import Usage
 from .sdk_in_band import in_band_failure
 from .tap_answer import AnswerText
@@ -28,7 +30,7 @@ from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
-#: a chat completion's JSON is a few KB; past this the tap stops buffering (no usage then)
+#: a chat completion's JSON is a few KB; past this the tap keeps the body's head and tail only
 MAX_JSON_BYTES = 4 * 1024 * 1024
 
 
@@ -41,6 +43,7 @@ class ResponseTap:
         "_buffer",
         "_decoder",
         "_first_chars",
+        "_large",
         "_messages_usage",
         "_size",
         "_sse",
@@ -72,6 +75,8 @@ class ResponseTap:
             [] if self._decoder is None and "json" in content_type else None
         )
         self._size = 0
+        #: the head and tail of a JSON body past ``MAX_JSON_BYTES`` (gptgate/large_answer.py)
+        self._large: LargeAnswer | None = None
         #: an Anthropic stream's usage so far (message_start's, updated by message_delta's)
         self._messages_usage: dict[str, Any] | None = None
         self.ttft_s: float | None = None
@@ -123,10 +128,12 @@ class ResponseTap:
                     self._event(event.data, now, event.event)
             elif self._buffer is not None:
                 self._size += len(chunk)
-                if self._size > MAX_JSON_BYTES:
+                self._buffer.append(chunk)
+                if self._size > MAX_JSON_BYTES:  # its head and tail kept from here
+                    self._large = LargeAnswer(b"".join(self._buffer))
                     self._buffer = None
-                else:
-                    self._buffer.append(chunk)
+            elif self._large is not None:
+                self._large.feed(chunk)
             elif self._sse:  # no longer decoded (it could not be): any bytes are progress
                 self.events += 1
         except Exception:
@@ -145,14 +152,16 @@ class ResponseTap:
                 self._take_usage(parsed)
                 self._keep_answer(parsed, whole=True)
                 self.failure = in_band_failure(parsed)
+            elif self._large is not None:  # its usage from its tail: no answer on the span
+                self._take_usage(self._large.summary())
         except Exception:
             self._give_up()
-        self._decoder = self._buffer = None
+        self._decoder = self._buffer = self._large = None
 
     def _give_up(self) -> None:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self.malformed = True
-        self._decoder = self._buffer = None
+        self._decoder = self._buffer = self._large = None
         self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.output_counted = False
         self.content_chars = 0
