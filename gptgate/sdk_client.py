@@ -309,8 +309,8 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
-        if tap.failure is not None:
-            self._failed_in_band()
+        if tap.failure is not None and self.request.method != "GET":  # a read: what an
+            self._failed_in_band()  # earlier request ended in (a failed background response)
             return
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
@@ -443,7 +443,8 @@ class _Attempt:
         marker is whole: a success."""
         if self.ended:
             return
-        if self.tap is not None and (self.tap.complete or self.tap.failure is not None):
+        failed = self.tap is not None and self.tap.failure is not None
+        if self.tap is not None and (self.tap.complete or failed):
             self.tap.close(self.runner.clock.now())
             self.succeeded()  # or its failure, which ended the answer (an SDK raised on it)
             return

@@ -204,3 +204,19 @@ async def test_an_incomplete_response_is_an_answer_billed_as_counted() -> None:
         stats = gate.stats()["b"]
     assert (ledger.calls_ok, ledger.input_tokens, ledger.output_tokens) == (1, 1500, 120)
     assert ledger.wasted_tokens == 0 and stats.failures == 0
+
+
+async def test_a_stored_failed_response_read_again_is_no_new_failure() -> None:
+    """A read (GET) finds what an earlier request ended in: polling a background response
+    that failed, or downloading a batch's result line that carries its request's error, is
+    no failure of the backend's now — each poll counted one, and opened the circuit."""
+    failed = _response("failed", error={"code": "server_error", "message": "it failed"})
+    gate, exporter = _gateway(lambda: httpx2.Response(200, json=failed))
+    async with gate:
+        client = _client(gate)
+        for _ in range(3):
+            response = await client.responses.retrieve("resp_1")
+            assert response.status == "failed"
+        stats = gate.stats()["b"]
+    assert (stats.failures, stats.circuit) == (0, "closed")
+    assert all(s.status.status_code != StatusCode.ERROR for s in exporter.get_finished_spans())
