@@ -75,6 +75,7 @@ from .prices import price_source
 from .relocate import Relocator
 from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
+from .responses_params import refuse_responses_params
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -289,6 +290,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
     default. Every other parameter passes through untouched, known to gptgate or not."""
     refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
+    refuse_responses_params(params)  # max_output_tokens= too (gptgate/responses_params.py)
     check_choice_count(params)  # n sizes the output bound (gptgate/choice_count.py)
     for name in _TOKEN_PARAMS:
         value = params.get(name)
