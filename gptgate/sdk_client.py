@@ -59,7 +59,7 @@ from .routing import BackendState
 from .sdk_circuit import through_circuit
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
-from .sdk_reads import operation_name
+from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
@@ -347,7 +347,7 @@ class _Attempt:
             self.state.breaker.on_success()
         if usage is not None and self.request.method == "GET":  # a stored answer read again
             usage = usage if self.runner.booked_answers.first_read(tap.response_id) else None
-        elif usage is not None:
+        elif usage is not None and stored(self.request.url.path, self.body()):
             self.runner.booked_answers.booked(tap.response_id)
         if usage is not None:
             ledger = self.runner.ledger

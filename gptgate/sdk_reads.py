@@ -7,7 +7,10 @@ completion (``store=True``). A read of a finished answer carries its usage, and 
 booked: three reads of one completed response billed it three times. :class:`BookedAnswers`
 books a response's usage once per id — at its creation when that answered, else at the first
 read that finds it done (only a read is checked against it: a server that gives every answer
-the same id, as some local ones do, would otherwise lose real answers).
+the same id, as some local ones do, would otherwise lose real answers). Only an answer the
+server keeps (:func:`stored`) is remembered at its creation: a plain chat completion can
+never be read again, and remembering each one's id grew the process by 500 entries over 500
+calls (tests/test_soak.py).
 
 :func:`operation_name` names such a request by its endpoint, not by its last path segment:
 ``GET /responses/resp_68af…`` was the operation ``"resp_68af…"`` — the span's name and a
@@ -17,10 +20,12 @@ metric attribute, one metric series per response.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from cachetools import LRUCache
 
-__all__ = ["BookedAnswers", "operation_name"]
+__all__ = ["BookedAnswers", "operation_name", "stored"]
 
 #: a path segment that names an endpoint: lowercase words (``input_items``), never an id
 #: (``resp_68af…``, ``chatcmpl-B9M…``, ``file-abc123``, a model's ``gpt-4o``)
@@ -33,6 +38,16 @@ def operation_name(path: str) -> str:
         if _WORD.fullmatch(segment):
             return segment
     return "request"
+
+
+def stored(path: str, body: Mapping[str, Any]) -> bool:
+    """The server keeps this request's answer to be read again by its id: a Responses API
+    create unless ``store=False`` (its default is to store), any other with ``store=True`` (a
+    chat completion's default is not to)."""
+    store = body.get("store")
+    if path.rstrip("/").endswith("/responses"):
+        return store is not False
+    return store is True
 
 
 class BookedAnswers:

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import gptgate as gg
 from gptgate.sdk_client import operation_of
-from gptgate.sdk_reads import operation_name
+from gptgate.sdk_reads import operation_name, stored
 
 BASE_URL = "http://127.0.0.1:9/v1"
 PRICE = gg.Price(input_per_mtok=1.0, cached_input_per_mtok=0.1, output_per_mtok=10.0)
@@ -117,3 +117,10 @@ def test_an_endpoints_operation_is_named_by_its_path_not_its_ids() -> None:
     assert operation_name("/v1/models/gpt-4o-mini") == "models"
     assert operation_name("/v1/models") == "models"
     assert operation_name("/") == "request"
+
+
+def test_only_an_answer_the_server_keeps_is_remembered_at_its_creation() -> None:
+    assert stored("/v1/responses", {"model": "m"})
+    assert not stored("/v1/responses", {"model": "m", "store": False})
+    assert stored("/v1/chat/completions", {"store": True})
+    assert not stored("/v1/chat/completions", {"model": "m"})
