@@ -30,6 +30,9 @@ from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
+#: the Responses API's events that end an answer: a caller that stops reading there left none
+#: of it unread (``response.incomplete``: ``max_output_tokens`` reached, or a content filter)
+_RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete"})
 #: a chat completion's JSON is a few KB; past this the tap keeps the body's head and tail only
 MAX_JSON_BYTES = 4 * 1024 * 1024
 
@@ -93,8 +96,9 @@ class ResponseTap:
         #: seconds from the send to the last content delta (None before one)
         self.last_content_s: float | None = None
         self._first_chars = 0
-        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed``) arrived: the
-        #: answer is whole even if the reader leaves before the connection's end
+        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed`` or
+        #: ``response.incomplete``) arrived: the answer is whole even if the reader leaves
+        #: before the connection's end
         self.complete = False
         #: bytes of body seen (a cut body with none answered nothing)
         self.received = 0
@@ -192,7 +196,7 @@ class ResponseTap:
             return
         self._keep_answer(chunk, whole=False)
         kind = chunk.get("type")
-        if kind == "response.completed":
+        if kind in _RESPONSES_ENDS:
             self.complete = True
         elif isinstance(kind, str) and kind.startswith(("message_", "content_block_")):
             self._messages_event(kind, chunk, now)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import httpx2
 import openai
 import pytest
@@ -220,3 +221,28 @@ async def test_a_stored_failed_response_read_again_is_no_new_failure() -> None:
         stats = gate.stats()["b"]
     assert (stats.failures, stats.circuit) == (0, "closed")
     assert all(s.status.status_code != StatusCode.ERROR for s in exporter.get_finished_spans())
+
+
+async def test_a_stream_left_at_its_incomplete_event_is_a_whole_answer() -> None:
+    """``response.incomplete`` ends a Responses stream as ``response.completed`` does: a
+    caller that stops reading there left nothing unread — booked as the server counted it,
+    not as a stream cut with its output guessed."""
+    incomplete = {"type": "response.incomplete", "sequence_number": 3,
+                  "response": _response("incomplete", usage=USAGE,
+                                        incomplete_details={"reason": "max_output_tokens"})}
+    events = _responses_stream(incomplete, ("Hello", " there"))
+
+    async def held_open() -> AsyncIterator[bytes]:
+        yield events
+        await anyio.sleep_forever()  # the server holds the connection after its last event
+
+    gate, _ = _gateway(lambda: httpx2.Response(200, content=held_open(), headers=SSE))
+    async with gate:
+        stream = await _client(gate).responses.create(model="m", input="hi", stream=True)
+        async for event in stream:
+            if event.type == "response.incomplete":
+                break
+        await stream.close()
+        ledger = gate.runner.ledger.entries["b"]
+    assert (ledger.calls_ok, ledger.output_tokens, ledger.wasted_tokens) == (1, 120, 0)
+    assert ledger.interrupted_streams == 0
