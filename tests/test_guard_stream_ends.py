@@ -72,3 +72,33 @@ async def test_a_responses_stream_left_at_its_last_event_gives_its_permit_back(e
         stats = gate.stats()["b"]
         assert (stats.in_flight, stats.abandoned_holding) == (0, 0)
     await own.aclose()
+
+
+class _Permit:
+    start = 0.0
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def ignore(self) -> None:
+        self.ended.append("ignore")
+
+    def abandon(self) -> None:
+        self.ended.append("abandon")
+
+
+@pytest.mark.parametrize("marker", [b"event: message_stop", b"data: [DONE]",
+                                    b"event: response.completed"])
+def test_an_end_marker_split_across_two_chunks_is_found(marker: bytes) -> None:
+    from gptgate.guard_stream import _PermitFollows
+
+    permit = _Permit()
+    follows = _PermitFollows(
+        permit, lambda _: None, lambda exc: gg.BackendError("x"),  # type: ignore[arg-type]
+        clock=None,  # type: ignore[arg-type]
+    )
+    cut = len(marker) // 2
+    follows.arrived(b"event: message_delta\ndata: {}\n\n" + marker[:cut], drained=False)
+    follows.arrived(marker[cut:] + b"\ndata: {}\n\n", drained=False)
+    follows.left()
+    assert permit.ended == ["ignore"]
