@@ -71,6 +71,7 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
+from .sdk_reads import BookedAnswers
 from .shed import Refusals
 from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
@@ -673,6 +674,8 @@ class CallRunner:
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend and prompt prefix: what its last whole answer read from the cache
         self.cached_guess = CachedGuess(clock)
+        #: answers whose usage an SDK's request booked: one read again books nothing
+        self.booked_answers = BookedAnswers()
         #: per backend: its client and the absolute chat URL (joined once, not per request)
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
         #: tail hedging (gptgate/hedge_race.py): the race, its budgets and backends' progress

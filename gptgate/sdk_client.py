@@ -28,6 +28,7 @@ from .clock import from_real
 from .credential_owner import count_refused_key
 from .errors import (
     BackendError,
+    BadRequestError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -59,12 +60,19 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
+from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
-from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
+from .tokens import (
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+    estimate_tools_tokens,
+    tokens_for_chars,
+)
 from .warn_once import warn_once
 
 if TYPE_CHECKING:
@@ -111,7 +119,7 @@ class _Attempt:
         self.start = start
         path = request.url.path
         known = operation_of(path)
-        self.operation = known or path.rstrip("/").rsplit("/", 1)[-1] or "request"
+        self.operation = known or operation_name(path)  # no id in a span's or metric's name
         self.generative = known in _GENERATIVE
         self.model = self._model()
         self.tap: ResponseTap | None = None
@@ -290,6 +298,9 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
+        if tap.failure is not None and self.request.method != "GET":  # a read: what an
+            self._failed_in_band()  # earlier request ended in (a failed background response)
+            return
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
             return
@@ -323,6 +334,10 @@ class _Attempt:
             else:
                 self.permit.ignore()  # a token-less reply says nothing of the load per token
             self.state.breaker.on_success()
+        if usage is not None and self.request.method == "GET":  # a stored answer read again
+            usage = usage if self.runner.booked_answers.first_read(tap.response_id) else None
+        elif usage is not None and stored(self.request.url.path, self.body()):
+            self.runner.booked_answers.booked(tap.response_id)
         if usage is not None:
             ledger = self.runner.ledger
             ledger.learn_model(self.state.name, tap.response_model)
@@ -356,6 +371,36 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
+    def _failed_in_band(self) -> None:
+        """The answer said it failed (gptgate/sdk_in_band.py): the backend's failure, as
+        ``gate.chat`` reads it — a stream that had begun its answer was cut
+        (``StreamInterruptedError``); what it generated is booked as waste: the usage it
+        reported, else a stream's output so far (the server ended it: nothing past that),
+        and an error body under a 200 nothing, the server having refused."""
+        tap = self.tap
+        assert tap is not None
+        error = in_band_error(tap.failure, backend=self.state.name, status=None)
+        interrupted = tap.streamed and tap.content_chars > 0
+        interrupted = interrupted and not isinstance(error, BadRequestError)
+        if interrupted:
+            cut = StreamInterruptedError(f"stream cut: {error.message}", backend=self.state.name)
+            cut.__cause__ = error
+            error = cut
+        self._count_failure(error)
+        if self.permit is not None:
+            report_failure(self.permit, error, self._elapsed())
+        self.read_chars = None  # the server ended the answer: none went on past what came
+        if tap.usage is not None and self.generative:
+            self.cost_usd += self.runner.ledger.record_attempt(
+                self.state.name, tap.usage, streamed=tap.streamed, wasted=True,
+                interrupted=interrupted,
+            )
+            if self.guarded is not None:
+                self.guarded.cost_usd += self.cost_usd
+        elif tap.streamed:
+            self._wasted(interrupted=interrupted)
+        self._end(None, error)
+
     def _malformed(self, *, billed: bool = True) -> None:
         """A whole body that is no answer (JSON cut short): the server generated the answer
         before sending it, so it is billed in full — booked as ``gate.chat`` books it (the
@@ -387,9 +432,10 @@ class _Attempt:
         marker is whole: a success."""
         if self.ended:
             return
-        if self.tap is not None and self.tap.complete:
+        failed = self.tap is not None and self.tap.failure is not None
+        if self.tap is not None and (self.tap.complete or failed):
             self.tap.close(self.runner.clock.now())
-            self.succeeded()
+            self.succeeded()  # or its failure, which ended the answer (an SDK raised on it)
             return
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
@@ -528,6 +574,12 @@ def _json_body(request: httpx2.Request) -> dict[str, Any]:
 
 
 def _prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The request's prompt, estimated: its messages (or a completion's ``prompt``, the
+    Responses API's ``input`` and ``instructions``) and its ``tools`` definitions."""
+    return _input_tokens(body) + estimate_tools_tokens(body.get("tools"))
+
+
+def _input_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
         system = body.get("system")  # Anthropic's system prompt, beside the messages

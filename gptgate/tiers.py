@@ -226,6 +226,18 @@ def _invalid_json(result: ChatResult, params: Mapping[str, Any]) -> bool:
     return False
 
 
+def _called_a_tool(result: ChatResult) -> bool:
+    """The answer is a tool call whatever its finish reason: OpenAI ends a named
+    ``tool_choice``'s call with ``"stop"`` (so do vLLM since #25054, and some Ollama
+    versions for any call) — its empty text is no empty answer."""
+    choices = result.raw.get("choices") if result.raw is not None else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, Mapping) else None
+    return isinstance(message, Mapping) and bool(
+        message.get("tool_calls") or message.get("function_call")
+    )
+
+
 def failure_reason(
     result: ChatResult, params: Mapping[str, Any], small_output_tokens: int = 512
 ) -> str | None:
@@ -237,7 +249,7 @@ def failure_reason(
         bound = _token_bound(params)
         if bound is None or bound <= small_output_tokens:
             return "length"
-    if result.finish_reason in ("tool_calls", "function_call"):
+    if result.finish_reason in ("tool_calls", "function_call") or _called_a_tool(result):
         return None
     if not result.text.strip():
         return "empty"
