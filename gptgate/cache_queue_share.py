@@ -13,10 +13,11 @@ limit is taken, so that their latency measures the server, not the limiter's que
 order can still be chosen — that bound won family draw 96 (the floor 1.19× → 1.06×) but lost
 12 and 1094, servers whose calls queue at the server (36 and 25 slots at a cap of 64): there
 the gate's order cost more than the limiter's mix. The gate's calls before the release measured
-a fixed part of 0.27–0.37 of their latency on 96 and 0.12–0.14 on 40, against 0.54–0.56 on
-12, 0.67–0.75 on 10, 0.60–0.80 on 1018, 0.57–0.65 on 1068 and 0.83–1.06 on 1037 (servers of 5
-to 36 slots at 64). Where every answer has the same length (it fills ``max_tokens``: draws
-44, 98 and 1094) there is no slope to tell ``c`` from: unknown, and the bound stays off.
+a fixed part of 0.30–0.35 of their latency on 96 and 0.12–0.14 on 40, against 0.55–0.69 on
+12, 0.69–0.78 on 10, 0.66–0.85 on 1018, 0.67–0.77 on 1068 and 0.87–0.98 on 1037 (servers of 5
+to 36 slots at 64; 1014, 22 slots at 30, read 0.06 on one engine seed and 0.76 on another).
+Where every answer has the same length (it fills ``max_tokens``: draws 44, 98 and 1094) there
+is no slope to tell ``c`` from: unknown, and the bound stays off.
 """
 
 from __future__ import annotations
