@@ -97,7 +97,9 @@ class CacheTicketLike(Protocol):
 
     def paced(self) -> None: ...
 
-    def observe(self, *, cached_tokens: int, input_tokens: int) -> None: ...
+    def observe(
+        self, *, cached_tokens: int, input_tokens: int, output_tokens: int | None = None
+    ) -> None: ...
 
     def release(self) -> None: ...
 
@@ -531,7 +533,10 @@ class _Attempt:
         usage = parsed.usage or runner._estimated_usage(spec, parsed)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
-            ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
+            ticket.observe(
+                cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
         backend.pacer.reconcile(self.reserved, usage.total_tokens)
         if backend.fleet_pacer is not None:
             backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
