@@ -44,6 +44,8 @@ class LedgerEntry:
     #: all answer tokens; of them, those spent reasoning
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    #: searches a server-side web search tool made (Anthropic's), billed per 1,000
+    web_search_requests: int = 0
     #: tokens of attempts that produced no result (timeouts after send, cut streams)
     wasted_tokens: int = 0
     #: of those, the estimated tokens of attempts that answered nothing before the client left
@@ -271,3 +273,4 @@ def _count(entry: LedgerEntry, usage: Usage, sign: int) -> None:
     entry.cache_write_input_tokens += sign * usage.cache_write_input_tokens
     entry.output_tokens += sign * usage.output_tokens
     entry.reasoning_tokens += sign * usage.reasoning_tokens
+    entry.web_search_requests += sign * usage.web_search_requests

@@ -1,0 +1,61 @@
+"""Searches of Anthropic's server-side web search tool are booked.
+
+Anthropic bills each search on top of the tokens ($10 per 1,000: pricing docs; the
+genai-prices table's ``web_searches_kcount``) and reports the count as
+``usage.server_tool_use.web_search_requests`` (cumulative in a stream's ``message_delta``).
+Before, the count was not read: ``r.usage``, the ledger and ``stats()`` had no searches and
+every search cost $0 — on ``gate.chat``, ``gate.stream`` and the anthropic SDK on
+``gate.http_client`` alike.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+import gptgate as gg
+
+from .test_anthropic_server_tools import ASK, CONTENT, MODEL, SEARCH, Claude, _ask, _claude
+
+PRICE = gg.Price(input_per_mtok=3.0, output_per_mtok=15.0, web_search_per_k=10.0)
+#: 1,000 input and 100 output tokens at Sonnet's prices, and two searches at $10 per 1,000
+PAUSED_USD = (1000 * 3.0 + 100 * 15.0) / 1e6 + 2 * 10.0 / 1000
+
+
+async def test_the_searches_are_booked_on_every_path() -> None:
+    async with gg.Gateway([_claude(Claude(), price=PRICE)]) as gate:
+        chat = await _ask(gate, False)
+        streamed = await _ask(gate, True)
+        client = anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url="http://127.0.0.1:9",
+                                          http_client=gate.http_client("claude"), max_retries=0)
+        whole = await client.messages.create(model=MODEL, max_tokens=1024, messages=ASK,
+                                             tools=SEARCH)  # type: ignore[arg-type]
+        async with client.messages.stream(model=MODEL, max_tokens=1024, messages=ASK,
+                                          tools=SEARCH) as sdk:  # type: ignore[arg-type]
+            final = await sdk.get_final_message()
+        stats = gate.stats()["claude"]
+        entry = gate.ledger.entries["claude"]
+    assert chat.usage.web_search_requests == streamed.usage.web_search_requests == 2
+    assert chat.cost_usd == pytest.approx(PAUSED_USD)  # the searches were $0 before
+    assert streamed.cost_usd == pytest.approx(PAUSED_USD)
+    # the SDK reads every block as it came, and its calls are booked the same
+    assert [b.type for b in whole.content] == [b.type for b in final.content] == [
+        b["type"] for b in CONTENT]
+    assert final.content[3].citations is not None  # type: ignore[union-attr]
+    assert stats.web_search_requests == entry.web_search_requests == 4 * 2
+    assert stats.cost_usd == pytest.approx(4 * PAUSED_USD)
+
+
+async def test_the_price_table_prices_the_searches() -> None:
+    pytest.importorskip("genai_prices")
+    async with gg.Gateway([_claude(Claude(), price=None)]) as gate:
+        r = await _ask(gate, False)
+    # Sonnet 4.5 in the table: $3 / $15 per MTok, $10 per 1,000 searches
+    assert r.cost_usd == pytest.approx(PAUSED_USD)
+
+
+def test_a_price_without_a_search_price_books_them_at_nothing() -> None:
+    usage = gg.Usage(input_tokens=1000, output_tokens=100, web_search_requests=2)
+    assert gg.Price(input_per_mtok=3.0, output_per_mtok=15.0).cost(usage) == pytest.approx(
+        (1000 * 3.0 + 100 * 15.0) / 1e6)
+    assert (usage + usage).web_search_requests == 4
