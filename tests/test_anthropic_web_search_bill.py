@@ -11,11 +11,22 @@ every search cost $0 — on ``gate.chat``, ``gate.stream`` and the anthropic SDK
 from __future__ import annotations
 
 import anthropic
+import httpx2
 import pytest
 
 import gptgate as gg
 
-from .test_anthropic_server_tools import ASK, CONTENT, MODEL, SEARCH, Claude, _ask, _claude
+from .test_anthropic_server_tools import (
+    ASK,
+    CONTENT,
+    MODEL,
+    PAUSED,
+    SEARCH,
+    Claude,
+    _ask,
+    _claude,
+    _stream,
+)
 
 PRICE = gg.Price(input_per_mtok=3.0, output_per_mtok=15.0, web_search_per_k=10.0)
 #: 1,000 input and 100 output tokens at Sonnet's prices, and two searches at $10 per 1,000
@@ -59,3 +70,26 @@ def test_a_price_without_a_search_price_books_them_at_nothing() -> None:
     assert gg.Price(input_per_mtok=3.0, output_per_mtok=15.0).cost(usage) == pytest.approx(
         (1000 * 3.0 + 100 * 15.0) / 1e6)
     assert (usage + usage).web_search_requests == 4
+
+
+
+async def test_a_stream_cut_after_a_search_books_the_search() -> None:
+    """Anthropic bills a search once made (one that errored is not billed); the count comes
+    only at the stream's end, so a stream cut after a search's result is booked at the
+    searches it saw — before, at none."""
+    cut = _stream(PAUSED).split(b"event: content_block_start")
+    body = b"event: content_block_start".join(cut[:4])  # up to the first search's result
+
+    def server(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    backend = gg.Backend(name="claude", provider="anthropic", model=MODEL, api_key="sk-ant-test",
+                         base_url="http://127.0.0.1:9", price=PRICE,
+                         transport=httpx2.MockTransport(server))
+    async with gg.Gateway([backend], max_attempts=1) as gate:
+        with pytest.raises(gg.GateError):
+            async with gate.stream(ASK, tools=SEARCH) as s:
+                [_ async for _ in s]
+        entry = gate.ledger.entries["claude"]
+    assert entry.web_search_requests == 1
+    assert entry.cost_usd >= 10.0 / 1000

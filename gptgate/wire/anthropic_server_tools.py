@@ -24,7 +24,7 @@ from typing import Any
 from gptgate.errors import BadRequestError
 
 __all__ = [
-    "BLOCKS_KEY", "BlockFold", "kept_blocks", "sent_blocks", "server_block",
+    "BLOCKS_KEY", "BlockFold", "count_search", "kept_blocks", "sent_blocks", "server_block",
 ]
 
 #: the raw message's key for the answer's whole content (only the Anthropic dialect reads it)
@@ -64,6 +64,21 @@ def sent_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]] 
             "raw message gave them: pass them back unchanged"
         )
     return [dict(b) for b in blocks]
+
+
+def count_search(block: Mapping[str, Any], usage: dict[str, Any]) -> bool:
+    """Count a streamed web search's result in a Messages ``usage`` object so far: Anthropic
+    bills a search once made (not one that errored), but states the count only in the
+    stream's last ``message_delta`` — a stream cut after the search is still billed for it.
+    True if counted (the server's own count replaces it when it comes)."""
+    if block.get("type") != "web_search_tool_result" or not isinstance(block.get("content"), list):
+        return False
+    tools = usage.get("server_tool_use")
+    tools = dict(tools) if isinstance(tools, dict) else {}
+    done = tools.get("web_search_requests")
+    tools["web_search_requests"] = (done if isinstance(done, int) else 0) + 1
+    usage["server_tool_use"] = tools
+    return True
 
 
 class BlockFold:

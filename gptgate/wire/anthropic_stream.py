@@ -21,7 +21,12 @@ from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 from gptgate.results import Usage
-from gptgate.wire.anthropic_server_tools import BLOCKS_KEY, BlockFold, kept_blocks
+from gptgate.wire.anthropic_server_tools import (
+    BLOCKS_KEY,
+    BlockFold,
+    count_search,
+    kept_blocks,
+)
 from gptgate.wire.anthropic_thinking import ThinkingFold, kept_thinking
 from gptgate.wire.openai import (
     ChatStreamReader,
@@ -196,6 +201,8 @@ class MessagesAccumulator(StreamAccumulator):
             block = chunk.get("content_block")
             if isinstance(block, dict):
                 self._fold.start(chunk.get("index"), block)
+                if count_search(block, self._usage_obj):  # billed, even if cut before the count
+                    self._take_usage({})
             if not isinstance(block, dict) or self._thinking.start(chunk.get("index"), block):
                 return ""
             if block.get("type") == "tool_use":
