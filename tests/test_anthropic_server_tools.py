@@ -146,6 +146,28 @@ async def test_a_paused_turn_sent_back_as_it_came_continues(stream: bool) -> Non
         assert body["messages"][-1] == {"role": "assistant", "content": CONTENT}
 
 
+async def test_a_turn_paused_twice_goes_back_as_one_turn_in_order() -> None:
+    bodies: list[dict[str, Any]] = []
+    answers = [PAUSED, {**PAUSED, "id": "msg_03", "content": CONTENT[3:]}, DONE]
+
+    def server(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(json.loads(request.content))
+        return httpx2.Response(200, json=answers[len(bodies) - 1])
+
+    backend = gg.Backend(name="claude", provider="anthropic", model=MODEL, price=PRICE,
+                         base_url="http://127.0.0.1:9", api_key="sk-ant-test",
+                         transport=httpx2.MockTransport(server))
+    messages: list[Any] = list(ASK)
+    async with gg.Gateway([backend]) as gate:
+        r = await gate.chat(messages, tools=SEARCH)
+        while r.finish_reason == "pause_turn" and len(bodies) < 5:
+            assert r.raw is not None
+            messages = [*messages, r.raw["choices"][0]["message"]]
+            r = await gate.chat(messages, tools=SEARCH)
+    assert r.text == "May 2026." and len(bodies) == 3
+    assert bodies[2]["messages"][1:] == [{"role": "assistant", "content": CONTENT + CONTENT[3:]}]
+
+
 async def test_the_blocks_stay_out_of_an_openai_dialect_request() -> None:
     seen: list[dict[str, Any]] = []
 
