@@ -93,3 +93,18 @@ async def test_a_stream_cut_after_a_search_books_the_search() -> None:
         entry = gate.ledger.entries["claude"]
     assert entry.web_search_requests == 1
     assert entry.cost_usd >= 10.0 / 1000
+
+
+async def test_a_dollar_budget_reserves_the_searches_a_call_may_make() -> None:
+    """A budget reserves a call's dearest outcome before sending it: with a web search tool of
+    ``max_uses`` 5, that is five searches besides the tokens. Before, only the tokens were
+    reserved ($0.0016 here): the call went out under a $0.01 budget and spent $0.0245."""
+    server = Claude()
+    budget = gg.Budget(usd_per_hour=0.01, on_exceed="raise")
+    tools = [{**SEARCH[0], "max_uses": 5}]
+    async with gg.Gateway([_claude(server, price=PRICE)], budget=budget) as gate:
+        with pytest.raises(gg.BudgetExceededError):
+            await gate.chat(ASK, tools=tools, max_tokens=100)
+        assert not server.bodies  # refused before sending
+        await gate.chat(ASK, max_tokens=100)  # no search tool: its tokens fit
+    assert len(server.bodies) == 1 and "tools" not in server.bodies[0]

@@ -24,7 +24,8 @@ from typing import Any
 from gptgate.errors import BadRequestError
 
 __all__ = [
-    "BLOCKS_KEY", "BlockFold", "count_search", "kept_blocks", "sent_blocks", "server_block",
+    "BLOCKS_KEY", "BlockFold", "count_search", "kept_blocks", "most_searches", "sent_blocks",
+    "server_block",
 ]
 
 #: the raw message's key for the answer's whole content (only the Anthropic dialect reads it)
@@ -64,6 +65,20 @@ def sent_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]] 
             "raw message gave them: pass them back unchanged"
         )
     return [dict(b) for b in blocks]
+
+
+def most_searches(params: Mapping[str, Any]) -> int:
+    """The most searches a call's web search tools may make: their ``max_uses`` (what a dollar
+    budget reserves beside the tokens). A tool without ``max_uses`` has no bound to reserve:
+    0 (set ``max_uses`` to bound a budget's exposure)."""
+    tools = params.get("tools")
+    if not isinstance(tools, list):
+        return 0
+    return sum(
+        tool["max_uses"] for tool in tools
+        if isinstance(tool, Mapping) and str(tool.get("type", "")).startswith("web_search_")
+        and isinstance(tool.get("max_uses"), int) and tool["max_uses"] > 0
+    )
 
 
 def count_search(block: Mapping[str, Any], usage: dict[str, Any]) -> bool:
