@@ -108,3 +108,23 @@ async def test_a_dollar_budget_reserves_the_searches_a_call_may_make() -> None:
         assert not server.bodies  # refused before sending
         await gate.chat(ASK, max_tokens=100)  # no search tool: its tokens fit
     assert len(server.bodies) == 1 and "tools" not in server.bodies[0]
+
+
+async def test_an_sdk_stream_cut_after_a_search_books_the_search() -> None:
+    cut = _stream(PAUSED).split(b"event: content_block_start")
+    body = b"event: content_block_start".join(cut[:4])  # up to the first search's result
+
+    def server(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    backend = gg.Backend(name="claude", provider="anthropic", model=MODEL, api_key="sk-ant-test",
+                         base_url="http://127.0.0.1:9", price=PRICE,
+                         transport=httpx2.MockTransport(server))
+    async with gg.Gateway([backend]) as gate:
+        client = anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url="http://127.0.0.1:9",
+                                          http_client=gate.http_client("claude"), max_retries=0)
+        async with client.messages.stream(model=MODEL, max_tokens=1024, messages=ASK,
+                                          tools=SEARCH) as sdk:  # type: ignore[arg-type]
+            [_ async for _ in sdk]
+        entry = gate.ledger.entries["claude"]
+    assert entry.web_search_requests == 1
