@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from .config import Price
@@ -177,13 +177,17 @@ class Ledger:
     def batch_cost(self, backend: str, usage: Usage, discount: float) -> float:
         """One Batch API answer's cost: genai-prices' batch price when the table states one
         for the model (the provider's own discount, cache reads and writes included), else
-        ``discount`` of the live price."""
+        ``discount`` of the live price — of the tokens: a server tool's searches are not
+        discounted (the table's batch price keeps them)."""
         source = self._prices.get(backend)
         if isinstance(source, CatalogPrice):
             now = self._utc_now()
             if source.has_batch(now):
                 return source.at(now, usage.input_tokens, batch=True).cost(usage)
-        return self.cost(backend, usage) * discount
+        if not usage.web_search_requests:
+            return self.cost(backend, usage) * discount
+        tokens = self.cost(backend, replace(usage, web_search_requests=0))
+        return tokens * discount + self.cost(backend, usage) - tokens
 
     def batch_most_cost(
         self, backend: str, input_tokens: int, output_tokens: int, discount: float
@@ -213,6 +217,7 @@ class Ledger:
         entry.input_tokens += usage.input_tokens
         entry.cached_input_tokens += usage.cached_input_tokens
         entry.output_tokens += usage.output_tokens
+        entry.web_search_requests += usage.web_search_requests
         entry.cost_usd += cost
         if self.on_cost is not None and cost > 0:
             self.on_cost(cost)

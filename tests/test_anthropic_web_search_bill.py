@@ -15,6 +15,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
+from gptgate.ledger import Ledger
 
 from .test_anthropic_server_tools import (
     ASK,
@@ -128,3 +129,14 @@ async def test_an_sdk_stream_cut_after_a_search_books_the_search() -> None:
             [_ async for _ in sdk]
         entry = gate.ledger.entries["claude"]
     assert entry.web_search_requests == 1
+
+
+def test_a_batch_answer_books_its_searches_at_their_full_price() -> None:
+    """The Batch API halves the tokens' price, not the searches' (genai-prices' batch price
+    keeps $10 per 1,000): a batch answer with an explicit price discounted both, and its
+    searches were not counted in the ledger."""
+    ledger = Ledger({"claude": PRICE})
+    usage = gg.Usage(input_tokens=1000, output_tokens=100, web_search_requests=2)
+    cost = ledger.record_batch("claude", usage, 0.5)
+    assert cost == pytest.approx((1000 * 3.0 + 100 * 15.0) / 1e6 * 0.5 + 2 * 10.0 / 1000)
+    assert ledger.entries["claude"].web_search_requests == 2
