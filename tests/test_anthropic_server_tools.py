@@ -200,3 +200,24 @@ def test_a_paused_turn_is_no_failed_answer_to_escalate() -> None:
         latency_s=0.1, queue_s=0.0, cost_usd=0.0, scenario="default", stream_decision="rule",
     )
     assert failure_reason(paused, {"max_tokens": 100}) is None
+
+
+async def test_a_mixed_fleet_keeps_a_server_tool_call_on_claude() -> None:
+    """OpenAI's API answers a tool it does not know with a 400: a call with Anthropic's web
+    search went to whichever backend the router chose, and failed there. Its dialect now
+    refuses it before sending, so the call stays on Claude; pinned to OpenAI it is a
+    ``BadRequestError``, nothing sent."""
+    seen: list[httpx2.Request] = []
+
+    def openai(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(400, json={"error": {"message": "Invalid value: 'web_search_"
+                                                    "20250305'", "type": "invalid_request_error"}})
+
+    gpt = gg.Backend(name="gpt", provider="openai", model="gpt-4o", api_key="sk-test",
+                     price=PRICE, transport=httpx2.MockTransport(openai))
+    async with gg.Gateway([gpt, _claude(Claude())]) as gate:
+        answers = [await gate.chat(ASK, tools=SEARCH) for _ in range(6)]
+        with pytest.raises(gg.BadRequestError, match="web_search_20250305"):
+            await gate.chat(ASK, tools=SEARCH, backend="gpt")
+    assert {r.backend for r in answers} == {"claude"} and not seen

@@ -17,6 +17,7 @@ SDK's blocks) passes through too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from typing import Any
@@ -25,7 +26,7 @@ from gptgate.errors import BadRequestError
 
 __all__ = [
     "BLOCKS_KEY", "BlockFold", "count_search", "kept_blocks", "most_searches", "sent_blocks",
-    "server_block",
+    "server_block", "server_tool_in",
 ]
 
 #: the raw message's key for the answer's whole content (only the Anthropic dialect reads it)
@@ -65,6 +66,23 @@ def sent_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]] 
             "raw message gave them: pass them back unchanged"
         )
     return [dict(b) for b in blocks]
+
+
+def server_tool_in(params: Mapping[str, Any]) -> str | None:
+    """The type of an Anthropic server tool in the call's ``tools`` (a versioned type such as
+    ``web_search_20250305``, run by Anthropic's servers), or None. A strict OpenAI-format API
+    answers it with a 400; its dialect refuses it before sending, so a mixed fleet keeps the
+    call on Claude (gptgate/param_fit.py)."""
+    tools = params.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if isinstance(kind, str) and _VERSIONED.fullmatch(kind):
+            return kind
+    return None
+
+
+#: a server tool's type: its name and the date of its version
+_VERSIONED = re.compile(r"[a-z_]+_\d{8}")
 
 
 def most_searches(params: Mapping[str, Any]) -> int:
