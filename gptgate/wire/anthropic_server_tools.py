@@ -69,8 +69,8 @@ def sent_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]] 
 
 
 def server_tool_in(params: Mapping[str, Any]) -> str | None:
-    """The type of an Anthropic server tool in the call's ``tools`` (a versioned type such as
-    ``web_search_20250305``, run by Anthropic's servers), or None. A strict OpenAI-format API
+    """The type of an Anthropic-defined tool in the call's ``tools`` (a versioned type: a
+    server tool such as ``web_search_20250305``, or ``bash_20250124``), or None. A strict OpenAI-format API
     answers it with a 400; its dialect refuses it before sending, so a mixed fleet keeps the
     call on Claude (gptgate/param_fit.py)."""
     tools = params.get("tools")

@@ -216,7 +216,7 @@ class OpenAIDialect:
         tool = server_tool_in(params) if self._strict_messages else None
         if tool is not None:
             raise BadRequestError(
-                f"bad request: provider {self.provider!r} runs no Anthropic server tool "
+                f"bad request: provider {self.provider!r} takes no Anthropic-defined tool "
                 f"({tool!r} in tools); nothing was sent", backend=self.backend,
             )
 
