@@ -70,9 +70,9 @@ def sent_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]] 
 
 def server_tool_in(params: Mapping[str, Any]) -> str | None:
     """The type of an Anthropic-defined tool in the call's ``tools`` (a versioned type: a
-    server tool such as ``web_search_20250305``, or ``bash_20250124``), or None. A strict OpenAI-format API
-    answers it with a 400; its dialect refuses it before sending, so a mixed fleet keeps the
-    call on Claude (gptgate/param_fit.py)."""
+    server tool such as ``web_search_20250305``, or ``bash_20250124``), or None. A strict
+    OpenAI-format API answers it with a 400; its dialect refuses it before sending, so a
+    mixed fleet keeps the call on Claude (gptgate/param_fit.py)."""
     tools = params.get("tools")
     for tool in tools if isinstance(tools, list) else ():
         kind = tool.get("type") if isinstance(tool, Mapping) else None
@@ -119,10 +119,13 @@ class BlockFold:
     does: text by ``text_delta`` and ``citations_delta``, a (server) tool's input by
     ``input_json_delta``, thinking by its deltas; a tool result comes whole at its start."""
 
-    __slots__ = ("_blocks", "_parts")
+    __slots__ = ("_blocks", "_kept", "_parts")
 
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
+        #: a block with no OpenAI shape came: the content is kept (a plain answer's is not
+        #: even joined)
+        self._kept = False
         #: (index, field) → its pieces so far (joined once, at the end: a long answer's
         #: thousands of deltas are not copied over and over)
         self._parts: dict[tuple[int, str], list[str]] = {}
@@ -130,6 +133,7 @@ class BlockFold:
     def start(self, index: Any, block: Mapping[str, Any]) -> None:
         if isinstance(index, int):
             self._blocks[index] = dict(block)
+            self._kept = self._kept or _needs_keeping(block)
 
     def delta(self, index: Any, delta: Mapping[str, Any]) -> None:
         block = self._blocks.get(index) if isinstance(index, int) else None
@@ -138,6 +142,7 @@ class BlockFold:
         kind = delta.get("type")
         if kind == "citations_delta" and isinstance(delta.get("citation"), Mapping):
             block["citations"] = [*(block.get("citations") or ()), dict(delta["citation"])]
+            self._kept = True
             return
         field = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
         piece = delta.get(field[0]) if field is not None else None
@@ -146,6 +151,8 @@ class BlockFold:
 
     def blocks(self) -> list[dict[str, Any]] | None:
         """The content so far, as :func:`kept_blocks` keeps it (None for a plain answer)."""
+        if not self._kept:
+            return None
         out = []
         for index in sorted(self._blocks):
             block = dict(self._blocks[index])
