@@ -77,6 +77,7 @@ from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
+from .wire.anthropic_server_tools import most_searches
 from .wire.html_page import html_stream_error, is_html_page
 from .wire.stream_usage import learn_refusal
 
@@ -907,12 +908,14 @@ class CallRunner:
 
     def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
         """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
-        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves)."""
+        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves),
+        and the searches a web search tool may make (its ``max_uses``)."""
         price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
         output = output_bound(spec)
-        return price.most_cost(spec.prompt_tokens, output)
+        searches = most_searches(spec.params) * price.web_search_per_k / 1000
+        return price.most_cost(spec.prompt_tokens, output) + searches
 
     async def admit_budget(
         self, spec: CallSpec, backend: BackendState, counted: bool = True

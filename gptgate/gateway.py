@@ -1479,6 +1479,7 @@ class Gateway:
                 drift=state.drift.status if state.drift is not None else None,
                 cache_write_input_tokens=entry.cache_write_input_tokens,
                 reasoning_tokens=entry.reasoning_tokens,
+                web_search_requests=entry.web_search_requests,
                 server=state.signals.snapshot() if state.signals else ServerSignals(),
                 response_cache=self._cached.statistics(name),
             )

@@ -24,6 +24,7 @@ from .sdk_in_band import in_band_failure
 from .tap_answer import AnswerText
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
+from .wire.anthropic_server_tools import count_search
 from .wire.anthropic_stream import FINISH_REASONS
 from .wire.html_page import is_html_page
 from .wire.stream_start import reasoning_chars
@@ -239,6 +240,12 @@ class ResponseTap:
                 piece = delta.get("text") or delta.get("partial_json") or delta.get("thinking")
             if isinstance(piece, str) and piece:
                 self._content(len(piece), now)
+        elif kind == "content_block_start":  # a web search's result: billed, counted or not
+            block = chunk.get("content_block")
+            so_far = dict(self._messages_usage or {})
+            if isinstance(block, dict) and count_search(block, so_far):
+                self._messages_event("message_delta", {"usage": so_far}, now)
+                self.output_counted = False  # the output's count is still to come
         elif kind in ("message_start", "message_delta"):
             obj = chunk.get("message") if kind == "message_start" else chunk
             if not isinstance(obj, dict):

@@ -244,12 +244,16 @@ def failure_reason(
     """Why a small-tier answer looks failed, or None: ``length`` (cut at a small or unset
     ``max_tokens`` — a small bound the large model answers within, or the small model's
     context), ``empty`` (no text and no tool call), ``invalid_json`` (``response_format``
-    asked for JSON)."""
+    asked for JSON). A paused turn (Anthropic's ``pause_turn``: a server tool's long turn,
+    continued by sending it back) has not failed: the large tier would start the turn over,
+    its searches paid again, and the paused work lost."""
     if result.finish_reason == "length":
         bound = _token_bound(params)
         if bound is None or bound <= small_output_tokens:
             return "length"
-    if result.finish_reason in ("tool_calls", "function_call") or _called_a_tool(result):
+    if result.finish_reason in ("tool_calls", "function_call", "pause_turn") or _called_a_tool(
+        result
+    ):
         return None
     if not result.text.strip():
         return "empty"
@@ -562,7 +566,8 @@ class Tiering:
         """A large-tier answer: how long the large model answers when nothing stops it."""
         if tier == "large":
             self.large_answers.observe(
-                result.usage.output_tokens, finished=result.finish_reason != "length"
+                result.usage.output_tokens,
+                finished=result.finish_reason not in ("length", "pause_turn"),
             )
 
     def _verdict(
