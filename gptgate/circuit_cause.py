@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import BackendError, GateError
+from .errors import BackendError, GateError, OutOfFundsError
 from .routing import BackendState, CircuitBreaker
 
 __all__ = ["FailureCause", "last_failure", "open_circuit_error", "remember_failure"]
@@ -30,12 +30,16 @@ class FailureCause:
 
     message: str
     status: int | None
+    #: the account behind the key is empty (``OutOfFundsError``, whatever its status)
+    funds: bool = False
 
     @property
     def refused_key(self) -> bool:
         """A refused key (only the credential paths count a 401/403: credential_failover.py,
-        credential_owner.py): the key's failure, not the server's."""
-        return self.status in (401, 403)
+        credential_owner.py): the key's failure, not the server's — kept in its process under
+        ``shared=``. An empty account is not one, even said with a 403: every process draws
+        on it, so its open is the fleet's (shared/health.py)."""
+        return self.status in (401, 403) and not self.funds
 
 
 def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
@@ -43,7 +47,7 @@ def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
     message = " ".join(error.message.split())
     if len(message) > MAX_CAUSE_CHARS:
         message = message[: MAX_CAUSE_CHARS - 1] + "…"
-    breaker.cause = FailureCause(message, error.status)
+    breaker.cause = FailureCause(message, error.status, isinstance(error, OutOfFundsError))
 
 
 def last_failure(state: BackendState) -> str:

@@ -10,7 +10,8 @@ on a call's path but a half-open probe, which first asks Redis whether it may go
 (:meth:`FleetHealth.may_probe`, one round trip, once per cool-down). With Redis away the
 breakers are local, as without ``shared=``. An open caused by a refused key (401/403) stays
 local: the key is this process's, and the fleet's processes may hold different ones (an old
-pod's revoked key opened the circuit of the new pods whose key worked).
+pod's revoked key opened the circuit of the new pods whose key worked). An empty account
+(``OutOfFundsError``, even a 403) is the fleet's: every process draws on it.
 """
 
 from __future__ import annotations
