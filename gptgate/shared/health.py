@@ -72,12 +72,21 @@ class FleetHealth:
             self.probe_to_leave = True
             self.client.kick()
 
+    def _own_key_open(self) -> bool:
+        """Open here by this process's refused key: the fleet may lengthen it, and its
+        probe's success elsewhere does not close it (the key is still refused)."""
+        breaker = self.breaker
+        cause = breaker.cause
+        return (not breaker.forced and breaker.failures >= breaker.threshold
+                and cause is not None and cause.refused_key)
+
     def apply(self, state: int, left_ms: int) -> None:
         """What the poll read: 1 open for ``left_ms`` more, 2 closed by a probe, 0 neither."""
         clock = self.client.clock
         if state == 1 and left_ms > 0:
             now = clock.now()
-            self.breaker.force_open(now, now + self.client.clock_s(left_ms))
+            self.breaker.force_open(now, now + self.client.clock_s(left_ms),
+                                    fleets=not self._own_key_open())
         elif state == 2:
             self.breaker.force_close()
 
@@ -105,5 +114,6 @@ class FleetHealth:
         # open until the fleet's verdict, but ask again within a poll or two: a probe that
         # succeeds elsewhere closes the circuit long before its time is up
         now = client.clock.now()
-        self.breaker.force_open(now, now + client.clock_s(min(left_ms, _RECHECK_MS)))
+        self.breaker.force_open(now, now + client.clock_s(min(left_ms, _RECHECK_MS)),
+                                fleets=not self._own_key_open())
         return False
