@@ -963,7 +963,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
         if status >= 400:  # classified by its body too (an empty account: sdk_refusal_body.py)
-            response, said = await read_refusal(response, clock)
+            try:
+                response, said = await read_refusal(response, clock)
+            except BaseException:  # cancelled while reading it: still a refusal, permit back
+                attempt.status_failed(status, response.headers, b"")
+                raise
             attempt.status_failed(status, response.headers, said)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)

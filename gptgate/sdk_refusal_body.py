@@ -10,7 +10,9 @@ dead account) and an empty Anthropic one a malformed call.
 
 A 4xx body is short (a JSON error), so it is read here, bounded, and the SDK reads the same
 bytes from the response afterwards. A body that does not arrive within the bound is cut: the
-SDK gets the refusal with an empty body, as the status alone classified it before.
+SDK gets the refusal with an empty body, as the status alone classified it before. A caller
+cancelled meanwhile: the response is closed and the refusal counted by its status alone
+(sdk_client.py), so its permit goes back.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ async def read_refusal(
         return response, response.content  # read already (a mock, a pre-read body)
     except httpx2.ResponseNotRead:
         pass
-    with anyio.move_on_after(clock.to_real(_READ_S)):
-        try:
-            return response, await response.aread()
-        except httpx2.HTTPError:
-            pass
-    with anyio.CancelScope(shield=True):
-        await response.aclose()
+    try:
+        with anyio.move_on_after(clock.to_real(_READ_S)):
+            try:
+                return response, await response.aread()
+            except httpx2.HTTPError:
+                pass
+    finally:  # cut, failed or cancelled: its connection goes back (read: closed already)
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
     headers = [(k, v) for k, v in response.headers.multi_items()
                if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
     cut = httpx2.Response(response.status_code, headers=headers, content=b"",

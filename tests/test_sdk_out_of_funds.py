@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
+import anyio
 import openai
 import pytest
 
@@ -125,3 +126,38 @@ async def test_the_sdk_still_reads_the_servers_body() -> None:
                 await _one(gate, "openai", root, guarded=False)
     assert caught.value.code == "insufficient_quota"
     assert "exceeded your current quota" in str(caught.value)
+
+
+async def test_a_caller_cancelled_while_the_refusal_is_read_hands_its_permit_back() -> None:
+    """The body is read with the permit held: a caller cancelled while it is slow to come
+    (headers sent, body stalled) still ends the attempt, and nothing stays in flight."""
+    release = threading.Event()
+
+    class Stalled(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(429)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "100")
+            self.end_headers()
+            self.wfile.flush()
+            release.wait(10)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stalled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        async with _gate("openai", root) as gate:
+            with anyio.move_on_after(0.3) as scope:
+                await _one(gate, "openai", root, guarded=False)
+            assert scope.cancelled_caught
+            assert gate.stats()["primary"].in_flight == 0
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
