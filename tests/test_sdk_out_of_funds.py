@@ -161,3 +161,47 @@ async def test_a_caller_cancelled_while_the_refusal_is_read_hands_its_permit_bac
         release.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(("provider", "refusal", "sent"), [
+    # openai 3.x adds its key in an auth flow: the request its error carries has none, so
+    # whose key it was cannot be told and nothing is counted (credential_owner.py) — but it
+    # is no rate limit: one request per call, not max_attempts
+    ("openai", OPENAI_QUOTA, 10),
+    # anthropic's request carries its key: the backend's own, counted until the circuit opens
+    ("anthropic", ANTHROPIC_CREDIT, THRESHOLD),
+], ids=["openai-quota-429", "anthropic-credit-400"])
+async def test_a_guarded_functions_own_client_meets_it_once(
+    provider: str, refusal: tuple[int, Any], sent: int
+) -> None:
+    """A guarded function on its own client (not ``gate.http_client``): the guard read the
+    SDK's exception by its status alone — OpenAI's 429 was retried on the empty account
+    (``max_attempts`` requests per call: 30 for 10 calls), and Anthropic's 400 never counted
+    (10 of 10 sent, the circuit closed)."""
+    with _empty_account(refusal, None) as (root, hits):
+        gate = gg.Gateway([gg.Backend(name="primary", provider=provider, api_key="sk-test-0",
+                                      base_url=root if provider == "anthropic" else f"{root}/v1",
+                                      model="m")],
+                          breaker_threshold=THRESHOLD, breaker_cooldown_s=600.0,
+                          max_breaker_wait_s=0.0, max_attempts=3)
+        if provider == "anthropic":
+            claude = anthropic.AsyncAnthropic(api_key="sk-test-0", base_url=root, max_retries=0)
+
+            async def call() -> object:
+                return await claude.messages.create(model="m", max_tokens=10,
+                                                    messages=USER)  # type: ignore[arg-type]
+        else:
+            sdk = openai.AsyncOpenAI(api_key="sk-test-0", base_url=f"{root}/v1", max_retries=0)
+
+            async def call() -> object:
+                return await sdk.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+        async with gate:
+            guarded = gate.guard(backend="primary")(call)
+            for _ in range(10):
+                with pytest.raises((openai.APIStatusError, anthropic.APIStatusError,
+                                    gg.BackendError)):
+                    await guarded()
+            stats = gate.stats()["primary"]
+    assert hits[0] == sent
+    assert stats.circuit == ("open" if sent == THRESHOLD else "closed")
+    assert stats.rate_limited == 0  # an empty account is no rate limit
