@@ -38,24 +38,39 @@ __all__ = ["RefusedRequest", "carries_backends_key", "count_refused_key", "refus
 RefusedRequest = tuple[Mapping[str, str], str]
 
 
-def _key_headers(state: BackendState, headers: Mapping[str, str]) -> dict[str, bytes]:
-    """The values ``headers`` holds under the names the backend's dialect puts its key in."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    names = (n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n))
-    return {name: lowered[name].encode() for name in names if name in lowered}
+#: where an SDK may carry a backend's key, whatever header its dialect sends it in: the
+#: ``anthropic`` package (2.x) sends ``api_key`` as ``Authorization: Bearer``, not
+#: ``x-api-key`` — compared by header name, the backend's own key refused through it never
+#: counted (a revoked Anthropic key took every SDK request, its circuit closed)
+_CARRIERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
+def _credentials(names: frozenset[str], headers: Mapping[str, str]) -> set[bytes]:
+    """The credential values ``headers`` holds under ``names``, a ``Bearer`` prefix off."""
+    found = set()
+    for name, value in headers.items():
+        if name.lower() in names:
+            token = value.strip()
+            if token[:7].lower() == "bearer ":
+                token = token[7:].strip()
+            if token:
+                found.add(token.encode())
+    return found
 
 
 def carries_backends_key(state: BackendState, headers: Mapping[str, str]) -> bool:
-    """The request's credential is the one the backend's pool sends (no key for both
-    included); the values are only compared, never kept. A backend whose credential is made
-    per request (Azure's token provider: no key header) cannot tell: never."""
-    if not any(is_secret_name(name) for name in state.pool.dialect.auth_headers("k")):
+    """The request's credential is the one the backend's pool sends, under whichever header
+    the SDK put it (no key for both included); the values are only compared, never kept. A
+    backend whose credential is made per request (Azure's token provider: no key header)
+    cannot tell: never."""
+    dialect = {n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n)}
+    if not dialect:
         return False
-    own = _key_headers(state, state.pool.client.headers)
-    sent = _key_headers(state, headers)
-    return own.keys() == sent.keys() and all(
-        hmac.compare_digest(own[name], sent[name]) for name in own
-    )
+    own = _credentials(frozenset(dialect), state.pool.client.headers)
+    sent = _credentials(_CARRIERS | dialect, headers)
+    if len(own) != len(sent):
+        return False
+    return all(any(hmac.compare_digest(key, other) for other in own) for key in sent)
 
 
 def count_refused_key(

@@ -30,10 +30,12 @@ from .errors import (
     BackendError,
     BadRequestError,
     GateError,
+    OutOfFundsError,
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
 )
+from .foreign_funds import out_of_funds_error
 from .guard_manager import entered
 from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
@@ -227,7 +229,9 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
         if headers is not None and headers.get(REFUSED_HEADER):
             return OverloadedError(name, backend=backend, should_retry=False)
         cls: type[GateError]
-        if status == 429:
+        if out_of_funds_error(exc, status):  # the account's (foreign_funds.py)
+            cls = OutOfFundsError
+        elif status == 429:
             cls = RateLimitedError
         elif status == 408:
             cls = RequestTimeout

@@ -63,6 +63,7 @@ from .sdk_circuit import through_circuit
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
+from .sdk_refusal_body import read_refusal
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
@@ -277,10 +278,10 @@ class _Attempt:
 
     # -- outcomes ---------------------------------------------------------------------------
 
-    def status_failed(self, status: int, headers: Mapping[str, str]) -> None:
+    def status_failed(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
         """An HTTP error response: the server refused (nothing billed)."""
         error = self.state.pool.dialect.error_for_status(
-            status, headers, b"", backend=self.state.name
+            status, headers, body, backend=self.state.name
         )
         self._count_failure(error)
         # the backend's own key refused: its failure (a tenant's key: nobody's)
@@ -1013,8 +1014,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         status = response.status_code
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
-        if status >= 400:
-            attempt.status_failed(status, response.headers)
+        if status >= 400:  # classified by its body too (an empty account: sdk_refusal_body.py)
+            try:
+                response, said = await read_refusal(response, clock)
+            except BaseException:  # cancelled while reading it: still a refusal, permit back
+                attempt.status_failed(status, response.headers, b"")
+                raise
+            attempt.status_failed(status, response.headers, said)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
         if runner.telemetry.capture_content and attempt.span.is_recording():

@@ -72,8 +72,12 @@ def _requeue_wait(
     to the SDK (no refusal, or its retry-after reaches past the bound)."""
     if response.status_code not in SHED_STATUSES or response.headers.get(REFUSED_HEADER):
         return None  # gptgate's own refusal (an open circuit, a budget) waited all it may
+    try:  # read by the transport (sdk_refusal_body.py): an empty account is no refusal
+        said = response.content
+    except httpx2.ResponseNotRead:
+        said = b""
     error = state.pool.dialect.error_for_status(
-        response.status_code, response.headers, b"", backend=state.name
+        response.status_code, response.headers, said, backend=state.name
     )
     refusals.note(error)
     if not refusals.free:
