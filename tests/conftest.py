@@ -37,12 +37,13 @@ WALL_CLOCK = frozenset({
 })
 
 #: of those, the modules whose real-time bounds assume the machine to themselves — several
-#: server processes on 2 cores, ratios of wall times (each of chaos, sync_sdks failed once
-#: beside another worker on a machine loaded 4-6 times over): under ``-n`` no other test runs
-#: while one of them does. (guard_manager and sdk_pace_fleet were here: a ``ScaledClock`` made
-#: their bounds fractions of a wall-clock second; the gateways there keep real time now, and
-#: the fleets' two minutes run on virtual time — ``tests.fleettools.run_fleet_virtual``.)
-ALONE = frozenset({"chaos", "failover", "sync_sdks"})
+#: server processes on 2 cores, ratios of wall times (chaos failed once beside another worker
+#: on a machine loaded 4-6 times over): under ``-n`` no other test runs while one of them
+#: does. (guard_manager, sdk_pace_fleet and sync_sdks were here: a ``ScaledClock`` made their
+#: bounds fractions of a wall-clock second — sync_sdks failed alone too; the gateways there
+#: keep real time now, and the fleets' two minutes run on virtual time —
+#: ``tests.fleettools.run_fleet_virtual``.)
+ALONE = frozenset({"chaos", "failover"})
 
 
 def _module_name(path: Path) -> str:
