@@ -95,6 +95,9 @@ class BackendStats:
     #: dearer); of ``output_tokens``: spent reasoning (docs/providers.md "Usage and prices")
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    #: searches a server-side web search tool made (Anthropic's), in ``cost_usd`` at
+    #: ``Price.web_search_per_k``
+    web_search_requests: int = 0
     #: ``Backend(signals=True)``: the server's own load at the last read (docs/signals.md);
     #: every field None when off or never read
     server: ServerSignals = field(default_factory=ServerSignals)

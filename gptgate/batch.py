@@ -56,7 +56,7 @@ from .errors import (
     RequestTimeout,
 )
 from .results import ChatResult, Usage
-from .tokens import estimate_prompt_tokens, estimate_text_tokens
+from .tokens import estimate_prompt_tokens, estimate_text_tokens, estimate_tools_tokens
 from .wire.dialect import Dialect
 
 if TYPE_CHECKING:
@@ -132,7 +132,8 @@ def _prepare(
         raise BadRequestError(f"item {index}: {error.message}") from None
     cap = params.get("max_completion_tokens", params.get("max_tokens"))
     max_tokens = cap if isinstance(cap, int) and not isinstance(cap, bool) else None
-    return kwargs, body, estimate_prompt_tokens(messages), max_tokens
+    prompt = estimate_prompt_tokens(messages) + estimate_tools_tokens(params.get("tools"))
+    return kwargs, body, prompt, max_tokens
 
 
 #: an item's arguments that are no request parameter (what ``gate.chat`` names itself)

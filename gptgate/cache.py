@@ -25,6 +25,7 @@ from .cache_order import WarmOrder, head_goes_first
 from .cache_order_trial import BURST_GAP_S, MAX_GROUPS, QUEUE_FACTOR, OrderTrial
 from .cache_pace import pace_interval, pace_slot, should_pace
 from .cache_prefill_lanes import PrefillLanes
+from .cache_queue_share import QueueShare
 from .cache_release import ReleaseJudge
 from .cache_shared_home import SharedHomes
 from .cache_slots import lone_admit, slot_ramp, slot_shares, worth_a_slot
@@ -667,7 +668,7 @@ class CacheTicket:
 
     __slots__ = (
         "_admitted_at", "_cold_miss", "_epoch", "_gap", "_gate", "_group", "_hit",
-        "_order_epoch", "_paced", "_prefilled", "_queued",
+        "_order_epoch", "_output", "_paced", "_prefilled", "_queued",
         "_released", "fleet_claim", "probe", "warmer",
     )
 
@@ -686,6 +687,8 @@ class CacheTicket:
         self.probe = False
         #: the call's usage showed a miss (None: not observed): it prefilled its prefix
         self._cold_miss: bool | None = None
+        #: its answer's length (None: not observed)
+        self._output: int | None = None
         #: ``shared=``: the fleet's claim this warmer holds ("" none; gptgate/shared/warmup.py)
         self.fleet_claim = ""
         self._epoch = group.controller.epoch if group is not None else 0
@@ -731,11 +734,14 @@ class CacheTicket:
         latency is not the server's, so it says nothing on whether the ramp pays."""
         self._paced = True
 
-    def observe(self, *, cached_tokens: int, input_tokens: int) -> None:
-        """Feed the call's usage: cached input tokens and all input tokens."""
+    def observe(
+        self, *, cached_tokens: int, input_tokens: int, output_tokens: int | None = None
+    ) -> None:
+        """Feed the call's usage: cached input tokens, all input tokens, answer tokens."""
         group = self._group
         if group is None or self._gate is None:
             return
+        self._output = output_tokens
         cacheable = cacheable_tokens(group.prefix_tokens, input_tokens)
         if cacheable <= 0:
             return
@@ -778,7 +784,7 @@ class CacheTicket:
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
             if self._hit is not None and not self._paced:
-                self._gate._judge_release(group.backend, self._hit, latency)
+                self._gate._judge_release(group.backend, self._hit, latency, self._output)
                 if self._gate._spreading(group.backend) and not (
                     group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s
                 ):
@@ -805,6 +811,8 @@ class CacheTicket:
         self._gate._recheck_warming(group.backend)
         self._gate._wake_head(group.backend)
         self._gate._wake(group)
+        if group.released[0] and self._gate._release_bounded.get(group.backend, False):
+            self._gate._wake_released(group.backend)
         self._gate._settle(group)
 
 
@@ -865,6 +873,11 @@ class CacheGate:
         #: per backend: whether the ramp pays, from its calls' latencies (gptgate/cache_release.py)
         self._release_judge = ReleaseJudge()
         self._released: dict[str, list[bool]] = {}
+        #: per backend: whether its calls showed a server with room for them when it was
+        #: released — only then do its released groups wait at the gate for a free place
+        #: of its limit (gptgate/cache_queue_share.py)
+        self._queue_share = QueueShare()
+        self._release_bounded: dict[str, bool] = {}
         #: per backend: whether serving warm groups in order pays, tried and measured
         #: (gptgate/cache_order_trial.py)
         self._order_trial = OrderTrial()
@@ -1349,11 +1362,18 @@ class CacheGate:
             state.released = self._released.setdefault(backend, [False])
         return state
 
-    def _judge_release(self, backend: str, hit: bool, latency_s: float) -> None:
+    def _judge_release(
+        self, backend: str, hit: bool, latency_s: float, output_tokens: int | None = None
+    ) -> None:
         """A finished call's latency: once the hits take longer than the misses, the ramp does
-        not pay on ``backend`` and its warm groups go out at the whole limit."""
+        not pay on ``backend`` and its warm groups go out at the whole limit — bounded at the
+        gate by the limit where the calls showed a server with room for them."""
         now = self._clock.now()
+        if output_tokens is not None and not self._release_judge.released(backend, now):
+            self._queue_share.record(backend, output_tokens, latency_s)
         if self._release_judge.record(backend, hit=hit, latency_s=latency_s, now=now):
+            self._release_bounded[backend] = self._queue_share.room(backend)
+            self._queue_share.reset(backend)
             self._released.setdefault(backend, [False])[0] = True
             for g in list(self._active.values()):
                 if g.backend == backend:
@@ -1475,6 +1495,12 @@ class CacheGate:
             if slot is not None:
                 return slot
         if not self._in_order(state):
+            if (
+                state.warm and state.released[0]
+                and self._release_bounded.get(state.backend, False)
+                and self._limit_taken(state.backend)
+            ):
+                return False  # released groups wait here, not at the limiter (round 16)
             return state.can_admit()
         backend = state.backend
         limit = self._limits.get(backend, 1)
@@ -1486,6 +1512,21 @@ class CacheGate:
         if head is state:
             return state.in_flight < state.controller.limit
         return self._busy.get(backend, 0) < limit and state.can_admit()
+
+    def _limit_taken(self, backend: str) -> bool:
+        """Whether ``backend``'s limit is taken by calls the gate let through. A released
+        backend's warm groups each have the whole limit as their window; without this bound
+        they passed the gate together, queued at the limiter in an order the gate no longer
+        chooses, and their latency from admission counted that queue (docs/caching.md, round
+        15)."""
+        return self._busy.get(backend, 0) >= self._limits.get(backend, 1)
+
+    def _wake_released(self, backend: str) -> None:
+        """A slot of a released ``backend`` freed: a warm group held only by the bound above
+        takes it (the finished call's own group was woken first)."""
+        for g in list(self._active.values()):
+            if g.backend == backend and g.waiters and not self._limit_taken(backend):
+                self._wake(g)
 
     def _wake_head(self, backend: str) -> None:
         """A slot of ``backend`` freed: the head of its warm order takes it first."""

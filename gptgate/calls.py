@@ -71,11 +71,13 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
+from .sdk_reads import BookedAnswers
 from .shed import Refusals
 from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
+from .wire.anthropic_server_tools import most_searches
 from .wire.html_page import html_stream_error, is_html_page
 from .wire.stream_usage import learn_refusal
 
@@ -96,7 +98,9 @@ class CacheTicketLike(Protocol):
 
     def paced(self) -> None: ...
 
-    def observe(self, *, cached_tokens: int, input_tokens: int) -> None: ...
+    def observe(
+        self, *, cached_tokens: int, input_tokens: int, output_tokens: int | None = None
+    ) -> None: ...
 
     def release(self) -> None: ...
 
@@ -530,7 +534,10 @@ class _Attempt:
         usage = parsed.usage or runner._estimated_usage(spec, parsed)
         if ticket is not None and parsed.usage is not None:
             # only real usage: an estimate knows no cached tokens and would read as a miss
-            ticket.observe(cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens)
+            ticket.observe(
+                cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
         backend.pacer.reconcile(self.reserved, usage.total_tokens)
         if backend.fleet_pacer is not None:
             backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
@@ -673,6 +680,8 @@ class CallRunner:
         self.billed_work: dict[str, BilledWork] = {}
         #: per backend and prompt prefix: what its last whole answer read from the cache
         self.cached_guess = CachedGuess(clock)
+        #: answers whose usage an SDK's request booked: one read again books nothing
+        self.booked_answers = BookedAnswers()
         #: per backend: its client and the absolute chat URL (joined once, not per request)
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
         #: tail hedging (gptgate/hedge_race.py): the race, its budgets and backends' progress
@@ -899,12 +908,14 @@ class CallRunner:
 
     def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
         """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
-        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves)."""
+        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves),
+        and the searches a web search tool may make (its ``max_uses``)."""
         price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
         output = output_bound(spec)
-        return price.most_cost(spec.prompt_tokens, output)
+        searches = most_searches(spec.params) * price.web_search_per_k / 1000
+        return price.most_cost(spec.prompt_tokens, output) + searches
 
     async def admit_budget(
         self, spec: CallSpec, backend: BackendState, counted: bool = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import BackendError, GateError
+from .errors import BackendError, GateError, OutOfFundsError
 from .routing import BackendState, CircuitBreaker
 
 __all__ = ["FailureCause", "last_failure", "open_circuit_error", "remember_failure"]
@@ -30,20 +30,34 @@ class FailureCause:
 
     message: str
     status: int | None
+    #: the account behind the key is empty (``OutOfFundsError``, whatever its status)
+    funds: bool = False
+    #: a failure of the same run (no success between) was a refused key
+    key_in_run: bool = False
 
     @property
     def refused_key(self) -> bool:
         """A refused key (only the credential paths count a 401/403: credential_failover.py,
-        credential_owner.py): the key's failure, not the server's."""
-        return self.status in (401, 403)
+        credential_owner.py) in the run of failures that ends here: the key's failure, not
+        the server's — an open it is part of stays in its process under ``shared=``, even
+        when the last failure was a server's (a revoked pod's SDK streams cut as its new
+        requests are refused). An empty account is not one, even said with a 403: every
+        process draws on it, so its open is the fleet's (shared/health.py)."""
+        return self.key_in_run or (self.status in (401, 403) and not self.funds)
 
 
 def remember_failure(breaker: CircuitBreaker, error: GateError) -> None:
-    """Keep ``error`` as the breaker's latest cause (called as it is counted)."""
+    """Keep ``error`` as the breaker's latest cause (called as it is counted, before
+    ``on_failure``), with whether its run of failures included a refused key."""
     message = " ".join(error.message.split())
     if len(message) > MAX_CAUSE_CHARS:
         message = message[: MAX_CAUSE_CHARS - 1] + "…"
-    breaker.cause = FailureCause(message, error.status)
+    previous = breaker.cause  # the same run: failures since a success, none the fleet's
+    in_run = previous is not None and breaker.failures > 0 and not breaker.forced
+    breaker.cause = FailureCause(
+        message, error.status, isinstance(error, OutOfFundsError),
+        key_in_run=in_run and previous is not None and previous.refused_key,
+    )
 
 
 def last_failure(state: BackendState) -> str:

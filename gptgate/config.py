@@ -76,6 +76,9 @@ class Price(BaseModel):
     #: dollars per million prompt tokens written to Anthropic's one-hour cache (2× its input
     #: price; ``Usage.cache_write_1h_input_tokens``); None → the write price above
     cache_write_1h_per_mtok: StrictFloat | None = Field(default=None, ge=0)
+    #: dollars per 1,000 searches of a server-side web search tool (Anthropic's: $10;
+    #: ``Usage.web_search_requests``); 0 books them at nothing
+    web_search_per_k: StrictFloat = Field(default=0.0, ge=0)
 
     @property
     def cache_read_rate(self) -> float:
@@ -112,7 +115,8 @@ class Price(BaseModel):
             hour = min(usage.cache_write_1h_input_tokens, write)
             if hour:  # Anthropic's one-hour cache: its writes at their own price
                 dollars += hour * (self.cache_write_1h_rate - self.cache_write_rate)
-        return dollars / 1_000_000
+        searches = usage.web_search_requests * self.web_search_per_k / 1000
+        return dollars / 1_000_000 + searches
 
     def most_cost(self, input_tokens: int, output_tokens: int) -> float:
         """The dearest outcome of a prompt and an answer of these sizes (what a budget

@@ -38,35 +38,39 @@ __all__ = ["RefusedRequest", "carries_backends_key", "count_refused_key", "refus
 RefusedRequest = tuple[Mapping[str, str], str]
 
 
-def _credentials(state: BackendState, headers: Mapping[str, str]) -> list[bytes]:
-    """The keys ``headers`` present under the names the backend's dialect puts its key in,
-    or as a bearer token: the ``anthropic`` package sends its ``api_key`` as
-    ``Authorization: Bearer`` where gptgate sends ``x-api-key`` — the same key."""
-    names = {n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n)}
-    names.add("authorization")
-    keys = []
+#: where an SDK may carry a backend's key, whatever header its dialect sends it in: the
+#: ``anthropic`` package (2.x) sends ``api_key`` as ``Authorization: Bearer``, not
+#: ``x-api-key`` — compared by header name, the backend's own key refused through it never
+#: counted (a revoked Anthropic key took every SDK request, its circuit closed)
+_CARRIERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
+def _credentials(names: frozenset[str], headers: Mapping[str, str]) -> set[bytes]:
+    """The credential values ``headers`` holds under ``names``, a ``Bearer`` prefix off."""
+    found = set()
     for name, value in headers.items():
-        if name.lower() not in names:
-            continue
-        key = value.strip()
-        if name.lower() == "authorization" and key[:7].lower() == "bearer ":
-            key = key[7:].strip()
-        keys.append(key.encode())
-    return sorted(set(keys))
+        if name.lower() in names:
+            token = value.strip()
+            if token[:7].lower() == "bearer ":
+                token = token[7:].strip()
+            if token:
+                found.add(token.encode())
+    return found
 
 
 def carries_backends_key(state: BackendState, headers: Mapping[str, str]) -> bool:
-    """The request's credential is the one the backend's pool sends (no key for both
-    included), in whichever header its client put it; the values are only compared, never
-    kept. A backend whose credential is made per request (Azure's token provider: no key
-    header) cannot tell: never."""
-    if not any(is_secret_name(name) for name in state.pool.dialect.auth_headers("k")):
+    """The request's credential is the one the backend's pool sends, under whichever header
+    the SDK put it (no key for both included); the values are only compared, never kept. A
+    backend whose credential is made per request (Azure's token provider: no key header)
+    cannot tell: never."""
+    dialect = {n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n)}
+    if not dialect:
         return False
-    own = _credentials(state, state.pool.client.headers)
-    sent = _credentials(state, headers)
-    return len(own) == len(sent) and all(
-        hmac.compare_digest(mine, theirs) for mine, theirs in zip(own, sent, strict=True)
-    )
+    own = _credentials(frozenset(dialect), state.pool.client.headers)
+    sent = _credentials(_CARRIERS | dialect, headers)
+    if len(own) != len(sent):
+        return False
+    return all(any(hmac.compare_digest(key, other) for other in own) for key in sent)
 
 
 def count_refused_key(

@@ -76,6 +76,7 @@ from .process_bound import refuse_pickle
 from .relocate import Relocator
 from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
+from .responses_params import refuse_responses_params
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -105,7 +106,7 @@ from .tiers import (
     check_classifier,
     served_by,
 )
-from .tokens import estimate_prompt_tokens
+from .tokens import estimate_prompt_tokens, estimate_tools_tokens
 from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -291,6 +292,7 @@ def _check_params(params: Mapping[str, Any]) -> None:
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
     default. Every other parameter passes through untouched, known to gptgate or not."""
     refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
+    refuse_responses_params(params)  # max_output_tokens= too (gptgate/responses_params.py)
     check_choice_count(params)  # n sizes the output bound (gptgate/choice_count.py)
     for name in _TOKEN_PARAMS:
         value = params.get(name)
@@ -882,7 +884,7 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        prompt_tokens = estimate_prompt_tokens(checked)
+        prompt_tokens = estimate_prompt_tokens(checked) + estimate_tools_tokens(params.get("tools"))
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(
@@ -1477,6 +1479,7 @@ class Gateway:
                 drift=state.drift.status if state.drift is not None else None,
                 cache_write_input_tokens=entry.cache_write_input_tokens,
                 reasoning_tokens=entry.reasoning_tokens,
+                web_search_requests=entry.web_search_requests,
                 server=state.signals.snapshot() if state.signals else ServerSignals(),
                 response_cache=self._cached.statistics(name),
             )

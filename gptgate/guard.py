@@ -31,10 +31,12 @@ from .errors import (
     BackendError,
     BadRequestError,
     GateError,
+    OutOfFundsError,
     OverloadedError,
     RateLimitedError,
     RequestTimeout,
 )
+from .foreign_funds import out_of_funds_error
 from .guard_manager import entered
 from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
@@ -236,7 +238,9 @@ def classify_exception(
         if body and dialect is not None:
             return dialect.error_for_status(status, headers, body, backend=backend)
         cls: type[GateError]
-        if status == 429:
+        if out_of_funds_error(exc, status):  # the account's (foreign_funds.py)
+            cls = OutOfFundsError
+        elif status == 429:
             cls = RateLimitedError
         elif status == 408:
             cls = RequestTimeout

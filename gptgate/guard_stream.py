@@ -33,8 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = ["follow_returned"]
 
-#: an event stream's end marker
-_DONE = b"data: [DONE]"
+#: the markers that end an event stream's answer: chat's ``[DONE]``, the Responses API's
+#: terminal events (it sends no ``[DONE]``), Anthropic's ``message_stop``. A caller that stops
+#: reading after one left nothing the server still runs: only ``[DONE]`` was known, and a
+#: Responses stream left at ``response.completed`` held its slot for ``abandon_grace_s``
+_ENDS = (
+    b"data: [DONE]", b"event: response.completed", b"event: response.incomplete",
+    b"event: response.failed", b"event: message_stop",
+)
+#: bytes of one chunk kept to find a marker split across two
+_CARRY = max(map(len, _ENDS))
 #: how a followed stream ended: the error that cut it, or None
 StreamEnd = Callable[[BaseException | None], None]
 
@@ -51,12 +59,15 @@ class _PermitFollows:
         self._classify = classify
         self._clock = clock
         self._complete = False
+        self._carry = b""
 
     def arrived(self, item: object, *, drained: bool) -> None:
         # the guard counts no tokens of another client's stream; it only notes its end
         # marker (an SDK closes an event stream at ``[DONE]`` without reading on)
-        if isinstance(item, bytes) and _DONE in item[-32:]:
-            self._complete = True
+        if isinstance(item, bytes) and not self._complete:
+            window = self._carry + item
+            self._complete = any(end in window for end in _ENDS)
+            self._carry = window[-_CARRY:]
 
     def finished(self) -> None:
         self._permit.ignore()  # no size known: no sample of the load per token

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from .config import Price
@@ -44,6 +44,8 @@ class LedgerEntry:
     #: all answer tokens; of them, those spent reasoning
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    #: searches a server-side web search tool made (Anthropic's), billed per 1,000
+    web_search_requests: int = 0
     #: tokens of attempts that produced no result (timeouts after send, cut streams)
     wasted_tokens: int = 0
     #: of those, the estimated tokens of attempts that answered nothing before the client left
@@ -175,13 +177,17 @@ class Ledger:
     def batch_cost(self, backend: str, usage: Usage, discount: float) -> float:
         """One Batch API answer's cost: genai-prices' batch price when the table states one
         for the model (the provider's own discount, cache reads and writes included), else
-        ``discount`` of the live price."""
+        ``discount`` of the live price — of the tokens: a server tool's searches are not
+        discounted (the table's batch price keeps them)."""
         source = self._prices.get(backend)
         if isinstance(source, CatalogPrice):
             now = self._utc_now()
             if source.has_batch(now):
                 return source.at(now, usage.input_tokens, batch=True).cost(usage)
-        return self.cost(backend, usage) * discount
+        if not usage.web_search_requests:
+            return self.cost(backend, usage) * discount
+        tokens = self.cost(backend, replace(usage, web_search_requests=0))
+        return tokens * discount + self.cost(backend, usage) - tokens
 
     def batch_most_cost(
         self, backend: str, input_tokens: int, output_tokens: int, discount: float
@@ -211,6 +217,7 @@ class Ledger:
         entry.input_tokens += usage.input_tokens
         entry.cached_input_tokens += usage.cached_input_tokens
         entry.output_tokens += usage.output_tokens
+        entry.web_search_requests += usage.web_search_requests
         entry.cost_usd += cost
         if self.on_cost is not None and cost > 0:
             self.on_cost(cost)
@@ -271,3 +278,4 @@ def _count(entry: LedgerEntry, usage: Usage, sign: int) -> None:
     entry.cache_write_input_tokens += sign * usage.cache_write_input_tokens
     entry.output_tokens += sign * usage.output_tokens
     entry.reasoning_tokens += sign * usage.reasoning_tokens
+    entry.web_search_requests += sign * usage.web_search_requests

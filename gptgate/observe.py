@@ -7,7 +7,8 @@ through ``gate.http_client`` is only bytes to gptgate, and ``@gate.guard`` only 
 SDK's return value — without this, such calls reach the limit as bare latencies.
 
 :class:`ResponseTap` watches the body as the SDK reads it — at most :data:`MAX_JSON_BYTES` of
-a JSON body, and for an event stream one SSE decoder that keeps no text — and never changes
+a JSON body (past it, its head and tail: gptgate/large_answer.py), and for an event stream one
+SSE decoder that keeps no text — and never changes
 what the SDK gets: anything it cannot read — or any error of its own — leaves the counts
 unknown and stops it watching, never the SDK's read.
 """
@@ -17,17 +18,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .large_answer import LargeAnswer
 from .results import Usage
+from .sdk_in_band import in_band_failure
 from .tap_answer import AnswerText
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
+from .wire.anthropic_server_tools import count_search
 from .wire.anthropic_stream import FINISH_REASONS
 from .wire.html_page import is_html_page
 from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 
-#: a chat completion's JSON is a few KB; past this the tap stops buffering (no usage then)
+#: the Responses API's events that end an answer: a caller that stops reading there left none
+#: of it unread (``response.incomplete``: ``max_output_tokens`` reached, or a content filter)
+_RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete"})
+#: a chat completion's JSON is a few KB; past this the tap keeps the body's head and tail only
 MAX_JSON_BYTES = 4 * 1024 * 1024
 
 
@@ -40,6 +47,7 @@ class ResponseTap:
         "_buffer",
         "_decoder",
         "_first_chars",
+        "_large",
         "_messages_usage",
         "_size",
         "_sse",
@@ -48,6 +56,7 @@ class ResponseTap:
         "complete",
         "content_chars",
         "events",
+        "failure",
         "finish_reason",
         "in_band",
         "input_tokens",
@@ -71,6 +80,8 @@ class ResponseTap:
             [] if self._decoder is None and "json" in content_type else None
         )
         self._size = 0
+        #: the head and tail of a JSON body past ``MAX_JSON_BYTES`` (gptgate/large_answer.py)
+        self._large: LargeAnswer | None = None
         #: an Anthropic stream's usage so far (message_start's, updated by message_delta's)
         self._messages_usage: dict[str, Any] | None = None
         self.ttft_s: float | None = None
@@ -87,8 +98,9 @@ class ResponseTap:
         #: seconds from the send to the last content delta (None before one)
         self.last_content_s: float | None = None
         self._first_chars = 0
-        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed``) arrived: the
-        #: answer is whole even if the reader leaves before the connection's end
+        #: a stream's ``[DONE]`` (or the Responses API's ``response.completed`` or
+        #: ``response.incomplete``) arrived: the answer is whole even if the reader leaves
+        #: before the connection's end
         self.complete = False
         #: bytes of body seen (a cut body with none answered nothing)
         self.received = 0
@@ -108,6 +120,8 @@ class ResponseTap:
         self.in_band: bytes | None = None
         #: the answer's text and tool calls, kept only when set (``capture_content``)
         self.answer: AnswerText | None = None
+        #: the error the answer said it ended in (gptgate/sdk_in_band.py), None: none
+        self.failure: Any = None
 
     @property
     def streamed(self) -> bool:
@@ -120,13 +134,15 @@ class ResponseTap:
             if self._decoder is not None:
                 for event in self._decoder.feed(chunk):
                     self.events += 1
-                    self._event(event.data, now)
+                    self._event(event.data, now, event.event)
             elif self._buffer is not None:
                 self._size += len(chunk)
-                if self._size > MAX_JSON_BYTES:
+                self._buffer.append(chunk)
+                if self._size > MAX_JSON_BYTES:  # its head and tail kept from here
+                    self._large = LargeAnswer(b"".join(self._buffer))
                     self._buffer = None
-                else:
-                    self._buffer.append(chunk)
+            elif self._large is not None:
+                self._large.feed(chunk)
             elif self._sse:  # no longer decoded (it could not be): any bytes are progress
                 self.events += 1
         except Exception:
@@ -136,7 +152,7 @@ class ResponseTap:
         try:
             if self._decoder is not None:
                 for event in self._decoder.close():
-                    self._event(event.data, now)
+                    self._event(event.data, now, event.event)
             elif self._buffer is not None:
                 body = b"".join(self._buffer)
                 parsed = _loads(body)
@@ -146,14 +162,17 @@ class ResponseTap:
                     self.in_band = body
                 self._take_usage(parsed)
                 self._keep_answer(parsed, whole=True)
+                self.failure = in_band_failure(parsed)
+            elif self._large is not None:  # its usage from its tail: no answer on the span
+                self._take_usage(self._large.summary())
         except Exception:
             self._give_up()
-        self._decoder = self._buffer = None
+        self._decoder = self._buffer = self._large = None
 
     def _give_up(self) -> None:
         """The SDK's bytes come first: stop watching, and claim to know nothing."""
         self.malformed = True
-        self._decoder = self._buffer = None
+        self._decoder = self._buffer = self._large = None
         self.ttft_s = self.input_tokens = self.output_tokens = self.usage = None
         self.output_counted = False
         self.content_chars = 0
@@ -171,16 +190,20 @@ class ResponseTap:
         except Exception:
             self.answer = None
 
-    def _event(self, data: str, now: float) -> None:
+    def _event(self, data: str, now: float, name: str | None = None) -> None:
         if data.strip() == "[DONE]":
             self.complete = True
             return
         chunk = _loads(data)
+        if self.failure is None:
+            self.failure = in_band_failure(chunk)
+            if self.failure is None and name == "error":  # an error event with no error object
+                self.failure = chunk or data or "error event"
         if not isinstance(chunk, dict):
             return
         self._keep_answer(chunk, whole=False)
         kind = chunk.get("type")
-        if kind == "response.completed":
+        if kind in _RESPONSES_ENDS:
             self.complete = True
         elif isinstance(kind, str) and kind.startswith(("message_", "content_block_")):
             self._messages_event(kind, chunk, now)
@@ -223,6 +246,12 @@ class ResponseTap:
                 piece = delta.get("text") or delta.get("partial_json") or delta.get("thinking")
             if isinstance(piece, str) and piece:
                 self._content(len(piece), now)
+        elif kind == "content_block_start":  # a web search's result: billed, counted or not
+            block = chunk.get("content_block")
+            so_far = dict(self._messages_usage or {})
+            if isinstance(block, dict) and count_search(block, so_far):
+                self._messages_event("message_delta", {"usage": so_far}, now)
+                self.output_counted = False  # the output's count is still to come
         elif kind in ("message_start", "message_delta"):
             obj = chunk.get("message") if kind == "message_start" else chunk
             if not isinstance(obj, dict):
@@ -310,11 +339,25 @@ def _content_chars(chunk: dict[str, Any]) -> int:
         size += reasoning_chars(delta)  # a reasoning model's thinking, billed as output
         refusal = delta.get("refusal")  # a structured output's refusal is its answer
         size += len(refusal) if isinstance(refusal, str) else 0
-        if delta.get("tool_calls"):
-            size += len(json.dumps(delta["tool_calls"]))
+        size += _tool_call_chars(delta.get("tool_calls"))
         return size
     text = choice.get("text")  # a text completion's chunk
     return len(text) if isinstance(text, str) else 0
+
+
+def _tool_call_chars(deltas: Any) -> int:
+    """Characters of the names and arguments in a delta's ``tool_calls``, what ``gate.chat``
+    counts (gptgate/wire/stream_choices.py): their whole JSON — ``index``, ``id``, ``type``,
+    the keys around a piece of arguments a few characters long — booked 119 output tokens
+    for a parallel call that generated 14."""
+    chars = 0
+    for call in deltas if isinstance(deltas, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            for key in ("name", "arguments"):
+                piece = function.get(key)
+                chars += len(piece) if isinstance(piece, str) else 0
+    return chars
 
 
 def _finish_reason(obj: dict[str, Any]) -> str | None:

@@ -50,6 +50,8 @@ _OPENAI_HOST = "api.openai.com"
 _TABLE_FIELDS = (
     "input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok", "cache_write_1h_mtok",
 )
+#: the table's price of a server-side web search tool, per 1,000 searches
+_SEARCHES = "web_searches_kcount"
 #: the table's price-variant key for the Batch APIs' prices
 _BATCH = "batch"
 
@@ -104,12 +106,14 @@ class CatalogPrice:
         price = self._cache.get(key)
         if price is None:
             plain, read, write, output, hour = (_rate(v, input_tokens) for v in values)
+            searches = _rate(getattr(table, _SEARCHES, None), input_tokens)
             price = self._cache[key] = Price(
                 input_per_mtok=plain or 0.0,
                 cached_input_per_mtok=read,
                 cache_write_per_mtok=write,
                 output_per_mtok=output or 0.0,
                 cache_write_1h_per_mtok=hour,
+                web_search_per_k=searches or 0.0,
             )
         return price
 

@@ -24,6 +24,8 @@ class Usage:
     ``reasoning_tokens`` is the part of ``output_tokens`` spent thinking (billed as output).
     ``cache_write_1h_input_tokens`` is the part of the writes made to Anthropic's one-hour
     cache (billed at its own price: ``Price.cache_write_1h_per_mtok``).
+    ``web_search_requests`` counts the searches a server-side web search tool made (Anthropic's
+    ``usage.server_tool_use``), billed per 1,000 (``Price.web_search_per_k``).
     ``estimated`` marks counts we had to guess (a stream cut before its usage chunk, a server
     that never reports usage)."""
 
@@ -34,6 +36,7 @@ class Usage:
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
     cache_write_1h_input_tokens: int = 0
+    web_search_requests: int = 0
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -55,6 +58,7 @@ class Usage:
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cache_write_1h_input_tokens=self.cache_write_1h_input_tokens
             + other.cache_write_1h_input_tokens,
+            web_search_requests=self.web_search_requests + other.web_search_requests,
         )
 
 

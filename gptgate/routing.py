@@ -187,14 +187,16 @@ class CircuitBreaker:
                 if self.on_transition is not None:
                     self.on_transition(True, self._cooldown_s)
 
-    def force_open(self, now: float, until: float) -> None:
+    def force_open(self, now: float, until: float, *, fleets: bool = True) -> None:
         """Another process of the fleet found the backend down (or is probing it): stay open
-        until ``until`` (then half-open, as after a cool-down of our own)."""
+        until ``until`` (then half-open, as after a cool-down of our own). ``fleets=False``:
+        the open stays this process's too (its own key refused: shared/health.py), so the
+        fleet's probe's success does not end it."""
         if until <= now:
             return
         was_open = self.state(now) == "open"
         self.failures = max(self.failures, self.threshold)
-        self.forced = True  # this open period is the fleet's: its probe's success ends it
+        self.forced = fleets  # the fleet's open period: its probe's success ends it
         self.opened_until = max(self.opened_until, until)
         if not was_open and self.on_open is not None:
             self.on_open()

@@ -29,6 +29,7 @@ from .credential_owner import count_refused_key
 from .error_body import CLASSIFIED, hold_sdk_retry, read_error_body
 from .errors import (
     BackendError,
+    BadRequestError,
     BudgetExceededError,
     GateError,
     GatewayClosedError,
@@ -60,12 +61,19 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
+from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
-from .tokens import estimate_prompt_tokens, estimate_text_tokens, tokens_for_chars
+from .tokens import (
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+    estimate_tools_tokens,
+    tokens_for_chars,
+)
 from .warn_once import warn_once
 
 if TYPE_CHECKING:
@@ -112,7 +120,7 @@ class _Attempt:
         self.start = start
         path = request.url.path
         known = operation_of(path)
-        self.operation = known or path.rstrip("/").rsplit("/", 1)[-1] or "request"
+        self.operation = known or operation_name(path)  # no id in a span's or metric's name
         self.generative = known in _GENERATIVE
         self.model = self._model()
         self.tap: ResponseTap | None = None
@@ -307,11 +315,11 @@ class _Attempt:
             return
         tap = self.tap
         assert tap is not None
+        if tap.failure is not None and self.request.method != "GET":  # a read: what an
+            self._failed_in_band()  # earlier request ended in (a failed background response)
+            return
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
-            return
-        if tap.in_band is not None and self.generative:
-            self._in_band(tap.in_band)
             return
         latency = self._elapsed()
         usage: Usage | None = None
@@ -343,6 +351,10 @@ class _Attempt:
             else:
                 self.permit.ignore()  # a token-less reply says nothing of the load per token
             self.state.breaker.on_success()
+        if usage is not None and self.request.method == "GET":  # a stored answer read again
+            usage = usage if self.runner.booked_answers.first_read(tap.response_id) else None
+        elif usage is not None and stored(self.request.url.path, self.body()):
+            self.runner.booked_answers.booked(tap.response_id)
         if usage is not None:
             ledger = self.runner.ledger
             ledger.learn_model(self.state.name, tap.response_model)
@@ -376,19 +388,34 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
-    def _in_band(self, body: bytes) -> None:
-        """A success status whose body is an error (a proxy's ``{"error": …}``): the error
-        the dialect's answer parser names, as ``gate.chat`` reads it — the backend's failure,
-        nothing billed; no success to reset its circuit's count."""
-        error: GateError
-        try:
-            self.state.pool.dialect.parse_response(body, backend=self.state.name)
-            error = BackendError("an error sent with a success status", backend=self.state.name)
-        except GateError as raised:
-            error = raised
+    def _failed_in_band(self) -> None:
+        """The answer said it failed (gptgate/sdk_in_band.py): the backend's failure, as
+        ``gate.chat`` reads it — a stream that had begun its answer was cut
+        (``StreamInterruptedError``); what it generated is booked as waste: the usage it
+        reported, else a stream's output so far (the server ended it: nothing past that),
+        and an error body under a 200 nothing, the server having refused."""
+        tap = self.tap
+        assert tap is not None
+        error = in_band_error(tap.failure, backend=self.state.name, status=None)
+        interrupted = tap.streamed and tap.content_chars > 0
+        interrupted = interrupted and not isinstance(error, BadRequestError)
+        if interrupted:
+            cut = StreamInterruptedError(f"stream cut: {error.message}", backend=self.state.name)
+            cut.__cause__ = error
+            error = cut
         self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
+        self.read_chars = None  # the server ended the answer: none went on past what came
+        if tap.usage is not None and self.generative:
+            self.cost_usd += self.runner.ledger.record_attempt(
+                self.state.name, tap.usage, streamed=tap.streamed, wasted=True,
+                interrupted=interrupted,
+            )
+            if self.guarded is not None:
+                self.guarded.cost_usd += self.cost_usd
+        elif tap.streamed:
+            self._wasted(interrupted=interrupted)
         self._end(None, error)
 
     def _malformed(self, *, billed: bool = True) -> None:
@@ -422,9 +449,10 @@ class _Attempt:
         marker is whole: a success."""
         if self.ended:
             return
-        if self.tap is not None and self.tap.complete:
+        failed = self.tap is not None and self.tap.failure is not None
+        if self.tap is not None and (self.tap.complete or failed):
             self.tap.close(self.runner.clock.now())
-            self.succeeded()
+            self.succeeded()  # or its failure, which ended the answer (an SDK raised on it)
             return
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
@@ -563,6 +591,12 @@ def _json_body(request: httpx2.Request) -> dict[str, Any]:
 
 
 def _prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The request's prompt, estimated: its messages (or a completion's ``prompt``, the
+    Responses API's ``input`` and ``instructions``) and its ``tools`` definitions."""
+    return _input_tokens(body) + estimate_tools_tokens(body.get("tools"))
+
+
+def _input_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
         system = body.get("system")  # Anthropic's system prompt, beside the messages
@@ -997,7 +1031,13 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
         if status >= 400:  # classified by its body, which the SDK still reads whole
-            head = await read_error_body(response, clock.to_real(state.backend.idle_timeout))
+            try:
+                head = await read_error_body(
+                    response, clock.to_real(state.backend.idle_timeout)
+                )
+            except BaseException:  # cancelled while reading it: still a refusal, permit back
+                attempt.status_failed(status, response.headers, b"")
+                raise
             error = attempt.status_failed(status, response.headers, head)
             response.extensions = {**response.extensions, CLASSIFIED: error}
             hold_sdk_retry(response, error.retryable)

@@ -226,18 +226,34 @@ def _invalid_json(result: ChatResult, params: Mapping[str, Any]) -> bool:
     return False
 
 
+def _called_a_tool(result: ChatResult) -> bool:
+    """The answer is a tool call whatever its finish reason: OpenAI ends a named
+    ``tool_choice``'s call with ``"stop"`` (so do vLLM since #25054, and some Ollama
+    versions for any call) — its empty text is no empty answer."""
+    choices = result.raw.get("choices") if result.raw is not None else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, Mapping) else None
+    return isinstance(message, Mapping) and bool(
+        message.get("tool_calls") or message.get("function_call")
+    )
+
+
 def failure_reason(
     result: ChatResult, params: Mapping[str, Any], small_output_tokens: int = 512
 ) -> str | None:
     """Why a small-tier answer looks failed, or None: ``length`` (cut at a small or unset
     ``max_tokens`` — a small bound the large model answers within, or the small model's
     context), ``empty`` (no text and no tool call), ``invalid_json`` (``response_format``
-    asked for JSON)."""
+    asked for JSON). A paused turn (Anthropic's ``pause_turn``: a server tool's long turn,
+    continued by sending it back) has not failed: the large tier would start the turn over,
+    its searches paid again, and the paused work lost."""
     if result.finish_reason == "length":
         bound = _token_bound(params)
         if bound is None or bound <= small_output_tokens:
             return "length"
-    if result.finish_reason in ("tool_calls", "function_call"):
+    if result.finish_reason in ("tool_calls", "function_call", "pause_turn") or _called_a_tool(
+        result
+    ):
         return None
     if not result.text.strip():
         return "empty"
@@ -550,7 +566,8 @@ class Tiering:
         """A large-tier answer: how long the large model answers when nothing stops it."""
         if tier == "large":
             self.large_answers.observe(
-                result.usage.output_tokens, finished=result.finish_reason != "length"
+                result.usage.output_tokens,
+                finished=result.finish_reason not in ("length", "pause_turn"),
             )
 
     def _verdict(

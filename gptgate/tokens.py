@@ -7,6 +7,7 @@ interrupted stream's billed output, and to model tokens in the simulator.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "estimate_prompt_tokens",
     "estimate_text_tokens",
+    "estimate_tools_tokens",
     "message_text",
     "tokens_for_chars",
 ]
@@ -46,7 +48,54 @@ def message_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+def _call_chars(call: Any) -> int:
+    """A tool call's name and arguments (``{"name", "arguments"}`` or its ``function``)."""
+    if not isinstance(call, Mapping):
+        return 0
+    function = call.get("function", call)
+    if not isinstance(function, Mapping):
+        return 0
+    return _length(function.get("name")) + _length(function.get("arguments"))
+
+
+def _prompt_chars(message: Mapping[str, Any]) -> int:
+    """A message's characters as the server reads them: its text, and what a tool turn sends
+    beside it — an assistant's ``tool_calls`` (or legacy ``function_call``), a Responses API
+    ``function_call`` item's name and arguments or ``function_call_output``'s ``output``,
+    Anthropic's ``tool_use`` input and ``tool_result`` content. The text alone sized a
+    follow-up turn at its user line and the tool's one-line result."""
+    chars = len(message_text(message))
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        chars += _call_chars(call)
+    chars += _call_chars(message.get("function_call"))
+    if message.get("type") == "function_call":  # a Responses API input item
+        chars += _call_chars(message)
+    chars += _length(message.get("output"))  # a Responses API function_call_output
+    content = message.get("content")
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") == "tool_use":  # Anthropic's
+            chars += _length(part.get("name")) + len(json.dumps(part.get("input"), default=str))
+        elif part.get("type") == "tool_result":
+            inner = part.get("content")
+            chars += _length(inner) or len(message_text({"content": inner}))
+    return chars
+
+
 def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    return sum(
-        MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens(message_text(m)) for m in messages
-    )
+    return sum(MESSAGE_OVERHEAD_TOKENS + tokens_for_chars(_prompt_chars(m)) for m in messages)
+
+
+def estimate_tools_tokens(tools: Any) -> int:
+    """A request's ``tools`` definitions, which the server puts in the prompt: their compact
+    JSON's characters (0 for none). Five tools of the usual shape are ~350 tokens, which the
+    messages' text alone left out."""
+    if not isinstance(tools, list) or not tools:
+        return 0
+    return tokens_for_chars(len(json.dumps(tools, separators=(",", ":"), default=str)))

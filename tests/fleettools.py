@@ -3,12 +3,13 @@ backend's admission."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import redis.asyncio
@@ -17,11 +18,15 @@ import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.limits import Limit
 from gptgate.shared.auto import FleetAutoAdmission
+from gptgate.shared.coalesce import Coalescer
 from gptgate.shared.fleet import FleetAdmission, FleetClient, Lease
-from gptgate.sim import SimTransport
+from gptgate.sim import LoopClock, SimTransport, run_virtual
+from gptgate.sim.virtual import VirtualTimeLoop
 from tests.mockbackend import Script, backend, gateway
 
 BASE_URL = "http://127.0.0.1:9/v1"
+
+T = TypeVar("T")
 
 
 class Wall:
@@ -122,10 +127,21 @@ async def sim_fleet(
 ) -> AsyncIterator[list[gg.Gateway]]:
     """``count`` started gateways — a fleet's processes with ``shared=`` at ``url`` (None:
     each alone) — on one backend ``tier1`` of the simulator ``engine``, concurrency 32 each
-    (fleet-wide with ``shared=``: concurrency alone does not hold a rate limit)."""
+    (fleet-wide with ``shared=``: concurrency alone does not hold a rate limit).
+
+    With a :class:`~gptgate.sim.LoopClock` (under :func:`run_fleet_virtual`) the fleet's
+    scripts judge budgets and leases by the loop's virtual time too (``fleet_clock``), so the
+    server, the gateways and Redis's budgets share one clock that no machine load moves."""
     profile = engine.profile
+    options: dict[str, Any] = {}
+    if isinstance(clock, LoopClock):
+        loop = asyncio.get_running_loop()
+        options["fleet_clock"] = lambda: 1_000_000.0 + loop.time()
     transport = SimTransport(engine)
-    shared = None if url is None else gg.Shared(url, namespace=namespace())
+    # on virtual time no lease may lapse in a run: FleetClient renews on the real clock (its
+    # _run), which falls behind virtual time the faster the run is
+    lease: dict[str, Any] = {"lease_s": 3600.0} if isinstance(clock, LoopClock) else {}
+    shared = None if url is None else gg.Shared(url, namespace=namespace(), **lease)
     gates = [
         gg.Gateway(
             [gg.Backend(name="tier1", base_url=base_url, model=profile.model,
@@ -134,10 +150,51 @@ async def sim_fleet(
         )
         for i in range(count)
     ]
+    for gate in gates:
+        gate._fleet_options = dict(options)
     async with contextlib.AsyncExitStack() as stack:
         for gate in gates:
             await stack.enter_async_context(gate)
         yield gates
+
+
+async def _held(loop: VirtualTimeLoop, work: Awaitable[T]) -> T:
+    """``work`` with the virtual clock stopped: a Redis round trip takes real time, in which
+    a :class:`VirtualTimeLoop` would otherwise jump to its next timers (a budget refilled,
+    a back-off over) — as much more the slower the machine."""
+    loop.threads_busy += 1  # what the loop waits for in real time (sim/virtual.py)
+    try:
+        return await work
+    finally:
+        loop.threads_busy -= 1
+
+
+def run_fleet_virtual(func: Callable[[], Awaitable[T]]) -> T:
+    """``func()`` under :func:`~gptgate.sim.run_virtual` with every fleet round trip to Redis
+    (``Coalescer``'s pipelines: the scripts of permits, budgets, reports) taking no virtual
+    time: a simulated fleet on a real redis-server whose results do not depend on how loaded
+    the machine is (a ``ScaledClock`` of 60 turned each real millisecond of a starved process
+    into 60 ms of its two simulated minutes)."""
+    pipeline, load = Coalescer._pipeline, Coalescer.load
+
+    async def held_pipeline(self: Coalescer, commands: list[Any]) -> list[Any]:
+        return await _held(_virtual_loop(), pipeline(self, commands))
+
+    async def held_load(self: Coalescer, names: set[str] | None = None) -> None:
+        await _held(_virtual_loop(), load(self, names))
+
+    Coalescer._pipeline = held_pipeline  # type: ignore[method-assign]
+    Coalescer.load = held_load  # type: ignore[method-assign]
+    try:
+        return run_virtual(func)
+    finally:
+        Coalescer._pipeline, Coalescer.load = pipeline, load  # type: ignore[method-assign]
+
+
+def _virtual_loop() -> VirtualTimeLoop:
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop), "run_fleet_virtual's Redis hold needs its loop"
+    return loop
 
 
 def fleet_pair(script: Script, shared: gg.Shared, limit: int = 4) -> list[gg.Gateway]:

@@ -32,13 +32,26 @@ def server() -> Iterator[tuple[str, SimEngine]]:
         yield base_url.removesuffix("/v1"), sim  # Anthropic's base_url is the server root
 
 
-def _gateway(root: str, concurrency: int) -> gg.Gateway:
-    backend = gg.Backend(
+#: the gateways keep real time (only the server runs 50× fast): nothing here is bounded by
+#: the gateway's clock, and on ``ScaledClock(50)`` its bounds were fractions of a second of
+#: wall time — an attempt's 60 s timeout 1.2 s, a queue that has not moved 196 s 3.9 s, which
+#: six callers waiting while two streams were read slowly outlasted on a loaded machine ("the
+#: queue has not moved for 196s", 5 of 5 runs beside four busy loops). Back-off is short so
+#: a retried try costs no real second.
+GATE_OPTIONS: dict[str, Any] = {
+    "clock": gg.SystemClock(), "seed": 3, "backoff_base_s": 0.01, "backoff_cap_s": 0.05,
+}
+
+
+def _backend(root: str, concurrency: int) -> gg.Backend:
+    return gg.Backend(
         name="claude", provider="anthropic", base_url=root, model=MODEL, api_key="sk-ant-test",
-        price=PRICE, concurrency=concurrency, timeout=60.0,
-        idle_timeout=600.0,  # 12 s real at this scale: a loaded machine never trips it
+        price=PRICE, concurrency=concurrency, timeout=60.0, idle_timeout=600.0,
     )
-    return gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3)
+
+
+def _gateway(root: str, concurrency: int) -> gg.Gateway:
+    return gg.Gateway([_backend(root, concurrency)], **GATE_OPTIONS)
 
 
 def _ask(i: int) -> list[Any]:
@@ -164,11 +177,7 @@ def test_a_sync_guard_enters_the_stream_manager_its_function_returns(
     is entered in the caller's thread on the try's permit — one call, a 500 on the first try
     retried by the guard, the permit held until the stream is read."""
     root, _ = server
-    backend = gg.Backend(
-        name="claude", provider="anthropic", base_url=root, model=MODEL, api_key="sk-ant-test",
-        price=PRICE, concurrency=2, timeout=60.0, idle_timeout=600.0,
-    )
-    with gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE), seed=3) as gate:
+    with gg.SyncGateway([_backend(root, 2)], **GATE_OPTIONS) as gate:
         client = anthropic.Anthropic(
             api_key="sk-ant-test", base_url=root, max_retries=0,
             http_client=gate.http_client("claude"),

@@ -198,9 +198,10 @@ async def test_a_refusal_off_the_served_endpoints_blames_no_backend() -> None:
     ("openai", {}, False),  # the backend has a key; a request without one is not refused it
     ("anthropic", {"x-api-key": REVOKED}, True),
     ("anthropic", {"x-api-key": TENANT}, False),
-    # the anthropic package sends its api_key as a bearer token: the same key
+    # the anthropic package (2.x) sends api_key as a bearer token: the same key
     ("anthropic", {"Authorization": f"Bearer {REVOKED}"}, True),
     ("anthropic", {"Authorization": f"Bearer {TENANT}"}, False),
+    ("anthropic", {"x-api-key": REVOKED, "Authorization": f"Bearer {TENANT}"}, False),
 ])
 async def test_whose_key_a_request_carried(
     provider: str, sent: dict[str, str], backends: bool

@@ -51,6 +51,12 @@ def anthropic_server() -> Iterator[tuple[str, SimEngine]]:
     yield from _serve(ANTHROPIC_PROFILE.model_copy(update=UNLIMITED))
 
 
+#: the gateways keep real time (only the servers run 50× fast): nothing here is bounded by
+#: the gateway's clock, and on ``ScaledClock(50)`` a stream's 30 s idle bound was 0.6 s of
+#: wall time, which a thread starved on a loaded machine outlasted ("the stream was left
+#: unread 30s", in a -n 2 run at load 8-12)
+
+
 def _traced() -> tuple[TracerProvider, InMemorySpanExporter]:
     spans = InMemorySpanExporter()
     provider = TracerProvider()
@@ -82,7 +88,7 @@ def test_the_sync_azure_openai_sdk_on_http_client_is_governed_traced_and_billed(
         name="az", provider="azure", base_url=root, deployment="gpt-5.5", api_key=AZURE_KEY,
         concurrency=LIMIT, price=AZURE_PRICE, timeout=60.0,
     )
-    with gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE), seed=1,
+    with gg.SyncGateway([backend], clock=gg.SystemClock(), seed=1,
                         tracer_provider=tracer_provider) as gate:
         client = openai.AzureOpenAI(
             azure_endpoint=root, api_key=AZURE_KEY, api_version="2024-10-21",
@@ -126,7 +132,7 @@ def test_the_sync_anthropic_sdk_on_http_client_is_governed_traced_and_billed(
         name="claude", provider="anthropic", base_url=root, model=CLAUDE, api_key=key,
         price=CLAUDE_PRICE, concurrency=LIMIT, timeout=60.0,
     )
-    with gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE), seed=3,
+    with gg.SyncGateway([backend], clock=gg.SystemClock(), seed=3,
                         tracer_provider=tracer_provider) as gate:
         client = anthropic.Anthropic(
             api_key=key, base_url=root, http_client=gate.http_client("claude"), max_retries=0,

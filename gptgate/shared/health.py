@@ -10,7 +10,8 @@ on a call's path but a half-open probe, which first asks Redis whether it may go
 (:meth:`FleetHealth.may_probe`, one round trip, once per cool-down). With Redis away the
 breakers are local, as without ``shared=``. An open caused by a refused key (401/403) stays
 local: the key is this process's, and the fleet's processes may hold different ones (an old
-pod's revoked key opened the circuit of the new pods whose key worked).
+pod's revoked key opened the circuit of the new pods whose key worked). An empty account
+(``OutOfFundsError``, even a 403) is the fleet's: every process draws on it.
 """
 
 from __future__ import annotations
@@ -71,12 +72,21 @@ class FleetHealth:
             self.probe_to_leave = True
             self.client.kick()
 
+    def _own_key_open(self) -> bool:
+        """Open here by this process's refused key: the fleet may lengthen it, and its
+        probe's success elsewhere does not close it (the key is still refused)."""
+        breaker = self.breaker
+        cause = breaker.cause
+        return (not breaker.forced and breaker.failures >= breaker.threshold
+                and cause is not None and cause.refused_key)
+
     def apply(self, state: int, left_ms: int) -> None:
         """What the poll read: 1 open for ``left_ms`` more, 2 closed by a probe, 0 neither."""
         clock = self.client.clock
         if state == 1 and left_ms > 0:
             now = clock.now()
-            self.breaker.force_open(now, now + self.client.clock_s(left_ms))
+            self.breaker.force_open(now, now + self.client.clock_s(left_ms),
+                                    fleets=not self._own_key_open())
         elif state == 2:
             self.breaker.force_close()
 
@@ -104,5 +114,6 @@ class FleetHealth:
         # open until the fleet's verdict, but ask again within a poll or two: a probe that
         # succeeds elsewhere closes the circuit long before its time is up
         now = client.clock.now()
-        self.breaker.force_open(now, now + client.clock_s(min(left_ms, _RECHECK_MS)))
+        self.breaker.force_open(now, now + client.clock_s(min(left_ms, _RECHECK_MS)),
+                                fleets=not self._own_key_open())
         return False

@@ -9,7 +9,9 @@ anything is sent, naming the parameter; ``extra_body=`` still sends anything as 
 
 Blocks already in Anthropic's shape (``image`` with a ``source``, ``document``,
 ``tool_result``, a ``cache_control`` on a part) pass through untouched, so a caller's own
-cache markers are kept.
+cache markers are kept; so do a server tool's blocks (``server_tool_use``, a
+``web_search_tool_result``, …), and an assistant message's ``content_blocks`` (an answer's
+whole content, anthropic_server_tools.py) is sent as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gptgate.errors import BadRequestError
+from gptgate.wire.anthropic_server_tools import sent_blocks, server_block
 from gptgate.wire.anthropic_thinking import sent_thinking
 
 __all__ = [
@@ -89,7 +92,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
                 block["cache_control"] = part["cache_control"]
             out.append(block)
         elif kind == "text" or kind in ("image", "document", "tool_result", "tool_use",
-                                        "thinking", "redacted_thinking"):
+                                        "thinking", "redacted_thinking") or server_block(kind):
             out.append(dict(part))
         else:
             raise BadRequestError(
@@ -120,6 +123,9 @@ def _turn_blocks(message: Mapping[str, Any], where: str) -> list[dict[str, Any]]
             "content": _blocks(message.get("content")) or "",
         }
         return [result]
+    kept = sent_blocks(message, where) if role == "assistant" else None
+    if kept is not None:  # the answer's content as it came (a paused turn continues on it)
+        return kept
     blocks = _blocks(message.get("content"))
     if role == "assistant":  # an answer's thinking goes back first, as Anthropic requires
         blocks[:0] = sent_thinking(message, where)

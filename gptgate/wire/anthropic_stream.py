@@ -4,7 +4,9 @@ The answer comes back shaped like a chat completion (``raw["choices"][0]["messag
 ``content`` and ``tool_calls``, an OpenAI-style ``usage``), so a caller switching provider
 reads the same fields. Stop reasons map to OpenAI's finish reasons: ``end_turn`` and
 ``stop_sequence`` → ``stop``, ``max_tokens`` → ``length``, ``tool_use`` → ``tool_calls``,
-``refusal`` → ``content_filter``.
+``refusal`` → ``content_filter``; ``pause_turn`` (a server tool's long turn, paused: send it
+back to continue) stays ``pause_turn``. Blocks the OpenAI shape has no place for (a server
+tool's, citations) keep the whole content on the message (anthropic_server_tools.py).
 
 A stream is ``message_start`` (id, model, the input side of the usage), content blocks
 (``text_delta`` text, ``input_json_delta`` tool arguments), ``message_delta`` (stop reason,
@@ -19,6 +21,12 @@ from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 from gptgate.results import Usage
+from gptgate.wire.anthropic_server_tools import (
+    BLOCKS_KEY,
+    BlockFold,
+    count_search,
+    kept_blocks,
+)
 from gptgate.wire.anthropic_thinking import ThinkingFold, kept_thinking
 from gptgate.wire.openai import (
     ChatStreamReader,
@@ -36,7 +44,6 @@ __all__ = ["FINISH_REASONS", "MessagesAccumulator", "MessagesStreamReader", "par
 FINISH_REASONS = {
     "end_turn": "stop",
     "stop_sequence": "stop",
-    "pause_turn": "stop",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",
@@ -68,12 +75,15 @@ def _completion(
     finish_reason: str | None,
     usage: Usage | None,
     thinking: list[dict[str, Any]],
+    blocks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = tool_calls
     if thinking:  # sent back with this turn in a tool loop (anthropic_thinking.py)
         message["thinking_blocks"] = thinking
+    if blocks is not None:  # sent back as they are, to continue a paused turn
+        message[BLOCKS_KEY] = blocks
     raw: dict[str, Any] = {
         "id": response_id,
         "object": "chat.completion",
@@ -128,14 +138,16 @@ def parse_message(
         usage=usage,
         response_id=rid,
         model=model,
-        raw=_completion(rid, model, text, calls, finish, usage, kept_thinking(content)),
+        raw=_completion(
+            rid, model, text, calls, finish, usage, kept_thinking(content), kept_blocks(content)
+        ),
     )
 
 
 class MessagesAccumulator(StreamAccumulator):
     """Folds Messages stream events into one answer (see the module docstring)."""
 
-    __slots__ = ("_blocks", "_counted", "_thinking", "_usage_obj", "stopped")
+    __slots__ = ("_blocks", "_counted", "_fold", "_thinking", "_usage_obj", "stopped")
 
     def __init__(self, *, backend: str | None = None, request_id: str | None = None) -> None:
         super().__init__(backend=backend, request_id=request_id)
@@ -143,6 +155,7 @@ class MessagesAccumulator(StreamAccumulator):
         #: tool_use blocks by index: [the block, its argument JSON so far]
         self._blocks: dict[int, list[Any]] = {}
         self._thinking = ThinkingFold()
+        self._fold = BlockFold()  # every block, kept when one has no OpenAI shape
         #: ``message_stop`` arrived: the answer is whole
         self.stopped = False
         #: ``message_delta`` gave the output's count (``message_start``'s is the first token's)
@@ -160,6 +173,7 @@ class MessagesAccumulator(StreamAccumulator):
             delta = chunk.get("delta")
             if not isinstance(delta, dict):
                 return ""
+            self._fold.delta(chunk.get("index"), delta)
             if self._thinking.delta(chunk.get("index"), delta):
                 thought = delta.get("thinking")  # billed as output; a signature is not
                 self.side.chars += len(thought) if isinstance(thought, str) else 0
@@ -170,10 +184,11 @@ class MessagesAccumulator(StreamAccumulator):
                 self.has_content = True
                 return text
             partial = delta.get("partial_json")
+            if isinstance(partial, str):  # a tool's input, a server tool's too: output
+                self.side.chars += len(partial)
             block = self._blocks.get(chunk.get("index", -1))
             if block is not None and isinstance(partial, str):
                 block[1] += partial
-                self.side.chars += len(partial)
         elif kind == "message_start":
             message = chunk.get("message")
             if isinstance(message, dict):
@@ -184,6 +199,10 @@ class MessagesAccumulator(StreamAccumulator):
                 self._take_usage(message.get("usage"))
         elif kind == "content_block_start":
             block = chunk.get("content_block")
+            if isinstance(block, dict):
+                self._fold.start(chunk.get("index"), block)
+                if count_search(block, self._usage_obj):  # billed, even if cut before the count
+                    self._take_usage({})
             if not isinstance(block, dict) or self._thinking.start(chunk.get("index"), block):
                 return ""
             if block.get("type") == "tool_use":
@@ -226,7 +245,7 @@ class MessagesAccumulator(StreamAccumulator):
             model=self.model,
             raw=_completion(
                 self.response_id, self.model, text, calls, self.finish_reason, self.usage,
-                self._thinking.blocks(),
+                self._thinking.blocks(), self._fold.blocks(),
             ),
         )
 

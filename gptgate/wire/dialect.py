@@ -21,6 +21,7 @@ import httpx2
 from gptgate.errors import BadRequestError, GateError
 from gptgate.model_rules import ModelRule, check_model_params, model_rules_of, rule_for
 from gptgate.results import Usage
+from gptgate.wire.anthropic_server_tools import server_tool_in
 from gptgate.wire.openai import (
     ChatStreamReader,
     ParsedChat,
@@ -212,6 +213,12 @@ class OpenAIDialect:
             self._check_model(model, params)
         if THINKING in params and self._thinking(model, params[THINKING]) == "send":
             self._check_thinking_mode(model, params)
+        tool = server_tool_in(params) if self._strict_messages else None
+        if tool is not None:
+            raise BadRequestError(
+                f"bad request: provider {self.provider!r} takes no Anthropic-defined tool "
+                f"({tool!r} in tools); nothing was sent", backend=self.backend,
+            )
 
     def _check_thinking_mode(self, model: str, params: Mapping[str, Any]) -> None:
         """``thinking`` enabled on a provider that takes it (DeepSeek) puts any model in its

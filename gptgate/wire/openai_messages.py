@@ -25,10 +25,13 @@ __all__ = ["ANTHROPIC_ONLY_KEY", "STRICT_DROPPED", "openai_messages", "with_reas
 
 #: the message key only the Anthropic dialect reads
 ANTHROPIC_ONLY_KEY = "thinking_blocks"
-_ANTHROPIC_ONLY = frozenset({ANTHROPIC_ONLY_KEY})
+#: an Anthropic answer's whole content, kept when a server tool's blocks are in it
+#: (gptgate/wire/anthropic_server_tools.py): its text is in ``content`` already
+ANTHROPIC_BLOCKS_KEY = "content_blocks"
+_ANTHROPIC_ONLY = frozenset({ANTHROPIC_ONLY_KEY, ANTHROPIC_BLOCKS_KEY})
 #: the keys a strict OpenAI-format API refuses on a message: Anthropic's thinking and a
 #: reasoning model's
-STRICT_DROPPED = frozenset({ANTHROPIC_ONLY_KEY, "reasoning_content", "reasoning"})
+STRICT_DROPPED = _ANTHROPIC_ONLY | {"reasoning_content", "reasoning"}
 
 
 def _carries(message: Any, keys: Collection[str]) -> bool:

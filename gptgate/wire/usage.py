@@ -87,7 +87,15 @@ def parse_anthropic_usage(obj: Any) -> Usage | None:
         usage = replace(
             usage, cache_write_1h_input_tokens=min(hour, usage.cache_write_input_tokens)
         )
+    tools = obj.get("server_tool_use")  # searches a server-side tool made, billed apiece
+    searches = token_count(tools.get("web_search_requests")) if isinstance(tools, dict) else 0
+    if searches:
+        usage = replace(usage, web_search_requests=searches)
     return usage
+
+
+#: keys only Anthropic's usage has (an OpenAI-style one has ``prompt_tokens``)
+_ANTHROPIC_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens", "server_tool_use")
 
 
 def parse_usage(obj: Any) -> Usage | None:
@@ -96,7 +104,7 @@ def parse_usage(obj: Any) -> Usage | None:
         return None
     prompt = token_count(obj.get("prompt_tokens"))
     if prompt is None:
-        if "cache_read_input_tokens" in obj or "cache_creation_input_tokens" in obj:
+        if any(k in obj for k in _ANTHROPIC_KEYS):
             return parse_anthropic_usage(obj)
         prompt = token_count(obj.get("input_tokens"))
     output = token_count(obj.get("completion_tokens"))
@@ -148,6 +156,7 @@ def cut_usage(
         cached_input_tokens=said.cached_input_tokens,
         cache_write_input_tokens=said.cache_write_input_tokens,
         cache_write_1h_input_tokens=said.cache_write_1h_input_tokens,
+        web_search_requests=said.web_search_requests,
         output_tokens=output_tokens,
         estimated=True,
     )
