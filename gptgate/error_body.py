@@ -16,8 +16,10 @@ fails (a reset, a timeout) is handed on too: the SDK meets it where it would hav
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import suppress
+from typing import Any
 
 import anyio
 import httpx2
@@ -92,16 +94,20 @@ async def read_error_body(response: httpx2.Response, wait_s: float) -> bytes:
 
 def body_of(exc: BaseException) -> bytes | None:
     """The error body an SDK's or httpx's status exception carries when it was read
-    (openai's and anthropic's ``APIStatusError.response``; ``HTTPStatusError.response`` after
-    ``aread``), its first :data:`MAX_ERROR_BYTES`; None without one."""
+    (openai's and anthropic's ``APIStatusError.response``, else the JSON they parsed into
+    ``.body``; ``HTTPStatusError.response`` after ``aread``), its first
+    :data:`MAX_ERROR_BYTES`; None without one."""
     response = getattr(exc, "response", None)
-    if response is None:
-        return None
-    try:
-        content = response.content
-    except Exception:  # not read (httpx: ResponseNotRead), or no response at all
-        return None
-    return bytes(content[:MAX_ERROR_BYTES]) if isinstance(content, (bytes, bytearray)) else None
+    content: object = None
+    with suppress(Exception):  # not read (httpx: ResponseNotRead), or no response at all
+        content = response.content if response is not None else None
+    if isinstance(content, (bytes, bytearray)) and content:
+        return bytes(content[:MAX_ERROR_BYTES])
+    body: Any = getattr(exc, "body", None)  # openai's / anthropic's: the JSON it parsed
+    if isinstance(body, (dict, list)):
+        with suppress(TypeError, ValueError):
+            return json.dumps(body).encode()[:MAX_ERROR_BYTES]
+    return None
 
 
 #: the response extension that carries the transport's classification of an error response

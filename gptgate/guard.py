@@ -36,7 +36,6 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
-from .foreign_funds import out_of_funds_error
 from .guard_manager import entered
 from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
@@ -238,7 +237,7 @@ def classify_exception(
         if body and dialect is not None:
             return dialect.error_for_status(status, headers, body, backend=backend)
         cls: type[GateError]
-        if out_of_funds_error(exc, status):  # the account's (foreign_funds.py)
+        if status == 402:  # Payment Required: an empty account whatever it says (out_of_funds.py)
             cls = OutOfFundsError
         elif status == 429:
             cls = RateLimitedError
@@ -572,7 +571,8 @@ class _GuardRun:
             return result
         followed, returned = follow_returned(
             result, permit, self._foreign_stream_ended,
-            classify=lambda exc: classify_exception(exc, state.name), clock=self.clock,
+            classify=lambda exc: classify_exception(exc, state.name, state.pool.dialect),
+            clock=self.clock,
             backend=state.name, idle_s=state.backend.idle_timeout, calls=self.gate.calls,
             spawn=self.runner.spawn, cut_at=self.deadline,
         )
