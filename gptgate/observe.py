@@ -58,7 +58,6 @@ class ResponseTap:
         "events",
         "failure",
         "finish_reason",
-        "in_band",
         "input_tokens",
         "last_content_s",
         "malformed",
@@ -115,9 +114,6 @@ class ResponseTap:
         self.response_id: str | None = None
         self.response_model: str | None = None
         self.finish_reason: str | None = None
-        #: a JSON body that is an error sent with a success status (a proxy's
-        #: ``{"error": …}``): its bytes, for the dialect to classify as ``gate.chat`` does
-        self.in_band: bytes | None = None
         #: the answer's text and tool calls, kept only when set (``capture_content``)
         self.answer: AnswerText | None = None
         #: the error the answer said it ended in (gptgate/sdk_in_band.py), None: none
@@ -158,8 +154,6 @@ class ResponseTap:
                 parsed = _loads(body)
                 self.malformed = parsed is None and bool(body.strip())
                 self.page = self.page or (self.malformed and is_html_page(body, ""))
-                if _is_error(parsed):
-                    self.in_band = body
                 self._take_usage(parsed)
                 self._keep_answer(parsed, whole=True)
                 self.failure = in_band_failure(parsed)
@@ -307,11 +301,6 @@ def usage_from(result: object) -> Usage | None:
                 for name in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
             }
     return parse_usage(usage)
-
-
-def _is_error(parsed: Any) -> bool:
-    """An error object (``{"error": …}``, Anthropic's ``{"type": "error"}``), not an answer."""
-    return isinstance(parsed, dict) and bool(parsed.get("error") or parsed.get("type") == "error")
 
 
 def _loads(body: bytes | str) -> Any:
