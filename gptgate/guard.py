@@ -26,6 +26,7 @@ from cachetools import LRUCache
 
 from .clock import Clock
 from .credential_owner import count_refused_key, refused_request
+from .error_body import body_of
 from .errors import (
     BackendError,
     BadRequestError,
@@ -35,7 +36,6 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
-from .foreign_funds import out_of_funds_error
 from .guard_manager import entered
 from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
@@ -215,11 +215,16 @@ _CLASSES: dict[
 ] = {}
 
 
-def classify_exception(exc: BaseException, backend: str) -> GateError:
+def classify_exception(
+    exc: BaseException, backend: str, dialect: StatusClassifier | None = None
+) -> GateError:
     """A gptgate view of a foreign exception (an SDK's, httpx's), to decide on retries and
-    on the limit's signal; the original is what the caller sees. Anything that is neither an
-    HTTP status nor a timeout or transport error of a known HTTP stack is the application's
-    own: a bare ``GateError`` (never retried, not the backend's fault)."""
+    on the limit's signal; the original is what the caller sees. An HTTP status error whose
+    body it carries is classified by that body with the backend's ``dialect``, as
+    ``gate.chat`` classifies it (an empty account's 429 is no rate limit: error_body.py).
+    Anything that is neither an HTTP status nor a timeout or transport error of a known HTTP
+    stack is the application's own: a bare ``GateError`` (never retried, not the backend's
+    fault)."""
     if isinstance(exc, GateError):
         return exc
     status = _status_of(exc)
@@ -228,8 +233,11 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
         headers = _headers_of(exc)
         if headers is not None and headers.get(REFUSED_HEADER):
             return OverloadedError(name, backend=backend, should_retry=False)
+        body = body_of(exc) if dialect is not None else None
+        if body and dialect is not None:
+            return dialect.error_for_status(status, headers, body, backend=backend)
         cls: type[GateError]
-        if out_of_funds_error(exc, status):  # the account's (foreign_funds.py)
+        if status == 402:  # Payment Required: an empty account whatever it says (out_of_funds.py)
             cls = OutOfFundsError
         elif status == 429:
             cls = RateLimitedError
@@ -255,6 +263,14 @@ def classify_exception(exc: BaseException, backend: str) -> GateError:
     if isinstance(exc, transport):
         return BackendError(name, backend=backend)
     return GateError(name, backend=backend)  # an application error: never retried
+
+
+class StatusClassifier(Protocol):
+    """A backend's dialect, as far as classifying an error response goes."""
+
+    def error_for_status(
+        self, status: int, headers: Mapping[str, str] | None, body: bytes, *, backend: str
+    ) -> GateError: ...
 
 
 def _is_the_applications(view: GateError) -> bool:
@@ -515,7 +531,7 @@ class _GuardRun:
             return
         cut = exc.original if isinstance(exc, ReturnedStreamCut) else None
         original = exc if cut is None else cut
-        view = classify_exception(original, state.name)
+        view = classify_exception(original, state.name, state.pool.dialect)
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
@@ -555,7 +571,8 @@ class _GuardRun:
             return result
         followed, returned = follow_returned(
             result, permit, self._foreign_stream_ended,
-            classify=lambda exc: classify_exception(exc, state.name), clock=self.clock,
+            classify=lambda exc: classify_exception(exc, state.name, state.pool.dialect),
+            clock=self.clock,
             backend=state.name, idle_s=state.backend.idle_timeout, calls=self.gate.calls,
             spawn=self.runner.spawn, cut_at=self.deadline,
         )

@@ -26,6 +26,7 @@ from .cached_guess import prefix_of
 from .choice_count import choice_count
 from .clock import from_real
 from .credential_owner import count_refused_key
+from .error_body import CLASSIFIED, hold_sdk_retry, read_error_body
 from .errors import (
     BackendError,
     BadRequestError,
@@ -63,7 +64,6 @@ from .sdk_circuit import through_circuit
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
-from .sdk_refusal_body import read_refusal
 from .sdk_requeue import requeue_refusals
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
@@ -278,11 +278,15 @@ class _Attempt:
 
     # -- outcomes ---------------------------------------------------------------------------
 
-    def status_failed(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        """An HTTP error response: the server refused (nothing billed)."""
+    def status_failed(self, status: int, headers: Mapping[str, str], body: bytes) -> GateError:
+        """An HTTP error response, classified by its body (the first bytes of it:
+        gptgate/error_body.py) as ``gate.chat`` classifies it: the server refused — nothing
+        billed, but for a refusal its provider bills (Azure's filtered prompt: its prompt)."""
         error = self.state.pool.dialect.error_for_status(
             status, headers, body, backend=self.state.name
         )
+        if error.billed and self.generative:
+            self._billed_refusal()
         self._count_failure(error)
         # the backend's own key refused: its failure (a tenant's key: nobody's)
         count_refused_key(
@@ -292,6 +296,18 @@ class _Attempt:
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)
+        return error
+
+    def _billed_refusal(self) -> None:
+        """A refusal billed at its prompt, booked as ``gate.chat`` books it."""
+        usage = self._cut_usage(None, self.prompt_tokens(), 0)
+        self.counted_tokens = usage.total_tokens
+        cost = self.runner.ledger.record_attempt(
+            self.state.name, usage, streamed=bool(self.body().get("stream")), wasted=True
+        )
+        self.cost_usd += cost
+        if self.guarded is not None:
+            self.guarded.cost_usd += cost
 
     def succeeded(self) -> None:
         """The body was read to its end."""
@@ -1014,13 +1030,17 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         status = response.status_code
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
-        if status >= 400:  # classified by its body too (an empty account: sdk_refusal_body.py)
+        if status >= 400:  # classified by its body, which the SDK still reads whole
             try:
-                response, said = await read_refusal(response, clock)
+                head = await read_error_body(
+                    response, clock.to_real(state.backend.idle_timeout)
+                )
             except BaseException:  # cancelled while reading it: still a refusal, permit back
                 attempt.status_failed(status, response.headers, b"")
                 raise
-            attempt.status_failed(status, response.headers, said)
+            error = attempt.status_failed(status, response.headers, head)
+            response.extensions = {**response.extensions, CLASSIFIED: error}
+            hold_sdk_retry(response, error.retryable)
             return response
         attempt.tap = tap = ResponseTap(response.headers.get("content-type", ""), start)
         if runner.telemetry.capture_content and attempt.span.is_recording():

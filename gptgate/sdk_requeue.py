@@ -24,6 +24,8 @@ import anyio
 import httpx2
 
 from .clock import Clock
+from .error_body import CLASSIFIED
+from .errors import GateError
 from .guard import REFUSED_HEADER
 from .retry import RetryPolicy
 from .routing import BackendState
@@ -72,13 +74,11 @@ def _requeue_wait(
     to the SDK (no refusal, or its retry-after reaches past the bound)."""
     if response.status_code not in SHED_STATUSES or response.headers.get(REFUSED_HEADER):
         return None  # gptgate's own refusal (an open circuit, a budget) waited all it may
-    try:  # read by the transport (sdk_refusal_body.py): an empty account is no refusal
-        said = response.content
-    except httpx2.ResponseNotRead:
-        said = b""
-    error = state.pool.dialect.error_for_status(
-        response.status_code, response.headers, said, backend=state.name
-    )
+    error = response.extensions.get(CLASSIFIED)  # by its body, as the attempt saw it
+    if not isinstance(error, GateError):
+        error = state.pool.dialect.error_for_status(
+            response.status_code, response.headers, b"", backend=state.name
+        )
     refusals.note(error)
     if not refusals.free:
         return None
