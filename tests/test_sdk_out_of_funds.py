@@ -12,10 +12,7 @@ and ``anthropic`` packages over loopback; the server says what the providers say
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,47 +22,11 @@ import openai
 import pytest
 
 import gptgate as gg
+from tests.refusalserver import refusing_server
 from tests.test_out_of_funds import ANTHROPIC_CREDIT, OPENAI_QUOTA
 
 THRESHOLD = 3
 USER = [{"role": "user", "content": "hi"}]
-
-
-@contextmanager
-def _empty_account(refusal: tuple[int, Any], retry_after: str | None) -> Iterator[
-    tuple[str, list[int]]
-]:
-    """A loopback server answering every request with ``refusal``; yields its root URL and
-    the count of requests it got."""
-    hits = [0]
-    status, body = refusal
-    payload = json.dumps(body).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            hits[0] += 1
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            if retry_after is not None:
-                self.send_header("retry-after", retry_after)
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", hits
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _gate(provider: str, root: str) -> gg.Gateway:
@@ -106,7 +67,7 @@ IDS = ["openai-quota-429", "openai-quota-429-retry-after", "anthropic-credit-400
 async def test_an_sdks_empty_account_opens_the_backends_circuit(
     provider: str, refusal: tuple[int, Any], retry_after: str | None, guarded: bool
 ) -> None:
-    with _empty_account(refusal, retry_after) as (root, hits):
+    with refusing_server(refusal, retry_after) as (root, hits):
         async with _gate(provider, root) as gate:
             for _ in range(20):
                 # the SDK's refusal; a guard refused at the open circuit: BackendError
@@ -120,7 +81,7 @@ async def test_an_sdks_empty_account_opens_the_backends_circuit(
 async def test_the_sdk_still_reads_the_servers_body() -> None:
     """The body read to classify the refusal is the one the SDK reads: its code and message
     reach the caller as the provider sent them."""
-    with _empty_account(OPENAI_QUOTA, None) as (root, _):
+    with refusing_server(OPENAI_QUOTA, None) as (root, _):
         async with _gate("openai", root) as gate:
             with pytest.raises(openai.RateLimitError) as caught:
                 await _one(gate, "openai", root, guarded=False)
@@ -178,7 +139,7 @@ async def test_a_guarded_functions_own_client_meets_it_once(
     SDK's exception by its status alone — OpenAI's 429 was retried on the empty account
     (``max_attempts`` requests per call: 30 for 10 calls), and Anthropic's 400 never counted
     (10 of 10 sent, the circuit closed)."""
-    with _empty_account(refusal, None) as (root, hits):
+    with refusing_server(refusal, None) as (root, hits):
         gate = gg.Gateway([gg.Backend(name="primary", provider=provider, api_key="sk-test-0",
                                       base_url=root if provider == "anthropic" else f"{root}/v1",
                                       model="m")],

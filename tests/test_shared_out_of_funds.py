@@ -12,11 +12,6 @@ Real redis-server, real loopback server.
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anyio
@@ -26,6 +21,7 @@ import gptgate as gg
 from gptgate.circuit_cause import FailureCause
 from gptgate.shared.health import HEALTH_POLL_S
 from tests.fleettools import namespace
+from tests.refusalserver import refusing_server
 
 USER = [{"role": "user", "content": "hi"}]
 DEEPSEEK_402 = (402, {"error": {"message": "Insufficient Balance", "type": "unknown_error",
@@ -34,40 +30,12 @@ BILLING_403 = (403, {"error": {"message": "Billing is not active for this accoun
                                "type": "invalid_request_error", "code": "billing_not_active"}})
 
 
-@contextmanager
-def _server(refusal: tuple[int, Any]) -> Iterator[tuple[str, list[int]]]:
-    hits = [0]
-    payload = json.dumps(refusal[1]).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            hits[0] += 1
-            self.send_response(refusal[0])
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", hits
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize("refusal", [DEEPSEEK_402, BILLING_403], ids=["402", "403"])
 async def test_one_processs_empty_account_opens_the_fleets_circuit(
     redis_url: str, refusal: tuple[int, Any]
 ) -> None:
-    with _server(refusal) as (url, hits):
+    with refusing_server(refusal) as (root, hits):
+        url = f"{root}/v1"
         shared = gg.Shared(redis_url, namespace=namespace())
 
         def gate() -> gg.Gateway:
