@@ -22,11 +22,15 @@ import openai
 import pytest
 
 import gptgate as gg
-from tests.refusalserver import refusing_server
+from benchmarks._errorserver import error_server
 from tests.test_out_of_funds import ANTHROPIC_CREDIT, OPENAI_QUOTA
 
 THRESHOLD = 3
 USER = [{"role": "user", "content": "hi"}]
+
+
+def _retry_after(value: str | None) -> dict[str, str]:
+    return {} if value is None else {"retry-after": value}
 
 
 def _gate(provider: str, root: str) -> gg.Gateway:
@@ -67,7 +71,8 @@ IDS = ["openai-quota-429", "openai-quota-429-retry-after", "anthropic-credit-400
 async def test_an_sdks_empty_account_opens_the_backends_circuit(
     provider: str, refusal: tuple[int, Any], retry_after: str | None, guarded: bool
 ) -> None:
-    with refusing_server(refusal, retry_after) as (root, hits):
+    with error_server(*refusal, _retry_after(retry_after)) as server:
+        root = server.url
         async with _gate(provider, root) as gate:
             for _ in range(20):
                 # the SDK's refusal; a guard refused at the open circuit: BackendError
@@ -75,13 +80,14 @@ async def test_an_sdks_empty_account_opens_the_backends_circuit(
                                     gg.BackendError)):
                     await _one(gate, provider, root, guarded)
             assert gate.stats()["primary"].circuit == "open"
-    assert hits[0] == THRESHOLD  # the rest refused unsent: the account is known empty
+    assert server.requests == THRESHOLD  # the rest refused unsent: the account is known empty
 
 
 async def test_the_sdk_still_reads_the_servers_body() -> None:
     """The body read to classify the refusal is the one the SDK reads: its code and message
     reach the caller as the provider sent them."""
-    with refusing_server(OPENAI_QUOTA, None) as (root, _):
+    with error_server(*OPENAI_QUOTA) as server:
+        root = server.url
         async with _gate("openai", root) as gate:
             with pytest.raises(openai.RateLimitError) as caught:
                 await _one(gate, "openai", root, guarded=False)
@@ -139,7 +145,8 @@ async def test_a_guarded_functions_own_client_meets_it_once(
     SDK's exception by its status alone — OpenAI's 429 was retried on the empty account
     (``max_attempts`` requests per call: 30 for 10 calls), and Anthropic's 400 never counted
     (10 of 10 sent, the circuit closed)."""
-    with refusing_server(refusal, None) as (root, hits):
+    with error_server(*refusal) as server:
+        root = server.url
         gate = gg.Gateway([gg.Backend(name="primary", provider=provider, api_key="sk-test-0",
                                       base_url=root if provider == "anthropic" else f"{root}/v1",
                                       model="m")],
@@ -163,6 +170,6 @@ async def test_a_guarded_functions_own_client_meets_it_once(
                                     gg.BackendError)):
                     await guarded()
             stats = gate.stats()["primary"]
-    assert hits[0] == sent
+    assert server.requests == sent
     assert stats.circuit == ("open" if sent == THRESHOLD else "closed")
     assert stats.rate_limited == 0  # an empty account is no rate limit

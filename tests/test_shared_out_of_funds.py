@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 import gptgate as gg
+from benchmarks._errorserver import error_server
 from gptgate.circuit_cause import FailureCause
 from gptgate.shared.health import HEALTH_POLL_S
 from tests.fleettools import namespace
-from tests.refusalserver import refusing_server
 
 USER = [{"role": "user", "content": "hi"}]
 DEEPSEEK_402 = (402, {"error": {"message": "Insufficient Balance", "type": "unknown_error",
@@ -34,8 +34,8 @@ BILLING_403 = (403, {"error": {"message": "Billing is not active for this accoun
 async def test_one_processs_empty_account_opens_the_fleets_circuit(
     redis_url: str, refusal: tuple[int, Any]
 ) -> None:
-    with refusing_server(refusal) as (root, hits):
-        url = f"{root}/v1"
+    with error_server(*refusal) as server:
+        url = f"{server.url}/v1"
         shared = gg.Shared(redis_url, namespace=namespace())
 
         def gate() -> gg.Gateway:
@@ -53,7 +53,7 @@ async def test_one_processs_empty_account_opens_the_fleets_circuit(
                     await anyio.sleep(HEALTH_POLL_S / 5)
             with pytest.raises(gg.BackendError):  # not sent: the fleet's account is empty
                 await second.chat(USER)
-    assert hits[0] == 3
+    assert server.requests == 3
 
 
 def test_a_refused_key_and_an_empty_account_are_told_apart() -> None:
