@@ -10,8 +10,9 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from benchmarks._threadserver import QuietHandler, served
 
 
 class ErrorServer:
@@ -31,12 +32,7 @@ def error_server(
     """A server answering every POST with ``status`` and ``body`` (JSON), chunked."""
     state = ErrorServer(status, body, headers or {})
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
             with state.lock:
@@ -53,13 +49,6 @@ def error_server(
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(Handler) as root:
+        state.url = root
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -11,7 +11,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from benchmarks._threadserver import QuietHandler, served
 
 ANSWER = json.dumps({
     "id": "c", "object": "chat.completion", "model": "m",
@@ -48,12 +49,7 @@ def key_server(accepts: str | None, status: int = 401) -> Iterator[KeyServer]:
     """A server that answers requests carrying ``Bearer {accepts}`` (None: every request)."""
     state = KeyServer(accepts, status)
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # a listing (``client.files.list()``): same key check
             self.do_POST()
 
@@ -83,13 +79,6 @@ def key_server(accepts: str | None, status: int = 401) -> Iterator[KeyServer]:
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(Handler) as root:
+        state.url = f"{root}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -9,7 +9,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from benchmarks._threadserver import QuietHandler, served
 
 ANSWER = json.dumps({
     "id": "c", "model": "m",
@@ -35,12 +36,7 @@ class Counts:
 def count_server(delay_s: float = 0.03, retry_after_s: int = 2) -> Iterator[tuple[str, Counts]]:
     counts = Counts(delay_s, retry_after_s)
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
             word = str(body["messages"][-1]["content"]).split(" ", 1)[0]
@@ -66,12 +62,5 @@ def count_server(delay_s: float = 0.03, retry_after_s: int = 2) -> Iterator[tupl
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", counts
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(Handler) as root:
+        yield f"{root}/v1", counts

@@ -13,7 +13,6 @@ and ``anthropic`` packages over loopback; the server says what the providers say
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
@@ -23,6 +22,7 @@ import pytest
 
 import gptgate as gg
 from benchmarks._errorserver import error_server
+from benchmarks._threadserver import QuietHandler, served
 from tests.test_out_of_funds import ANTHROPIC_CREDIT, OPENAI_QUOTA
 
 THRESHOLD = 3
@@ -100,12 +100,7 @@ async def test_a_caller_cancelled_while_the_refusal_is_read_hands_its_permit_bac
     (headers sent, body stalled) still ends the attempt, and nothing stays in flight."""
     release = threading.Event()
 
-    class Stalled(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Stalled(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", 0)))
             self.send_response(429)
@@ -115,19 +110,15 @@ async def test_a_caller_cancelled_while_the_refusal_is_read_hands_its_permit_bac
             self.wfile.flush()
             release.wait(10)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Stalled)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    root = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        async with _gate("openai", root) as gate:
-            with anyio.move_on_after(0.3) as scope:
-                await _one(gate, "openai", root, guarded=False)
-            assert scope.cancelled_caught
-            assert gate.stats()["primary"].in_flight == 0
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+    with served(Stalled) as root:
+        try:
+            async with _gate("openai", root) as gate:
+                with anyio.move_on_after(0.3) as scope:
+                    await _one(gate, "openai", root, guarded=False)
+                assert scope.cancelled_caught
+                assert gate.stats()["primary"].in_flight == 0
+        finally:
+            release.set()
 
 
 @pytest.mark.parametrize(("provider", "refusal", "sent"), [
