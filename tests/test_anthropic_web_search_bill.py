@@ -74,19 +74,24 @@ def test_a_price_without_a_search_price_books_them_at_nothing() -> None:
 
 
 
-async def test_a_stream_cut_after_a_search_books_the_search() -> None:
-    """Anthropic bills a search once made (one that errored is not billed); the count comes
-    only at the stream's end, so a stream cut after a search's result is booked at the
-    searches it saw — before, at none."""
+def _cut_after_first_search() -> gg.Backend:
+    """A Claude backend whose stream is cut right after the first search's result."""
     cut = _stream(PAUSED).split(b"event: content_block_start")
-    body = b"event: content_block_start".join(cut[:4])  # up to the first search's result
+    body = b"event: content_block_start".join(cut[:4])
 
     def server(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
-    backend = gg.Backend(name="claude", provider="anthropic", model=MODEL, api_key="sk-ant-test",
-                         base_url="http://127.0.0.1:9", price=PRICE,
-                         transport=httpx2.MockTransport(server))
+    return gg.Backend(name="claude", provider="anthropic", model=MODEL, api_key="sk-ant-test",
+                      base_url="http://127.0.0.1:9", price=PRICE,
+                      transport=httpx2.MockTransport(server))
+
+
+async def test_a_stream_cut_after_a_search_books_the_search() -> None:
+    """Anthropic bills a search once made (one that errored is not billed); the count comes
+    only at the stream's end, so a stream cut after a search's result is booked at the
+    searches it saw — before, at none."""
+    backend = _cut_after_first_search()
     async with gg.Gateway([backend], max_attempts=1) as gate:
         with pytest.raises(gg.GateError):
             async with gate.stream(ASK, tools=SEARCH) as s:
@@ -112,15 +117,7 @@ async def test_a_dollar_budget_reserves_the_searches_a_call_may_make() -> None:
 
 
 async def test_an_sdk_stream_cut_after_a_search_books_the_search() -> None:
-    cut = _stream(PAUSED).split(b"event: content_block_start")
-    body = b"event: content_block_start".join(cut[:4])  # up to the first search's result
-
-    def server(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    backend = gg.Backend(name="claude", provider="anthropic", model=MODEL, api_key="sk-ant-test",
-                         base_url="http://127.0.0.1:9", price=PRICE,
-                         transport=httpx2.MockTransport(server))
+    backend = _cut_after_first_search()
     async with gg.Gateway([backend]) as gate:
         client = anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url="http://127.0.0.1:9",
                                           http_client=gate.http_client("claude"), max_retries=0)

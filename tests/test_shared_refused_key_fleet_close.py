@@ -17,15 +17,7 @@ import pytest
 import gptgate as gg
 from gptgate.shared.health import HEALTH_POLL_S
 from tests.fleettools import namespace
-
-OLD = "sk-proj-old-0123456789abcdef0123"
-NEW = "sk-proj-new-fedcba9876543210fedc"
-URL = "http://127.0.0.1:9/v1"
-USER = [{"role": "user", "content": "hi"}]
-ANSWER = {"id": "c", "object": "chat.completion", "model": "m",
-          "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                       "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+from tests.test_shared_refused_key_run import ANSWER, NEW, OLD, URL, USER
 
 
 async def test_the_fleets_probe_leaves_a_revoked_pods_circuit_open(redis_url: str) -> None:

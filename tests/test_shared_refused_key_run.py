@@ -23,9 +23,8 @@ import pytest
 import gptgate as gg
 from gptgate.shared.health import HEALTH_POLL_S
 from tests.fleettools import namespace
+from tests.test_shared_refused_key import NEW, OLD
 
-OLD = "sk-proj-old-0123456789abcdef0123"
-NEW = "sk-proj-new-fedcba9876543210fedc"
 URL = "http://127.0.0.1:9/v1"
 USER = [{"role": "user", "content": "hi"}]
 ANSWER = {"id": "c", "object": "chat.completion", "model": "m",
