@@ -25,6 +25,7 @@ import pytest
 
 import gptgate as gg
 from benchmarks._errorserver import error_server
+from tests.test_azure_prompt_filter_billed import FILTERED
 
 KEY = "sk-proj-empty-account-0123456789"
 USER = [{"role": "user", "content": "hi"}]
@@ -44,14 +45,6 @@ TOO_LARGE = {"error": {
                "Limit 30000, Requested 50000. The input or output tokens must be reduced in "
                "order to run successfully.",
     "type": "tokens", "param": None, "code": "rate_limit_exceeded"}}
-SEVERITY = {"filtered": False, "severity": "safe"}
-FILTERED = {"error": {
-    "message": "The response was filtered due to the prompt triggering Azure OpenAI's content "
-               "management policy. Please modify your prompt and retry.",
-    "type": None, "param": "prompt", "code": "content_filter", "status": 400,
-    "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {
-        "hate": {"filtered": True, "severity": "high"}, "self_harm": SEVERITY,
-        "sexual": SEVERITY, "violence": SEVERITY}}}}
 ANSWER = {"id": "c", "object": "chat.completion", "model": "m",
           "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
                        "finish_reason": "stop"}],
