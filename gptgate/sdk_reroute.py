@@ -83,7 +83,9 @@ def _url(state: BackendState, tail: bytes, query: bytes) -> httpx2.URL:
     head, found, _ = path.rpartition(b"chat/completions")
     if found:
         path = head + tail
-    kept = [p for p in query.split(b"&") if p and not (own and p.startswith(_API_VERSION))]
+    # Azure's api-version is the fallback's own, or none (another server's is no concern of
+    # it): the primary's never goes along
+    kept = [p for p in query.split(b"&") if p and not p.startswith(_API_VERSION)]
     joined = b"&".join([own, *kept] if own else kept)
     return chat.copy_with(raw_path=path + (b"?" + joined if joined else b""))
 

@@ -389,3 +389,24 @@ async def test_spans_and_metrics_name_the_backend_that_served() -> None:
     by_backend = {p.attributes.get("gptgate.backend"): p.count for p in durations
                   if p.attributes.get("error.type") is None}
     assert by_backend.get("b") == 4 and "a" not in by_backend
+
+
+async def test_an_azure_sdks_request_fails_over_to_an_openai_compatible_server() -> None:
+    """The deployment's path, api-version and api-key stay behind: b gets its own path, its
+    bearer key and its model for the deployment the SDK named."""
+    with server(B_KEY) as b, dead_url() as a_url:
+        root = a_url.removesuffix("/v1")
+        gate = gg.Gateway([
+            gg.Backend(name="a", provider="azure", base_url=root, deployment="dep-a",
+                       api_version="2024-10-21", model="gpt-4o", api_key=A_KEY),
+            gg.Backend(name="b", base_url=f"{b.url}/v1", model="model-b", api_key=B_KEY),
+        ])
+        async with gate:
+            azure = openai.AsyncAzureOpenAI(
+                azure_endpoint=root, api_key=A_KEY, api_version="2024-10-21", max_retries=0,
+                http_client=gate.http_client("a", fallback=["b"]))
+            answer = await azure.chat.completions.create(model="dep-a", messages=USER)
+            assert answer.choices[0].message.content == "ok"
+    (seen,) = b.seen
+    assert (seen.path, seen.key, seen.model) == ("/v1/chat/completions", tag(B_KEY), "model-b")
+    assert "api-key" not in seen.headers
