@@ -1,6 +1,7 @@
 """A revoked key on one backend, a healthy fallback beside it: what N requests through the
 SDK path see (``openai.AsyncOpenAI`` on ``gate.http_client("primary")``, bare and inside
-``@gate.guard(backend="primary")``), then N routed ``gate.chat`` calls.
+``@gate.guard(backend="primary")``, and on ``gate.http_client("primary",
+fallback=["fallback"])``), then N routed ``gate.chat`` calls.
 
 Real ``openai`` package, two loopback servers that check the bearer key (primary's configured
 key is revoked: 401). Counts, per phase: answered, failed with the server's 401, refused
@@ -60,7 +61,10 @@ async def phase(name: str, n: int, concurrency: int) -> dict[str, object]:
         gate = gg.Gateway(backends, max_breaker_wait_s=0.0)  # defaults: threshold 5
         async with gate:
             client = openai.AsyncOpenAI(api_key=REVOKED, base_url=primary.url, max_retries=0,
-                                        http_client=gate.http_client("primary"))
+                                        http_client=gate.http_client(
+                                            "primary",
+                                            fallback=["fallback"] if name == "fallback" else None,
+                                        ))
 
             async def sdk() -> object:
                 return await client.chat.completions.create(model="m", messages=USER)
@@ -71,13 +75,14 @@ async def phase(name: str, n: int, concurrency: int) -> dict[str, object]:
                 return await gate.chat(USER)
 
             outcomes = await _run(n, concurrency, guarded if name == "guard" else sdk)
-            sdk_primary = primary.requests
+            sdk_primary, sdk_fallback = primary.requests, fallback.requests
             after = await _run(n, concurrency, routed)
             circuit = gate.stats()["primary"].circuit
         return {
             "phase": name, **outcomes, "primary got": sdk_primary, "circuit": circuit,
             "then gate.chat": dict(after), "gate.chat hits on primary": primary.requests
-            - sdk_primary, "fallback got": fallback.requests,
+            - sdk_primary, "fallback got (SDK)": sdk_fallback,
+            "fallback got (all)": fallback.requests,
         }
 
 
@@ -86,7 +91,7 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    for name in ("sdk", "guard"):
+    for name in ("sdk", "guard", "fallback"):
         print(await phase(name, args.n, args.concurrency))
 
 

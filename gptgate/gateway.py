@@ -83,6 +83,7 @@ from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, scenario_for_call
 from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
+from .sdk_failover import FailoverTransport, check_fallbacks
 from .shared.fleet import FleetAdmission, FleetClient
 from .shared.pacing import FleetPacer
 from .shared.scope import fleet_scope
@@ -1553,6 +1554,8 @@ class Gateway:
         *,
         priority: int | None = None,
         scenario: str | Scenario | None = None,
+        fallback: Sequence[str] | None = None,
+        fallback_models: Mapping[str, Mapping[str, str]] | None = None,
         **client_options: Any,
     ) -> httpx2.AsyncClient:
         """An ``httpx2.AsyncClient`` for a third-party SDK (``openai.AsyncOpenAI(
@@ -1564,14 +1567,21 @@ class Gateway:
         queue beside ``gate.chat``'s. It may be built before the gateway opens (SDK clients are
         often made at import time): the backend's live state is looked up at each request,
         which raises ``GatewayClosedError`` while the gateway is not open. An unknown name
-        fails here."""
-        transport = self.sdk_transport(backend, priority=priority, scenario=scenario)
+        fails here. ``fallback`` (backends of the same wire, in order) takes a request the
+        primary cannot serve, rewritten for it; ``fallback_models={"b": {"m-a": "m-b"}}``
+        names the model sent there (gptgate/sdk_failover.py)."""
+        transport = self.sdk_transport(
+            backend, priority=priority, scenario=scenario, fallback=fallback,
+            fallback_models=fallback_models,
+        )
         timeout = client_options.pop("timeout", httpx2.Timeout(self._configured(backend).timeout))
         return httpx2.AsyncClient(transport=transport, timeout=timeout, **client_options)
 
     def sdk_transport(
-        self, backend: str, *, priority: int | None, scenario: str | Scenario | None
-    ) -> GuardTransport:
+        self, backend: str, *, priority: int | None, scenario: str | Scenario | None,
+        fallback: Sequence[str] | None = None,
+        fallback_models: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> httpx2.AsyncBaseTransport:
         """The transport behind ``http_client`` (SyncGateway's sync client wraps it)."""
         self._configured(backend)
         resolved = scenario_for_call(scenario) if scenario is not None else None
@@ -1579,10 +1589,13 @@ class Gateway:
             priority = resolved.priority if resolved is not None else 5
         elif isinstance(priority, bool) or not isinstance(priority, int):
             raise BadRequestError(f"priority must be an int, got {priority!r}")
-        return GuardTransport(
-            self, backend, priority, resolved.name if resolved is not None else None,
+        fallbacks = check_fallbacks(self.config.backends, backend, fallback, fallback_models)
+        made = {name: GuardTransport(
+            self, name, priority, resolved.name if resolved is not None else None,
             resolved.deadline_s if resolved is not None else None,
-        )
+        ) for name in (backend, *(fallbacks.names if fallbacks else ()))}
+        return made[backend] if fallbacks is None else FailoverTransport(
+            self, backend, fallbacks, made)
 
     def __repr__(self) -> str:
         names = ", ".join(self._states or (b.name for b in self.config.backends))

@@ -439,13 +439,19 @@ class SyncGateway:
         *,
         priority: int | None = None,
         scenario: str | Scenario | None = None,
+        fallback: Sequence[str] | None = None,
+        fallback_models: Mapping[str, Mapping[str, str]] | None = None,
         **client_options: Any,
     ) -> httpx2.Client:
         """An ``httpx2.Client`` for a sync SDK (``openai.OpenAI(http_client=...)``): its
         requests go through the backend's pool and limiter on the gateway's loop, each an
         attempt with a span, a ledger entry and ``stats()`` counters (``Gateway.http_client``).
-        It may be built before first use; an unknown backend or bad priority fails here."""
-        self._gateway.sdk_transport(backend, priority=priority, scenario=scenario)  # checks
+        It may be built before first use; an unknown backend or bad priority fails here.
+        ``fallback``, ``fallback_models``: as ``Gateway.http_client``'s."""
+        self._gateway.sdk_transport(
+            backend, priority=priority, scenario=scenario, fallback=fallback,
+            fallback_models=fallback_models,
+        )  # checks
         transports: dict[int, httpx2.AsyncBaseTransport] = {}
 
         def transport() -> httpx2.AsyncBaseTransport:
@@ -454,7 +460,8 @@ class SyncGateway:
             if key not in transports:  # per gateway: a forked child has a fresh one
                 transports.clear()
                 transports[key] = gateway.sdk_transport(
-                    backend, priority=priority, scenario=scenario
+                    backend, priority=priority, scenario=scenario, fallback=fallback,
+                    fallback_models=fallback_models,
                 )
             return transports[key]
 
