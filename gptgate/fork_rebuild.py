@@ -39,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -66,6 +67,9 @@ ctypes.pythonapi.Py_IncRef(ctypes.py_object(_PARKED))
 _TOUCH: dict[type, type] = {}
 #: what a rebuild keeps of the gateway as it was: tests' injected fleet periods (not state)
 _CARRIED = ("_fleet_options",)
+#: one rebuild at a time: another thread touching the gateway meanwhile waits for it, and
+#: the rebuilding thread's own reads (an RLock) pass straight through
+_LOCK = threading.RLock()
 
 
 def rebuildable(init: F) -> F:
@@ -82,9 +86,16 @@ def rebuildable(init: F) -> F:
 
 def _first_touch(self: Any, name: str) -> Any:
     """``__getattribute__`` of a forked gateway: rebuild, wear the real class, then read."""
-    real = type(self).__mro__[1]
-    object.__setattr__(self, "__class__", real)  # first: the rebuild's own reads go straight
-    _rebuild(self)
+    with _LOCK:
+        state = object.__getattribute__(self, "__dict__")
+        touch = type(self)
+        if touch in _TOUCH.values() and not state.get("_rebuilding"):
+            state["_rebuilding"] = True  # the rebuild's own reads (this thread) go straight
+            try:
+                _rebuild(self)
+            finally:
+                del state["_rebuilding"]
+            object.__setattr__(self, "__class__", touch.__mro__[1])  # rebuilt: the real one
     return object.__getattribute__(self, name)
 
 
@@ -101,6 +112,8 @@ def _rebuild(gate: Any) -> None:
 def _forked() -> None:
     """In the child, right after the fork: park every gateway (no lock, no I/O — only the
     forking thread runs here), to be rebuilt on its first touch."""
+    global _LOCK
+    _LOCK = threading.RLock()  # another thread may have held it at the fork
     for gate in list(_GATES):
         _PARKED.append(dict(object.__getattribute__(gate, "__dict__")))
         cls = type(gate)
