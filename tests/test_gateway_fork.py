@@ -268,3 +268,49 @@ asyncio.run(main())
     lines = _run(source, base_url, tmp_path=tmp_path)
     assert lines == ["refused GatewayClosedError True", "streamed True", "exit 0"]
     assert _prompts(engine) == ["opens it", "parent", "then streams"]
+
+
+LOOP_THREAD = """
+import asyncio, os, sys, threading
+import gptgate as gg
+
+url, ns = sys.argv[2], sys.argv[3]
+gate = gg.Gateway(
+    [gg.Backend(name="sim", base_url=sys.argv[1], model="m", concurrency=2)],
+    shared=gg.Shared(url, namespace=ns, lease_s=30.0, op_budget_s=1.0),
+)
+USER = lambda text: [{"role": "user", "content": text}]
+# the app module's own loop, in a thread of its own (gunicorn --preload's master): open there
+loop = asyncio.new_event_loop()
+threading.Thread(target=loop.run_forever, daemon=True).start()
+on_loop = lambda coroutine: asyncio.run_coroutine_threadsafe(coroutine, loop).result(10)
+on_loop(gate.start())
+on_loop(gate.chat(USER("parent first")))
+
+pid = os.fork()
+if pid == 0:  # the worker: no thread of the parent's here, and it exits the normal way
+    answer = asyncio.run(gate.chat(USER("child")))
+    print("child", bool(answer.text), gate.ledger.entries["sim"].calls_ok, flush=True)
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+print("exit", os.waitstatus_to_exitcode(status), flush=True)
+again = on_loop(gate.chat(USER("parent again")))
+fleet = gate.stats()["sim"].fleet
+print("parent", bool(again.text), gate.ledger.entries["sim"].calls_ok, fleet.state,
+      fleet.outages, flush=True)
+on_loop(gate.aclose())
+"""
+
+
+def test_a_worker_exiting_normally_leaves_the_parents_loop_thread_gateway_working(
+    server: tuple[str, SimEngine], tmp_path: Path, redis_url: str
+) -> None:
+    """The parent's gateway is open on a loop its own thread runs (no loop in the forking
+    thread), with ``shared=``; the worker calls through it on a loop of its own, then exits
+    through the interpreter's normal shutdown (not ``os._exit``), which finalizes what is
+    left. The parent's gateway goes on: its next call is answered through the fleet, which
+    declared no outage (its Redis connection untouched by the child)."""
+    base_url, engine = server
+    lines = _run(LOOP_THREAD, base_url, redis_url, namespace(), tmp_path=tmp_path)
+    assert lines == ["child True 1", "exit 0", "parent True 2 up 0"], lines
+    assert _prompts(engine) == ["child", "parent again", "parent first"]
