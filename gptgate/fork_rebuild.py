@@ -5,11 +5,13 @@ built — and often used — its gateway. The child's copy holds the parent's so
 HTTP connections, the fleet's Redis connection), the parent's event loop and its tasks,
 events and calls in flight, none of which the child may use or close: a request written there
 goes out on the parent's connection (and the parent reads its answer), a close there sends
-the parent's fleet releases, and an asyncio transport closed there unregisters the parent's
-socket from the epoll instance parent and child share.
+the parent's fleet releases, and an asyncio transport closed through the parent's loop
+object would unregister the parent's socket from the epoll instance parent and child share.
 
 So at the fork every gateway is *parked*: its attributes as they were are kept referenced for
-good (never finalized in the child, not even at its exit), and its class swapped for one
+good (never closed nor finalized in the child, not even at its exit: a finalizer may close
+what it holds, and nothing of the parent's is the child's to close), and its class swapped
+for one
 whose first attribute access rebuilds it. The rebuild runs the gateway's ``__init__`` again
 with the arguments it was built with: the child's gateway is the one ``Gateway(same
 arguments)`` would be — its own pools, fleet client (a new fleet worker, holding none of the
