@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanContext
 from .budget import CALLERS, Callers
 from .embed_batcher import Coalescer, EmbedCaps, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
+from .fork_rebuild import open_in_child
 from .guard import classify_exception
 from .providers import PROVIDERS
 from .sdk_client import REFUSAL_EXTENSION, GuardTransport
@@ -124,6 +125,7 @@ class Embedder:
         """The vectors of ``texts`` in order (one vector for one string), within ``timeout``
         (else the gateway's ``deadline_s``)."""
         gate = self._gate
+        await open_in_child(gate)  # in a forked child, its first call opens it
         gate.runner  # noqa: B018 - GatewayClosedError before anything is queued
         _refuse_chat_options(params)
         items = _check_texts(texts)

@@ -59,6 +59,7 @@ from .errors import (
     OverloadedError,
     RequestTooLargeError,
 )
+from .fork_rebuild import NOT_OPEN_HERE, open_in_child, rebuildable
 from .guard import make_guard
 from .guard_parens import refuse_bare
 from .hedge import HedgePolicy, resolve_hedge
@@ -392,6 +393,7 @@ class ChatStream:
 class Gateway:
     """The client-side LLM gateway (docs/architecture.md: one call, end to end)."""
 
+    @rebuildable  # in a forked child: built again from these arguments (fork_rebuild.py)
     def __init__(
         self,
         backends: Sequence[Backend] | None = None,
@@ -530,7 +532,7 @@ class Gateway:
     async def _lost(self) -> None:
         """The loop is ending with the gateway open (never closed): close what it holds, so
         that a later loop may open it again — and write ``state=``, as any exit does."""
-        if self._opened.begin_close():
+        if self._opened.begin_close(lost=True):
             await self._release(save=True)
 
     async def _open_here(self) -> None:
@@ -836,7 +838,7 @@ class Gateway:
         when the gateway is not open or is closing, and a clear error instead of a silent
         hang when called from another event loop than the one that opened it."""
         if self._runner is None or not self._open:
-            raise GatewayClosedError(_NOT_OPEN)
+            raise GatewayClosedError(NOT_OPEN_HERE if self._opened.auto else _NOT_OPEN)
         if self._calls.closing and not _ACCEPTED.get():
             self._calls.check()
         self._opened.check_loop()
@@ -1016,6 +1018,7 @@ class Gateway:
         "refresh", "bypass"; default: use when deterministic) reads and fills the
         ``response_cache`` (docs/response-cache.md).
         """
+        await open_in_child(self)  # in a forked child, its first call opens it (fork_rebuild.py)
         judge = check_accept(accept)
         if judge is not None and (tier != "auto" or backend is not None):
             raise BadRequestError(
@@ -1146,6 +1149,7 @@ class Gateway:
         results out before the last one; keep it quick, it runs on the event loop. If it
         raises, the job stops as when ``items`` raises, and that exception is raised.
         """
+        await open_in_child(self)  # in a forked child, its first call opens it (fork_rebuild.py)
         backlog = self.runner.backlog  # fails fast when closed
         pending = _check_max_pending(max_pending)
         if on_result is not None and not callable(on_result):
@@ -1266,6 +1270,7 @@ class Gateway:
         (``await handle`` → ``ChatResult`` or the error). For producers that trickle: items
         are collected by the batch policy (size or time, whichever first) and flushed by prefix
         group; ``submit`` waits only when the batcher's pending bound is reached."""
+        await open_in_child(self)  # in a forked child, its first call opens it (fork_rebuild.py)
         self.runner  # noqa: B018 - fail fast when closed
         resolved = self._resolve(scenario)
         batcher = await self._batcher_for(resolved, always=True)
@@ -1410,6 +1415,7 @@ class Gateway:
         """Pre-warm a prompt prefix (e.g. a system prompt) off-peak: one minimal request
         (``max_tokens=1``) per eligible backend, since each backend has its own cache
         (LiteLLM #6784 needs one call per deployment), all at once (gptgate/warm.py)."""
+        await open_in_child(self)  # in a forked child, its first call opens it (fork_rebuild.py)
         checked = list(_validate_messages(messages))
         if checked[-1].get("role") != "user":
             checked.append({"role": "user", "content": "."})

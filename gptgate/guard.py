@@ -36,6 +36,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
+from .fork_rebuild import open_in_child
 from .guard_manager import entered
 from .guard_nested import covers, settle, settled
 from .guard_seat import Seat
@@ -349,6 +350,7 @@ def make_guard(
                 # (a second permit of the same limit, held by callers that each wait for
                 # theirs, would never come — gptgate/guard_nested.py)
                 return await fn(*args, **kwargs)
+            await open_in_child(gate)  # in a forked child, its first call opens it
             runner = gate.runner  # GatewayClosedError when not open or closing
             call = _GuardRun(gate, runner, route, resolved, retry, seen, function, site)
             try:

@@ -18,8 +18,10 @@ first loop's pooled connection before failing untyped.
 A process forked while a gateway was open (a process pool started by an async app, a
 ``--preload`` master that opened it) holds a copy whose sockets are the parent's: a call there
 wrote on the parent's connection, and the parent could then read the answer to the child's
-prompt. In the child such a gateway is ``forked``: every call, open and close is refused with
-a typed error before anything is sent, and a close touches nothing.
+prompt. In the child that copy's bookkeeping is ``forked``: it is the parent's, closed by
+nothing here. The gateway itself is rebuilt fresh on its first touch in the child
+(gptgate/fork_rebuild.py), with new bookkeeping that is ``auto``: the gateway opens on the
+first awaited call of a loop there (``wait_opened`` holds the calls that arrive meanwhile).
 
 A process that exits with a gateway still open (its loop run by a daemon thread, or parked)
 never ran that loop again to close it, so ``state=`` — "written on exit" — was not: at
@@ -54,14 +56,15 @@ OTHER_LOOP = (
     "a background thread for sync code; gg.SyncGateway(gateway=...) to drive this one from "
     "other threads) to share one gateway between threads"
 )
-#: what a forked child is told of a gateway that was open in its parent at the fork
+#: what the parent's copy of a gateway's state says if reached in a forked child (the
+#: gateway is rebuilt on its first touch there, so only a reference kept from before the
+#: fork to its inner objects could reach it)
 FORKED = (
-    "this gateway was open in the parent process when it forked: its connections (their "
-    "sockets shared with the parent) and its event loop are the parent's, so nothing is sent "
-    "through it from this process. Build the Gateway in each process after the fork (a "
-    "process pool's initializer, the app's lifespan or gunicorn's post_fork, Celery's "
-    "worker_process_init), or close it before forking; a gg.SyncGateway builds a fresh "
-    "gateway in a forked child by itself"
+    "this is the parent process's state of a gateway that was open when the process forked: "
+    "its connections (their sockets shared with the parent) and its event loop are the "
+    "parent's, so nothing is sent through it from this process. Use the gateway itself in "
+    "this process (it is rebuilt fresh here on first use), not objects taken from it before "
+    "the fork"
 )
 #: what every loop is told of a gateway whose own loop was closed under it
 DEAD_LOOP = (
@@ -92,7 +95,10 @@ _running = asyncio._get_running_loop
 class Opened:
     """The open/close bookkeeping of one gateway; every transition under one lock."""
 
-    __slots__ = ("__weakref__", "_closed", "_lock", "_owner_loop", "at_exit", "loop", "phase")
+    __slots__ = (
+        "__weakref__", "_closed", "_lock", "_opening", "_owner_loop", "at_exit", "auto", "loop",
+        "phase",
+    )
 
     def __init__(self, at_exit: Callable[[], None] | None = None) -> None:
         #: the gateway's method run at interpreter exit if it is still open then (its state
@@ -106,6 +112,11 @@ class Opened:
         self._owner_loop: object = None
         #: set once the close under way has ended (made when it begins, in the owner's loop)
         self._closed: anyio.Event | None = None
+        #: set once the open under way has ended, opened or not (made when it begins)
+        self._opening: anyio.Event | None = None
+        #: in a forked child, of a gateway open in the parent: the first awaited call of a
+        #: loop opens it (gptgate/fork_rebuild.py); an explicit close ends that
+        self.auto = False
         _ALL.add(self)
 
     def claim(self) -> None:
@@ -115,6 +126,7 @@ class Opened:
         with self._lock:
             if self.phase == "closed":
                 self.phase, self.loop, self._owner_loop = "opening", here, running
+                self._opening = anyio.Event()
                 return
             phase, loop, owner = self.phase, self.loop, self._owner_loop
         if phase == "forked":
@@ -126,11 +138,25 @@ class Opened:
     def opened(self) -> None:
         with self._lock:
             self.phase = "open"
+            opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.set()
 
-    def begin_close(self) -> bool:
+    def opening_here(self) -> bool:
+        """The open under way is this loop's (another task of it started it)."""
+        return self.loop == current_loop() and self._owner_loop is _running()
+
+    async def wait_opened(self) -> None:
+        """Return once the open another task of this loop began has ended."""
+        opening = self._opening
+        if opening is not None:
+            await opening.wait()
+
+    def begin_close(self, *, lost: bool = False) -> bool:
         """Start closing: False when there is nothing to close here (never opened, already
         closed or being closed by another task of this loop); a typed error from another loop,
-        whose close would touch the owner's queues from the wrong thread."""
+        whose close would touch the owner's queues from the wrong thread. An explicit close
+        (not ``lost``: the loop ending under it) ends a forked child's opening on first use."""
         here, running = current_loop(), _running()
         with self._lock:
             if self.phase == "forked":
@@ -138,6 +164,8 @@ class Opened:
             if self.loop is not None and (self.loop != here or self._owner_loop is not running):
                 owner = self._owner_loop
                 raise GateError(_elsewhere(owner, "; close it from the loop that opened it"))
+            if not lost:
+                self.auto = False
             if self.phase != "open":
                 return False
             self.phase = "closing"
@@ -160,8 +188,10 @@ class Opened:
                 return
             self.phase, self.loop, self._owner_loop = "closed", None, None
             closed, self._closed = self._closed, None
-        if closed is not None:
-            closed.set()
+            opening, self._opening = self._opening, None
+        for event in (closed, opening):
+            if event is not None:
+                event.set()
 
     def check_loop(self) -> None:
         """Refuse a call from another loop than the owner's (it would hang on foreign
@@ -176,7 +206,8 @@ class Opened:
         the parent's — refused here, never closed here."""
         self._lock = threading.Lock()  # another thread may have held it at the fork
         if self.phase != "closed":
-            self.phase, self.loop, self._owner_loop, self._closed = "forked", _PARENTS, None, None
+            self.phase, self.loop, self._owner_loop = "forked", _PARENTS, None
+            self._closed = self._opening = None
 
 
 def _elsewhere(owner: object, then: str = "") -> str:

@@ -37,6 +37,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .fork_rebuild import open_in_child
 from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
@@ -920,6 +921,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         to its headers (its body after that, gptgate/stream_watch.py): closing the gateway
         gives it the grace, then cancels it with ``GatewayClosedError`` and hands back its
         permit, as it does ``gate.chat``'s."""
+        await open_in_child(self._gate)  # in a forked child, its first request opens it
         runner = self._gate.runner  # GatewayClosedError when closed, closing or not open
         # looked up once, as the request is accepted: looked up again after its answer, a
         # closing gateway refused it there — over a refusal nobody then read or closed (its

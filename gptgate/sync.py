@@ -15,10 +15,11 @@ gptgate/sync_http.py), ``batch`` (a job with blocking ``wait``/``cancel``/``refr
 gptgate/sync_batch.py), ``stats``, ``snapshot``, ``budget_status``, ``tier_stats``. A verb the
 async gateway gains later (``embed``) is one line here: ``self._run(gw.verb, ...)``.
 
-Fork (gunicorn ``--preload``, Celery prefork): a SyncGateway built before the fork builds a
-fresh gateway (pools, Redis connections) and loop in the child on its first use there; one
-that drives an app's gateway raises a typed error naming the fix, since that loop stayed in
-the parent.
+Fork (gunicorn ``--preload``, Celery prefork): a SyncGateway built before the fork starts a
+loop of its own in the child on its first use there, and opens its gateway on it — rebuilt
+fresh (pools, Redis connections) by the gateway itself, as any async Gateway is in a child
+(gptgate/fork_rebuild.py); one that drives an app's gateway raises a typed error naming the
+fix, since that loop stayed in the parent.
 """
 
 from __future__ import annotations
@@ -195,7 +196,6 @@ class SyncGateway:
         self._lock = threading.Lock()
         self._closed = False
         self._opened = False
-        self._stale = False
         self._loop: LoopPortal
         if gateway is not None:
             if backends is not None or options:
@@ -204,12 +204,13 @@ class SyncGateway:
                 raise BadRequestError(
                     f"gateway must be a gptgate.Gateway, got {type(gateway).__name__}"
                 )
-            self._make: Callable[[], Gateway] | None = None
+            #: its gateway is its own (opened and closed here), not an app's it drives
+            self._owned = False
             self._gateway = gateway
             self._loop = AppLoop()
         else:
-            self._make = functools.partial(Gateway, backends, **options)
-            self._gateway = self._make()  # bad configuration fails here, as Gateway's does
+            self._owned = True
+            self._gateway = Gateway(backends, **options)  # bad configuration fails here
             self._loop = OwnLoop()
         _LIVE.add(self)
 
@@ -230,13 +231,10 @@ class SyncGateway:
 
     def _ready(self) -> Gateway:
         """The gateway, open (opened here on first use of an owned one)."""
-        if self._opened and not self._stale:
+        if self._opened:
             return self._gateway
         with self._lock:
-            if self._stale:  # forked: this process starts afresh
-                assert self._make is not None
-                self._gateway, self._opened, self._stale = self._make(), False, False
-            if self._make is not None and not self._opened:
+            if self._owned and not self._opened:
                 if self._closed:
                     self._loop.portal()  # raises GatewayClosedError
                 run_on(self._loop, self._gateway.start)
@@ -253,7 +251,7 @@ class SyncGateway:
             if self._closed:
                 return
             self._closed = True
-            opened = self._opened and self._make is not None and not self._stale
+            opened = self._opened and self._owned
         try:
             if opened:
                 run_on(self._loop, self._gateway.aclose, grace_s)
@@ -261,11 +259,13 @@ class SyncGateway:
             self._loop.stop()
 
     def _forked(self) -> None:
-        """In a forked child: the parent's loop is gone; an owned gateway is rebuilt on first
-        use (fresh pools and Redis), a driven one refuses with a typed error (AppLoop)."""
+        """In a forked child: the parent's loop is gone; an owned gateway is opened again on
+        first use, on a loop of this process's (the gateway rebuilds itself fresh — pools,
+        Redis — on that first touch: gptgate/fork_rebuild.py); a driven one refuses with a
+        typed error (AppLoop)."""
         self._lock = threading.Lock()
-        if self._make is not None:
-            self._stale = True
+        if self._owned:
+            self._opened = False
             self._loop = OwnLoop()
 
     @property
@@ -407,15 +407,15 @@ class SyncGateway:
             "scenario": scenario, "backend": backend, "private": private, "tier": tier,
             "retry": retry,
         }
-        built: dict[int, Callable[..., Any]] = {}
+        built: dict[Callable[..., Any], Callable[..., Any]] = {}
 
         def async_guard(body: Callable[..., Any]) -> Callable[..., Any]:
-            gateway = self._gateway  # on the loop, opened by the caller (loop_ready)
-            key = id(gateway)
-            if key not in built:  # per gateway: a forked child has a fresh one
-                built.clear()
-                built[key] = gateway.guard(**options)(body)  # type: ignore[arg-type]
-            return built[key]
+            # on the loop, opened by the caller (loop_ready); built once per function: the
+            # guard looks the gateway's state up at each call, so a forked child's rebuilt
+            # gateway serves it too
+            if body not in built:
+                built[body] = self._gateway.guard(**options)(body)  # type: ignore[arg-type]
+            return built[body]
 
         def guarded_per_call(body: Callable[..., Any]) -> Callable[..., Any]:
             async def call(thread_call: Any) -> Any:
@@ -452,18 +452,20 @@ class SyncGateway:
             backend, priority=priority, scenario=scenario, fallback=fallback,
             fallback_models=fallback_models,
         )  # checks
-        transports: dict[int, httpx2.AsyncBaseTransport] = {}
+        transports: list[httpx2.AsyncBaseTransport] = []
 
         def transport() -> httpx2.AsyncBaseTransport:
             gateway = self._ready()
-            key = id(gateway)
-            if key not in transports:  # per gateway: a forked child has a fresh one
-                transports.clear()
-                transports[key] = gateway.sdk_transport(
-                    backend, priority=priority, scenario=scenario, fallback=fallback,
-                    fallback_models=fallback_models,
+            # built once: it looks the backend's state up at each request, so a forked
+            # child's rebuilt gateway serves it too
+            if not transports:
+                transports.append(
+                    gateway.sdk_transport(
+                        backend, priority=priority, scenario=scenario, fallback=fallback,
+                        fallback_models=fallback_models,
+                    )
                 )
-            return transports[key]
+            return transports[0]
 
         config = next(b for b in self._gateway.config.backends if b.name == backend)
         timeout = client_options.pop("timeout", httpx2.Timeout(config.timeout))
@@ -486,7 +488,7 @@ class SyncGateway:
         final figures (an exit summary, a snapshot saved for the next start) are what a
         caller reads then, as an async ``Gateway``'s after ``aclose``."""
         with self._lock:
-            final = self._closed and self._make is not None and not self._stale
+            final = self._closed and self._owned
         if final:
             return read(self._gateway)
         gateway = self._ready()
@@ -512,7 +514,7 @@ class SyncGateway:
 
     def __repr__(self) -> str:
         names = ", ".join(b.name for b in self._gateway.config.backends)
-        mode = "owned" if self._make is not None else "driven"
+        mode = "owned" if self._owned else "driven"
         return f"SyncGateway(backends=[{names}], {mode}, closed={self._closed})"
 
 

@@ -310,7 +310,7 @@ def sync_guard(
     covers: Callable[[GuardedCall], bool] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """The decorator: ``async_guard`` is the gateway's ``guard(...)`` with the same options,
-    looked up per call (a SyncGateway rebuilds its gateway after fork). ``covers(call)``:
+    built on its first call (on the gateway's loop, once it is open there). ``covers(call)``:
     the guarded call running in this thread (the function was called inside it) holds a
     permit this guard may use — then the function runs under it: waiting for a second permit
     of the same limit, held by callers that each wait for theirs, would wait forever."""
