@@ -67,6 +67,7 @@ from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
+from .media_tokens import media_rule
 from .opened import Opened
 from .own_options import refuse_own_options
 from .param_fit import refused_by
@@ -467,6 +468,8 @@ class Gateway:
         self.retry_budget: RetryBudget | None = None
         self._open = False
         self._max_timeout_s = max(b.timeout for b in config.backends)
+        #: whose formula prices an image part (gptgate/media_tokens.py)
+        self._media = media_rule(b.provider for b in config.backends)
         #: the smallest context window of any backend (inf when one is unknown): a call
         #: within it fits every backend, and is not checked further
         self._min_context = min(
@@ -884,7 +887,9 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        prompt_tokens = estimate_prompt_tokens(checked) + estimate_tools_tokens(params.get("tools"))
+        prompt_tokens = estimate_prompt_tokens(checked, self._media) + estimate_tools_tokens(
+            params.get("tools")
+        )
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(

@@ -1,0 +1,235 @@
+"""The prompt tokens of a message's image, audio and file parts, by the providers' published
+rules.
+
+Why: the prompt estimate (gptgate/tokens.py, ~4 characters a token) saw only text, so an
+image counted 0 tokens though the provider bills it up to ~1,600. A call with images was
+under-reserved everywhere the estimate is used: the dollar budget's reservation and refusal,
+the rate-limit (TPM) hold, the context-window check, the cache gate's prefix size, Batch API
+sizing, and the ledger's cost of an attempt that ended before the server said its usage.
+
+The rules (each a conservative reading of the provider's documentation):
+
+* **OpenAI ``image_url``** (and the Responses API's ``input_image``) — platform.openai.com
+  /docs/guides/vision, "Calculating costs": ``detail: "low"`` is 85 tokens; ``"high"`` (and
+  ``"auto"``, and any other value, which is left to the server) scales the image to fit
+  2048×2048, then its shortest side to 768 px, and costs 85 + 170 per 512-px tile (1024×1024
+  → 765, 2048×4096 → 1,105). The dimensions come from the data: URL's header bytes
+  (gptgate/media_headers.py); a remote URL, a ``file_id`` or an unreadable payload counts the
+  largest high-detail image, 85 + 8 × 170 = 1,445 (a low-detail one, 85).
+* **Anthropic ``image`` blocks** — docs.anthropic.com/en/docs/build-with-claude/vision,
+  "Calculate image costs": ``tokens = (width × height) / 750`` after the image is scaled to a
+  long edge of at most 1,568 px and at most ~1,600 tokens (1092×1092 → 1,590). A ``url`` or
+  ``file`` source, or an unreadable one, counts the cap, 1,600.
+* **Audio** (``input_audio``) — ~10 tokens a second of sound (OpenAI's audio models bill
+  about one input token per 100 ms). The duration comes from a WAV header or an MP3 frame's
+  bitrate; otherwise from the payload's size at 16 kbit/s (a low bitrate: a longer, dearer
+  guess).
+* **PDF** (OpenAI ``file`` / ``input_file``, Anthropic ``document``) — both providers send
+  each page as its extracted text *and* an image of the page (docs.anthropic.com/en/docs/
+  build-with-claude/pdf-support: "1,500-3,000 tokens per page" of text, plus the image's
+  cost). A page counts 3,000 tokens plus the largest image of the rule. The pages come from
+  the page tree's ``/Count``; when that is unreadable (a compressed object stream), one page
+  per 100 KB of file, 1 to 50 pages; a PDF not in the request (``file_id``, a URL): 10 pages.
+  A text ``document`` counts its text.
+
+The rule depends on where the call goes. Native Anthropic blocks go to Anthropic; OpenAI
+parts go to OpenAI-compatible servers, or — on a gateway with an Anthropic backend — may be
+translated to Anthropic blocks (gptgate/wire/anthropic_messages.py). :func:`media_rule`
+picks ``"both"`` for a gateway with both kinds (the dearer of the two formulas), so a call's
+estimate never falls below what either bill may be.
+
+Nothing here raises on bad input and nothing is logged: a malformed part counts the default,
+and the server, not the estimate, says whether it is valid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from .media_headers import (
+    b64_bytes,
+    b64_head,
+    image_size,
+    mp3_seconds,
+    pdf_pages,
+    wav_seconds,
+)
+from .providers import PROVIDERS
+
+__all__ = [
+    "ANTHROPIC_IMAGE_MAX",
+    "OPENAI_IMAGE_LOW",
+    "OPENAI_IMAGE_MAX",
+    "MediaRule",
+    "anthropic_image_tokens",
+    "content_media_tokens",
+    "media_rule",
+    "openai_image_tokens",
+    "part_tokens",
+]
+
+#: which provider's formula prices an OpenAI-style image part: ``"both"`` takes the dearer
+MediaRule = Literal["openai", "anthropic", "both"]
+
+OPENAI_IMAGE_LOW = 85
+_OPENAI_TILE = 170
+#: the dearest high-detail image: 768×2048 after scaling, 2 × 4 tiles
+OPENAI_IMAGE_MAX = OPENAI_IMAGE_LOW + 8 * _OPENAI_TILE
+#: Anthropic scales an image above ~1,600 tokens (or a 1,568-px long edge) down to fit
+ANTHROPIC_IMAGE_MAX = 1600
+_ANTHROPIC_LONG_EDGE = 1568
+_ANTHROPIC_PIXELS_PER_TOKEN = 750
+
+AUDIO_TOKENS_PER_S = 10
+#: the bitrate a sound of unreadable length is taken to have (bytes a second): 16 kbit/s
+_AUDIO_FALLBACK_BYTES_PER_S = 2000
+
+PDF_TEXT_TOKENS_PER_PAGE = 3000
+_PDF_BYTES_PER_PAGE = 100_000
+_PDF_MAX_GUESSED_PAGES = 50
+PDF_UNSEEN_PAGES = 10
+#: a PDF payload larger than this (base64 characters) is sized by bytes, not decoded: the
+#: estimate runs on the event loop
+_PDF_DECODE_CHARS = 8 * 1024 * 1024
+
+
+def openai_image_tokens(width: int, height: int, detail: str = "high") -> int:
+    """OpenAI's tile formula (gpt-4o family; see the module docstring)."""
+    if detail == "low":
+        return OPENAI_IMAGE_LOW
+    scale = min(1.0, 2048 / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, 768 / min(w, h))
+    w, h = max(1, round(w * scale)), max(1, round(h * scale))
+    return OPENAI_IMAGE_LOW + _OPENAI_TILE * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+def anthropic_image_tokens(width: int, height: int) -> int:
+    """Anthropic's ``(width × height) / 750`` after its resize (see the module docstring)."""
+    scale = min(1.0, _ANTHROPIC_LONG_EDGE / max(width, height))
+    tokens = math.ceil(width * height * scale * scale / _ANTHROPIC_PIXELS_PER_TOKEN)
+    return min(ANTHROPIC_IMAGE_MAX, tokens)
+
+
+def media_rule(providers: Iterable[str]) -> MediaRule:
+    """The rule for OpenAI-style parts on a gateway whose backends are of ``providers``
+    (``Backend.provider``): Anthropic's formula where all speak its dialect, the dearer of
+    both where some do."""
+    kinds = {"anthropic" if _dialect(p) == "anthropic" else "openai" for p in providers}
+    if kinds == {"anthropic"}:
+        return "anthropic"
+    return "both" if "anthropic" in kinds else "openai"
+
+
+def _dialect(provider: str) -> str:
+    preset = PROVIDERS.get(provider)
+    return preset.dialect if preset is not None else provider
+
+
+def content_media_tokens(content: Any, rule: MediaRule = "openai") -> int:
+    """The media tokens of a message's ``content`` (0 for a string)."""
+    if not isinstance(content, list):
+        return 0
+    return sum(part_tokens(p, rule) for p in content if isinstance(p, Mapping))
+
+
+def part_tokens(part: Mapping[str, Any], rule: MediaRule = "openai") -> int:
+    """One content part's media tokens (0 for text and anything unknown)."""
+    kind = part.get("type")
+    if kind in ("image_url", "input_image"):
+        return _openai_image(part, rule)
+    if kind == "image":  # Anthropic's
+        return _anthropic_image(part.get("source"))
+    if kind == "input_audio":
+        return _audio(part.get("input_audio") or part)
+    if kind in ("file", "input_file"):
+        spec = part.get("file", part)
+        data = spec.get("file_data") if isinstance(spec, Mapping) else None
+        return _pdf(_payload(data) if isinstance(data, str) else None, _image_max(rule))
+    if kind == "document":  # Anthropic's
+        return _document(part.get("source"))
+    if kind == "tool_result":  # Anthropic's: may carry images
+        return content_media_tokens(part.get("content"), "anthropic")
+    return 0
+
+
+def _payload(data: str) -> str | None:
+    """The base64 payload of a data: URL (``data`` itself when it is bare base64); None for a
+    data: URL that is not base64."""
+    if not data.startswith("data:"):
+        return data
+    header, comma, payload = data.partition(",")
+    return payload if comma and header.endswith(";base64") else None
+
+
+def _image_max(rule: MediaRule) -> int:
+    return OPENAI_IMAGE_MAX if rule == "openai" else ANTHROPIC_IMAGE_MAX
+
+
+def _openai_image(part: Mapping[str, Any], rule: MediaRule) -> int:
+    spec = part.get("image_url")
+    url = spec.get("url") if isinstance(spec, Mapping) else spec
+    detail = spec.get("detail") if isinstance(spec, Mapping) else None
+    detail = detail or part.get("detail") or "auto"
+    payload = _payload(url) if isinstance(url, str) and url.startswith("data:") else None
+    size = image_size(b64_head(payload)) if payload else None
+    low = detail == "low"
+    if size is None:
+        openai, anthropic = (OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX), ANTHROPIC_IMAGE_MAX
+    else:
+        openai = openai_image_tokens(*size, "low" if low else "high")
+        anthropic = anthropic_image_tokens(*size)
+    if rule == "openai":
+        return openai
+    return anthropic if rule == "anthropic" else max(openai, anthropic)
+
+
+def _anthropic_image(source: Any) -> int:
+    if isinstance(source, Mapping) and source.get("type") == "base64":
+        data = source.get("data")
+        size = image_size(b64_head(data)) if isinstance(data, str) else None
+        if size is not None:
+            return anthropic_image_tokens(*size)
+    return ANTHROPIC_IMAGE_MAX
+
+
+def _audio(spec: Any) -> int:
+    data = spec.get("data") if isinstance(spec, Mapping) else None
+    if not isinstance(data, str) or not data:
+        return 0
+    size = b64_bytes(data)
+    head = b64_head(data, 4096)
+    seconds = wav_seconds(head, size) or mp3_seconds(head, size)
+    if seconds is None:
+        seconds = size / _AUDIO_FALLBACK_BYTES_PER_S
+    return math.ceil(seconds * AUDIO_TOKENS_PER_S)
+
+
+def _document(source: Any) -> int:
+    if not isinstance(source, Mapping):
+        return _pdf(None, ANTHROPIC_IMAGE_MAX)
+    kind = source.get("type")
+    if kind == "text":
+        data = source.get("data")
+        # ~4 characters a token, as gptgate/tokens.py (which imports this module)
+        return (len(data) + 3) // 4 if isinstance(data, str) else 0
+    if kind == "content":
+        return content_media_tokens(source.get("content"), "anthropic")
+    data = source.get("data") if kind == "base64" else None
+    return _pdf(data if isinstance(data, str) else None, ANTHROPIC_IMAGE_MAX)
+
+
+def _pdf(payload: str | None, image_max: int) -> int:
+    """A PDF's tokens: per page its text and its image (see the module docstring)."""
+    per_page = PDF_TEXT_TOKENS_PER_PAGE + image_max
+    if not payload:
+        return PDF_UNSEEN_PAGES * per_page
+    pages = None
+    if len(payload) <= _PDF_DECODE_CHARS:
+        pages = pdf_pages(b64_head(payload, len(payload)))
+    if pages is None:
+        guessed = math.ceil(b64_bytes(payload) / _PDF_BYTES_PER_PAGE)
+        pages = min(max(1, guessed), _PDF_MAX_GUESSED_PAGES)
+    return pages * per_page
