@@ -107,7 +107,7 @@ from .tiers import (
     check_classifier,
     served_by,
 )
-from .tokens import estimate_prompt_tokens, estimate_tools_tokens
+from .tokens import estimate_prompt_tokens, estimate_tools_tokens, sure_prompt_tokens
 from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -904,7 +904,8 @@ class Gateway:
             refused=refused_by(self._states.values(), params),
         )
         if route.output_tokens + prompt_tokens // 2 > self._min_context:
-            self._refuse_if_no_context_fits(route)
+            sure = sure_prompt_tokens(checked, params.get("tools"), self._media)
+            self._refuse_if_no_context_fits(route, sure)
         deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         return CallSpec(
             messages=checked,
@@ -925,19 +926,20 @@ class Gateway:
             hedge=policy,
         )
 
-    def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
+    def _refuse_if_no_context_fits(self, route: RouteRequest, prompt: int) -> None:
         """A call too long for the context window of every backend it may go to fails before
         it is sent (and before it waits for a permit): the server would refuse it with a 400
         on each of them. Run only when the call exceeds the smallest known window, so the
         common call pays one comparison. As for the rate-limit check, the prompt is an
         estimate (~4 characters a token) and only half of it counts: a borderline call is
-        sent and the server decides. A backend whose window is unknown takes anything."""
+        sent and the server decides (``prompt``: without the guessed size of an image it
+        cannot read). A backend whose window is unknown takes anything."""
         windows = [s.backend.context_tokens for s in self.runner.router.eligible(route)]
         if any(w is None for w in windows):
             return
         largest = max(w for w in windows if w is not None)
-        if route.output_tokens + route.input_tokens // 2 > largest:
-            requested = route.output_tokens + route.input_tokens
+        if route.output_tokens + prompt // 2 > largest:
+            requested = route.output_tokens + prompt
             raise RequestTooLargeError(
                 f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
                 f"the context window of every eligible backend (largest: {largest} tokens)",

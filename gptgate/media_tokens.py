@@ -128,30 +128,34 @@ def _dialect(provider: str) -> str:
     return preset.dialect if preset is not None else provider
 
 
-def content_media_tokens(content: Any, rule: MediaRule = "openai") -> int:
-    """The media tokens of a message's ``content`` (0 for a string)."""
+def content_media_tokens(content: Any, rule: MediaRule = "openai", unseen: bool = True) -> int:
+    """The media tokens of a message's ``content`` (0 for a string). ``unseen=False``: a
+    part whose size cannot be read counts 0, not the default — what a refusal may rest on
+    (a context window, a tokens-per-minute limit), where a guess must not refuse a call the
+    server might take."""
     if not isinstance(content, list):
         return 0
-    return sum(part_tokens(p, rule) for p in content if isinstance(p, Mapping))
+    return sum(part_tokens(p, rule, unseen) for p in content if isinstance(p, Mapping))
 
 
-def part_tokens(part: Mapping[str, Any], rule: MediaRule = "openai") -> int:
+def part_tokens(part: Mapping[str, Any], rule: MediaRule = "openai", unseen: bool = True) -> int:
     """One content part's media tokens (0 for text and anything unknown)."""
     kind = part.get("type")
     if kind in ("image_url", "input_image"):
-        return _openai_image(part, rule)
+        return _openai_image(part, rule, unseen)
     if kind == "image":  # Anthropic's
-        return _anthropic_image(part.get("source"))
+        return _anthropic_image(part.get("source"), unseen)
     if kind == "input_audio":
-        return _audio(part.get("input_audio") or part)
+        return _audio(part.get("input_audio") or part, unseen)
     if kind in ("file", "input_file"):
         spec = part.get("file", part)
         data = spec.get("file_data") if isinstance(spec, Mapping) else None
-        return _pdf(_payload(data) if isinstance(data, str) else None, _image_max(rule))
+        payload = _payload(data) if isinstance(data, str) else None
+        return _pdf(payload, _image_max(rule), unseen)
     if kind == "document":  # Anthropic's
-        return _document(part.get("source"))
+        return _document(part.get("source"), unseen)
     if kind == "tool_result":  # Anthropic's: may carry images
-        return content_media_tokens(part.get("content"), "anthropic")
+        return content_media_tokens(part.get("content"), "anthropic", unseen)
     return 0
 
 
@@ -168,7 +172,7 @@ def _image_max(rule: MediaRule) -> int:
     return OPENAI_IMAGE_MAX if rule == "openai" else ANTHROPIC_IMAGE_MAX
 
 
-def _openai_image(part: Mapping[str, Any], rule: MediaRule) -> int:
+def _openai_image(part: Mapping[str, Any], rule: MediaRule, unseen: bool) -> int:
     spec = part.get("image_url")
     url = spec.get("url") if isinstance(spec, Mapping) else spec
     detail = spec.get("detail") if isinstance(spec, Mapping) else None
@@ -176,8 +180,9 @@ def _openai_image(part: Mapping[str, Any], rule: MediaRule) -> int:
     payload = _payload(url) if isinstance(url, str) and url.startswith("data:") else None
     size = image_size(b64_head(payload)) if payload else None
     low = detail == "low"
-    if size is None:
-        openai, anthropic = (OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX), ANTHROPIC_IMAGE_MAX
+    if size is None:  # a low-detail image costs 85 whatever its size
+        openai = OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX if unseen else 0
+        anthropic = ANTHROPIC_IMAGE_MAX if unseen else 0
     else:
         openai = openai_image_tokens(*size, "low" if low else "high")
         anthropic = anthropic_image_tokens(*size)
@@ -186,16 +191,16 @@ def _openai_image(part: Mapping[str, Any], rule: MediaRule) -> int:
     return anthropic if rule == "anthropic" else max(openai, anthropic)
 
 
-def _anthropic_image(source: Any) -> int:
+def _anthropic_image(source: Any, unseen: bool) -> int:
     if isinstance(source, Mapping) and source.get("type") == "base64":
         data = source.get("data")
         size = image_size(b64_head(data)) if isinstance(data, str) else None
         if size is not None:
             return anthropic_image_tokens(*size)
-    return ANTHROPIC_IMAGE_MAX
+    return ANTHROPIC_IMAGE_MAX if unseen else 0
 
 
-def _audio(spec: Any) -> int:
+def _audio(spec: Any, unseen: bool) -> int:
     data = spec.get("data") if isinstance(spec, Mapping) else None
     if not isinstance(data, str) or not data:
         return 0
@@ -203,32 +208,34 @@ def _audio(spec: Any) -> int:
     head = b64_head(data, 4096)
     seconds = wav_seconds(head, size) or mp3_seconds(head, size)
     if seconds is None:
-        seconds = size / _AUDIO_FALLBACK_BYTES_PER_S
+        seconds = size / _AUDIO_FALLBACK_BYTES_PER_S if unseen else 0.0
     return math.ceil(seconds * AUDIO_TOKENS_PER_S)
 
 
-def _document(source: Any) -> int:
+def _document(source: Any, unseen: bool) -> int:
     if not isinstance(source, Mapping):
-        return _pdf(None, ANTHROPIC_IMAGE_MAX)
+        return _pdf(None, ANTHROPIC_IMAGE_MAX, unseen)
     kind = source.get("type")
     if kind == "text":
         data = source.get("data")
         # ~4 characters a token, as gptgate/tokens.py (which imports this module)
         return (len(data) + 3) // 4 if isinstance(data, str) else 0
     if kind == "content":
-        return content_media_tokens(source.get("content"), "anthropic")
+        return content_media_tokens(source.get("content"), "anthropic", unseen)
     data = source.get("data") if kind == "base64" else None
-    return _pdf(data if isinstance(data, str) else None, ANTHROPIC_IMAGE_MAX)
+    return _pdf(data if isinstance(data, str) else None, ANTHROPIC_IMAGE_MAX, unseen)
 
 
-def _pdf(payload: str | None, image_max: int) -> int:
+def _pdf(payload: str | None, image_max: int, unseen: bool) -> int:
     """A PDF's tokens: per page its text and its image (see the module docstring)."""
     per_page = PDF_TEXT_TOKENS_PER_PAGE + image_max
     if not payload:
-        return PDF_UNSEEN_PAGES * per_page
+        return PDF_UNSEEN_PAGES * per_page if unseen else 0
     pages = None
     if len(payload) <= _PDF_DECODE_CHARS:
         pages = pdf_pages(b64_head(payload, len(payload)))
+    if pages is None and not unseen:
+        return 0
     if pages is None:
         guessed = math.ceil(b64_bytes(payload) / _PDF_BYTES_PER_PAGE)
         pages = min(max(1, guessed), _PDF_MAX_GUESSED_PAGES)

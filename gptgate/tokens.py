@@ -20,6 +20,7 @@ __all__ = [
     "estimate_text_tokens",
     "estimate_tools_tokens",
     "message_text",
+    "sure_prompt_tokens",
     "tokens_for_chars",
 ]
 
@@ -93,15 +94,16 @@ def _prompt_chars(message: Mapping[str, Any]) -> int:
 
 
 def estimate_prompt_tokens(
-    messages: Sequence[Mapping[str, Any]], media: MediaRule = "openai"
+    messages: Sequence[Mapping[str, Any]], media: MediaRule = "openai", unseen: bool = True
 ) -> int:
     """The messages' prompt tokens: their text (~4 characters a token, plus the chat format's
     overhead) and their image, audio and file parts (``media``: whose formula prices an
-    OpenAI-style image part; gptgate/media_tokens.py)."""
+    OpenAI-style image part; ``unseen=False``: a part of unreadable size counts 0, for a
+    refusal; gptgate/media_tokens.py)."""
     return sum(
         MESSAGE_OVERHEAD_TOKENS
         + tokens_for_chars(_prompt_chars(m))
-        + content_media_tokens(m.get("content"), media)
+        + content_media_tokens(m.get("content"), media, unseen)
         for m in messages
     )
 
@@ -113,3 +115,13 @@ def estimate_tools_tokens(tools: Any) -> int:
     if not isinstance(tools, list) or not tools:
         return 0
     return tokens_for_chars(len(json.dumps(tools, separators=(",", ":"), default=str)))
+
+
+def sure_prompt_tokens(
+    messages: Sequence[Mapping[str, Any]], tools: Any, media: MediaRule = "openai"
+) -> int:
+    """The prompt a refusal may rest on (a context window, a tokens-per-minute limit): the
+    estimate without the default of an image, sound or PDF whose size cannot be read — a
+    remote image counts its largest for the budget, but must not refuse a call whose image
+    is small."""
+    return estimate_prompt_tokens(messages, media, unseen=False) + estimate_tools_tokens(tools)

@@ -122,3 +122,27 @@ def test_an_image_for_claude_is_reserved_by_anthropics_rule() -> None:
     out = run_virtual(main)
     assert out["sent"] == 2  # the refused call was never sent
     assert out["image"] - out["text"] == 1334 + 4  # Anthropic's rule (+ the block's overhead)
+
+
+def test_a_guessed_image_size_never_refuses_a_call_for_its_context_window() -> None:
+    """Four remote images: reserved at their largest (1,445 each), but the context check
+    rests on what is known — the server decides. Four known 2048×4096 images (1,105 each)
+    overflow a 1,000-token window and are refused before anything is sent."""
+    remote = {"type": "image_url", "image_url": {"url": "https://example.com/photo.jpg"}}
+    known = WITH_IMAGE[0]["content"][1]
+
+    async def main() -> dict[str, Any]:
+        clock = LoopClock()
+        backend, engine = sim_backend(
+            "gpu", name="sim", clock=clock, seed=1, price=PRICE, context_tokens=1000
+        )
+        async with gg.Gateway([backend], clock=clock, seed=1) as gate:
+            sent = await gate.chat([{"role": "user", "content": [QUESTION, *[remote] * 4]}],
+                                   max_tokens=MAX_TOKENS)
+            with pytest.raises(gg.RequestTooLargeError):
+                await gate.chat([{"role": "user", "content": [QUESTION, *[known] * 4]}],
+                                max_tokens=MAX_TOKENS)
+        return {"sent": sent, "requests": engine.ledger.snapshot().requests}
+
+    out = run_virtual(main)
+    assert out["requests"] == 1 and out["sent"].usage.input_tokens > 4 * 1445

@@ -133,6 +133,10 @@ def test_a_remote_image_counts_the_largest_it_may_be() -> None:
     assert part_tokens(remote, "anthropic") == ANTHROPIC_IMAGE_MAX
     responses_api = {"type": "input_image", "image_url": "https://example.com/p.jpg"}
     assert part_tokens(responses_api) == OPENAI_IMAGE_MAX
+    # what a refusal (context window, tokens per minute) may rest on: only what is known
+    assert part_tokens(remote, unseen=False) == 0
+    assert part_tokens(_image("https://example.com/photo.jpg", "low"), unseen=False) == 85
+    assert part_tokens({"type": "file", "file": {"file_id": "f"}}, unseen=False) == 0
 
 
 @pytest.mark.parametrize(
