@@ -28,7 +28,8 @@ The rules (each a conservative reading of the provider's documentation):
   each page as its extracted text *and* an image of the page (docs.anthropic.com/en/docs/
   build-with-claude/pdf-support: "1,500-3,000 tokens per page" of text, plus the image's
   cost). A page counts 3,000 tokens plus the largest image of the rule. The pages come from
-  the page tree's ``/Count``; when that is unreadable (a compressed object stream), one page
+  the page tree's ``/Count`` (read in the file's first and last ~190 KB, where writers put
+  it); when that is unreadable (a compressed object stream), one page
   per 100 KB of file, 1 to 50 pages; a PDF not in the request (``file_id``, a URL): 10 pages.
   A text ``document`` counts its text.
 
@@ -49,6 +50,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from .media_headers import (
+    HEAD_CHARS,
     b64_bytes,
     b64_head,
     image_size,
@@ -90,9 +92,9 @@ PDF_TEXT_TOKENS_PER_PAGE = 3000
 _PDF_BYTES_PER_PAGE = 100_000
 _PDF_MAX_GUESSED_PAGES = 50
 PDF_UNSEEN_PAGES = 10
-#: a PDF payload larger than this (base64 characters) is sized by bytes, not decoded: the
-#: estimate runs on the event loop
-_PDF_DECODE_CHARS = 8 * 1024 * 1024
+#: the estimate runs on the event loop: of a PDF it decodes this much base64 at each end
+#: (where writers put the page tree's root), not the whole file
+_PDF_END_CHARS = 256 * 1024
 
 
 def openai_image_tokens(width: int, height: int, detail: str = "high") -> int:
@@ -159,13 +161,16 @@ def part_tokens(part: Mapping[str, Any], rule: MediaRule = "openai", unseen: boo
     return 0
 
 
-def _payload(data: str) -> str | None:
-    """The base64 payload of a data: URL (``data`` itself when it is bare base64); None for a
-    data: URL that is not base64."""
+def _payload(data: str, chars: int | None = None) -> str | None:
+    """The base64 payload of a data: URL (``data`` itself when it is bare base64), its first
+    ``chars`` only when given (a copy of a megabyte image is not free); None for a data: URL
+    that is not base64."""
     if not data.startswith("data:"):
-        return data
-    header, comma, payload = data.partition(",")
-    return payload if comma and header.endswith(";base64") else None
+        return data if chars is None else data[:chars]
+    comma = data.find(",", 0, 512)
+    if comma < 0 or not data[:comma].endswith(";base64"):
+        return None
+    return data[comma + 1 :] if chars is None else data[comma + 1 : comma + 1 + chars]
 
 
 def _image_max(rule: MediaRule) -> int:
@@ -177,8 +182,9 @@ def _openai_image(part: Mapping[str, Any], rule: MediaRule, unseen: bool) -> int
     url = spec.get("url") if isinstance(spec, Mapping) else spec
     detail = spec.get("detail") if isinstance(spec, Mapping) else None
     detail = detail or part.get("detail") or "auto"
-    payload = _payload(url) if isinstance(url, str) and url.startswith("data:") else None
-    size = image_size(b64_head(payload)) if payload else None
+    is_data = isinstance(url, str) and url.startswith("data:")
+    payload = _payload(url, HEAD_CHARS + 64) if isinstance(url, str) and is_data else None
+    size = _image_size(payload) if payload else None
     low = detail == "low"
     if size is None:  # a low-detail image costs 85 whatever its size
         openai = OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX if unseen else 0
@@ -191,10 +197,23 @@ def _openai_image(part: Mapping[str, Any], rule: MediaRule, unseen: bool) -> int
     return anthropic if rule == "anthropic" else max(openai, anthropic)
 
 
+def _image_size(payload: str) -> tuple[int, int] | None:
+    """Its first kilobytes hold the size of a PNG, GIF or WebP; a JPEG's frame header may
+    follow tens of kilobytes of EXIF, so only a JPEG is decoded further."""
+    head = b64_head(payload, 1024)
+    size = image_size(head)
+    for chars in (32 * 1024, HEAD_CHARS):  # decoding costs ~5 ms a megabyte: by steps
+        if size is not None or not head.startswith(b"\xff\xd8") or len(payload) <= len(head):
+            break
+        head = b64_head(payload, chars)
+        size = image_size(head)
+    return size
+
+
 def _anthropic_image(source: Any, unseen: bool) -> int:
     if isinstance(source, Mapping) and source.get("type") == "base64":
         data = source.get("data")
-        size = image_size(b64_head(data)) if isinstance(data, str) else None
+        size = _image_size(data) if isinstance(data, str) else None
         if size is not None:
             return anthropic_image_tokens(*size)
     return ANTHROPIC_IMAGE_MAX if unseen else 0
@@ -231,9 +250,10 @@ def _pdf(payload: str | None, image_max: int, unseen: bool) -> int:
     per_page = PDF_TEXT_TOKENS_PER_PAGE + image_max
     if not payload:
         return PDF_UNSEEN_PAGES * per_page if unseen else 0
-    pages = None
-    if len(payload) <= _PDF_DECODE_CHARS:
-        pages = pdf_pages(b64_head(payload, len(payload)))
+    head = b64_head(payload, _PDF_END_CHARS)
+    start = max(0, len(payload) - _PDF_END_CHARS) // 4 * 4  # a whole base64 quantum
+    tail = b64_head(payload[start:], _PDF_END_CHARS) if start else b""
+    pages = pdf_pages(head + b"\n" + tail)
     if pages is None and not unseen:
         return 0
     if pages is None:
