@@ -117,7 +117,7 @@ def wav_seconds(head: bytes, size: int) -> float | None:
     at, rate, data = 12, 0, 0
     while at + 8 <= len(head):
         chunk, length = head[at : at + 4], struct.unpack("<I", head[at + 4 : at + 8])[0]
-        if chunk == b"fmt " and at + 16 <= len(head):
+        if chunk == b"fmt " and at + 20 <= len(head):
             (rate,) = struct.unpack("<I", head[at + 16 : at + 20])
         elif chunk == b"data":
             data = length if 0 < length < 0xFFFFFFFF else size - at - 8

@@ -239,8 +239,14 @@ def _document(source: Any, unseen: bool) -> int:
         data = source.get("data")
         # ~4 characters a token, as gptgate/tokens.py (which imports this module)
         return (len(data) + 3) // 4 if isinstance(data, str) else 0
-    if kind == "content":
-        return content_media_tokens(source.get("content"), "anthropic", unseen)
+    if kind == "content":  # text blocks and images
+        content = source.get("content")
+        if isinstance(content, str):
+            return (len(content) + 3) // 4
+        blocks = content if isinstance(content, list) else []
+        chars = sum(len(b["text"]) for b in blocks if isinstance(b, Mapping)
+                    and isinstance(b.get("text"), str))
+        return (chars + 3) // 4 + content_media_tokens(blocks, "anthropic", unseen)
     data = source.get("data") if kind == "base64" else None
     return _pdf(data if isinstance(data, str) else None, ANTHROPIC_IMAGE_MAX, unseen)
 

@@ -191,6 +191,12 @@ def test_a_pdf_counts_its_pages() -> None:
     text_doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain",
                                                "data": "x" * 400}}
     assert part_tokens(text_doc) == 100
+    raw = base64.b64encode(png(200, 200)).decode()
+    custom = {"type": "document", "source": {"type": "content", "content": [
+        {"type": "text", "text": "y" * 80},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": raw}},
+    ]}}
+    assert part_tokens(custom) == 20 + 54
 
 
 def test_the_rule_follows_the_gateways_providers() -> None:
