@@ -146,3 +146,45 @@ def test_a_guessed_image_size_never_refuses_a_call_for_its_context_window() -> N
 
     out = run_virtual(main)
     assert out["requests"] == 1 and out["sent"].usage.input_tokens > 4 * 1445
+
+
+def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() -> None:
+    """An image_url part may go to either: 1000×1000 is 765 tokens at OpenAI, 1,334 at
+    Anthropic, and a gateway with both reserves 1,334 wherever the call is routed."""
+    ask = [{"role": "user", "content": [
+        QUESTION, {"type": "image_url", "image_url": {"url": data_url("image/png",
+                                                                      png(1000, 1000))}},
+    ]}]
+
+    async def main() -> int:
+        clock = LoopClock()
+        gpt, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
+        claude, _ = sim_backend(
+            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
+            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
+            model="claude-sonnet-4-5",
+        )
+        budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
+        async with gg.Gateway([gpt], clock=clock, seed=1, budget=budget) as gate:
+            await gate.chat(ask, max_tokens=MAX_TOKENS)  # 765 tokens: fits
+        async with gg.Gateway([gpt, claude], clock=clock, seed=1, budget=budget) as gate:
+            with pytest.raises(gg.BudgetExceededError):
+                await gate.chat(ask, max_tokens=MAX_TOKENS, backend="sim")
+        return engine.ledger.snapshot().requests
+
+    assert run_virtual(main) == 1
+
+
+def test_the_simulators_canonical_prompt_holds_the_images_tokens() -> None:
+    """Token ``i`` is character ``4·i`` of the simulator's canonical prompt, images included,
+    so its prefix cache tells two prompts apart by their images as by their text."""
+    from gptgate.sim.cache import canonical_text
+    from gptgate.tokens import estimate_prompt_tokens
+
+    other = [{"role": "user", "content": [
+        QUESTION, {"type": "image_url", "image_url": {"url": data_url("image/png",
+                                                                      png(2048, 4095))}},
+    ]}]
+    text = canonical_text(WITH_IMAGE)
+    assert len(text) == 4 * estimate_prompt_tokens(WITH_IMAGE)
+    assert text != canonical_text(other) and len(text) == len(canonical_text(other))
