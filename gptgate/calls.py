@@ -62,6 +62,7 @@ from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .map_demand import MapBacklog
+from .media_tokens import media_rule
 from .outcomes import count_failure, is_caller_deadline, report_failure
 from .pause_wait import wait_turn
 from .probe_claim import await_verdict, claim_probe
@@ -74,7 +75,7 @@ from .scenarios import RampPolicy, Scenario
 from .sdk_reads import BookedAnswers
 from .shed import Refusals
 from .telemetry import NAMES, Endpoint, Telemetry, endpoint
-from .tokens import tokens_for_chars
+from .tokens import sure_prompt_tokens, tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
 from .wire.answer_chars import answer_chars
 from .wire.anthropic_server_tools import most_searches
@@ -1123,8 +1124,12 @@ class CallRunner:
         if limit is None:
             return
         need = spec.route.output_tokens + spec.prompt_tokens // 2
+        if need > limit:  # the guessed size of an image it cannot read: not a refusal
+            media = media_rule([backend.backend.provider])
+            prompt = sure_prompt_tokens(spec.messages, spec.params.get("tools"), media)
+            need = spec.route.output_tokens + prompt // 2
         if need > limit:
-            requested = spec.route.output_tokens + spec.prompt_tokens
+            requested = spec.route.output_tokens + prompt
             raise RequestTooLargeError(
                 f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
                 f"the backend's limit of {int(limit)} tokens per minute",

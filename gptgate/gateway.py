@@ -68,6 +68,7 @@ from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
+from .media_tokens import media_rule
 from .opened import Opened
 from .own_options import refuse_own_options
 from .param_fit import refused_by
@@ -108,7 +109,7 @@ from .tiers import (
     check_classifier,
     served_by,
 )
-from .tokens import estimate_prompt_tokens, estimate_tools_tokens
+from .tokens import estimate_prompt_tokens, estimate_tools_tokens, sure_prompt_tokens
 from .warm import refresh_each, warm_each
 
 __all__ = ["BackendStats", "ChatStream", "Gateway"]
@@ -470,6 +471,8 @@ class Gateway:
         self.retry_budget: RetryBudget | None = None
         self._open = False
         self._max_timeout_s = max(b.timeout for b in config.backends)
+        #: whose formula prices an image part (gptgate/media_tokens.py)
+        self._media = media_rule(b.provider for b in config.backends)
         #: the smallest context window of any backend (inf when one is unknown): a call
         #: within it fits every backend, and is not checked further
         self._min_context = min(
@@ -887,7 +890,9 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        prompt_tokens = estimate_prompt_tokens(checked) + estimate_tools_tokens(params.get("tools"))
+        prompt_tokens = estimate_prompt_tokens(checked, self._media) + estimate_tools_tokens(
+            params.get("tools")
+        )
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
         prefix = self._prefix(checked, cache_key) if resolved.ramp is not None else None
         route = RouteRequest(
@@ -902,7 +907,8 @@ class Gateway:
             refused=refused_by(self._states.values(), params),
         )
         if route.output_tokens + prompt_tokens // 2 > self._min_context:
-            self._refuse_if_no_context_fits(route)
+            sure = sure_prompt_tokens(checked, params.get("tools"), self._media)
+            self._refuse_if_no_context_fits(route, sure)
         deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         return CallSpec(
             messages=checked,
@@ -923,19 +929,20 @@ class Gateway:
             hedge=policy,
         )
 
-    def _refuse_if_no_context_fits(self, route: RouteRequest) -> None:
+    def _refuse_if_no_context_fits(self, route: RouteRequest, prompt: int) -> None:
         """A call too long for the context window of every backend it may go to fails before
         it is sent (and before it waits for a permit): the server would refuse it with a 400
         on each of them. Run only when the call exceeds the smallest known window, so the
         common call pays one comparison. As for the rate-limit check, the prompt is an
         estimate (~4 characters a token) and only half of it counts: a borderline call is
-        sent and the server decides. A backend whose window is unknown takes anything."""
+        sent and the server decides (``prompt``: without the guessed size of an image it
+        cannot read). A backend whose window is unknown takes anything."""
         windows = [s.backend.context_tokens for s in self.runner.router.eligible(route)]
         if any(w is None for w in windows):
             return
         largest = max(w for w in windows if w is not None)
-        if route.output_tokens + route.input_tokens // 2 > largest:
-            requested = route.output_tokens + route.input_tokens
+        if route.output_tokens + prompt // 2 > largest:
+            requested = route.output_tokens + prompt
             raise RequestTooLargeError(
                 f"request too large: about {requested} tokens (prompt + max_tokens) exceed "
                 f"the context window of every eligible backend (largest: {largest} tokens)",

@@ -2,7 +2,8 @@
 
 No tokenizer runs on the event loop (LiteLLM #36174: a tokenizer stalled it for seconds). The
 estimate is ~4 characters a token, good enough to reserve rate-limit budget, to estimate an
-interrupted stream's billed output, and to model tokens in the simulator.
+interrupted stream's billed output, and to model tokens in the simulator. A prompt's image,
+audio and file parts count by the providers' published rules (gptgate/media_tokens.py).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .media_tokens import MediaRule, content_media_tokens
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "estimate_prompt_tokens",
     "estimate_text_tokens",
     "estimate_tools_tokens",
     "message_text",
+    "sure_prompt_tokens",
     "tokens_for_chars",
 ]
 
@@ -35,7 +39,8 @@ def tokens_for_chars(chars: int) -> int:
 
 
 def message_text(message: Mapping[str, Any]) -> str:
-    """The text of a message's content (string or list of text parts); non-text parts count 0."""
+    """The text of a message's content (string or list of text parts); non-text parts are
+    sized by :func:`estimate_prompt_tokens` (gptgate/media_tokens.py), not here."""
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -88,8 +93,19 @@ def _prompt_chars(message: Mapping[str, Any]) -> int:
     return chars
 
 
-def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    return sum(MESSAGE_OVERHEAD_TOKENS + tokens_for_chars(_prompt_chars(m)) for m in messages)
+def estimate_prompt_tokens(
+    messages: Sequence[Mapping[str, Any]], media: MediaRule = "openai", unseen: bool = True
+) -> int:
+    """The messages' prompt tokens: their text (~4 characters a token, plus the chat format's
+    overhead) and their image, audio and file parts (``media``: whose formula prices an
+    OpenAI-style image part; ``unseen=False``: a part of unreadable size counts 0, for a
+    refusal; gptgate/media_tokens.py)."""
+    return sum(
+        MESSAGE_OVERHEAD_TOKENS
+        + tokens_for_chars(_prompt_chars(m))
+        + content_media_tokens(m.get("content"), media, unseen)
+        for m in messages
+    )
 
 
 def estimate_tools_tokens(tools: Any) -> int:
@@ -99,3 +115,13 @@ def estimate_tools_tokens(tools: Any) -> int:
     if not isinstance(tools, list) or not tools:
         return 0
     return tokens_for_chars(len(json.dumps(tools, separators=(",", ":"), default=str)))
+
+
+def sure_prompt_tokens(
+    messages: Sequence[Mapping[str, Any]], tools: Any, media: MediaRule = "openai"
+) -> int:
+    """The prompt a refusal may rest on (a context window, a tokens-per-minute limit): the
+    estimate without the default of an image, sound or PDF whose size cannot be read — a
+    remote image counts its largest for the budget, but must not refuse a call whose image
+    is small."""
+    return estimate_prompt_tokens(messages, media, unseen=False) + estimate_tools_tokens(tools)

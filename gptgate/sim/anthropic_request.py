@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gptgate.media_tokens import part_tokens
 from gptgate.sim.anthropic_thinking import check_thinking
+from gptgate.sim.cache import media_placeholder
 from gptgate.sim.profiles import SimProfile
 from gptgate.sim.request import BadRequest, ChatRequest
 from gptgate.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
@@ -68,8 +70,8 @@ def _block_text(block: Mapping[str, Any]) -> str:
         if isinstance(content, list):
             return "".join(_block_text(b) for b in content if isinstance(b, Mapping))
         return content if isinstance(content, str) else ""
-    if kind in ("image", "document"):
-        return f"[{kind} {json.dumps(block.get('source'), sort_keys=True)[:400]}]"
+    if kind in ("image", "document"):  # billed by the published rule (media_tokens.py)
+        return media_placeholder(block, max(1, part_tokens(block)))
     if kind == "thinking":
         return str(block.get("thinking", ""))
     return ""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 import math
 import random
 from collections import OrderedDict
@@ -40,6 +41,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from gptgate.media_tokens import part_tokens
 from gptgate.tokens import CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, message_text
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "PrefixRouter",
     "block_digests",
     "canonical_text",
+    "media_placeholder",
     "route_key",
 ]
 
@@ -56,7 +59,8 @@ _HEADER_CHARS = MESSAGE_OVERHEAD_TOKENS * CHARS_PER_TOKEN
 
 
 def canonical_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The prompt as one string of exactly ``4 × estimate_prompt_tokens(messages)`` chars."""
+    """The prompt as one string of exactly ``4 × estimate_prompt_tokens(messages)`` chars
+    (each image, audio or file part a :func:`media_placeholder` of its tokens)."""
     parts: list[str] = []
     for m in messages:
         role = m.get("role")
@@ -67,7 +71,22 @@ def canonical_text(messages: Sequence[Mapping[str, Any]]) -> str:
         parts.append(text)
         if pad:
             parts.append("\x00" * pad)
+        content = m.get("content")
+        for part in content if isinstance(content, list) else ():
+            tokens = part_tokens(part) if isinstance(part, Mapping) else 0
+            if tokens:
+                parts.append(media_placeholder(part, tokens))
     return "".join(parts)
+
+
+def media_placeholder(part: Mapping[str, Any], tokens: int) -> str:
+    """An image, audio or file part in the canonical prompt: exactly ``tokens`` tokens of
+    characters that name its content (a digest), so a prompt's cache blocks change with its
+    images as with its text, and token ``i`` is still character ``4·i``."""
+    digest = hashlib.blake2b(
+        json.dumps(part, sort_keys=True, default=str).encode(), digest_size=8
+    ).hexdigest()
+    return digest[: tokens * CHARS_PER_TOKEN].ljust(tokens * CHARS_PER_TOKEN, "\x00")
 
 
 def _encode(text: str) -> bytes:
