@@ -65,6 +65,7 @@ from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
+from .stream_cut import EARLY_END, ended_early, interrupted
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
@@ -242,6 +243,9 @@ class _Attempt:
     def finished(self) -> None:
         assert self.tap is not None
         self.tap.close(self.runner.clock.now())
+        if self.generative and ended_early(self.tap):  # a clean EOF the server cut short
+            self._cut(BackendError(EARLY_END, backend=self.state.name))
+            return
         self.succeeded()
 
     def left(self) -> None:
@@ -370,19 +374,17 @@ class _Attempt:
 
     def cut(self, exc: BaseException) -> None:
         """The body ended early by the server's or the network's doing: a server failure."""
+        self._cut(classify_exception(exc, self.state.name))
+
+    def _cut(self, view: GateError) -> None:
+        """A cut body (``view``: what cut it), counted as every path counts one
+        (gptgate/stream_cut.py): a stream's cut is a ``StreamInterruptedError``."""
         if self.ended:
             return
         tap = self.tap
         assert tap is not None
-        view = classify_exception(exc, self.state.name)
-        error: GateError
-        if tap.streamed:
-            error = StreamInterruptedError(
-                f"stream cut: {type(exc).__name__}", backend=self.state.name
-            )
-        else:
-            error = view
-        self._count_failure(view)
+        error = interrupted(view, self.state.name) if tap.streamed else view
+        self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._wasted(interrupted=tap.streamed)
