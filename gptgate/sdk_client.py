@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx2
 
 from .billed import BilledWork
@@ -573,6 +574,22 @@ class _Attempt:
             self.on_end(error, usage, self.cost_usd)
 
 
+async def _head_read(
+    refusal: Callable[[httpx2.Response, httpx2.Request, float], Awaitable[httpx2.Response]],
+    response: httpx2.Response, request: httpx2.Request, attempt: _Attempt,
+) -> httpx2.Response:
+    """The response as its dialect reads a stream's head (anthropic_overload.py); a head
+    that could not be read (a reset, a timeout) is the attempt's failure, as a send's."""
+    try:
+        idle_s = attempt.runner.clock.to_real(attempt.state.backend.idle_timeout)
+        return await refusal(response, request, idle_s)
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        attempt.send_failed(exc)
+        raise
+
+
 def _content(request: httpx2.Request) -> bytes:
     """The request's body, b"" when it is streamed (a file upload's multipart body, read only
     as it is sent): no JSON to size, and reading it here would crash the send
@@ -1029,6 +1046,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         except BaseException as exc:
             attempt.send_failed(exc)
             raise
+        refusal = getattr(state.pool.dialect, "stream_refusal", None)
+        if refusal is not None:  # a refusal sent as a stream's first event (Anthropic's 529)
+            response = await _head_read(refusal, response, request, attempt)
         status = response.status_code
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)
