@@ -77,6 +77,7 @@ from .tokens import (
     tokens_for_chars,
 )
 from .warn_once import warn_once
+from .wire.anthropic_server_tools import most_searches
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -912,9 +913,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         operation = operation_of(request.url.path)
         generative = operation in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
+        # and the searches a web search tool may make, as gate.chat reserves them
+        searches = most_searches(body) * price.web_search_per_k / 1000
         callers = request.extensions.get(CALLERS)  # gate.embed's (gptgate/embed.py)
         return await runner.admit_cost(
-            state, price.most_cost(prompt, output), self._priority, deadline,
+            state, price.most_cost(prompt, output) + searches, self._priority, deadline,
             embedding=operation == "embeddings",
             callers=callers if isinstance(callers, Callers) else None,
         )

@@ -92,7 +92,6 @@ class _Permit:
                                     b"event: response.completed"])
 def test_an_end_marker_split_across_two_chunks_is_found(marker: bytes) -> None:
     from gptgate.guard_stream import _PermitFollows
-
     from gptgate.routing import CircuitBreaker
 
     permit = _Permit()
