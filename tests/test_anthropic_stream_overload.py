@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import anthropic
+import anyio
+import httpx2
 import pytest
 
 import gptgate as gg
@@ -149,3 +151,25 @@ async def test_an_overload_before_the_first_token_is_a_529(path: str, how: str) 
     # nothing billed for the overload: the whole answer alone is in the ledger
     assert (ledger.attempts, ledger.wasted_tokens, ledger.calls_ok) == (1, 0, 1)
     assert (ledger.input_tokens, ledger.output_tokens) == (2000, 2)
+
+
+async def test_a_stream_stalled_before_its_answer_is_cut_at_the_idle_bound() -> None:
+    """The transport reads a Messages stream's head before handing it on; a server that goes
+    quiet after ``message_start`` is cut there at the backend's ``idle_timeout``, as the
+    body's watch cuts it later — a timeout of the backend's, not a hang."""
+
+    class Stalled(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield START
+            await anyio.Event().wait()
+
+    backend = gg.Backend(name="claude", provider="anthropic", base_url="http://127.0.0.1:9",
+                         model=MODEL, api_key="sk-ant-test", idle_timeout=0.05,
+                         transport=httpx2.MockTransport(lambda _: httpx2.Response(
+                             200, headers={"content-type": "text/event-stream"},
+                             stream=Stalled())))
+    async with gg.Gateway([backend], breaker_threshold=1) as gate:
+        with pytest.raises(anthropic.APITimeoutError):
+            await _via_sdk(gate)
+        stats = gate.stats()["claude"]
+    assert (stats.timeouts, stats.failures, stats.circuit) == (1, 1, "open")

@@ -116,7 +116,7 @@ async def overload_as_529(
     if overload is None:
         response.stream = _Replayed(head, pieces, stream)
         return response
-    await stream.aclose()
+    await _close(pieces, stream)
     headers = [(k, v) for k, v in response.headers.multi_items()
                if k.lower() not in ("content-type", "content-length", "transfer-encoding")]
     refusal = httpx2.Response(
@@ -153,4 +153,14 @@ class _Replayed(httpx2.AsyncByteStream):
             yield piece
 
     async def aclose(self) -> None:
-        await self._original.aclose()
+        await _close(self._rest, self._original)
+
+
+async def _close(pieces: AsyncIterator[bytes], stream: httpx2.AsyncByteStream) -> None:
+    """Close the reader of a body's pieces (an async generator, half read), then the body."""
+    try:
+        close = getattr(pieces, "aclose", None)
+        if close is not None:
+            await close()
+    finally:
+        await stream.aclose()
