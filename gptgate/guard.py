@@ -49,7 +49,7 @@ from .outcomes import count_failure, report_failure
 from .pause_wait import pause_past
 from .probe_claim import claim_probe
 from .results import Usage
-from .routing import BackendState, RouteRequest
+from .routing import BackendState, CircuitBreaker, RouteRequest
 from .scenarios import Scenario, scenario_for_call
 from .shed import Refusals
 from .wire import parse_retry_after, parse_should_retry
@@ -485,17 +485,23 @@ class _GuardRun:
         try:
             # a stream manager returned unentered is entered here, on this try's permit
             result = await _within(self.deadline, clock, state.name, entered(body()))
-        except Exception as exc:
-            self._failed(state, call, exc, clock.now() - start, number)
-            raise
-        except BaseException:  # cancelled: no sample, but the backend may still run its request
-            permit.abandon()
+        except BaseException as exc:
+            try:
+                if isinstance(exc, Exception):
+                    self._failed(state, call, exc, clock.now() - start, number)
+                else:  # cancelled: no sample, but the backend may still run its request
+                    permit.abandon()
+            finally:
+                state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
             raise
         finally:
             call.running = False
             _GUARD_PERMIT.reset(token)
-            state.breaker.probe_left(probe)  # after the verdict: a no-op when there was one
-        return self._succeeded(state, call, result, clock.now() - start, number)
+        try:
+            return self._succeeded(state, call, result, clock.now() - start, number, probe)
+        except BaseException:
+            state.breaker.probe_left(probe)
+            raise
 
     async def _past_pause(self, state: BackendState, permit: Permit, probe: int) -> None:
         """A 429's pause of the backend (this process's, or the fleet's heard with the
@@ -555,31 +561,39 @@ class _GuardRun:
         raise failure from original  # the retry policy decides on its view
 
     def _succeeded(
-        self, state: BackendState, call: GuardedCall, result: R, latency: float, number: int
+        self, state: BackendState, call: GuardedCall, result: R, latency: float, number: int,
+        probe: int,
     ) -> R:
-        """What a try that returned teaches the limit, the bill and the span; the result to
-        return (a stream from another client: its watched facade, gptgate/guard_stream.py)."""
+        """What a try that returned teaches the limit, the circuit, the bill and the span;
+        the result to return (a stream from another client: its watched facade,
+        gptgate/guard_stream.py). A returned stream's verdict — and its half-open probe's —
+        comes at its end (gptgate/stream_cut.py): a success once read whole, a failure when
+        the server cut it, neither when its caller left it. Counted a success when the
+        function returned, a backend cutting every stream never opened its circuit."""
         permit = call.permit
         if self._elsewhere(state, call, number) is not None:
             # another backend's answer: its wire taught its limit and booked it there
             self.span.end("ok", usage=usage_from(result))
+            state.breaker.probe_left(probe)
             return result
-        state.breaker.on_success()
+        breaker = state.breaker
         still_read = [request for request in call.open_requests if not request.ended]
         if still_read:
-            # a stream returned to the caller: the permit follows it to its end, and so does
-            # the span (the request reports both when it ends)
-            still_read[-1].adopt(permit, self._stream_ended)
+            # a stream returned to the caller: the permit follows it to its end, and so do
+            # the span and the verdict (the request reports them when it ends)
+            still_read[-1].adopt(permit, self._stream_ended(probe, breaker))
             return result
         followed, returned = follow_returned(
-            result, permit, self._foreign_stream_ended,
+            result, permit, self._foreign_stream_ended(probe, breaker),
             classify=lambda exc: classify_exception(exc, state.name, state.pool.dialect),
             clock=self.clock,
             backend=state.name, idle_s=state.backend.idle_timeout, calls=self.gate.calls,
-            spawn=self.runner.spawn, cut_at=self.deadline,
+            spawn=self.runner.spawn, cut_at=self.deadline, state=state,
         )
         if followed:  # a stream another client reads: the permit follows it as well
             return returned  # type: ignore[return-value]
+        breaker.on_success()
+        breaker.probe_left(probe)
         usage: Usage | None = None
         cost: float | None = None
         repeated = self.seen.repeated(result)
@@ -625,19 +639,27 @@ class _GuardRun:
         self.site.learn(self.route, served, self.runner.router)
         return served
 
-    def _foreign_stream_ended(self, error: BaseException | None) -> None:
-        if error is None:
-            self.span.end("ok")
-        else:
-            self.span.end("error", error=error)
+    def _foreign_stream_ended(
+        self, probe: int, breaker: CircuitBreaker
+    ) -> Callable[[BaseException | None], None]:
+        def ended(error: BaseException | None) -> None:
+            breaker.probe_left(probe)  # after the stream's verdict: then a no-op
+            if error is None:
+                self.span.end("ok")
+            else:
+                self.span.end("error", error=error)
 
-    def _stream_ended(
-        self, error: BaseException | None, usage: Usage | None, cost: float
-    ) -> None:
-        if error is None:
-            self.span.end("ok", usage=usage, cost_usd=cost)
-        else:
-            self.span.end("error", usage=usage, cost_usd=cost, error=error)
+        return ended
+
+    def _stream_ended(self, probe: int, breaker: CircuitBreaker) -> WireEnd:
+        def ended(error: BaseException | None, usage: Usage | None, cost: float) -> None:
+            breaker.probe_left(probe)  # after the request's verdict: then a no-op
+            if error is None:
+                self.span.end("ok", usage=usage, cost_usd=cost)
+            else:
+                self.span.end("error", usage=usage, cost_usd=cost, error=error)
+
+        return ended
 
 
 def _unsent(state: BackendState, permit: Permit, probe: int) -> None:

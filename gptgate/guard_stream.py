@@ -19,17 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
-from .errors import GatewayClosedError
-from .outcomes import report_failure
+from .errors import BackendError, GateError, GatewayClosedError
+from .observe import ResponseTap
+from .operations import GENERATIVE, operation_of
+from .outcomes import count_failure, report_failure
+from .stream_cut import EARLY_END, ended_early, interrupted
 from .stream_proxy import ProxyOf
 from .stream_watch import OpenBody, WatchedByteStream, closable, watched_iterator
 
 if TYPE_CHECKING:
     from .clock import Clock
-    from .errors import GateError
     from .late_answer import Spawn
     from .lifecycle import CallRegistry
     from .limits import Permit
+    from .routing import BackendState
 
 __all__ = ["follow_returned"]
 
@@ -48,16 +51,22 @@ StreamEnd = Callable[[BaseException | None], None]
 
 
 class _PermitFollows:
-    """The guard's permit (and span, through ``on_end``) end with the body."""
+    """The guard's permit (and span, through ``on_end``) end with the body, and the try's
+    verdict for the circuit with it (gptgate/stream_cut.py): read to its end, a success;
+    cut by the server or the network — an event stream's clean EOF before its terminal
+    event too (``tap``) — a failure; left by its caller, neither."""
 
     def __init__(
         self, permit: Permit, on_end: StreamEnd, classify: Callable[[Exception], GateError],
-        clock: Clock,
+        clock: Clock, state: BackendState, tap: ResponseTap | None,
     ) -> None:
         self._permit = permit
         self._on_end = on_end
         self._classify = classify
         self._clock = clock
+        self._state = state
+        #: an SDK's event stream of a generative answer, read for its end (None: not one)
+        self._tap = tap
         self._complete = False
         self._carry = b""
 
@@ -68,14 +77,32 @@ class _PermitFollows:
             window = self._carry + item
             self._complete = any(end in window for end in _ENDS)
             self._carry = window[-_CARRY:]
+        if self._tap is not None and isinstance(item, bytes):
+            self._tap.feed(item, self._clock.now())
 
     def finished(self) -> None:
+        tap = self._tap
+        if tap is not None:
+            tap.close(self._clock.now())
+            if ended_early(tap):
+                self._cut(BackendError(EARLY_END, backend=self._state.name), None)
+                return
         self._permit.ignore()  # no size known: no sample of the load per token
+        self._state.breaker.on_success()
         self._on_end(None)
 
     def cut(self, exc: Exception) -> None:
+        self._cut(self._classify(exc), exc)
+
+    def _cut(self, view: GateError, exc: Exception | None) -> None:
         permit = self._permit
-        report_failure(permit, self._classify(exc), self._clock.now() - permit.start)
+        if type(view) is GateError:  # the application's own error (its generator's)
+            report_failure(permit, view, self._clock.now() - permit.start)
+        else:
+            error = interrupted(view, self._state.name)
+            report_failure(permit, error, self._clock.now() - permit.start)
+            count_failure(self._state, error, self._clock.now())
+            exc = exc if exc is not None else error
         self._on_end(exc)
 
     def left(self) -> None:
@@ -151,6 +178,7 @@ def follow_returned(
     calls: CallRegistry,
     spawn: Spawn | None,
     cut_at: float | None = None,
+    state: BackendState,
 ) -> tuple[bool, object]:
     """Whether ``result`` is a stream still to be read, and what to return in its place
     (itself, or its watched facade). Followed, the permit and ``on_end`` are the watch's.
@@ -162,7 +190,9 @@ def follow_returned(
     guarded body cut at the deadline does. A stream the SDK opened on its own client,
     trickling faster than the SDK's read timeout, ran 114 s past its call's 40 s deadline
     in the chaos run, until the gateway closed."""
-    listener = _PermitFollows(permit, on_end, classify, clock)
+    response = result if isinstance(result, httpx2.Response) else getattr(result, "response", None)
+    tap = _event_stream_tap(response, clock)
+    listener = _PermitFollows(permit, on_end, classify, clock, state, tap)
 
     def body(inner: Any, *, typed: bool) -> OpenBody[Any]:
         return OpenBody(
@@ -177,7 +207,6 @@ def follow_returned(
             listener.left()
             raise
 
-    response = result if isinstance(result, httpx2.Response) else getattr(result, "response", None)
     if isinstance(response, httpx2.Response):
         stream = response.stream
         if response.is_closed or response.is_stream_consumed or not isinstance(
@@ -199,3 +228,20 @@ def follow_returned(
         watch(watched, proxy)
         return True, proxy
     return False, result
+
+
+def _event_stream_tap(response: object, clock: Clock) -> ResponseTap | None:
+    """A tap for an SDK's event stream of a generative answer (chat, completion, Messages,
+    Responses), whose end says whether the server cut it; None for anything else."""
+    if not isinstance(response, httpx2.Response):
+        return None
+    kind = response.headers.get("content-type", "")
+    if not kind.startswith("text/event-stream"):
+        return None
+    try:
+        path = response.request.url.path
+    except RuntimeError:  # a response built without its request
+        return None
+    if operation_of(path) not in GENERATIVE:
+        return None
+    return ResponseTap(kind, clock.now())

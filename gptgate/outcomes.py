@@ -29,6 +29,7 @@ from .errors import (
 from .limits import Permit
 from .shed import is_shed
 from .shed_pause import full_queue_pause_s
+from .stream_cut import by_caller, circuit_failure, what_cut
 
 if TYPE_CHECKING:
     from .routing import BackendState
@@ -58,18 +59,11 @@ def _status_kind(status: int | None) -> _Kind:
     return None
 
 
-def _cut_by(error: BaseException) -> BaseException:
-    """What cut a stream mid-answer (a deadline, a timeout), else the error itself."""
-    if isinstance(error, StreamInterruptedError) and error.__cause__ is not None:
-        return error.__cause__
-    return error
-
-
 def is_caller_deadline(error: BaseException) -> bool:
-    """The call's own deadline ended this attempt (also a stream it cut mid-answer): the
-    caller's choice, not a sign of the backend's health or load."""
-    error = _cut_by(error)
-    return isinstance(error, RequestTimeout) and error.deadline
+    """The call's own deadline (or the gateway's shutdown) ended this attempt, also a stream
+    it cut mid-answer: the caller's side, not a sign of the backend's health or load
+    (gptgate/stream_cut.py)."""
+    return by_caller(error)
 
 
 def _error_kind(error: GateError) -> _Kind:
@@ -104,7 +98,7 @@ def report_failure(permit: Permit, error: GateError, latency_s: float) -> None:
 def we_hung_up(error: BaseException) -> bool:
     """The attempt reached the backend and we cut it before its answer ended (a timeout, the
     caller's deadline): the backend may still be running it."""
-    error = _cut_by(error)
+    error = what_cut(error)
     return (
         isinstance(error, RequestTimeout)
         and not error.unsent
@@ -121,7 +115,8 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
     """Count a failed attempt on its backend's ``stats()`` and health — one rule for every
     path: a refusal's retry-after (a 429's, a 503/529's: ``gptgate.shed``) pauses the whole
     backend once (its pacer; a 429's, with ``shared=``, in every process of the fleet), a
-    server failure or a timeout counts towards opening its circuit."""
+    server failure, a timeout or a stream the server cut counts towards opening its
+    circuit (gptgate/stream_cut.py)."""
     state.failures += 1
     shed = is_shed(error)
     if isinstance(error, RateLimitedError):
@@ -138,10 +133,11 @@ def count_failure(state: BackendState, error: GateError, now: float) -> None:
         assert error.retry_after is not None  # a place is expected to free (shed_pause.py)
         pause = full_queue_pause_s(error.retry_after, state.latency.ewma, state.limiter.in_flight)
         state.pacer.pause_until(now + pause, rate_limited=False)
-    elif isinstance(error, RequestTimeout):
+    elif isinstance(what_cut(error), RequestTimeout):  # a stream's idle timeout too
         state.timeouts += 1
-    if isinstance(error, (BackendError, RequestTimeout)) and not (
-        isinstance(error, StreamInterruptedError) or shed
-    ):  # a cut stream, or a busy server's refusal, is no sign the backend is down
-        remember_failure(state.breaker, error)
+    # a busy server's refusal is no sign the backend is down; a stream cut mid-answer counts
+    # as what cut it, the server or the network — never its caller (gptgate/stream_cut.py)
+    counted = circuit_failure(error)
+    if counted is not None:
+        remember_failure(state.breaker, counted)
         state.breaker.on_failure(now)

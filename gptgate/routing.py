@@ -155,7 +155,8 @@ class CircuitBreaker:
 
     def probe_left(self, probe: int) -> None:
         """Probe ``probe`` ended without a verdict — cancelled (a caller's timeout, a
-        hedge's loser, a client gone), refused with a 429, a stream cut: half-open again, so
+        hedge's loser, a client gone), refused with a 429, a stream its caller left (one the
+        server cut is a failure: gptgate/stream_cut.py): half-open again, so
         the next call probes. Before, the circuit stayed open for good, and a backend that had
         recovered got no call again while another was up (40 of 40 went elsewhere)."""
         if probe and self._probing and probe == self._probe:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx2
 
 from .billed import BilledWork
@@ -66,6 +67,7 @@ from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
+from .stream_cut import EARLY_END, ended_early, interrupted
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
@@ -76,6 +78,7 @@ from .tokens import (
     tokens_for_chars,
 )
 from .warn_once import warn_once
+from .wire.anthropic_server_tools import most_searches
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -243,6 +246,9 @@ class _Attempt:
     def finished(self) -> None:
         assert self.tap is not None
         self.tap.close(self.runner.clock.now())
+        if self.generative and ended_early(self.tap):  # a clean EOF the server cut short
+            self._cut(BackendError(EARLY_END, backend=self.state.name))
+            return
         self.succeeded()
 
     def left(self) -> None:
@@ -371,19 +377,17 @@ class _Attempt:
 
     def cut(self, exc: BaseException) -> None:
         """The body ended early by the server's or the network's doing: a server failure."""
+        self._cut(classify_exception(exc, self.state.name))
+
+    def _cut(self, view: GateError) -> None:
+        """A cut body (``view``: what cut it), counted as every path counts one
+        (gptgate/stream_cut.py): a stream's cut is a ``StreamInterruptedError``."""
         if self.ended:
             return
         tap = self.tap
         assert tap is not None
-        view = classify_exception(exc, self.state.name)
-        error: GateError
-        if tap.streamed:
-            error = StreamInterruptedError(
-                f"stream cut: {type(exc).__name__}", backend=self.state.name
-            )
-        else:
-            error = view
-        self._count_failure(view)
+        error = interrupted(view, self.state.name) if tap.streamed else view
+        self._count_failure(error)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._wasted(interrupted=tap.streamed)
@@ -570,6 +574,22 @@ class _Attempt:
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
+
+
+async def _head_read(
+    refusal: Callable[[httpx2.Response, httpx2.Request, float], Awaitable[httpx2.Response]],
+    response: httpx2.Response, request: httpx2.Request, attempt: _Attempt,
+) -> httpx2.Response:
+    """The response as its dialect reads a stream's head (anthropic_overload.py); a head
+    that could not be read (a reset, a timeout) is the attempt's failure, as a send's."""
+    try:
+        idle_s = attempt.runner.clock.to_real(attempt.state.backend.idle_timeout)
+        return await refusal(response, request, idle_s)
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        attempt.send_failed(exc)
+        raise
 
 
 def _content(request: httpx2.Request) -> bytes:
@@ -894,9 +914,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         operation = operation_of(request.url.path)
         generative = operation in _GENERATIVE  # an embedding: no output
         output = (_max_tokens(body) or _BUDGET_OUTPUT_TOKENS) if generative else 0
+        # and the searches a web search tool may make, as gate.chat reserves them
+        searches = most_searches(body) * price.web_search_per_k / 1000
         callers = request.extensions.get(CALLERS)  # gate.embed's (gptgate/embed.py)
         return await runner.admit_cost(
-            state, price.most_cost(prompt, output), self._priority, deadline,
+            state, price.most_cost(prompt, output) + searches, self._priority, deadline,
             embedding=operation == "embeddings",
             callers=callers if isinstance(callers, Callers) else None,
         )
@@ -1029,6 +1051,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         except BaseException as exc:
             attempt.send_failed(exc)
             raise
+        refusal = getattr(state.pool.dialect, "stream_refusal", None)
+        if refusal is not None:  # a refusal sent as a stream's first event (Anthropic's 529)
+            response = await _head_read(refusal, response, request, attempt)
         status = response.status_code
         # its x-ratelimit-* headers correct the budget, at its take's place (as gate.chat's)
         runner._observe_limits(state, response, attempt.pace.seq if attempt.pace else None)

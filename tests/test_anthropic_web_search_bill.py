@@ -137,3 +137,29 @@ def test_a_batch_answer_books_its_searches_at_their_full_price() -> None:
     cost = ledger.record_batch("claude", usage, 0.5)
     assert cost == pytest.approx((1000 * 3.0 + 100 * 15.0) / 1e6 * 0.5 + 2 * 10.0 / 1000)
     assert ledger.entries["claude"].web_search_requests == 2
+
+
+@pytest.mark.parametrize("path", ["gate.chat", "http_client"])
+async def test_a_search_tool_without_max_uses_reserves_the_default_searches(path: str) -> None:
+    """A web search tool without ``max_uses`` may search without bound; a budget reserves
+    ``DEFAULT_SEARCHES`` (5) of them for it. Before, it reserved none: the call went out
+    under a $0.01 budget whatever its searches would cost (five: $0.05). An SDK request on
+    ``gate.http_client`` reserved no searches at all, ``max_uses`` or not."""
+    from gptgate.wire.anthropic_server_tools import DEFAULT_SEARCHES
+
+    server = Claude()
+    budget = gg.Budget(usd_per_hour=0.01, on_exceed="raise")
+    unbounded = [{"type": "web_search_20250305", "name": "web_search"}]
+    async with gg.Gateway([_claude(server, price=PRICE)], budget=budget) as gate:
+        if path == "gate.chat":
+            with pytest.raises(gg.BudgetExceededError):
+                await gate.chat(ASK, tools=unbounded, max_tokens=100)
+        else:
+            client = anthropic.AsyncAnthropic(api_key="sk-ant-test", max_retries=0,
+                                              base_url="http://127.0.0.1:9",
+                                              http_client=gate.http_client("claude"))
+            with pytest.raises(anthropic.RateLimitError, match="budget"):
+                await client.messages.create(model=MODEL, max_tokens=100, messages=ASK,
+                                             tools=unbounded)  # type: ignore[arg-type]
+    assert not server.bodies  # refused before sending
+    assert DEFAULT_SEARCHES == 5

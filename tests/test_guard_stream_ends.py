@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -91,14 +92,17 @@ class _Permit:
                                     b"event: response.completed"])
 def test_an_end_marker_split_across_two_chunks_is_found(marker: bytes) -> None:
     from gptgate.guard_stream import _PermitFollows
+    from gptgate.routing import CircuitBreaker
 
     permit = _Permit()
+    state = SimpleNamespace(name="b", breaker=CircuitBreaker())
     follows = _PermitFollows(
         permit, lambda _: None, lambda exc: gg.BackendError("x"),  # type: ignore[arg-type]
-        clock=None,  # type: ignore[arg-type]
+        clock=None, state=state, tap=None,  # type: ignore[arg-type]
     )
     cut = len(marker) // 2
     follows.arrived(b"event: message_delta\ndata: {}\n\n" + marker[:cut], drained=False)
     follows.arrived(marker[cut:] + b"\ndata: {}\n\n", drained=False)
     follows.left()
     assert permit.ended == ["ignore"]
+    assert state.breaker.failures == 0

@@ -5,7 +5,8 @@ and ``error`` events. Each was a success before: the circuit never opened on a b
 failed every Responses call, the limit took a failure for a fast answer, the span carried no
 error, and a failed stream was booked as a whole answer. One that failed after its answer had
 begun is a cut stream (``StreamInterruptedError``), as on ``gate.chat``: a failure for the
-limit and ``stats()``, its output so far booked as waste, no strike for the circuit.
+limit and ``stats()``, its output so far booked as waste, and — the server cut it — one
+strike for the circuit, as every path counts a cut stream (gptgate/stream_cut.py).
 
 A failure of the request's own (the Responses API's ``invalid_image``, ``invalid_prompt``, …)
 is a ``BadRequestError``: no strike against the backend, as a 400 on ``gate.chat``; and a

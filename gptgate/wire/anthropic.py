@@ -19,7 +19,9 @@ no prompt caching. Here:
 * ``anthropic-ratelimit-*`` headers feed the pacer: ``-reset`` is an RFC 3339 instant, turned
   into seconds from now; the token budget is the tighter of ``tokens`` and ``input-tokens``.
   A 529 ``overloaded_error`` is a congestion signal like a 503; it comes without
-  ``retry-after``, so it gets :data:`OVERLOAD_WAIT_S` and is requeued as a refusal.
+  ``retry-after``, so it gets :data:`OVERLOAD_WAIT_S` and is requeued as a refusal — and so
+  is the same overload sent as a stream's ``error`` event before its first token
+  (anthropic_overload.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import httpx2
 from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
+from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.anthropic_thinking import (
     foreign_tool_turn,
@@ -112,11 +115,6 @@ def parse_anthropic_rate_limits(
     )
 
 
-#: the wait given to Anthropic's overload (529 ``overloaded_error``), which comes without
-#: ``retry-after``: the SDK's and Claude Code's first retry waits about this long
-OVERLOAD_WAIT_S = 1.0
-
-
 class AnthropicDialect:
     """The Messages API (see the module docstring)."""
 
@@ -139,6 +137,8 @@ class AnthropicDialect:
         )
 
     parse_response = staticmethod(parse_message)
+    #: an SDK's stream (``gate.http_client``) overloaded before its first token: its 529
+    stream_refusal = staticmethod(overload_as_529)
     parse_usage = staticmethod(parse_anthropic_usage)
     @staticmethod
     def error_for_status(

@@ -25,8 +25,8 @@ from typing import Any
 from gptgate.errors import BadRequestError
 
 __all__ = [
-    "BLOCKS_KEY", "BlockFold", "count_search", "kept_blocks", "most_searches", "sent_blocks",
-    "server_block", "server_tool_in",
+    "BLOCKS_KEY", "DEFAULT_SEARCHES", "BlockFold", "count_search", "kept_blocks",
+    "most_searches", "sent_blocks", "server_block", "server_tool_in",
 ]
 
 #: the raw message's key for the answer's whole content (only the Anthropic dialect reads it)
@@ -81,22 +81,33 @@ def server_tool_in(params: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: the searches a budget reserves for a web search tool without ``max_uses``, which bounds
+#: them no other way (Anthropic states no per-request maximum): its docs' and examples'
+#: usual ``max_uses``
+DEFAULT_SEARCHES = 5
 #: a server tool's type: its name and the date of its version
 _VERSIONED = re.compile(r"[a-z_]+_\d{8}")
 
 
 def most_searches(params: Mapping[str, Any]) -> int:
     """The most searches a call's web search tools may make: their ``max_uses`` (what a dollar
-    budget reserves beside the tokens). A tool without ``max_uses`` has no bound to reserve:
-    0 (set ``max_uses`` to bound a budget's exposure)."""
+    budget reserves beside the tokens). A tool without ``max_uses`` has no bound of its own:
+    it reserves :data:`DEFAULT_SEARCHES` (set ``max_uses`` to reserve what it allows).
+    Reserving none let such a call out under any budget, whatever its searches cost."""
     tools = params.get("tools")
     if not isinstance(tools, list):
         return 0
     return sum(
-        tool["max_uses"] for tool in tools
+        _searches(tool) for tool in tools
         if isinstance(tool, Mapping) and str(tool.get("type", "")).startswith("web_search_")
-        and isinstance(tool.get("max_uses"), int) and tool["max_uses"] > 0
     )
+
+
+def _searches(tool: Mapping[str, Any]) -> int:
+    most = tool.get("max_uses")
+    if isinstance(most, int) and not isinstance(most, bool):
+        return max(most, 0)
+    return DEFAULT_SEARCHES
 
 
 def count_search(block: Mapping[str, Any], usage: dict[str, Any]) -> bool:

@@ -20,7 +20,9 @@ import json
 from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
+from gptgate.errors import BackendError, GateError
 from gptgate.results import Usage
+from gptgate.wire.anthropic_overload import is_overload, overload_error, overload_message
 from gptgate.wire.anthropic_server_tools import (
     BLOCKS_KEY,
     BlockFold,
@@ -267,3 +269,27 @@ class MessagesStreamReader(ChatStreamReader):
         accumulator = self.accumulator
         if isinstance(accumulator, MessagesAccumulator) and accumulator.stopped:
             self.done_seen = True
+
+    def _error_event(self, data: str) -> GateError:
+        """An overload before the answer began is its 529 (anthropic_overload.py)."""
+        payload = _loads(data)
+        if not self.accumulator.generating and is_overload(payload):
+            return overload_error(
+                overload_message(payload), backend=self._backend, request_id=self._request_id
+            )
+        return super()._error_event(data)
+
+    def _fail(self, error: GateError) -> None:
+        if isinstance(error, BackendError) and error.status == 529 and (
+            not self.accumulator.generating
+        ):
+            self._error = error  # no token generated: nothing billed, as for its 529
+            return
+        super()._fail(error)
+
+
+def _loads(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

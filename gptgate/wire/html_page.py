@@ -62,8 +62,8 @@ def html_page_message(body: bytes) -> str | None:
 async def html_stream_error(response: httpx2.Response, backend: str) -> BackendError | None:
     """A streamed request answered 2xx with an HTML page: the backend's failure (counted
     towards its circuit), named by the page's title. Before, the page was read as a stream
-    cut before its first event — a ``StreamInterruptedError``, which no circuit counts, so
-    a proxy's login page took every stream with nothing opening. None for anything else."""
+    cut before its first event — a ``StreamInterruptedError``, which no circuit counted
+    then, so a proxy's login page took every stream with nothing opening. None for anything else."""
     if "text/html" not in response.headers.get("content-type", "").lower():
         return None
     body = b""
