@@ -327,13 +327,16 @@ class ResponseCache:
         (gptgate/flight_deadline.py)."""
         start = clock.now()
         deadline = CallerDeadline(clock, budget_s)
+        def hit(answer: ChatResult) -> ChatResult:
+            result = served_from_cache(answer, clock.now() - start)
+            self.count(result.backend).hits += 1
+            on_hit(result)
+            return result
+
         if mode != "refresh":
             cached = await self.get(key)
             if cached is not None:
-                result = served_from_cache(cached, clock.now() - start)
-                self.count(result.backend).hits += 1
-                on_hit(result)
-                return result
+                return hit(cached)
 
         def joined(answer: ChatResult) -> ChatResult:
             result = served_from_cache(answer, clock.now() - start)
@@ -344,6 +347,11 @@ class ResponseCache:
         while True:
             flight = self._flights.get(key)
             if flight is None:
+                # an identical call of this process may have been answered while this one
+                # waited for Redis (a lookup that failed, or read late): serve its answer
+                stored = self._store.get(key) if mode != "refresh" else None
+                if stored is not None:
+                    return hit(decode_result(stored))
                 fleet_wide = fleet and mode != "refresh"
                 result, sent = await self._lead(key, call, is_private, deadline, fleet=fleet_wide)
                 return result if sent else joined(result)
