@@ -376,7 +376,6 @@ class ResponseCache:
         fleet did: gptgate/response_cache_fleet.py), within the leader's own deadline."""
         flight = self._flights[key] = _Flight(deadline.left())
         redis = self.redis if fleet else None
-        claimed = False
         try:
             data = (
                 await answer_or_claim(redis, key, deadline.left) if redis is not None else None
@@ -385,7 +384,6 @@ class ResponseCache:
                 self._store[key] = data
                 flight.result = decode_result(data)
                 return flight.result, False
-            claimed = redis is not None
             with watching() as for_want_of_large:  # gptgate/tier_fallback.py
                 async with kept(redis, key):  # renewed while the call runs
                     result = flight.result = await call(deadline.left())
@@ -399,7 +397,8 @@ class ResponseCache:
         finally:
             del self._flights[key]
             flight.done.set()
-            if claimed and redis is not None:
+            if redis is not None:  # the claim this process holds, if any: also one taken
+                # just before a cancellation reached answer_or_claim (a no-op without one)
                 with anyio.CancelScope(shield=True):  # bounded by op_budget_s
                     await redis.release(key)
         return result, True

@@ -175,7 +175,9 @@ class RedisAnswers:
             return tries > 1 and await client.get(name) == token
 
         try:
-            claimed = bool(await self._op(set_nx))
+            # shielded once sent: a caller cancelled before the reply was read had set a
+            # claim it never knew of, so nothing released it (a cancelled gate.map left 13)
+            claimed = bool(await self._op(set_nx, shielded=True))
         except SharedUnreachableError:
             return True
         if claimed:
@@ -204,16 +206,18 @@ class RedisAnswers:
         except SharedUnreachableError:
             return
 
-    async def _op(self, operation: Callable[[], Awaitable[Any]]) -> Any:
+    async def _op(self, operation: Callable[[], Awaitable[Any]], *, shielded: bool = False) -> Any:
         """``operation()`` within ``op_budget_s``, asked again after one late reply (and for
         up to ``BUSY_OUTAGE_S`` while the event loop is what was late); else an outage. It
         first waits for a connection of its own, outside the budget (an outage declared
-        meanwhile ends the wait: Redis is not asked)."""
+        meanwhile ends the wait: Redis is not asked). ``shielded``: once it has its connection,
+        a cancellation waits for its outcome (within the budget)."""
         self._client()
         async with self._turns:
             if not self.up:
                 raise self._unreachable()
-            return await self._timed(operation)
+            with anyio.CancelScope(shield=shielded):
+                return await self._timed(operation)
 
     async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         slow, busy_since = 0, time.monotonic()
