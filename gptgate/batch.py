@@ -46,6 +46,7 @@ from .batch_apis import batch_api_for, batch_model
 from .batch_cache import BatchCache
 from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
+from .call_checks import check_params, validate_messages
 from .config import Backend
 from .errors import (
     BackendError,
@@ -106,8 +107,9 @@ def _prepare(
     index: int, item: object, common: Mapping[str, Any], model: str, dialect: Dialect
 ) -> tuple[dict[str, Any], bytes, int, int | None]:
     """An item's merged ``chat`` arguments, its request body (built by the backend's
-    dialect, as a live call's: its parameter checks and ``extra_body`` apply), prompt size and
-    answer cap; a ``BadRequestError`` naming the item when it cannot be one."""
+    dialect, as a live call's: ``gate.chat``'s checks, the dialect's parameter rules and
+    ``extra_body`` apply), prompt size and answer cap; a ``BadRequestError`` naming the item
+    when it cannot be one."""
     if not isinstance(item, Mapping):
         raise BadRequestError(
             f"item {index} must be a dict of chat arguments, not {type(item).__name__}"
@@ -128,6 +130,8 @@ def _prepare(
         )
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
+        validate_messages(messages)  # as gate.chat checks them: else a 400 per item, late
+        check_params(params)
         body = dialect.build_body(model, messages, params, stream=False)
     except BadRequestError as error:
         raise BadRequestError(f"item {index}: {error.message}") from None

@@ -20,11 +20,13 @@ from pydantic import (
     SecretStr,
     StrictFloat,
     StrictInt,
+    ValidationError,
     ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from .budget import Budget
 from .results import Usage
@@ -396,6 +398,12 @@ class Backend(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
 
+class _EnvURL(str):
+    """A ``shared`` URL read from ``GPTGATE_SHARED``: its errors name the variable."""
+
+    __slots__ = ()
+
+
 class GatewayConfig(BaseModel):
     """Gateway-wide settings. ``Gateway(backends=[...], max_attempts=4)`` builds one.
     Numbers are finite, as in ``Backend`` (``None`` is "no deadline", "no budget")."""
@@ -470,14 +478,30 @@ class GatewayConfig(BaseModel):
         if isinstance(data, dict) and "shared" not in data:
             url = os.environ.get("GPTGATE_SHARED", "").strip()
             if url:
-                data = {**data, "shared": url}
+                data = {**data, "shared": _EnvURL(url)}
         return data
 
     @field_validator("shared", mode="before")
     @classmethod
     def _shared_url(cls, value: Any) -> Any:
-        """A bare URL is ``Shared(url)`` with the defaults."""
-        return Shared(url=value) if isinstance(value, str) else value
+        """A bare URL is ``Shared(url)`` with the defaults; a bad one from the environment
+        names the variable (the code never set ``shared``)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return Shared(url=str(value))
+        except ValidationError as error:
+            if not isinstance(value, _EnvURL):
+                raise
+            raise ValidationError.from_exception_data(error.title, [
+                InitErrorDetails(
+                    type="value_error", loc=e["loc"], input="",
+                    ctx={"error": ValueError(
+                        e["msg"].removeprefix("Value error, ")
+                        + " (from the environment variable GPTGATE_SHARED)"
+                    )},
+                ) for e in error.errors()
+            ], hide_input=True) from None
 
     @field_validator("default_scenario")
     @classmethod

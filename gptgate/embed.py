@@ -63,7 +63,13 @@ def _check_texts(texts: object) -> list[str]:
             f"embed takes a string or a list of strings, got {type(texts).__name__}"
         )
     for index, text in enumerate(items):
-        if not isinstance(text, str) or not text:
+        if not isinstance(text, str):
+            got = "None" if text is None else type(text).__name__
+            raise BadRequestError(
+                f"embed: input {index} must be a string, got {got} (token ids are not "
+                f"taken); nothing was sent"
+            )
+        if not text:
             raise BadRequestError(
                 f"embed: input {index} must be a non-empty string (providers refuse an empty "
                 f"one with a 400 that would fail every caller merged with it); nothing was sent"

@@ -46,8 +46,10 @@ from .batching import ItemHandle, MicroBatcher
 from .budget import BudgetGate, BudgetStatus
 from .cache import CacheGate, prefix_key
 from .cache_slots import slot_cached
+from .call_checks import check_params as _check_params
+from .call_checks import is_int as _is_int
+from .call_checks import validate_messages as _validate_messages
 from .calls import CallRunner, CallSpec, CallState
-from .choice_count import check_choice_count
 from .clock import Clock, SystemClock
 from .config import Backend, GatewayConfig
 from .drift import DriftMonitor, DriftPolicy, check_baseline_arg, drift_monitors
@@ -70,7 +72,6 @@ from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
 from .media_tokens import media_rule
 from .opened import Opened
-from .own_options import refuse_own_options
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
 from .prices import price_source
@@ -78,7 +79,6 @@ from .process_bound import refuse_pickle
 from .relocate import Relocator
 from .response_cache import CacheMode, ResponseCache
 from .response_cache_calls import CachedCalls
-from .responses_params import refuse_responses_params
 from .results import ChatResult
 from .retry import RetryPolicy
 from .routing import BackendState, CircuitBreaker, Router, RouteRequest
@@ -118,8 +118,6 @@ log = logging.getLogger("gptgate")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 #: set while a call runs that the gateway accepted before it began closing (a micro-batched
 #: item, a ``map`` item already pulled): it still gets the shutdown grace
@@ -198,10 +196,6 @@ class _EarlierSessions:
         )
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_call_options(
     timeout: object, priority: object, max_attempts: object, headers: object
 ) -> None:
@@ -239,68 +233,6 @@ def _with_index(index: int, error: BadRequestError) -> BadRequestError:
     named.args = (named.message,)
     named.__cause__ = error
     return named
-
-
-def _validate_messages(messages: object) -> Sequence[Mapping[str, Any]]:
-    """Catch a malformed call before anything is sent (and before it costs anything).
-
-    Refused: ``messages`` not a non-empty list (or tuple) of mappings; a role that is not one
-    of ``_ROLES``; no content (unless tool or function calls stand in for it); content that is
-    neither a string nor a non-empty list of parts, each a mapping with a string ``type`` (a
-    ``"text"`` part with a string ``text``). Everything else in a message — names, tool calls,
-    the contents of image or audio parts, keys gptgate does not know — passes untouched, for
-    the server to judge. What only encoding can tell (a lone surrogate, a NaN, an object json
-    does not know) is refused by ``build_chat_body`` just before the send, at no extra cost.
-    """
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise BadRequestError("messages must be a list of {'role': ..., 'content': ...} objects")
-    if not messages:
-        raise BadRequestError("messages must not be empty")
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise BadRequestError(f"messages[{index}] must be an object with role and content")
-        role = message.get("role")
-        if not isinstance(role, str) or role not in _ROLES:
-            raise BadRequestError(f"messages[{index}].role must be one of {sorted(_ROLES)}")
-        content = message.get("content")
-        if content is None:
-            if not (message.get("tool_calls") or message.get("function_call")):
-                raise BadRequestError(f"messages[{index}] has no content")
-        elif not isinstance(content, str):
-            if not isinstance(content, list):
-                raise BadRequestError(
-                    f"messages[{index}].content must be a string or a list of parts"
-                )
-            _validate_parts(index, content)
-    return messages
-
-
-def _validate_parts(index: int, parts: list[Any]) -> None:
-    if not parts:
-        raise BadRequestError(f"messages[{index}].content must not be an empty list of parts")
-    for number, part in enumerate(parts):
-        where = f"messages[{index}].content[{number}]"
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-            raise BadRequestError(f"{where} must be an object with a string 'type'")
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
-            raise BadRequestError(f"{where} is a text part without a string 'text'")
-
-
-_TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
-
-
-def _check_params(params: Mapping[str, Any]) -> None:
-    """The OpenAI parameters gptgate itself reads: a token bound sizes the rate-limit
-    reservation, the attempt timeout and the stream rule, so a wrong one is refused rather
-    than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
-    default. Every other parameter passes through untouched, known to gptgate or not."""
-    refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
-    refuse_responses_params(params)  # max_output_tokens= too (gptgate/responses_params.py)
-    check_choice_count(params)  # n sizes the output bound (gptgate/choice_count.py)
-    for name in _TOKEN_PARAMS:
-        value = params.get(name)
-        if value is not None and not (_is_int(value) and value >= 1):
-            raise BadRequestError(f"{name} must be an int >= 1 (or None), got {value!r}")
 
 
 def _check_route_options(private: object, stream: object, cache_key: object) -> None:

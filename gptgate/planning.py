@@ -158,6 +158,8 @@ def bands_from_csv(path: str | os.PathLike[str]) -> list[Band]:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:  # the sweep.png beside it, say: not Python's codec message
+        raise ValueError(f"{file} is not a sweep.csv: not UTF-8 text") from None
     reader = csv.DictReader(text.splitlines())
     needed = {"concurrency", "cost_per_call_usd", "goodput_rps"}
     if reader.fieldnames is None or not needed <= set(reader.fieldnames):

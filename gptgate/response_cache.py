@@ -327,13 +327,16 @@ class ResponseCache:
         (gptgate/flight_deadline.py)."""
         start = clock.now()
         deadline = CallerDeadline(clock, budget_s)
+        def hit(answer: ChatResult) -> ChatResult:
+            result = served_from_cache(answer, clock.now() - start)
+            self.count(result.backend).hits += 1
+            on_hit(result)
+            return result
+
         if mode != "refresh":
             cached = await self.get(key)
             if cached is not None:
-                result = served_from_cache(cached, clock.now() - start)
-                self.count(result.backend).hits += 1
-                on_hit(result)
-                return result
+                return hit(cached)
 
         def joined(answer: ChatResult) -> ChatResult:
             result = served_from_cache(answer, clock.now() - start)
@@ -344,6 +347,11 @@ class ResponseCache:
         while True:
             flight = self._flights.get(key)
             if flight is None:
+                # an identical call of this process may have been answered while this one
+                # waited for Redis (a lookup that failed, or read late): serve its answer
+                stored = self._store.get(key) if mode != "refresh" else None
+                if stored is not None:
+                    return hit(decode_result(stored))
                 fleet_wide = fleet and mode != "refresh"
                 result, sent = await self._lead(key, call, is_private, deadline, fleet=fleet_wide)
                 return result if sent else joined(result)
@@ -368,7 +376,6 @@ class ResponseCache:
         fleet did: gptgate/response_cache_fleet.py), within the leader's own deadline."""
         flight = self._flights[key] = _Flight(deadline.left())
         redis = self.redis if fleet else None
-        claimed = False
         try:
             data = (
                 await answer_or_claim(redis, key, deadline.left) if redis is not None else None
@@ -377,7 +384,6 @@ class ResponseCache:
                 self._store[key] = data
                 flight.result = decode_result(data)
                 return flight.result, False
-            claimed = redis is not None
             with watching() as for_want_of_large:  # gptgate/tier_fallback.py
                 async with kept(redis, key):  # renewed while the call runs
                     result = flight.result = await call(deadline.left())
@@ -391,7 +397,8 @@ class ResponseCache:
         finally:
             del self._flights[key]
             flight.done.set()
-            if claimed and redis is not None:
+            if redis is not None:  # the claim this process holds, if any: also one taken
+                # just before a cancellation reached answer_or_claim (a no-op without one)
                 with anyio.CancelScope(shield=True):  # bounded by op_budget_s
                     await redis.release(key)
         return result, True

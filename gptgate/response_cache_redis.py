@@ -5,7 +5,10 @@ The same outage rules as the fleet's (gptgate/shared/fleet.py): every operation 
 — one warning, and for the next ``retry_s`` this process asks Redis nothing (its own memory
 answers: a miss costs a call, never an error). One late reply, or an event loop too busy to
 read it (gptgate/shared/loop_budget.py), is asked again: on a loaded machine a single overrun
-had put a fleet's cache into a 5 s outage (each process sent what the other was sending).
+had put a fleet's cache into a 5 s outage (each process sent what the other was sending). The
+budget starts once the operation holds one of the process's connections: waiting for one,
+behind the process's own burst of lookups, is no sign of a slow Redis (a ``gather`` of 200
+identical calls had declared an idle loopback Redis down and sent each request three times).
 ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached. The URL's
 password never reaches a log or an error (``Shared.mask``).
 """
@@ -64,6 +67,8 @@ class RedisAnswers:
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         #: per request key this process leads: the token its claim holds in Redis
         self._tokens: dict[str, bytes] = {}
+        #: one per pooled connection: an operation waits here, outside its budget
+        self._turns = anyio.Semaphore(POOL_CONNECTIONS)
 
     def _client(self) -> Any:
         if self._pid != os.getpid():  # a forked child: the parent's sockets and loop are not ours
@@ -86,6 +91,7 @@ class RedisAnswers:
                 health_check_interval=0,
             )
             self._redis = Redis.from_pool(pool)
+            self._turns = anyio.Semaphore(POOL_CONNECTIONS)  # this loop's, this process's
         return self._redis
 
     def key(self, key: str) -> str:
@@ -169,7 +175,9 @@ class RedisAnswers:
             return tries > 1 and await client.get(name) == token
 
         try:
-            claimed = bool(await self._op(set_nx))
+            # shielded once sent: a caller cancelled before the reply was read had set a
+            # claim it never knew of, so nothing released it (a cancelled gate.map left 13)
+            claimed = bool(await self._op(set_nx, shielded=True))
         except SharedUnreachableError:
             return True
         if claimed:
@@ -198,9 +206,20 @@ class RedisAnswers:
         except SharedUnreachableError:
             return
 
-    async def _op(self, operation: Callable[[], Awaitable[Any]]) -> Any:
+    async def _op(self, operation: Callable[[], Awaitable[Any]], *, shielded: bool = False) -> Any:
         """``operation()`` within ``op_budget_s``, asked again after one late reply (and for
-        up to ``BUSY_OUTAGE_S`` while the event loop is what was late); else an outage."""
+        up to ``BUSY_OUTAGE_S`` while the event loop is what was late); else an outage. It
+        first waits for a connection of its own, outside the budget (an outage declared
+        meanwhile ends the wait: Redis is not asked). ``shielded``: once it has its connection,
+        a cancellation waits for its outcome (within the budget)."""
+        self._client()
+        async with self._turns:
+            if not self.up:
+                raise self._unreachable()
+            with anyio.CancelScope(shield=shielded):
+                return await self._timed(operation)
+
+    async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         slow, busy_since = 0, time.monotonic()
         while True:
             try:
@@ -219,10 +238,13 @@ class RedisAnswers:
                 failure = error
             break
         self._down(failure)
-        raise SharedUnreachableError(
+        raise self._unreachable() from None
+
+    def _unreachable(self) -> SharedUnreachableError:
+        return SharedUnreachableError(
             f"response cache: shared state {self.shared.display_url} unreachable",
             url=self.shared.display_url,
-        ) from None
+        )
 
     def _down(self, error: BaseException) -> None:
         self.errors += 1

@@ -63,6 +63,7 @@ from .sync_portal import (
     run_on,
     spawn_on,
 )
+from .sync_self_close import refuse_close_inside_guard
 from .tiers import TierStats
 
 __all__ = ["SyncChatStream", "SyncGateway"]
@@ -247,6 +248,7 @@ class SyncGateway:
         app gateway stays open (the app closes it). Later calls raise ``GatewayClosedError``;
         an owned gateway's ``stats``/``snapshot``/``budget_status``/``tier_stats`` stay
         readable (its final figures). Idempotent."""
+        refuse_close_inside_guard(self._gateway)  # it would wait for itself
         with self._lock:
             if self._closed:
                 return

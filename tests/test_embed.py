@@ -186,6 +186,12 @@ def test_bad_input_and_no_embedding_backend_are_typed_errors_and_send_nothing() 
                 await gate.embed(["ok", ""])
             with pytest.raises(gg.BadRequestError, match="string or a list of strings"):
                 await gate.embed(42)  # type: ignore[arg-type]
+            # token ids, or a None from a missing field: named as what they are, not as an
+            # empty string (the message spoke of empty strings only)
+            with pytest.raises(gg.BadRequestError, match="input 0 must be a string, got int"):
+                await gate.embed([17, 42])  # type: ignore[list-item]
+            with pytest.raises(gg.BadRequestError, match="input 1 must be a string, got None"):
+                await gate.embed(["ok", None])  # type: ignore[list-item]
             with pytest.raises(gg.NoBackendError, match="embedding_model"):
                 await gate.embed("x", model="another-model")
             with pytest.raises(gg.NoBackendError):

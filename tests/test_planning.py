@@ -94,6 +94,16 @@ def test_a_file_that_is_not_a_sweep_csv(tmp_path: Path) -> None:
         bands_from_csv(tmp_path / "missing.csv")
 
 
+def test_the_plot_given_for_the_csv_is_named_as_not_a_sweep_csv(tmp_path: Path) -> None:
+    """``--from runs/x/sweep.png`` (the file beside it): the message was Python's own
+    "'utf-8' codec can't decode byte 0x89 in position 0: invalid start byte"."""
+    path = tmp_path / "sweep.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    with pytest.raises(ValueError, match=r"sweep\.png is not a sweep\.csv: not UTF-8 text") as e:
+        bands_from_csv(path)
+    assert "codec" not in str(e.value)
+
+
 def test_the_overrun_compares_only_bands_that_can_run_the_best_rate() -> None:
     """Planned with the best band's price, run at a pricier band: the overrun is quoted at a
     band that can complete those requests in an hour. 50 is dearer but completes only 360 an
