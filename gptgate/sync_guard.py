@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import queue
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
@@ -33,10 +34,12 @@ import httpx2
 from anyio.lowlevel import EventLoopToken
 from opentelemetry import context as otel_context
 
-from .errors import RequestTimeout
+from .errors import BackendError, RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
 from .guard_manager import entered_now
 from .guard_nested import settle
+from .guard_stream import event_stream_tap
+from .stream_cut import EARLY_END, ended_early
 from .stream_proxy import FollowedIterator
 from .stream_reads import StreamReads
 from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
@@ -45,6 +48,7 @@ from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
 if TYPE_CHECKING:
     from .clock import Clock
+    from .observe import ResponseTap
 
 __all__ = ["ThreadCall", "sync_guard"]
 
@@ -241,12 +245,18 @@ StreamEnd = Callable[[Exception | None], None]
 
 class _EndWatch(httpx2.SyncByteStream):
     """A response body that says once when it has been read to its end, closed or dropped,
-    or what cut it while it was read."""
+    or what cut it while it was read — an SDK's event stream of a generative answer that
+    reached a clean EOF before its terminal event too (``tap``): the server cut it, though
+    the SDK raises nothing (gptgate/stream_cut.py; it counted as a success)."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: StreamReads) -> None:
+    def __init__(
+        self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: StreamReads,
+        tap: ResponseTap | None,
+    ) -> None:
         self._inner = inner
         self._ended: StreamEnd | None = ended
         self._reads = reads
+        self._tap = tap
 
     def _end(self, error: Exception | None = None) -> None:
         ended, self._ended = self._ended, None
@@ -254,8 +264,16 @@ class _EndWatch(httpx2.SyncByteStream):
             ended(error)
 
     def __iter__(self) -> Iterator[bytes]:
+        tap = self._tap
         try:
-            yield from self._reads.pieces(iter(self._inner))
+            for piece in self._reads.pieces(iter(self._inner)):
+                if tap is not None and isinstance(piece, bytes):
+                    tap.feed(piece, time.monotonic())
+                yield piece
+            if tap is not None:
+                tap.close(time.monotonic())
+                if ended_early(tap):
+                    self._end(BackendError(EARLY_END))
         except Exception as error:
             self._end(error)
             raise
@@ -294,7 +312,8 @@ def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
             stream, httpx2.SyncByteStream
         ):
             return None
-        response.stream = _EndWatch(stream, ended, reads)
+        tap = event_stream_tap(response, time.monotonic())
+        response.stream = _EndWatch(stream, ended, reads, tap)
         reads.over_http = True
         return value
     if inspect.isgenerator(value):
