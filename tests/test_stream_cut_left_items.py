@@ -36,7 +36,7 @@ def _chat_events(whole: bool) -> list[bytes]:
         return f"data: {json.dumps(body)}\n\n".encode()
 
     events = [chunk("t0 "), chunk("t1 ")]
-    return events + [chunk("", "stop"), b"data: [DONE]\n\n"] if whole else events
+    return [*events, chunk("", "stop"), b"data: [DONE]\n\n"] if whole else events
 
 
 def _response(status: str) -> dict[str, object]:
