@@ -104,6 +104,9 @@ class GuardedCall:
     #: body read whole, cut before its ``[DONE]`` (the SDK raises nothing): the try's return
     #: is then no success for that circuit (it reset the run the wire counted)
     wire_failed: set[str] = field(default_factory=set)
+    #: the stream a sync guard's function returned was left by its caller before its end:
+    #: no verdict for the circuit, as on the async guard (gptgate/stream_cut.py)
+    caller_left: bool = False
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
     #: the permit as those requests hold it: one at a time (gptgate/guard_seat.py)
@@ -596,7 +599,7 @@ class _GuardRun:
         )
         if followed:  # a stream another client reads: the permit follows it as well
             return returned  # type: ignore[return-value]
-        if state.name in call.wire_failed:  # the wire's verdict stands (stream_cut.py)
+        if call.caller_left or state.name in call.wire_failed:  # no success (stream_cut.py)
             breaker.probe_left(probe)
         else:
             breaker.on_success()

@@ -63,6 +63,12 @@ class _CallerLeft(Exception):
     """The caller's thread was interrupted inside the function: the try ends here."""
 
 
+class _LeftUnfinished(Exception):
+    """How a returned SDK event stream ended when its caller closed or dropped it before its
+    terminal event: no verdict for the circuit (gptgate/stream_cut.py) — it counted as a
+    success, which reset a run of the server's cuts."""
+
+
 class ThreadCall(Generic[R]):
     """One guarded call of a sync function, shared by the caller's thread and the loop."""
 
@@ -82,6 +88,8 @@ class ThreadCall(Generic[R]):
         self._reads = StreamReads()
         #: what cut that stream while it was read, if anything
         self._stream_error: Exception | None = None
+        #: its caller closed or dropped it before its end
+        self._stream_left = False
         #: the loop running this call: the thread's answers go there directly, not through
         #: the portal, which a closing SyncGateway stops while a try still holds its permit
         self._token: EventLoopToken | None = None
@@ -92,7 +100,7 @@ class ThreadCall(Generic[R]):
         """One try, holding its permit: hand it to the caller's thread and wait."""
         self._try += 1
         self._replied = replied = anyio.Event()
-        self._stream_end, self._stream_error = None, None
+        self._stream_end, self._stream_error, self._stream_left = None, None, False
         guarded = _GUARD_PERMIT.get()
         self.inbox.put((guarded, otel_context.get_current()))
         with anyio.CancelScope(shield=True):  # the function runs on until it returns
@@ -104,6 +112,8 @@ class ThreadCall(Generic[R]):
             await self._follow(self._stream_end, guarded)
             if self._stream_error is not None:  # the guard classifies it, as a try's failure
                 raise ReturnedStreamCut(self._stream_error)
+            if self._stream_left and guarded is not None:
+                guarded.caller_left = True
             assert self._streamed is not None
             value = self._streamed()  # None once its caller dropped it
         return value  # type: ignore[no-any-return]
@@ -162,7 +172,8 @@ class ThreadCall(Generic[R]):
 
     def _stream_ended(self, error: Exception | None) -> None:
         if self._stream_end is not None:
-            self._stream_error = error
+            self._stream_left = isinstance(error, _LeftUnfinished)
+            self._stream_error = None if self._stream_left else error
             self._stream_end.set()
 
     async def done(self, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
@@ -280,14 +291,20 @@ class _EndWatch(httpx2.SyncByteStream):
         finally:
             self._end()
 
+    def _left(self) -> None:
+        """Closed or dropped: an event stream before its terminal event was left by its
+        caller (no verdict); anything else ends as before."""
+        tap = self._tap
+        self._end(_LeftUnfinished() if tap is not None and not tap.complete else None)
+
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
-            self._end()
+            self._left()
 
     def __del__(self) -> None:
-        self._end()
+        self._left()
 
 
 def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: StreamReads) -> Iterator[Any]:

@@ -3,6 +3,9 @@
 * A ``SyncGateway`` guard around a *sync* SDK on its own HTTP client: a stream the SDK read
   to a clean EOF without ``[DONE]`` (the SDK raises nothing) counted as a success — a reset
   already counted as the backend's failure; the async guard counted both.
+* The same guard's stream its caller closed before its end (a ``break``) counted as a
+  success too, resetting a run of the server's cuts; a caller's leave says nothing of the
+  backend, as on the async guard.
 * A Responses API stream cut before ``response.completed``: its ``response.created`` event
   carries ``"status": "in_progress"``, which was read as the answer's finish reason, so the
   cut stream looked finished and counted as a success on every path that judges an SDK's
@@ -160,3 +163,48 @@ async def test_a_responses_stream_cut_before_response_completed_is_a_failure(
         stats = gate.stats()["llm"]
     expected = (0, "closed") if whole else (THRESHOLD, "open")
     assert (stats.failures, stats.circuit) == expected
+
+
+class _SyncCut(httpx2.SyncByteStream):
+    """A sync chat stream: whole, or reset after its first events."""
+
+    def __init__(self, end: str) -> None:
+        self.end = end
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from _chat_events(self.end == "whole")
+        if self.end == "reset":
+            raise httpx2.RemoteProtocolError("peer closed connection")
+
+
+class _Switch:
+    """A sync server whose streams end as ``end`` says at each request."""
+
+    def __init__(self) -> None:
+        self.end = "reset"
+
+    def __call__(self, _: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers=SSE, stream=_SyncCut(self.end))
+
+
+def test_a_sync_guards_stream_its_caller_leaves_does_not_reset_a_run_of_cuts() -> None:
+    """Cut, left, cut, left, cut on a ``SyncGateway`` guard around a sync SDK: three
+    failures in a row for the circuit — a stream its caller left (a ``break`` and close)
+    says nothing of the backend (gptgate/stream_cut.py), as on the async guard."""
+    server = _Switch()
+    client = openai.OpenAI(base_url=URL, api_key="sk-test", max_retries=0,
+                           http_client=httpx2.Client(transport=httpx2.MockTransport(server)))
+    with gg.SyncGateway([_backend("chat", True)], **OPTIONS) as gate:  # type: ignore[arg-type]
+
+        @gate.guard(backend="llm")
+        def ask() -> object:
+            return _sync_ask(client, "chat")
+
+        for i in range(2 * THRESHOLD - 1):
+            server.end = "whole" if i % 2 else "reset"
+            with contextlib.suppress(openai.APIError), ask() as stream:  # type: ignore[attr-defined]
+                for _ in stream:
+                    if i % 2:
+                        break
+        circuit = gate.stats()["llm"].circuit
+    assert circuit == "open"
