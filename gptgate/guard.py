@@ -100,6 +100,13 @@ class GuardedCall:
     #: guard's: each ran on a permit of its own there, and the wire counted its tokens, cost
     #: and failures on that backend (gptgate/guard_site.py)
     elsewhere: list[str] = field(default_factory=list)
+    #: backends whose circuit one of those requests counted a failure on — a stream the
+    #: body read whole, cut before its ``[DONE]`` (the SDK raises nothing): the try's return
+    #: is then no success for that circuit (it reset the run the wire counted)
+    wire_failed: set[str] = field(default_factory=set)
+    #: the stream a sync guard's function returned was left by its caller before its end:
+    #: no verdict for the circuit, as on the async guard (gptgate/stream_cut.py)
+    caller_left: bool = False
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
     #: the permit as those requests hold it: one at a time (gptgate/guard_seat.py)
@@ -592,8 +599,11 @@ class _GuardRun:
         )
         if followed:  # a stream another client reads: the permit follows it as well
             return returned  # type: ignore[return-value]
-        breaker.on_success()
-        breaker.probe_left(probe)
+        if call.caller_left or state.name in call.wire_failed:  # no success (stream_cut.py)
+            breaker.probe_left(probe)
+        else:
+            breaker.on_success()
+            breaker.probe_left(probe)
         usage: Usage | None = None
         cost: float | None = None
         repeated = self.seen.repeated(result)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .limits import Permit
     from .routing import BackendState
 
-__all__ = ["follow_returned"]
+__all__ = ["event_stream_tap", "follow_returned"]
 
 #: the markers that end an event stream's answer: chat's ``[DONE]``, the Responses API's
 #: terminal events (it sends no ``[DONE]``), Anthropic's ``message_stop``. A caller that stops
@@ -191,7 +191,7 @@ def follow_returned(
     trickling faster than the SDK's read timeout, ran 114 s past its call's 40 s deadline
     in the chaos run, until the gateway closed."""
     response = result if isinstance(result, httpx2.Response) else getattr(result, "response", None)
-    tap = _event_stream_tap(response, clock)
+    tap = event_stream_tap(response, clock.now())
     listener = _PermitFollows(permit, on_end, classify, clock, state, tap)
 
     def body(inner: Any, *, typed: bool) -> OpenBody[Any]:
@@ -230,9 +230,10 @@ def follow_returned(
     return False, result
 
 
-def _event_stream_tap(response: object, clock: Clock) -> ResponseTap | None:
+def event_stream_tap(response: object, now: float) -> ResponseTap | None:
     """A tap for an SDK's event stream of a generative answer (chat, completion, Messages,
-    Responses), whose end says whether the server cut it; None for anything else."""
+    Responses), whose end says whether the server cut it; None for anything else (a sync
+    guard's stream too, gptgate/sync_guard.py)."""
     if not isinstance(response, httpx2.Response):
         return None
     kind = response.headers.get("content-type", "")
@@ -244,4 +245,4 @@ def _event_stream_tap(response: object, clock: Clock) -> ResponseTap | None:
         return None
     if operation_of(path) not in GENERATIVE:
         return None
-    return ResponseTap(kind, clock.now())
+    return ResponseTap(kind, now)

@@ -34,6 +34,10 @@ __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
 #: the Responses API's events that end an answer: a caller that stops reading there left none
 #: of it unread (``response.incomplete``: ``max_output_tokens`` reached, or a content filter)
 _RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete"})
+#: a Responses API object's statuses that say its answer ended — not ``in_progress`` or
+#: ``queued``, which ``response.created`` carries: read as a finish reason, a stream cut
+#: after it looked finished (gptgate/stream_cut.py) and counted as a success
+_RESPONSES_FINISHED = frozenset({"completed", "incomplete", "failed", "cancelled"})
 #: a chat completion's JSON is a few KB; past this the tap keeps the body's head and tail only
 MAX_JSON_BYTES = 4 * 1024 * 1024
 
@@ -358,4 +362,4 @@ def _finish_reason(obj: dict[str, Any]) -> str | None:
     if isinstance(stop, str):
         return FINISH_REASONS.get(stop, stop)
     status = obj.get("status")  # the Responses API: "completed", "incomplete"
-    return status if isinstance(status, str) and "output" in obj else None
+    return status if status in _RESPONSES_FINISHED and "output" in obj else None

@@ -67,7 +67,7 @@ from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
 from .sdk_requeue import requeue_refusals
-from .stream_cut import EARLY_END, ended_early, interrupted
+from .stream_cut import EARLY_END, circuit_failure, ended_early, interrupted
 from .stream_watch import OpenBody, WatchedByteStream
 from .tap_answer import AnswerText
 from .telemetry import LINKS, NAMES, endpoint
@@ -530,6 +530,8 @@ class _Attempt:
         wire to the wire (``GuardedCall.wire_attempts``)."""
         if isinstance(error, GatewayClosedError):
             return  # our shutdown, none of the backend's (as gate.chat counts)
+        if self.guarded is not None and circuit_failure(error) is not None:
+            self.guarded.wire_failed.add(self.state.name)
         count_failure(self.state, error, self.runner.clock.now())
 
     def _billed(self) -> BilledWork:

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import queue
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
@@ -33,10 +34,12 @@ import httpx2
 from anyio.lowlevel import EventLoopToken
 from opentelemetry import context as otel_context
 
-from .errors import RequestTimeout
+from .errors import BackendError, RequestTimeout
 from .guard import _GUARD_PERMIT, GuardedCall, ReturnedStreamCut
 from .guard_manager import entered_now
 from .guard_nested import settle
+from .guard_stream import event_stream_tap
+from .stream_cut import EARLY_END, ended_early
 from .stream_proxy import FollowedIterator
 from .stream_reads import StreamReads
 from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
@@ -45,6 +48,7 @@ from .sync_portal import LoopPortal, call_on, spawn_on, wait
 
 if TYPE_CHECKING:
     from .clock import Clock
+    from .observe import ResponseTap
 
 __all__ = ["ThreadCall", "sync_guard"]
 
@@ -57,6 +61,12 @@ _DONE = object()
 
 class _CallerLeft(Exception):
     """The caller's thread was interrupted inside the function: the try ends here."""
+
+
+class _LeftUnfinished(Exception):
+    """How a returned SDK event stream ended when its caller closed or dropped it before its
+    terminal event: no verdict for the circuit (gptgate/stream_cut.py) — it counted as a
+    success, which reset a run of the server's cuts."""
 
 
 class ThreadCall(Generic[R]):
@@ -78,6 +88,8 @@ class ThreadCall(Generic[R]):
         self._reads = StreamReads()
         #: what cut that stream while it was read, if anything
         self._stream_error: Exception | None = None
+        #: its caller closed or dropped it before its end
+        self._stream_left = False
         #: the loop running this call: the thread's answers go there directly, not through
         #: the portal, which a closing SyncGateway stops while a try still holds its permit
         self._token: EventLoopToken | None = None
@@ -88,7 +100,7 @@ class ThreadCall(Generic[R]):
         """One try, holding its permit: hand it to the caller's thread and wait."""
         self._try += 1
         self._replied = replied = anyio.Event()
-        self._stream_end, self._stream_error = None, None
+        self._stream_end, self._stream_error, self._stream_left = None, None, False
         guarded = _GUARD_PERMIT.get()
         self.inbox.put((guarded, otel_context.get_current()))
         with anyio.CancelScope(shield=True):  # the function runs on until it returns
@@ -100,6 +112,8 @@ class ThreadCall(Generic[R]):
             await self._follow(self._stream_end, guarded)
             if self._stream_error is not None:  # the guard classifies it, as a try's failure
                 raise ReturnedStreamCut(self._stream_error)
+            if self._stream_left and guarded is not None:
+                guarded.caller_left = True
             assert self._streamed is not None
             value = self._streamed()  # None once its caller dropped it
         return value  # type: ignore[no-any-return]
@@ -158,7 +172,8 @@ class ThreadCall(Generic[R]):
 
     def _stream_ended(self, error: Exception | None) -> None:
         if self._stream_end is not None:
-            self._stream_error = error
+            self._stream_left = isinstance(error, _LeftUnfinished)
+            self._stream_error = None if self._stream_left else error
             self._stream_end.set()
 
     async def done(self, guarded: Callable[[ThreadCall[R]], Awaitable[R]]) -> R:
@@ -241,12 +256,18 @@ StreamEnd = Callable[[Exception | None], None]
 
 class _EndWatch(httpx2.SyncByteStream):
     """A response body that says once when it has been read to its end, closed or dropped,
-    or what cut it while it was read."""
+    or what cut it while it was read — an SDK's event stream of a generative answer that
+    reached a clean EOF before its terminal event too (``tap``): the server cut it, though
+    the SDK raises nothing (gptgate/stream_cut.py; it counted as a success)."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: StreamReads) -> None:
+    def __init__(
+        self, inner: httpx2.SyncByteStream, ended: StreamEnd, reads: StreamReads,
+        tap: ResponseTap | None,
+    ) -> None:
         self._inner = inner
         self._ended: StreamEnd | None = ended
         self._reads = reads
+        self._tap = tap
 
     def _end(self, error: Exception | None = None) -> None:
         ended, self._ended = self._ended, None
@@ -254,22 +275,36 @@ class _EndWatch(httpx2.SyncByteStream):
             ended(error)
 
     def __iter__(self) -> Iterator[bytes]:
+        tap = self._tap
         try:
-            yield from self._reads.pieces(iter(self._inner))
+            for piece in self._reads.pieces(iter(self._inner)):
+                if tap is not None and isinstance(piece, bytes):
+                    tap.feed(piece, time.monotonic())
+                yield piece
+            if tap is not None:
+                tap.close(time.monotonic())
+                if ended_early(tap):
+                    self._end(BackendError(EARLY_END))
         except Exception as error:
             self._end(error)
             raise
         finally:
             self._end()
 
+    def _left(self) -> None:
+        """Closed or dropped: an event stream before its terminal event was left by its
+        caller (no verdict); anything else ends as before."""
+        tap = self._tap
+        self._end(_LeftUnfinished() if tap is not None and not tap.complete else None)
+
     def close(self) -> None:
         try:
             self._inner.close()
         finally:
-            self._end()
+            self._left()
 
     def __del__(self) -> None:
-        self._end()
+        self._left()
 
 
 def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: StreamReads) -> Iterator[Any]:
@@ -294,7 +329,8 @@ def _hold_stream(value: object, ended: StreamEnd, reads: StreamReads) -> Any:
             stream, httpx2.SyncByteStream
         ):
             return None
-        response.stream = _EndWatch(stream, ended, reads)
+        tap = event_stream_tap(response, time.monotonic())
+        response.stream = _EndWatch(stream, ended, reads, tap)
         reads.over_http = True
         return value
     if inspect.isgenerator(value):

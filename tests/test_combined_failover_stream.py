@@ -1,0 +1,108 @@
+"""SDK failover (``http_client("a", fallback=["b"])``) with the one rule for streams that end
+early (gptgate/stream_cut.py): a primary that cuts its streams mid-answer — a reset, or a
+clean EOF before ``[DONE]`` — is never re-sent to the fallback (the caller has read part of
+the answer), each cut counts on ``a``'s circuit, and once it opens the next requests go to
+``b``. A guard around an SDK on the fallback client sees the same. Real ``openai`` package,
+loopback mock transports.
+
+Before: a guard whose body read a stream cut before ``[DONE]`` through ``gate.http_client``
+returned normally, and its success reset the run of failures the wire had just counted (the
+circuit never opened); the other cases passed and guard the combination.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import httpx2
+import openai
+import pytest
+
+import gptgate as gg
+
+URL = "http://127.0.0.1:9/v1"
+USER = [{"role": "user", "content": "hi"}]
+SSE = {"content-type": "text/event-stream"}
+THRESHOLD = 3
+
+
+def _chunk(text: str, finish: str | None = None) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+class _Body(httpx2.AsyncByteStream):
+    def __init__(self, end: str) -> None:
+        self.end = end
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield _chunk("t0 ")
+        if self.end == "reset":
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete "
+                                             "message body (incomplete chunked read)")
+        if self.end == "whole":
+            yield _chunk("", "stop") + b"data: [DONE]\n\n"
+
+
+class Server:
+    def __init__(self, end: str) -> None:
+        self.end = end
+        self.seen = 0
+
+    def transport(self) -> httpx2.MockTransport:
+        def handle(_: httpx2.Request) -> httpx2.Response:
+            self.seen += 1
+            return httpx2.Response(200, headers=SSE, stream=_Body(self.end))
+
+        return httpx2.MockTransport(handle)
+
+
+def _gate(a: Server, b: Server) -> gg.Gateway:
+    backends = [gg.Backend(name=name, base_url=URL, model="m", api_key=f"sk-{name}-key-0123",
+                           transport=server.transport(), idle_timeout=5.0)
+                for name, server in (("a", a), ("b", b))]
+    return gg.Gateway(backends, breaker_threshold=THRESHOLD, breaker_cooldown_s=600.0,
+                      max_breaker_wait_s=0.0, max_attempts=1)
+
+
+async def _read(client: openai.AsyncOpenAI) -> str:
+    stream = await client.chat.completions.create(  # type: ignore[call-overload]
+        model="m", messages=USER, stream=True)
+    text = ""
+    async with stream:
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+    return text
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+@pytest.mark.parametrize("end", ["reset", "truncated"])
+async def test_a_primary_cutting_its_streams_opens_its_circuit_and_then_b_serves(
+    end: str, guarded: bool
+) -> None:
+    a, b = Server(end), Server("whole")
+    gate = _gate(a, b)
+    async with gate:
+        client = openai.AsyncOpenAI(base_url=URL, api_key="sk-a-key-0123", max_retries=0,
+                                    http_client=gate.http_client("a", fallback=["b"]))
+
+        async def once() -> str:
+            return await _read(client)
+
+        ask = gate.guard(backend="a")(once) if guarded else once
+        for _ in range(THRESHOLD):
+            with contextlib.suppress(openai.APIError, gg.GateError):
+                await ask()
+        cut = (a.seen, b.seen, gate.stats()["a"].failures, gate.stats()["a"].circuit)
+        served = await once()  # the SDK's next request: a's circuit open, b serves it
+        after = (a.seen, b.seen, gate.ledger.entries["b"].calls_ok)
+        if guarded:  # a guard pinned to "a" is refused by a's open circuit, as documented
+            with pytest.raises(gg.BackendError, match="circuit is open"):
+                await ask()
+    assert cut == (THRESHOLD, 0, THRESHOLD, "open")  # never re-sent to b mid-answer
+    assert served == "t0 "
+    assert after == (THRESHOLD, 1, 1)
