@@ -152,6 +152,10 @@ class _Attempt:
         self.pace: Reservation | None = None
         #: the tokens a failed attempt booked (the server may have counted them)
         self.counted_tokens = 0
+        #: what the ledger booked for an attempt with no whole answer, and whether its caller
+        #: left it: the token metric's points (gptgate/telemetry.py)
+        self.booked: Usage | None = None
+        self.gone = False
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
@@ -457,6 +461,7 @@ class _Attempt:
             return
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
+        self.gone = True
         self._wasted(interrupted=self.tap is not None and self.tap.streamed)
         self._end(None, self.runner.shutdown_error())  # a read the shutdown cut: it failed
 
@@ -511,6 +516,7 @@ class _Attempt:
         if prompt or output:
             usage = self._cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
             self.counted_tokens = usage.total_tokens
+            self.booked = usage
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
@@ -567,6 +573,7 @@ class _Attempt:
             text=answer.text if answer is not None else None,
             raw=answer.raw() if answer is not None else None,
             **endpoint(self.state.name, self.state.pool.client.base_url),
+            billed=self.booked, abandoned=self.gone and error is None,
         )
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
