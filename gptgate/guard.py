@@ -560,6 +560,7 @@ class _GuardRun:
         """What a try that returned teaches the limit, the bill and the span; the result to
         return (a stream from another client: its watched facade, gptgate/guard_stream.py)."""
         permit = call.permit
+        self.span.wired = bool(call.wire_attempts or call.elsewhere)  # their spans: the usage
         if self._elsewhere(state, call, number) is not None:
             # another backend's answer: its wire taught its limit and booked it there
             self.span.end("ok", usage=usage_from(result))
@@ -634,6 +635,7 @@ class _GuardRun:
     def _stream_ended(
         self, error: BaseException | None, usage: Usage | None, cost: float
     ) -> None:
+        self.span.wired = True  # a request on gate.http_client: its span has the usage
         if error is None:
             self.span.end("ok", usage=usage, cost_usd=cost)
         else:
