@@ -37,6 +37,7 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .failover_trail import trail_of
 from .fork_rebuild import open_in_child
 from .genai_content import request_content
 from .guard import (
@@ -160,12 +161,18 @@ class _Attempt:
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
         url = state.pool.client.base_url
+        #: a request failing over: numbered, linked and parented after its tries before
+        self.trail = trail_of(request.extensions)
+        links = request.extensions.get(LINKS, ())
+        parent, extra = None, None
+        if self.trail is not None:
+            number, links, parent, extra = self.trail.before(number, links)
         self.span: Span = telemetry.start_attempt(
             provider=config.provider, model=self.model, host=url.host,
             port=endpoint(state.name, url)["port"],
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
-            links=request.extensions.get(LINKS, ()),
+            links=links, parent=parent, extra=extra,
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()
@@ -575,6 +582,8 @@ class _Attempt:
             **endpoint(self.state.name, self.state.pool.client.base_url),
             billed=self.booked, abandoned=self.gone and error is None,
         )
+        if self.trail is not None:
+            self.trail.after(self.span, error)
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
 
