@@ -119,14 +119,20 @@ def endpoint(backend: str, url: Any) -> Endpoint:
     return Endpoint(backend=backend, host=url.host, port=port)
 
 
-def usage_attributes(usage: Usage) -> dict[str, int]:
+#: operations that generate no output: their usage is input tokens only (the conventions
+#: define no output count for them; a 0 per request skewed the output-size histogram)
+_INPUT_ONLY = frozenset({"embeddings"})
+
+
+def usage_attributes(usage: Usage, operation: str = "chat") -> dict[str, int]:
     """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
-    most providers have neither)."""
+    most providers have neither; no output count for an embedding)."""
     attributes = {
         NAMES["input_tokens"]: usage.input_tokens,
-        NAMES["output_tokens"]: usage.output_tokens,
         NAMES["cached_tokens"]: usage.cached_input_tokens,
     }
+    if operation not in _INPUT_ONLY:
+        attributes[NAMES["output_tokens"]] = usage.output_tokens
     if usage.cache_write_input_tokens:
         attributes[NAMES["cache_write_tokens"]] = usage.cache_write_input_tokens
     if usage.reasoning_tokens:
@@ -311,7 +317,7 @@ class Telemetry:
             attributes: dict[str, Any] = {NAMES["outcome"]: "abandoned",
                                           NAMES["cost_usd"]: cost_usd}
             if usage is not None:
-                attributes.update(usage_attributes(usage))
+                attributes.update(usage_attributes(usage, operation))
             span.set_attributes(attributes)
 
     @staticmethod
@@ -447,7 +453,7 @@ class Telemetry:
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
             if usage is not None:
-                attributes.update(usage_attributes(usage))
+                attributes.update(usage_attributes(usage, operation))
             if response_model:
                 attributes[NAMES["response_model"]] = response_model
             if response_id:
@@ -508,7 +514,8 @@ class Telemetry:
             self.ttfc.record(ttft_s, points[0])
         if usage is not None:
             self.tokens.record(usage.input_tokens, points[1])
-            self.tokens.record(usage.output_tokens, points[2])
+            if operation not in _INPUT_ONLY:
+                self.tokens.record(usage.output_tokens, points[2])
 
     def record_queue(self, queue_s: float, backend: str) -> None:
         if self.metering:

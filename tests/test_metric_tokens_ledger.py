@@ -105,3 +105,36 @@ async def test_an_sdk_stream_its_caller_left_is_in_the_token_metric(base_url: st
         await stream.close()
         ledger = gate.ledger
     _check(reader, ledger, whole=1)
+
+
+async def test_embeddings_have_input_tokens_only(base_url: str) -> None:
+    """An embedding generates no output: no ``output`` point of 0 per request (it dragged the
+    output-size histogram toward 0 and counted embeddings as answers), no
+    ``gen_ai.usage.output_tokens`` on its span — the conventions define neither for it."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(exporter))
+    backend = gg.Backend(name="sim", base_url=base_url, model="m", api_key=KEY, concurrency=4,
+                         timeout=60.0, embedding_model="e")
+    async with gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3, tracer_provider=tracer,
+                          meter_provider=MeterProvider(metric_readers=[reader])) as gate:
+        await gate.embed(["hello", "world"])
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=KEY,
+                                    http_client=gate.http_client("sim"), max_retries=0)
+        await client.embeddings.create(model="e", input="hello")
+        entry = gate.ledger.entries["sim"]
+    points = [a for a, _, _ in _points(reader, "gen_ai.client.token.usage")]
+    assert {a["gen_ai.operation.name"] for a in points} == {"embeddings"}
+    assert {a["gen_ai.token.type"] for a in points} == {"input"}
+    assert _tokens(reader, "input") == entry.input_tokens > 0
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        assert attributes["gen_ai.usage.input_tokens"] > 0
+        assert "gen_ai.usage.output_tokens" not in attributes
