@@ -452,8 +452,9 @@ class Telemetry:
         if span.is_recording():
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
-            if usage is not None:
-                attributes.update(usage_attributes(usage, operation))
+            counted = usage if usage is not None else billed  # a failure's: what was billed
+            if counted is not None:
+                attributes.update(usage_attributes(counted, operation))
             if response_model:
                 attributes[NAMES["response_model"]] = response_model
             if response_id:

@@ -67,3 +67,34 @@ async def test_a_guarded_sdk_calls_tokens_are_on_one_span(base_url: str) -> None
     assert entry.input_tokens > 0 and entry.output_tokens > 0
     assert _summed(exporter, "gen_ai.usage.input_tokens") == entry.input_tokens
     assert _summed(exporter, "gen_ai.usage.output_tokens") == entry.output_tokens
+
+
+async def test_a_failed_attempts_billed_tokens_are_on_its_span() -> None:
+    """A stream the server cut mid-answer, and a plain answer it cut mid-body, are billed (the
+    ledger books what was generated): the failed attempt's span carries those tokens beside
+    its cost, as an abandoned attempt's does. Before, it said its cost and no tokens."""
+    from gptgate.sim import FaultPlan
+
+    profile = get_profile("gpu").model_copy(
+        update={"rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 200}
+    )
+    engine = SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=5,
+                       faults=FaultPlan(reset_rate=1.0))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with SimServer(engine, time_scale=SCALE) as url:
+        backend = gg.Backend(name="sim", base_url=url, model="m", api_key=KEY, concurrency=4,
+                             timeout=60.0)
+        async with gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=3,
+                              tracer_provider=provider) as gate:
+            with pytest.raises(gg.StreamInterruptedError):
+                async with gate.stream(USER, max_tokens=300) as stream:
+                    async for _ in stream:
+                        pass
+            with pytest.raises(gg.BackendError):
+                await gate.chat(USER, max_tokens=300)
+            entry = gate.ledger.entries["sim"]
+    assert entry.input_tokens > 0 and entry.output_tokens > 0
+    assert _summed(exporter, "gen_ai.usage.input_tokens") == entry.input_tokens
+    assert _summed(exporter, "gen_ai.usage.output_tokens") == entry.output_tokens
