@@ -42,6 +42,7 @@ from .fork_rebuild import open_in_child
 from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
+    REFUSED_HEADER,
     GuardedCall,
     GuardedGateway,
     WireEnd,
@@ -955,6 +956,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                         runner, state, request, cut_at, requeued=True
                     ),
                 )
+                refused = response.headers.get(REFUSED_HEADER)
+                if refused and runner.telemetry.metering:  # unsent: counted as gate.chat's
+                    runner.telemetry.unsent.record_refusal(refused, state.name, self._scenario)
         return response
 
     async def _handle(
