@@ -585,7 +585,7 @@ class _Attempt:
                 self.pace_seq,
             )
         cost_before = self.state.cost_usd
-        runner._record_failure(
+        billed = runner._record_failure(
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent, self.late
         )
         # too long for this backend's window: another may hold it (gptgate/context_failover.py)
@@ -603,6 +603,7 @@ class _Attempt:
                 ttft_s=self.ttft,
                 error=error,
                 extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
+                billed=billed,
                 **self._endpoint(),
             )
             self.span = None
@@ -620,7 +621,10 @@ class _Attempt:
                 self.late,
             )
             if self.span is not None:  # what was booked for it, on its own span too
-                Telemetry.abandoned(self.span, usage, self.state.cost_usd - cost_before)
+                self.runner.telemetry.abandoned(
+                    self.span, usage, self.state.cost_usd - cost_before,
+                    provider=self.config.provider, model=self.config.model, **self._endpoint(),
+                )
 
     async def release(self) -> None:
         """Hand back what the stages took, on every path; each is a no-op once settled."""
@@ -1391,10 +1395,11 @@ class CallRunner:
         sent_at: float,
         sent: bool,
         late: LateAnswer | None = None,
-    ) -> None:
+    ) -> Usage | None:
         """Only a sent attempt the backend failed counts against it (stats, breaker); one shed
         before the send, or cut by the caller's own deadline, does not. The ledger still counts
-        what was possibly billed (set right by ``late`` when the answer still comes)."""
+        what was possibly billed (set right by ``late`` when the answer still comes); returned,
+        for the token metric."""
         now = self.clock.now()
         if error.backend is None:
             error.backend = backend.name
@@ -1402,7 +1407,7 @@ class CallRunner:
             # our shutdown, not the backend: no sample, no failure, and no request left running
             if permit is not None:
                 permit.ignore()
-            return
+            return None
         if permit is not None and not permit.done:
             report_failure(permit, error, now - sent_at)
         if sent and not is_caller_deadline(error):
@@ -1422,6 +1427,7 @@ class CallRunner:
             state.billed = state.billed + wasted
         if late is not None:
             late.recorded(wasted, uncertain=_answered_nothing(error))
+        return wasted
 
     def _count_backend_failure(self, backend: BackendState, error: GateError, now: float) -> None:
         count_failure(backend, error, now)

@@ -578,6 +578,7 @@ class _GuardRun:
         the server cut it, neither when its caller left it. Counted a success when the
         function returned, a backend cutting every stream never opened its circuit."""
         permit = call.permit
+        self.span.wired = bool(call.wire_attempts or call.elsewhere)  # their spans: the usage
         if self._elsewhere(state, call, number) is not None:
             # another backend's answer: its wire taught its limit and booked it there
             self.span.end("ok", usage=usage_from(result))
@@ -664,6 +665,7 @@ class _GuardRun:
     def _stream_ended(self, probe: int, breaker: CircuitBreaker) -> WireEnd:
         def ended(error: BaseException | None, usage: Usage | None, cost: float) -> None:
             breaker.probe_left(probe)  # after the request's verdict: then a no-op
+            self.span.wired = True  # a request on gate.http_client: its span has the usage
             if error is None:
                 self.span.end("ok", usage=usage, cost_usd=cost)
             else:

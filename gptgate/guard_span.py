@@ -2,9 +2,11 @@
 site gptgate did not write.
 
 Named ``"guard {function}"`` (the guard knows the call site, not the operation); it carries
-the scenario, the backend of the last try, the number of tries, the outcome, and the usage
-the guarded function's return value reports (``gen_ai.usage.*``) with its cost. The CLIENT
-spans of the requests its body sends through ``gate.http_client`` are its children.
+the scenario, the backend of the last try, the number of tries, the outcome, and the cost.
+The CLIENT spans of the requests its body sends through ``gate.http_client`` are its
+children and carry their usage (``gen_ai.usage.*``); only a body whose requests gptgate did
+not see (the SDK's own client) has its return value's usage here — on one span, never two:
+an LLM-observability tool sums ``gen_ai.usage.*`` over a trace's spans.
 Nothing is built when no tracer provider is configured.
 """
 
@@ -26,12 +28,14 @@ Outcome = Literal["ok", "error", "cancelled"]
 class GuardSpan:
     """Start at the guarded call's start, end exactly once with its outcome."""
 
-    __slots__ = ("_ended", "backend", "span", "tries")
+    __slots__ = ("_ended", "backend", "span", "tries", "wired")
 
     def __init__(self, telemetry: Telemetry, function: str, scenario: str) -> None:
         self._ended = False
         self.backend: str | None = None
         self.tries = 0
+        #: its body's requests went through ``gate.http_client``: their spans have the usage
+        self.wired = False
         if not telemetry.tracing:
             self.span: Span = trace.INVALID_SPAN
             return
@@ -57,7 +61,7 @@ class GuardSpan:
             attributes: dict[str, Any] = {NAMES["outcome"]: outcome, NAMES["attempt"]: self.tries}
             if self.backend is not None:
                 attributes[NAMES["backend"]] = self.backend
-            if usage is not None:
+            if usage is not None and not self.wired:
                 attributes.update(usage_attributes(usage))
             if cost_usd is not None:
                 attributes[NAMES["cost_usd"]] = cost_usd

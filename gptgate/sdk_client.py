@@ -38,10 +38,12 @@ from .errors import (
     RequestTimeout,
     StreamInterruptedError,
 )
+from .failover_trail import trail_of
 from .fork_rebuild import open_in_child
 from .genai_content import request_content
 from .guard import (
     _GUARD_PERMIT,
+    REFUSED_HEADER,
     GuardedCall,
     GuardedGateway,
     WireEnd,
@@ -155,16 +157,26 @@ class _Attempt:
         self.pace: Reservation | None = None
         #: the tokens a failed attempt booked (the server may have counted them)
         self.counted_tokens = 0
+        #: what the ledger booked for an attempt with no whole answer, and whether its caller
+        #: left it: the token metric's points (gptgate/telemetry.py)
+        self.booked: Usage | None = None
+        self.gone = False
         config = state.backend
         telemetry = runner.telemetry
         telemetry.record_queue(queue_s, state.name)
         url = state.pool.client.base_url
+        #: a request failing over: numbered, linked and parented after its tries before
+        self.trail = trail_of(request.extensions)
+        links = request.extensions.get(LINKS, ())
+        parent, extra = None, None
+        if self.trail is not None:
+            number, links, parent, extra = self.trail.before(number, links)
         self.span: Span = telemetry.start_attempt(
             provider=config.provider, model=self.model, host=url.host,
             port=endpoint(state.name, url)["port"],
             stream=False, params={}, backend=state.name, hardware=config.hardware,
             attempt=number, messages=(), operation=self.operation,
-            links=request.extensions.get(LINKS, ()),
+            links=links, parent=parent, extra=extra,
         )
         if self.span.is_recording():  # the body is parsed only for a recording span
             body = self.body()
@@ -461,6 +473,7 @@ class _Attempt:
             return
         if self.permit is not None:  # the server runs it until it notices we left
             self.permit.abandon()
+        self.gone = True
         self._wasted(interrupted=self.tap is not None and self.tap.streamed)
         self._end(None, self.runner.shutdown_error())  # a read the shutdown cut: it failed
 
@@ -515,6 +528,7 @@ class _Attempt:
         if prompt or output:
             usage = self._cut_usage(tap.usage if seen and tap is not None else None, prompt, output)
             self.counted_tokens = usage.total_tokens
+            self.booked = usage
             cost = self.runner.ledger.record_attempt(
                 self.state.name, usage, streamed=tap is not None and tap.streamed, wasted=True,
                 interrupted=interrupted, uncertain=not seen, unread_tokens=unread,
@@ -573,7 +587,10 @@ class _Attempt:
             text=answer.text if answer is not None else None,
             raw=answer.raw() if answer is not None else None,
             **endpoint(self.state.name, self.state.pool.client.base_url),
+            billed=self.booked, abandoned=self.gone and error is None,
         )
+        if self.trail is not None:
+            self.trail.after(self.span, error)
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
 
@@ -963,6 +980,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                         runner, state, request, cut_at, requeued=True
                     ),
                 )
+                refused = response.headers.get(REFUSED_HEADER)
+                if refused and runner.telemetry.metering:  # unsent: counted as gate.chat's
+                    runner.telemetry.unsent.record_refusal(refused, state.name, self._scenario)
         return response
 
     async def _handle(

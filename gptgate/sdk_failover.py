@@ -41,6 +41,7 @@ from .credential_failover import refused_credentials
 from .credential_owner import carries_backends_key
 from .error_body import CLASSIFIED
 from .errors import BadRequestError, GateError
+from .failover_trail import TRAIL, FailoverTrail
 from .guard import REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
@@ -184,6 +185,7 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         if movable is None:
             return await first.handle_async_request(request)
         tail, body = movable
+        request.extensions[TRAIL] = FailoverTrail()  # its tries' spans, one request's
         kept: httpx2.Response | BaseException | None = None  # the primary's own failure
         for name in self._order:
             state = gate.backend_state(name)

@@ -119,14 +119,20 @@ def endpoint(backend: str, url: Any) -> Endpoint:
     return Endpoint(backend=backend, host=url.host, port=port)
 
 
-def usage_attributes(usage: Usage) -> dict[str, int]:
+#: operations that generate no output: their usage is input tokens only (the conventions
+#: define no output count for them; a 0 per request skewed the output-size histogram)
+_INPUT_ONLY = frozenset({"embeddings"})
+
+
+def usage_attributes(usage: Usage, operation: str = "chat") -> dict[str, int]:
     """A span's ``gen_ai.usage.*`` attributes (cache writes and reasoning only when some:
-    most providers have neither)."""
+    most providers have neither; no output count for an embedding)."""
     attributes = {
         NAMES["input_tokens"]: usage.input_tokens,
-        NAMES["output_tokens"]: usage.output_tokens,
         NAMES["cached_tokens"]: usage.cached_input_tokens,
     }
+    if operation not in _INPUT_ONLY:
+        attributes[NAMES["output_tokens"]] = usage.output_tokens
     if usage.cache_write_input_tokens:
         attributes[NAMES["cache_write_tokens"]] = usage.cache_write_input_tokens
     if usage.reasoning_tokens:
@@ -219,7 +225,7 @@ class Telemetry:
         self._call_attributes: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
         #: what an attempt's span starts with that depends only on its backend and request
         self._attempt_attributes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
-        #: (operation, provider, model, error type, backend, host, port) → a point's
+        #: (operation, provider, model, error type, outcome, backend, host, port) → a point's
         #: (duration, input, output) attributes
         self._metric_attributes: dict[
             tuple[Any, ...],
@@ -284,15 +290,34 @@ class Telemetry:
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         span.end()
 
-    @staticmethod
-    def abandoned(span: Span, usage: Usage | None, cost_usd: float) -> None:
-        """An attempt gptgate hung up on (a hedge's loser, a cancelled call): what the ledger
-        booked for it, so that a call's attempts add up to its cost."""
+    def abandoned(
+        self,
+        span: Span,
+        usage: Usage | None,
+        cost_usd: float,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        operation: str = "chat",
+        backend: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+    ) -> None:
+        """An attempt gptgate hung up on (a hedge's loser, a cancelled call, a stream its
+        caller left): what the ledger booked for it, on its span so that a call's attempts
+        add up to its cost, and in ``gen_ai.client.token.usage`` (``gptgate.outcome=
+        "abandoned"``) so that the metric adds up to the bill. No duration point: it is
+        neither a success nor the backend's failure."""
+        if usage is not None and provider is not None and model is not None and self.metering:
+            self._record_attempt(
+                provider, model, None, usage, None, None, operation, (backend, host, port),
+                outcome="abandoned",
+            )
         if span.is_recording():
             attributes: dict[str, Any] = {NAMES["outcome"]: "abandoned",
                                           NAMES["cost_usd"]: cost_usd}
             if usage is not None:
-                attributes.update(usage_attributes(usage))
+                attributes.update(usage_attributes(usage, operation))
             span.set_attributes(attributes)
 
     @staticmethod
@@ -402,20 +427,34 @@ class Telemetry:
         backend: str | None = None,
         host: str | None = None,
         port: int | None = None,
+        billed: Usage | None = None,
+        abandoned: bool = False,
     ) -> None:
         """End an attempt's span; ``text`` and ``raw`` (the answer's body, for its tool
         calls) go on it only with ``capture_content``. ``backend``, ``host`` and ``port``
-        label its metric points, so two backends serving one model are two series."""
+        label its metric points, so two backends serving one model are two series.
+        ``billed``: what the ledger booked for an attempt with no whole answer (a timeout
+        after the send, a cut stream) — counted in ``gen_ai.client.token.usage`` as the
+        conventions ask (billable tokens), under its ``error.type``; ``abandoned``: the
+        caller left it (:meth:`abandoned`'s points, no duration)."""
         if self.metering:
-            self._record_attempt(
-                provider, model, duration_s, usage, ttft_s, error, operation,
-                (backend, host, port),
-            )
+            if abandoned:
+                if billed is not None:
+                    self._record_attempt(
+                        provider, model, None, billed, None, None, operation,
+                        (backend, host, port), outcome="abandoned",
+                    )
+            else:
+                self._record_attempt(
+                    provider, model, duration_s, usage if error is None else billed, ttft_s,
+                    error, operation, (backend, host, port),
+                )
         if span.is_recording():
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
-            if usage is not None:
-                attributes.update(usage_attributes(usage))
+            counted = usage if usage is not None else billed  # a failure's: what was billed
+            if counted is not None:
+                attributes.update(usage_attributes(counted, operation))
             if response_model:
                 attributes[NAMES["response_model"]] = response_model
             if response_id:
@@ -434,15 +473,18 @@ class Telemetry:
         self,
         provider: str,
         model: str,
-        duration_s: float,
+        duration_s: float | None,
         usage: Usage | None,
         ttft_s: float | None,
         error: BaseException | None,
         operation: str,
         endpoint: tuple[str | None, str | None, int | None],
+        outcome: str | None = None,
     ) -> None:
+        """An attempt's points: its duration (None: none, an attempt the caller left) and
+        the tokens booked for it (``usage``), labelled by its outcome."""
         error_type = type(error).__name__ if error is not None else None
-        key = (operation, provider, model, error_type, *endpoint)
+        key = (operation, provider, model, error_type, outcome, *endpoint)
         points = self._metric_attributes.get(key)
         if points is None:
             base: dict[str, Any] = {
@@ -460,17 +502,21 @@ class Telemetry:
                     base[NAMES["server_port"]] = port
             if error_type is not None:
                 base[NAMES["error_type"]] = error_type
+            if outcome is not None:
+                base[NAMES["outcome"]] = outcome
             points = _remember(self._metric_attributes, key, (
                 base,
                 {**base, NAMES["token_type"]: "input"},
                 {**base, NAMES["token_type"]: "output"},
             ))
-        self.duration.record(duration_s, points[0])
+        if duration_s is not None:
+            self.duration.record(duration_s, points[0])
         if ttft_s is not None:
             self.ttfc.record(ttft_s, points[0])
-        if usage is not None and error is None:
+        if usage is not None:
             self.tokens.record(usage.input_tokens, points[1])
-            self.tokens.record(usage.output_tokens, points[2])
+            if operation not in _INPUT_ONLY:
+                self.tokens.record(usage.output_tokens, points[2])
 
     def record_queue(self, queue_s: float, backend: str) -> None:
         if self.metering:
