@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, get_profile
+from tests.simserve import unlimited_gpu
 
 SCALE = 50.0
 KEY = "sk-test-0123456789abcdef"
@@ -30,11 +30,7 @@ USER = [{"role": "user", "content": "Tell me about connection pools."}]
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    profile = get_profile("gpu").model_copy(
-        update={"rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 200}
-    )
-    with SimServer(SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=5),
-                   time_scale=SCALE) as url:
+    with unlimited_gpu(200, seed=5, scale=SCALE) as url:
         yield url
 
 

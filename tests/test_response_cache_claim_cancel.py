@@ -10,34 +10,19 @@ claim's token was never recorded, so nothing released it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import redis.asyncio as aioredis
-from redis.asyncio import Connection
 
 import gptgate as gg
 from tests.fleettools import namespace
 from tests.mockbackend import Script, backend, gateway, ok
+from tests.slowredis import slow_replies
 
 #: each reply's delay: the caller is cancelled while it waits for its claim's
 REPLY_S = 0.2
 
 
-class SlowReplies(Connection):
-    """A real Redis connection whose replies to commands take ``REPLY_S`` to arrive (the
-    handshake's do not)."""
-
-    ready = False
-
-    async def connect(self) -> None:
-        await super().connect()
-        self.ready = True
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        if self.ready:
-            await anyio.sleep(REPLY_S)
-        return await super().read_response(*args, **kwargs)
+SlowReplies = slow_replies(REPLY_S)
 
 
 async def test_a_caller_cancelled_while_claiming_leaves_no_claim(redis_url: str) -> None:

@@ -17,31 +17,18 @@ from typing import Any
 
 import anyio
 import pytest
-from redis.asyncio import Connection
 
 import gptgate as gg
 from gptgate.response_cache_redis import POOL_CONNECTIONS, RedisAnswers
 from tests.fleettools import namespace
 from tests.mockbackend import Script, backend, gateway, ok
+from tests.slowredis import slow_replies
 
 #: each reply this long in coming (the server or the network busy, never the event loop)
 REPLY_S = 0.004
 
 
-class SlowReplies(Connection):
-    """A real Redis connection whose every reply to a command takes ``REPLY_S`` to arrive
-    (its handshake's do not: a connection is opened once)."""
-
-    ready = False
-
-    async def connect(self) -> None:
-        await super().connect()
-        self.ready = True
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        if self.ready:
-            await anyio.sleep(REPLY_S)
-        return await super().read_response(*args, **kwargs)
+SlowReplies = slow_replies(REPLY_S)
 
 
 def messages(i: int) -> list[dict[str, str]]:

@@ -19,7 +19,7 @@ import anyio.lowlevel
 import pytest
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, get_profile
+from tests.simserve import unlimited_gpu
 
 SCALE = 50.0
 USER = [{"role": "user", "content": "the same question"}]
@@ -27,11 +27,7 @@ USER = [{"role": "user", "content": "the same question"}]
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    profile = get_profile("gpu").model_copy(update={
-        "rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 400,
-    })
-    with SimServer(SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=1),
-                   time_scale=SCALE) as url:
+    with unlimited_gpu(400, seed=1, scale=SCALE) as url:
         yield url
 
 

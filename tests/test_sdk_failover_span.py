@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, get_profile
+from tests.simserve import unlimited_gpu
 
 SCALE = 50.0
 KEY = "sk-test-0123456789abcdef"
@@ -35,11 +35,7 @@ USER = [{"role": "user", "content": "Tell me about connection pools."}]
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    profile = get_profile("gpu").model_copy(
-        update={"rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 40}
-    )
-    with SimServer(SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=5),
-                   time_scale=SCALE) as url:
+    with unlimited_gpu(40, seed=5, scale=SCALE) as url:
         yield url
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import gptgate as gg
-from gptgate.sim import SimEngine, SimServer, get_profile
+from tests.simserve import unlimited_gpu
 
 SCALE = 5.0
 USER = [{"role": "user", "content": "Tell me about connection pools."}]
@@ -18,11 +18,7 @@ USER = [{"role": "user", "content": "Tell me about connection pools."}]
 
 @pytest.fixture
 def base_url() -> Iterator[str]:
-    profile = get_profile("gpu").model_copy(update={
-        "rpm": None, "tpm": None, "max_queue": None, "output_tokens_mean": 2000,
-    })
-    with SimServer(SimEngine(profile, clock=gg.ScaledClock(SCALE), seed=1),
-                   time_scale=SCALE) as url:
+    with unlimited_gpu(2000, seed=1, scale=SCALE) as url:
         yield url
 
 
