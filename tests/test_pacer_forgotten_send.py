@@ -15,6 +15,7 @@ import pytest
 
 from gptgate.limits import RateLimitPacer
 from gptgate.limits.pacing import _SEND_TIMES
+from tests.cache_order_check import assert_gate_against_plain
 
 
 def _burst(pacer: RateLimitPacer, t: float, calls: int) -> None:
@@ -50,3 +51,10 @@ def test_the_forgotten_send_is_bounded_by_the_latest_forgotten_one() -> None:
     # the report would say 544; as of the last forgotten send (20 s) it says 344 (before:
     # 334, as of 21 s)
     assert pacer.statistics(21.0).requests_available == pytest.approx(599 - 265 + 10)
+
+
+def test_draw_1029_within_the_cache_floor() -> None:
+    """Family draw 1029 (16 × 32, 261 RPM), the cache judge's three engine seeds pooled:
+    1.13× the plain client's time before (the second seed's eight calls told to wait 22 s),
+    1.09× now (the floor: ≤ 1.10×)."""
+    assert_gate_against_plain(1029, 64, hits=0.05, time=1.10, repeats=3)
