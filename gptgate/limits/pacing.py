@@ -54,8 +54,9 @@ MAX_MARGIN = 0.99
 #: after a 429 the configured margin holds this long (the limits' window) before narrowing again
 HOLD_AFTER_429_S = 60.0
 #: reservations whose send time is remembered: a report comes within a call's time, a few
-#: concurrency limits' worth of reservations later (an older one is read as of its arrival);
-#: bounded small so that memory does not grow with the calls (tests/test_soak.py)
+#: concurrency limits' worth of reservations later (an older one is read as of the latest
+#: send forgotten); bounded small so that memory does not grow with the calls
+#: (tests/test_soak.py)
 _SEND_TIMES = 256
 #: the limits' window: the headroom keeps room for the duplicates sent ahead over it
 _DUPLICATES_WINDOW_S = 60.0
@@ -176,6 +177,9 @@ class RateLimitPacer:
         self._taken_tokens = 0
         #: send times of the latest reservations, in order (a report's ``counted_at``)
         self._send_times: deque[float] = deque(maxlen=_SEND_TIMES)
+        #: the latest send time of the reservations no longer remembered: an older report's
+        #: call was counted no later than this
+        self._forgotten_by = -math.inf
         self._requests = _Bucket()
         self._tokens = _Bucket()
         self._paused_until = -math.inf
@@ -279,10 +283,15 @@ class RateLimitPacer:
         return max(0.0, min(self._learned, 1.0 - room / limit))
 
     def _sent_at(self, number: int) -> float | None:
-        """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent, if still
-        remembered."""
+        """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent; once it is
+        no longer remembered, no later than the latest send forgotten. Read as of its arrival
+        instead, a report of a call sent in a starting burst and answered 11 s later lost the
+        11 s of refill since: the level fell by 50 requests and the calls reserved next waited
+        22 s (issue 31, draw 1029; tests/test_pacer_forgotten_send.py)."""
         index = number - 1 - (self._taken_requests - len(self._send_times))
-        return self._send_times[index] if 0 <= index < len(self._send_times) else None
+        if 0 <= index < len(self._send_times):
+            return self._send_times[index]
+        return self._forgotten_by if index < 0 and self._forgotten_by > -math.inf else None
 
     def sustained_rate(self) -> float | None:
         """Calls per second the budgets sustain: the request bucket's refill, or the token
@@ -369,6 +378,8 @@ class RateLimitPacer:
         return max(0.0, delay)
 
     def _take(self, tokens: int, send_at: float) -> None:
+        if len(self._send_times) == self._send_times.maxlen:
+            self._forgotten_by = max(self._forgotten_by, self._send_times[0])
         self._send_times.append(send_at)
         self._requests.take(1.0)
         self._tokens.take(float(max(0, tokens)))
