@@ -121,9 +121,9 @@ def probes_while_down(client: FleetClient) -> list[int]:
     probes = [0]
     renew = client._renew
 
-    async def counted() -> None:
+    async def counted(*, lost: bool = False) -> None:
         down = client.state == "down"
-        await renew()
+        await renew(lost=lost)
         probes[0] += down and client.state == "down"
 
     client._renew = counted  # type: ignore[method-assign]
