@@ -19,7 +19,7 @@ import redis.asyncio
 import gptgate as gg
 from gptgate.clock import SystemClock
 from gptgate.shared import fleet as fleet_module
-from gptgate.shared.fleet import FleetAdmission
+from gptgate.shared.fleet import FleetAdmission, FleetClient
 from tests.conftest import RedisServer
 from tests.fleettools import admission, fleet_pair, namespace
 from tests.fleettools import fleet_client as shared_fleet_client
@@ -108,6 +108,28 @@ async def test_a_process_that_started_first_learns_the_later_workers_from_its_ca
             own_redis.start()
 
 
+#: Processes whose probe never comes within a test (an hour): one found down stays down until
+#: the test renews it by hand (``_renew``), and one back keeps to its share (two probe periods)
+#: to the end. A probe of 0.5 s let b find Redis back before the test looked on a loaded
+#: machine, and ended a's rejoin a second after it came back.
+by_hand = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=3600.0)
+
+
+def probes_while_down(client: FleetClient) -> list[int]:
+    """A count of the renewals ``client`` tries and fails while Redis is down (its probes): an
+    outage starts one at once, which the test waits for, or it could land after Redis is back."""
+    probes = [0]
+    renew = client._renew
+
+    async def counted(*, lost: bool = False) -> None:
+        down = client.state == "down"
+        await renew(lost=lost)
+        probes[0] += down and client.state == "down"
+
+    client._renew = counted  # type: ignore[method-assign]
+    return probes
+
+
 async def test_a_rejoined_process_keeps_to_its_share_while_the_others_may_still_be_away(
     own_redis: RedisServer,
 ) -> None:
@@ -116,8 +138,8 @@ async def test_a_rejoined_process_keeps_to_its_share_while_the_others_may_still_
     the whole limit back at once put 6 calls on a limit of 4 (two gateways in one process on
     llama-server, Redis frozen for 1 s)."""
     ns = namespace()
-    slow_probe = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=0.5)
-    async with slow_probe(own_redis.url, ns) as a, slow_probe(own_redis.url, ns) as b:
+    async with by_hand(own_redis.url, ns) as a, by_hand(own_redis.url, ns) as b:
+        b_probes = probes_while_down(b)
         at_a, at_b = admission(a, 4), admission(b, 4)
         held_a = [await at_a.enter(None)]
         held_b = [await at_b.enter(None)]
@@ -125,6 +147,7 @@ async def test_a_rejoined_process_keeps_to_its_share_while_the_others_may_still_
         assert at_a.local_share == at_b.local_share == 2  # two workers on the backend
         own_redis.stop()
         held_b.append(await at_b.enter(None))  # the outage: b on its share of 2
+        await wait_until(lambda: b_probes[0] >= 1)  # the probe it starts at once has failed
         with pytest.raises(gg.OverloadedError):  # a holds its 2 already
             await at_a.enter(SystemClock().now() + 0.05)
         assert a.state == b.state == "down"
@@ -148,8 +171,8 @@ async def test_a_rejoined_process_counts_the_workers_it_knew_not_the_restarted_r
     the others were still on theirs (benchmarks/fleet.py --restart-redis on the RPM server:
     one worker held 9 permits on a fleet limit of 11, the fleet 14)."""
     ns = namespace()
-    slow_probe = functools.partial(shared_fleet_client, op_budget_s=0.05, probe_s=0.5)
-    async with slow_probe(own_redis.url, ns) as a, slow_probe(own_redis.url, ns) as b:
+    async with by_hand(own_redis.url, ns) as a, by_hand(own_redis.url, ns) as b:
+        b_probes = probes_while_down(b)
         at_a, at_b = admission(a, 4), admission(b, 4)
         first = await at_a.enter(None)
         held_b = [await at_b.enter(None)]
@@ -159,6 +182,7 @@ async def test_a_rejoined_process_counts_the_workers_it_knew_not_the_restarted_r
         await anyio.sleep(0.05)  # the release is sent
         own_redis.stop()
         held_b.append(await at_b.enter(None))  # the outage: b on its share of 2
+        await wait_until(lambda: b_probes[0] >= 1)  # the probe it starts at once has failed
         at_a.leave(await at_a.enter(None))  # a finds Redis gone: a local permit, ended
         own_redis.start()  # empty, as after a crash
         await a._renew()  # a finds it first; b is still down until its next probe

@@ -149,7 +149,10 @@ def test_the_sync_openai_sdk_on_http_client_is_governed(
     server: tuple[str, SimEngine], stream: bool
 ) -> None:
     base_url, sim = server
-    with sync_gate(base_url) as gate:
+    # the gateway on real time (the server's answers stay 50x fast): on a ScaledClock its
+    # idle bound between a stream's chunks was a fraction of a real second, which 32 threads
+    # on a loaded machine reached ("stream idle between chunks")
+    with gg.SyncGateway([backend(base_url)], seed=3) as gate:
         client = openai.OpenAI(
             api_key="sk-test", base_url=base_url, http_client=gate.http_client("sim"),
             max_retries=0,
@@ -417,7 +420,9 @@ def test_sync_worker_threads_drive_an_async_apps_open_gateway(
     """FastAPI-style: the app opens its Gateway on its loop; 8 sync endpoints' worker threads
     go through that loop (one limit with the app's own async calls)."""
     base_url, sim = server
-    gate = gg.Gateway([backend(base_url)], clock=gg.ScaledClock(SCALE), seed=3)
+    # the gateway on real time (the server's answers stay 50× fast): on a ScaledClock its 60 s
+    # attempt timeout was 1.2 real s, which a loaded machine reached: retried, 49 calls
+    gate = gg.Gateway([backend(base_url)], seed=3)
     at_import = gg.SyncGateway(gateway=gate)  # not on any loop: found from a worker thread
 
     async def app() -> tuple[list[object], gg.GateError | None]:
