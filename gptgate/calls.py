@@ -63,7 +63,7 @@ from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .map_demand import MapBacklog
 from .media_tokens import media_rule
-from .outcomes import count_failure, is_caller_deadline, report_failure
+from .outcomes import count_failure, report_failure
 from .pause_wait import wait_turn
 from .probe_claim import await_verdict, claim_probe
 from .queued_prompt import may_be_prefilled
@@ -74,6 +74,7 @@ from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
 from .sdk_reads import BookedAnswers
 from .shed import Refusals
+from .stream_cut import by_caller
 from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import sure_prompt_tokens, tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
@@ -1410,7 +1411,7 @@ class CallRunner:
             return None
         if permit is not None and not permit.done:
             report_failure(permit, error, now - sent_at)
-        if sent and not is_caller_deadline(error):
+        if sent and not by_caller(error):
             self._count_backend_failure(backend, error, now)
             if refused_as_full(error, backend.pacer, now):  # no duplicate takes a place
                 self.hedge_progress(backend.name).refused(now)

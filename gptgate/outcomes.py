@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CONGESTION_STATUSES",
     "count_failure",
-    "is_caller_deadline",
     "report_failure",
     "report_status",
     "we_hung_up",
@@ -59,15 +58,8 @@ def _status_kind(status: int | None) -> _Kind:
     return None
 
 
-def is_caller_deadline(error: BaseException) -> bool:
-    """The call's own deadline (or the gateway's shutdown) ended this attempt, also a stream
-    it cut mid-answer: the caller's side, not a sign of the backend's health or load
-    (gptgate/stream_cut.py)."""
-    return by_caller(error)
-
-
 def _error_kind(error: GateError) -> _Kind:
-    if is_caller_deadline(error):
+    if by_caller(error):  # the caller's side: no sign of the backend's load
         return None
     if isinstance(error, RateLimitedError):
         return "rate limited"

@@ -13,11 +13,9 @@ requests, one of them failed. Over loopback: a closed port and the simulator, th
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,17 +24,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import gptgate as gg
-from tests.simserve import unlimited_gpu
+from tests import test_span_usage_once
+from tests.test_span_usage_once import KEY, SCALE, USER
 
-SCALE = 50.0
-KEY = "sk-test-0123456789abcdef"
-USER = [{"role": "user", "content": "Tell me about connection pools."}]
-
-
-@pytest.fixture
-def base_url() -> Iterator[str]:
-    with unlimited_gpu(40, seed=5, scale=SCALE) as url:
-        yield url
+base_url = test_span_usage_once.base_url  # the same served simulator (a fixture)
 
 
 def _closed_port() -> int:
