@@ -42,6 +42,7 @@ EXPECTED: dict[str, str] = {
     "azure": r"^burst  -> 60 calls into a 10 req/s deployment: 0 failed, \d+ answered 429, "
     r"longest run of 429s [12]$",
     "self_hosted": r"^self-hosted: 40 calls, 0 failed, on 3 servers$",
+    "sdk_fallback": r"^fallback +-> 10 of 10 SDK requests answered: gpu-b 10, gpu-a 0$",
 }
 
 
