@@ -307,11 +307,13 @@ class _Attempt:
         if error.billed and self.generative:
             self._billed_refusal()
         self._count_failure(error)
-        # the backend's own key refused: its failure (a tenant's key: nobody's)
-        count_refused_key(
+        # the backend's own key refused: its failure (a tenant's key: nobody's), which its
+        # guarded call's return must not reset
+        if count_refused_key(
             self.state, error, (self.request.headers, self.request.url.path),
             self.runner.clock.now(),
-        )
+        ) and self.guarded is not None:
+            self.guarded.wire_failed.add(self.state.name)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)

@@ -42,7 +42,7 @@ from .credential_owner import carries_backends_key
 from .error_body import CLASSIFIED
 from .errors import BadRequestError, GateError
 from .failover_trail import TRAIL, FailoverTrail
-from .guard import REFUSED_HEADER
+from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
 from .sdk_reroute import FAMILIES, api_tail, rerouted
@@ -185,6 +185,9 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         if movable is None:
             return await first.handle_async_request(request)
         tail, body = movable
+        held = _GUARD_PERMIT.get()
+        if held is not None:  # a guard pinned to the primary follows this client's order
+            held.failover = self._order
         request.extensions[TRAIL] = FailoverTrail()  # its tries' spans, one request's
         kept: httpx2.Response | BaseException | None = None  # the primary's own failure
         for name in self._order:
