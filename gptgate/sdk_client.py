@@ -65,6 +65,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_failover import FAILED_OVER
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
@@ -1042,8 +1043,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return _paused(request, state.name, left, budget=not paused)
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
-        if number > 1 or requeued:
-            state.retries += 1
+        if number > 1 or requeued or request.extensions.get(FAILED_OVER):
+            state.retries += 1  # a failover's too, as gate.chat counts it (no budget spent)
         elif guarded is None and runner.budget is not None:
             runner.budget.record_request(clock.now())  # a first request funds retries
         start = clock.now()

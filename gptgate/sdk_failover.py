@@ -52,7 +52,12 @@ if TYPE_CHECKING:
     from .guard import GuardedGateway
     from .routing import BackendState
 
-__all__ = ["FailoverTransport", "Fallbacks", "check_fallbacks"]
+__all__ = ["FAILED_OVER", "FailoverTransport", "Fallbacks", "check_fallbacks"]
+
+#: the request extension marking a fallback's copy sent after the primary failed it: a retry
+#: on the fallback, counted in its ``stats().retries`` as ``gate.chat``'s failover is (one
+#: moved past the primary's open circuit, never sent there, is the fallback's first try)
+FAILED_OVER = "gptgate_failed_over"
 
 _log = logging.getLogger("gptgate")
 
@@ -200,6 +205,8 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
                 request, request.content, body, tail, primary.backend, state,
                 self._models.get(name, {}),
             )
+            if kept is not None:
+                sent.extensions[FAILED_OVER] = True
             try:
                 response = await self._transports[name].handle_async_request(sent)
             except _UNSENT as exc:

@@ -62,3 +62,20 @@ async def test_a_pinned_guard_whose_client_has_no_fallback_is_still_refused() ->
             with pytest.raises(gg.BackendError, match="circuit"):
                 await ask()
     assert len(a.seen) == 3 and b.seen == []
+@pytest.mark.parametrize("kind", ["sdk", "chat"])
+async def test_a_failover_try_counts_as_a_retry_on_the_backend_it_went_to(kind: str) -> None:
+    """Each request a refused (sent, then failed over) is one retry on b, as on gate.chat's
+    path; one moved past a's open circuit, never sent to a, is b's first try (gate.chat
+    routes those to b at once). The SDK's: 3 refusals, then 3 moved past the circuit."""
+    with server(B_KEY) as b, server(A_KEY, refusal=BAD_KEY) as a:
+        gate = _gate(f"{a.url}/v1", b)
+        async with gate:
+            sdk = _sdk(gate, f"{a.url}/v1")
+            for _ in range(6):
+                if kind == "sdk":
+                    await sdk.chat.completions.create(model="model-a", messages=USER)
+                else:
+                    await gate.chat(USER)
+            stats = gate.stats()
+    assert len(b.seen) == 6 and len(a.seen) == (3 if kind == "sdk" else 1)
+    assert (stats["a"].retries, stats["b"].retries) == (0, len(a.seen))
