@@ -249,6 +249,8 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
     ) -> httpx2.Response | None:
         """A request reading or continuing a stored answer one of this client's fallbacks
         created (gptgate/sdk_placed.py), sent there; None: any other."""
+        if not placed:  # none moved yet (the common case): nothing parsed
+            return None
         try:
             body = json.loads(request.content) if request.content else {}
         except (httpx2.RequestNotRead, ValueError):

@@ -44,6 +44,9 @@ class PlacedAnswers:
     def __init__(self, size: int = SIZE) -> None:
         self._where: LRUCache[str, str] = LRUCache(maxsize=size)
 
+    def __len__(self) -> int:
+        return len(self._where)
+
     def placed(self, answer_id: str, backend: str) -> None:
         self._where[answer_id] = backend
 
