@@ -43,6 +43,7 @@ from .guard_seat import Seat
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
+from .guard_unseen_key import note_unseen_key
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
@@ -565,9 +566,10 @@ class _GuardRun:
             report_failure(permit, view, latency)
             if not call.wire_attempts and not isinstance(view, OverloadedError):
                 count_failure(state, view, self.clock.now())  # the wire counts what it saw
-                count_refused_key(  # the backend's own key refused (credential_owner.py)
+                if not count_refused_key(  # the backend's own key refused (credential_owner.py)
                     state, view, refused_request(original), self.clock.now()
-                )
+                ):
+                    note_unseen_key(state, view, original)  # or one it could not see
             self.failed.add(state.name)
         failure = _ForeignFailure(view, original)
         failure.billed = call.sized  # a refusal after the try's work: no free requeue (shed.py)
