@@ -43,6 +43,7 @@ from .guard_seat import Seat
 from .guard_site import CallSite, served_elsewhere
 from .guard_span import GuardSpan
 from .guard_stream import follow_returned
+from .guard_unseen_key import note_unseen_key
 from .limits import Limiter, Permit
 from .observe import usage_from
 from .outcomes import count_failure, report_failure
@@ -109,6 +110,9 @@ class GuardedCall:
     caller_left: bool = False
     #: those whose body may still be read after the guarded function returns
     open_requests: list[WireRequest] = field(default_factory=list)
+    #: the failover order (primary first) of the ``fallback=`` client those requests went
+    #: through, when one did: the call site follows it (gptgate/guard_site.py)
+    failover: tuple[str, ...] = ()
     #: the permit as those requests hold it: one at a time (gptgate/guard_seat.py)
     seat: Seat = field(default_factory=Seat)
     #: tokens of the generative answers of known size those requests read (the limit's sample)
@@ -430,7 +434,7 @@ class _GuardRun:
                         attempt, deadline=self.deadline, budget=self.runner.budget,
                         refusals=Refusals(self.clock, self.deadline, self.stall_s),  # shed.py
                         failover=lambda error: self.runner.is_failover(
-                            self.site.route(self.route), error
+                            self.site.route(self.route, self._allows), error
                         ),
                     )
         except _ForeignFailure as failure:
@@ -449,11 +453,15 @@ class _GuardRun:
         # raised outside the handler, the SDK's exception keeps its own chain
         raise original
 
+    def _allows(self, name: str) -> bool:
+        """``name``'s circuit lets a try through now."""
+        return self.gate.backend_state(name).breaker.allows(self.clock.now())
+
     async def _attempt(self, number: int, body: Callable[[], Awaitable[R]]) -> R:
         """One try: the dollar budget's admission, then the permit and the body."""
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
-        route = self.site.route(self.route)
+        route = self.site.route(self.route, self._allows)
         while True:
             state = await runner.route(route, frozenset(self.failed), self.deadline)
             hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
@@ -504,6 +512,7 @@ class _GuardRun:
         finally:
             call.running = False
             _GUARD_PERMIT.reset(token)
+            self.site.fails_over(call.failover)
         try:
             return self._succeeded(state, call, result, clock.now() - start, number, probe)
         except BaseException:
@@ -557,9 +566,10 @@ class _GuardRun:
             report_failure(permit, view, latency)
             if not call.wire_attempts and not isinstance(view, OverloadedError):
                 count_failure(state, view, self.clock.now())  # the wire counts what it saw
-                count_refused_key(  # the backend's own key refused (credential_owner.py)
+                if not count_refused_key(  # the backend's own key refused (credential_owner.py)
                     state, view, refused_request(original), self.clock.now()
-                )
+                ):
+                    note_unseen_key(state, view, original)  # or one it could not see
             self.failed.add(state.name)
         failure = _ForeignFailure(view, original)
         failure.billed = call.sized  # a refusal after the try's work: no free requeue (shed.py)

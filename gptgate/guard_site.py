@@ -12,12 +12,21 @@ So a try whose requests all went to one other backend is that backend's (the wir
 tokens, cost and failures there), and the call site learns where it sends: its later tries are
 routed to that backend, when the guard's own constraints (``private=``, ``tier=``) allow it,
 so their permit is the one their requests run under — one call, one permit — and their waits,
-circuit and limit are that backend's. An explicit ``backend=`` is never overridden.
+circuit and limit are that backend's. An explicit ``backend=`` is never overridden by what
+the router or the call site learnt — with one exception the user asked for: the SDK's client
+carries a failover policy (``gate.http_client("a", fallback=["b"])``, gptgate/sdk_failover.py).
+The guard pins the call *site* to a, the client says where its requests go when a cannot
+serve; so a guard pinned to a whose body's requests went through such a client follows it
+while a's circuit is open: its try is routed to the first fallback whose circuit allows it
+(as the client sends), its permit that backend's. Before, the guard refused every call once
+a's circuit opened — the request never reached b, the client's failover unused. The call site
+learns the client's order from its first request through it; a circuit opened before that
+(by other traffic) refuses the first call as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -44,17 +53,34 @@ def served_elsewhere(wire_attempts: int, elsewhere: Sequence[str]) -> str | None
 class CallSite:
     """One guarded function's learnt backend (see the module docstring)."""
 
-    __slots__ = ("backend",)
+    __slots__ = ("backend", "failover")
 
     def __init__(self) -> None:
         #: the backend this call site's requests went to lately, when not the routed one
         self.backend: str | None = None
+        #: per primary: the failover order (primary first) of the ``fallback=`` client this
+        #: call site's requests went through lately
+        self.failover: dict[str, tuple[str, ...]] = {}
 
-    def route(self, route: RouteRequest) -> RouteRequest:
-        """The route of the next try: the guard's own, pinned to the learnt backend."""
-        if self.backend is None or route.backend is not None:
+    def route(self, route: RouteRequest, allows: Callable[[str], bool]) -> RouteRequest:
+        """The route of the next try: the guard's own, pinned to the learnt backend; a guard
+        pinned to a backend whose circuit is closed to it (``allows``: False) and whose
+        client fails over, to the first fallback the client would send to."""
+        if route.backend is not None:
+            order = self.failover.get(route.backend, ())
+            if order and not allows(route.backend):
+                for name in order[1:]:
+                    if allows(name):
+                        return replace(route, backend=name)
+            return route
+        if self.backend is None:
             return route
         return replace(route, backend=self.backend)
+
+    def fails_over(self, order: tuple[str, ...]) -> None:
+        """A try's request went through a ``fallback=`` client of this order."""
+        if order:
+            self.failover[order[0]] = order
 
     def learn(self, route: RouteRequest, served: str | None, router: EligibleBackends) -> None:
         """A try's requests went to ``served`` only: route there from now on, if the guard

@@ -65,6 +65,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_failover import FAILED_OVER
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
 from .sdk_reads import operation_name, stored
@@ -307,11 +308,13 @@ class _Attempt:
         if error.billed and self.generative:
             self._billed_refusal()
         self._count_failure(error)
-        # the backend's own key refused: its failure (a tenant's key: nobody's)
-        count_refused_key(
+        # the backend's own key refused: its failure (a tenant's key: nobody's), which its
+        # guarded call's return must not reset
+        if count_refused_key(
             self.state, error, (self.request.headers, self.request.url.path),
             self.runner.clock.now(),
-        )
+        ) and self.guarded is not None:
+            self.guarded.wire_failed.add(self.state.name)
         if self.permit is not None:
             report_failure(self.permit, error, self._elapsed())
         self._end(None, error)
@@ -1040,8 +1043,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
             return _paused(request, state.name, left, budget=not paused)
         if (guarded is None or number > 1) and not requeued:
             state.calls += 1
-        if number > 1 or requeued:
-            state.retries += 1
+        if number > 1 or requeued or request.extensions.get(FAILED_OVER):
+            state.retries += 1  # a failover's too, as gate.chat counts it (no budget spent)
         elif guarded is None and runner.budget is not None:
             runner.budget.record_request(clock.now())  # a first request funds retries
         start = clock.now()

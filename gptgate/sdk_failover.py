@@ -42,9 +42,11 @@ from .credential_owner import carries_backends_key
 from .error_body import CLASSIFIED
 from .errors import BadRequestError, GateError
 from .failover_trail import TRAIL, FailoverTrail
-from .guard import REFUSED_HEADER
+from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
+from .sdk_placed import PlacedAnswers, placed_answers, sniff_id
+from .sdk_reads import stored
 from .sdk_reroute import FAMILIES, api_tail, rerouted
 from .warn_once import warn_once
 
@@ -52,7 +54,12 @@ if TYPE_CHECKING:
     from .guard import GuardedGateway
     from .routing import BackendState
 
-__all__ = ["FailoverTransport", "Fallbacks", "check_fallbacks"]
+__all__ = ["FAILED_OVER", "FailoverTransport", "Fallbacks", "check_fallbacks"]
+
+#: the request extension marking a fallback's copy sent after the primary failed it: a retry
+#: on the fallback, counted in its ``stats().retries`` as ``gate.chat``'s failover is (one
+#: moved past the primary's open circuit, never sent there, is the fallback's first try)
+FAILED_OVER = "gptgate_failed_over"
 
 _log = logging.getLogger("gptgate")
 
@@ -119,6 +126,11 @@ def check_fallbacks(
     return Fallbacks(names, models) if names else None
 
 
+def request_is_create(path: str) -> bool:
+    """A POST creating an answer the server may store (not a read of one)."""
+    return path.rstrip("/").endswith(("/responses", "/chat/completions"))
+
+
 def _own_request(state: BackendState, headers: Mapping[str, str]) -> bool:
     """The request carries the primary's own key, or the primary has no static key."""
     names = {n.lower() for n in state.pool.dialect.auth_headers("k") if is_secret_name(n)}
@@ -181,10 +193,17 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         gate.runner  # noqa: B018 - GatewayClosedError before anything else
         primary = gate.backend_state(self._order[0])
         first = self._transports[self._order[0]]
+        placed = placed_answers(gate)
+        there = await self._to_holder(primary, placed, request)
+        if there is not None:  # a stored answer a fallback created: read where it lives
+            return there
         movable = self._movable(primary, request)
         if movable is None:
             return await first.handle_async_request(request)
         tail, body = movable
+        held = _GUARD_PERMIT.get()
+        if held is not None:  # a guard pinned to the primary follows this client's order
+            held.failover = self._order
         request.extensions[TRAIL] = FailoverTrail()  # its tries' spans, one request's
         kept: httpx2.Response | BaseException | None = None  # the primary's own failure
         for name in self._order:
@@ -197,6 +216,8 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
                 request, request.content, body, tail, primary.backend, state,
                 self._models.get(name, {}),
             )
+            if kept is not None:
+                sent.extensions[FAILED_OVER] = True
             try:
                 response = await self._transports[name].handle_async_request(sent)
             except _UNSENT as exc:
@@ -206,6 +227,8 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
                 continue
             why = _unavailable(state, sent, response)
             if why is None:
+                if state is not primary:
+                    self._remember(placed, name, request.url.path, body, response)
                 if isinstance(kept, httpx2.Response):
                     await kept.aclose()
                 return response
@@ -220,6 +243,43 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         if isinstance(kept, BaseException):
             raise kept
         return kept
+
+    async def _to_holder(
+        self, primary: BackendState, placed: PlacedAnswers, request: httpx2.Request
+    ) -> httpx2.Response | None:
+        """A request reading or continuing a stored answer one of this client's fallbacks
+        created (gptgate/sdk_placed.py), sent there; None: any other."""
+        if not placed:  # none moved yet (the common case): nothing parsed
+            return None
+        try:
+            body = json.loads(request.content) if request.content else {}
+        except (httpx2.RequestNotRead, ValueError):
+            return None
+        found = placed.of(request.url.path, body if isinstance(body, dict) else {})
+        if (
+            found is None or found[0] not in self._order[1:]
+            or not _own_request(primary, request.headers)
+        ):
+            return None
+        name, tail = found
+        sent = await rerouted(
+            request, request.content, body, tail, primary.backend,
+            self._gate.backend_state(name), self._models.get(name, {}),
+        )
+        response = await self._transports[name].handle_async_request(sent)
+        self._remember(placed, name, request.url.path, body, response)
+        return response
+
+    @staticmethod
+    def _remember(
+        placed: PlacedAnswers, name: str, path: str, body: Mapping[str, Any],
+        response: httpx2.Response,
+    ) -> None:
+        """A stored answer ``name`` created (a create the server keeps): its id placed."""
+        if (
+            request_is_create(path) and response.status_code < 300 and stored(path, body)
+        ):
+            sniff_id(response, lambda answer_id: placed.placed(answer_id, name))
 
     def _moved(self, primary: BackendState, why: str) -> None:
         warn_once(
