@@ -23,7 +23,6 @@ from .normalise import LatencyNormaliser
 from .overhead_fit import FIXED_PART_Z, LengthLine, fixed_part_exit, queued_by_fixed_part
 from .rate_ceiling import ceiling_pace
 from .refusal import centre_after_refusal
-from .revisit import Reading, inconclusive, pooled, reading, scaled_centre
 
 __all__ = ["LLMLimit"]
 
@@ -35,7 +34,6 @@ class _Window(NamedTuple):
     a: float
     b: float
     ln_ok: float
-    n: int = 0  # the successes it measured
 
 
 class _Sums:
@@ -146,7 +144,6 @@ class LLMLimit:
         evidence_horizon: int = 32,
         guard_z: float = 3.0,
         doubling_z: float = math.inf,
-        revisit_z: float = 2.0,
         rate_headroom: float = 2.0,
         min_gain: float = 0.05,
         backoff_ratio: float = 0.8,
@@ -187,10 +184,6 @@ class LLMLimit:
         #: at 2 it holds the plateau's edge (docs/adaptive.md, "At a plateau's edge") but cost
         #: one false attempt timeout in a 400-call gpu burst and a family draw with stragglers
         self.doubling_z = doubling_z
-        #: a slow-start exit read within this many standard errors of ``slow_start_exit`` is
-        #: measured again at the doubled level once probing has settled
-        #: (gptgate/limits/revisit.py); 0 turns it off
-        self.revisit_z = revisit_z
         self.rate_headroom = rate_headroom
         self.min_gain = min(min_gain, gain)
         self.backoff_ratio = backoff_ratio
@@ -252,12 +245,6 @@ class LLMLimit:
         self._burst_level = self._limit  # the limit it was admitted at
         self._burst_began = math.inf  # when its first call was admitted
         self._stair: float | None = None  # ln of its goodput, when it read as a stair
-        # an inconclusive slow-start exit: the level to measure again, the exit's reading,
-        # and whether the open window is that measurement (gptgate/limits/revisit.py)
-        self._revisit_level: float | None = None
-        self._revisit_prior: Reading | None = None
-        self._revisiting = False
-        self._revisit_after = 0
 
     # ---- public surface -----------------------------------------------------------------
     @property
@@ -465,7 +452,7 @@ class LLMLimit:
                 return
             if self._slow_start and self._doubling_queued(now):
                 return
-        if self._slow_start or self._revisiting or sample.start < self._guard_from:
+        if self._slow_start or sample.start < self._guard_from:
             return
         # the guards also watch the latest calls alone, every ``window_samples``: a capacity
         # drop shows in them long before it moves the mean of a long window. They include
@@ -598,10 +585,7 @@ class LLMLimit:
             return  # a stray failure
         self._last_cut = now
         self.events["loss"] += 1
-        if self._revisiting:
-            # the doubled level measured again was refused: it does not scale
-            self._center = min(self._center, self._limit * self.backoff_ratio)
-        elif self._slow_start:
+        if self._slow_start:
             self._slow_start = False
             # a doubling's burst refused from the server's capacity on: just below it (the
             # level before the doubling when none was refused at once — timeouts)
@@ -624,7 +608,6 @@ class LLMLimit:
             self._w.a / n,
             self._w.b / n,
             math.log(n / (n + self._drops)),
-            n,
         )
         if self._ok > 1 and now > self._ok_first:
             self._throughput = (self._ok - 1) / (now - self._ok_first)
@@ -650,8 +633,6 @@ class LLMLimit:
                 self._fixed_part_exit(now, window)
             else:
                 self._slow_start_window(now, window, app_limited)
-        elif self._revisiting:
-            self._revisit_window(now, window)
         elif not self._guards(now, self._w, final=True):
             self._probe_window(now, window, app_limited)
 
@@ -862,17 +843,6 @@ class LLMLimit:
                 self._center = min(max(target, math.exp(prev.ln_n)), math.exp(window.ln_n))
                 self._base = self._blend((prev.a, prev.b), (window.a, window.b), 0.5)
                 self._restart(now)
-                first = reading(prev.ln_n, self._ln_x(prev), prev.n, window.ln_n,
-                                self._ln_x(window), window.n, self._log_var)
-                if (
-                    not failing
-                    and first is not None
-                    and inconclusive(first, exit_elasticity=self.slow_start_exit,
-                                     z=self.revisit_z)
-                ):
-                    self._revisit_level = math.exp(window.ln_n)
-                    self._revisit_prior = first
-                    self._revisit_after = 2
                 return
         if not app_limited:
             if self._limit >= self.ceiling:
@@ -943,60 +913,6 @@ class LLMLimit:
         ab = (window.a, window.b)
         self._base = ab if self._base is None else self._blend(self._base, ab, 0.25)
         self._probe_high = not self._probe_high
-        top = self._revisit_level
-        self._revisit_after -= 1
-        if top is not None and self._revisit_after <= 0 and not app_limited:
-            # both probes measured at the centre: half the way to the doubled level next, in
-            # ln N (its calls queue less than slow start's at the doubled level did)
-            level = self._clamp(self._revisit_step(top))
-            if level <= math.exp(max(w.ln_n for w in hist)) + 0.5:
-                self._revisit_level = None  # the centre is there already
-            else:
-                self._revisiting = True
-                if level != self._limit:
-                    self._limit = level
-                    self.trace.append((now, level))
-                self._window_start = now
-                self._reset_window()
-                return
-        self._apply(now, down=not self._probe_high)
-
-    def _revisit_step(self, top: float) -> int:
-        """The level a revisit measures: the geometric mean of the centre and ``top``."""
-        return round(math.sqrt(self._center * top))
-
-    def _revisit_window(self, now: float, window: _Window) -> None:
-        """The doubled level measured again after an inconclusive exit: pooled with the
-        exit's reading, an elasticity at or above the exit moves the centre to the
-        linear-scaling equivalent of what the level bought over the centre's windows."""
-        self._revisiting = False
-        top, self._revisit_level = self._revisit_level, None
-        assert top is not None
-        hist = self._hist
-        n0 = sum(w.n for w in hist)
-        ln_n0 = sum(w.ln_n * w.n for w in hist) / max(1, n0)
-        ln_x0 = sum(self._ln_x(w) * w.n for w in hist) / max(1, n0)
-        ln_x1 = self._ln_x(window)
-        second = reading(ln_n0, ln_x0, n0, window.ln_n, ln_x1, window.n, self._log_var)
-        prior, self._revisit_prior = self._revisit_prior, None
-        self.events["revisit"] = self.events.get("revisit", 0) + 1
-        if second is not None:
-            both = pooled(second, prior)
-            self._elasticity = both.e
-            if both.e >= self.slow_start_exit:
-                self.events["revisit_up"] = self.events.get("revisit_up", 0) + 1
-                centre = scaled_centre(ln_n0, ln_x0, window.ln_n, ln_x1)
-                self._center = max(self._center, centre)
-                self._restart(now)
-                if (
-                    centre >= math.exp(window.ln_n) * (1.0 - self.probe)
-                    and self._revisit_step(top) > round(centre * (1.0 + self.probe))
-                ):
-                    # it bought (nearly) all of that step: the next half towards the top
-                    self._revisit_level = top
-                    self._revisit_after = 2
-                return
-        # confirmed: probing goes on where it was, its windows kept (the revisit's is not one)
         self._apply(now, down=not self._probe_high)
 
     def _queued(self, sums: _Sums, n_mean: float, *, final: bool) -> float:
@@ -1031,7 +947,7 @@ class LLMLimit:
 
     def _window_size(self) -> int:
         half = math.ceil(self.window_fraction * self._limit)
-        if self._slow_start or self._revisiting:
+        if self._slow_start:
             # about one latency per doubling, as TCP; a doubling is a step ~3.5x the probe's,
             # so a standard error 3x larger measures it as well
             size = max(min(self.window_samples, self._limit), half, 2)
@@ -1065,10 +981,6 @@ class LLMLimit:
         """After a cut: forget the windows measured at the old level, start on a low probe."""
         self._pinned = pinned
         self._hist.clear()
-        self._revisit_level = None
-        self._revisit_prior = None
-        self._revisiting = False
-        self._revisit_after = 0  # probing windows still to measure at the centre first
         self._probe_high = False
         self._step = self.gain
         self._last_err = 0.0
