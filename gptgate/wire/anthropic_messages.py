@@ -59,8 +59,17 @@ def unsupported(param: str, value: Any) -> str | None:
             return "rejects"  # one answer per request
         if param == "temperature" and isinstance(value, int | float) and value > 1:
             return "accepts only 0 to 1 for"  # OpenAI's range is 0-2, Anthropic's 0-1
+        if param in ("stop", "stop_sequences") and _blank_stop(value):
+            return "accepts only stop sequences with a non-whitespace character in"
         return None
     return "rejects"
+
+
+def _blank_stop(value: Any) -> bool:
+    """A stop sequence Anthropic answers with a 400: ``"\\n"`` ("each stop sequence must
+    contain non-whitespace"), ``""`` ("must be non-empty") — OpenAI takes both."""
+    stops = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ()
+    return any(isinstance(s, str) and not s.strip() for s in stops)
 
 
 def _image(part: Mapping[str, Any]) -> dict[str, Any]:
