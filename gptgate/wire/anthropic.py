@@ -35,6 +35,7 @@ import httpx2
 
 from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
+from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
 from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
@@ -192,6 +193,7 @@ class AnthropicDialect:
 
     def check_call(self, model: str, params: Mapping[str, Any]) -> None:
         self.check_params(params)
+        check_claude_model(model, params, self.backend)
 
     def build_body(
         self,
@@ -202,7 +204,7 @@ class AnthropicDialect:
         stream: bool,
         prompt_cache_key: str | None = None,
     ) -> bytes:
-        self.check_params(params)
+        self.check_call(model, params)
         if "thinking" in params and foreign_tool_turn(messages):
             params = {k: v for k, v in params.items() if k != "thinking"}
         body = to_messages_request(

@@ -40,7 +40,8 @@ MAX_BREAKPOINTS = 4
 
 #: parameters sent as they are (Anthropic's own names, or OpenAI's with the same meaning)
 PASSED = frozenset(
-    {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier"}
+    {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier",
+     "output_config"}
 )
 #: OpenAI parameters translated to Anthropic's shape
 _MAPPED = frozenset(
