@@ -63,10 +63,12 @@ __all__ = [
 #: the ``anthropic-version`` header every request carries (the API's stable version)
 ANTHROPIC_VERSION = "2023-06-01"
 
-#: a prompt prefix shorter than this is never cached (Anthropic's prompt-caching docs);
-#: first match by model-name fragment wins, 1,024 otherwise (Sonnet, Opus 4/4.1)
+#: a prompt prefix shorter than this is never cached (Anthropic's prompt-caching docs:
+#: "4,096 tokens for Claude Opus 4.7, Claude Opus 4.6, and Claude Opus 4.5", and Haiku 4.5);
+#: first match by model-name fragment wins, 1,024 otherwise (Sonnet, Opus 4/4.1, 4.8)
 _MIN_CACHEABLE = (
-    ("opus-4-5", 4096), ("haiku-4-5", 4096), ("haiku", 2048),
+    ("opus-4-5", 4096), ("opus-4-6", 4096), ("opus-4-7", 4096), ("haiku-4-5", 4096),
+    ("haiku", 2048),
 )
 
 
