@@ -41,7 +41,7 @@ MAX_BREAKPOINTS = 4
 #: parameters sent as they are (Anthropic's own names, or OpenAI's with the same meaning)
 PASSED = frozenset(
     {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier",
-     "output_config"}
+     "output_config", "cache_control"}
 )
 #: OpenAI parameters translated to Anthropic's shape
 _MAPPED = frozenset(
@@ -211,12 +211,13 @@ def _mark(block: dict[str, Any] | None, body: Mapping[str, Any]) -> None:
         return
     blocks = _blocks_in_order(body)
     marks = [b for b in blocks if isinstance(b, Mapping) and b.get("cache_control")]
-    if len(marks) >= MAX_BREAKPOINTS:
+    auto = body.get("cache_control")  # automatic caching: a breakpoint on the last block
+    if len(marks) + (auto is not None) >= MAX_BREAKPOINTS:
         return
     at = next((i for i, b in enumerate(blocks) if b is block), len(blocks))
-    later = (b["cache_control"] for b in blocks[at + 1:]
-             if isinstance(b, Mapping) and b.get("cache_control"))
-    hour = any(isinstance(c, Mapping) and c.get("ttl") == "1h" for c in later)
+    later = [b["cache_control"] for b in blocks[at + 1:]
+             if isinstance(b, Mapping) and b.get("cache_control")]
+    hour = any(isinstance(c, Mapping) and c.get("ttl") == "1h" for c in [*later, auto])
     block["cache_control"] = {"type": "ephemeral", "ttl": "1h"} if hour else {"type": "ephemeral"}
 
 
