@@ -210,14 +210,14 @@ class AnthropicDialect:
         if "thinking" in params and foreign_tool_turn(messages):
             params = {k: v for k, v in params.items() if k != "thinking"}
         body = to_messages_request(
-            model, messages, params, self._default_max_tokens(params),
+            model, messages, params, self.default_max_tokens(params),
             mark_after=prefix_end(messages, self.min_cacheable),
         )
         if stream:
             body["stream"] = True
         return encode_body(body)
 
-    def _default_max_tokens(self, params: Mapping[str, Any]) -> int:
+    def default_max_tokens(self, params: Mapping[str, Any]) -> int:
         """``max_tokens`` for a call that gives none: the backend's cap, else
         :data:`DEFAULT_MAX_TOKENS` — after the thinking budget, which ``max_tokens`` counts
         (a budget of 4,096 or more under the plain default was a 400)."""
