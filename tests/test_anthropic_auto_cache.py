@@ -17,28 +17,19 @@ import pytest
 
 import gptgate as gg
 
+from .claudemock import claude
+
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 300}  # ~2,000 tokens
 ASK = [SYSTEM, {"role": "user", "content": "Name a prime."}]
 
 
-def _claude(sent: list[dict[str, Any]]) -> gg.Backend:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return httpx2.Response(200, json={
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": "7"}], "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 2000,
-                      "cache_read_input_tokens": 0, "output_tokens": 1},
-        })
-
-    return gg.Backend(name="claude", provider="anthropic", model="claude-sonnet-4-5",
-                      api_key="sk-ant-test", transport=httpx2.MockTransport(answer))
+USAGE = {"input_tokens": 12, "cache_creation_input_tokens": 2000, "cache_read_input_tokens": 0,
+         "output_tokens": 1}
 
 
 async def test_a_top_level_cache_control_is_sent() -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(sent)]) as gate:
+    async with gg.Gateway([claude(sent, usage=USAGE)]) as gate:
         result = await gate.chat(ASK, max_tokens=20, cache_control={"type": "ephemeral"})
     assert sent[0]["cache_control"] == {"type": "ephemeral"}
     assert sent[0]["system"][-1]["cache_control"] == {"type": "ephemeral"}  # the gate's own
@@ -47,7 +38,7 @@ async def test_a_top_level_cache_control_is_sent() -> None:
 
 async def test_the_gates_marker_takes_the_automatic_breakpoints_hour() -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(sent)]) as gate:
+    async with gg.Gateway([claude(sent, usage=USAGE)]) as gate:
         await gate.chat(ASK, max_tokens=20, cache_control={"type": "ephemeral", "ttl": "1h"})
     assert sent[0]["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
@@ -58,7 +49,7 @@ async def test_with_three_markers_of_the_callers_the_gate_adds_none() -> None:
         {"type": "text", "text": f"part {i} " * 400, "cache_control": mark} for i in range(3)
     ] + [{"type": "text", "text": "tail " * 400}]}, {"role": "user", "content": "q"}]
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(sent)]) as gate:
+    async with gg.Gateway([claude(sent, usage=USAGE)]) as gate:
         await gate.chat(own, max_tokens=20, cache_control=mark)
     body = json.dumps(sent[0])
     assert body.count("cache_control") == 4  # the caller's three and the automatic one

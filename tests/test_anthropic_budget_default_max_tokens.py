@@ -9,31 +9,20 @@ with thinking, a $0.02 reservation for a $0.30 answer on Sonnet (docs/budget.md 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx2
 import pytest
 
 import gptgate as gg
 
+from .claudemock import claude
+
 USER = [{"role": "user", "content": "Prove that there are infinitely many primes."}]
-SONNET = gg.Price(input_per_mtok=3.0, output_per_mtok=15.0)
 
 
 def _claude(sent: list[dict[str, Any]], output_tokens: int, **options: Any) -> gg.Backend:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return httpx2.Response(200, json={
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": "Suppose finitely many..."}],
-            "stop_reason": "max_tokens", "stop_sequence": None,
-            "usage": {"input_tokens": 20, "output_tokens": output_tokens},
-        })
-
-    return gg.Backend(name="claude", provider="anthropic", model="claude-sonnet-4-5",
-                      api_key="sk-ant-test", price=SONNET,
-                      transport=httpx2.MockTransport(answer), **options)
+    return claude(sent, usage={"input_tokens": 20, "output_tokens": output_tokens},
+                  stop_reason="max_tokens", **options)
 
 
 @pytest.mark.parametrize(

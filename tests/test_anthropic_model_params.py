@@ -12,7 +12,6 @@ and in a mixed fleet it went to Claude rather than to the backend that takes it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx2
@@ -20,23 +19,10 @@ import pytest
 
 import gptgate as gg
 
+from .claudemock import claude, dearer_local
 from .mockbackend import Script, ok
 
 USER = [{"role": "user", "content": "Name a prime number."}]
-
-
-def _claude(model: str, sent: list[dict[str, Any]]) -> gg.Backend:
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return httpx2.Response(200, json={
-            "id": "msg_1", "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": "7"}], "stop_reason": "end_turn",
-            "stop_sequence": None, "usage": {"input_tokens": 12, "output_tokens": 1},
-        })
-
-    return gg.Backend(name="claude", provider="anthropic", model=model, api_key="sk-ant-test",
-                      price=gg.Price(input_per_mtok=3.0, output_per_mtok=15.0),
-                      transport=httpx2.MockTransport(answer))
 
 
 ADAPTIVE = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}
@@ -58,7 +44,7 @@ async def test_claude_from_opus_4_7_refuses_sampling_and_thinking_budgets(
     model: str, params: dict[str, Any], named: str
 ) -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(model, sent)]) as gate:
+    async with gg.Gateway([claude(sent, model)]) as gate:
         with pytest.raises(gg.BadRequestError) as info:
             await gate.chat(USER, **{"max_tokens": 50, **params})
     message = info.value.message
@@ -72,7 +58,7 @@ async def test_claude_from_opus_4_7_refuses_sampling_and_thinking_budgets(
 @pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-sonnet-5"])
 async def test_claude_from_opus_4_7_takes_defaults_adaptive_thinking_and_effort(model: str) -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(model, sent)]) as gate:
+    async with gg.Gateway([claude(sent, model)]) as gate:
         await gate.chat(USER, max_tokens=50, temperature=1)
         await gate.chat(USER, max_tokens=50, **ADAPTIVE)
     assert sent[0]["temperature"] == 1
@@ -84,7 +70,7 @@ async def test_claude_from_opus_4_7_takes_defaults_adaptive_thinking_and_effort(
                                    "claude-opus-4-6", "claude-sonnet-4-6"])
 async def test_claude_4_5_and_4_6_take_temperature_or_top_p_not_both(model: str) -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(model, sent)]) as gate:
+    async with gg.Gateway([claude(sent, model)]) as gate:
         with pytest.raises(gg.BadRequestError) as info:
             await gate.chat(USER, max_tokens=50, temperature=0.5, top_p=0.9)
         assert "'temperature' and 'top_p' together" in info.value.message
@@ -99,7 +85,7 @@ async def test_claude_4_5_and_4_6_take_temperature_or_top_p_not_both(model: str)
                                    "claude-sonnet-4-20250514"])
 async def test_older_claude_models_take_every_sampling_parameter(model: str) -> None:
     sent: list[dict[str, Any]] = []
-    async with gg.Gateway([_claude(model, sent)]) as gate:
+    async with gg.Gateway([claude(sent, model)]) as gate:
         await gate.chat(USER, max_tokens=50, temperature=0.5, top_p=0.9, top_k=40)
     assert (sent[0]["temperature"], sent[0]["top_p"], sent[0]["top_k"]) == (0.5, 0.9, 40)
 
@@ -108,10 +94,8 @@ async def test_in_a_mixed_fleet_a_sampled_call_goes_to_the_backend_that_takes_it
     """Claude is the cheaper backend here: the router would send it every call."""
     sent: list[dict[str, Any]] = []
     script = Script(ok("7"))
-    other = gg.Backend(name="local", provider="vllm", model="Qwen/Qwen3-8B", signals=False,
-                       price=gg.Price(input_per_mtok=50.0, output_per_mtok=50.0),
-                       transport=httpx2.MockTransport(script))
-    async with gg.Gateway([_claude("claude-opus-4-7", sent), other]) as gate:
+    other = dearer_local(script)
+    async with gg.Gateway([claude(sent, "claude-opus-4-7"), other]) as gate:
         results = await gate.map(
             [{"messages": USER, "max_tokens": 20, "temperature": 0.2} for _ in range(12)])
     assert {r.backend for r in results} == {"local"}  # type: ignore[union-attr]
@@ -126,7 +110,7 @@ async def test_output_config_is_claudes_in_a_mixed_fleet() -> None:
     other = gg.Backend(name="oai", provider="openai", model="gpt-4o", api_key="sk-test",
                        price=gg.Price(input_per_mtok=0.01, output_per_mtok=0.01),
                        transport=httpx2.MockTransport(script))
-    async with gg.Gateway([_claude("claude-opus-4-7", sent), other]) as gate:
+    async with gg.Gateway([claude(sent, "claude-opus-4-7"), other]) as gate:
         results = await gate.map(
             [{"messages": USER, "max_tokens": 20, **ADAPTIVE} for _ in range(6)])
     assert {r.backend for r in results} == {"claude"}  # type: ignore[union-attr]

@@ -35,8 +35,8 @@ import httpx2
 
 from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
-from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
+from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.anthropic_thinking import (
