@@ -202,10 +202,14 @@ def _gate_deadline_passed(backend: BackendState) -> OverloadedError:
 _DEFAULT_MAX_TOKENS = 1024
 
 
-def output_bound(spec: CallSpec) -> int:
-    """The most output an attempt may generate: ``max_tokens`` (else the 1024 a TPM budget
-    reserves) for each of its ``n`` choices (gptgate/choice_count.py)."""
-    return (spec.route.output_tokens or _DEFAULT_MAX_TOKENS) * choice_count(spec.params)
+def output_bound(spec: CallSpec, backend: BackendState | None = None) -> int:
+    """The most output an attempt may generate: ``max_tokens`` (else, with ``backend``, what
+    its dialect sends without one — Anthropic's required default —, else the 1024 a TPM
+    budget reserves) for each of its ``n`` choices (gptgate/choice_count.py)."""
+    given = spec.route.output_tokens
+    if not given and backend is not None:
+        given = backend.pool.dialect.default_max_tokens(spec.params) or 0
+    return (given or _DEFAULT_MAX_TOKENS) * choice_count(spec.params)
 
 
 class _Attempt:
@@ -914,12 +918,13 @@ class CallRunner:
 
     def budget_estimate(self, spec: CallSpec, backend: BackendState) -> float:
         """The most this attempt can cost at ``backend``'s price: the whole prompt uncached
-        and ``max_tokens`` of answer (without one, the 1024 tokens a TPM budget reserves),
-        and the searches a web search tool may make (its ``max_uses``)."""
+        and ``max_tokens`` of answer (without one, what the backend's dialect sends — an
+        Anthropic call's 4,096 or thinking budget + 4,096 — else the 1024 tokens a TPM budget
+        reserves), and the searches a web search tool may make (its ``max_uses``)."""
         price = self.ledger.price(backend.name, spec.prompt_tokens)
         if price is None:
             return 0.0
-        output = output_bound(spec)
+        output = output_bound(spec, backend)
         searches = most_searches(spec.params) * price.web_search_per_k / 1000
         return price.most_cost(spec.prompt_tokens, output) + searches
 

@@ -68,10 +68,12 @@ class ModelRule:
         return None
 
 
-#: Anthropic's own sampling names, which the Messages API takes as they are (gptgate's
-#: Anthropic dialect passes them): OpenAI's and Azure's chat API answers them with a 400
-#: ("Unrecognized request argument supplied: top_k"), so a call with one stays on Claude
-_ANTHROPIC_NAMES = frozenset({"top_k", "stop_sequences"})
+#: Anthropic's own names, which the Messages API takes as they are (gptgate's Anthropic
+#: dialect passes them; ``output_config`` holds Claude's effort, a top-level
+#: ``cache_control`` asks for its automatic caching): OpenAI's and Azure's chat
+#: API answers them with a 400 ("Unrecognized request argument supplied: top_k"), so a call
+#: with one stays on Claude
+_ANTHROPIC_NAMES = frozenset({"top_k", "stop_sequences", "output_config", "cache_control"})
 
 #: OpenAI's reasoning models, on OpenAI and on Azure (Azure's "reasoning models" page lists
 #: the same unsupported parameters): ``max_tokens`` is a 400 ("use max_completion_tokens"),

@@ -173,7 +173,7 @@ async def test_anthropics_own_sampling_names_stay_off_openai_and_azure(param: st
     """``top_k`` and ``stop_sequences`` are Anthropic's (the Messages API takes them as they
     are); OpenAI and Azure answer them with a 400 ("Unrecognized request argument supplied").
     A call with one goes to Claude; pinned to Azure it is refused, nothing sent."""
-    value: Any = 40 if param == "top_k" else ["\n\n"]
+    value: Any = 40 if param == "top_k" else ["\n\nHuman:"]
     claude, oai = Script(_claude_answer), Script(_strict_openai)
     async with gateway(*_fleet(claude, oai, provider="azure", deployment="gpt-4o")) as gate:
         served = [(await gate.chat(ASK, max_tokens=50, **{param: value})).backend

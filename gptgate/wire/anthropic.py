@@ -36,6 +36,7 @@ import httpx2
 from gptgate.cache import prefix_end
 from gptgate.errors import BadRequestError, GateError
 from gptgate.wire.anthropic_messages import DEFAULT_MAX_TOKENS, to_messages_request, unsupported
+from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.anthropic_thinking import (
@@ -62,10 +63,12 @@ __all__ = [
 #: the ``anthropic-version`` header every request carries (the API's stable version)
 ANTHROPIC_VERSION = "2023-06-01"
 
-#: a prompt prefix shorter than this is never cached (Anthropic's prompt-caching docs);
-#: first match by model-name fragment wins, 1,024 otherwise (Sonnet, Opus 4/4.1)
+#: a prompt prefix shorter than this is never cached (Anthropic's prompt-caching docs:
+#: "4,096 tokens for Claude Opus 4.7, Claude Opus 4.6, and Claude Opus 4.5", and Haiku 4.5);
+#: first match by model-name fragment wins, 1,024 otherwise (Sonnet, Opus 4/4.1, 4.8)
 _MIN_CACHEABLE = (
-    ("opus-4-5", 4096), ("haiku-4-5", 4096), ("haiku", 2048),
+    ("opus-4-5", 4096), ("opus-4-6", 4096), ("opus-4-7", 4096), ("haiku-4-5", 4096),
+    ("haiku", 2048),
 )
 
 
@@ -192,6 +195,7 @@ class AnthropicDialect:
 
     def check_call(self, model: str, params: Mapping[str, Any]) -> None:
         self.check_params(params)
+        check_claude_model(model, params, self.backend)
 
     def build_body(
         self,
@@ -202,18 +206,18 @@ class AnthropicDialect:
         stream: bool,
         prompt_cache_key: str | None = None,
     ) -> bytes:
-        self.check_params(params)
+        self.check_call(model, params)
         if "thinking" in params and foreign_tool_turn(messages):
             params = {k: v for k, v in params.items() if k != "thinking"}
         body = to_messages_request(
-            model, messages, params, self._default_max_tokens(params),
+            model, messages, params, self.default_max_tokens(params),
             mark_after=prefix_end(messages, self.min_cacheable),
         )
         if stream:
             body["stream"] = True
         return encode_body(body)
 
-    def _default_max_tokens(self, params: Mapping[str, Any]) -> int:
+    def default_max_tokens(self, params: Mapping[str, Any]) -> int:
         """``max_tokens`` for a call that gives none: the backend's cap, else
         :data:`DEFAULT_MAX_TOKENS` — after the thinking budget, which ``max_tokens`` counts
         (a budget of 4,096 or more under the plain default was a 400)."""

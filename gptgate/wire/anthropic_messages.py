@@ -40,7 +40,8 @@ MAX_BREAKPOINTS = 4
 
 #: parameters sent as they are (Anthropic's own names, or OpenAI's with the same meaning)
 PASSED = frozenset(
-    {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier"}
+    {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier",
+     "output_config", "cache_control"}
 )
 #: OpenAI parameters translated to Anthropic's shape
 _MAPPED = frozenset(
@@ -59,8 +60,17 @@ def unsupported(param: str, value: Any) -> str | None:
             return "rejects"  # one answer per request
         if param == "temperature" and isinstance(value, int | float) and value > 1:
             return "accepts only 0 to 1 for"  # OpenAI's range is 0-2, Anthropic's 0-1
+        if param in ("stop", "stop_sequences") and _blank_stop(value):
+            return "accepts only stop sequences with a non-whitespace character in"
         return None
     return "rejects"
+
+
+def _blank_stop(value: Any) -> bool:
+    """A stop sequence Anthropic answers with a 400: ``"\\n"`` ("each stop sequence must
+    contain non-whitespace"), ``""`` ("must be non-empty") — OpenAI takes both."""
+    stops = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else ()
+    return any(isinstance(s, str) and not s.strip() for s in stops)
 
 
 def _image(part: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,12 +211,13 @@ def _mark(block: dict[str, Any] | None, body: Mapping[str, Any]) -> None:
         return
     blocks = _blocks_in_order(body)
     marks = [b for b in blocks if isinstance(b, Mapping) and b.get("cache_control")]
-    if len(marks) >= MAX_BREAKPOINTS:
+    auto = body.get("cache_control")  # automatic caching: a breakpoint on the last block
+    if len(marks) + (auto is not None) >= MAX_BREAKPOINTS:
         return
     at = next((i for i, b in enumerate(blocks) if b is block), len(blocks))
-    later = (b["cache_control"] for b in blocks[at + 1:]
-             if isinstance(b, Mapping) and b.get("cache_control"))
-    hour = any(isinstance(c, Mapping) and c.get("ttl") == "1h" for c in later)
+    later = [b["cache_control"] for b in blocks[at + 1:]
+             if isinstance(b, Mapping) and b.get("cache_control")]
+    hour = any(isinstance(c, Mapping) and c.get("ttl") == "1h" for c in [*later, auto])
     block["cache_control"] = {"type": "ephemeral", "ttl": "1h"} if hour else {"type": "ephemeral"}
 
 

@@ -73,25 +73,38 @@ class EntraAuth(httpx2.Auth):
     request, as the openai SDK does), one refresh at a time; a 401 asks once more and resends.
     The token is masked from every error and never logged."""
 
-    def __init__(self, provider: Callable[[], Any]) -> None:
+    def __init__(self, provider: Callable[[], Any], backend: str | None = None) -> None:
         self._provider = provider
+        self._backend = backend
         self._token: str | None = None
         self._expires = -math.inf
         self._lock = anyio.Lock()
 
     async def _fetch(self) -> None:
-        result = self._provider()
-        if inspect.isawaitable(result):
-            result = await result
+        try:
+            result = self._provider()
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as error:  # the credential failed: the backend's, as a refused key
+            raise self._refused(f"failed: {type(error).__name__}: {error}") from error
         token = getattr(result, "token", result)
         if not isinstance(token, str) or not token:
-            raise BadRequestError("azure_ad_token_provider returned no token (expected a str)")
+            raise self._refused("returned no token (expected a str)")
         expires = getattr(result, "expires_on", None)
         if not isinstance(expires, (int, float)):
             expires = _jwt_expiry(token)
         remember_call_headers({"authorization": f"Bearer {token}"})  # masked from now on
         self._token = token
         self._expires = -math.inf if expires is None else float(expires) - REFRESH_MARGIN_S
+
+    def _refused(self, what: str) -> BadRequestError:
+        """No token to send: a 401 of our own, nothing sent — the backend's credentials
+        failed, so the call moves to another backend and its circuit counts it
+        (gptgate/credential_failover.py), as when Azure refuses a key."""
+        return BadRequestError(
+            f"authentication failed: azure_ad_token_provider {what[:300]}",
+            backend=self._backend, status=401, unsent=True,
+        )
 
     async def token(self, *, rejected: str | None = None) -> str:
         """The token to send; ``rejected`` is one Azure answered 401: replaced unless a
@@ -160,7 +173,9 @@ class AzureDialect(OpenAIDialect):
         return {"api-key": key} if key else {}
 
     def auth(self) -> httpx2.Auth | None:
-        return EntraAuth(self._token_provider) if self._token_provider is not None else None
+        if self._token_provider is None:
+            return None
+        return EntraAuth(self._token_provider, self.backend)
 
     def error_for_status(
         self, status: int, headers: Mapping[str, str] | None, body: bytes, *, backend: str

@@ -5,7 +5,10 @@ call that cannot fit; the server's verdict on the same call must be the same typ
 ``except RequestTooLargeError`` catches both and reads the counts. Recognised shapes:
 llama-server's ``exceed_context_size_error`` (``n_ctx``, ``n_prompt_tokens`` in the body),
 OpenAI's ``context_length_exceeded``, vLLM's/OpenAI's "maximum context length is N tokens.
-However, you requested M" message and Anthropic's "prompt is too long: M tokens > N maximum".
+However, you requested M" message (vLLM's newer "your request has M input tokens"), SGLang's
+and Together's "The input (M tokens) is longer than the model's context length (N tokens)" and
+"maximum context length of N tokens. You requested a total of M tokens", and Anthropic's
+"prompt is too long: M tokens > N maximum".
 """
 
 from __future__ import annotations
@@ -21,13 +24,28 @@ __all__ = ["context_exceeded", "window_refusal"]
 
 _CODES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
 _WINDOW = re.compile(r"maximum context length is (\d[\d,]*) tokens", re.IGNORECASE)
-_ASKED = re.compile(r"(?:requested|resulted in) (\d[\d,]*) tokens", re.IGNORECASE)
+_ASKED = re.compile(
+    r"(?:requested(?: a total of)?|resulted in) (\d[\d,]*) tokens", re.IGNORECASE
+)
 #: Anthropic and llama-server say (requested, window): "prompt is too long: 210000 tokens >
 #: 200000 maximum", "request (12011 tokens) exceeds the available context size (2048 tokens)"
 _ANTHROPIC = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum", re.IGNORECASE)
 _LLAMA = re.compile(
     r"\((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", re.IGNORECASE
 )
+#: SGLang and Together: "The input (5120 tokens) is longer than the model's context length
+#: (4096 tokens)"
+_LONGER = re.compile(
+    r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)",
+    re.IGNORECASE,
+)
+#: SGLang: "... exceeds the model's maximum context length of 4096 tokens. You requested a
+#: total of 4600 tokens: ..."
+_WINDOW_OF = re.compile(r"maximum context length of (\d[\d,]*) tokens", re.IGNORECASE)
+#: vLLM since 0.10: "your request has 5000 input tokens", after "'max_tokens' or
+#: 'max_completion_tokens' is too large: 1000" when the answer's room is what does not fit
+_INPUT_HAS = re.compile(r"your request has (\d[\d,]*) input tokens", re.IGNORECASE)
+_TOO_LARGE = re.compile(r"is too large: (\d[\d,]*)", re.IGNORECASE)
 
 
 def context_exceeded(body: bytes, text: str, code: Any, kind: Any
@@ -36,8 +54,8 @@ def context_exceeded(body: bytes, text: str, code: Any, kind: Any
     bad-request response (``text``, ``code`` and ``kind`` its message, code and type) refuses
     the prompt as too long for the context window; else None."""
     tags = {tag for tag in (code, kind) if isinstance(tag, str)}
-    window = _number(_WINDOW, text, 1)
-    said = _LLAMA.search(text) or _ANTHROPIC.search(text)
+    window = _number(_WINDOW, text, 1) or _number(_WINDOW_OF, text, 1)
+    said = _LLAMA.search(text) or _ANTHROPIC.search(text) or _LONGER.search(text)
     if not tags & _CODES and window is None and said is None:
         return None
     extra = _error_object(body)
@@ -46,8 +64,17 @@ def context_exceeded(body: bytes, text: str, code: Any, kind: Any
         _int(extra.get("n_prompt_tokens"))
         or _number(_ASKED, text, 1)
         or (int(said.group(1)) if said else None)
+        or _vllm_requested(text)
     )
     return window, requested
+
+
+def _vllm_requested(text: str) -> int | None:
+    """vLLM's count: the prompt, plus the answer's room when that is what does not fit."""
+    prompt = _number(_INPUT_HAS, text, 1)
+    if prompt is None:
+        return None
+    return prompt + (_number(_TOO_LARGE, text, 1) or 0)
 
 
 def window_refusal(body: bytes, text: str, code: Any, kind: Any, status: int | None,

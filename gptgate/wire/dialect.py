@@ -89,6 +89,11 @@ class Dialect(Protocol):
         """The request body of one attempt (parameters checked first: nothing is sent)."""
         ...
 
+    def default_max_tokens(self, params: Mapping[str, Any]) -> int | None:
+        """The ``max_tokens`` :meth:`build_body` sends for a call that gives none (what the
+        budget and the pacer reserve for its answer), or None: the server's own default."""
+        ...
+
     def parse_response(
         self,
         body: bytes,
@@ -200,6 +205,9 @@ class OpenAIDialect:
             model, messages, params, stream=stream, prompt_cache_key=prompt_cache_key,
             include_usage=not self.stream_usage.refused,
         )
+
+    def default_max_tokens(self, params: Mapping[str, Any]) -> int | None:
+        return None  # the server's own default, which it does not say
 
     def stream_reader(
         self, chunks: AsyncIterable[bytes], *, backend: str, request_id: str | None
