@@ -8,7 +8,8 @@ read it (gptgate/shared/loop_budget.py), is asked again: on a loaded machine a s
 had put a fleet's cache into a 5 s outage (each process sent what the other was sending). The
 budget starts once the operation holds one of the process's connections: waiting for one,
 behind the process's own burst of lookups, is no sign of a slow Redis (a ``gather`` of 200
-identical calls had declared an idle loopback Redis down and sent each request three times).
+identical calls had declared an idle loopback Redis down and sent each request three times),
+and neither is opening that connection (:meth:`RedisAnswers._opened`).
 ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached. The URL's
 password never reaches a log or an error (``Shared.mask``).
 """
@@ -216,8 +217,24 @@ class RedisAnswers:
         async with self._turns:
             if not self.up:
                 raise self._unreachable()
+            await self._opened()
             with anyio.CancelScope(shield=shielded):
                 return await self._timed(operation)
+
+    async def _opened(self) -> None:
+        """Have a connection open before the operation's budget starts, within the backstop:
+        opening one (TCP, TLS, AUTH, redis-py's handshake: several round trips) is no sign of
+        a slow Redis. Counted in the budget, a Redis whose connections take longer to open
+        than ``op_budget_s`` was an outage at every connection the cache opened — its shared
+        store never used, while the fleet's client (which connects first) worked."""
+        pool = self._redis.connection_pool
+        try:
+            with anyio.fail_after(max(1.0, 10 * self.shared.op_budget_s)):
+                # the pool hands out its last released connection first: this one, now open
+                await pool.release(await pool.get_connection())
+        except self._errors as error:
+            self._down(error)
+            raise self._unreachable() from None
 
     async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         slow, busy_since = 0, time.monotonic()
