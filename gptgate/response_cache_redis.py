@@ -237,8 +237,11 @@ class RedisAnswers:
             raise self._unreachable() from None
 
     async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
-        slow, busy_since = 0, time.monotonic()
+        slow, busy_since, tries = 0, time.monotonic(), 0
         while True:
+            if tries:
+                await self._opened()  # a late reply's connection was dropped: not in the budget
+            tries += 1
             try:
                 with op_budget(self.shared.op_budget_s):
                     return await operation()

@@ -13,6 +13,8 @@ before the fix and never after.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from redis.asyncio import Connection
 
@@ -63,3 +65,31 @@ async def test_a_second_process_is_served_what_the_first_paid_for(redis_url: str
             texts.append(r.text)
     assert texts == ["paid once", "paid once"] and len(script.requests) == 1
     assert [c.statistics().shared_errors for c in caches] == [0, 0]
+
+
+async def test_a_late_reply_is_asked_again_on_a_connection_opened_outside_the_budget(
+    redis_url: str,
+) -> None:
+    """One reply comes later than the budget: its connection is dropped, and the operation is
+    asked again — on a new connection, whose opening is no more the budget's than the first
+    one's. Before, the retry opened it inside the budget: a second overrun, an outage (a
+    burst of 200 calls on one process's loopback Redis declared one in every run)."""
+    late = anyio.Event()
+
+    class LateOnce(SlowToOpen):
+        async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            if self.is_connected and not late.is_set():
+                late.set()
+                await anyio.sleep(2 * BUDGET_S)
+            return await super().read_response(*args, **kwargs)
+
+    answers = RedisAnswers(gg.Shared(redis_url, namespace=namespace()), ttl_s=60)
+    late.set()  # the start's and the put's replies come at once
+    answers._client().connection_pool.connection_class = LateOnce
+    await answers.start()
+    await answers.put("k", b"answer")
+    late = anyio.Event()
+    found = await answers.get("k")
+    await answers.aclose()
+    assert late.is_set()
+    assert (found, answers.errors, answers.up) == (b"answer", 0, True)
