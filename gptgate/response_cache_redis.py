@@ -65,6 +65,9 @@ class RedisAnswers:
         self._redis: Any = None
         self._pid = os.getpid()
         self._down_until = -math.inf
+        #: closed with its gateway: an operation still running (a claim's renewal) opens no
+        #: client again, which nothing would close (``start`` opens it again)
+        self._closed = False
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         #: per request key this process leads: the token its claim holds in Redis
         self._tokens: dict[str, bytes] = {}
@@ -107,6 +110,7 @@ class RedisAnswers:
         unreachable Redis is an outage from the start; under trio a GateError (redis-py's
         client is asyncio's)."""
         require_asyncio("ResponseCache(shared=...)")
+        self._closed = False
         try:
             await self._op(lambda: self._client().ping())
         except SharedUnreachableError:
@@ -213,9 +217,11 @@ class RedisAnswers:
         first waits for a connection of its own, outside the budget (an outage declared
         meanwhile ends the wait: Redis is not asked). ``shielded``: once it has its connection,
         a cancellation waits for its outcome (within the budget)."""
+        if self._closed:
+            raise self._unreachable()
         self._client()
         async with self._turns:
-            if not self.up:
+            if not self.up or self._closed:
                 raise self._unreachable()
             await self._opened()
             with anyio.CancelScope(shield=shielded):
@@ -227,7 +233,9 @@ class RedisAnswers:
         a slow Redis. Counted in the budget, a Redis whose connections take longer to open
         than ``op_budget_s`` was an outage at every connection the cache opened — its shared
         store never used, while the fleet's client (which connects first) worked."""
-        pool = self._redis.connection_pool
+        if self._closed:
+            raise self._unreachable()
+        pool = self._client().connection_pool
         try:
             with anyio.fail_after(max(1.0, 10 * self.shared.op_budget_s)):
                 # the pool hands out its last released connection first: this one, now open
@@ -277,6 +285,7 @@ class RedisAnswers:
         self._down_until = time.monotonic() + self.retry_s
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._redis is not None:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True):
