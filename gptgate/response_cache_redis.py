@@ -41,6 +41,10 @@ _log = logging.getLogger("gptgate")
 #: round trips of a fraction of a millisecond each), not a socket per call in a burst
 POOL_CONNECTIONS = 16
 
+#: round trips of opening a connection (TCP, TLS, AUTH or HELLO, two CLIENT SETINFO), each
+#: allowed ``op_budget_s``
+OPENING_ROUND_TRIPS = 5
+
 #: extend a claim's lease, or drop the claim — only while it is still this claimant's: a lease
 #: that lapsed may have been claimed by another process since
 _RENEW = (
@@ -228,16 +232,18 @@ class RedisAnswers:
                 return await self._timed(operation)
 
     async def _opened(self) -> None:
-        """Have a connection open before the operation's budget starts, within the backstop:
-        opening one (TCP, TLS, AUTH, redis-py's handshake: several round trips) is no sign of
-        a slow Redis. Counted in the budget, a Redis whose connections take longer to open
-        than ``op_budget_s`` was an outage at every connection the cache opened — its shared
-        store never used, while the fleet's client (which connects first) worked."""
+        """Have a connection open before the operation's budget starts, within a budget of
+        its own: opening one takes several round trips (TCP, TLS, AUTH or HELLO, redis-py's
+        two CLIENT SETINFO), each allowed what a command is. Counted in the command's budget,
+        a Redis whose connections take longer to open than ``op_budget_s`` was an outage at
+        every connection the cache opened — its shared store never used, while the fleet's
+        client (which connects first) worked. Not the backstop: a Redis frozen mid-run held a
+        call a whole second before its outage (0.25 s at most with this budget)."""
         if self._closed:
             raise self._unreachable()
         pool = self._client().connection_pool
         try:
-            with anyio.fail_after(max(1.0, 10 * self.shared.op_budget_s)):
+            with anyio.fail_after(OPENING_ROUND_TRIPS * self.shared.op_budget_s):
                 # the pool hands out its last released connection first: this one, now open
                 await pool.release(await pool.get_connection())
         except self._errors as error:
@@ -245,16 +251,16 @@ class RedisAnswers:
             raise self._unreachable() from None
 
     async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
-        slow, busy_since, tries = 0, time.monotonic(), 0
+        slow, busy_since = 0, time.monotonic()
         while True:
-            if tries:
-                await self._opened()  # a late reply's connection was dropped: not in the budget
-            tries += 1
             try:
                 with op_budget(self.shared.op_budget_s):
                     return await operation()
             except LoopBusy as error:
                 if time.monotonic() - busy_since < BUSY_OUTAGE_S:
+                    # its connection was dropped: the next one opens outside the budget too
+                    # (inside it, on the same busy loop, the retry overran again: an outage)
+                    await self._opened()
                     continue
                 failure: BaseException = error
             except TimeoutError as error:
