@@ -245,7 +245,7 @@ class RedisAnswers:
         try:
             with anyio.fail_after(OPENING_ROUND_TRIPS * self.shared.op_budget_s):
                 # the pool hands out its last released connection first: this one, now open
-                await pool.release(await pool.get_connection())
+                await pool.release(await _connection(pool))
         except self._errors as error:
             self._down(error)
             raise self._unreachable() from None
@@ -296,6 +296,15 @@ class RedisAnswers:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True):
                 await redis.aclose()
+
+
+def _connection(pool: Any) -> Awaitable[Any]:
+    """An open connection of ``pool``: redis-py before 5.3 wants a command's name, later ones
+    warn at one."""
+    try:
+        return pool.get_connection()  # type: ignore[no-any-return]
+    except TypeError:
+        return pool.get_connection("PING")  # type: ignore[no-any-return]
 
 
 def _why(shared: Shared, error: BaseException) -> str:
