@@ -15,7 +15,7 @@ from .shared.fleet import FleetStatistics
 from .shared.pacing import FleetPacerStatistics
 from .signals import ServerSignals
 
-__all__ = ["BackendStats", "fleet_statistics", "limit_phase"]
+__all__ = ["BackendStats", "fleet_statistics", "limit_phase", "on_the_backend"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,8 @@ class BackendStats:
     #: process's own limit and the fleet's (the fleet's limit, or this process's share of it
     #: during an outage; 1 before the fleet was seen: docs/guide/many-processes.md)
     limit: int
+    #: calls holding a permit; with ``shared=``, not those still waiting for the fleet's
+    #: (``fleet.waiting``): they are in ``queued``
     in_flight: int
     queued: int
     admitted: int
@@ -110,6 +112,16 @@ def fleet_statistics(admission: object) -> FleetStatistics | None:
     """The fleet's view of a backend's admission (``shared=``); None without a fleet."""
     statistics = getattr(admission, "statistics", None)
     return statistics() if callable(statistics) else None
+
+
+def on_the_backend(
+    in_flight: int, queued: int, fleet: FleetStatistics | None
+) -> tuple[int, int]:
+    """``stats()``'s in flight and queued: a call that holds this process's permit but still
+    waits for the fleet's (``shared=``) is queued, not in flight — two processes on a fleet
+    limit of 2 each showed 2 in flight while the backend had 2 in all."""
+    waiting = fleet.waiting if fleet is not None else 0
+    return in_flight - waiting, queued + waiting
 
 
 def limit_phase(limit: Limit) -> tuple[str, dict[str, int]]:

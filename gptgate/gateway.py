@@ -37,7 +37,7 @@ import httpx2
 from cachetools import TTLCache
 from opentelemetry import metrics, trace
 
-from .backend_stats import BackendStats, fleet_statistics, limit_phase
+from .backend_stats import BackendStats, fleet_statistics, limit_phase, on_the_backend
 from .background import Background
 from .baseline import Baseline
 from .batch import BatchJob, RetryMode, submit_batch, take_up_batch
@@ -1383,14 +1383,15 @@ class Gateway:
             phase, events = limit_phase(state.limiter.limit)
             earlier = self._earlier[name]
             fleet = fleet_statistics(state.limiter.admission)
+            in_flight, queued = on_the_backend(limiter.in_flight, limiter.queued, fleet)
             snapshot[name] = BackendStats(
                 name=name,
                 hardware=state.backend.hardware,
                 limit=min(limiter.limit, fleet.in_force) if fleet else limiter.limit,
                 local_limit=limiter.limit,
-                in_flight=limiter.in_flight,
+                in_flight=in_flight,
                 abandoned_holding=limiter.holding,
-                queued=limiter.queued,
+                queued=queued,
                 admitted=limiter.admitted + earlier.admitted,
                 shed=limiter.shed + earlier.shed,
                 pool=earlier.pool(state.pool.statistics()),

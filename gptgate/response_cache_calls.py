@@ -90,19 +90,24 @@ class CachedCalls:
         assert self.cache is not None
         clock = self._gate.clock
         start = clock.now()
-        result = await self.cache.serve(
-            key, mode, call, clock=clock, is_private=self.is_private,
-            on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=budget_s,
-        )
+        # a call of the gateway's while the cache holds it (waiting for an identical call
+        # in flight, here or in another process; its claim released): the close waits for it
+        # within the grace, then ends it (GatewayClosedError) before the cache's Redis closes
+        with self._gate.register_call():
+            result = await self.cache.serve(
+                key, mode, call, clock=clock, is_private=self.is_private,
+                on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=budget_s,
+            )
         if judge is None or not result.from_cache or result.tier != "small":
             return result
         if await judge(result):
             return result
         left = None if budget_s is None else max(0.0, budget_s - (clock.now() - start))
-        return await self.cache.serve(
-            key, "refresh", call, clock=clock, is_private=self.is_private,
-            on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=left,
-        )
+        with self._gate.register_call():
+            return await self.cache.serve(
+                key, "refresh", call, clock=clock, is_private=self.is_private,
+                on_hit=self.hit, fleet=self.answers_reach_redis(), budget_s=left,
+            )
 
     def answers_reach_redis(self) -> bool:
         """Can an answer be shared through Redis at all? Not when every backend is private

@@ -8,7 +8,8 @@ read it (gptgate/shared/loop_budget.py), is asked again: on a loaded machine a s
 had put a fleet's cache into a 5 s outage (each process sent what the other was sending). The
 budget starts once the operation holds one of the process's connections: waiting for one,
 behind the process's own burst of lookups, is no sign of a slow Redis (a ``gather`` of 200
-identical calls had declared an idle loopback Redis down and sent each request three times).
+identical calls had declared an idle loopback Redis down and sent each request three times),
+and neither is opening that connection (:meth:`RedisAnswers._opened`).
 ``Shared(required=True)`` fails the gateway's start when Redis cannot be reached. The URL's
 password never reaches a log or an error (``Shared.mask``).
 """
@@ -40,6 +41,10 @@ _log = logging.getLogger("gptgate")
 #: round trips of a fraction of a millisecond each), not a socket per call in a burst
 POOL_CONNECTIONS = 16
 
+#: round trips of opening a connection (TCP, TLS, AUTH or HELLO, two CLIENT SETINFO), each
+#: allowed ``op_budget_s``
+OPENING_ROUND_TRIPS = 5
+
 #: extend a claim's lease, or drop the claim — only while it is still this claimant's: a lease
 #: that lapsed may have been claimed by another process since
 _RENEW = (
@@ -64,6 +69,9 @@ class RedisAnswers:
         self._redis: Any = None
         self._pid = os.getpid()
         self._down_until = -math.inf
+        #: closed with its gateway: an operation still running (a claim's renewal) opens no
+        #: client again, which nothing would close (``start`` opens it again)
+        self._closed = False
         self._errors: tuple[type[BaseException], ...] = (OSError, TimeoutError)
         #: per request key this process leads: the token its claim holds in Redis
         self._tokens: dict[str, bytes] = {}
@@ -106,6 +114,7 @@ class RedisAnswers:
         unreachable Redis is an outage from the start; under trio a GateError (redis-py's
         client is asyncio's)."""
         require_asyncio("ResponseCache(shared=...)")
+        self._closed = False
         try:
             await self._op(lambda: self._client().ping())
         except SharedUnreachableError:
@@ -212,12 +221,34 @@ class RedisAnswers:
         first waits for a connection of its own, outside the budget (an outage declared
         meanwhile ends the wait: Redis is not asked). ``shielded``: once it has its connection,
         a cancellation waits for its outcome (within the budget)."""
+        if self._closed:
+            raise self._unreachable()
         self._client()
         async with self._turns:
-            if not self.up:
+            if not self.up or self._closed:
                 raise self._unreachable()
+            await self._opened()
             with anyio.CancelScope(shield=shielded):
                 return await self._timed(operation)
+
+    async def _opened(self) -> None:
+        """Have a connection open before the operation's budget starts, within a budget of
+        its own: opening one takes several round trips (TCP, TLS, AUTH or HELLO, redis-py's
+        two CLIENT SETINFO), each allowed what a command is. Counted in the command's budget,
+        a Redis whose connections take longer to open than ``op_budget_s`` was an outage at
+        every connection the cache opened — its shared store never used, while the fleet's
+        client (which connects first) worked. Not the backstop: a Redis frozen mid-run held a
+        call a whole second before its outage (0.25 s at most with this budget)."""
+        if self._closed:
+            raise self._unreachable()
+        pool = self._client().connection_pool
+        try:
+            with anyio.fail_after(OPENING_ROUND_TRIPS * self.shared.op_budget_s):
+                # the pool hands out its last released connection first: this one, now open
+                await pool.release(await _connection(pool))
+        except self._errors as error:
+            self._down(error)
+            raise self._unreachable() from None
 
     async def _timed(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         slow, busy_since = 0, time.monotonic()
@@ -227,6 +258,9 @@ class RedisAnswers:
                     return await operation()
             except LoopBusy as error:
                 if time.monotonic() - busy_since < BUSY_OUTAGE_S:
+                    # its connection was dropped: the next one opens outside the budget too
+                    # (inside it, on the same busy loop, the retry overran again: an outage)
+                    await self._opened()
                     continue
                 failure: BaseException = error
             except TimeoutError as error:
@@ -257,10 +291,20 @@ class RedisAnswers:
         self._down_until = time.monotonic() + self.retry_s
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._redis is not None:
             redis, self._redis = self._redis, None
             with anyio.CancelScope(shield=True):
                 await redis.aclose()
+
+
+def _connection(pool: Any) -> Awaitable[Any]:
+    """An open connection of ``pool``: redis-py before 5.3 wants a command's name, later ones
+    warn at one."""
+    try:
+        return pool.get_connection()  # type: ignore[no-any-return]
+    except TypeError:
+        return pool.get_connection("PING")  # type: ignore[no-any-return]
 
 
 def _why(shared: Shared, error: BaseException) -> str:
