@@ -1,7 +1,9 @@
 """OpenTelemetry traces and metrics, following the GenAI semantic conventions (v1.41).
 
 One INTERNAL span per call, one CLIENT span per attempt (a failover changes backend and model),
-named ``"{operation} {model}"``. Every attribute and metric name lives in :data:`NAMES` so a
+named ``"{operation} {model}"``. The attempts are the GenAI spans (``gen_ai.operation.name``,
+``gen_ai.provider.name``): the call's span carries gptgate's own names only, so a GenAI-aware
+backend that counts spans with an operation counts each model call once. Every attribute and metric name lives in :data:`NAMES` so a
 switch to the renamed conventions is one edit. Prompt and completion text go on spans only when
 ``capture_content`` is on. Nothing here ever sees an API key.
 """
@@ -76,6 +78,12 @@ NAMES: dict[str, str] = {
     "stream_decision": "gptgate.stream_decision",
     "guard_function": "gptgate.guard.function",
     "outcome": "gptgate.outcome",
+    # a call's INTERNAL span (gptgate's bookkeeping around its attempts): no gen_ai.* name,
+    # or a GenAI-aware backend would count it as one more model call (docs/guide/observability.md)
+    "call_operation": "gptgate.operation",
+    "call_request_model": "gptgate.request.model",
+    "call_response_model": "gptgate.response.model",
+    "call_finish_reasons": "gptgate.response.finish_reasons",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
     # tiered serving (docs/tiers.md)
@@ -253,7 +261,9 @@ class Telemetry:
 
     def start_call(self, scenario: str, model: str | None) -> Span:
         """The call's INTERNAL span, ``"chat {request model}"`` (just ``"chat"`` until the
-        model is known: see :meth:`name_call`). Not made current: a stream's span lives in an
+        model is known: see :meth:`name_call`), with ``gptgate.operation`` and
+        ``gptgate.request.model`` — no ``gen_ai.*`` attribute: its attempts' CLIENT spans are
+        the model calls, each with its provider. Not made current: a stream's span lives in an
         async generator, whose context would leak to the caller between yields — its
         attempts are parented to it explicitly (:meth:`parent_of`)."""
         if not self.tracing:
@@ -262,10 +272,10 @@ class Telemetry:
         cached = self._call_attributes.get(key)
         if cached is None:
             attributes: dict[str, Any] = {
-                NAMES["scenario"]: scenario, NAMES["operation"]: "chat"
+                NAMES["scenario"]: scenario, NAMES["call_operation"]: "chat"
             }
             if model:
-                attributes[NAMES["request_model"]] = model
+                attributes[NAMES["call_request_model"]] = model
             cached = _remember(
                 self._call_attributes, key, (f"chat {model}" if model else "chat", attributes)
             )

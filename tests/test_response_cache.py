@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import gptgate as gg
 from gptgate.response_cache import request_key
 from gptgate.response_cache_calls import CACHE_HIT
+from gptgate.telemetry import NAMES
 from gptgate.sim import LoopClock, SimEngine, SimServer, SimTransport, run_virtual
 from tests.fleettools import namespace
 
@@ -328,6 +329,9 @@ def test_a_hit_is_a_span_with_gptgate_cache_hit_true() -> None:
         assert [s.name for s in spans] == ["chat m"]
         attributes = spans[0].attributes or {}
         assert attributes[CACHE_HIT] is True and attributes["gptgate.cost_usd"] == 0.0
+        # no model was called: nothing a GenAI-aware backend counts as one (gen_ai.*)
+        assert not [k for k in attributes if k.startswith("gen_ai.")]
+        assert NAMES["call_response_model"] in attributes
 
     run_virtual(main)
 
