@@ -605,6 +605,7 @@ class _Attempt:
                 error=error,
                 extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
                 billed=billed,
+                late=self.late,
                 **self._endpoint(),
             )
             self.span = None
@@ -624,7 +625,8 @@ class _Attempt:
             if self.span is not None:  # what was booked for it, on its own span too
                 self.runner.telemetry.abandoned(
                     self.span, usage, self.state.cost_usd - cost_before,
-                    provider=self.config.provider, model=self.config.model, **self._endpoint(),
+                    provider=self.config.provider, model=self.config.model, late=self.late,
+                    **self._endpoint(),
                 )
 
     async def release(self) -> None:

@@ -587,7 +587,7 @@ class _Attempt:
             text=answer.text if answer is not None else None,
             raw=answer.raw() if answer is not None else None,
             **endpoint(self.state.name, self.state.pool.client.base_url),
-            billed=self.booked, abandoned=self.gone and error is None,
+            billed=self.booked, abandoned=self.gone and error is None, late=self.late,
         )
         if self.trail is not None:
             self.trail.after(self.span, error)
