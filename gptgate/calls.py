@@ -62,7 +62,7 @@ from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .map_demand import MapBacklog
-from .media_tokens import media_rule
+from .media_tokens import call_media_rule
 from .outcomes import count_failure, report_failure
 from .pause_wait import wait_turn
 from .probe_claim import await_verdict, claim_probe
@@ -1132,7 +1132,7 @@ class CallRunner:
             return
         need = spec.route.output_tokens + spec.prompt_tokens // 2
         if need > limit:  # the guessed size of an image it cannot read: not a refusal
-            media = media_rule([backend.backend.provider])
+            media = call_media_rule([backend.backend], None, spec.params.get("model"))
             prompt = sure_prompt_tokens(spec.messages, spec.params.get("tools"), media)
             need = spec.route.output_tokens + prompt // 2
         if need > limit:

@@ -150,7 +150,8 @@ def test_a_guessed_image_size_never_refuses_a_call_for_its_context_window() -> N
 
 def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() -> None:
     """An image_url part may go to either: 1000×1000 is 765 tokens at OpenAI, 1,334 at
-    Anthropic, and a gateway with both reserves 1,334 wherever the call is routed."""
+    Anthropic, and a gateway with both reserves 1,334 for a call it may route to either (one
+    pinned to a backend is priced by that backend's rule: tests/test_media_patch_rule.py)."""
     ask = [{"role": "user", "content": [
         QUESTION, {"type": "image_url", "image_url": {"url": data_url("image/png",
                                                                       png(1000, 1000))}},
@@ -169,7 +170,7 @@ def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() ->
             await gate.chat(ask, max_tokens=MAX_TOKENS)  # 765 tokens: fits
         async with gg.Gateway([gpt, claude], clock=clock, seed=1, budget=budget) as gate:
             with pytest.raises(gg.BudgetExceededError):
-                await gate.chat(ask, max_tokens=MAX_TOKENS, backend="sim")
+                await gate.chat(ask, max_tokens=MAX_TOKENS)
         return engine.ledger.snapshot().requests
 
     assert run_virtual(main) == 1
