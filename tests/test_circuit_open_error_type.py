@@ -12,7 +12,6 @@ Before, both read ``error.type="BackendError"``.
 from __future__ import annotations
 
 import pickle
-from typing import Any
 
 import httpx2
 import pytest
@@ -24,24 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import gptgate as gg
+from tests.test_unsent_calls_metric import _points, _refused
 
 USER = [{"role": "user", "content": "hi"}]
-
-
-def _refused(request: httpx2.Request) -> httpx2.Response:
-    raise httpx2.ConnectError("connection refused", request=request)
-
-
-def _points(reader: InMemoryMetricReader, name: str) -> list[Any]:
-    data = reader.get_metrics_data()
-    return [
-        point
-        for resource in (data.resource_metrics if data else [])
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-    ]
 
 
 async def test_a_circuit_refusal_has_its_own_error_type_on_spans_and_metrics() -> None:

@@ -30,6 +30,15 @@ WITH_IMAGE = [{"role": "user", "content": [
 BUDGET = gg.Budget(usd_per_hour=0.002, on_exceed="raise")
 
 
+def claude_backend(clock: LoopClock) -> tuple[gg.Backend, SimEngine]:
+    """A Claude backend on the simulator's Anthropic profile, named "claude"."""
+    return sim_backend(
+        ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
+        base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
+        model="claude-sonnet-4-5",
+    )
+
+
 def _gateway(clock: LoopClock, budget: gg.Budget | None) -> tuple[gg.Gateway, SimEngine]:
     backend, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
     return gg.Gateway([backend], clock=clock, seed=1, budget=budget), engine
@@ -103,11 +112,7 @@ def test_an_image_for_claude_is_reserved_by_anthropics_rule() -> None:
 
     async def main() -> dict[str, Any]:
         clock = LoopClock()
-        backend, engine = sim_backend(
-            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
-            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
-            model="claude-sonnet-4-5",
-        )
+        backend, engine = claude_backend(clock)
         # ~$0.0020 reserved by OpenAI's 765 tokens would fit; ~$0.0035 by Anthropic's not
         budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
         async with gg.Gateway([backend], clock=clock, seed=1, budget=budget) as gate:
@@ -160,11 +165,7 @@ def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() ->
     async def main() -> int:
         clock = LoopClock()
         gpt, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
-        claude, _ = sim_backend(
-            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
-            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
-            model="claude-sonnet-4-5",
-        )
+        claude, _ = claude_backend(clock)
         budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
         async with gg.Gateway([gpt], clock=clock, seed=1, budget=budget) as gate:
             await gate.chat(ask, max_tokens=MAX_TOKENS)  # 765 tokens: fits

@@ -27,12 +27,9 @@ from gptgate.media_tokens import (
     openai_patch_tokens,
     part_tokens,
 )
-from gptgate.sim import ANTHROPIC_PROFILE
 from gptgate.testing import LoopClock, run_virtual, sim_backend
 from tests.mediafiles import data_url, png
-
-PRICE = gg.Price(input_per_mtok=2.0, output_per_mtok=8.0)
-QUESTION = {"type": "text", "text": "What is shown?"}
+from tests.test_media_budget import PRICE, QUESTION, claude_backend
 
 
 def _image(width: int, height: int) -> dict[str, Any]:
@@ -118,11 +115,7 @@ def test_a_call_pinned_to_one_backend_reserves_by_its_rule() -> None:
     async def main() -> tuple[int, list[str]]:
         clock = LoopClock()
         gpt, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
-        claude, _ = sim_backend(
-            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
-            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
-            model="claude-sonnet-4-5",
-        )
+        claude, _ = claude_backend(clock)
         refused: list[str] = []
         budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
         async with gg.Gateway([gpt, claude], clock=clock, seed=1, budget=budget) as gate:

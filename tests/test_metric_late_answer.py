@@ -54,7 +54,26 @@ def _check(reader: InMemoryMetricReader, entry: Any, error: str | None, outcome:
     assert booked == {}  # nothing recorded while the bill was not known
 
 
-@pytest.mark.parametrize("how", ["timeout", "cancel"])
+async def _give_up(how: str, gate: gg.Gateway) -> None:
+    """One call whose attempt gives up on its answer after 1 s."""
+    if how == "timeout":
+        with pytest.raises(gg.RequestTimeout):
+            await gate.chat(USER, timeout=1.0)
+    elif how == "cancel":
+        with anyio.move_on_after(1.0):
+            await gate.chat(USER)
+    else:  # the SDK's own read timeout, on gate.http_client
+        client = openai.AsyncOpenAI(
+            api_key="sk-test", base_url="http://127.0.0.1:9/v1", timeout=1.0,
+            http_client=gate.http_client("mock"), max_retries=0,
+        )
+        with pytest.raises(openai.APITimeoutError):
+            await client.chat.completions.create(
+                model="m", messages=USER,  # type: ignore[arg-type]
+            )
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel", "sdk"])
 def test_a_late_answer_reaches_the_token_metric(how: str) -> None:
     async def main() -> None:
         clock = LoopClock()
@@ -63,44 +82,14 @@ def test_a_late_answer_reaches_the_token_metric(how: str) -> None:
             _, backend = long_answer(server_tasks, "finish")
             async with gateway(backend, clock=clock,
                                meter_provider=MeterProvider(metric_readers=[reader])) as gate:
-                if how == "timeout":
-                    with pytest.raises(gg.RequestTimeout):
-                        await gate.chat(USER, timeout=1.0)
-                else:
-                    with anyio.move_on_after(1.0):
-                        await gate.chat(USER)
+                await _give_up(how, gate)
                 booked = _tokens(reader)
                 await clock.sleep(2.5)  # the answer has ended at the server
                 entry = gate.ledger.entries["mock"]
-                if how == "timeout":
-                    _check(reader, entry, "RequestTimeout", None, booked)
-                else:
+                if how == "cancel":
                     _check(reader, entry, None, "abandoned", booked)
-            server_tasks.cancel_scope.cancel()
-
-    run_virtual(main)
-
-
-def test_an_sdk_late_answer_reaches_the_token_metric() -> None:
-    async def main() -> None:
-        clock = LoopClock()
-        reader = InMemoryMetricReader()
-        async with anyio.create_task_group() as server_tasks:
-            _, backend = long_answer(server_tasks, "finish")
-            async with gateway(backend, clock=clock,
-                               meter_provider=MeterProvider(metric_readers=[reader])) as gate:
-                client = openai.AsyncOpenAI(
-                    api_key="sk-test", base_url="http://127.0.0.1:9/v1", timeout=1.0,
-                    http_client=gate.http_client("mock"), max_retries=0,
-                )
-                with pytest.raises(openai.APITimeoutError):
-                    await client.chat.completions.create(
-                        model="m", messages=USER,  # type: ignore[arg-type]
-                    )
-                booked = _tokens(reader)
-                await clock.sleep(2.5)
-                entry = gate.ledger.entries["mock"]
-                _check(reader, entry, "RequestTimeout", None, booked)
+                else:
+                    _check(reader, entry, "RequestTimeout", None, booked)
             server_tasks.cancel_scope.cancel()
 
     run_virtual(main)

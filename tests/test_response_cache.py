@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import gptgate as gg
 from gptgate.response_cache import request_key
 from gptgate.response_cache_calls import CACHE_HIT
-from gptgate.telemetry import NAMES
 from gptgate.sim import LoopClock, SimEngine, SimServer, SimTransport, run_virtual
+from gptgate.telemetry import NAMES
 from tests.fleettools import namespace
 
 #: these tests are about who sends a call, not Redis's speed: a Redis reply read late on a
