@@ -56,7 +56,7 @@ from .errors import (
     RateLimitedError,
     RequestTimeout,
 )
-from .media_tokens import MediaRule
+from .media_tokens import media_rule
 from .results import ChatResult, Usage
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, estimate_tools_tokens
 from .wire.dialect import Dialect
@@ -137,7 +137,7 @@ def _prepare(
         raise BadRequestError(f"item {index}: {error.message}") from None
     cap = params.get("max_completion_tokens", params.get("max_tokens"))
     max_tokens = cap if isinstance(cap, int) and not isinstance(cap, bool) else None
-    media: MediaRule = "anthropic" if dialect.name == "anthropic" else "openai"
+    media = media_rule([(dialect.name, params.get("model") or model)])
     prompt = estimate_prompt_tokens(messages, media) + estimate_tools_tokens(params.get("tools"))
     return kwargs, body, prompt, max_tokens
 

@@ -62,7 +62,7 @@ from .limits.budget import RetryBudget
 from .limits.limiter import Rerouted
 from .limits.rate_feed import tell_rate_budget
 from .map_demand import MapBacklog
-from .media_tokens import media_rule
+from .media_tokens import call_media_rule
 from .outcomes import count_failure, report_failure
 from .pause_wait import wait_turn
 from .probe_claim import await_verdict, claim_probe
@@ -609,6 +609,7 @@ class _Attempt:
                 error=error,
                 extra={NAMES["cost_usd"]: self.state.cost_usd - cost_before},
                 billed=billed,
+                late=self.late,
                 **self._endpoint(),
             )
             self.span = None
@@ -628,7 +629,8 @@ class _Attempt:
             if self.span is not None:  # what was booked for it, on its own span too
                 self.runner.telemetry.abandoned(
                     self.span, usage, self.state.cost_usd - cost_before,
-                    provider=self.config.provider, model=self.config.model, **self._endpoint(),
+                    provider=self.config.provider, model=self.config.model, late=self.late,
+                    **self._endpoint(),
                 )
 
     async def release(self) -> None:
@@ -1135,7 +1137,7 @@ class CallRunner:
             return
         need = spec.route.output_tokens + spec.prompt_tokens // 2
         if need > limit:  # the guessed size of an image it cannot read: not a refusal
-            media = media_rule([backend.backend.provider])
+            media = call_media_rule([backend.backend], None, spec.params.get("model"))
             prompt = sure_prompt_tokens(spec.messages, spec.params.get("tools"), media)
             need = spec.route.output_tokens + prompt // 2
         if need > limit:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import BackendError, GateError, OutOfFundsError
+from .errors import CircuitOpenError, GateError, OutOfFundsError
 from .routing import BackendState, CircuitBreaker
 
 __all__ = ["FailureCause", "last_failure", "open_circuit_error", "remember_failure"]
@@ -73,13 +73,13 @@ def last_failure(state: BackendState) -> str:
 
 def open_circuit_error(
     soonest: BackendState, candidates: Sequence[BackendState], wait: float
-) -> BackendError:
+) -> CircuitOpenError:
     """The fail-fast error when every eligible circuit is open: each backend with its last
     failure (``soonest``, the first to reopen, first). ``status`` stays None — nothing was
     sent, and code reading a status (a 503's pause, a tier's failover) must not take an
     old answer for this call's — the last status is in the message."""
     ordered = [soonest, *(s for s in candidates if s is not soonest)][:MAX_NAMED]
-    return BackendError(
+    return CircuitOpenError(
         "every eligible backend's circuit is open; " + "; ".join(last_failure(s) for s in ordered),
         backend=soonest.name,
         retry_after=wait,

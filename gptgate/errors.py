@@ -19,6 +19,7 @@ __all__ = [
     "BadRequestError",
     "BatchCancelledError",
     "BudgetExceededError",
+    "CircuitOpenError",
     "GateError",
     "GatewayClosedError",
     "InvalidConfigError",
@@ -119,6 +120,15 @@ class BackendError(GateError):
     """5xx, a broken connection or a malformed response: the backend failed, not the call."""
 
     retryable = True
+
+
+class CircuitOpenError(BackendError):
+    """Refused unsent: every eligible backend's circuit is open (after recent failures) and
+    would not be probed again within ``max_breaker_wait_s`` and the call's deadline. A
+    ``BackendError``, so code that catches those catches it; its own ``error.type`` on spans
+    and metrics tells "gptgate did not send" from "the backend failed". ``status`` is None
+    (nothing was sent), ``retry_after`` when the first is probed again, and the message names
+    each backend's last failure."""
 
 
 class RequestTimeout(GateError):

@@ -70,7 +70,7 @@ from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
-from .media_tokens import media_rule
+from .media_tokens import call_media_rule
 from .opened import Opened
 from .param_fit import refused_by
 from .pool import BackendPool, PoolStatistics
@@ -404,7 +404,7 @@ class Gateway:
         self._open = False
         self._max_timeout_s = max(b.timeout for b in config.backends)
         #: whose formula prices an image part (gptgate/media_tokens.py)
-        self._media = media_rule(b.provider for b in config.backends)
+        self._media = call_media_rule(config.backends, None)
         #: the smallest context window of any backend (inf when one is unknown): a call
         #: within it fits every backend, and is not checked further
         self._min_context = min(
@@ -822,7 +822,11 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        prompt_tokens = estimate_prompt_tokens(checked, self._media) + estimate_tools_tokens(
+        media = (  # a call pinned to one backend, or its own model: priced by its rule
+            self._media if backend is None and "model" not in params
+            else call_media_rule(self.config.backends, backend, params.get("model"))
+        )
+        prompt_tokens = estimate_prompt_tokens(checked, media) + estimate_tools_tokens(
             params.get("tools")
         )
         max_out = params.get("max_completion_tokens") or params.get("max_tokens") or 0
@@ -839,7 +843,7 @@ class Gateway:
             refused=refused_by(self._states.values(), params),
         )
         if route.output_tokens + prompt_tokens // 2 > self._min_context:
-            sure = sure_prompt_tokens(checked, params.get("tools"), self._media)
+            sure = sure_prompt_tokens(checked, params.get("tools"), media)
             self._refuse_if_no_context_fits(route, sure)
         deadline_s = timeout or resolved.deadline_s or self.config.deadline_s
         return CallSpec(

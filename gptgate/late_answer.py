@@ -7,6 +7,11 @@ when the attempt times out or the caller cancels: it reads it to its end in the 
 once, as an estimate (the prompt and what the elapsed time says was generated); once the
 answer has arrived its usage is known, and the booking is set right — whichever of the two
 comes second does it. A hosted API bills the whole answer; the estimate did not.
+
+The attempt's ``gen_ai.client.token.usage`` points wait for the same moment
+(:meth:`LateAnswer.tokens`): recorded once, at what the ledger holds for the attempt in the end
+— the real usage, or the estimate when no answer comes — so the metric equals the ledger (a
+histogram cannot take back a point already recorded).
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]
 class LateAnswer:
     """One attempt's booking and its answer's real usage, reconciled once both are known."""
 
-    __slots__ = ("_actual", "_booked", "_ledger", "_recorded", "_settled", "backend", "gave_up")
+    __slots__ = (
+        "_actual", "_booked", "_final", "_ledger", "_read_ended", "_record_tokens", "_recorded",
+        "_settled", "backend", "gave_up",
+    )
 
     def __init__(self, ledger: Ledger, backend: str) -> None:
         self._ledger = ledger
@@ -45,6 +53,11 @@ class LateAnswer:
         self._recorded = False
         self._actual: Usage | None = None
         self._settled = False
+        #: the background read ended (with or without an answer)
+        self._read_ended = False
+        #: what the ledger holds for the attempt once settled (None: nothing)
+        self._final: Usage | None = None
+        self._record_tokens: Callable[[Usage], None] | None = None
 
     def recorded(self, usage: Usage | None, *, uncertain: bool) -> None:
         """The attempt's failure was booked: ``usage`` (None: nothing was). Ignored unless
@@ -60,15 +73,46 @@ class LateAnswer:
         self._actual = usage
         self._settle()
 
+    def read_ended(self) -> None:
+        """The background read ended, answered or not (an error, a refusal, no usage): with
+        no answer, the booking stands."""
+        self._read_ended = True
+        self._settle()
+
+    def tokens(self, record: Callable[[Usage], None]) -> bool:
+        """Leave the attempt's token points to the end of its bill: ``record`` is called once
+        with what the ledger holds for it then (not at all for nothing booked). False when
+        nothing is late (the attempt got its answer or was not given up): record them now."""
+        if not self.gave_up:
+            return False
+        self._record_tokens = record
+        self._flush()
+        return True
+
     def _settle(self) -> None:
-        if self._settled or not self._recorded or self._actual is None:
+        if self._settled or not self._recorded:
             return
-        self._settled = True
         booked, uncertain = self._booked
-        if booked is None:
-            self._ledger.record_attempt(self.backend, self._actual, streamed=False, wasted=True)
+        actual = self._actual
+        if actual is None:
+            if not self._read_ended:
+                return
+            self._final = booked  # no answer came: the estimate is the bill
+        elif booked is None:
+            self._ledger.record_attempt(self.backend, actual, streamed=False, wasted=True)
+            self._final = actual
         else:
-            self._ledger.correct(self.backend, booked, self._actual, uncertain=uncertain)
+            self._ledger.correct(self.backend, booked, actual, uncertain=uncertain)
+            self._final = actual
+        self._settled = True
+        self._flush()
+
+    def _flush(self) -> None:
+        record, final = self._record_tokens, self._final
+        if self._settled and record is not None:
+            self._record_tokens = None
+            if final is not None:
+                record(final)
 
 
 async def read_to_its_end(
@@ -103,6 +147,7 @@ async def read_to_its_end(
             got.append(error)
         finally:
             done.set()
+            late.read_ended()
 
     if spawn is None or not spawn(read):
         return None

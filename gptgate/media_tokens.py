@@ -16,6 +16,14 @@ The rules (each a conservative reading of the provider's documentation):
   → 765, 2048×4096 → 1,105). The dimensions come from the data: URL's header bytes
   (gptgate/media_headers.py); a remote URL, a ``file_id`` or an unreadable payload counts the
   largest high-detail image, 85 + 8 × 170 = 1,445 (a low-detail one, 85).
+* **OpenAI's patch models** (gpt-4.1-mini, gpt-4.1-nano, o4-mini; the same guide) — the image
+  is covered with 32-px patches; more than 1,536 scale it down to fit 1,536 (by
+  ``sqrt(32² × 1536 / (w × h))``, then again to a whole number of patches across its tighter
+  side), and the patches are billed times the model's multiplier: 1.62 (gpt-4.1-mini), 2.46
+  (gpt-4.1-nano), 1.72 (o4-mini). The guide's examples: 1024×1024 is 1,024 patches,
+  1800×2400 1,452 — 2,353 tokens on gpt-4.1-mini, where the tile rule counts 765. ``detail``
+  does not change it. An unreadable image counts 1,536 patches (3,779 tokens on
+  gpt-4.1-nano).
 * **Anthropic ``image`` blocks** — docs.anthropic.com/en/docs/build-with-claude/vision,
   "Calculate image costs": ``tokens = (width × height) / 750`` after the image is scaled to a
   long edge of at most 1,568 px and at most ~1,600 tokens (1092×1092 → 1,590). A ``url`` or
@@ -36,8 +44,10 @@ The rules (each a conservative reading of the provider's documentation):
 The rule depends on where the call goes. Native Anthropic blocks go to Anthropic; OpenAI
 parts go to OpenAI-compatible servers, or — on a gateway with an Anthropic backend — may be
 translated to Anthropic blocks (gptgate/wire/anthropic_messages.py). :func:`media_rule`
-picks ``"both"`` for a gateway with both kinds (the dearer of the two formulas), so a call's
-estimate never falls below what either bill may be.
+takes the backends a call may go to — ``(provider, model)`` pairs, or bare providers — and
+picks the dearer of their formulas (``"both"`` for OpenAI's tiles and Anthropic's), so a
+call's estimate never falls below what any of their bills may be; a call pinned to one
+backend (``backend=``) is priced by that backend's formula alone (:func:`call_media_rule`).
 
 Nothing here raises on bad input and nothing is logged: a malformed part counts the default,
 and the server, not the estimate, says whether it is valid.
@@ -47,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from .media_headers import (
     HEAD_CHARS,
@@ -64,16 +74,34 @@ __all__ = [
     "ANTHROPIC_IMAGE_MAX",
     "OPENAI_IMAGE_LOW",
     "OPENAI_IMAGE_MAX",
+    "OPENAI_PATCH_MULTIPLIERS",
     "MediaRule",
     "anthropic_image_tokens",
+    "call_media_rule",
     "content_media_tokens",
     "media_rule",
     "openai_image_tokens",
+    "openai_patch_tokens",
     "part_tokens",
 ]
 
-#: which provider's formula prices an OpenAI-style image part: ``"both"`` takes the dearer
-MediaRule = Literal["openai", "anthropic", "both"]
+#: which formulas price an OpenAI-style image part, the dearest counting: OpenAI's tiles
+#: (``"openai"``), Anthropic's (``"anthropic"``), both (``"both"``) — or, where a patch model
+#: is among them, a set of ``"tiles"``, ``"anthropic"`` and patch multipliers
+MediaRule: TypeAlias = Literal["openai", "anthropic", "both"] | frozenset[str | float]
+
+#: OpenAI's models that bill an image by 32-px patches, and their multipliers (a dated
+#: snapshot, ``gpt-4.1-mini-2025-04-14``, is its model's)
+OPENAI_PATCH_MULTIPLIERS: dict[str, float] = {
+    "gpt-4.1-mini": 1.62, "gpt-4.1-nano": 2.46, "o4-mini": 1.72,
+}
+_PATCH_PX = 32
+_PATCH_CAP = 1536
+_NAMED: dict[str, frozenset[str | float]] = {
+    "openai": frozenset({"tiles"}),
+    "anthropic": frozenset({"anthropic"}),
+    "both": frozenset({"tiles", "anthropic"}),
+}
 
 OPENAI_IMAGE_LOW = 85
 _OPENAI_TILE = 170
@@ -108,6 +136,30 @@ def openai_image_tokens(width: int, height: int, detail: str = "high") -> int:
     return OPENAI_IMAGE_LOW + _OPENAI_TILE * math.ceil(w / 512) * math.ceil(h / 512)
 
 
+def openai_patch_tokens(width: int, height: int, multiplier: float = 1.0) -> int:
+    """OpenAI's patch formula (gpt-4.1-mini, gpt-4.1-nano, o4-mini; see the module
+    docstring): the 32-px patches covering the image, scaled down to at most 1,536, times
+    the model's ``multiplier`` (rounded up)."""
+    patches = _patches(width, height)
+    return _ceil(patches * multiplier) if multiplier != 1.0 else patches
+
+
+def _patches(width: int, height: int) -> int:
+    raw = _ceil(width / _PATCH_PX) * _ceil(height / _PATCH_PX)
+    if raw <= _PATCH_CAP:
+        return raw
+    r = math.sqrt(_PATCH_PX * _PATCH_PX * _PATCH_CAP / (width * height))
+    across, down = width * r / _PATCH_PX, height * r / _PATCH_PX
+    r *= min(math.floor(across) / across, math.floor(down) / down)
+    covered = _ceil(width * r / _PATCH_PX) * _ceil(height * r / _PATCH_PX)
+    return min(_PATCH_CAP, covered)
+
+
+def _ceil(x: float) -> int:
+    """``ceil``, forgiving the float error of a value that is whole (1408 / 32 = 44)."""
+    return math.ceil(x - 1e-9)
+
+
 def anthropic_image_tokens(width: int, height: int) -> int:
     """Anthropic's ``(width × height) / 750`` after its resize (see the module docstring)."""
     scale = min(1.0, _ANTHROPIC_LONG_EDGE / max(width, height))
@@ -115,14 +167,45 @@ def anthropic_image_tokens(width: int, height: int) -> int:
     return min(ANTHROPIC_IMAGE_MAX, tokens)
 
 
-def media_rule(providers: Iterable[str]) -> MediaRule:
-    """The rule for OpenAI-style parts on a gateway whose backends are of ``providers``
-    (``Backend.provider``): Anthropic's formula where all speak its dialect, the dearer of
-    both where some do."""
-    kinds = {"anthropic" if _dialect(p) == "anthropic" else "openai" for p in providers}
-    if kinds == {"anthropic"}:
-        return "anthropic"
-    return "both" if "anthropic" in kinds else "openai"
+def media_rule(backends: Iterable[str | tuple[str, object]]) -> MediaRule:
+    """The rule for OpenAI-style parts sent to any of ``backends`` — ``(provider, model)``
+    pairs (``Backend.provider``, ``Backend.model``), or bare providers: Anthropic's formula
+    for one that speaks its dialect, OpenAI's patches for a patch model, else its tiles; the
+    dearest of them where they differ."""
+    rules: set[str | float] = set()
+    for backend in backends:
+        provider, model = (backend, None) if isinstance(backend, str) else backend
+        if _dialect(provider) == "anthropic":
+            rules.add("anthropic")
+        else:
+            multiplier = _patch_multiplier(model)
+            rules.add("tiles" if multiplier is None else multiplier)
+    for name, named in _NAMED.items():
+        if rules == named:
+            return name  # type: ignore[return-value]
+    return frozenset(rules) if rules else "openai"
+
+
+def call_media_rule(
+    backends: Iterable[Any], pinned: str | None, model: object = None
+) -> MediaRule:
+    """The rule of a call that may go to any of ``backends`` (``Backend`` objects), or only
+    to ``pinned`` (``backend=``); ``model``: the call's own ``model=``, sent instead of each
+    backend's."""
+    return media_rule(
+        (b.provider, model if isinstance(model, str) and model else b.model)
+        for b in backends if pinned is None or b.name == pinned
+    )
+
+
+def _patch_multiplier(model: object) -> float | None:
+    if not isinstance(model, str) or not model:
+        return None
+    name = model.rsplit("/", 1)[-1]  # OpenRouter's "openai/gpt-4.1-mini"
+    for prefix, multiplier in OPENAI_PATCH_MULTIPLIERS.items():
+        if name == prefix or name.startswith(prefix + "-20"):
+            return multiplier
+    return None
 
 
 def _dialect(provider: str) -> str:
@@ -173,8 +256,30 @@ def _payload(data: str, chars: int | None = None) -> str | None:
     return data[comma + 1 :] if chars is None else data[comma + 1 : comma + 1 + chars]
 
 
+def _rules(rule: MediaRule) -> frozenset[str | float]:
+    return _NAMED[rule] if isinstance(rule, str) else rule
+
+
 def _image_max(rule: MediaRule) -> int:
-    return OPENAI_IMAGE_MAX if rule == "openai" else ANTHROPIC_IMAGE_MAX
+    """The dearest image of the rule (a PDF page's image)."""
+    return max(_image_tokens(r, None, False, True) for r in _rules(rule))
+
+
+def _image_tokens(rule: str | float, size: tuple[int, int] | None, low: bool,
+                  unseen: bool) -> int:
+    """One formula's tokens for an image of ``size`` (None: unreadable)."""
+    if rule == "tiles":  # a low-detail image costs 85 whatever its size
+        if size is not None:
+            return openai_image_tokens(*size, "low" if low else "high")
+        return OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX if unseen else 0
+    if rule == "anthropic":
+        if size is not None:
+            return anthropic_image_tokens(*size)
+        return ANTHROPIC_IMAGE_MAX if unseen else 0
+    assert isinstance(rule, float)
+    if size is not None:
+        return openai_patch_tokens(*size, rule)
+    return _ceil(_PATCH_CAP * rule) if unseen else 0
 
 
 def _openai_image(part: Mapping[str, Any], rule: MediaRule, unseen: bool) -> int:
@@ -186,15 +291,7 @@ def _openai_image(part: Mapping[str, Any], rule: MediaRule, unseen: bool) -> int
     payload = _payload(url, HEAD_CHARS + 64) if isinstance(url, str) and is_data else None
     size = _image_size(payload) if payload else None
     low = detail == "low"
-    if size is None:  # a low-detail image costs 85 whatever its size
-        openai = OPENAI_IMAGE_LOW if low else OPENAI_IMAGE_MAX if unseen else 0
-        anthropic = ANTHROPIC_IMAGE_MAX if unseen else 0
-    else:
-        openai = openai_image_tokens(*size, "low" if low else "high")
-        anthropic = anthropic_image_tokens(*size)
-    if rule == "openai":
-        return openai
-    return anthropic if rule == "anthropic" else max(openai, anthropic)
+    return max(_image_tokens(r, size, low, unseen) for r in _rules(rule))
 
 
 def _image_size(payload: str) -> tuple[int, int] | None:

@@ -143,8 +143,8 @@ class CachedCalls:
             span.set_attributes({
                 CACHE_HIT: True,
                 NAMES["backend"]: result.backend,
-                NAMES["response_model"]: result.model,
-                NAMES["finish_reasons"]: [result.finish_reason or ""],
+                NAMES["call_response_model"]: result.model,
+                NAMES["call_finish_reasons"]: [result.finish_reason or ""],
             })
         telemetry.end_call(span, cost_usd=0.0)
         entry = gate.ledger.entries.get(result.backend)

@@ -55,6 +55,7 @@ from .guard_self_wait import unblocked
 from .late_answer import LateAnswer, read_to_its_end
 from .limits import Permit
 from .local_refusal import local_refusal
+from .media_tokens import media_rule
 from .observe import ResponseTap
 from .operations import GENERATIVE as _GENERATIVE
 from .operations import operation_of
@@ -590,7 +591,7 @@ class _Attempt:
             text=answer.text if answer is not None else None,
             raw=answer.raw() if answer is not None else None,
             **endpoint(self.state.name, self.state.pool.client.base_url),
-            billed=self.booked, abandoned=self.gone and error is None,
+            billed=self.booked, abandoned=self.gone and error is None, late=self.late,
         )
         if self.trail is not None:
             self.trail.after(self.span, error)
@@ -641,10 +642,13 @@ def _prompt_tokens(body: Mapping[str, Any]) -> int:
 
 def _input_tokens(body: Mapping[str, Any]) -> int:
     messages = body.get("messages")
+    media = media_rule([("openai", body.get("model"))])  # an image by its model's rule
     if isinstance(messages, list):
         system = body.get("system")  # Anthropic's system prompt, beside the messages
         extra = [{"role": "system", "content": system}] if system else []
-        return estimate_prompt_tokens([*extra, *(m for m in messages if isinstance(m, Mapping))])
+        return estimate_prompt_tokens(
+            [*extra, *(m for m in messages if isinstance(m, Mapping))], media
+        )
     instructions = body.get("instructions")  # the Responses API's system prompt
     told = estimate_text_tokens(instructions) if isinstance(instructions, str) else 0
     for key in ("prompt", "input"):
@@ -658,7 +662,7 @@ def _input_tokens(body: Mapping[str, Any]) -> int:
             return (
                 told
                 + sum(estimate_text_tokens(v) for v in value if isinstance(v, str))
-                + (estimate_prompt_tokens(items) if items else 0)
+                + (estimate_prompt_tokens(items, media) if items else 0)
             )
     return told
 

@@ -16,7 +16,8 @@ was "no sign the backend is down"), so a backend that cut every stream after its
 kept its circuit closed; an SDK's cut stream on ``gate.http_client`` counted; a guard's stream
 counted as a success the moment the function returned it, and its cut not at all; and an SDK
 stream read to a clean EOF without its terminal event was a success
-(tests/test_stream_cut_circuit.py).
+(tests/test_stream_cut_circuit.py). A sync guard's returned generator or iterator class
+closed early was a success too (tests/test_sync_guard_generator_left.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .stream_reads import StreamReads
+from .stream_reads import LeftByCaller, StreamReads
 
 __all__ = ["FollowedIterator", "ProxyOf"]
 
@@ -52,8 +52,9 @@ class ProxyOf:
 
 class FollowedIterator(ProxyOf):
     """A sync iterator with ``close`` a guarded function returned (not a generator, no HTTP
-    response): ``ended`` is told once it is read to its end, closed, cut by an error or
-    dropped, and the original is closed at its end."""
+    response): ``ended`` is told once it is read to its end (None), cut by an error (that
+    error), or closed or dropped before its end (``LeftByCaller``: no success), and the
+    original is closed at its end."""
 
     _OWN = frozenset({"_original", "_ended", "_reads"})
 
@@ -77,17 +78,20 @@ class FollowedIterator(ProxyOf):
         try:
             return self._reads.next_of(self._original)
         except StopIteration:
-            self.close()
+            self._close(None)
             raise
         except Exception as error:
             self._end(error)
             raise
 
     def close(self) -> None:
+        self._close(LeftByCaller())
+
+    def _close(self, how: Exception | None) -> None:
         try:
             self._original.close()
         finally:
-            self._end()
+            self._end(how)
 
     def __enter__(self) -> FollowedIterator:
         return self
@@ -96,4 +100,5 @@ class FollowedIterator(ProxyOf):
         self.close()
 
     def __del__(self) -> None:
-        self._end()
+        if self._ended is not None:  # dropped before its end
+            self._end(LeftByCaller())

@@ -11,9 +11,16 @@ import httpx2
 
 from .errors import RequestTimeout
 
-__all__ = ["PAST_DEADLINE", "StreamReads"]
+__all__ = ["PAST_DEADLINE", "LeftByCaller", "StreamReads"]
 
 PAST_DEADLINE = "gptgate: the call deadline passed while reading the answer"
+
+
+class LeftByCaller(Exception):
+    """How a returned stream ended when its caller closed or dropped it before its end (an
+    SDK's event stream before its terminal event, a generator or iterator before its last
+    item): no verdict for the circuit (gptgate/stream_cut.py) — it counted as a success,
+    which reset a run of the backend's failures."""
 
 
 class StreamReads:

@@ -41,7 +41,7 @@ from .guard_nested import settle
 from .guard_stream import event_stream_tap
 from .stream_cut import EARLY_END, ended_early
 from .stream_proxy import FollowedIterator
-from .stream_reads import StreamReads
+from .stream_reads import LeftByCaller, StreamReads
 from .stream_watch import PROBE_LIVE_READER_S, PROBE_S, TICK_S, collect_cycles, collect_young
 from .sync_http import GUARDED_HERE
 from .sync_portal import LoopPortal, call_on, spawn_on, wait
@@ -61,12 +61,6 @@ _DONE = object()
 
 class _CallerLeft(Exception):
     """The caller's thread was interrupted inside the function: the try ends here."""
-
-
-class _LeftUnfinished(Exception):
-    """How a returned SDK event stream ended when its caller closed or dropped it before its
-    terminal event: no verdict for the circuit (gptgate/stream_cut.py) — it counted as a
-    success, which reset a run of the server's cuts."""
 
 
 class ThreadCall(Generic[R]):
@@ -172,7 +166,7 @@ class ThreadCall(Generic[R]):
 
     def _stream_ended(self, error: Exception | None) -> None:
         if self._stream_end is not None:
-            self._stream_left = isinstance(error, _LeftUnfinished)
+            self._stream_left = isinstance(error, LeftByCaller)
             self._stream_error = None if self._stream_left else error
             self._stream_end.set()
 
@@ -295,7 +289,7 @@ class _EndWatch(httpx2.SyncByteStream):
         """Closed or dropped: an event stream before its terminal event was left by its
         caller (no verdict); anything else ends as before."""
         tap = self._tap
-        self._end(_LeftUnfinished() if tap is not None and not tap.complete else None)
+        self._end(LeftByCaller() if tap is not None and not tap.complete else None)
 
     def close(self) -> None:
         try:
@@ -308,9 +302,14 @@ class _EndWatch(httpx2.SyncByteStream):
 
 
 def _watched_generator(inner: Iterator[Any], ended: StreamEnd, reads: StreamReads) -> Iterator[Any]:
+    """``inner`` read through ``reads``; ``ended`` told once: None at its end, what cut it,
+    or ``LeftByCaller`` when its caller closed or dropped it first (no success)."""
     error: Exception | None = None
     try:
         yield from reads.pieces(inner)
+    except GeneratorExit:
+        error = LeftByCaller()
+        raise
     except Exception as cut:
         error = cut
         raise

@@ -1,16 +1,19 @@
 """OpenTelemetry traces and metrics, following the GenAI semantic conventions (v1.41).
 
 One INTERNAL span per call, one CLIENT span per attempt (a failover changes backend and model),
-named ``"{operation} {model}"``. Every attribute and metric name lives in :data:`NAMES` so a
-switch to the renamed conventions is one edit. Prompt and completion text go on spans only when
-``capture_content`` is on. Nothing here ever sees an API key.
+named ``"{operation} {model}"``. The attempts are the GenAI spans (``gen_ai.operation.name``,
+``gen_ai.provider.name``): the call's span carries gptgate's own names only, so a GenAI-aware
+backend that counts spans with an operation counts each model call once. Every attribute and
+metric name lives in :data:`NAMES` so a switch to the renamed conventions is one edit. Prompt
+and completion text go on spans only when ``capture_content`` is on. Nothing here ever sees an
+API key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -26,6 +29,9 @@ except ImportError:  # pragma: no cover - another API version: always record
     _UnsetMeterProvider = None  # type: ignore[assignment,misc]
 from .results import Usage
 from .unsent_calls import UnsentCalls
+
+if TYPE_CHECKING:
+    from .late_answer import LateAnswer
 
 __all__ = [
     "LINKS", "NAMES", "Endpoint", "Telemetry", "endpoint", "provider_name", "usage_attributes"
@@ -76,6 +82,12 @@ NAMES: dict[str, str] = {
     "stream_decision": "gptgate.stream_decision",
     "guard_function": "gptgate.guard.function",
     "outcome": "gptgate.outcome",
+    # a call's INTERNAL span (gptgate's bookkeeping around its attempts): no gen_ai.* name,
+    # or a GenAI-aware backend would count it as one more model call (docs/guide/observability.md)
+    "call_operation": "gptgate.operation",
+    "call_request_model": "gptgate.request.model",
+    "call_response_model": "gptgate.response.model",
+    "call_finish_reasons": "gptgate.response.finish_reasons",
     "metric_queue": "gptgate.client.queue.duration",
     "metric_pool_wait": "gptgate.client.pool.wait",
     # tiered serving (docs/tiers.md)
@@ -253,7 +265,9 @@ class Telemetry:
 
     def start_call(self, scenario: str, model: str | None) -> Span:
         """The call's INTERNAL span, ``"chat {request model}"`` (just ``"chat"`` until the
-        model is known: see :meth:`name_call`). Not made current: a stream's span lives in an
+        model is known: see :meth:`name_call`), with ``gptgate.operation`` and
+        ``gptgate.request.model`` — no ``gen_ai.*`` attribute: its attempts' CLIENT spans are
+        the model calls, each with its provider. Not made current: a stream's span lives in an
         async generator, whose context would leak to the caller between yields — its
         attempts are parented to it explicitly (:meth:`parent_of`)."""
         if not self.tracing:
@@ -262,10 +276,10 @@ class Telemetry:
         cached = self._call_attributes.get(key)
         if cached is None:
             attributes: dict[str, Any] = {
-                NAMES["scenario"]: scenario, NAMES["operation"]: "chat"
+                NAMES["scenario"]: scenario, NAMES["call_operation"]: "chat"
             }
             if model:
-                attributes[NAMES["request_model"]] = model
+                attributes[NAMES["call_request_model"]] = model
             cached = _remember(
                 self._call_attributes, key, (f"chat {model}" if model else "chat", attributes)
             )
@@ -302,16 +316,17 @@ class Telemetry:
         backend: str | None = None,
         host: str | None = None,
         port: int | None = None,
+        late: LateAnswer | None = None,
     ) -> None:
         """An attempt gptgate hung up on (a hedge's loser, a cancelled call, a stream its
         caller left): what the ledger booked for it, on its span so that a call's attempts
         add up to its cost, and in ``gen_ai.client.token.usage`` (``gptgate.outcome=
-        "abandoned"``) so that the metric adds up to the bill. No duration point: it is
+        "abandoned"``) so that the metric adds up to the bill — an answer still read to its
+        end (``late``) at its real usage, once it is known. No duration point: it is
         neither a success nor the backend's failure."""
-        if usage is not None and provider is not None and model is not None and self.metering:
-            self._record_attempt(
-                provider, model, None, usage, None, None, operation, (backend, host, port),
-                outcome="abandoned",
+        if provider is not None and model is not None and self.metering:
+            self._record_tokens(
+                provider, model, usage, None, operation, (backend, host, port), "abandoned", late
             )
         if span.is_recording():
             attributes: dict[str, Any] = {NAMES["outcome"]: "abandoned",
@@ -429,6 +444,7 @@ class Telemetry:
         port: int | None = None,
         billed: Usage | None = None,
         abandoned: bool = False,
+        late: LateAnswer | None = None,
     ) -> None:
         """End an attempt's span; ``text`` and ``raw`` (the answer's body, for its tool
         calls) go on it only with ``capture_content``. ``backend``, ``host`` and ``port``
@@ -436,19 +452,21 @@ class Telemetry:
         ``billed``: what the ledger booked for an attempt with no whole answer (a timeout
         after the send, a cut stream) — counted in ``gen_ai.client.token.usage`` as the
         conventions ask (billable tokens), under its ``error.type``; ``abandoned``: the
-        caller left it (:meth:`abandoned`'s points, no duration)."""
+        caller left it (:meth:`abandoned`'s points, no duration); ``late``: its answer is
+        still read to its end (``abandoned_answers="finish"``) — its token points wait for
+        its real bill (gptgate/late_answer.py)."""
         if self.metering:
+            where = (backend, host, port)
             if abandoned:
-                if billed is not None:
-                    self._record_attempt(
-                        provider, model, None, billed, None, None, operation,
-                        (backend, host, port), outcome="abandoned",
-                    )
-            else:
-                self._record_attempt(
-                    provider, model, duration_s, usage if error is None else billed, ttft_s,
-                    error, operation, (backend, host, port),
-                )
+                self._record_tokens(provider, model, billed, None, operation, where,
+                                    "abandoned", late)
+            elif error is None:
+                self._record_attempt(provider, model, duration_s, usage, ttft_s, None,
+                                     operation, where)
+            else:  # the duration now; the tokens when the bill is known
+                self._record_attempt(provider, model, duration_s, None, ttft_s, error,
+                                     operation, where)
+                self._record_tokens(provider, model, billed, error, operation, where, None, late)
         if span.is_recording():
             # set at once: one lock, not one per attribute
             attributes: dict[str, Any] = dict(extra) if extra else {}
@@ -468,6 +486,29 @@ class Telemetry:
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
             span.set_attributes(attributes)
         span.end()
+
+    def _record_tokens(
+        self,
+        provider: str,
+        model: str,
+        booked: Usage | None,
+        error: BaseException | None,
+        operation: str,
+        where: tuple[str | None, str | None, int | None],
+        outcome: str | None,
+        late: LateAnswer | None,
+    ) -> None:
+        """The token points of an attempt with no whole answer: what the ledger booked for
+        it, or — its answer still read to its end (``late``) — what it holds once that ends."""
+
+        def record(usage: Usage) -> None:
+            self._record_attempt(provider, model, None, usage, None, error, operation, where,
+                                 outcome=outcome)
+
+        if late is not None and late.tokens(record):
+            return
+        if booked is not None:
+            record(booked)
 
     def _record_attempt(
         self,

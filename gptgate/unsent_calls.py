@@ -27,7 +27,7 @@ __all__ = ["REFUSAL_ERRORS", "UnsentCalls"]
 #: for it. Not here: an SDK's retry the retry budget refused (its call's first request was
 #: sent), a guarded body's request (its guard answers for the call)
 REFUSAL_ERRORS = {
-    "circuit-open": "BackendError",
+    "circuit-open": "CircuitOpenError",
     "dollar-budget": "BudgetExceededError",
     "paused": "RateLimitedError",
 }

@@ -106,7 +106,7 @@ async def test_chat_call_span_is_named_after_the_request_model() -> None:
         await gate.chat(USER, model="gpt-x")
     calls, _ = _split(exporter)
     assert [s.name for s in calls] == ["chat m", "chat gpt-x"]
-    assert _attrs(calls[1])[NAMES["request_model"]] == "gpt-x"
+    assert _attrs(calls[1])[NAMES["call_request_model"]] == "gpt-x"
 
 
 async def test_a_failed_chat_marks_its_call_span() -> None:

@@ -30,6 +30,15 @@ WITH_IMAGE = [{"role": "user", "content": [
 BUDGET = gg.Budget(usd_per_hour=0.002, on_exceed="raise")
 
 
+def claude_backend(clock: LoopClock) -> tuple[gg.Backend, SimEngine]:
+    """A Claude backend on the simulator's Anthropic profile, named "claude"."""
+    return sim_backend(
+        ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
+        base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
+        model="claude-sonnet-4-5",
+    )
+
+
 def _gateway(clock: LoopClock, budget: gg.Budget | None) -> tuple[gg.Gateway, SimEngine]:
     backend, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
     return gg.Gateway([backend], clock=clock, seed=1, budget=budget), engine
@@ -103,11 +112,7 @@ def test_an_image_for_claude_is_reserved_by_anthropics_rule() -> None:
 
     async def main() -> dict[str, Any]:
         clock = LoopClock()
-        backend, engine = sim_backend(
-            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
-            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
-            model="claude-sonnet-4-5",
-        )
+        backend, engine = claude_backend(clock)
         # ~$0.0020 reserved by OpenAI's 765 tokens would fit; ~$0.0035 by Anthropic's not
         budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
         async with gg.Gateway([backend], clock=clock, seed=1, budget=budget) as gate:
@@ -150,7 +155,8 @@ def test_a_guessed_image_size_never_refuses_a_call_for_its_context_window() -> N
 
 def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() -> None:
     """An image_url part may go to either: 1000×1000 is 765 tokens at OpenAI, 1,334 at
-    Anthropic, and a gateway with both reserves 1,334 wherever the call is routed."""
+    Anthropic, and a gateway with both reserves 1,334 for a call it may route to either (one
+    pinned to a backend is priced by that backend's rule: tests/test_media_patch_rule.py)."""
     ask = [{"role": "user", "content": [
         QUESTION, {"type": "image_url", "image_url": {"url": data_url("image/png",
                                                                       png(1000, 1000))}},
@@ -159,17 +165,13 @@ def test_a_gateway_with_openai_and_claude_backends_reserves_the_dearer_rule() ->
     async def main() -> int:
         clock = LoopClock()
         gpt, engine = sim_backend("gpu", name="sim", clock=clock, seed=1, price=PRICE)
-        claude, _ = sim_backend(
-            ANTHROPIC_PROFILE, name="claude", clock=clock, seed=7, provider="anthropic",
-            base_url="http://127.0.0.1:8000", api_key="sk-ant-test", price=PRICE,
-            model="claude-sonnet-4-5",
-        )
+        claude, _ = claude_backend(clock)
         budget = gg.Budget(usd_per_hour=0.0025, on_exceed="raise")
         async with gg.Gateway([gpt], clock=clock, seed=1, budget=budget) as gate:
             await gate.chat(ask, max_tokens=MAX_TOKENS)  # 765 tokens: fits
         async with gg.Gateway([gpt, claude], clock=clock, seed=1, budget=budget) as gate:
             with pytest.raises(gg.BudgetExceededError):
-                await gate.chat(ask, max_tokens=MAX_TOKENS, backend="sim")
+                await gate.chat(ask, max_tokens=MAX_TOKENS)
         return engine.ledger.snapshot().requests
 
     assert run_virtual(main) == 1

@@ -21,6 +21,7 @@ import gptgate as gg
 from gptgate.response_cache import request_key
 from gptgate.response_cache_calls import CACHE_HIT
 from gptgate.sim import LoopClock, SimEngine, SimServer, SimTransport, run_virtual
+from gptgate.telemetry import NAMES
 from tests.fleettools import namespace
 
 #: these tests are about who sends a call, not Redis's speed: a Redis reply read late on a
@@ -328,6 +329,9 @@ def test_a_hit_is_a_span_with_gptgate_cache_hit_true() -> None:
         assert [s.name for s in spans] == ["chat m"]
         attributes = spans[0].attributes or {}
         assert attributes[CACHE_HIT] is True and attributes["gptgate.cost_usd"] == 0.0
+        # no model was called: nothing a GenAI-aware backend counts as one (gen_ai.*)
+        assert not [k for k in attributes if k.startswith("gen_ai.")]
+        assert NAMES["call_response_model"] in attributes
 
     run_virtual(main)
 

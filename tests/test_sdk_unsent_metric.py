@@ -69,7 +69,7 @@ async def test_sdk_requests_refused_by_the_open_circuit_are_counted() -> None:
     assert 0 < sent < failed  # the circuit opened after a few
     assert sent + sum(c for _, c in unsent) == failed == REQUESTS
     assert {(a["error.type"], a["gptgate.backend"]) for a, _ in unsent} == {
-        ("BackendError", "dead")
+        ("CircuitOpenError", "dead")
     }
 
 

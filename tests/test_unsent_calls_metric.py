@@ -60,7 +60,7 @@ async def test_calls_failed_at_an_open_circuit_are_counted() -> None:
     point = unsent[0]
     assert point.value == 9  # 8 calls and the stream, never sent
     assert dict(point.attributes) == {
-        "error.type": "BackendError", "gptgate.backend": "b", "gptgate.scenario": "default",
+        "error.type": "CircuitOpenError", "gptgate.backend": "b", "gptgate.scenario": "default",
     }
 
 
