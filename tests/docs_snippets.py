@@ -4,7 +4,11 @@ an attribute a returned object does not carry. Static (no call is made), so it i
 deterministic; tests/test_docs_snippets.py runs it.
 
 A block that is deliberately not Python-as-written is marked in the markdown, on the line
-before its fence: ``<!-- snippet: skip -->`` (not compiled or checked). Blocks without
+before its fence: ``<!-- snippet: skip -->`` (not compiled or checked); the same line before
+a paragraph leaves that paragraph's inline code unchecked (calls shown because they are
+refused). A chat verb's keywords (``gate.chat``, ``stream``, ``map``, ``batch``, a
+``SyncGateway``'s too) are its own or an OpenAI chat request's fields: anything else would
+go to the server as a body key, which a self-hosted server ignores without a word. Blocks without
 imports are fragments: ``gg`` is then ``gptgate``, and ``gate`` a ``Gateway`` unless the
 block builds it otherwise.
 """
@@ -82,12 +86,37 @@ def _gateway_keywords() -> set[str]:
     return taken | set(gg.GatewayConfig.model_fields)
 
 
+#: the verbs whose ``**params`` are a chat request's own (sent to the server as written)
+_CHAT_VERBS = ("chat", "stream", "map", "batch")
+
+
+def _chat_keywords() -> set[str]:
+    """What a chat verb's ``**params`` may name: ``Gateway.chat``'s own keywords and the
+    OpenAI chat request's fields (``max_tokens``, ``temperature``, ...), plus ``extra_body``."""
+    import gptgate as gg
+    from openai.types.chat import completion_create_params
+
+    own = set(inspect.signature(gg.Gateway.chat).parameters) - {"self", "messages", "params"}
+    fields = set(completion_create_params.CompletionCreateParamsBase.__annotations__)
+    return own | fields | {"extra_body", "messages"}
+
+
 def _accepted(target: Any) -> set[str] | None:
-    """The keywords ``target(...)`` takes; None when any is (``**kwargs`` passed on)."""
+    """The keywords ``target(...)`` takes; None when any is (``**kwargs`` passed on).
+    A chat verb's ``**params`` are a chat request's (a ``SyncGateway`` verb's are its
+    ``Gateway`` verb's): a keyword neither names is a typo the server would refuse."""
     import gptgate as gg
 
     if target in (gg.Gateway, gg.SyncGateway):
         return _gateway_keywords() | {"gateway"}
+    name = getattr(target, "__name__", "")
+    if getattr(target, "__qualname__", "").split(".")[0] in ("Gateway", "SyncGateway") and (
+        name in _CHAT_VERBS
+    ):
+        gateway_verb = getattr(gg.Gateway, name)
+        named = {n for n, p in inspect.signature(gateway_verb).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY}
+        return named | _chat_keywords()
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -421,9 +450,11 @@ def inline_calls() -> Iterator[Block]:
     starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\(")
     for path in pages():
         prose, fenced = [], False  # the page with its fenced blocks blanked, lines kept
+        skipping = False  # a paragraph after a SKIP line: its calls are wrong on purpose
         for line in path.read_text(encoding="utf-8").splitlines():
             fence = line.strip().startswith("```")
-            prose.append("" if fenced or fence else line)
+            skipping = (skipping or line.strip() == SKIP) and bool(line.strip())
+            prose.append("" if fenced or fence or skipping else line)
             fenced ^= fence
         text = "\n".join(prose)
         for found in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):

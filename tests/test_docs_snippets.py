@@ -51,6 +51,9 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "    gg.BatchPolicy(8, 2.0)",
         "except gg.BudgetExceededError as error:",
         "    error.spent",
+        "r = await gate.chat(messages, hedges=True, temperature=0, max_attempts=2)",
+        "with gg.SyncGateway([]) as sync:",
+        "    sync.map(items, max_pendng=8, max_tokens=60, backend='x')",
     ]), skipped=False)
     found = "\n".join(snippets.check(block))
     for expected in [
@@ -66,9 +69,12 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "README.md:13: ChatResult has no attribute 'textt'",
         "README.md:15: BatchPolicy() takes 0 positional argument(s), the page gives 2",
         "README.md:17: BudgetExceededError has no attribute 'spent'",
+        # a chat verb's **params go to the server: a typo there is no error until then
+        "README.md:18: Gateway.chat() takes no keyword 'hedges'",
+        "README.md:20: SyncGateway.map() takes no keyword 'max_pendng'",
     ]:
         assert expected in found
-    assert len(re.findall(r"^README", found, re.M)) == 12, found
+    assert len(re.findall(r"^README", found, re.M)) == 14, found
     # inline: a span that wraps a line, and a call inside a span that is a shape, not code
     assert snippets._placeholders("gate.batch(items, ..., max_tokens=60)") == (
         "gate.batch(items, max_tokens=60)")
@@ -127,3 +133,16 @@ def test_a_block_marked_skip_is_not_checked(tmp_path: Path) -> None:
                     "```python\ngg.Budget(usd_per_hour=1)\n```\n", encoding="utf-8")
     found = list(snippets.blocks(page))
     assert [(b.line, b.skipped) for b in found] == [(5, True), (9, False)]
+
+
+def test_a_paragraph_marked_skip_has_its_inline_calls_unchecked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/guide/calls.md shows `gate.map(items, concurrency="auto")` because the library
+    refuses it: the paragraph after the marker is not read, the next one is."""
+    page = tmp_path / "page.md"
+    page.write_text('<!-- snippet: skip -->\n`gate.chat(m, max_concurrency=8)` is refused\n'
+                    '`gg.Nope(1)` too\n\n`gg.Budget(usd_per_hour=1)`\n', encoding="utf-8")
+    monkeypatch.setattr(snippets, "pages", lambda: [page])
+    assert [(b.line, b.source) for b in snippets.inline_calls()] == [
+        (5, "gg.Budget(usd_per_hour=1)")]
