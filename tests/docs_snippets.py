@@ -93,8 +93,9 @@ _CHAT_VERBS = ("chat", "stream", "map", "batch")
 def _chat_keywords() -> set[str]:
     """What a chat verb's ``**params`` may name: ``Gateway.chat``'s own keywords and the
     OpenAI chat request's fields (``max_tokens``, ``temperature``, ...), plus ``extra_body``."""
-    import gptgate as gg
     from openai.types.chat import completion_create_params
+
+    import gptgate as gg
 
     own = set(inspect.signature(gg.Gateway.chat).parameters) - {"self", "messages", "params"}
     fields = set(completion_create_params.CompletionCreateParamsBase.__annotations__)
@@ -490,3 +491,46 @@ def _parses(code: str) -> bool:
 
 def _qualified(code: str) -> str:
     return code if code.startswith(("gg.", "gate.", "gptgate.")) else f"gg.{code}"
+
+
+def inline_names() -> Iterator[tuple[str, str]]:
+    """Each dotted name the prose writes in code, ```gg.PROVIDERS``` or
+    ```gptgate.sim.DEEPSEEK_PRICE```, with where it is (a call is checked by ``inline_calls``)."""
+    for path in pages():
+        text = path.read_text(encoding="utf-8")
+        for found in re.finditer(r"`((?:gg|gptgate)(?:\.\w+)+)`", text):
+            line = text.count("\n", 0, found.start()) + 1
+            yield f"{path.relative_to(ROOT)}:{line}", found.group(1)
+
+
+def _telemetry_names() -> set[str]:
+    """The ``"gptgate.…"`` strings of the source: span attributes and metric names."""
+    names: set[str] = set()
+    for source in (ROOT / "gptgate").rglob("*.py"):
+        names.update(re.findall(r"[\"'](gptgate(?:\.\w+)+)[\"']", source.read_text("utf-8")))
+    return names
+
+
+def unresolved(dotted: str, telemetry: set[str]) -> bool:
+    """Whether ``dotted`` is neither a name of the package (a module, an attribute, a model's
+    field) nor one of the span attributes and metrics it emits."""
+    if dotted in telemetry:
+        return False
+    parts = ["gptgate", *dotted.split(".")[1:]]
+    owner: Any = None
+    taken = 0
+    for end in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        taken = end
+        break
+    for part in parts[taken:]:
+        if isinstance(owner, type) and _has_attribute(owner, part):
+            owner = getattr(owner, part, UNKNOWN)
+        elif owner is not UNKNOWN and hasattr(owner, part):
+            owner = getattr(owner, part)
+        elif owner is not UNKNOWN:
+            return True
+    return False

@@ -146,3 +146,17 @@ def test_a_paragraph_marked_skip_has_its_inline_calls_unchecked(
     monkeypatch.setattr(snippets, "pages", lambda: [page])
     assert [(b.line, b.source) for b in snippets.inline_calls()] == [
         (5, "gg.Budget(usd_per_hour=1)")]
+
+
+def test_each_dotted_name_in_the_prose_exists() -> None:
+    """```gg.PROVIDERS[name].strict_messages```, ```gptgate.sim.DEEPSEEK_PROFILE```: a name
+    the prose gives is the package's, or a span attribute or metric it emits
+    (```gptgate.retry_reason```)."""
+    telemetry = snippets._telemetry_names()
+    names = list(snippets.inline_names())
+    assert len(names) > 100
+    assert [f"{where}: {name}" for where, name in names
+            if snippets.unresolved(name, telemetry)] == []
+    for wrong in ("gg.Nope", "gptgate.sim.NOPE_PROFILE", "gg.Backend.colour", "gptgate.nope_s"):
+        assert snippets.unresolved(wrong, telemetry), wrong
+    assert not snippets.unresolved("gg.Backend.abandon_grace_s", telemetry)
