@@ -160,3 +160,22 @@ def test_each_dotted_name_in_the_prose_exists() -> None:
     for wrong in ("gg.Nope", "gptgate.sim.NOPE_PROFILE", "gg.Backend.colour", "gptgate.nope_s"):
         assert snippets.unresolved(wrong, telemetry), wrong
     assert not snippets.unresolved("gg.Backend.abandon_grace_s", telemetry)
+
+
+def test_each_field_of_what_a_call_returns_is_named_in_the_docs() -> None:
+    """The fields a reader gets back — a call's result, its usage, ``gate.stats()``, the
+    budget's status, a plan — are each named in code on some page (``streamed_attempts`` and
+    ``plain_attempts`` were only "streamed vs plain attempts")."""
+    import dataclasses
+
+    import gptgate as gg
+
+    text = "\n".join(page.read_text(encoding="utf-8") for page in snippets.pages())
+    spans = " ".join(re.findall(r"`[^`\n]+`", text)) + "\n".join(
+        block.source for page in snippets.pages() for block in snippets.blocks(page))
+    missing = []
+    for cls in (gg.ChatResult, gg.Usage, gg.BackendStats, gg.BudgetStatus, gg.Plan):
+        fields = getattr(cls, "model_fields", None) or [f.name for f in dataclasses.fields(cls)]
+        missing += [f"{cls.__name__}.{name}" for name in fields
+                    if not re.search(rf"\b{name}\b", spans)]
+    assert missing == []
