@@ -179,3 +179,14 @@ def test_each_field_of_what_a_call_returns_is_named_in_the_docs() -> None:
         missing += [f"{cls.__name__}.{name}" for name in fields
                     if not re.search(rf"\b{name}\b", spans)]
     assert missing == []
+
+
+def test_the_api_reference_renders_every_public_name() -> None:
+    """docs/api.md says it is generated from ``gptgate.__all__``: each public name has its
+    ``::: gptgate.NAME`` (17 — ``Budget``, ``plan``, ``profile``, ``PROVIDERS``, … — had none)."""
+    import gptgate
+
+    page = (snippets.ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    rendered = set(re.findall(r"^::: gptgate\.(\w+)$", page, re.M))
+    assert [name for name in gptgate.__all__
+            if name != "__version__" and name not in rendered] == []
