@@ -213,6 +213,10 @@ def _returns(function: Any) -> Any:
     return UNKNOWN
 
 
+#: the SDK clients a page builds on ``gate.http_client(...)``
+_SDK_CLIENTS = {"OpenAI", "AsyncOpenAI", "AzureOpenAI", "AsyncAzureOpenAI", "Anthropic",
+                "AsyncAnthropic"}
+
 #: what a gateway does only once open
 _VERBS = {"chat", "stream", "map", "submit", "embed", "batch", "take_up_batch", "warm"}
 
@@ -317,6 +321,7 @@ class Checker(ast.NodeVisitor):
 
     def call(self, node: ast.Call) -> Any:
         self.opened_first(node)
+        self.sdk_addressed(node)
         target = self.value(node.func)
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             self.visit(argument)
@@ -346,6 +351,22 @@ class Checker(ast.NodeVisitor):
         elif func.attr in _VERBS:
             self.report(node, f"{name}.{func.attr}() on a gateway the block never opened "
                               f"(async with {name}: ...)")
+
+    def sdk_addressed(self, node: ast.Call) -> None:
+        """An SDK client on ``gate.http_client(name)`` is given the backend's URL: the gateway's
+        client sends each request where the SDK addresses it, so ``openai.AsyncOpenAI`` without
+        ``base_url=`` sends the backend's traffic to api.openai.com."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in _SDK_CLIENTS):
+            return
+        keywords = {k.arg: k.value for k in node.keywords}
+        on_gate = keywords.get("http_client")
+        if not (isinstance(on_gate, ast.Call) and isinstance(on_gate.func, ast.Attribute)
+                and on_gate.func.attr == "http_client"):
+            return
+        if not {"base_url", "azure_endpoint"} & set(keywords):
+            self.report(node, f"{func.attr}(http_client=...http_client(...)) without base_url=: "
+                              "the SDK sends to its default host, not the backend's")
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self.in_function += 1
@@ -448,7 +469,8 @@ def inline_calls() -> Iterator[Block]:
     import gptgate
 
     public = "|".join(name for name in gptgate.__all__ if name[0].isupper() or name == "plan")
-    starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\(")
+    starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\("
+                        rf"|(?:openai|anthropic)\.(?:{'|'.join(_SDK_CLIENTS)})\(")
     for path in pages():
         prose, fenced = [], False  # the page with its fenced blocks blanked, lines kept
         skipping = False  # a paragraph after a SKIP line: its calls are wrong on purpose
@@ -490,7 +512,8 @@ def _parses(code: str) -> bool:
 
 
 def _qualified(code: str) -> str:
-    return code if code.startswith(("gg.", "gate.", "gptgate.")) else f"gg.{code}"
+    return code if code.startswith(("gg.", "gate.", "gptgate.", "openai.", "anthropic.")) else (
+        f"gg.{code}")
 
 
 def inline_names() -> Iterator[tuple[str, str]]:

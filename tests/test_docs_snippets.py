@@ -54,6 +54,8 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         "r = await gate.chat(messages, hedges=True, temperature=0, max_attempts=2)",
         "with gg.SyncGateway([]) as sync:",
         "    sync.map(items, max_pendng=8, max_tokens=60, backend='x')",
+        "client = openai.AsyncOpenAI(http_client=gate.http_client('x'), max_retries=0)",
+        "client = openai.AsyncOpenAI(base_url=url, http_client=gate.http_client('x'))",
     ]), skipped=False)
     found = "\n".join(snippets.check(block))
     for expected in [
@@ -72,9 +74,11 @@ def test_the_checker_sees_what_a_reader_would_trip_on() -> None:
         # a chat verb's **params go to the server: a typo there is no error until then
         "README.md:18: Gateway.chat() takes no keyword 'hedges'",
         "README.md:20: SyncGateway.map() takes no keyword 'max_pendng'",
+        # without base_url= the SDK sends the backend's traffic to api.openai.com
+        "README.md:21: AsyncOpenAI(http_client=...http_client(...)) without base_url=",
     ]:
         assert expected in found
-    assert len(re.findall(r"^README", found, re.M)) == 14, found
+    assert len(re.findall(r"^README", found, re.M)) == 15, found
     # inline: a span that wraps a line, and a call inside a span that is a shape, not code
     assert snippets._placeholders("gate.batch(items, ..., max_tokens=60)") == (
         "gate.batch(items, max_tokens=60)")
@@ -190,3 +194,37 @@ def test_the_api_reference_renders_every_public_name() -> None:
     rendered = set(re.findall(r"^::: gptgate\.(\w+)$", page, re.M))
     assert [name for name in gptgate.__all__
             if name != "__version__" and name not in rendered] == []
+
+
+async def test_an_sdk_on_gate_http_client_sends_where_the_sdk_addresses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why the checker asks for ``base_url=``: the gateway's client does not re-address the
+    SDK's requests, so ``openai.AsyncOpenAI(http_client=gate.http_client("gpu-local"))`` as
+    README.md showed it sent gpu-local's traffic to api.openai.com (a MockTransport: nothing
+    leaves the process)."""
+    import httpx2
+    import openai
+
+    import gptgate as gg
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)  # the SDK's own default
+    seen: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(f"{request.url.scheme}://{request.url.host}")
+        return httpx2.Response(200, json={
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+
+    backend = gg.Backend(name="gpu-local", base_url="http://gpu:8000/v1", model="m",
+                         api_key="sk-test", transport=httpx2.MockTransport(answer))
+    async with gg.Gateway([backend]) as gate:
+        for base_url in (None, "http://gpu:8000/v1"):
+            client = openai.AsyncOpenAI(api_key="sk-test", base_url=base_url, max_retries=0,
+                                        http_client=gate.http_client("gpu-local"))
+            await client.chat.completions.create(model="m", messages=[{"role": "user",
+                                                                       "content": "hi"}])
+    assert seen == ["https://api.openai.com", "http://gpu"]
