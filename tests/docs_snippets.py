@@ -4,7 +4,11 @@ an attribute a returned object does not carry. Static (no call is made), so it i
 deterministic; tests/test_docs_snippets.py runs it.
 
 A block that is deliberately not Python-as-written is marked in the markdown, on the line
-before its fence: ``<!-- snippet: skip -->`` (not compiled or checked). Blocks without
+before its fence: ``<!-- snippet: skip -->`` (not compiled or checked); the same line before
+a paragraph leaves that paragraph's inline code unchecked (calls shown because they are
+refused). A chat verb's keywords (``gate.chat``, ``stream``, ``map``, ``batch``, a
+``SyncGateway``'s too) are its own or an OpenAI chat request's fields: anything else would
+go to the server as a body key, which a self-hosted server ignores without a word. Blocks without
 imports are fragments: ``gg`` is then ``gptgate``, and ``gate`` a ``Gateway`` unless the
 block builds it otherwise.
 """
@@ -82,12 +86,38 @@ def _gateway_keywords() -> set[str]:
     return taken | set(gg.GatewayConfig.model_fields)
 
 
+#: the verbs whose ``**params`` are a chat request's own (sent to the server as written)
+_CHAT_VERBS = ("chat", "stream", "map", "batch")
+
+
+def _chat_keywords() -> set[str]:
+    """What a chat verb's ``**params`` may name: ``Gateway.chat``'s own keywords and the
+    OpenAI chat request's fields (``max_tokens``, ``temperature``, ...), plus ``extra_body``."""
+    from openai.types.chat import completion_create_params
+
+    import gptgate as gg
+
+    own = set(inspect.signature(gg.Gateway.chat).parameters) - {"self", "messages", "params"}
+    fields = set(completion_create_params.CompletionCreateParamsBase.__annotations__)
+    return own | fields | {"extra_body", "messages"}
+
+
 def _accepted(target: Any) -> set[str] | None:
-    """The keywords ``target(...)`` takes; None when any is (``**kwargs`` passed on)."""
+    """The keywords ``target(...)`` takes; None when any is (``**kwargs`` passed on).
+    A chat verb's ``**params`` are a chat request's (a ``SyncGateway`` verb's are its
+    ``Gateway`` verb's): a keyword neither names is a typo the server would refuse."""
     import gptgate as gg
 
     if target in (gg.Gateway, gg.SyncGateway):
         return _gateway_keywords() | {"gateway"}
+    name = getattr(target, "__name__", "")
+    if getattr(target, "__qualname__", "").split(".")[0] in ("Gateway", "SyncGateway") and (
+        name in _CHAT_VERBS
+    ):
+        gateway_verb = getattr(gg.Gateway, name)
+        named = {n for n, p in inspect.signature(gateway_verb).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY}
+        return named | _chat_keywords()
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -182,6 +212,10 @@ def _returns(function: Any) -> Any:
         return _class_named(annotation, getattr(function, "__globals__", {}))
     return UNKNOWN
 
+
+#: the SDK clients a page builds on ``gate.http_client(...)``
+_SDK_CLIENTS = {"OpenAI", "AsyncOpenAI", "AzureOpenAI", "AsyncAzureOpenAI", "Anthropic",
+                "AsyncAnthropic"}
 
 #: what a gateway does only once open
 _VERBS = {"chat", "stream", "map", "submit", "embed", "batch", "take_up_batch", "warm"}
@@ -287,6 +321,7 @@ class Checker(ast.NodeVisitor):
 
     def call(self, node: ast.Call) -> Any:
         self.opened_first(node)
+        self.sdk_addressed(node)
         target = self.value(node.func)
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             self.visit(argument)
@@ -316,6 +351,22 @@ class Checker(ast.NodeVisitor):
         elif func.attr in _VERBS:
             self.report(node, f"{name}.{func.attr}() on a gateway the block never opened "
                               f"(async with {name}: ...)")
+
+    def sdk_addressed(self, node: ast.Call) -> None:
+        """An SDK client on ``gate.http_client(name)`` is given the backend's URL: the gateway's
+        client sends each request where the SDK addresses it, so ``openai.AsyncOpenAI`` without
+        ``base_url=`` sends the backend's traffic to api.openai.com."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in _SDK_CLIENTS):
+            return
+        keywords = {k.arg: k.value for k in node.keywords}
+        on_gate = keywords.get("http_client")
+        if not (isinstance(on_gate, ast.Call) and isinstance(on_gate.func, ast.Attribute)
+                and on_gate.func.attr == "http_client"):
+            return
+        if not {"base_url", "azure_endpoint"} & set(keywords):
+            self.report(node, f"{func.attr}(http_client=...http_client(...)) without base_url=: "
+                              "the SDK sends to its default host, not the backend's")
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self.in_function += 1
@@ -418,12 +469,15 @@ def inline_calls() -> Iterator[Block]:
     import gptgate
 
     public = "|".join(name for name in gptgate.__all__ if name[0].isupper() or name == "plan")
-    starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\(")
+    starts = re.compile(rf"(?:gg\.|gate\.|gptgate\.[\w.]*)\w+\(|(?:{public})\("
+                        rf"|(?:openai|anthropic)\.(?:{'|'.join(_SDK_CLIENTS)})\(")
     for path in pages():
         prose, fenced = [], False  # the page with its fenced blocks blanked, lines kept
+        skipping = False  # a paragraph after a SKIP line: its calls are wrong on purpose
         for line in path.read_text(encoding="utf-8").splitlines():
             fence = line.strip().startswith("```")
-            prose.append("" if fenced or fence else line)
+            skipping = (skipping or line.strip() == SKIP) and bool(line.strip())
+            prose.append("" if fenced or fence or skipping else line)
             fenced ^= fence
         text = "\n".join(prose)
         for found in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):
@@ -458,4 +512,48 @@ def _parses(code: str) -> bool:
 
 
 def _qualified(code: str) -> str:
-    return code if code.startswith(("gg.", "gate.", "gptgate.")) else f"gg.{code}"
+    return code if code.startswith(("gg.", "gate.", "gptgate.", "openai.", "anthropic.")) else (
+        f"gg.{code}")
+
+
+def inline_names() -> Iterator[tuple[str, str]]:
+    """Each dotted name the prose writes in code, ```gg.PROVIDERS``` or
+    ```gptgate.sim.DEEPSEEK_PRICE```, with where it is (a call is checked by ``inline_calls``)."""
+    for path in pages():
+        text = path.read_text(encoding="utf-8")
+        for found in re.finditer(r"`((?:gg|gptgate)(?:\.\w+)+)`", text):
+            line = text.count("\n", 0, found.start()) + 1
+            yield f"{path.relative_to(ROOT)}:{line}", found.group(1)
+
+
+def _telemetry_names() -> set[str]:
+    """The ``"gptgate.…"`` strings of the source: span attributes and metric names."""
+    names: set[str] = set()
+    for source in (ROOT / "gptgate").rglob("*.py"):
+        names.update(re.findall(r"[\"'](gptgate(?:\.\w+)+)[\"']", source.read_text("utf-8")))
+    return names
+
+
+def unresolved(dotted: str, telemetry: set[str]) -> bool:
+    """Whether ``dotted`` is neither a name of the package (a module, an attribute, a model's
+    field) nor one of the span attributes and metrics it emits."""
+    if dotted in telemetry:
+        return False
+    parts = ["gptgate", *dotted.split(".")[1:]]
+    owner: Any = None
+    taken = 0
+    for end in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        taken = end
+        break
+    for part in parts[taken:]:
+        if isinstance(owner, type) and _has_attribute(owner, part):
+            owner = getattr(owner, part, UNKNOWN)
+        elif owner is not UNKNOWN and hasattr(owner, part):
+            owner = getattr(owner, part)
+        elif owner is not UNKNOWN:
+            return True
+    return False
