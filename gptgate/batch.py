@@ -128,6 +128,12 @@ def _prepare(
             "itself and wait() returns the results in input order (results[i] answers "
             "items[i]): keep your own ids beside the items"
         )
+    if "extra_headers" in kwargs:  # no request line has headers: else a body parameter
+        raise BadRequestError(
+            f"item {index}: extra_headers cannot go in a Batch API request (its lines carry "
+            "no headers; the batch runs under the backend's own key and headers): set "
+            "Backend(headers=...) on a backend for the job, or send the item with gate.chat"
+        )
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
         validate_messages(messages)  # as gate.chat checks them: else a 400 per item, late
