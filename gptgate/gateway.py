@@ -1009,7 +1009,7 @@ class Gateway:
         Concurrent calls are merged into one request per ``embed_window_s`` and split at the
         backends' caps (docs/embeddings.md); ``timeout`` is the call's deadline, as for
         ``chat``; ``params`` (``dimensions``, …) pass through to the provider."""
-        _check_call_options(timeout, None, None, None)
+        _check_call_options(timeout, None, None, params.get("extra_headers"))
         return await self._embedder.embed(
             texts, model=model, private=private, backend=backend, timeout=timeout, **params
         )
