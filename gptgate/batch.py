@@ -214,6 +214,8 @@ async def submit_batch(
         raise BadRequestError(f"poll_s must be a positive number of seconds, not {poll_s!r}")
     if not isinstance(job_dir, str | os.PathLike):
         raise BadRequestError(f"job_dir must be a path, not {type(job_dir).__name__}")
+    if not os.fspath(job_dir):  # else the current directory, beside whatever it holds
+        raise BadRequestError("job_dir must name a directory, not ''")
     config = _backend(gate, backend)
     state = gate.backend_state(config.name)  # raises while the gateway is not open
     try:
