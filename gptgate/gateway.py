@@ -800,6 +800,7 @@ class Gateway:
     ) -> CallSpec:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
+        params = dict(params)  # the caller's stays whole: gate.stream keys the cache by it
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
         remember_call_headers(headers)  # a caller's own Authorization: masked in errors
