@@ -13,7 +13,7 @@ from typing import Any
 import gptgate as gg
 from gptgate.response_cache import request_key
 from gptgate.sim import LoopClock, SimEngine, run_virtual
-from tests.test_response_cache import _BACKENDS, M, Counting, _backend
+from tests.test_response_cache import _BACKENDS, Counting, M, _backend
 
 
 def test_the_same_request_written_two_ways_is_one_key() -> None:
