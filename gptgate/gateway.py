@@ -1009,7 +1009,8 @@ class Gateway:
         """Embedding vectors: a list in order for a list of texts, one vector for one string.
         Concurrent calls are merged into one request per ``embed_window_s`` and split at the
         backends' caps (docs/embeddings.md); ``timeout`` is the call's deadline, as for
-        ``chat``; ``params`` (``dimensions``, …) pass through to the provider."""
+        ``chat``; ``params`` (``dimensions``, …) pass through to the provider, and
+        ``extra_headers`` go as HTTP headers."""
         _check_call_options(timeout, None, None, params.get("extra_headers"))
         return await self._embedder.embed(
             texts, model=model, private=private, backend=backend, timeout=timeout, **params
