@@ -4,7 +4,8 @@ JSON object", exit 2, for a valid object); an item gate.batch refuses before any
 sent (no ``messages``, a bad ``max_tokens``, an empty file, a config of several backends
 without ``--backend``) is bad usage, exit 2 naming the file and line (before: exit 1, "the
 provider refused", and "item 1" for what is line 3 of the file); nothing is sent and no
-job is left recorded."""
+job is left recorded. ``collect --out`` naming the job's own items (or configuration) file
+is bad usage too (it replaced them with the results: the job could not be taken up again)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,22 @@ def test_several_backends_without_backend_is_bad_usage(
     err = capsys.readouterr().err
     assert code == 2 and "backend" in err, err
     assert batches.uploads == 0
+
+
+def test_collect_never_writes_its_results_over_the_jobs_own_items_or_config(
+    provider: tuple[SimBatches, Path, Path],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``collect DIR --out items.jsonl`` replaced the items file with the results: the job,
+    the hash of its items, could then never be taken up again ("holds another job")."""
+    batches, config, items = provider
+    job = str(tmp_path / "job")
+    assert main(["batch", "submit", str(items), "--config", str(config), "--job-dir", job]) == 0
+    before = items.read_bytes(), config.read_bytes()
+    for out in (items, config, tmp_path / "." / items.name):
+        code = main(["batch", "collect", job, "--out", str(out), "--poll-s", "0.02"])
+        err = capsys.readouterr().err
+        assert code == 2 and "--out" in err, err
+    assert (items.read_bytes(), config.read_bytes()) == before
+    assert main(["batch", "status", job]) == 0

@@ -279,6 +279,11 @@ def collect(args: argparse.Namespace) -> int:
     problem = out_problem(out, directory=False)
     if problem is not None:
         raise UsageError(f"--out {out}: {problem}")
+    saved = _remembered(Path(args.job_dir))
+    for role in ("items", "config"):  # the job is the hash of its items: keep them whole
+        if isinstance(saved.get(role), str) and out.resolve() == Path(saved[role]).resolve():
+            raise UsageError(f"--out {out}: is the job's {role} file; write the results "
+                             "elsewhere")
 
     async def then(job: BatchJob) -> int:
         quiet = args.quiet or args.json
@@ -293,7 +298,7 @@ def collect(args: argparse.Namespace) -> int:
         ok = sum(isinstance(r, ChatResult) for r in results)
         return EXIT_OK if ok or not results else EXIT_FAILED
 
-    return _run_job(args, then)
+    return _run_job(args, then, saved)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
