@@ -89,7 +89,7 @@ def test_collect_never_writes_its_results_over_the_jobs_own_items_or_config(
 ) -> None:
     """``collect DIR --out items.jsonl`` replaced the items file with the results: the job,
     the hash of its items, could then never be taken up again ("holds another job")."""
-    batches, config, items = provider
+    _, config, items = provider
     job = str(tmp_path / "job")
     assert main(["batch", "submit", str(items), "--config", str(config), "--job-dir", job]) == 0
     before = items.read_bytes(), config.read_bytes()
