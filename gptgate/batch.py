@@ -236,6 +236,8 @@ async def submit_batch(
         requests.append(_Request(body, kwargs, prompt, cap))
     key = digest.hexdigest()
     cache = BatchCache(gate, config, [r.kwargs for r in requests], _NOT_PARAMS)
+    if not send and not JobStore(job_dir).path.exists():  # looking only: create nothing
+        raise _no_job(job_dir)
     job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
                    scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect,
                    cache=cache)
@@ -283,9 +285,7 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
             f"{record.backend!r}): these items differ; use a new job_dir"
         )
     if record is None and not send:
-        raise BadRequestError(
-            f"job_dir {job.job_dir!r} holds no batch job: submit it first (gate.batch)"
-        )
+        raise _no_job(job.job_dir)
     job.resumed = record is not None
     indices = list(range(len(lines)))
     if record is None:  # items the response cache answers are kept, not sent
@@ -322,6 +322,12 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
     except BaseException:
         job.release_holds()
         raise
+
+
+def _no_job(job_dir: str | os.PathLike[str]) -> BadRequestError:
+    return BadRequestError(
+        f"job_dir {os.fspath(job_dir)!r} holds no batch job: submit it first (gate.batch)"
+    )
 
 
 def _backend(gate: Gateway, name: str | None) -> Backend:

@@ -40,3 +40,18 @@ def test_a_job_dir_that_cannot_be_used_is_a_bad_request_naming_it(
 
     _run(body)
     assert list(where.iterdir()) == []
+
+
+def test_taking_up_a_job_dir_that_does_not_exist_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``take_up_batch`` (what ``gptgate batch status`` runs) on a mistyped ``job_dir``
+    created it, and a ``.lock`` file in it, before saying it holds no job."""
+    typo = tmp_path / "jobs" / "nightyl"
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate() as gate:
+            with pytest.raises(gg.BadRequestError, match="holds no batch job"):
+                await gate.take_up_batch(ITEMS, job_dir=typo)
+        assert sim.batches.uploads == 0
+
+    _run(body)
+    assert not typo.exists() and not typo.parent.exists()
