@@ -26,7 +26,7 @@ import httpx2
 from opentelemetry.trace import SpanContext
 
 from .budget import CALLERS, Callers
-from .embed_batcher import Coalescer, EmbedCaps, Vector
+from .embed_batcher import Coalescer, EmbedCaps, Tally, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .fork_rebuild import open_in_child
 from .guard import classify_exception
@@ -101,7 +101,10 @@ class Embedder:
 
     def __init__(self, gate: Gateway) -> None:
         self._gate = gate
+        #: one per request shape in use, dropped once idle (a shape per end user's ``user=``
+        #: or tenant header would otherwise stay for good); their counts stay in the tally
         self._coalescers: dict[tuple[str, bool, str | None, str], Coalescer] = {}
+        self._tally = Tally()
         self._clients: dict[str, httpx2.AsyncClient] = {}
 
     def _eligible(self, model: str | None, private: bool, backend: str | None) -> list[Backend]:
@@ -162,16 +165,14 @@ class Embedder:
                 await waiter.wait(gate.clock)
             finally:
                 waiter.cancelled = True  # its texts still queued are not sent
+                if coalescer.idle and self._coalescers.get(key) is coalescer:
+                    del self._coalescers[key]
         vectors = waiter.result()
         return vectors[0] if isinstance(texts, str) else vectors
 
     def statistics(self) -> dict[str, int]:
         """Requests sent and texts in them, over every coalescer."""
-        coalescers = self._coalescers.values()
-        return {
-            "requests": sum(c.requests for c in coalescers),
-            "inputs": sum(c.inputs for c in coalescers),
-        }
+        return {"requests": self._tally.requests, "inputs": self._tally.inputs}
 
     def _coalescer(
         self, model: str, private: bool, backend: str | None, params: dict[str, Any],
@@ -194,7 +195,8 @@ class Embedder:
             )
 
         return Coalescer(
-            send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
+            send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s,
+            self._tally,
         )
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> bool:
