@@ -128,6 +128,12 @@ def _prepare(
             "itself and wait() returns the results in input order (results[i] answers "
             "items[i]): keep your own ids beside the items"
         )
+    if "extra_headers" in kwargs:  # no request line has headers: else a body parameter
+        raise BadRequestError(
+            f"item {index}: extra_headers cannot go in a Batch API request (its lines carry "
+            "no headers; the batch runs under the backend's own key and headers): set "
+            "Backend(headers=...) on a backend for the job, or send the item with gate.chat"
+        )
     params = {k: v for k, v in kwargs.items() if k not in _LIVE_ONLY and k != "messages"}
     try:
         validate_messages(messages)  # as gate.chat checks them: else a 400 per item, late
@@ -208,6 +214,8 @@ async def submit_batch(
         raise BadRequestError(f"poll_s must be a positive number of seconds, not {poll_s!r}")
     if not isinstance(job_dir, str | os.PathLike):
         raise BadRequestError(f"job_dir must be a path, not {type(job_dir).__name__}")
+    if not os.fspath(job_dir):  # else the current directory, beside whatever it holds
+        raise BadRequestError("job_dir must name a directory, not ''")
     config = _backend(gate, backend)
     state = gate.backend_state(config.name)  # raises while the gateway is not open
     try:
@@ -228,6 +236,8 @@ async def submit_batch(
         requests.append(_Request(body, kwargs, prompt, cap))
     key = digest.hexdigest()
     cache = BatchCache(gate, config, [r.kwargs for r in requests], _NOT_PARAMS)
+    if not send and not JobStore(job_dir).path.exists():  # looking only: create nothing
+        raise _no_job(job_dir)
     job = BatchJob(gate, api, JobStore(job_dir), config, requests, retry=retry,
                    scenario=scenario, poll_s=float(poll_s), spending=spending, dialect=dialect,
                    cache=cache)
@@ -275,9 +285,7 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
             f"{record.backend!r}): these items differ; use a new job_dir"
         )
     if record is None and not send:
-        raise BadRequestError(
-            f"job_dir {job.job_dir!r} holds no batch job: submit it first (gate.batch)"
-        )
+        raise _no_job(job.job_dir)
     job.resumed = record is not None
     indices = list(range(len(lines)))
     if record is None:  # items the response cache answers are kept, not sent
@@ -314,6 +322,12 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
     except BaseException:
         job.release_holds()
         raise
+
+
+def _no_job(job_dir: str | os.PathLike[str]) -> BadRequestError:
+    return BadRequestError(
+        f"job_dir {os.fspath(job_dir)!r} holds no batch job: submit it first (gate.batch)"
+    )
 
 
 def _backend(gate: Gateway, name: str | None) -> Backend:

@@ -132,8 +132,14 @@ class JobStore:
         except ImportError:  # pragma: no cover - not POSIX: no lock, as before
             yield
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "a+b") as handle:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            handle = open(self.dir / ".lock", "a+b")  # noqa: SIM115 - closed below
+        except OSError as exc:  # a file, under a file, not creatable: before anything is sent
+            raise BadRequestError(
+                f"job_dir {os.fspath(self.dir)!r} cannot be used: {exc.strerror or exc}"
+            ) from None
+        with handle:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -40,7 +40,7 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
     is read as TOML, then JSON)."""
     where = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM, as Windows editors write
     except FileNotFoundError:
         raise ConfigFileError(f"{where}: no such file") from None
     except IsADirectoryError:

@@ -26,11 +26,12 @@ import httpx2
 from opentelemetry.trace import SpanContext
 
 from .budget import CALLERS, Callers
-from .embed_batcher import Coalescer, EmbedCaps, Vector
+from .embed_batcher import Coalescer, EmbedCaps, Tally, Vector
 from .errors import BackendError, BadRequestError, GateError, NoBackendError
 from .fork_rebuild import open_in_child
 from .guard import classify_exception
 from .providers import PROVIDERS
+from .scrub import remember_call_headers
 from .sdk_client import REFUSAL_EXTENSION, GuardTransport
 from .telemetry import LINKS
 from .tokens import estimate_text_tokens
@@ -100,7 +101,10 @@ class Embedder:
 
     def __init__(self, gate: Gateway) -> None:
         self._gate = gate
+        #: one per request shape in use, dropped once idle (a shape per end user's ``user=``
+        #: or tenant header would otherwise stay for good); their counts stay in the tally
         self._coalescers: dict[tuple[str, bool, str | None, str], Coalescer] = {}
+        self._tally = Tally()
         self._clients: dict[str, httpx2.AsyncClient] = {}
 
     def _eligible(self, model: str | None, private: bool, backend: str | None) -> list[Backend]:
@@ -134,18 +138,22 @@ class Embedder:
         await open_in_child(gate)  # in a forked child, its first call opens it
         gate.runner  # noqa: B018 - GatewayClosedError before anything is queued
         _refuse_chat_options(params)
+        # HTTP headers, as the SDK and gate.chat send them (in the body: a 400 for everyone
+        # merged); callers with other headers never share a request (gateway checked them)
+        headers: dict[str, str] = dict(params.pop("extra_headers", None) or {})
+        remember_call_headers(headers)
         items = _check_texts(texts)
         if not items:
             return []
         eligible = self._eligible(model, private, backend)
         resolved = model or eligible[0].embedding_model
         assert resolved is not None
-        extra = json.dumps(params, sort_keys=True, default=str)
+        extra = json.dumps([params, headers], sort_keys=True, default=str)
         key = (resolved, private, backend, extra)
         coalescer = self._coalescers.get(key)
         if coalescer is None:
             coalescer = self._coalescers[key] = self._coalescer(
-                resolved, private, backend, params, eligible
+                resolved, private, backend, params, headers, eligible
             )
         # registered like a chat call: a closing gateway gives it the grace, then ends it
         # with GatewayClosedError
@@ -157,20 +165,18 @@ class Embedder:
                 await waiter.wait(gate.clock)
             finally:
                 waiter.cancelled = True  # its texts still queued are not sent
+                if coalescer.idle and self._coalescers.get(key) is coalescer:
+                    del self._coalescers[key]
         vectors = waiter.result()
         return vectors[0] if isinstance(texts, str) else vectors
 
     def statistics(self) -> dict[str, int]:
         """Requests sent and texts in them, over every coalescer."""
-        coalescers = self._coalescers.values()
-        return {
-            "requests": sum(c.requests for c in coalescers),
-            "inputs": sum(c.inputs for c in coalescers),
-        }
+        return {"requests": self._tally.requests, "inputs": self._tally.inputs}
 
     def _coalescer(
         self, model: str, private: bool, backend: str | None, params: dict[str, Any],
-        eligible: list[Backend],
+        headers: dict[str, str], eligible: list[Backend],
     ) -> Coalescer:
         caps = [embedding_caps(b) for b in eligible]
         token_caps = [c.max_tokens for c in caps if c.max_tokens is not None]
@@ -184,10 +190,13 @@ class Embedder:
             texts: list[str], deadline: float | None, links: Sequence[SpanContext],
             callers: Callers,
         ) -> list[Vector]:
-            return await self._send(names, model, texts, params, deadline, links, callers)
+            return await self._send(
+                names, model, texts, params, deadline, links, callers, headers
+            )
 
         return Coalescer(
-            send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s
+            send, self._spawn, self._gate.clock, merged, self._gate.config.embed_window_s,
+            self._tally,
         )
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> bool:
@@ -196,11 +205,12 @@ class Embedder:
     async def _send(
         self, names: frozenset[str], model: str, texts: list[str], params: dict[str, Any],
         deadline: float | None, links: Sequence[SpanContext] = (),
-        callers: Callers | None = None,
+        callers: Callers | None = None, headers: dict[str, str] | None = None,
     ) -> list[Vector]:
-        """One request's texts, retried (failing over) under the gateway's policy until the
-        latest deadline of its callers; ``callers``: whom the dollar budget counts (several:
-        merged, each sent alone if the budget refuses them together)."""
+        """One request's texts (with its callers' ``extra_headers``), retried (failing over)
+        under the gateway's policy until the latest deadline of its callers; ``callers``:
+        whom the dollar budget counts (several: merged, each sent alone if the budget refuses
+        them together)."""
         from .gateway import _ACCEPTED  # (gateway imports this module)
 
         gate = self._gate
@@ -216,7 +226,9 @@ class Embedder:
             if number > 1:
                 state.retries += 1
             try:
-                return await self._post(state, body, len(texts), deadline, links, callers)
+                return await self._post(
+                    state, body, len(texts), deadline, links, callers, headers
+                )
             except GateError as error:
                 if not isinstance(error, BadRequestError):
                     failed.add(state.name)
@@ -237,6 +249,7 @@ class Embedder:
     async def _post(
         self, state: BackendState, body: bytes, count: int, deadline: float | None,
         links: Sequence[SpanContext] = (), callers: Callers | None = None,
+        headers: dict[str, str] | None = None,
     ) -> list[Vector]:
         client = state.pool.client
         # in the backend's queue until the callers' deadline, as a chat call waits — not the
@@ -246,7 +259,7 @@ class Embedder:
         queue_s = None if deadline is None else clock.to_real(max(0.0, deadline - clock.now()))
         timeout = httpx2.Timeout(**(client.timeout.as_dict() | {"pool": queue_s}))
         request = client.build_request(
-            "POST", embeddings_url(state), content=body, timeout=timeout,
+            "POST", embeddings_url(state), content=body, timeout=timeout, headers=headers,
             extensions=_extensions(links, callers),
         )
         transport = GuardTransport(self._gate, state, _PRIORITY)

@@ -109,11 +109,21 @@ class _Entry:
     tokens: int
 
 
+@dataclass(slots=True)
+class Tally:
+    """Requests sent and inputs in them: one per gateway, shared by its coalescers (which
+    come and go with the request shapes in use)."""
+
+    requests: int = 0
+    inputs: int = 0
+
+
 class Coalescer:
     """Queues texts for one (model, privacy) and sends them in requests within ``caps``."""
 
     def __init__(
-        self, send: Send, spawn: Spawn, clock: Clock, caps: EmbedCaps, window_s: float
+        self, send: Send, spawn: Spawn, clock: Clock, caps: EmbedCaps, window_s: float,
+        tally: Tally | None = None,
     ) -> None:
         self._send = send
         self._spawn = spawn
@@ -124,8 +134,13 @@ class Coalescer:
         self._queued_tokens = 0
         self._timer = False
         #: requests sent and inputs in them (for stats and the benchmark)
-        self.requests = 0
-        self.inputs = 0
+        self.tally = tally or Tally()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no window open (requests may be in flight: they count in the
+        tally and answer their callers without it)."""
+        return not self._queue and not self._timer
 
     def add(
         self, texts: Sequence[str], tokens: Sequence[int], deadline: float | None = None
@@ -212,8 +227,8 @@ class Coalescer:
                 entry.waiter.fail(error)
 
     def _count(self, batch: list[_Entry]) -> None:
-        self.requests += 1
-        self.inputs += len(batch)
+        self.tally.requests += 1
+        self.tally.inputs += len(batch)
 
     async def _deliver(self, batch: list[_Entry], waited: bool = False) -> None:
         """One request; its vectors to each caller in it, or its error to each of them.

@@ -800,6 +800,7 @@ class Gateway:
     ) -> CallSpec:
         checked = _validate_messages(messages)
         resolved = self._resolve(scenario)
+        params = dict(params)  # the caller's stays whole: gate.stream keys the cache by it
         headers = params.pop("extra_headers", None)
         _check_call_options(timeout, priority, max_attempts, headers)
         remember_call_headers(headers)  # a caller's own Authorization: masked in errors
@@ -1012,8 +1013,9 @@ class Gateway:
         """Embedding vectors: a list in order for a list of texts, one vector for one string.
         Concurrent calls are merged into one request per ``embed_window_s`` and split at the
         backends' caps (docs/embeddings.md); ``timeout`` is the call's deadline, as for
-        ``chat``; ``params`` (``dimensions``, …) pass through to the provider."""
-        _check_call_options(timeout, None, None, None)
+        ``chat``; ``params`` (``dimensions``, …) pass through to the provider, and
+        ``extra_headers`` go as HTTP headers."""
+        _check_call_options(timeout, None, None, params.get("extra_headers"))
         return await self._embedder.embed(
             texts, model=model, private=private, backend=backend, timeout=timeout, **params
         )

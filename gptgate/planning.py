@@ -155,7 +155,7 @@ def bands_from_csv(path: str | os.PathLike[str]) -> list[Band]:
     completed has no cost per request and is left out."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a BOM
     except OSError as exc:
         raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:  # the sweep.png beside it, say: not Python's codec message

@@ -61,6 +61,8 @@ CacheMode = Literal["use", "refresh", "bypass"]
 _MODES = ("use", "refresh", "bypass")
 #: the call options that decide how a request is sent, not what it answers: not in the key
 ROUTE_OPTIONS = ("tier", "backend", "private")
+#: request parameters that decide how the answer travels, not what it is: not in the key
+_HOW_SENT = frozenset({"stream", "stream_options"})
 
 
 def check_cache_mode(cache: object) -> CacheMode | None:
@@ -77,11 +79,14 @@ def deterministic(params: Mapping[str, Any]) -> bool:
 
 
 def _canonical(value: Any) -> Any:
-    """JSON-able with a stable form: mappings sorted, tuples as lists, the rest by repr."""
+    """JSON-able with a stable form: mappings sorted, tuples as lists, a whole float as its
+    int (``0.0`` is the server's ``0``: the same request), the rest by repr."""
     if isinstance(value, Mapping):
         return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda i: str(i[0]))}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     dump = getattr(value, "model_dump", None)  # a pydantic response_format class instance
@@ -100,7 +105,10 @@ def request_key(
     private: bool = False,
 ) -> str:
     """The cache key of a request: a SHA-256 of the models it may reach (tier and model of
-    each eligible backend), the messages and every parameter, normalised."""
+    each eligible backend), the messages and every parameter, normalised — a parameter
+    given as None is the server's default, as one not given; ``stream`` and
+    ``stream_options`` only decide how the answer travels."""
+    params = {k: v for k, v in params.items() if v is not None and k not in _HOW_SENT}
     reach = sorted(
         {
             (b.tier, b.model)

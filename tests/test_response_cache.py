@@ -374,7 +374,13 @@ _BACKENDS = [
 @settings(max_examples=300, deadline=None)
 @given(a=_PARAMS, b=_PARAMS)
 def test_keys_differ_whenever_any_parameter_differs(a: dict[str, Any], b: dict[str, Any]) -> None:
-    same = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    def read(params: dict[str, Any]) -> str:  # as the server reads it: None is its default,
+        return json.dumps({  # and 1.0 is 1 (tests/test_response_cache_key_forms.py)
+            k: int(v) if isinstance(v, float) and v.is_integer() else v
+            for k, v in params.items() if v is not None
+        }, sort_keys=True)
+
+    same = read(a) == read(b)
     assert (request_key(_BACKENDS, M, a) == request_key(_BACKENDS, M, b)) == same
     assert request_key(_BACKENDS, M, a) == request_key(_BACKENDS, M, dict(reversed(a.items())))
 

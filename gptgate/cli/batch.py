@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -22,7 +23,7 @@ import anyio
 from ..batch import BatchJob, take_up_batch
 from ..batch_store import JobStore
 from ..config_file import ConfigFileError, load_config
-from ..errors import GateError
+from ..errors import BadRequestError, GateError, NoBackendError
 from ..gateway import Gateway
 from ..results import ChatResult
 from .common import (
@@ -59,11 +60,17 @@ exit codes: 0 done, 1 failed (every item failed, or the provider refused), 2 bad
 
 
 def _read_items(path: Path) -> list[dict[str, Any]]:
+    return [item for _, item in _numbered_items(path)]
+
+
+def _numbered_items(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The items of ``path`` with their line numbers (blank lines skipped; a UTF-8 BOM, as
+    Windows editors save one, read as nothing)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    items: list[dict[str, Any]] = []
+    items: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -73,8 +80,19 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
             raise UsageError(f"{path}:{number}: not a JSON object") from None
         if not isinstance(item, dict):
             raise UsageError(f"{path}:{number}: not a JSON object")
-        items.append(item)
+        items.append((number, item))
+    if not items:
+        raise UsageError(f"{path}: no items (one JSON object a line: gate.chat's arguments)")
     return items
+
+
+def _refused(error: GateError, path: Path, numbers: list[int]) -> UsageError:
+    """gate.batch's refusal of these items before anything was sent, as bad usage naming
+    the file's line of the item it names (``item N``: the N-th item, blank lines skipped)."""
+    found = re.match(r"item (\d+)\b", error.message)
+    if found is not None and int(found[1]) < len(numbers):
+        return UsageError(f"{path}:{numbers[int(found[1])]}: {error.message}")
+    return UsageError(error.message.replace("backend=NAME", "--backend NAME"))
 
 
 def _remembered(job_dir: Path) -> dict[str, Any]:
@@ -149,7 +167,8 @@ def submit(args: argparse.Namespace) -> int:
         raise UsageError(f"--job-dir {job_dir}: {problem}")
     saved = {"config": os.path.abspath(args.config), "items": os.path.abspath(args.items),
              "backend": args.backend, "retry": args.retry}
-    _read_items(Path(saved["items"]))  # a bad items file fails before anything is written
+    # a bad items file fails before anything is written
+    numbers = [number for number, _ in _numbered_items(Path(saved["items"]))]
     store = JobStore(job_dir)
     recorded = store.path.exists()
     before = _remembered_raw(job_dir)
@@ -171,6 +190,8 @@ def submit(args: argparse.Namespace) -> int:
             raise
         if not store.path.exists():  # refused before its record: as it was before
             _restore(job_dir, before)
+            if isinstance(error, BadRequestError | NoBackendError) and error.status is None:
+                raise _refused(error, Path(saved["items"]), numbers) from None  # sent nothing
             raise
         if not isinstance(error, GateError):
             raise
@@ -258,6 +279,11 @@ def collect(args: argparse.Namespace) -> int:
     problem = out_problem(out, directory=False)
     if problem is not None:
         raise UsageError(f"--out {out}: {problem}")
+    saved = _remembered(Path(args.job_dir))
+    for role in ("items", "config"):  # the job is the hash of its items: keep them whole
+        if isinstance(saved.get(role), str) and out.resolve() == Path(saved[role]).resolve():
+            raise UsageError(f"--out {out}: is the job's {role} file; write the results "
+                             "elsewhere")
 
     async def then(job: BatchJob) -> int:
         quiet = args.quiet or args.json
@@ -272,7 +298,7 @@ def collect(args: argparse.Namespace) -> int:
         ok = sum(isinstance(r, ChatResult) for r in results)
         return EXIT_OK if ok or not results else EXIT_FAILED
 
-    return _run_job(args, then)
+    return _run_job(args, then, saved)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -197,7 +197,7 @@ def load_prompts(path: str) -> list[dict[str, Any]]:
     """A prompt file: one user prompt per line, or one JSON object per line with the chat
     arguments (``{"messages": [...], "max_tokens": 200}``). Blank lines are skipped."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a BOM: else line 1 is no JSON
     except OSError as exc:
         raise UsageError(f"--prompt-file: cannot read {path}: {exc.strerror or exc}") from None
     prompts: list[dict[str, Any]] = []

@@ -206,7 +206,9 @@ class SimMessageBatches:
         for position, i in enumerate(order):
             item = batch.requests[i]
             cid = item["custom_id"]
-            if position >= done or rng.random() < plan.expire_rate:
+            # only a batch that ran to its window's end has expired items: a cancelled one
+            # ran the first ``done`` and cancelled the rest
+            if position >= done or (unrun == "expired" and rng.random() < plan.expire_rate):
                 kind = unrun if position >= done else "expired"
                 result: dict[str, Any] = {"type": kind}
             elif rng.random() < plan.fail_rate:

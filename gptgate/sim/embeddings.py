@@ -3,11 +3,13 @@
 Why its own module: an embeddings request is one step (no prefill/decode timeline, no
 stream), so the engine's chat machinery has nothing to offer it but the ledger. The vector of
 a text is a function of the text alone (a hash seeds it), so a test can compare what a
-coalescing client got against one request per text; a request over the profile's
-``embedding_max_inputs`` is the provider's 400, as OpenAI answers more than 2,048 inputs, and
-so is one holding an input over ``embedding_max_input_tokens`` (8,192, OpenAI's models').
-Each request holds one of the engine's slots for ``embedding_request_s`` plus
-``embedding_per_input_s`` per input: the per-request overhead is what merging saves.
+coalescing client got against one request per text; ``dimensions`` sets its length (as
+OpenAI's text-embedding-3 models shorten theirs), else ``embedding_dimensions``. A request
+over the profile's ``embedding_max_inputs`` is the provider's 400, as OpenAI answers more
+than 2,048 inputs, and so is one holding an input over ``embedding_max_input_tokens``
+(8,192, OpenAI's models'). Each request holds one of the engine's slots for
+``embedding_request_s`` plus ``embedding_per_input_s`` per input: the per-request overhead
+is what merging saves.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def vector_for(text: str, dimensions: int) -> list[float]:
     return out[:dimensions]
 
 
-def _inputs(body: bytes) -> tuple[str, list[str]] | str:
-    """The request's model and inputs, or why it is a 400."""
+def _inputs(body: bytes) -> tuple[str, list[str], int | None] | str:
+    """The request's model, inputs and ``dimensions`` (None: the model's own), or why it is
+    a 400."""
     try:
         data: Any = json.loads(body)
     except ValueError:
@@ -56,7 +59,12 @@ def _inputs(body: bytes) -> tuple[str, list[str]] | str:
         return "'$.input' is invalid: expected a string or a non-empty array of strings"
     if not all(isinstance(t, str) and t for t in texts):
         return "'$.input' is invalid: every input must be a non-empty string"
-    return data["model"], texts
+    dimensions = data.get("dimensions")
+    if dimensions is not None and (
+        isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+    ):
+        return f"Invalid value for 'dimensions' = {dimensions!r}. Must be an integer >= 1."
+    return data["model"], texts, dimensions
 
 
 async def answer_embeddings(
@@ -71,7 +79,7 @@ async def answer_embeddings(
     if isinstance(parsed, str):
         engine.ledger.record("client_error")
         return _bad_request(base, parsed, profile.flavor)
-    model, texts = parsed
+    model, texts, dimensions = parsed
     if len(texts) > profile.embedding_max_inputs:
         engine.ledger.record("client_error")
         message = (
@@ -105,7 +113,7 @@ async def answer_embeddings(
             engine.ledger.record("abandoned", input_tokens=tokens)
             raise
     engine.ledger.record("ok", input_tokens=tokens)
-    dims = profile.embedding_dimensions
+    dims = dimensions or profile.embedding_dimensions  # text-embedding-3's shortened vectors
     payload = {
         "object": "list",
         "data": [
