@@ -17,7 +17,10 @@ How to run
     curl -X POST localhost:8080/chat -H 'content-type: application/json' -d '{"message": "hi"}'
 
 No API key, no network: the model is gptgate's simulator of a GPU server, served over HTTP on
-127.0.0.1 (``gptgate.sim.SimServer``), 20x faster than real time.
+127.0.0.1 (``gptgate.sim.SimServer``), 20x faster than real time. Only the simulator runs on
+the scaled clock: the gateway keeps real time, as in production, so its timeouts (an idle
+stream's 30 s, an attempt's 60 s) are real seconds, not 1.5 s and 3 s of wall time that a busy
+host can miss — which would time out and retry a call the server was still answering.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def make_app(gate: gg.SyncGateway) -> Flask:
     @app.get("/stats")
     def stats() -> Any:
         s = gate.stats()["gpu-sim"]
-        return jsonify(limit=s.limit, in_flight=s.in_flight, calls=s.calls, cost_usd=s.cost_usd)
+        return jsonify(limit=s.limit, in_flight=s.in_flight, calls=s.calls, retries=s.retries,
+                       cost_usd=s.cost_usd)
 
     return app
 
@@ -79,7 +83,7 @@ def drive(requests: int = 24) -> tuple[int, int, dict[str, Any]]:
     with SimServer(engine, time_scale=SCALE) as base_url:
         backend = gg.Backend(name="gpu-sim", base_url=base_url, model="m", concurrency=LIMIT,
                              price=PRICE)
-        gate = gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE), seed=7)
+        gate = gg.SyncGateway([backend], seed=7)
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
         server = make_server("127.0.0.1", 0, make_app(gate), threaded=True)
         serving = threading.Thread(target=server.serve_forever, daemon=True)
@@ -108,7 +112,7 @@ def serve(port: int) -> None:
     with SimServer(engine, time_scale=SCALE) as base_url:
         backend = gg.Backend(name="gpu-sim", base_url=base_url, model="m", concurrency=LIMIT,
                              price=PRICE)
-        with gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE)) as gate:
+        with gg.SyncGateway([backend]) as gate:
             print(f"serving on http://127.0.0.1:{port} (Ctrl-C stops)")
             make_server("127.0.0.1", port, make_app(gate), threaded=True).serve_forever()
 

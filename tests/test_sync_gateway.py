@@ -551,12 +551,17 @@ def test_fork_of_a_driven_app_gateway_is_a_typed_error_in_the_child(
 
 def test_the_flask_example_under_a_threaded_wsgi_server_holds_the_limit() -> None:
     """examples/flask_app.py: 24 concurrent requests through werkzeug's threaded server, each
-    request thread calling one SyncGateway(concurrency=4)."""
+    request thread calling one SyncGateway(concurrency=4): one attempt each, none retried.
+
+    Whatever the host's pace: only the simulator runs 20x fast; the gateway's idle and attempt
+    timeouts are real seconds (on the scaled clock they were 1.5 s and 3 s of wall time, and a
+    loaded host's stalled simulator thread made them time out and retry: 28 calls for 24)."""
     pytest.importorskip("flask")
     from examples.flask_app import LIMIT, drive
 
     answered, peak, stats = drive(24)
-    assert answered == 24 and stats["calls"] == 24 and stats["in_flight"] == 0
+    assert answered == 24 and stats["in_flight"] == 0
+    assert (stats["calls"], stats["retries"]) == (24, 0), stats
     assert 1 <= peak <= LIMIT
 
 
