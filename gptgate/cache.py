@@ -784,7 +784,9 @@ class CacheTicket:
             old = group.latency_s
             group.latency_s = latency if old is None else old + _LATENCY_WEIGHT * (latency - old)
             if self._hit is not None and not self._paced:
-                self._gate._judge_release(group.backend, self._hit, latency, self._output)
+                self._gate._judge_release(
+                    group.backend, self._hit, latency, self._output, group.prefill_s
+                )
                 if self._gate._spreading(group.backend) and not (
                     group.warmup_s and latency >= QUEUE_FACTOR * group.warmup_s
                 ):
@@ -1363,7 +1365,8 @@ class CacheGate:
         return state
 
     def _judge_release(
-        self, backend: str, hit: bool, latency_s: float, output_tokens: int | None = None
+        self, backend: str, hit: bool, latency_s: float, output_tokens: int | None = None,
+        prefill_s: float | None = None,
     ) -> None:
         """A finished call's latency: once the hits take longer than the misses, the ramp does
         not pay on ``backend`` and its warm groups go out at the whole limit — bounded at the
@@ -1371,7 +1374,10 @@ class CacheGate:
         now = self._clock.now()
         if output_tokens is not None and not self._release_judge.released(backend, now):
             self._queue_share.record(backend, output_tokens, latency_s)
-        if self._release_judge.record(backend, hit=hit, latency_s=latency_s, now=now):
+        if self._release_judge.record(
+            backend, hit=hit, latency_s=latency_s, now=now, prefill_s=prefill_s,
+            room=self._queue_share.room(backend),
+        ):
             self._release_bounded[backend] = self._queue_share.room(backend)
             self._queue_share.reset(backend)
             self._released.setdefault(backend, [False])[0] = True
