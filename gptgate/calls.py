@@ -72,6 +72,7 @@ from .results import ChatResult, Usage
 from .retry import RetryPolicy
 from .routing import BackendState, Router, RouteRequest
 from .scenarios import RampPolicy, Scenario
+from .sdk_failed_calls import SdkCalls
 from .sdk_reads import BookedAnswers
 from .shed import Refusals
 from .stream_cut import by_caller
@@ -694,6 +695,8 @@ class CallRunner:
         self.cached_guess = CachedGuess(clock)
         #: answers whose usage an SDK's request booked: one read again books nothing
         self.booked_answers = BookedAnswers()
+        #: SDK calls matched to their retries: one failed call each (sdk_failed_calls.py)
+        self.sdk_calls = SdkCalls(ledger)
         #: per backend: its client and the absolute chat URL (joined once, not per request)
         self._chat_urls: dict[str, tuple[httpx2.AsyncClient, httpx2.URL]] = {}
         #: tail hedging (gptgate/hedge_race.py): the race, its budgets and backends' progress

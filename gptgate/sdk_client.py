@@ -66,6 +66,7 @@ from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
 from .sdk_circuit import through_circuit
+from .sdk_failed_calls import SDK_CALL
 from .sdk_failover import FAILED_OVER
 from .sdk_in_band import in_band_error
 from .sdk_pace import Reservation, request_tokens, wait_paced
@@ -597,6 +598,8 @@ class _Attempt:
             self.trail.after(self.span, error)
         if self.on_end is not None:  # the guarded call's span, after its child's
             self.on_end(error, usage, self.cost_usd)
+        if (call := self.request.extensions.get(SDK_CALL)) is not None:  # one failed a call
+            self.runner.sdk_calls.ended(call, self.state.name, error)
 
 
 async def _head_read(
@@ -977,6 +980,8 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         state = self._backend()
         # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
         bound = self._wait_deadline(request)
+        if _GUARD_PERMIT.get() is None:  # a guarded call is its guard's to count
+            runner.sdk_calls.of(request)
         with self._gate.calls.call(new=False):
             response = await self._handle(runner, state, request, bound)
             if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
