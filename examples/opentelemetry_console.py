@@ -38,6 +38,7 @@ import gptgate as gg
 from gptgate.sim import SimEngine, SimTransport
 
 SHOWN = ("gptgate.backend", "gptgate.attempt", "gptgate.scenario", "gen_ai.request.model",
+         "gptgate.request.model",
          "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gptgate.cost_usd",
          "gptgate.retry_reason", "error.type")
 
