@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import httpx2
 
 from .errors import MisaddressedRequestError
+from .providers import PROVIDERS
 
 if TYPE_CHECKING:
     from .routing import BackendState
@@ -42,10 +43,12 @@ def origin(url: httpx2.URL) -> str:
 def _fix(state: BackendState) -> str:
     """How to give the SDK the backend's URL, in the SDK's own words."""
     base = state.pool.client.base_url
-    root = origin(base).removesuffix(":443").removesuffix(":80")
+    root = origin(base).removesuffix(f":{_DEFAULT_PORTS.get(base.scheme.lower())}")
     if state.backend.provider == "azure":
         return f'azure_endpoint="{root}" on openai.AsyncAzureOpenAI'
     path = base.path.rstrip("/")
+    if PROVIDERS[state.backend.provider].dialect == "anthropic":
+        path = path.removesuffix("/v1")  # the anthropic SDK appends its /v1/messages itself
     return f'base_url="{root}{path}" on the SDK client'
 
 

@@ -169,7 +169,7 @@ async def test_the_anthropic_sdk_without_base_url_is_refused() -> None:
     """The anthropic SDK wraps whatever its transport raises: ``APIConnectionError``, the
     refusal its ``__cause__``."""
     server = Server()
-    backend = _backend(server, "http://claude-proxy:9000", provider="anthropic")
+    backend = _backend(server, "http://claude-proxy:9000/v1/", provider="anthropic")
     async with gg.Gateway([backend]) as gate:
         client = anthropic.AsyncAnthropic(api_key=KEY, max_retries=0,
                                           http_client=gate.http_client("gpu-local"))
