@@ -23,6 +23,7 @@ __all__ = [
     "GateError",
     "GatewayClosedError",
     "InvalidConfigError",
+    "MisaddressedRequestError",
     "NoBackendError",
     "OutOfFundsError",
     "OverloadedError",
@@ -154,6 +155,19 @@ class BadRequestError(GateError):
     """The call itself is wrong (4xx other than 408/409/429, or caught before sending)."""
 
     retryable = False
+
+
+class MisaddressedRequestError(BadRequestError):
+    """An SDK request on ``gate.http_client(name)`` addressed another server than backend
+    ``name``'s (an SDK given no ``base_url=`` addresses its vendor's API): refused unsent.
+    ``addressed`` and ``expected`` are the two origins (``scheme://host:port``)."""
+
+    def __init__(
+        self, message: str, *, backend: str, addressed: str, expected: str
+    ) -> None:
+        super().__init__(message, backend=backend, unsent=True)
+        self.addressed = addressed
+        self.expected = expected
 
 
 class InvalidConfigError(BadRequestError, ValueError):

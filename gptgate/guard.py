@@ -31,6 +31,7 @@ from .errors import (
     BackendError,
     BadRequestError,
     GateError,
+    MisaddressedRequestError,
     OutOfFundsError,
     OverloadedError,
     RateLimitedError,
@@ -286,8 +287,9 @@ class StatusClassifier(Protocol):
 
 
 def _is_the_applications(view: GateError) -> bool:
-    """The classified error says nothing about the backend (see ``classify_exception``)."""
-    return type(view) is GateError
+    """The classified error says nothing about the backend (see ``classify_exception``): the
+    application's own, or its SDK's request addressed to another host (refused unsent)."""
+    return type(view) is GateError or isinstance(view, MisaddressedRequestError)
 
 
 class ReturnedStreamCut(Exception):

@@ -65,6 +65,7 @@ from .probe_claim import claim_probe
 from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
+from .sdk_address import check_addressed
 from .sdk_circuit import through_circuit
 from .sdk_failed_calls import SDK_CALL
 from .sdk_failover import FAILED_OVER
@@ -978,6 +979,7 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         # closing gateway refused it there — over a refusal nobody then read or closed (its
         # pooled connection out) and a call accepted before the close failed in its grace
         state = self._backend()
+        check_addressed(state, request)  # another host than the backend's: refused unsent
         # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
         bound = self._wait_deadline(request)
         if _GUARD_PERMIT.get() is None:  # a guarded call is its guard's to count

@@ -45,6 +45,7 @@ from .failover_trail import TRAIL, FailoverTrail
 from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
+from .sdk_address import check_addressed
 from .sdk_placed import PlacedAnswers, placed_answers, sniff_id
 from .sdk_reads import stored
 from .sdk_reroute import FAMILIES, api_tail, rerouted
@@ -192,6 +193,7 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         gate = self._gate
         gate.runner  # noqa: B018 - GatewayClosedError before anything else
         primary = gate.backend_state(self._order[0])
+        check_addressed(primary, request)  # never moved to a fallback either
         first = self._transports[self._order[0]]
         placed = placed_answers(gate)
         there = await self._to_holder(primary, placed, request)

@@ -353,9 +353,9 @@ class Checker(ast.NodeVisitor):
                               f"(async with {name}: ...)")
 
     def sdk_addressed(self, node: ast.Call) -> None:
-        """An SDK client on ``gate.http_client(name)`` is given the backend's URL: the gateway's
-        client sends each request where the SDK addresses it, so ``openai.AsyncOpenAI`` without
-        ``base_url=`` sends the backend's traffic to api.openai.com."""
+        """An SDK client on ``gate.http_client(name)`` is given the backend's URL:
+        ``openai.AsyncOpenAI`` without ``base_url=`` addresses api.openai.com, which the
+        gateway's client refuses (``MisaddressedRequestError``, gptgate/sdk_address.py)."""
         func = node.func
         if not (isinstance(func, ast.Attribute) and func.attr in _SDK_CLIENTS):
             return
@@ -366,7 +366,7 @@ class Checker(ast.NodeVisitor):
             return
         if not {"base_url", "azure_endpoint"} & set(keywords):
             self.report(node, f"{func.attr}(http_client=...http_client(...)) without base_url=: "
-                              "the SDK sends to its default host, not the backend's")
+                              "the SDK addresses its default host, not the backend's: refused")
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self.in_function += 1

@@ -196,13 +196,14 @@ def test_the_api_reference_renders_every_public_name() -> None:
             if name != "__version__" and name not in rendered] == []
 
 
-async def test_an_sdk_on_gate_http_client_sends_where_the_sdk_addresses_it(
+async def test_an_sdk_on_gate_http_client_without_base_url_is_refused_unsent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Why the checker asks for ``base_url=``: the gateway's client does not re-address the
-    SDK's requests, so ``openai.AsyncOpenAI(http_client=gate.http_client("gpu-local"))`` as
-    README.md showed it sent gpu-local's traffic to api.openai.com (a MockTransport: nothing
-    leaves the process)."""
+    """Why the checker asks for ``base_url=``: ``openai.AsyncOpenAI(http_client=
+    gate.http_client("gpu-local"))`` as README.md showed it addresses api.openai.com. That
+    request once went there, booked as gpu-local's; it is refused unsent now
+    (gptgate/sdk_address.py, tests/test_sdk_address.py). A MockTransport: nothing leaves the
+    process."""
     import httpx2
     import openai
 
@@ -225,6 +226,9 @@ async def test_an_sdk_on_gate_http_client_sends_where_the_sdk_addresses_it(
         for base_url in (None, "http://gpu:8000/v1"):
             client = openai.AsyncOpenAI(api_key="sk-test", base_url=base_url, max_retries=0,
                                         http_client=gate.http_client("gpu-local"))
-            await client.chat.completions.create(model="m", messages=[{"role": "user",
-                                                                       "content": "hi"}])
-    assert seen == ["https://api.openai.com", "http://gpu"]
+            try:
+                await client.chat.completions.create(model="m", messages=[{"role": "user",
+                                                                           "content": "hi"}])
+            except gg.MisaddressedRequestError as exc:
+                seen.append(f"refused: {exc.addressed}")
+    assert seen == ["refused: https://api.openai.com:443", "http://gpu"]
