@@ -63,7 +63,7 @@ def check_addressed(state: BackendState, request: httpx2.Request) -> None:
         return
     raise MisaddressedRequestError(
         f"gptgate: the SDK on gate.http_client({state.name!r}) addressed {addressed}, not "
-        f"backend {state.name!r}'s {own}; nothing was sent (a prompt meant for "
+        f"backend {state.name!r} at {own}; nothing was sent (a prompt meant for "
         f"{state.name!r} never goes to another host). Give the SDK the backend's URL: "
         f"{_fix(state)}",
         backend=state.name, addressed=addressed, expected=own,
