@@ -144,7 +144,7 @@ def test_32_threads_of_streams_share_one_limit(server: tuple[str, SimEngine]) ->
 def test_32_threads_of_map_share_one_limit(server: tuple[str, SimEngine]) -> None:
     base_url, sim = server
     items = [{"messages": USER, "max_tokens": 10}] * CALLS
-    with sync_gate(base_url) as gate:
+    with real_time_gate(base_url) as gate:
         results = in_threads(lambda i: gate.map(items, scenario="realtime_chat"))
         assert all(isinstance(r, gg.ChatResult) for rs in results for r in rs)  # type: ignore[attr-defined]
         assert_idle(gate)
