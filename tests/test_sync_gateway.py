@@ -577,7 +577,9 @@ def test_a_stream_a_guarded_sync_function_returns_keeps_the_permit_until_read(
     server: tuple[str, SimEngine],
 ) -> None:
     base_url, sim = server
-    with sync_gate(base_url, concurrency=1) as gate:
+    # real time: the unread stream keeps the permit up to the backend's idle_timeout (30 s),
+    # which the ScaledClock made 0.6 s of wall time — a stalled test thread lost it
+    with real_time_gate(base_url, concurrency=1) as gate:
         own = openai.OpenAI(api_key="sk-test", base_url=base_url, max_retries=0)
 
         @gate.guard(backend="sim")
