@@ -387,3 +387,42 @@ async def test_a_renewal_answered_before_the_outage_does_not_end_it(
             answered.set()
         assert a.state == "down" and a.outages == 1
         assert len(outage_warnings(caplog)) == 1
+
+
+async def test_a_permit_taken_while_a_probe_is_on_its_way_is_counted_at_the_rejoin(
+    own_redis: RedisServer,
+) -> None:
+    """A probe's renewal lists the leases held when it is built; one taken on the share while
+    it waited to be sent (a busy loop, a Redis restarting) was counted nowhere once the
+    renewal's answer declared the fleet back — until the next renewal, ``lease_s / 3`` later."""
+    async with fleet_client(own_redis.url, namespace()) as a:
+        at = admission(a, 4)
+        async with fleet_client(own_redis.url, a.shared.namespace) as other:
+            await a._renew()  # the fleet seen, with 2 live workers: a share of 2
+            at_other = admission(other, 4)
+            at_other.leave(await at_other.enter(None))
+        own_redis.stop()
+        first = await at.enter(None)  # the outage: on the share
+        assert a.state == "down"
+        op, built, back = a._op, anyio.Event(), anyio.Event()
+
+        async def late(name: str, keys: list[str], args: list[Any]) -> Any:
+            if name == "RENEW" and not back.is_set():
+                built.set()
+                await back.wait()  # built now, sent once Redis is back
+            return await op(name, keys, args)
+
+        a._op = late  # type: ignore[method-assign]
+        with anyio.fail_after(5):
+            await built.wait()
+        second = await at.enter(None)  # taken while that renewal waits
+        own_redis.start()
+        back.set()
+        with anyio.fail_after(5):
+            while a.state != "up":
+                await anyio.sleep(0.005)
+        assert await counted(own_redis.url, at) == 2  # both in flight, each once
+        at.leave(first)
+        at.leave(second)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 0
