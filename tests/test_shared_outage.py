@@ -44,7 +44,9 @@ async def test_down_then_restarted_empty_local_share_then_rejoin_counting_each_p
 ) -> None:
     ns = namespace()
     caplog.set_level(logging.WARNING, logger="gptgate")
-    async with fleet_client(own_redis.url, ns) as a:
+    # renewals by hand or as probes only (every 20 min, not lease_s / 3 = 1.7 s): one that came
+    # after `other` left, on a host slow between two lines, counted 1 live worker, not 2
+    async with fleet_client(own_redis.url, ns, lease_s=3600.0) as a:
         at_a = admission(a, 5)
         async with fleet_client(own_redis.url, ns) as other:
             await a._renew()  # a learns that another worker is alive: 2 live workers
