@@ -157,10 +157,9 @@ def test_the_sync_openai_sdk_on_http_client_is_governed(
     server: tuple[str, SimEngine], stream: bool
 ) -> None:
     base_url, sim = server
-    # the gateway on real time (the server's answers stay 50x fast): on a ScaledClock its
-    # idle bound between a stream's chunks was a fraction of a real second, which 32 threads
-    # on a loaded machine reached ("stream idle between chunks")
-    with gg.SyncGateway([backend(base_url)], seed=3) as gate:
+    # real time: on a ScaledClock the idle bound between a stream's chunks was a fraction of a
+    # real second, which 32 threads on a loaded machine reached ("stream idle between chunks")
+    with real_time_gate(base_url) as gate:
         client = openai.OpenAI(
             api_key="sk-test", base_url=base_url, http_client=gate.http_client("sim"),
             max_retries=0,
