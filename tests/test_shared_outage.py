@@ -279,29 +279,23 @@ async def test_a_slow_redis_is_an_outage_and_its_late_grant_is_taken_back(
         assert await counted(own_redis.url, at) == 0
 
 
-BUSY = """
-local t0 = redis.call('TIME')
-local start = t0[1] * 1000000 + t0[2]
-while true do
-  local t = redis.call('TIME')
-  if t[1] * 1000000 + t[2] - start > tonumber(ARGV[1]) then return 1 end
-end
-"""
-
-
 async def test_an_acquire_that_ran_after_its_budget_leaves_no_ghost_permit(
     own_redis: RedisServer,
 ) -> None:
-    """A busy Redis (a long script ahead of ours) runs our acquire after we gave up on it:
-    the lease it added must be taken back, else the fleet counts a call that is not there."""
+    """A busy Redis (clients' commands held, as behind a long script) runs our acquire after
+    we gave up on it: the lease it added must be taken back, else the fleet counts a call
+    that is not there. Held from before the acquire is sent until the outage is seen (CLIENT
+    PAUSE ... UNPAUSE): a busy script started 0.1 s ahead reached a loaded host's Redis after
+    the acquire, which was answered in time ('up' == 'down')."""
     async with fleet_client(own_redis.url, namespace()) as a:
         at = admission(a, 2)
-        other = redis.asyncio.Redis.from_url(own_redis.url)
-        async with other, anyio.create_task_group() as tg:
-            tg.start_soon(other.eval, BUSY, 0, 400_000)  # Redis busy for 0.4 s
-            await anyio.sleep(0.1)  # generous: the busy script is running
-            lease = await at.enter(None)  # our acquire waits behind it past the budget
-            assert a.state == "down"
+        async with redis.asyncio.Redis.from_url(own_redis.url) as other:
+            await other.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            try:
+                lease = await at.enter(None)  # our acquire waits behind it past the budget
+                assert a.state == "down"
+            finally:
+                await other.execute_command("CLIENT", "UNPAUSE")
         with anyio.fail_after(5):
             while a.state != "up":
                 await anyio.sleep(0.005)
