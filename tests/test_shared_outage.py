@@ -44,7 +44,9 @@ async def test_down_then_restarted_empty_local_share_then_rejoin_counting_each_p
 ) -> None:
     ns = namespace()
     caplog.set_level(logging.WARNING, logger="gptgate")
-    async with fleet_client(own_redis.url, ns) as a:
+    # renewals by hand or as probes only (every 20 min, not lease_s / 3 = 1.7 s): one that came
+    # after `other` left, on a host slow between two lines, counted 1 live worker, not 2
+    async with fleet_client(own_redis.url, ns, lease_s=3600.0) as a:
         at_a = admission(a, 5)
         async with fleet_client(own_redis.url, ns) as other:
             await a._renew()  # a learns that another worker is alive: 2 live workers
@@ -277,29 +279,23 @@ async def test_a_slow_redis_is_an_outage_and_its_late_grant_is_taken_back(
         assert await counted(own_redis.url, at) == 0
 
 
-BUSY = """
-local t0 = redis.call('TIME')
-local start = t0[1] * 1000000 + t0[2]
-while true do
-  local t = redis.call('TIME')
-  if t[1] * 1000000 + t[2] - start > tonumber(ARGV[1]) then return 1 end
-end
-"""
-
-
 async def test_an_acquire_that_ran_after_its_budget_leaves_no_ghost_permit(
     own_redis: RedisServer,
 ) -> None:
-    """A busy Redis (a long script ahead of ours) runs our acquire after we gave up on it:
-    the lease it added must be taken back, else the fleet counts a call that is not there."""
+    """A busy Redis (clients' commands held, as behind a long script) runs our acquire after
+    we gave up on it: the lease it added must be taken back, else the fleet counts a call
+    that is not there. Held from before the acquire is sent until the outage is seen (CLIENT
+    PAUSE ... UNPAUSE): a busy script started 0.1 s ahead reached a loaded host's Redis after
+    the acquire, which was answered in time ('up' == 'down')."""
     async with fleet_client(own_redis.url, namespace()) as a:
         at = admission(a, 2)
-        other = redis.asyncio.Redis.from_url(own_redis.url)
-        async with other, anyio.create_task_group() as tg:
-            tg.start_soon(other.eval, BUSY, 0, 400_000)  # Redis busy for 0.4 s
-            await anyio.sleep(0.1)  # generous: the busy script is running
-            lease = await at.enter(None)  # our acquire waits behind it past the budget
-            assert a.state == "down"
+        async with redis.asyncio.Redis.from_url(own_redis.url) as other:
+            await other.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            try:
+                lease = await at.enter(None)  # our acquire waits behind it past the budget
+                assert a.state == "down"
+            finally:
+                await other.execute_command("CLIENT", "UNPAUSE")
         with anyio.fail_after(5):
             while a.state != "up":
                 await anyio.sleep(0.005)
@@ -387,3 +383,42 @@ async def test_a_renewal_answered_before_the_outage_does_not_end_it(
             answered.set()
         assert a.state == "down" and a.outages == 1
         assert len(outage_warnings(caplog)) == 1
+
+
+async def test_a_permit_taken_while_a_probe_is_on_its_way_is_counted_at_the_rejoin(
+    own_redis: RedisServer,
+) -> None:
+    """A probe's renewal lists the leases held when it is built; one taken on the share while
+    it waited to be sent (a busy loop, a Redis restarting) was counted nowhere once the
+    renewal's answer declared the fleet back — until the next renewal, ``lease_s / 3`` later."""
+    async with fleet_client(own_redis.url, namespace()) as a:
+        at = admission(a, 4)
+        async with fleet_client(own_redis.url, a.shared.namespace) as other:
+            await a._renew()  # the fleet seen, with 2 live workers: a share of 2
+            at_other = admission(other, 4)
+            at_other.leave(await at_other.enter(None))
+        own_redis.stop()
+        first = await at.enter(None)  # the outage: on the share
+        assert a.state == "down"
+        op, built, back = a._op, anyio.Event(), anyio.Event()
+
+        async def late(name: str, keys: list[str], args: list[Any]) -> Any:
+            if name == "RENEW" and not back.is_set():
+                built.set()
+                await back.wait()  # built now, sent once Redis is back
+            return await op(name, keys, args)
+
+        a._op = late  # type: ignore[method-assign]
+        with anyio.fail_after(5):
+            await built.wait()
+        second = await at.enter(None)  # taken while that renewal waits
+        own_redis.start()
+        back.set()
+        with anyio.fail_after(5):
+            while a.state != "up":
+                await anyio.sleep(0.005)
+        assert await counted(own_redis.url, at) == 2  # both in flight, each once
+        at.leave(first)
+        at.leave(second)
+        await wait_until(lambda: not a._pending)
+        assert await counted(own_redis.url, at) == 0

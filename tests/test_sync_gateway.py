@@ -62,6 +62,14 @@ def sync_gate(base_url: str, **options: Any) -> gg.SyncGateway:
     return gg.SyncGateway([backend(base_url, **options)], clock=gg.ScaledClock(SCALE), seed=3)
 
 
+def real_time_gate(base_url: str, **options: Any) -> gg.SyncGateway:
+    """A gateway on real time while the server answers 50x fast: on the ScaledClock its 60 s
+    attempt timeout is 1.2 s of wall time and its 30 s idle bound 0.6 s, which a loaded host
+    that stalls a thread or the server's loop reaches (a call timed out and retried, an unread
+    stream's permit let go) — for tests that count calls or hold permits, not time them."""
+    return gg.SyncGateway([backend(base_url, **options)], seed=3)
+
+
 def in_threads(work: Callable[[int], object], threads: int = THREADS) -> list[object]:
     """``work(i)`` in ``threads`` threads at once; every result, or the first error raised."""
     results: list[object] = [None] * threads
@@ -126,7 +134,7 @@ def test_32_threads_of_streams_share_one_limit(server: tuple[str, SimEngine]) ->
             assert s.result.streamed and s.result.usage.output_tokens > 0
         return True
 
-    with sync_gate(base_url) as gate:
+    with real_time_gate(base_url) as gate:
         assert all(in_threads(streams))
         assert_idle(gate)
     assert sim.ledger.snapshot().ok == THREADS * CALLS
@@ -136,7 +144,7 @@ def test_32_threads_of_streams_share_one_limit(server: tuple[str, SimEngine]) ->
 def test_32_threads_of_map_share_one_limit(server: tuple[str, SimEngine]) -> None:
     base_url, sim = server
     items = [{"messages": USER, "max_tokens": 10}] * CALLS
-    with sync_gate(base_url) as gate:
+    with real_time_gate(base_url) as gate:
         results = in_threads(lambda i: gate.map(items, scenario="realtime_chat"))
         assert all(isinstance(r, gg.ChatResult) for rs in results for r in rs)  # type: ignore[attr-defined]
         assert_idle(gate)
@@ -149,10 +157,9 @@ def test_the_sync_openai_sdk_on_http_client_is_governed(
     server: tuple[str, SimEngine], stream: bool
 ) -> None:
     base_url, sim = server
-    # the gateway on real time (the server's answers stay 50x fast): on a ScaledClock its
-    # idle bound between a stream's chunks was a fraction of a real second, which 32 threads
-    # on a loaded machine reached ("stream idle between chunks")
-    with gg.SyncGateway([backend(base_url)], seed=3) as gate:
+    # real time: on a ScaledClock the idle bound between a stream's chunks was a fraction of a
+    # real second, which 32 threads on a loaded machine reached ("stream idle between chunks")
+    with real_time_gate(base_url) as gate:
         client = openai.OpenAI(
             api_key="sk-test", base_url=base_url, http_client=gate.http_client("sim"),
             max_retries=0,
@@ -569,7 +576,9 @@ def test_a_stream_a_guarded_sync_function_returns_keeps_the_permit_until_read(
     server: tuple[str, SimEngine],
 ) -> None:
     base_url, sim = server
-    with sync_gate(base_url, concurrency=1) as gate:
+    # real time: the unread stream keeps the permit up to the backend's idle_timeout (30 s),
+    # which the ScaledClock made 0.6 s of wall time — a stalled test thread lost it
+    with real_time_gate(base_url, concurrency=1) as gate:
         own = openai.OpenAI(api_key="sk-test", base_url=base_url, max_retries=0)
 
         @gate.guard(backend="sim")

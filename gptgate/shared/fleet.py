@@ -668,13 +668,15 @@ class FleetClient:
             if self.losses == losses:
                 await self._renew(lost=True)
 
-    async def _renew(self, *, lost: bool = False) -> None:
+    async def _renew(self, *, lost: bool = False, again: int = 2) -> None:
         """Heartbeat this worker and re-add every lease it holds (after an outage or a Redis
         restart this registers them: they are in flight, so they must count). A renewal
         that finds this worker gone though it had been marked live (``lost``: an acquire
         found it so) learns that Redis lost the fleet's state: the other processes' permits
         are counted nowhere until their own next renewal (``lease_s / 3``) or acquire, so
-        this process keeps to its share until then (``rejoining``)."""
+        this process keeps to its share until then (``rejoining``). A probe's renewal that
+        finds Redis back goes ``again`` once more while a lease was taken on the share after
+        it was built: the fleet is back only once every permit held is counted."""
         # the fleet's workers, then each backend's: a process counts on every backend it
         # has, calling it or not (it may call it during an outage, on its share)
         keys = [f"{self._prefix}:workers", *(a.workers_key for a in self._admissions)]
@@ -704,6 +706,13 @@ class FleetClient:
         if self.outages != outages:
             # answered before an outage declared while its reply waited to be read: it says
             # nothing of Redis now (taken as "up", the next op failed and warned again)
+            return
+        if again and self.state != "up" and any(
+            not lease.registered for admission in self._admissions for lease in admission.held
+        ):
+            # taken on the share while this renewal was on its way: it listed them not (back
+            # at once, they were counted nowhere until the next renewal, lease_s / 3 later)
+            await self._renew(lost=lost or bool(int(gone)), again=again - 1)
             return
         self._up()
         redis_s = int(seconds) + int(micros) / 1e6
