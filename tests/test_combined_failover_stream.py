@@ -13,38 +13,15 @@ circuit never opened); the other cases passed and guard the combination.
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import AsyncIterator
 
 import httpx2
 import openai
 import pytest
 
 import gptgate as gg
+from tests.streamends import SSE, URL, USER, EndingBody
 
-URL = "http://127.0.0.1:9/v1"
-USER = [{"role": "user", "content": "hi"}]
-SSE = {"content-type": "text/event-stream"}
 THRESHOLD = 3
-
-
-def _chunk(text: str, finish: str | None = None) -> bytes:
-    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
-    return f"data: {json.dumps(body)}\n\n".encode()
-
-
-class _Body(httpx2.AsyncByteStream):
-    def __init__(self, end: str) -> None:
-        self.end = end
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield _chunk("t0 ")
-        if self.end == "reset":
-            raise httpx2.RemoteProtocolError("peer closed connection without sending complete "
-                                             "message body (incomplete chunked read)")
-        if self.end == "whole":
-            yield _chunk("", "stop") + b"data: [DONE]\n\n"
 
 
 class Server:
@@ -55,7 +32,7 @@ class Server:
     def transport(self) -> httpx2.MockTransport:
         def handle(_: httpx2.Request) -> httpx2.Response:
             self.seen += 1
-            return httpx2.Response(200, headers=SSE, stream=_Body(self.end))
+            return httpx2.Response(200, headers=SSE, stream=EndingBody(self.end, tokens=1))
 
         return httpx2.MockTransport(handle)
 

@@ -15,8 +15,7 @@ mock transports, real redis-server for the fleet.
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import httpx2
@@ -26,37 +25,9 @@ import pytest
 import gptgate as gg
 from gptgate.shared.health import HEALTH_POLL_S
 from tests.fleettools import namespace
+from tests.streamends import SSE, URL, USER, EndingBody
 
-URL = "http://127.0.0.1:9/v1"
-USER = [{"role": "user", "content": "hi"}]
-SSE = {"content-type": "text/event-stream"}
 THRESHOLD = 3
-
-
-def _chunk(text: str, finish: str | None = None) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
-    return f"data: {json.dumps(chunk)}\n\n".encode()
-
-
-class _Body(httpx2.AsyncByteStream):
-    """A chat stream: ``tokens`` content chunks, then how the server ends it."""
-
-    def __init__(self, end: str, tokens: int = 2) -> None:
-        self.end = end
-        self.tokens = tokens
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for i in range(self.tokens):
-            yield _chunk(f"t{i} ")
-        if self.end == "reset":
-            raise httpx2.RemoteProtocolError("peer closed connection without sending complete "
-                                             "message body (incomplete chunked read)")
-        if self.end == "stall":  # nothing more, ever: the idle timeout cuts it
-            await anyio.Event().wait()
-        if self.end == "whole":
-            yield _chunk("", "stop") + b"data: [DONE]\n\n"
-        # "truncated": a clean EOF, with neither a finish_reason nor [DONE]
 
 
 class Server:
@@ -68,7 +39,7 @@ class Server:
 
     def transport(self) -> httpx2.MockTransport:
         return httpx2.MockTransport(lambda _: httpx2.Response(
-            200, headers=SSE, stream=_Body(self.end, self.tokens)))
+            200, headers=SSE, stream=EndingBody(self.end, self.tokens)))
 
 
 def _gate(server: Server, **options: object) -> gg.Gateway:
