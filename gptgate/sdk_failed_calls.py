@@ -39,16 +39,31 @@ SDK_CALL = "gptgate_sdk_call"
 _REMEMBERED = 4096
 
 
+_Key = tuple[str, str, bytes]
+
+
 class SdkCall:
     """One call of an SDK: the backend its failure is counted at (None: none counted), and
-    which try its latest request is (None: its client does not say, nor retries by it)."""
+    which try its latest request is (None: its client does not say, nor retries by it).
+    Its key (method, path, the body's digest) is taken only when a retry can need it — a
+    retry's lookup, or a failure a retry may follow — so an answered first try, the common
+    case, never hashes its body (an image's megabytes included)."""
 
-    __slots__ = ("failed_at", "key", "tries")
+    __slots__ = ("failed_at", "key", "request", "tries")
 
-    def __init__(self, key: tuple[str, str, bytes], tries: int | None) -> None:
+    def __init__(self, key: _Key | None, tries: int | None, request: httpx2.Request) -> None:
         self.key = key
         self.tries = tries
+        #: the request whose body the key is taken from, until it is
+        self.request: httpx2.Request | None = request if key is None else None
         self.failed_at: str | None = None
+
+    def keyed(self) -> _Key:
+        """The call's key, taken from its request's body now if not yet."""
+        if self.key is None:
+            self.key = _key(self.request) if self.request is not None else ("", "", b"")
+            self.request = None
+        return self.key
 
 
 def _retry_count(request: httpx2.Request) -> int | None:
@@ -56,7 +71,7 @@ def _retry_count(request: httpx2.Request) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _key(request: httpx2.Request) -> tuple[str, str, bytes]:
+def _key(request: httpx2.Request) -> _Key:
     try:
         content = request.content
     except httpx2.RequestNotRead:  # a streamed upload: only its path tells it
@@ -70,9 +85,7 @@ class SdkCalls:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         #: calls whose last request failed, by (key, the retry count their retry will carry)
-        self._failed: OrderedDict[tuple[tuple[str, str, bytes], int], list[SdkCall]] = (
-            OrderedDict()
-        )
+        self._failed: OrderedDict[tuple[_Key, int], list[SdkCall]] = OrderedDict()
 
     def of(self, request: httpx2.Request) -> SdkCall:
         """The call ``request`` is a try of (kept in its extensions: a fallback's or a
@@ -81,9 +94,9 @@ class SdkCalls:
         if isinstance(call, SdkCall):
             return call
         count = _retry_count(request)
-        key = _key(request) if count is not None else ("", "", b"")
+        key = _key(request) if count else None  # a retry: looked up by it
         call = None
-        if count:
+        if key is not None and count is not None:
             waiting = self._failed.get((key, count))
             if waiting:
                 call = waiting.pop(0)
@@ -91,7 +104,7 @@ class SdkCalls:
                     del self._failed[(key, count)]
                 call.tries = count
         if call is None:
-            call = SdkCall(key, count)
+            call = SdkCall(key, count, request)
         request.extensions[SDK_CALL] = call
         return call
 
@@ -105,6 +118,7 @@ class SdkCalls:
             call.failed_at = None
             self._forget(call)
         if error is None or isinstance(error, (GatewayClosedError, BudgetExceededError)):
+            call.request = None  # no retry follows: its body is not needed
             return  # the gateway's own shutdown or budget: none of the backend's (gate.chat)
         if backend not in self._ledger.entries:
             return
@@ -112,13 +126,13 @@ class SdkCalls:
         call.failed_at = backend
         if call.tries is None:  # no retry of it can be told: final
             return
-        self._failed.setdefault((call.key, call.tries + 1), []).append(call)
+        self._failed.setdefault((call.keyed(), call.tries + 1), []).append(call)
         while len(self._failed) > _REMEMBERED:
             self._failed.popitem(last=False)
 
     def _forget(self, call: SdkCall) -> None:
         """``call`` is waited for no more (its try after the failure ended)."""
-        if call.tries is None:
+        if call.tries is None or call.key is None:
             return
         where = (call.key, call.tries + 1)
         waiting = self._failed.get(where)
