@@ -405,6 +405,9 @@ class Gateway:
         self._max_timeout_s = max(b.timeout for b in config.backends)
         #: whose formula prices an image part (gptgate/media_tokens.py)
         self._media = call_media_rule(config.backends, None)
+        #: … and a call pinned to one backend's (``backend=``): taken once, not per call
+        self._media_pinned = {b.name: call_media_rule(config.backends, b.name)
+                              for b in config.backends}
         #: the smallest context window of any backend (inf when one is unknown): a call
         #: within it fits every backend, and is not checked further
         self._min_context = min(
@@ -823,10 +826,13 @@ class Gateway:
             # hedged on its first token: a slow one says a bad replica or batch early, whatever
             # the answer's length, and a loser cancelled before it is rarely billed
             do_stream, decision = True, "hedge"
-        media = (  # a call pinned to one backend, or its own model: priced by its rule
-            self._media if backend is None and "model" not in params
-            else call_media_rule(self.config.backends, backend, params.get("model"))
-        )
+        if "model" in params:  # its own model: priced by its rule (where it may go)
+            media = call_media_rule(self.config.backends, backend, params["model"])
+        elif backend is not None:  # pinned to one backend: priced by that one's
+            media = self._media_pinned.get(backend) or call_media_rule(
+                self.config.backends, backend)
+        else:
+            media = self._media
         prompt_tokens = estimate_prompt_tokens(checked, media) + estimate_tools_tokens(
             params.get("tools")
         )
