@@ -40,6 +40,8 @@ from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.anthropic_thinking import (
+    INTERLEAVED_BETA,
+    budget_refused,
     foreign_tool_turn,
     refused_with_thinking,
     thinking_budget,
@@ -138,6 +140,12 @@ class AnthropicDialect:
             (v for k, v in backend.headers.items() if k.lower() == "anthropic-version"),
             ANTHROPIC_VERSION,
         )
+        #: the backend's ``anthropic-beta`` asks for interleaved thinking: a budget may
+        #: exceed ``max_tokens`` then
+        self.interleaved = any(
+            k.lower() == "anthropic-beta" and INTERLEAVED_BETA in v
+            for k, v in backend.headers.items()
+        )
 
     parse_response = staticmethod(parse_message)
     #: an SDK's stream (``gate.http_client``) overloaded before its first token: its 529
@@ -196,6 +204,20 @@ class AnthropicDialect:
     def check_call(self, model: str, params: Mapping[str, Any]) -> None:
         self.check_params(params)
         check_claude_model(model, params, self.backend)
+        why = budget_refused(params, self.sent_max_tokens(params), interleaved=self.interleaved)
+        if why is not None:
+            raise BadRequestError(
+                f"bad request: provider 'anthropic' refuses the parameter 'thinking' for "
+                f"model {model!r}: {why}; nothing was sent", backend=self.backend,
+            )
+
+    def sent_max_tokens(self, params: Mapping[str, Any]) -> int:
+        """The ``max_tokens`` the request carries: the call's, else the default."""
+        for key in ("max_completion_tokens", "max_tokens"):
+            given = params.get(key)
+            if isinstance(given, int) and not isinstance(given, bool):
+                return given
+        return self.default_max_tokens(params)
 
     def build_body(
         self,
