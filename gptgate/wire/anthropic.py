@@ -17,7 +17,9 @@ no prompt caching. Here:
 * usage is read with cache reads and writes *added* to ``input_tokens``
   (:func:`~gptgate.wire.usage.parse_anthropic_usage`);
 * ``anthropic-ratelimit-*`` headers feed the pacer: ``-reset`` is an RFC 3339 instant, turned
-  into seconds from now; the token budget is the tighter of ``tokens`` and ``input-tokens``.
+  into seconds from now; ``input-tokens`` and ``output-tokens`` are two budgets, paced apart
+  (a call's prompt against the first, its ``max_tokens`` against the second, cache reads
+  against neither: limits/pacing.py).
   A 529 ``overloaded_error`` is a congestion signal like a 503; it comes without
   ``retry-after``, so it gets :data:`OVERLOAD_WAIT_S` and is requeued as a refusal — and so
   is the same overload sent as a stream's ``error`` event before its first token
@@ -99,24 +101,32 @@ def _reset_s(value: str | None, now: float) -> float | None:
 def parse_anthropic_rate_limits(
     headers: Mapping[str, str], *, now: float | None = None
 ) -> RateLimitInfo | None:
-    """The budget in ``anthropic-ratelimit-*`` headers, or None when there are none."""
+    """The budget in ``anthropic-ratelimit-*`` headers, or None when there are none.
+
+    Anthropic budgets input and output tokens apart (``input-tokens``, ITPM, which cache
+    reads do not count; ``output-tokens``, OTPM): they become the input budget
+    (``*_tokens``) and the output one (``*_output_tokens``). ``tokens`` is only "the most
+    restrictive limit currently in effect" — now the one, now the other — so it stands in
+    for the token budget only on a response without the two."""
     get = headers.get
     prefix = "anthropic-ratelimit-"
-    if all(get(f"{prefix}{f}-remaining") is None for f in ("requests", "tokens", "input-tokens")):
+    families = ("requests", "tokens", "input-tokens", "output-tokens")
+    if all(get(f"{prefix}{f}-remaining") is None for f in families):
         return None
     now = time.time() if now is None else now
-    family = "tokens"
-    remaining = _count(get(prefix + "tokens-remaining"))
-    inputs = _count(get(prefix + "input-tokens-remaining"))
-    if inputs is not None and (remaining is None or inputs < remaining):
-        family, remaining = "input-tokens", inputs
+
+    def family(name: str) -> tuple[int | None, int | None, float | None]:
+        return (_count(get(f"{prefix}{name}-limit")), _count(get(f"{prefix}{name}-remaining")),
+                _reset_s(get(f"{prefix}{name}-reset"), now))
+
+    apart = any(get(f"{prefix}{f}-remaining") is not None for f in families[2:])
+    tokens = family("input-tokens") if apart else family("tokens")
+    outputs = family("output-tokens")
     return RateLimitInfo(
-        limit_requests=_count(get(prefix + "requests-limit")),
-        remaining_requests=_count(get(prefix + "requests-remaining")),
-        reset_requests_s=_reset_s(get(prefix + "requests-reset"), now),
-        limit_tokens=_count(get(f"{prefix}{family}-limit")),
-        remaining_tokens=remaining,
-        reset_tokens_s=_reset_s(get(f"{prefix}{family}-reset"), now),
+        *family("requests"),
+        limit_tokens=tokens[0], remaining_tokens=tokens[1], reset_tokens_s=tokens[2],
+        limit_output_tokens=outputs[0], remaining_output_tokens=outputs[1],
+        reset_output_tokens_s=outputs[2],
     )
 
 

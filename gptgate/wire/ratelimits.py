@@ -124,6 +124,8 @@ class RateLimitInfo:
     """One response's view of the request and token budgets (``x-ratelimit-*``).
 
     Resets are seconds from the response, not absolute times: the caller adds its own clock.
+    Where a provider budgets output tokens apart (Anthropic's OTPM), the ``*_output_tokens``
+    fields carry that budget, and the ``*_tokens`` ones are the input budget (ITPM).
     """
 
     limit_requests: int | None = None
@@ -132,6 +134,9 @@ class RateLimitInfo:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
+    limit_output_tokens: int | None = None
+    remaining_output_tokens: int | None = None
+    reset_output_tokens_s: float | None = None
 
 
 def _count(value: str | None) -> int | None:
