@@ -163,3 +163,21 @@ async def test_always_thinking_models_refuse_a_budget_and_disabled(model: str) -
 async def test_a_model_id_of_no_known_shape_is_sent_as_it_is(thinking: dict[str, Any]) -> None:
     """A proxy's alias: its model is not known, the server decides."""
     await _taken("house-reasoner", thinking)
+
+
+@pytest.mark.parametrize(("param", "value"), [
+    ("temperature", 0.5), ("top_k", 40), ("top_p", 0.5), ("tool_choice", "required"),
+])
+async def test_adaptive_thinking_refuses_what_thinking_refuses(param: str, value: Any) -> None:
+    """Adaptive thinking is thinking: a ``temperature`` other than 1 beside it was the
+    server's 400 on Opus and Sonnet 4.6, as with a budget."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {}}}}]
+    result, sent = await _send("claude-sonnet-4-6", {
+        "thinking": ADAPTIVE, "max_tokens": 4096, "tools": tools, param: value})
+    assert isinstance(result, gg.BadRequestError), result
+    assert repr(param) in result.message and "with extended thinking" in result.message
+    assert sent == []
+    result, sent = await _send("claude-sonnet-4-6", {
+        "thinking": ADAPTIVE, "max_tokens": 4096, "temperature": 1, "tools": tools})
+    assert isinstance(result, gg.ChatResult), result

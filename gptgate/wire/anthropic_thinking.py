@@ -129,10 +129,12 @@ _MIN_TOP_P = 0.95
 
 
 def refused_with_thinking(params: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(the parameter, why) that extended thinking does not take beside it — a ``temperature``
-    other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that forces a tool
-    (Anthropic's extended-thinking docs: a 400) — or None."""
-    if thinking_budget(params) is None:
+    """(the parameter, why) that thinking — a budget's or adaptive — does not take beside it:
+    a ``temperature`` other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that
+    forces a tool (Anthropic's extended-thinking docs, "Thinking isn't compatible with
+    temperature or top_k modifications as well as forced tool use": a 400) — or None."""
+    spec = params.get("thinking")
+    if not isinstance(spec, Mapping) or spec.get("type") not in ("enabled", "adaptive"):
         return None
     temperature = params.get("temperature")
     if temperature is not None and temperature != 1:
