@@ -49,7 +49,7 @@ from gptgate.wire.anthropic_thinking import (
     thinking_budget,
 )
 from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
-from gptgate.wire.ratelimits import RateLimitInfo, _count
+from gptgate.wire.ratelimits import RateLimitInfo, _count, _ratelimit_headers
 from gptgate.wire.usage import parse_anthropic_usage
 
 if TYPE_CHECKING:
@@ -108,8 +108,9 @@ def parse_anthropic_rate_limits(
     (``*_tokens``) and the output one (``*_output_tokens``). ``tokens`` is only "the most
     restrictive limit currently in effect" — now the one, now the other — so it stands in
     for the token budget only on a response without the two."""
-    get = headers.get
     prefix = "anthropic-ratelimit-"
+    get = (_ratelimit_headers(headers, prefix.encode()).get
+           if isinstance(headers, httpx2.Headers) else headers.get)
     families = ("requests", "tokens", "input-tokens", "output-tokens")
     if all(get(f"{prefix}{f}-remaining") is None for f in families):
         return None
