@@ -284,7 +284,7 @@ class _Attempt:
         )
         fleet = routed.fleet_pacer
         if fleet is not None:
-            tokens = spec.prompt_tokens + output_bound(spec)
+            tokens = spec.prompt_tokens + output_bound(spec, routed)
             self.take = fleet.ride_along(tokens, spec.deadline)
         try:
             self.backend, self.ticket, self.permit, self.probe = await runner._admit(
@@ -306,7 +306,8 @@ class _Attempt:
         """Reserve the call's tokens at the backend's rate-limit pacer; wait for them only
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
-        self.reserved = spec.prompt_tokens + output_bound(spec)
+        # the max_tokens sent (Anthropic's default, without one): what the server counts
+        self.reserved = spec.prompt_tokens + output_bound(spec, backend)
         take = self.take
         if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
             # taken with the permit: its delay counts from then, and a 429 pause still holds
@@ -318,10 +319,11 @@ class _Attempt:
                 clock.now(), self.reserved, spec.deadline
             )
         else:
+            output = output_bound(spec, backend)  # an output budget apart takes it
             if self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
-                pace = backend.pacer.reserve_ahead(clock.now(), self.reserved)
+                pace = backend.pacer.reserve_ahead(clock.now(), self.reserved, output)
             else:
-                pace = backend.pacer.reserve(clock.now(), self.reserved)
+                pace = backend.pacer.reserve(clock.now(), self.reserved, output)
             self.pace_seq = backend.pacer.sequence()  # its report's place (limits/pacing.py)
         pauses = backend.pacer.pauses
         if pace > 0 and self.ticket is not None:
@@ -545,7 +547,9 @@ class _Attempt:
                 cached_tokens=usage.cached_input_tokens, input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
             )
-        backend.pacer.reconcile(self.reserved, usage.total_tokens)
+        backend.pacer.reconcile(
+            self.reserved, usage.total_tokens, reserved_output=output_bound(spec, backend),
+            actual_output=usage.output_tokens, cached=usage.cached_input_tokens)
         if backend.fleet_pacer is not None:
             backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
         backend.attempt_timeouts.observe(latency, usage.output_tokens, permit.inflight)
@@ -1182,6 +1186,9 @@ class CallRunner:
                 limit_tokens=info.limit_tokens,
                 remaining_tokens=info.remaining_tokens,
                 reset_tokens_s=info.reset_tokens_s,
+                limit_output_tokens=info.limit_output_tokens,
+                remaining_output_tokens=info.remaining_output_tokens,
+                reset_output_tokens_s=info.reset_output_tokens_s,
             )
             # concurrency beyond rate × latency only waits for the pacer: tell the limit
             limit = backend.limiter.limit
@@ -1220,10 +1227,11 @@ class CallRunner:
         if isinstance(error, RateLimitedError):
             if error.retry_after:  # the fleet's pause: count_failure, on every path
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
-            backend.pacer.reconcile(reserved, 0)
+            backend.pacer.reconcile(reserved, 0, reserved_output=output_bound(spec, backend))
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0
-            backend.pacer.reconcile(reserved, billed)
+            backend.pacer.reconcile(reserved, billed, reserved_output=output_bound(spec, backend),
+                                    actual_output=error.output_tokens if error.billed else 0)
         if isinstance(error, RequestTimeout) and error.billed and not error.deadline:
             expected = spec.route.output_tokens or None
             backend.attempt_timeouts.observe_timeout(attempt_timeout, expected, inflight)

@@ -110,8 +110,10 @@ def test_the_simulator_refuses_a_tool_loop_that_dropped_the_thinking() -> None:
         with pytest.raises(gg.BadRequestError, match="Invalid `signature`"):
             await gate.chat([*ASK, forged, *result], tools=TOOLS, max_tokens=2048,
                             thinking=THINKING)
+        # gptgate refuses it unsent (test_anthropic_thinking_rules.py): sent anyway, the
+        # simulated server answers as Anthropic does
         with pytest.raises(gg.BadRequestError, match=r"greater than `thinking\.budget_tokens`"):
-            await gate.chat(ASK, max_tokens=1024, thinking=THINKING)
+            await gate.chat(ASK, max_tokens=1024, extra_body={"thinking": THINKING})
 
     _virtual(main)
 

@@ -36,6 +36,18 @@ token bucket and *corrects* it with every report:
   (:meth:`relax`). A call that was waiting when a later 429 came takes a new place behind
   it (:meth:`requeue`, told by :attr:`pauses`).
 
+Where a provider budgets output apart from input (Anthropic's input and output tokens per
+minute, ITPM and OTPM: :class:`~gptgate.wire.ratelimits.RateLimitInfo`'s ``*_output_tokens``),
+the token bucket is the *input* budget and a third bucket the output one: a reservation takes
+its prompt from the first and its ``output`` (``max_tokens``) from the second, and
+:meth:`reconcile` settles each with what the answer used — cache reads not counted against
+the input budget (Anthropic's cache-aware ITPM), and a reservation's input is discounted by
+the share the cache has been serving. Charged to one figure — ``prompt + max_tokens``, then
+the whole usage, against whichever of the two the headers named tighter — a job waited for
+tokens that budget never counts: 60 calls of a 90%-cached prompt took 3,590 s of a budget
+that allowed 22 s, prompts charged to the output budget 555 s for 129 s
+(tests/test_anthropic_rate_budgets.py).
+
 Before any header has been seen nothing is delayed (the pacer knows no budget). A pure object:
 plain numbers in, seconds out; the wire layer parses headers, the gateway sleeps.
 """
@@ -60,6 +72,9 @@ HOLD_AFTER_429_S = 60.0
 _SEND_TIMES = 256
 #: the limits' window: the headroom keeps room for the duplicates sent ahead over it
 _DUPLICATES_WINDOW_S = 60.0
+#: the most of a reservation's input taken for a cache read before the answer says so: a
+#: prompt that misses costs the input budget its whole length (the next report corrects)
+MAX_CACHED_SHARE = 0.95
 #: each success narrows the learned headroom by this factor (0.1 → 0.01 in ~75 successes)
 _NARROW = 0.97
 
@@ -159,6 +174,8 @@ class PacerStatistics:
     reserved: int  # reserve() calls
     delayed: int  # of which had to wait
     total_delay_s: float
+    #: the output budget's level, where reported apart (inf otherwise)
+    output_tokens_available: float = math.inf
 
 
 class RateLimitPacer:
@@ -182,19 +199,29 @@ class RateLimitPacer:
         self._forgotten_by = -math.inf
         self._requests = _Bucket()
         self._tokens = _Bucket()
+        #: the output budget, where the provider reports one apart (then ``_tokens`` is input)
+        self._outputs = _Bucket()
+        #: output tokens reserved so far, and as of each remembered reservation
+        self._taken_outputs = 0
+        self._send_outputs: deque[int] = deque(maxlen=_SEND_TIMES)
         self._paused_until = -math.inf
-        # reservations told to wait, not sent yet: (send time, tokens), in send order
-        self._pending: deque[tuple[float, float]] = deque()
+        # reservations told to wait, not sent yet: (send time, tokens, output), in send order
+        self._pending: deque[tuple[float, float, float]] = deque()
         self._pending_tokens = 0.0
+        self._pending_outputs = 0.0
         #: duplicates sent ahead of the queue over the last minute: (send time, tokens)
         self._ahead: deque[tuple[float, float]] = deque()
         self._reserved = 0
         self._delayed = 0
         self._total_delay = 0.0
         self._mean_tokens = 0.0  # EWMA of the tokens a call reserves
+        self._mean_output = 0.0  # … of which output (``max_tokens``)
         #: EWMA of the tokens a call costs once reconciled (its usage): what the budget
         #: sustains, the refund of ``max_tokens`` it did not use given back
         self._mean_cost = 0.0
+        #: … of which output, and input the input budget does not count (cache reads)
+        self._mean_output_cost = 0.0
+        self._mean_uncounted = 0.0
         self._reconciled = 0
         #: short windows: seconds between sends since the last 429, and the next free slot
         self._spacing = 0.0
@@ -223,11 +250,36 @@ class RateLimitPacer:
         return self._requests.known or self._tokens.known
 
     @property
+    def split(self) -> bool:
+        """Whether the provider budgets output tokens apart from input (Anthropic)."""
+        return self._outputs.known
+
+    @property
     def token_limit(self) -> float | None:
         """The backend's reported tokens-per-minute limit (not our margin of it), or None
-        while unknown: a reservation above it can never be admitted."""
+        while unknown: a reservation above it can never be admitted. With an output budget
+        apart, the two limits' sum (what ``prompt + max_tokens`` may come to)."""
         bucket = self._tokens
-        return bucket.limit if bucket.known else None
+        if not bucket.known:
+            return None
+        return bucket.limit + self._outputs.limit if self.split else bucket.limit
+
+    def _kinds(self, tokens: float, output: float) -> tuple[float, float]:
+        """(input-or-total, output): what a take of ``tokens``, ``output`` of them output,
+        puts on the token and the output bucket — the input less the share the prompt cache
+        has been serving, which the input budget does not count."""
+        output = min(max(0.0, output), max(0.0, tokens))
+        if not self.split:
+            return max(0.0, tokens), output
+        return (tokens - output) * (1.0 - self._cached_share()), output
+
+    def _cached_share(self) -> float:
+        """The share of a call's input read from the prompt cache, as answers reported it
+        (at most :data:`MAX_CACHED_SHARE`)."""
+        inputs = self._mean_cost - self._mean_output_cost
+        if inputs <= 0.0:
+            return 0.0
+        return min(MAX_CACHED_SHARE, max(0.0, self._mean_uncounted / inputs))
 
     def observe(
         self,
@@ -240,19 +292,31 @@ class RateLimitPacer:
         remaining_tokens: float | None = None,
         reset_tokens_s: float | None = None,
         seq: tuple[int, int] | None = None,
+        limit_output_tokens: float | None = None,
+        remaining_output_tokens: float | None = None,
+        reset_output_tokens_s: float | None = None,
     ) -> None:
         """Correct the buckets with a response's ``x-ratelimit-*`` values (any may be None);
         ``seq``: :meth:`sequence` when the call was reserved (the server had counted it and
-        none of what was reserved after it)."""
+        none of what was reserved after it). ``*_output_tokens``: an output budget reported
+        apart (the ``*_tokens`` values are then the input budget's)."""
         pending = self._drain_pending(now)
         counted_at = None
         if seq is None:  # what the server cannot have counted: what is not sent yet
             unseen_requests, unseen_tokens = float(len(pending)), self._pending_tokens
+            unseen_outputs = self._pending_outputs
         else:
             unseen_requests = float(max(0, self._taken_requests - seq[0]))
             unseen_tokens = float(max(0, self._taken_tokens - seq[1]))
+            unseen_outputs = float(max(0, self._taken_outputs - self._outputs_at(seq[0])))
             counted_at = self._sent_at(seq[0])
         room_requests, room_tokens = self._duplicates_room(now)
+        if limit_output_tokens is not None or self.split:
+            self._outputs.report(
+                now, limit_output_tokens, remaining_output_tokens, reset_output_tokens_s,
+                self._learned, unseen_outputs, counted_at,
+            )
+        unseen_tokens, _ = self._kinds(unseen_tokens, unseen_outputs)
         self._requests.report(
             now, limit_requests, remaining_requests, reset_requests_s,
             self._margin_leaving(room_requests, limit_requests, self._requests),
@@ -282,6 +346,15 @@ class RateLimitPacer:
             return self._learned
         return max(0.0, min(self._learned, 1.0 - room / limit))
 
+    def _outputs_at(self, number: int) -> int:
+        """Output tokens reserved up to reservation ``number`` (1-based); once it is no longer
+        remembered, the oldest count remembered."""
+        outputs = self._send_outputs
+        index = number - 1 - (self._taken_requests - len(outputs))
+        if 0 <= index < len(outputs):
+            return outputs[index]
+        return outputs[0] if index < 0 and outputs else self._taken_outputs
+
     def _sent_at(self, number: int) -> float | None:
         """When reservation ``number`` (1-based, :meth:`sequence`) was to be sent; once it is
         no longer remembered, no later than the latest send forgotten. Read as of its arrival
@@ -302,10 +375,22 @@ class RateLimitPacer:
         draw 1050).
         """
         rate = self._requests.rate
-        per_call = self._mean_cost if self._reconciled else self._mean_tokens
-        if self._tokens.known and per_call > 0.0:
-            rate = min(rate, self._tokens.rate / per_call)
+        for bucket, per_call in self._per_call(reconciled=bool(self._reconciled)):
+            if bucket.known and per_call > 0.0:
+                rate = min(rate, bucket.rate / per_call)
         return rate if rate < math.inf else None
+
+    def _per_call(self, *, reconciled: bool) -> tuple[tuple[_Bucket, float], ...]:
+        """The token buckets with what a call takes of each: its reconciled usage, else its
+        reservation (:meth:`_kinds`: the input part on the token bucket where output is
+        budgeted apart)."""
+        if reconciled:
+            total, output = self._mean_cost, self._mean_output_cost
+            counted = total - output - self._mean_uncounted if self.split else total
+        else:
+            total, output = self._mean_tokens, self._mean_output
+            counted, output = self._kinds(total, output)
+        return (self._tokens, max(0.0, counted)), (self._outputs, max(0.0, output))
 
     def funded_calls(self, now: float) -> float | None:
         """Calls the budgets fund right now without waiting (the request bucket's level, the
@@ -313,12 +398,13 @@ class RateLimitPacer:
         known. A bucket starts full: until it is spent the sustained rate does not bind."""
         if not self.known:
             return None
-        req, tok = self._requests, self._tokens
+        req = self._requests
         req.advance(now)
-        tok.advance(now)
         calls = req.level
-        if tok.known and self._mean_tokens > 0.0:
-            calls = min(calls, tok.level / self._mean_tokens)
+        for bucket, per_call in self._per_call(reconciled=False):
+            bucket.advance(now)
+            if bucket.known and per_call > 0.0:
+                calls = min(calls, bucket.level / per_call)
         return max(0.0, calls) if calls < math.inf else None
 
     def spilled_calls(self, now: float, horizon_s: float) -> float:
@@ -329,14 +415,14 @@ class RateLimitPacer:
         rate while the bucket sat full lost ~20 calls of refill in a 400-call job (issue 31,
         draw 1079: 94.2% of fixed 32's goodput)."""
         spills = []
-        for bucket, per_call in ((self._requests, 1.0), (self._tokens, self._mean_tokens)):
+        for bucket, per_call in ((self._requests, 1.0), *self._per_call(reconciled=False)):
             if bucket.known and per_call > 0.0:
                 bucket.advance(now)
                 over = bucket.level + bucket.rate * max(0.0, horizon_s) - bucket.capacity
                 spills.append(over / per_call)
         return max(0.0, min(spills)) if spills else 0.0
 
-    def reserve_ahead(self, now: float, tokens: int) -> float:
+    def reserve_ahead(self, now: float, tokens: int, output: int = 0) -> float:
         """A hedge's duplicate: reserved like any call, but sent at once (unless paused),
         ahead of the calls already waiting — they keep their send times, and the one extra
         request falls in the headroom, which keeps room for the last minute's duplicates and
@@ -345,61 +431,91 @@ class RateLimitPacer:
         duplicate would go out after the stall it was sent to cut had ended. → the delay
         (the pause's)."""
         self._drain_pending(now)
-        for bucket in (self._requests, self._tokens):
+        for bucket in (self._requests, self._tokens, self._outputs):
             bucket.advance(now)
         delay = max(0.0, self._paused_until - now)
-        self._take(tokens, now + delay)
+        self._take(tokens, output, now + delay)
         self._ahead.append((now + delay, float(max(0, tokens))))
         return delay
 
-    def reserve(self, now: float, tokens: int) -> float:
-        """Reserve one request and ``tokens`` (prompt + max_tokens); return the delay in seconds.
+    def reserve(self, now: float, tokens: int, output: int = 0) -> float:
+        """Reserve one request and ``tokens`` (prompt + max_tokens, ``output`` of them the
+        max_tokens); return the delay in seconds.
 
         The reservation is recorded at once, so concurrent callers queue behind each other.
         0 when within budget, and always 0 before any header was seen (unless paused).
         """
         self._drain_pending(now)
-        req, tok = self._requests, self._tokens
-        req.advance(now)
-        tok.advance(now)
-        delay = max(req.delay(now, 1.0), tok.delay(now, float(max(0, tokens))))
+        req, tok, out = self._requests, self._tokens, self._outputs
+        for bucket in (req, tok, out):
+            bucket.advance(now)
+        counted, outputs = self._kinds(float(tokens), float(output))
+        delay = max(req.delay(now, 1.0), tok.delay(now, counted), out.delay(now, outputs))
         delay = max(delay, self._paused_until - now)
         if self._spacing:
             delay = self._slot(now, delay)
-        self._take(tokens, now + max(0.0, delay))
+        self._take(tokens, output, now + max(0.0, delay))
         self._reserved += 1
         alpha = max(1.0 / self._reserved, 0.01)
         self._mean_tokens += alpha * (max(0, tokens) - self._mean_tokens)
+        self._mean_output += alpha * (outputs - self._mean_output)
         if delay > 0.0:
             self._delayed += 1
             self._total_delay += delay
-            self._pending.append((now + delay, float(max(0, tokens))))
+            self._pending.append((now + delay, float(max(0, tokens)), outputs))
             self._pending_tokens += float(max(0, tokens))
+            self._pending_outputs += outputs
         return max(0.0, delay)
 
-    def _take(self, tokens: int, send_at: float) -> None:
+    def _take(self, tokens: int, output: int, send_at: float) -> None:
         if len(self._send_times) == self._send_times.maxlen:
             self._forgotten_by = max(self._forgotten_by, self._send_times[0])
         self._send_times.append(send_at)
+        counted, outputs = self._kinds(float(tokens), float(output))
         self._requests.take(1.0)
-        self._tokens.take(float(max(0, tokens)))
+        self._tokens.take(counted)
+        self._outputs.take(outputs)
         self._taken_requests += 1
         self._taken_tokens += max(0, tokens)
+        self._taken_outputs += int(outputs)
+        self._send_outputs.append(self._taken_outputs)
 
-    def _drain_pending(self, now: float) -> deque[tuple[float, float]]:
+    def _drain_pending(self, now: float) -> deque[tuple[float, float, float]]:
         pending = self._pending
         while pending and pending[0][0] <= now:
-            self._pending_tokens -= pending.popleft()[1]
+            _, tokens, outputs = pending.popleft()
+            self._pending_tokens -= tokens
+            self._pending_outputs -= outputs
         if not pending:
-            self._pending_tokens = 0.0  # no float dust
+            self._pending_tokens = self._pending_outputs = 0.0  # no float dust
         return pending
 
-    def reconcile(self, reserved: int, actual: int) -> None:
-        """Adjust a reservation with the tokens the backend reported using (refund or charge)."""
-        self._tokens.take(float(actual - reserved))
+    def reconcile(
+        self,
+        reserved: int,
+        actual: int,
+        *,
+        reserved_output: int = 0,
+        actual_output: int = 0,
+        cached: int = 0,
+    ) -> None:
+        """Adjust a reservation with the tokens the backend reported using (refund or charge).
+        ``reserved_output`` / ``actual_output``: the output parts of the two, and ``cached``
+        the input read from the prompt cache — where output is budgeted apart (Anthropic),
+        each bucket is settled with its own part, and cache reads are not counted against
+        the input budget."""
+        if self.split:
+            counted = actual - actual_output - cached
+            taken, _ = self._kinds(float(reserved), float(reserved_output))
+            self._tokens.take(counted - taken)
+            self._outputs.take(float(actual_output - reserved_output))
+        else:
+            self._tokens.take(float(actual - reserved))
         self._reconciled += 1
         alpha = max(1.0 / self._reconciled, 0.01)
         self._mean_cost += alpha * (max(0, actual) - self._mean_cost)
+        self._mean_output_cost += alpha * (max(0, actual_output) - self._mean_output_cost)
+        self._mean_uncounted += alpha * (max(0, cached) - self._mean_uncounted)
 
     def _slot(self, now: float, delay: float) -> float:
         at = max(now + delay, self._next_send)
@@ -437,8 +553,8 @@ class RateLimitPacer:
             self._next_send = max(self._next_send, t)
 
     def statistics(self, now: float) -> PacerStatistics:
-        self._requests.advance(now)
-        self._tokens.advance(now)
+        for bucket in (self._requests, self._tokens, self._outputs):
+            bucket.advance(now)
         return PacerStatistics(
             requests_available=self._requests.level,
             tokens_available=self._tokens.level,
@@ -446,6 +562,7 @@ class RateLimitPacer:
             reserved=self._reserved,
             delayed=self._delayed,
             total_delay_s=self._total_delay,
+            output_tokens_available=self._outputs.level,
         )
 
     def __repr__(self) -> str:

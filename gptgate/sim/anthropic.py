@@ -13,8 +13,10 @@ buckets, faults); what differs is what a gateway must get right on Anthropic:
   prefix once prefilled. Usage reports ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens`` *on top of* ``input_tokens``; one cache for the whole
   server (an organisation's), idle TTL ``cache_ttl_s``;
-* ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}``
-  with RFC 3339 resets (one token bucket stands behind the three token families), 429
+* ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`` with RFC 3339 resets: one
+  token bucket, charged ``prompt + max_tokens`` — not Anthropic's input and output budgets
+  apart, so their ``input-tokens`` / ``output-tokens`` families are not sent (a client would
+  read them as two budgets of the whole limit each: limits/pacing.py); 429
   ``rate_limit_error`` with ``retry-after``, 529 ``overloaded_error`` when the queue is full,
   and an ``error`` event when an overloaded replica gives up mid-stream;
 * the bill: :func:`bill_usd` prices writes at 1.25× and reads at 0.1× the input price.
@@ -175,7 +177,7 @@ class AnthropicEngine(SimEngine):
     def _limit_headers(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         rq, tk = self._limiter.requests, self._limiter.tokens
-        families = (("requests", rq), ("tokens", tk), ("input-tokens", tk), ("output-tokens", tk))
+        families = (("requests", rq), ("tokens", tk))
         for name, bucket in families:
             if bucket is None:
                 continue

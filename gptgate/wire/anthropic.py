@@ -17,7 +17,9 @@ no prompt caching. Here:
 * usage is read with cache reads and writes *added* to ``input_tokens``
   (:func:`~gptgate.wire.usage.parse_anthropic_usage`);
 * ``anthropic-ratelimit-*`` headers feed the pacer: ``-reset`` is an RFC 3339 instant, turned
-  into seconds from now; the token budget is the tighter of ``tokens`` and ``input-tokens``.
+  into seconds from now; ``input-tokens`` and ``output-tokens`` are two budgets, paced apart
+  (a call's prompt against the first, its ``max_tokens`` against the second, cache reads
+  against neither: limits/pacing.py).
   A 529 ``overloaded_error`` is a congestion signal like a 503; it comes without
   ``retry-after``, so it gets :data:`OVERLOAD_WAIT_S` and is requeued as a refusal — and so
   is the same overload sent as a stream's ``error`` event before its first token
@@ -40,12 +42,14 @@ from gptgate.wire.anthropic_models import check_claude_model
 from gptgate.wire.anthropic_overload import OVERLOAD_WAIT_S, overload_as_529
 from gptgate.wire.anthropic_stream import MessagesStreamReader, parse_message
 from gptgate.wire.anthropic_thinking import (
+    INTERLEAVED_BETA,
+    budget_refused,
     foreign_tool_turn,
     refused_with_thinking,
     thinking_budget,
 )
 from gptgate.wire.openai import ChatStreamReader, encode_body, error_for_status
-from gptgate.wire.ratelimits import RateLimitInfo, _count
+from gptgate.wire.ratelimits import RateLimitInfo, _count, _ratelimit_headers
 from gptgate.wire.usage import parse_anthropic_usage
 
 if TYPE_CHECKING:
@@ -97,24 +101,33 @@ def _reset_s(value: str | None, now: float) -> float | None:
 def parse_anthropic_rate_limits(
     headers: Mapping[str, str], *, now: float | None = None
 ) -> RateLimitInfo | None:
-    """The budget in ``anthropic-ratelimit-*`` headers, or None when there are none."""
-    get = headers.get
+    """The budget in ``anthropic-ratelimit-*`` headers, or None when there are none.
+
+    Anthropic budgets input and output tokens apart (``input-tokens``, ITPM, which cache
+    reads do not count; ``output-tokens``, OTPM): they become the input budget
+    (``*_tokens``) and the output one (``*_output_tokens``). ``tokens`` is only "the most
+    restrictive limit currently in effect" — now the one, now the other — so it stands in
+    for the token budget only on a response without the two."""
     prefix = "anthropic-ratelimit-"
-    if all(get(f"{prefix}{f}-remaining") is None for f in ("requests", "tokens", "input-tokens")):
+    get = (_ratelimit_headers(headers, prefix.encode()).get
+           if isinstance(headers, httpx2.Headers) else headers.get)
+    families = ("requests", "tokens", "input-tokens", "output-tokens")
+    if all(get(f"{prefix}{f}-remaining") is None for f in families):
         return None
     now = time.time() if now is None else now
-    family = "tokens"
-    remaining = _count(get(prefix + "tokens-remaining"))
-    inputs = _count(get(prefix + "input-tokens-remaining"))
-    if inputs is not None and (remaining is None or inputs < remaining):
-        family, remaining = "input-tokens", inputs
+
+    def family(name: str) -> tuple[int | None, int | None, float | None]:
+        return (_count(get(f"{prefix}{name}-limit")), _count(get(f"{prefix}{name}-remaining")),
+                _reset_s(get(f"{prefix}{name}-reset"), now))
+
+    apart = any(get(f"{prefix}{f}-remaining") is not None for f in families[2:])
+    tokens = family("input-tokens") if apart else family("tokens")
+    outputs = family("output-tokens")
     return RateLimitInfo(
-        limit_requests=_count(get(prefix + "requests-limit")),
-        remaining_requests=_count(get(prefix + "requests-remaining")),
-        reset_requests_s=_reset_s(get(prefix + "requests-reset"), now),
-        limit_tokens=_count(get(f"{prefix}{family}-limit")),
-        remaining_tokens=remaining,
-        reset_tokens_s=_reset_s(get(f"{prefix}{family}-reset"), now),
+        *family("requests"),
+        limit_tokens=tokens[0], remaining_tokens=tokens[1], reset_tokens_s=tokens[2],
+        limit_output_tokens=outputs[0], remaining_output_tokens=outputs[1],
+        reset_output_tokens_s=outputs[2],
     )
 
 
@@ -137,6 +150,12 @@ class AnthropicDialect:
         self.version = next(
             (v for k, v in backend.headers.items() if k.lower() == "anthropic-version"),
             ANTHROPIC_VERSION,
+        )
+        #: the backend's ``anthropic-beta`` asks for interleaved thinking: a budget may
+        #: exceed ``max_tokens`` then
+        self.interleaved = any(
+            k.lower() == "anthropic-beta" and INTERLEAVED_BETA in v
+            for k, v in backend.headers.items()
         )
 
     parse_response = staticmethod(parse_message)
@@ -196,6 +215,20 @@ class AnthropicDialect:
     def check_call(self, model: str, params: Mapping[str, Any]) -> None:
         self.check_params(params)
         check_claude_model(model, params, self.backend)
+        why = budget_refused(params, self.sent_max_tokens(params), interleaved=self.interleaved)
+        if why is not None:
+            raise BadRequestError(
+                f"bad request: provider 'anthropic' refuses the parameter 'thinking' for "
+                f"model {model!r}: {why}; nothing was sent", backend=self.backend,
+            )
+
+    def sent_max_tokens(self, params: Mapping[str, Any]) -> int:
+        """The ``max_tokens`` the request carries: the call's, else the default."""
+        for key in ("max_completion_tokens", "max_tokens"):
+            given = params.get(key)
+            if isinstance(given, int) and not isinstance(given, bool):
+                return given
+        return self.default_max_tokens(params)
 
     def build_body(
         self,

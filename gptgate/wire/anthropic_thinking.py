@@ -18,8 +18,9 @@ from typing import Any
 from gptgate.errors import BadRequestError
 
 __all__ = [
-    "THINKING_TYPES", "ThinkingFold", "foreign_tool_turn", "kept_thinking",
-    "refused_with_thinking", "sent_thinking", "thinking_budget",
+    "INTERLEAVED_BETA", "MIN_BUDGET_TOKENS", "THINKING_TYPES", "ThinkingFold", "budget_refused",
+    "foreign_tool_turn", "kept_thinking", "refused_with_thinking", "sent_thinking",
+    "thinking_budget",
 ]
 
 THINKING_TYPES = ("thinking", "redacted_thinking")
@@ -87,15 +88,53 @@ def thinking_budget(params: Mapping[str, Any]) -> int | None:
     return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
 
 
+#: Anthropic's smallest ``thinking.budget_tokens`` (its extended-thinking docs)
+MIN_BUDGET_TOKENS = 1024
+#: the beta under which a budget may exceed ``max_tokens`` (interleaved thinking, Claude 4:
+#: "the token limit becomes your entire context window")
+INTERLEAVED_BETA = "interleaved-thinking-2025-05-14"
+#: the ``thinking`` types the Messages API knows
+_TYPES = ("enabled", "adaptive", "disabled")
+
+
+def budget_refused(
+    params: Mapping[str, Any], max_tokens: int, *, interleaved: bool = False
+) -> str | None:
+    """Why the call's ``thinking`` is a 400 whatever the model (None when it is not): not an
+    object of a known ``type``, a manual one without an integer ``budget_tokens``, a budget
+    under :data:`MIN_BUDGET_TOKENS`, or one not below ``max_tokens`` — the tokens the request
+    sends, which count the thinking (unless ``interleaved``: :data:`INTERLEAVED_BETA`)."""
+    if "thinking" not in params or params["thinking"] is None:
+        return None
+    spec = params["thinking"]
+    if not isinstance(spec, Mapping) or spec.get("type") not in _TYPES:
+        return ("thinking must be {'type': 'enabled', 'budget_tokens': N}, {'type': "
+                "'adaptive'} or {'type': 'disabled'}")
+    if spec["type"] != "enabled":
+        return None
+    budget = thinking_budget(params)
+    if budget is None:
+        return "thinking of type 'enabled' needs an integer budget_tokens"
+    if budget < MIN_BUDGET_TOKENS:
+        return (f"thinking.budget_tokens must be at least {MIN_BUDGET_TOKENS} (Anthropic's "
+                f"minimum); it is {budget}")
+    if budget >= max_tokens and not interleaved:
+        return (f"thinking.budget_tokens ({budget}) must be below max_tokens ({max_tokens}), "
+                "which counts the thinking")
+    return None
+
+
 #: ``top_p`` may go this low with thinking, no lower
 _MIN_TOP_P = 0.95
 
 
 def refused_with_thinking(params: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(the parameter, why) that extended thinking does not take beside it — a ``temperature``
-    other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that forces a tool
-    (Anthropic's extended-thinking docs: a 400) — or None."""
-    if thinking_budget(params) is None:
+    """(the parameter, why) that thinking — a budget's or adaptive — does not take beside it:
+    a ``temperature`` other than 1, ``top_k``, a ``top_p`` under 0.95, a ``tool_choice`` that
+    forces a tool (Anthropic's extended-thinking docs, "Thinking isn't compatible with
+    temperature or top_k modifications as well as forced tool use": a 400) — or None."""
+    spec = params.get("thinking")
+    if not isinstance(spec, Mapping) or spec.get("type") not in ("enabled", "adaptive"):
         return None
     temperature = params.get("temperature")
     if temperature is not None and temperature != 1:

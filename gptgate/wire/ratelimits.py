@@ -124,6 +124,8 @@ class RateLimitInfo:
     """One response's view of the request and token budgets (``x-ratelimit-*``).
 
     Resets are seconds from the response, not absolute times: the caller adds its own clock.
+    Where a provider budgets output tokens apart (Anthropic's OTPM), the ``*_output_tokens``
+    fields carry that budget, and the ``*_tokens`` ones are the input budget (ITPM).
     """
 
     limit_requests: int | None = None
@@ -132,6 +134,9 @@ class RateLimitInfo:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
+    limit_output_tokens: int | None = None
+    remaining_output_tokens: int | None = None
+    reset_output_tokens_s: float | None = None
 
 
 def _count(value: str | None) -> int | None:
@@ -152,12 +157,14 @@ def _duration(value: str | None) -> float | None:
     return None if value is None else parse_duration(value)
 
 
-def _ratelimit_headers(headers: httpx2.Headers) -> dict[str, str]:
-    """The ``x-ratelimit-*`` headers in one pass: ``httpx2.Headers.get`` scans every header
-    per lookup, and six misses on a server that sends none would cost more than this."""
+def _ratelimit_headers(headers: httpx2.Headers, prefix: bytes = b"x-ratelimit-") -> dict[str, str]:
+    """The ``x-ratelimit-*`` headers (or another ``prefix``'s) in one pass:
+    ``httpx2.Headers.get`` scans every header per lookup, and six misses on a server that
+    sends none would cost more than this."""
     found: dict[str, str] = {}
+    size = len(prefix)
     for key, value in headers.raw:
-        if key[:12].lower() == b"x-ratelimit-":
+        if key[:size].lower() == prefix:
             found[key.lower().decode("latin-1")] = value.decode("latin-1")
     return found
 
