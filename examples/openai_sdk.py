@@ -15,8 +15,10 @@ How to run
 
 No API key, no network: it starts ``gptgate sim serve`` as a child process on a free loopback
 port (``gptgate.sim.SimProcess``, a simulated GPU server 20x faster than real time) and stops
-it at the end. Against a real endpoint, point the backend's ``base_url`` at it, export
-``OPENAI_API_KEY`` and drop ``clock=``.
+it at the end. Only the simulator runs on the scaled clock: the gateway keeps real time, as
+against a real endpoint, so its timeouts are real seconds (on the server's clock a 60 s
+attempt timeout would be 3 s of wall time, which a busy machine can miss). Against a real
+endpoint, point the backend's ``base_url`` at it and export ``OPENAI_API_KEY``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ async def main(base_url: str) -> None:
         name="gpu-local", base_url=base_url, model="gpt-5.5", hardware="gpu",
         price=gg.Price(input_per_mtok=1.25, output_per_mtok=10.0),
     )
-    # the server runs 20x faster than real time: the gateway's clock must agree
-    gate = gg.Gateway([backend], clock=gg.ScaledClock(TIME_SCALE))
+    gate = gg.Gateway([backend])  # real time, as in production (the docstring says why)
     client = openai.AsyncOpenAI(
         api_key="sim-needs-no-key",  # the simulator ignores it; use your key for real
         base_url=base_url,

@@ -12,7 +12,8 @@ How to run
     python examples/sdk_fallback.py
 
 No API key, no network: ``gpu-b`` is ``gptgate sim serve`` started as a child process on a free
-loopback port (``gptgate.sim.SimProcess``), ``gpu-a`` a loopback port nobody listens on.
+loopback port (``gptgate.sim.SimProcess``, 20x faster than real time), ``gpu-a`` a loopback
+port nobody listens on. The gateway keeps real time, as in production.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ async def main(base_url: str) -> None:
         gg.Backend(name="gpu-b", base_url=base_url, model="model-b",
                    api_key="sk-fallback-key"),
     ]
-    gate = gg.Gateway(backends, clock=gg.ScaledClock(TIME_SCALE))
+    gate = gg.Gateway(backends)  # real time, as in production: only the server is fast
     client = openai.AsyncOpenAI(
         api_key="sk-primary-key", base_url=str(backends[0].base_url),
         http_client=gate.http_client("gpu-a", fallback=["gpu-b"]),

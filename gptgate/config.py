@@ -213,6 +213,11 @@ class Backend(BaseModel):
     #: ``--n-predict``, a hosted model's output limit), when known: a small-tier answer cut at
     #: ``length`` is escalated only when a large-tier backend can answer longer (docs/tiers.md)
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    #: what the model takes beyond text — ``("image",)``, ``("image", "audio", "file")``, or
+    #: ``()`` for a text-only model. None: known models by name (gptgate/media_fit.py), else
+    #: anything (the server decides). A call carrying media goes to a backend that takes it,
+    #: as to one whose context window it fits (docs/tiers.md "Media")
+    media: tuple[Literal["image", "audio", "file"], ...] | None = None
     #: what a Batch API job (``gate.batch``) pays of ``price``: OpenAI's, Azure's and
     #: Anthropic's batches run at half price
     batch_discount: StrictFloat = Field(default=0.5, gt=0, le=1)

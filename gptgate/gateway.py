@@ -70,6 +70,7 @@ from .lifecycle import CallRegistry
 from .limits import FixedLimit, Limit, Limiter
 from .limits.budget import RetryBudget
 from .map_pull import stamp_deadline, take_slot, time_left_real
+from .media_fit import refused_media
 from .media_tokens import call_media_rule
 from .opened import Opened
 from .param_fit import refused_by
@@ -847,7 +848,8 @@ class Gateway:
             prefix_key=prefix.key if prefix is not None else None,
             input_tokens=prompt_tokens,
             output_tokens=max_out if isinstance(max_out, int) else 0,
-            refused=refused_by(self._states.values(), params),
+            refused=refused_by(self._states.values(), params)
+            | refused_media(self._states.values(), checked, params.get("model")),
         )
         if route.output_tokens + prompt_tokens // 2 > self._min_context:
             sure = sure_prompt_tokens(checked, params.get("tools"), media)

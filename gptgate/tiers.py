@@ -39,6 +39,8 @@ from opentelemetry import metrics
 from .call_span_shared import shared_call_span
 from .errors import BadRequestError, GateError
 from .escalation import EscalationLearner, LargeAnswers, SmallTierLearner, Verdict
+from .media_fit import call_media
+from .media_tokens import content_media_tokens
 from .results import ChatResult
 from .telemetry import NAMES
 from .tier_fallback import kept_for_want_of_large
@@ -110,7 +112,6 @@ _REASONING_WORDS = _words(
 #: words, for a set lookup: one pass of a simple pattern (a regex of many alternations, run
 #: at every position, cost ~2 ms on a 5 KB prompt — ten times a whole call's own CPU)
 _WORD = re.compile(r"[a-z]+")
-_TEXT_PARTS = frozenset({"text", "input_text"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +133,19 @@ class TierHeuristic:
     ``max_prompt_tokens`` (``long_prompt``); more than ``max_turns`` non-system messages
     (``long_conversation``); code in the text (``code``); multi-step reasoning words
     (``reasoning``). Otherwise small (``short_ask``): a short, single-purpose ask with a
-    small answer. Pass one with other thresholds as ``tier_classifier=``."""
+    small answer. Pass one with other thresholds as ``tier_classifier=``.
+
+    ``media_large=False`` (a small model that takes images): media no longer decides large
+    by itself; its tokens (gptgate/media_tokens.py, the dearer of OpenAI's and Anthropic's
+    rules) count in the prompt's size, so a photo's ~1,600 tokens make a ``long_prompt``
+    where its caption alone would be a ``short_ask``. Either way the router sends a call
+    with media only to backends that take it (gptgate/media_fit.py)."""
 
     max_prompt_tokens: int = 1500
     max_output_tokens: int = 512
     max_turns: int = 6
     unbounded_output_large: bool = True
+    media_large: bool = True
 
     def __call__(
         self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
@@ -152,10 +160,10 @@ class TierHeuristic:
             if role in ("tool", "function"):
                 return "large", "tools"
             content = message.get("content")
-            if isinstance(content, list) and any(
-                isinstance(p, Mapping) and p.get("type") not in _TEXT_PARTS for p in content
-            ):
-                return "large", "images"
+            if isinstance(content, list) and call_media((message,)):
+                if self.media_large:
+                    return "large", "images"
+                prompt_tokens += content_media_tokens(content, "both")
             if role not in ("system", "developer"):
                 turns += 1
             text = message_text(message)
