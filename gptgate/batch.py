@@ -52,6 +52,7 @@ from .errors import (
     BackendError,
     BadRequestError,
     BatchCancelledError,
+    BatchItemsError,
     GateError,
     RateLimitedError,
     RequestTimeout,
@@ -229,11 +230,19 @@ async def submit_batch(
     requests: list[_Request] = []
     lines: list[bytes] = []
     digest = hashlib.sha256(f"{config.name}\n{config.model}\n".encode())
+    refused: dict[int, str] = {}
     for index, item in enumerate(source):
-        kwargs, body, prompt, cap = _prepare(index, item, common, batch_model(config), dialect)
+        try:
+            kwargs, body, prompt, cap = _prepare(index, item, common, batch_model(config),
+                                                 dialect)
+        except BadRequestError as error:  # every such item named at once, nothing sent
+            refused[index] = error.message
+            continue
         lines.append(api.request_line(_custom_id(index, 0), body))
         digest.update(lines[-1] + b"\n")
         requests.append(_Request(body, kwargs, prompt, cap))
+    if refused:
+        raise BatchItemsError(refused)
     key = digest.hexdigest()
     cache = BatchCache(gate, config, [r.kwargs for r in requests], _NOT_PARAMS)
     if not send and not JobStore(job_dir).path.exists():  # looking only: create nothing
