@@ -43,6 +43,7 @@ import anyio
 from .batch_anthropic import BatchLookupError
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
+from .batch_budget import job_refused, retry_refused
 from .batch_cache import BatchCache
 from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
@@ -53,6 +54,7 @@ from .errors import (
     BadRequestError,
     BatchCancelledError,
     BatchItemsError,
+    BudgetExceededError,
     GateError,
     RateLimitedError,
     RequestTimeout,
@@ -313,13 +315,17 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
         if record is None:
             if priced:
                 assert spending is not None
-                job.holds.append(await spending.admit(estimate, priority=0))
+                try:
+                    job.holds.append(await spending.admit(estimate, priority=0))
+                except BudgetExceededError as error:
+                    raise job_refused(error, len(indices), estimate) from None
             record = JobRecord(key=key, backend=config.name, items=len(lines),
                                retry=job._retry, parts=parts)
             store.save(record)  # the intent, before anything is sent
-        elif priced and not record.settled:
-            assert spending is not None
-            job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
+        elif spending is not None and not record.settled:
+            # submitted earlier: what its parts not booked yet may cost settles here
+            unbooked = [i for p in record.parts if not p.booked for i in p.indices()]
+            job.holds.append(spending.commit(job.estimate(unbooked)))
         job.record = record
         if record.cancelled:  # a cancelled job sends nothing new: unsent parts end here
             await job.drop_unsent()
@@ -396,6 +402,8 @@ class BatchJob:
         self._remote: dict[str, RemoteBatch] = {}
         #: items whose failure was sent again live (``gate.chat`` booked them itself)
         self._live: set[int] = set()
+        #: items whose outcome this process booked (the others were, before it started)
+        self._booked_here: set[int] = set()
         #: one waiter polls, collects, retries and books; the others wait for its results
         #: (each doing it too would trip the job's own send lock and book the job twice)
         self._waiting = anyio.Lock()
@@ -653,6 +661,7 @@ class BatchJob:
                 p.status in TERMINAL for p in self._job.parts
             ):
                 outcomes = await self._collect()
+                await self._book(outcomes)  # before a retry round asks the budget for room
                 with self._store.locked():  # sends again: one process at a time
                     more = await self._retry_round(outcomes)
                 if not more:
@@ -795,7 +804,12 @@ class BatchJob:
             indices = self._retryable(outcomes, 0)
             if not indices:
                 return False
-            await self._admit(indices)
+            try:
+                await self._admit(indices)
+            except BudgetExceededError as error:  # the answers collected stay: see _book
+                log.warning("batch job %s: no retry round: %s", self.id, error.message)
+                retry_refused(outcomes, indices, error, self._backend.name)
+                return False
             lines = {i: self._line(i, 1) for i in indices}
             parts = _split(lines, indices, self._api, f"gptgate-{job.key[:16]}", 1)
             job.parts.extend(parts)
@@ -854,37 +868,49 @@ class BatchJob:
                     self._spending.release(hold)
         self.holds.clear()
 
+    async def _book(self, outcomes: Mapping[int, ChatResult | GateError]) -> None:
+        """Book the answers of every part no process booked yet (live retries book
+        themselves), store them in the response cache, mark the parts booked and let go of
+        the budget's holds: once per collected round, *before* a retry round asks the budget
+        for room — the job's own hold of its first round's dearest outcome, held on until
+        the end, left a retry round (or the live retries) waiting for room only the job
+        itself could free: under ``throttle`` for ever, under ``raise`` refused, the answers
+        collected lost with the hold. An item sent again counts as a call each time."""
+        ledger, name = self._gate.ledger, self._backend.name
+        source, settled = self._sources(), self._job.settled
+        booked: set[int] = set()
+        for index in range(len(self._requests)):
+            part = source.get(index)
+            if index in self._live or (part.booked if part is not None else settled):
+                continue
+            outcome = outcomes.get(index)
+            if isinstance(outcome, ChatResult):
+                ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
+            ledger.record_call(name, isinstance(outcome, ChatResult))
+            booked.add(index)
+        self._booked_here |= booked
+        self.release_holds()
+        await self.cache.store(outcomes, skip=set(range(len(self._requests))) - booked)
+        if not all(p.booked for p in self._job.parts):
+            for part in self._job.parts:
+                part.booked = True
+            self._save()
+
     async def _settle(
         self, outcomes: dict[int, ChatResult | GateError]
     ) -> list[ChatResult | GateError]:
-        """Book every batch answer in the ledger (live retries booked themselves) that no
-        process booked before — a job settled once and taken up again with ``retry=`` books
-        its new round's answers only — and store those answers in the response cache (a job
-        collected again stores nothing again: its answers would get a fresh TTL, over answers
-        refreshed live since); release the budget's holds; the results in input order."""
-        ledger = self._gate.ledger
+        """Book what is not booked yet (:meth:`_book`: a process that collects a job booked
+        before books and stores nothing again — its answers would get a fresh TTL in the
+        cache, over answers refreshed live since); the results in input order."""
+        await self._book(outcomes)
         name = self._backend.name
-        live, settled = self._live, self._job.settled
-        source = self._sources()
-        results: list[ChatResult | GateError] = []
-        done_before: set[int] = set()
-        for index in range(len(self._requests)):
-            outcome = outcomes.get(index) or BackendError(
+        results: list[ChatResult | GateError] = [
+            outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
             )
-            part = source.get(index)
-            if index not in live and (not part.booked if part is not None else not settled):
-                if isinstance(outcome, ChatResult):
-                    ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
-                ledger.record_call(name, isinstance(outcome, ChatResult))
-            elif index not in live:
-                done_before.add(index)
-            results.append(outcome)
-        self.release_holds()
-        await self.cache.store(outcomes, skip=live | done_before)
-        if not settled or not all(p.booked for p in self._job.parts):
-            for part in self._job.parts:
-                part.booked = True
+            for index in range(len(self._requests))
+        ]
+        if not self._job.settled:
             self._job.settled = True
             self._save()
         return results
