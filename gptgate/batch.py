@@ -394,8 +394,8 @@ class BatchJob:
         self.resumed = False
         self.record: JobRecord | None = None
         self.holds: list[BudgetHold | None] = []
-        #: per part name: its results, downloaded once
-        self._downloaded: dict[str, list[ItemResult]] = {}
+        #: per part name: its items' outcomes, downloaded and read once
+        self._downloaded: dict[str, dict[int, ChatResult | GateError]] = {}
         self._results: list[ChatResult | GateError] | None = None
         self._submitted_at = gate.clock.now()
         #: per part name: the provider's batch as last polled
@@ -678,17 +678,8 @@ class BatchJob:
         outcomes: dict[int, ChatResult | GateError] = {}
         for part in sorted(self._job.parts, key=lambda p: p.round):
             if part.name not in self._downloaded:
-                self._downloaded[part.name] = await self._download(part)
-            mine = set(part.indices())
-            seen: set[int] = set()
-            for line in self._downloaded[part.name]:
-                index = _index_of(line.custom_id)
-                if index is None or index not in mine or index in seen:
-                    continue
-                seen.add(index)
-                outcomes[index] = self._outcome(index, line)
-            for index in mine - seen:
-                outcomes[index] = self._missing(part)
+                self._downloaded[part.name] = await self._part_outcomes(part)
+            outcomes.update(self._downloaded[part.name])
         unsent = set(range(self._job.items)) - {i for p in self._job.parts for i in p.indices()}
         if unsent:  # answered from the response cache at submission (kept in job_dir)
             kept = self._store.load_live()
@@ -699,12 +690,25 @@ class BatchJob:
             self._live |= unsent
         return outcomes
 
-    async def _download(self, part: PartRecord) -> list[ItemResult]:
+    async def _part_outcomes(self, part: PartRecord) -> dict[int, ChatResult | GateError]:
+        """Each of ``part``'s items' outcome, read from its result files a line at a time:
+        a line's parsed answer is let go once it is a ``ChatResult`` (or an error), so only
+        the files' bytes and the results are held — not also every parsed line until the
+        job ends (the peak of ``wait()`` was 6.6× the output file, 4.3× now:
+        benchmarks/batch_collect_memory.py)."""
         remote = RemoteBatch(
             id=part.batch_id or "", status=part.status or "", total=0, completed=0, failed=0,
             output_file_id=part.output_file_id, error_file_id=part.error_file_id,
         )
-        return list(await self._call(self._api.results, remote))
+        mine = set(part.indices())
+        found: dict[int, ChatResult | GateError] = {}
+        for line in await self._call(self._api.results, remote):
+            index = _index_of(line.custom_id)
+            if index is not None and index in mine and index not in found:
+                found[index] = self._outcome(index, line)
+        for index in mine - found.keys():
+            found[index] = self._missing(part)
+        return found
 
     def _outcome(self, index: int, line: ItemResult) -> ChatResult | GateError:
         name = self._backend.name
