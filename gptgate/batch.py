@@ -402,8 +402,8 @@ class BatchJob:
         self._remote: dict[str, RemoteBatch] = {}
         #: items whose failure was sent again live (``gate.chat`` booked them itself)
         self._live: set[int] = set()
-        #: items whose outcome this process booked (the others were, before it started)
-        self._booked_here: set[int] = set()
+        #: parts whose items this process booked (``job.json`` says so once the job settles)
+        self._booked_parts: set[str] = set()
         #: one waiter polls, collects, retries and books; the others wait for its results
         #: (each doing it too would trip the job's own send lock and book the job twice)
         self._waiting = anyio.Lock()
@@ -874,31 +874,31 @@ class BatchJob:
 
     async def _book(self, outcomes: Mapping[int, ChatResult | GateError]) -> None:
         """Book the answers of every part no process booked yet (live retries book
-        themselves), store them in the response cache, mark the parts booked and let go of
-        the budget's holds: once per collected round, *before* a retry round asks the budget
-        for room — the job's own hold of its first round's dearest outcome, held on until
-        the end, left a retry round (or the live retries) waiting for room only the job
-        itself could free: under ``throttle`` for ever, under ``raise`` refused, the answers
-        collected lost with the hold. An item sent again counts as a call each time."""
+        themselves), store them in the response cache and let go of the budget's holds: once
+        per collected round, *before* a retry round asks the budget for room — the job's own
+        hold of its first round's dearest outcome, held on until the end, left a retry round
+        (or the live retries) waiting for room only the job itself could free: under
+        ``throttle`` for ever, under ``raise`` refused, the answers collected lost with the
+        hold. An item sent again counts as a call each time. The parts are marked booked in
+        ``job.json`` when the job settles: a process that dies before takes its bookings
+        along (its ledger), so the one that takes the job up books them again."""
         ledger, name = self._gate.ledger, self._backend.name
         source, settled = self._sources(), self._job.settled
         booked: set[int] = set()
         for index in range(len(self._requests)):
             part = source.get(index)
-            if index in self._live or (part.booked if part is not None else settled):
+            done = (part.booked or part.name in self._booked_parts) if part is not None \
+                else settled
+            if index in self._live or done:
                 continue
             outcome = outcomes.get(index)
             if isinstance(outcome, ChatResult):
                 ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
             ledger.record_call(name, isinstance(outcome, ChatResult))
             booked.add(index)
-        self._booked_here |= booked
+        self._booked_parts |= {p.name for p in self._job.parts}
         self.release_holds()
         await self.cache.store(outcomes, skip=set(range(len(self._requests))) - booked)
-        if not all(p.booked for p in self._job.parts):
-            for part in self._job.parts:
-                part.booked = True
-            self._save()
 
     async def _settle(
         self, outcomes: dict[int, ChatResult | GateError]
@@ -914,7 +914,9 @@ class BatchJob:
             )
             for index in range(len(self._requests))
         ]
-        if not self._job.settled:
+        if not self._job.settled or not all(p.booked for p in self._job.parts):
+            for part in self._job.parts:
+                part.booked = True
             self._job.settled = True
             self._save()
         return results

@@ -13,13 +13,15 @@ hold let go) as it is collected; a retry round the budget refuses ends its items
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 import gptgate as gg
+from gptgate.batch_openai import OpenAIBatches
 from gptgate.sim import SimBatchPlan
-from tests.test_batch import Sim, _items, _run
+from tests.test_batch import Crash, Sim, _items, _run
 
 FAILING = SimBatchPlan(complete_after_s=600, fail_rate=0.2)
 HOURS = 3600.0
@@ -111,3 +113,46 @@ def test_a_job_dearer_than_the_budget_is_refused_as_a_job(tmp_path: Path) -> Non
         assert (sim.batches.uploads, sim.batches.creates) == (1, 1)
 
     _run(body)
+
+
+def test_a_process_that_dies_in_its_retry_round_leaves_the_booking_to_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first round is booked (and its hold let go) before the retry round is created;
+    the process dies creating it. The bookings die with it (its ledger), so the process that
+    takes the job up holds and books both rounds, once, and nothing is created twice."""
+    create = OpenAIBatches.create
+
+    async def crash_at_round_one(self: OpenAIBatches, file_id: str, meta: Any,
+                                 data: bytes) -> str:
+        made = await create(self, file_id, meta, data)
+        if meta["gptgate_part"].endswith("-r1-p0"):
+            raise Crash("after the retry round's create")
+        return made
+
+    async def body(sim: Sim) -> None:
+        with monkeypatch.context() as patch:
+            patch.setattr(OpenAIBatches, "create", crash_at_round_one)
+            async with sim.gate(budget=gg.Budget(usd_per_hour=0.1)) as gate:
+                job = await gate.batch(_items(100), job_dir=tmp_path, retry="batch")
+                with pytest.raises(Crash):
+                    await job.wait()
+        async with sim.gate(budget=gg.Budget(usd_per_hour=0.1)) as gate:
+            job = await gate.batch(_items(100), job_dir=tmp_path, retry="batch")
+            status = gate.budget_status()
+            assert status is not None and status.reserved_usd > job.estimate(range(100))
+            with anyio.fail_after(3 * HOURS):
+                results = await job.wait()
+            answered = [r for r in results if isinstance(r, gg.ChatResult)]
+            assert len(answered) >= 92
+            _spent_is_booked(gate)
+            entry = gate.ledger.entries["oa"]
+            assert entry.batch_cost_usd == pytest.approx(sum(r.cost_usd for r in answered))
+        assert sim.batches.creates == 2
+        async with sim.gate() as gate:  # settled: collected again, booked no more
+            again = await gate.batch(_items(100), job_dir=tmp_path, retry="batch")
+            assert len(await again.wait()) == 100
+            assert gate.ledger.entries["oa"].batch_cost_usd == 0
+        assert sim.batches.creates == 2
+
+    _run(body, FAILING)
