@@ -45,7 +45,8 @@ from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult
 from .batch_apis import batch_api_for, batch_model
 from .batch_budget import job_refused, retry_refused
 from .batch_cache import BatchCache
-from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
+from .batch_share import adopt
+from .batch_store import JobInUse, JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
 from .call_checks import check_params, validate_messages
 from .config import Backend
@@ -477,21 +478,28 @@ class BatchJob:
         return {"gptgate_job": self._job.key[:40], "gptgate_part": part.name}
 
     def _save(self) -> None:
-        self._sync_cancelled()  # a cancel from another process is not written back
+        self._take_in()  # another process's parts and cancel are not written over
         self._store.save(self._job)
 
-    def _sync_cancelled(self) -> None:
-        if not self._job.cancelled and self._store.cancelled():
-            self._job.cancelled = True
+    def _take_in(self) -> list[PartRecord]:
+        """What another process recorded for this job since this one read it
+        (gptgate/batch_share.py): the parts it created, their ids, a cancel."""
+        try:
+            return adopt(self._job, self._store.load())
+        except BadRequestError:  # unreadable: this process's record is written over it
+            return []
 
-    async def submit_part(self, part: PartRecord) -> None:
+    async def submit_part(self, part: PartRecord, *, look: bool = False) -> None:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
         a crash before its record) found at the provider by the job's key — or, where
-        batches carry no metadata, by the create's recorded intent (``CreateIntent``)."""
+        batches carry no metadata, by the create's recorded intent (``CreateIntent``).
+        ``look``: found first whether or not this job was taken up (a part another process
+        recorded)."""
         if part.batch_id is not None or part.status in TERMINAL:
             return
         meta = self._metadata(part)
-        if self.resumed:
+        resumed = self.resumed or look
+        if resumed:
             found = await self._call(self._api.find_batch, meta, self._intent(part))
             if found is not None:
                 part.batch_id = found
@@ -500,7 +508,7 @@ class BatchJob:
         data = b""
         if self._api.uploads and part.file_id is None:
             filename = f"{part.name}.jsonl"
-            found = await self._call(self._api.find_file, filename) if self.resumed else None
+            found = await self._call(self._api.find_file, filename) if resumed else None
             if found is None:
                 data = self._data(part)
                 found = await self._once(
@@ -662,8 +670,7 @@ class BatchJob:
             ):
                 outcomes = await self._collect()
                 await self._book(outcomes)  # before a retry round asks the budget for room
-                with self._store.locked():  # sends again: one process at a time
-                    more = await self._retry_round(outcomes)
+                more = await self._retry_when_free(outcomes)
                 if not more:
                     break
                 continue
@@ -794,11 +801,27 @@ class BatchJob:
                 chosen.append(index)
         return chosen
 
+    async def _retry_when_free(self, outcomes: dict[int, ChatResult | GateError]) -> bool:
+        """:meth:`_retry_round` under ``job_dir``'s lock; while another process holds it
+        (sending this job's retry round, or its live retries), wait for it — then take in
+        what it recorded — rather than fail a ``wait()`` whose job is doing fine."""
+        while True:
+            try:
+                with self._store.locked():  # sends again: one process at a time
+                    return await self._retry_round(outcomes)
+            except JobInUse:
+                await self._gate.clock.sleep(self._poll_s)
+
     async def _retry_round(self, outcomes: dict[int, ChatResult | GateError]) -> bool:
         """Send failed items again as the ``retry`` mode says; True when a new batch round
-        was started (poll on), False when the outcomes are final."""
+        was started — here or, found in the record, by another process (poll on) — False
+        when the outcomes are final."""
         job = self._job
-        self._sync_cancelled()  # cancelled by another process while this one polled
+        for part in self._take_in():  # another process's retry round: poll it, not again
+            if part.batch_id is None and part.status not in TERMINAL and not job.cancelled:
+                await self.submit_part(part, look=True)  # it died creating it: look first
+        if any(p.status not in TERMINAL for p in job.parts):
+            return True
         if self._retry is None or job.cancelled:
             return False
         latest = max(p.round for p in job.parts)
