@@ -837,6 +837,10 @@ class BatchJob:
                 log.warning("batch job %s: no retry round: %s", self.id, error.message)
                 retry_refused(outcomes, indices, error, self._backend.name)
                 return False
+            self._take_in()
+            if job.cancelled:  # while the budget made the round wait: it is not created
+                self.release_holds()
+                return False
             lines = {i: self._line(i, 1) for i in indices}
             parts = _split(lines, indices, self._api, f"gptgate-{job.key[:16]}", 1)
             job.parts.extend(parts)

@@ -27,6 +27,11 @@ FAILING = SimBatchPlan(complete_after_s=600, fail_rate=0.2)
 HOURS = 3600.0
 
 
+def _waiting(gate: gg.Gateway) -> int:
+    status = gate.budget_status()
+    return status.waiting if status is not None else 0
+
+
 def _spent_is_booked(gate: gg.Gateway) -> None:
     status = gate.budget_status()
     assert status is not None and status.reserved_usd == 0
@@ -154,5 +159,32 @@ def test_a_process_that_dies_in_its_retry_round_leaves_the_booking_to_the_next(
             assert len(await again.wait()) == 100
             assert gate.ledger.entries["oa"].batch_cost_usd == 0
         assert sim.batches.creates == 2
+
+    _run(body, FAILING)
+
+
+def test_a_job_cancelled_while_its_retry_round_waits_for_room_creates_no_round(
+    tmp_path: Path,
+) -> None:
+    """The first round's spend fills the pace window ($0.0083 of $0.1/h in 300 s): the
+    retry round waits for room, and the job is cancelled meanwhile. Before, the round was
+    uploaded and created once room came, then cancelled."""
+
+    async def body(sim: Sim) -> None:
+        async with sim.gate(budget=gg.Budget(usd_per_hour=0.1)) as gate:
+            job = await gate.batch(_items(100), job_dir=tmp_path, retry="batch")
+            results: list[Any] = []
+
+            async def wait() -> None:
+                results.extend(await job.wait())
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(wait)
+                while not _waiting(gate):  # the retry round, for room
+                    await anyio.sleep(5)
+                await job.cancel()
+            assert len(results) == 100
+            _spent_is_booked(gate)
+        assert (sim.batches.creates, sim.batches.uploads) == (1, 1)
 
     _run(body, FAILING)
