@@ -19,6 +19,7 @@ from gptgate.sim import SimBatches
 from tests.test_cli_batch import provider  # noqa: F401 - the fixture
 
 _OK = json.dumps({"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5})
+_HOT = json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})
 
 
 def test_an_items_file_with_a_utf8_bom_is_read(
@@ -44,6 +45,8 @@ def test_an_items_file_with_a_utf8_bom_is_read(
         ([_OK, '{"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}'], ":2:",
          "max_tokens"),
         ([], "", "no items"),
+        # several refused: each named, not the first only (line 2's temperature, line 5)
+        ([_OK, _HOT, "", _OK, '{"messages": 5}'], ":5:", "temperature must be a number"),
     ],
 )
 def test_an_item_refused_before_anything_is_sent_is_bad_usage_naming_its_line(
@@ -64,25 +67,6 @@ def test_an_item_refused_before_anything_is_sent_is_bad_usage_naming_its_line(
     assert f"{items}{where}" in err and why in err
     assert (batches.uploads, batches.creates) == (0, 0)
     assert not (job / "job.json").exists() and not (job / "cli.json").exists()
-
-
-def test_every_refused_item_is_named_by_its_line(
-    provider: tuple[SimBatches, Path, Path],  # noqa: F811
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A file with several bad rows names each (before: the first only, fix, run again)."""
-    batches, config, _ = provider
-    hot = json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})
-    items = tmp_path / "items.jsonl"
-    items.write_text("".join(f"{line}\n" for line in [_OK, hot, "", _OK, '{"messages": 5}']))
-    code = main(["batch", "submit", str(items), "--config", str(config), "--job-dir",
-                 str(tmp_path / "job")])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert f"{items}:2: item 1: temperature must be a number" in err
-    assert f"{items}:5: item 3 needs 'messages'" in err
-    assert (batches.uploads, batches.creates) == (0, 0)
 
 
 def test_several_backends_without_backend_is_bad_usage(
