@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import BadRequestError
 
-__all__ = ["check_param_types"]
+__all__ = ["PARAM_KINDS", "check_param_types"]
 
 
 def _number(value: object) -> bool:
