@@ -43,8 +43,10 @@ import anyio
 from .batch_anthropic import BatchLookupError
 from .batch_api import TERMINAL, BatchAPI, BatchLimits, CreateIntent, ItemResult, RemoteBatch
 from .batch_apis import batch_api_for, batch_model
+from .batch_budget import job_refused, retry_refused
 from .batch_cache import BatchCache
-from .batch_store import JobRecord, JobStore, PartRecord, ranges_of
+from .batch_share import adopt
+from .batch_store import JobInUse, JobRecord, JobStore, PartRecord, ranges_of
 from .budget import BudgetGate, BudgetHold
 from .call_checks import check_params, validate_messages
 from .config import Backend
@@ -52,6 +54,8 @@ from .errors import (
     BackendError,
     BadRequestError,
     BatchCancelledError,
+    BatchItemsError,
+    BudgetExceededError,
     GateError,
     RateLimitedError,
     RequestTimeout,
@@ -229,11 +233,19 @@ async def submit_batch(
     requests: list[_Request] = []
     lines: list[bytes] = []
     digest = hashlib.sha256(f"{config.name}\n{config.model}\n".encode())
+    refused: dict[int, str] = {}
     for index, item in enumerate(source):
-        kwargs, body, prompt, cap = _prepare(index, item, common, batch_model(config), dialect)
+        try:
+            kwargs, body, prompt, cap = _prepare(index, item, common, batch_model(config),
+                                                 dialect)
+        except BadRequestError as error:  # every such item named at once, nothing sent
+            refused[index] = error.message
+            continue
         lines.append(api.request_line(_custom_id(index, 0), body))
         digest.update(lines[-1] + b"\n")
         requests.append(_Request(body, kwargs, prompt, cap))
+    if refused:
+        raise BatchItemsError(refused)
     key = digest.hexdigest()
     cache = BatchCache(gate, config, [r.kwargs for r in requests], _NOT_PARAMS)
     if not send and not JobStore(job_dir).path.exists():  # looking only: create nothing
@@ -304,13 +316,17 @@ async def _take_up(job: BatchJob, key: str, lines: list[bytes], send: bool = Tru
         if record is None:
             if priced:
                 assert spending is not None
-                job.holds.append(await spending.admit(estimate, priority=0))
+                try:
+                    job.holds.append(await spending.admit(estimate, priority=0))
+                except BudgetExceededError as error:
+                    raise job_refused(error, len(indices), estimate) from None
             record = JobRecord(key=key, backend=config.name, items=len(lines),
                                retry=job._retry, parts=parts)
             store.save(record)  # the intent, before anything is sent
-        elif priced and not record.settled:
-            assert spending is not None
-            job.holds.append(spending.commit(estimate))  # submitted earlier: settles here
+        elif spending is not None and not record.settled:
+            # submitted earlier: what its parts not booked yet may cost settles here
+            unbooked = [i for p in record.parts if not p.booked for i in p.indices()]
+            job.holds.append(spending.commit(job.estimate(unbooked)))
         job.record = record
         if record.cancelled:  # a cancelled job sends nothing new: unsent parts end here
             await job.drop_unsent()
@@ -379,14 +395,16 @@ class BatchJob:
         self.resumed = False
         self.record: JobRecord | None = None
         self.holds: list[BudgetHold | None] = []
-        #: per part name: its results, downloaded once
-        self._downloaded: dict[str, list[ItemResult]] = {}
+        #: per part name: its items' outcomes, downloaded and read once
+        self._downloaded: dict[str, dict[int, ChatResult | GateError]] = {}
         self._results: list[ChatResult | GateError] | None = None
         self._submitted_at = gate.clock.now()
         #: per part name: the provider's batch as last polled
         self._remote: dict[str, RemoteBatch] = {}
         #: items whose failure was sent again live (``gate.chat`` booked them itself)
         self._live: set[int] = set()
+        #: parts whose items this process booked (``job.json`` says so once the job settles)
+        self._booked_parts: set[str] = set()
         #: one waiter polls, collects, retries and books; the others wait for its results
         #: (each doing it too would trip the job's own send lock and book the job twice)
         self._waiting = anyio.Lock()
@@ -460,21 +478,28 @@ class BatchJob:
         return {"gptgate_job": self._job.key[:40], "gptgate_part": part.name}
 
     def _save(self) -> None:
-        self._sync_cancelled()  # a cancel from another process is not written back
+        self._take_in()  # another process's parts and cancel are not written over
         self._store.save(self._job)
 
-    def _sync_cancelled(self) -> None:
-        if not self._job.cancelled and self._store.cancelled():
-            self._job.cancelled = True
+    def _take_in(self) -> list[PartRecord]:
+        """What another process recorded for this job since this one read it
+        (gptgate/batch_share.py): the parts it created, their ids, a cancel."""
+        try:
+            return adopt(self._job, self._store.load())
+        except BadRequestError:  # unreadable: this process's record is written over it
+            return []
 
-    async def submit_part(self, part: PartRecord) -> None:
+    async def submit_part(self, part: PartRecord, *, look: bool = False) -> None:
         """Upload and create ``part``'s batch, unless that was done: recorded here, or (after
         a crash before its record) found at the provider by the job's key — or, where
-        batches carry no metadata, by the create's recorded intent (``CreateIntent``)."""
+        batches carry no metadata, by the create's recorded intent (``CreateIntent``).
+        ``look``: found first whether or not this job was taken up (a part another process
+        recorded)."""
         if part.batch_id is not None or part.status in TERMINAL:
             return
         meta = self._metadata(part)
-        if self.resumed:
+        resumed = self.resumed or look
+        if resumed:
             found = await self._call(self._api.find_batch, meta, self._intent(part))
             if found is not None:
                 part.batch_id = found
@@ -483,7 +508,7 @@ class BatchJob:
         data = b""
         if self._api.uploads and part.file_id is None:
             filename = f"{part.name}.jsonl"
-            found = await self._call(self._api.find_file, filename) if self.resumed else None
+            found = await self._call(self._api.find_file, filename) if resumed else None
             if found is None:
                 data = self._data(part)
                 found = await self._once(
@@ -644,8 +669,8 @@ class BatchJob:
                 p.status in TERMINAL for p in self._job.parts
             ):
                 outcomes = await self._collect()
-                with self._store.locked():  # sends again: one process at a time
-                    more = await self._retry_round(outcomes)
+                await self._book(outcomes)  # before a retry round asks the budget for room
+                more = await self._retry_when_free(outcomes)
                 if not more:
                     break
                 continue
@@ -660,17 +685,8 @@ class BatchJob:
         outcomes: dict[int, ChatResult | GateError] = {}
         for part in sorted(self._job.parts, key=lambda p: p.round):
             if part.name not in self._downloaded:
-                self._downloaded[part.name] = await self._download(part)
-            mine = set(part.indices())
-            seen: set[int] = set()
-            for line in self._downloaded[part.name]:
-                index = _index_of(line.custom_id)
-                if index is None or index not in mine or index in seen:
-                    continue
-                seen.add(index)
-                outcomes[index] = self._outcome(index, line)
-            for index in mine - seen:
-                outcomes[index] = self._missing(part)
+                self._downloaded[part.name] = await self._part_outcomes(part)
+            outcomes.update(self._downloaded[part.name])
         unsent = set(range(self._job.items)) - {i for p in self._job.parts for i in p.indices()}
         if unsent:  # answered from the response cache at submission (kept in job_dir)
             kept = self._store.load_live()
@@ -681,12 +697,25 @@ class BatchJob:
             self._live |= unsent
         return outcomes
 
-    async def _download(self, part: PartRecord) -> list[ItemResult]:
+    async def _part_outcomes(self, part: PartRecord) -> dict[int, ChatResult | GateError]:
+        """Each of ``part``'s items' outcome, read from its result files a line at a time:
+        a line's parsed answer is let go once it is a ``ChatResult`` (or an error), so only
+        the files' bytes and the results are held — not also every parsed line until the
+        job ends (the peak of ``wait()`` was 6.6× the output file, 4.3× now:
+        benchmarks/batch_collect_memory.py)."""
         remote = RemoteBatch(
             id=part.batch_id or "", status=part.status or "", total=0, completed=0, failed=0,
             output_file_id=part.output_file_id, error_file_id=part.error_file_id,
         )
-        return list(await self._call(self._api.results, remote))
+        mine = set(part.indices())
+        found: dict[int, ChatResult | GateError] = {}
+        for line in await self._call(self._api.results, remote):
+            index = _index_of(line.custom_id)
+            if index is not None and index in mine and index not in found:
+                found[index] = self._outcome(index, line)
+        for index in mine - found.keys():
+            found[index] = self._missing(part)
+        return found
 
     def _outcome(self, index: int, line: ItemResult) -> ChatResult | GateError:
         name = self._backend.name
@@ -772,11 +801,27 @@ class BatchJob:
                 chosen.append(index)
         return chosen
 
+    async def _retry_when_free(self, outcomes: dict[int, ChatResult | GateError]) -> bool:
+        """:meth:`_retry_round` under ``job_dir``'s lock; while another process holds it
+        (sending this job's retry round, or its live retries), wait for it — then take in
+        what it recorded — rather than fail a ``wait()`` whose job is doing fine."""
+        while True:
+            try:
+                with self._store.locked():  # sends again: one process at a time
+                    return await self._retry_round(outcomes)
+            except JobInUse:
+                await self._gate.clock.sleep(self._poll_s)
+
     async def _retry_round(self, outcomes: dict[int, ChatResult | GateError]) -> bool:
         """Send failed items again as the ``retry`` mode says; True when a new batch round
-        was started (poll on), False when the outcomes are final."""
+        was started — here or, found in the record, by another process (poll on) — False
+        when the outcomes are final."""
         job = self._job
-        self._sync_cancelled()  # cancelled by another process while this one polled
+        for part in self._take_in():  # another process's retry round: poll it, not again
+            if part.batch_id is None and part.status not in TERMINAL and not job.cancelled:
+                await self.submit_part(part, look=True)  # it died creating it: look first
+        if any(p.status not in TERMINAL for p in job.parts):
+            return True
         if self._retry is None or job.cancelled:
             return False
         latest = max(p.round for p in job.parts)
@@ -786,7 +831,16 @@ class BatchJob:
             indices = self._retryable(outcomes, 0)
             if not indices:
                 return False
-            await self._admit(indices)
+            try:
+                await self._admit(indices)
+            except BudgetExceededError as error:  # the answers collected stay: see _book
+                log.warning("batch job %s: no retry round: %s", self.id, error.message)
+                retry_refused(outcomes, indices, error, self._backend.name)
+                return False
+            self._take_in()
+            if job.cancelled:  # while the budget made the round wait: it is not created
+                self.release_holds()
+                return False
             lines = {i: self._line(i, 1) for i in indices}
             parts = _split(lines, indices, self._api, f"gptgate-{job.key[:16]}", 1)
             job.parts.extend(parts)
@@ -845,35 +899,49 @@ class BatchJob:
                     self._spending.release(hold)
         self.holds.clear()
 
+    async def _book(self, outcomes: Mapping[int, ChatResult | GateError]) -> None:
+        """Book the answers of every part no process booked yet (live retries book
+        themselves), store them in the response cache and let go of the budget's holds: once
+        per collected round, *before* a retry round asks the budget for room — the job's own
+        hold of its first round's dearest outcome, held on until the end, left a retry round
+        (or the live retries) waiting for room only the job itself could free: under
+        ``throttle`` for ever, under ``raise`` refused, the answers collected lost with the
+        hold. An item sent again counts as a call each time. The parts are marked booked in
+        ``job.json`` when the job settles: a process that dies before takes its bookings
+        along (its ledger), so the one that takes the job up books them again."""
+        ledger, name = self._gate.ledger, self._backend.name
+        source, settled = self._sources(), self._job.settled
+        booked: set[int] = set()
+        for index in range(len(self._requests)):
+            part = source.get(index)
+            done = (part.booked or part.name in self._booked_parts) if part is not None \
+                else settled
+            if index in self._live or done:
+                continue
+            outcome = outcomes.get(index)
+            if isinstance(outcome, ChatResult):
+                ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
+            ledger.record_call(name, isinstance(outcome, ChatResult))
+            booked.add(index)
+        self._booked_parts |= {p.name for p in self._job.parts}
+        self.release_holds()
+        await self.cache.store(outcomes, skip=set(range(len(self._requests))) - booked)
+
     async def _settle(
         self, outcomes: dict[int, ChatResult | GateError]
     ) -> list[ChatResult | GateError]:
-        """Book every batch answer in the ledger (live retries booked themselves) that no
-        process booked before — a job settled once and taken up again with ``retry=`` books
-        its new round's answers only — and store those answers in the response cache (a job
-        collected again stores nothing again: its answers would get a fresh TTL, over answers
-        refreshed live since); release the budget's holds; the results in input order."""
-        ledger = self._gate.ledger
+        """Book what is not booked yet (:meth:`_book`: a process that collects a job booked
+        before books and stores nothing again — its answers would get a fresh TTL in the
+        cache, over answers refreshed live since); the results in input order."""
+        await self._book(outcomes)
         name = self._backend.name
-        live, settled = self._live, self._job.settled
-        source = self._sources()
-        results: list[ChatResult | GateError] = []
-        done_before: set[int] = set()
-        for index in range(len(self._requests)):
-            outcome = outcomes.get(index) or BackendError(
+        results: list[ChatResult | GateError] = [
+            outcomes.get(index) or BackendError(
                 "the batch ended without a result for this item", backend=name
             )
-            part = source.get(index)
-            if index not in live and (not part.booked if part is not None else not settled):
-                if isinstance(outcome, ChatResult):
-                    ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
-                ledger.record_call(name, isinstance(outcome, ChatResult))
-            elif index not in live:
-                done_before.add(index)
-            results.append(outcome)
-        self.release_holds()
-        await self.cache.store(outcomes, skip=live | done_before)
-        if not settled or not all(p.booked for p in self._job.parts):
+            for index in range(len(self._requests))
+        ]
+        if not self._job.settled or not all(p.booked for p in self._job.parts):
             for part in self._job.parts:
                 part.booked = True
             self._job.settled = True

@@ -142,7 +142,7 @@ class AnthropicBatches(OpenAIBatches):
         if not batch.output_file_id:
             return iter(())
         response = await self._request("GET", batch.output_file_id)
-        return iter(list(_result_lines(response.content)))
+        return _result_lines(response.content)  # parsed as read: see OpenAIBatches
 
 
 def _batch_id(obj: Mapping[str, Any], backend: str) -> str:

@@ -10,6 +10,8 @@ job's key); a batch by its ``metadata``.
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import secrets
 from collections.abc import Iterator, Mapping
@@ -169,12 +171,13 @@ class OpenAIBatches:
         await self._json("POST", f"/batches/{batch_id}/cancel")
 
     async def results(self, batch: RemoteBatch) -> Iterator[ItemResult]:
-        lines: list[ItemResult] = []
+        """The output and error files' lines, parsed one at a time as the caller reads them:
+        only the files' bytes are held, not every line's parsed answer at once."""
+        files: list[bytes] = []
         for file_id in (batch.output_file_id, batch.error_file_id):
             if file_id:
-                response = await self._request("GET", f"/files/{file_id}/content")
-                lines.extend(_result_lines(response.content))
-        return iter(lines)
+                files.append((await self._request("GET", f"/files/{file_id}/content")).content)
+        return itertools.chain.from_iterable(map(_result_lines, files))
 
 
 def _id(obj: Mapping[str, Any], what: str, backend: str) -> str:
@@ -214,7 +217,7 @@ def _remote(obj: Mapping[str, Any], backend: str) -> RemoteBatch:
 def result_records(data: bytes) -> Iterator[dict[str, Any]]:
     """The JSON objects with a ``custom_id`` in a result file; a line that is not one is
     skipped (its item then ends as "no result")."""
-    for raw in data.splitlines():
+    for raw in io.BytesIO(data):  # a line at a time: no list of every line's copy
         try:
             obj = json.loads(raw)
         except ValueError:

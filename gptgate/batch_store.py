@@ -79,6 +79,10 @@ def ranges_of(indices: list[int]) -> list[list[int]]:
     return runs
 
 
+class JobInUse(BadRequestError):
+    """``job_dir`` is locked by another process (or task) sending this job right now."""
+
+
 class JobStore:
     """``job.json`` in ``job_dir``, read and replaced atomically."""
 
@@ -143,7 +147,7 @@ class JobStore:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise BadRequestError(
+                raise JobInUse(
                     f"{self.dir} is in use: another process (or task) is sending this job "
                     "right now; wait for it, or take the job up once it has stopped"
                 ) from None

@@ -11,6 +11,7 @@ from typing import Any
 from .choice_count import check_choice_count
 from .errors import BadRequestError
 from .own_options import refuse_own_options
+from .param_types import check_param_types
 from .responses_params import refuse_responses_params
 
 __all__ = ["ROLES", "check_params", "is_int", "validate_messages"]
@@ -74,7 +75,8 @@ def check_params(params: Mapping[str, Any]) -> None:
     """The OpenAI parameters gptgate itself reads: a token bound sizes the rate-limit
     reservation, the attempt timeout and the stream rule, so a wrong one is refused rather
     than misread (``True`` as 1, ``"300"`` or ``0`` as "no bound"). ``None`` is the server's
-    default. Every other parameter passes through untouched, known to gptgate or not."""
+    default. The standard parameters' JSON types are checked too (``temperature="hot"``:
+    gptgate/param_types.py); every other parameter passes through untouched."""
     refuse_own_options(params)  # concurrency= on a call would be sent, and ignored
     refuse_responses_params(params)  # max_output_tokens= too (gptgate/responses_params.py)
     check_choice_count(params)  # n sizes the output bound (gptgate/choice_count.py)
@@ -82,3 +84,4 @@ def check_params(params: Mapping[str, Any]) -> None:
         value = params.get(name)
         if value is not None and not (is_int(value) and value >= 1):
             raise BadRequestError(f"{name} must be an int >= 1 (or None), got {value!r}")
+    check_param_types(params)

@@ -18,6 +18,7 @@ __all__ = [
     "BackendError",
     "BadRequestError",
     "BatchCancelledError",
+    "BatchItemsError",
     "BudgetExceededError",
     "CircuitOpenError",
     "GateError",
@@ -284,3 +285,24 @@ class BatchCancelledError(GateError):
     before the provider reached it. Not retried: the cancellation was asked for."""
 
     retryable = False
+
+
+class BatchItemsError(BadRequestError):
+    """``gate.batch`` refused a job up front: items that no request can be made of (a
+    parameter of the wrong type, messages that are no list, a ``custom_id``, …). Nothing was
+    recorded, uploaded or held: a job is one unit, and a nightly job with a broken row fails
+    loudly at submission, not hours later with that line — or, at a provider that validates
+    the whole set, every line — refused. ``refused`` maps each such item's index to its
+    refusal (``"item N: ..."``, naming the field), every one of them, so they are fixed or
+    left out in one go; the message is the first one's, and how many more there are."""
+
+    retryable = False
+
+    def __init__(self, refused: dict[int, str], **kwargs: object) -> None:
+        message = refused[min(refused)]
+        if len(refused) > 1:
+            others = sorted(refused)[1:]
+            shown = ", ".join(map(str, others[:10])) + (", ..." if len(others) > 10 else "")
+            message += f" (and {len(others)} more items refused: {shown}; see .refused)"
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.refused = refused

@@ -95,6 +95,18 @@ def _canonical(value: Any) -> Any:
     return repr(value)
 
 
+def _identity(backend: Backend) -> tuple[str, ...]:
+    """What decides a backend's answers: its tier and model — and an Azure deployment named
+    otherwise than its model, since the deployment (not ``model=``, a label there) is what
+    answers: two deployments under one model name shared answers. A deployment named as its
+    model, or the same deployment name on two resources (a region beside another), keeps
+    one key, as does every backend without a deployment (its keys are what they were)."""
+    deployment = backend.deployment
+    if deployment is None or deployment == backend.model:
+        return (backend.tier, backend.model)
+    return (backend.tier, backend.model, deployment)
+
+
 def request_key(
     backends: Sequence[Backend],
     messages: Sequence[Mapping[str, Any]],
@@ -104,14 +116,14 @@ def request_key(
     backend: str | None = None,
     private: bool = False,
 ) -> str:
-    """The cache key of a request: a SHA-256 of the models it may reach (tier and model of
-    each eligible backend), the messages and every parameter, normalised — a parameter
+    """The cache key of a request: a SHA-256 of the models it may reach (each eligible
+    backend's :func:`_identity`), the messages and every parameter, normalised — a parameter
     given as None is the server's default, as one not given; ``stream`` and
     ``stream_options`` only decide how the answer travels."""
     params = {k: v for k, v in params.items() if v is not None and k not in _HOW_SENT}
     reach = sorted(
         {
-            (b.tier, b.model)
+            _identity(b)
             for b in backends
             if (tier == "auto" or b.tier == tier)
             and (backend is None or b.name == backend)

@@ -19,6 +19,7 @@ from gptgate.sim import SimBatches
 from tests.test_cli_batch import provider  # noqa: F401 - the fixture
 
 _OK = json.dumps({"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5})
+_HOT = json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})
 
 
 def test_an_items_file_with_a_utf8_bom_is_read(
@@ -44,6 +45,8 @@ def test_an_items_file_with_a_utf8_bom_is_read(
         ([_OK, '{"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}'], ":2:",
          "max_tokens"),
         ([], "", "no items"),
+        # several refused: each named, not the first only (line 2's temperature, line 5)
+        ([_OK, _HOT, "", _OK, '{"messages": 5}'], ":5:", "temperature must be a number"),
     ],
 )
 def test_an_item_refused_before_anything_is_sent_is_bad_usage_naming_its_line(

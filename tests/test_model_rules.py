@@ -62,7 +62,8 @@ async def _send(provider: str, model: str, params: dict[str, Any]) -> tuple[Any,
 def test_a_parameter_the_model_refuses_is_refused_before_sending(
     provider: str, model: str, param: str, why: str
 ) -> None:
-    value = {"logit_bias": {"1": 1}, "max_tokens": 50}.get(param, 0.2)
+    value = {"logit_bias": {"1": 1}, "max_tokens": 50, "logprobs": True,
+             "top_logprobs": 2}.get(param, 0.2)  # of the parameter's type (else refused so)
     error, sent = run_virtual(_send, provider, model, {param: value})
     assert isinstance(error, gg.BadRequestError) and sent == 0
     assert f"provider {provider!r} {why} the parameter {param!r}" in error.message

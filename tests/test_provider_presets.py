@@ -15,6 +15,7 @@ import httpx2
 import pytest
 
 import gptgate as gg
+from gptgate.param_types import PARAM_KINDS
 from gptgate.sim import LoopClock, SimEngine, get_profile, run_virtual
 from gptgate.testing import sim_backend
 
@@ -114,6 +115,17 @@ def _refused(provider: str) -> list[str]:
     return sorted(preset.rejects | preset.ignores)
 
 
+#: a value of each kind of parameter gptgate checks the type of (gptgate/param_types.py):
+#: a parameter of the wrong type is refused as such, before the provider's rules
+_OF_KIND: dict[str, object] = {"number": 0.5, "int": 1, "bool": True, "str": "x", "list": [],
+                               "dict": {"k": "v"}, "stop": "x", "tool_choice": "auto"}
+
+
+def _value(param: str) -> object:
+    kind = PARAM_KINDS.get(param)
+    return 1 if kind is None else _OF_KIND[kind]
+
+
 @pytest.mark.parametrize(
     ("provider", "param"),
     [(p, param) for p in PRESETS for param in _refused(p)],
@@ -127,7 +139,7 @@ async def test_a_parameter_the_provider_refuses_is_refused_before_sending(
     )
     async with gateway(backend) as gate:
         with pytest.raises(gg.BadRequestError) as info:
-            await gate.chat([{"role": "user", "content": "hi"}], **{param: 1})
+            await gate.chat([{"role": "user", "content": "hi"}], **{param: _value(param)})
     assert f"provider {provider!r}" in info.value.message and repr(param) in info.value.message
     assert script.requests == []
 

@@ -23,7 +23,7 @@ import anyio
 from ..batch import BatchJob, take_up_batch
 from ..batch_store import JobStore
 from ..config_file import ConfigFileError, load_config
-from ..errors import BadRequestError, GateError, NoBackendError
+from ..errors import BadRequestError, BatchItemsError, GateError, NoBackendError
 from ..gateway import Gateway
 from ..results import ChatResult
 from .common import (
@@ -86,9 +86,21 @@ def _numbered_items(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return items
 
 
+#: refused items named in the error, at most (the rest counted)
+_SHOWN = 20
+
+
 def _refused(error: GateError, path: Path, numbers: list[int]) -> UsageError:
     """gate.batch's refusal of these items before anything was sent, as bad usage naming
-    the file's line of the item it names (``item N``: the N-th item, blank lines skipped)."""
+    the file's line of the item it names (``item N``: the N-th item, blank lines skipped) —
+    every such item's when several were refused (``BatchItemsError``), on the error's one
+    line."""
+    if isinstance(error, BatchItemsError) and len(error.refused) > 1:
+        shown = sorted(error.refused)[:_SHOWN]
+        lines = [f"{path}:{numbers[i]}: {error.refused[i]}" for i in shown]
+        if len(error.refused) > len(shown):
+            lines.append(f"... and {len(error.refused) - len(shown)} more items refused")
+        return UsageError("; ".join(lines))
     found = re.match(r"item (\d+)\b", error.message)
     if found is not None and int(found[1]) < len(numbers):
         return UsageError(f"{path}:{numbers[int(found[1])]}: {error.message}")
