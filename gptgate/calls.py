@@ -861,7 +861,7 @@ class CallRunner:
     ) -> bool:
         """A stream's retry, as ``RetryPolicy.run`` decides a call's (gptgate.shed: a refusal
         requeued spends neither an attempt nor the budget)."""
-        if max_attempts <= 1 or not self.retry.retryable(error):
+        if (max_attempts <= 1 and not error.moved) or not self.retry.retryable(error):
             return False
         if refusals.stop(max_attempts):
             return False

@@ -5,8 +5,11 @@ gptgate/wire/context_window.py) says the prompt can never fit *there*; a backend
 window may take it — the large tier behind a small one, a server started with a longer
 ``--ctx-size``. On two real llama-servers (512 and 2,048 tokens) 4 of 6 such calls of a job
 failed on the smaller one while the larger was free. Such a refusal is a failover (no back-off,
-no retry budget, no mark against the backend's health) when an eligible backend the call has
-not tried remains; when none does, or the call is pinned to its backend, it is raised as is.
+no retry budget, no mark against the backend's health, and none of ``max_attempts``: with
+retries off, ``max_attempts=1``, the call still moves — it is routed past a backend that can
+never run it, not sent again where it failed) when an eligible backend the call has not tried
+remains; when none does, or the call is pinned to its backend, it is raised as is. Each move
+excludes the backend it leaves, so a call makes at most one per backend.
 gptgate's own check before the send (no status) has already looked at every eligible backend.
 """
 
@@ -37,5 +40,5 @@ def move_elsewhere(
         return False
     if not router.has_alternative(route, frozenset(tried) | {error.backend}):
         return False
-    error.retryable = True
+    error.retryable = error.moved = True
     return True
