@@ -45,7 +45,6 @@ from .failover_trail import TRAIL, FailoverTrail
 from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
-from .sdk_address import check_addressed
 from .sdk_placed import PlacedAnswers, placed_answers, sniff_id
 from .sdk_reads import stored
 from .sdk_reroute import FAMILIES, api_tail, rerouted
@@ -191,9 +190,10 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         gate = self._gate
-        gate.runner  # noqa: B018 - GatewayClosedError before anything else
+        runner = gate.runner  # GatewayClosedError before anything else
         primary = gate.backend_state(self._order[0])
-        check_addressed(primary, request)  # never moved to a fallback either
+        # never moved to a fallback either; its call failed (a guard counts its own)
+        runner.sdk_calls.accepted(primary, request, counted=_GUARD_PERMIT.get() is None)
         first = self._transports[self._order[0]]
         placed = placed_answers(gate)
         there = await self._to_holder(primary, placed, request)
