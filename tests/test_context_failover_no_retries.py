@@ -99,3 +99,29 @@ def test_retries_off_does_not_retry_a_server_error_after_the_move() -> None:
     anyio.run(main)
     assert sent == ["small", "large"]
 
+
+
+def test_a_move_does_not_use_up_an_attempt_of_a_retrying_call() -> None:
+    """With ``max_attempts=2``, a call moved off the small window still has its retry on the
+    large backend, and the retry goes there, not back to the small window (before: the move
+    spent an attempt; with it not spent, the retry of the large backend's 500 went back to
+    the small one — the router prefers a backend that failed the call to none — and ended
+    the call with the same context error)."""
+    sent: list[str] = []
+
+    def flaky(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":
+            return httpx2.Response(404)
+        sent.append("large")
+        if sent.count("large") == 1:
+            return httpx2.Response(500, json={"error": {"message": "boom", "type": "server_error"}})
+        return _answering([], "large").handler(request)
+
+    async def main() -> None:
+        async with _gate(_refusing(sent, "small"), httpx2.MockTransport(flaky),
+                         max_attempts=2, retry_budget_ratio=None, backoff_base_s=0.001) as gate:
+            result = await gate.chat(USER, max_tokens=8)
+            assert result.backend == "large"
+
+    anyio.run(main)
+    assert sent == ["small", "large", "large"]
