@@ -468,7 +468,7 @@ class _GuardRun:
 
     def _site_route(self) -> RouteRequest:
         """The next try's route, as the call site knows where its requests go."""
-        return self.site.route(self.route, self._allows, self.gate.clients_made.order)
+        return self.site.route(self.route, self._allows, self.gate.clients_made.sends_to)
 
     def _allows(self, name: str) -> bool:
         """``name``'s circuit lets a try through now."""

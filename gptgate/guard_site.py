@@ -21,9 +21,9 @@ while a's circuit is open: its try is routed to the first fallback whose circuit
 (as the client sends), its permit that backend's. Before, the guard refused every call once
 a's circuit opened — the request never reached b, the client's failover unused. The call site
 learns the client's order from its first request through it; before that — a's circuit opened
-by other traffic before the site's first call — it follows the order every client the
-gateway made for a shares (gptgate/sdk_clients_made.py: none when they differ, and the first
-call is refused as before).
+by other traffic before the site's first call — it goes where every client the gateway made
+for a would send (gptgate/sdk_clients_made.py: nowhere when they would not agree, and the
+first call is refused as before).
 """
 
 from __future__ import annotations
@@ -66,19 +66,21 @@ class CallSite:
 
     def route(
         self, route: RouteRequest, allows: Callable[[str], bool],
-        made: Callable[[str], tuple[str, ...]] = lambda _: (),
+        made: Callable[[str, Callable[[str], bool]], str | None] = lambda _, __: None,
     ) -> RouteRequest:
         """The route of the next try: the guard's own, pinned to the learnt backend; a guard
         pinned to a backend whose circuit is closed to it (``allows``: False) and whose
-        client fails over — as learnt, else as every client ``made`` for it does — to the
-        first fallback the client would send to."""
+        client fails over, to the first fallback the client would send to — as learnt, else
+        where every client ``made`` for it would send."""
         if route.backend is not None:
-            order = self.failover.get(route.backend) or made(route.backend)
-            if order and not allows(route.backend):
-                for name in order[1:]:
-                    if allows(name):
-                        return replace(route, backend=name)
-            return route
+            if allows(route.backend):
+                return route
+            order = self.failover.get(route.backend)
+            if order is None:
+                to = made(route.backend, allows)
+            else:
+                to = next((name for name in order[1:] if allows(name)), None)
+            return route if to is None else replace(route, backend=to)
         if self.backend is None:
             return route
         return replace(route, backend=self.backend)

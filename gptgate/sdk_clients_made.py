@@ -5,13 +5,16 @@ fallback=[...])`` client its body sends through (gptgate/guard_site.py), but a c
 that client only from a request it has seen. When a's circuit opened before the site's first
 request — other traffic opened it — its first call was refused though the fallback was
 healthy. The gateway knows every client it made, though: when all of those made for ``a``
-fail over in one order, that is the order a body on any of them follows, and the site may
-follow it before it has seen a request. When they differ (one without ``fallback=``, two
-orders), the site cannot tell which its body uses, and keeps its pin until it has seen one:
-a guess routed to ``b`` around a body that sends to ``a`` would book a's failures on b.
+would send a request to the same fallback now, a body on any of them does, and the site may
+route there before it has seen a request. When they would not (one without ``fallback=``,
+two orders whose first open fallbacks differ), the site cannot tell which its body uses, and
+keeps its pin until it has seen one: a guess routed to ``b`` around a body that sends
+elsewhere would book another backend's work on b.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 __all__ = ["ClientsMade"]
 
@@ -29,11 +32,14 @@ class ClientsMade:
         """A client for ``primary`` was made, failing over to ``fallbacks`` (none: ())."""
         self._orders.setdefault(primary, set()).add((primary, *fallbacks))
 
-    def order(self, primary: str) -> tuple[str, ...]:
-        """The order every client made for ``primary`` fails over in; () when none has a
-        fallback, or they differ."""
-        orders = self._orders.get(primary)
-        if orders is None or len(orders) != 1:
-            return ()
-        (only,) = orders
-        return only if len(only) > 1 else ()
+    def sends_to(self, primary: str, allows: Callable[[str], bool]) -> str | None:
+        """The fallback every client made for ``primary`` would send a request to now (the
+        first in its order whose circuit ``allows`` it); None when one has none, or they
+        would not agree."""
+        chosen = {
+            next((name for name in order[1:] if allows(name)), None)
+            for order in self._orders.get(primary, ())
+        }
+        if len(chosen) != 1:
+            return None
+        return chosen.pop()

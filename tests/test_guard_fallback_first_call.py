@@ -120,3 +120,24 @@ async def test_a_body_on_its_own_client_is_not_guessed_twice_nor_blamed_on_the_f
             assert gate.ledger.entries["a"].calls_failed == 3 + 2
             await own.close()
     assert b.seen == []
+
+
+async def test_clients_of_two_orders_that_send_to_the_same_fallback_are_followed() -> None:
+    """``fallback=["b"]`` and ``fallback=["b", "a2"]``: both send to b while it is up."""
+    with server(B_KEY) as b, dead_url() as a_url, dead_url() as other_url:
+        backends = [*_gate(a_url, b).config.backends,
+                    gg.Backend(name="a2", base_url=other_url, model="model-b", api_key=B_KEY)]
+        gate = gg.Gateway(backends, breaker_threshold=3, breaker_cooldown_s=600.0,
+                          max_breaker_wait_s=0.0, deadline_s=30.0)
+        async with gate:
+            sdk = _sdk(gate, a_url)
+            gate.http_client("a", fallback=["b", "a2"])
+            await _open_as_circuit(gate)
+
+            @gate.guard(backend="a")
+            async def ask() -> str:
+                answer = await sdk.chat.completions.create(model="model-a", messages=USER)
+                return answer.choices[0].message.content or ""
+
+            assert await ask() == "ok"
+    assert len(b.seen) == 1
