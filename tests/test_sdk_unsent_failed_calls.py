@@ -113,3 +113,21 @@ async def test_a_guarded_call_refused_by_an_open_circuit_is_a_failed_call(retry:
                 await ask()
             assert ran == []
             assert gate.ledger.entries["a"].calls_failed == 3 + 1  # before: 3
+
+
+def test_a_sync_sdk_call_refused_by_an_open_circuit_is_a_failed_call() -> None:
+    with dead_url() as a_url:
+        gate = gg.SyncGateway(
+            backends=[gg.Backend(name="a", base_url=a_url, model="m", api_key=A_KEY)],
+            breaker_threshold=3, breaker_cooldown_s=600.0, max_breaker_wait_s=0.0,
+            deadline_s=30.0,
+        )
+        with gate:
+            for _ in range(3):
+                with pytest.raises(gg.GateError):
+                    gate.chat(USER, max_attempts=1)
+            sdk = openai.OpenAI(api_key=A_KEY, base_url=a_url, max_retries=2,
+                                http_client=gate.http_client("a"))
+            with pytest.raises(openai.InternalServerError, match="circuit is open"):
+                sdk.chat.completions.create(model="m", messages=USER)
+            assert gate.ledger.entries["a"].calls_failed == 3 + 1  # before: 3
