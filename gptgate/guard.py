@@ -561,12 +561,6 @@ class _GuardRun:
         (the retry policy reads its view); the caller's deadline and the application's own
         errors return, to be raised as they are."""
         permit = call.permit
-        if self.site.unborne(self.route, state.name, call.failover):
-            permit.ignore()  # its body went to the pinned backend on its own: not this one's
-            assert self.route.backend is not None
-            failure = _ForeignFailure(classify_exception(exc, self.route.backend), exc)
-            failure.retryable = False  # the SDK's own error, not a retry refused by the pin
-            raise failure from exc
         if settled(call, exc):
             # a nested guard's on another backend: retried and counted there, never again
             # here (attempts would multiply), nor this backend's failure
@@ -583,6 +577,12 @@ class _GuardRun:
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
+        if self.site.unborne(self.route, state.name, call.failover):
+            permit.ignore()  # its body went to the pinned backend on its own: not this one's
+            assert self.route.backend is not None
+            failure = _ForeignFailure(classify_exception(original, self.route.backend), original)
+            failure.retryable = False  # the SDK's own error, not a retry refused by the pin
+            raise failure from original
         served = self._elsewhere(state, call, number)
         if served is not None:  # another backend's failure, counted on its wire
             view = classify_exception(original, served)
