@@ -37,7 +37,7 @@ from .call_span_shared import SharedCallSpan
 from .choice_count import choice_count
 from .circuit_cause import open_circuit_error
 from .clock import Clock
-from .context_failover import move_elsewhere, refused_for_length
+from .context_failover import fitting, move_elsewhere, refused_for_length
 from .credential_failover import credentials_refused_here, refused_credentials
 from .errors import (
     BackendError,
@@ -156,6 +156,9 @@ class CallState:
     queue_s: float = 0.0
     committed: bool = False
     failed_backends: set[str] = field(default_factory=set)
+    #: backends whose context window refused its prompt: never routed to again (a retry
+    #: after a move would meet the same refusal: context_failover.py)
+    too_long_for: set[str] = field(default_factory=set)
     result: ChatResult | None = None
     #: its first sent attempt was counted as a request by the retry budget
     funded_retries: bool = False
@@ -599,7 +602,8 @@ class _Attempt:
             backend, spec, self.state, error, self.permit, self.sent_at, self.sent, self.late
         )
         # too long for this backend's window: another may hold it (gptgate/context_failover.py)
-        move_elsewhere(error, runner.router, spec.route, self.state.failed_backends)
+        move_elsewhere(error, runner.router, spec.route, self.state.failed_backends,
+                       self.state.too_long_for)
         # its key refused: the backend's failure, not the call's (credential_failover.py)
         credentials_refused_here(error, backend, spec.headers, runner.router, spec.route,
                                  self.state.failed_backends, self.clock.now())
@@ -865,7 +869,7 @@ class CallRunner:
     ) -> bool:
         """A stream's retry, as ``RetryPolicy.run`` decides a call's (gptgate.shed: a refusal
         requeued spends neither an attempt nor the budget)."""
-        if max_attempts <= 1 or not self.retry.retryable(error):
+        if (max_attempts <= 1 and not error.moved) or not self.retry.retryable(error):
             return False
         if refusals.stop(max_attempts):
             return False
@@ -900,8 +904,10 @@ class CallRunner:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    async def _route(self, spec: CallSpec, exclude: frozenset[str]) -> BackendState:
-        return await self.route(spec.route, exclude, spec.deadline)
+    async def _route(
+        self, spec: CallSpec, state: CallState, exclude: frozenset[str]
+    ) -> BackendState:
+        return await self.route(fitting(spec.route, state.too_long_for), exclude, spec.deadline)
 
     async def route(
         self, request: RouteRequest, exclude: frozenset[str], deadline: float | None
@@ -1020,7 +1026,7 @@ class CallRunner:
                     backend = self.router.by_limiter[move.to]
                 else:  # its backend died: route again, elsewhere
                     avoid = avoid | {backend.name}
-                    backend = await self._route(spec, avoid)
+                    backend = await self._route(spec, state, avoid)
                 continue
             except BaseException:
                 if ticket is not None:
@@ -1032,7 +1038,7 @@ class CallRunner:
             if probe is None:
                 # its circuit is open (another try, here or in the fleet, probes it): the
                 # call is routed as around any open circuit
-                backend = await self._route(spec, avoid)
+                backend = await self._route(spec, state, avoid)
                 continue
             return backend, ticket, permit, probe
 
@@ -1054,7 +1060,7 @@ class CallRunner:
         """One try, stage by stage (docs/architecture.md; see ``_Attempt``): route, cache
         gate and limiter, pacing, the wire, the outcome. It ends in exactly one of ``succeed``,
         ``fail`` or ``abandon``; then ``release`` hands back whatever a stage still holds."""
-        backend = await self._route(spec, frozenset(state.failed_backends))
+        backend = await self._route(spec, state, frozenset(state.failed_backends))
         state.attempts = number
         attempt = _Attempt(self, spec, state, number, backend)
         try:

@@ -421,7 +421,8 @@ class GatewayConfig(BaseModel):
     )
 
     backends: list[Backend]
-    #: tries per call, the first included
+    #: tries per call, the first included; a move past a backend that can never run the
+    #: request (its context window, its own key refused) is none (docs/guide/failover.md)
     max_attempts: StrictInt = Field(default=3, ge=1, le=20)
     backoff_base_s: StrictFloat = Field(default=0.5, gt=0)
     backoff_cap_s: StrictFloat = Field(default=8.0, gt=0)

@@ -68,5 +68,5 @@ def credentials_refused_here(
     backend.breaker.on_failure(now)
     if not router.has_alternative(route, frozenset(tried) | {backend.name}):
         return False
-    error.retryable = True
+    error.retryable = error.moved = True  # outside max_attempts too (context_failover.py)
     return True

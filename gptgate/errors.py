@@ -47,6 +47,10 @@ class GateError(Exception):
     #: output tokens the server probably generated for this attempt (counted, with the
     #: prompt, as possibly billed when ``billed`` is True)
     output_tokens: int = 0
+    #: the call moved past this backend to another that may serve it (a prompt too long for
+    #: its window, its own key refused): routing, not a retry of the same request, so it is
+    #: outside ``max_attempts`` as it is outside the retry budget (context_failover.py)
+    moved: bool = False
 
     def __init__(
         self,

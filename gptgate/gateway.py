@@ -86,6 +86,7 @@ from .routing import BackendState, CircuitBreaker, Router, RouteRequest
 from .scenarios import BatchPolicy, RampPolicy, Scenario, decide_stream, scenario_for_call
 from .scrub import remember_call_headers
 from .sdk_client import GuardTransport
+from .sdk_clients_made import ClientsMade
 from .sdk_failover import FailoverTransport, check_fallbacks
 from .shared.fleet import FleetAdmission, FleetClient
 from .shared.pacing import FleetPacer
@@ -381,6 +382,8 @@ class Gateway:
         )
         self._states: dict[str, BackendState] = {}
         self._runner: CallRunner | None = None
+        #: the SDK clients' failover orders, which a pinned guard follows (sdk_clients_made.py)
+        self.clients_made = ClientsMade()
         #: price=None: the genai-prices table's, when it knows the model (gptgate/prices.py)
         self._ledger = Ledger({b.name: price_source(b) for b in config.backends})
         #: the dollar budget (docs/budget.md): told every cost the ledger counts
@@ -1550,6 +1553,7 @@ class Gateway:
         elif isinstance(priority, bool) or not isinstance(priority, int):
             raise BadRequestError(f"priority must be an int, got {priority!r}")
         fallbacks = check_fallbacks(self.config.backends, backend, fallback, fallback_models)
+        self.clients_made.made(backend, fallbacks.names if fallbacks else ())
         made = {name: GuardTransport(
             self, name, priority, resolved.name if resolved is not None else None,
             resolved.deadline_s if resolved is not None else None,

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from .clock import Clock
     from .config import GatewayConfig
     from .lifecycle import CallRegistry
+    from .sdk_clients_made import ClientsMade
 
 #: the guarded call whose body is running: a request the body makes on the same backend
 #: through ``gate.http_client`` runs under its permit (one call, one permit). Without it, 4
@@ -161,6 +162,10 @@ class GuardedGateway(Protocol):
         ...
 
     def backend_state(self, name: str) -> BackendState: ...
+
+    @property
+    def clients_made(self) -> ClientsMade:
+        """The failover orders of the SDK clients it made (gptgate/sdk_clients_made.py)."""
 
     @property
     def calls(self) -> CallRegistry:
@@ -419,6 +424,8 @@ class _GuardRun:
             None if deadline_s else gate.default_deadline_s(route, None if retry else 1)
         )
         self.failed: set[str] = set()
+        #: what its body raised that is raised as it is (not the backend's failure)
+        self.body_error: BaseException | None = None
         self.span = GuardSpan(runner.telemetry, function, scenario.name)
 
     async def run(self, body: Callable[[], Awaitable[R]]) -> R:
@@ -436,7 +443,7 @@ class _GuardRun:
                         attempt, deadline=self.deadline, budget=self.runner.budget,
                         refusals=Refusals(self.clock, self.deadline, self.stall_s),  # shed.py
                         failover=lambda error: self.runner.is_failover(
-                            self.site.route(self.route, self._allows), error
+                            self._site_route(), error
                         ),
                     )
         except _ForeignFailure as failure:
@@ -445,6 +452,10 @@ class _GuardRun:
                 self.runner.record_failed_call(failure)
             span.end("error", error=original)
         except Exception as exc:
+            if isinstance(exc, GateError) and exc is not self.body_error:
+                # refused before its body ran (an open circuit, a pause, the permit's wait):
+                # a failed call, as gate.chat's
+                self.runner.record_failed_call(exc)
             span.end("error", error=exc)
             raise
         except BaseException:
@@ -455,6 +466,10 @@ class _GuardRun:
         # raised outside the handler, the SDK's exception keeps its own chain
         raise original
 
+    def _site_route(self) -> RouteRequest:
+        """The next try's route, as the call site knows where its requests go."""
+        return self.site.route(self.route, self._allows, self.gate.clients_made.sends_to)
+
     def _allows(self, name: str) -> bool:
         """``name``'s circuit lets a try through now."""
         return self.gate.backend_state(name).breaker.allows(self.clock.now())
@@ -463,7 +478,7 @@ class _GuardRun:
         """One try: the dollar budget's admission, then the permit and the body."""
         runner = self.runner
         # an open circuit is waited for within bounds, as gate.chat does
-        route = self.site.route(self.route, self._allows)
+        route = self._site_route()
         while True:
             state = await runner.route(route, frozenset(self.failed), self.deadline)
             hold = await runner.admit_guarded(state, self.scenario.priority, self.deadline)
@@ -506,6 +521,7 @@ class _GuardRun:
             try:
                 if isinstance(exc, Exception):
                     self._failed(state, call, exc, clock.now() - start, number)
+                    self.body_error = exc  # the caller's or the application's, raised as is
                 else:  # cancelled: no sample, but the backend may still run its request
                     permit.abandon()
             finally:
@@ -561,6 +577,12 @@ class _GuardRun:
         if _is_the_applications(view):
             permit.ignore()  # the application's own error: none of the backend's
             return
+        if self.site.unborne(self.route, state.name, call.failover):
+            permit.ignore()  # its body went to the pinned backend on its own: not this one's
+            assert self.route.backend is not None
+            failure = _ForeignFailure(classify_exception(original, self.route.backend), original)
+            failure.retryable = False  # the SDK's own error, not a retry refused by the pin
+            raise failure from original
         served = self._elsewhere(state, call, number)
         if served is not None:  # another backend's failure, counted on its wire
             view = classify_exception(original, served)

@@ -20,8 +20,10 @@ serve; so a guard pinned to a whose body's requests went through such a client f
 while a's circuit is open: its try is routed to the first fallback whose circuit allows it
 (as the client sends), its permit that backend's. Before, the guard refused every call once
 a's circuit opened — the request never reached b, the client's failover unused. The call site
-learns the client's order from its first request through it; a circuit opened before that
-(by other traffic) refuses the first call as before.
+learns the client's order from its first request through it; before that — a's circuit opened
+by other traffic before the site's first call — it goes where every client the gateway made
+for a would send (gptgate/sdk_clients_made.py: nowhere when they would not agree, and the
+first call is refused as before).
 """
 
 from __future__ import annotations
@@ -62,17 +64,23 @@ class CallSite:
         #: call site's requests went through lately
         self.failover: dict[str, tuple[str, ...]] = {}
 
-    def route(self, route: RouteRequest, allows: Callable[[str], bool]) -> RouteRequest:
+    def route(
+        self, route: RouteRequest, allows: Callable[[str], bool],
+        made: Callable[[str, Callable[[str], bool]], str | None] = lambda _, __: None,
+    ) -> RouteRequest:
         """The route of the next try: the guard's own, pinned to the learnt backend; a guard
         pinned to a backend whose circuit is closed to it (``allows``: False) and whose
-        client fails over, to the first fallback the client would send to."""
+        client fails over, to the first fallback the client would send to — as learnt, else
+        where every client ``made`` for it would send."""
         if route.backend is not None:
-            order = self.failover.get(route.backend, ())
-            if order and not allows(route.backend):
-                for name in order[1:]:
-                    if allows(name):
-                        return replace(route, backend=name)
-            return route
+            if allows(route.backend):
+                return route
+            order = self.failover.get(route.backend)
+            if order is None:
+                to = made(route.backend, allows)
+            else:
+                to = next((name for name in order[1:] if allows(name)), None)
+            return route if to is None else replace(route, backend=to)
         if self.backend is None:
             return route
         return replace(route, backend=self.backend)
@@ -81,6 +89,17 @@ class CallSite:
         """A try's request went through a ``fallback=`` client of this order."""
         if order:
             self.failover[order[0]] = order
+
+    def unborne(self, route: RouteRequest, went: str, order: tuple[str, ...]) -> bool:
+        """A try failed at ``went``, routed there by the clients made for the guard's
+        backend (not by an order learnt), its body's requests through no ``fallback=``
+        client (``order``: ()): the guess was wrong — its body sends elsewhere (its own
+        client), so the failure is none of ``went``'s, and the site guesses no more."""
+        pinned = route.backend
+        if order or pinned is None or went == pinned or pinned in self.failover:
+            return False
+        self.failover[pinned] = (pinned,)  # no fallback client behind it: the pin holds
+        return True
 
     def learn(self, route: RouteRequest, served: str | None, router: EligibleBackends) -> None:
         """A try's requests went to ``served`` only: route there from now on, if the guard

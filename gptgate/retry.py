@@ -235,4 +235,6 @@ class RetryPolicy:
         return await retrying(replay_then_attempt)
 
     def _retry_possible(self, error: GateError, max_attempts: int | None) -> bool:
-        return (max_attempts or self.max_attempts) > 1 and self.retryable(error)
+        """A second attempt may follow: retries are on, or the call moved past a backend
+        that can never serve it (``GateError.moved``: no retry, so ``max_attempts=1`` too)."""
+        return ((max_attempts or self.max_attempts) > 1 or error.moved) and self.retryable(error)

@@ -65,7 +65,6 @@ from .probe_claim import claim_probe
 from .queued_prompt import may_be_prefilled
 from .results import Usage
 from .routing import BackendState
-from .sdk_address import check_addressed
 from .sdk_circuit import through_circuit
 from .sdk_failed_calls import SDK_CALL
 from .sdk_failover import FAILED_OVER
@@ -979,11 +978,11 @@ class GuardTransport(httpx2.AsyncBaseTransport):
         # closing gateway refused it there — over a refusal nobody then read or closed (its
         # pooled connection out) and a call accepted before the close failed in its grace
         state = self._backend()
-        check_addressed(state, request)  # another host than the backend's: refused unsent
+        counted = _GUARD_PERMIT.get() is None  # a guarded call is its guard's to count
+        # another host than the backend's: refused unsent, its call failed
+        runner.sdk_calls.accepted(state, request, counted=counted)
         # read at its start: every resend of a refusal is cut there (gptgate/sdk_requeue.py)
         bound = self._wait_deadline(request)
-        if _GUARD_PERMIT.get() is None:  # a guarded call is its guard's to count
-            runner.sdk_calls.of(request)
         with self._gate.calls.call(new=False):
             response = await self._handle(runner, state, request, bound)
             if _GUARD_PERMIT.get() is None:  # a guard retries its own body's refusals
@@ -995,7 +994,9 @@ class GuardTransport(httpx2.AsyncBaseTransport):
                     ),
                 )
                 refused = response.headers.get(REFUSED_HEADER)
-                if refused and runner.telemetry.metering:  # unsent: counted as gate.chat's
+                if refused:  # unsent: its call failed, counted as gate.chat's
+                    runner.sdk_calls.refused(request, state.name, refused)
+                if refused and runner.telemetry.metering:
                     runner.telemetry.unsent.record_refusal(refused, state.name, self._scenario)
         return response
 

@@ -18,22 +18,35 @@ meeting a 500 with ``max_retries=1`` count 3 (their 6 requests are attempts), as
 ``gate.chat`` calls do. A request without the header (another client) is a call of its own.
 A try gptgate makes itself within one request (a fallback=, a refusal sent again) ends its
 request's previous outcome the same way. Inside ``@gate.guard`` the guard counts its call.
+
+A request gptgate refuses unsent — the backend's circuit open, a pause or the retry budget
+past its bound, the SDK addressing another server — fails its call as a sent one does (a
+``gate.chat`` refused so is a failed call): before, the calls an open circuit turned away
+during an outage were missing from ``calls_failed``. A refusal of the gateway's own dollar
+budget is none of the backend's, as it is none for ``gate.chat``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import httpx2
 
-from .errors import BudgetExceededError, GatewayClosedError
+from .errors import BudgetExceededError, GatewayClosedError, MisaddressedRequestError
 from .ledger import Ledger
+from .sdk_address import check_addressed
+
+if TYPE_CHECKING:
+    from .routing import BackendState
 
 __all__ = ["SDK_CALL", "SdkCall", "SdkCalls"]
 
 #: the request extension carrying its :class:`SdkCall`
 SDK_CALL = "gptgate_sdk_call"
+#: the refusal of gptgate's own that is no failure of the backend's (``REFUSED_HEADER``)
+_NOT_THE_BACKENDS = frozenset({"dollar-budget"})
 #: failed requests remembered for a retry: past this, the oldest are taken as final (they
 #: are counted already; the SDK retries within seconds, a retry-after of at most 60)
 _REMEMBERED = 4096
@@ -111,15 +124,38 @@ class SdkCalls:
     def ended(self, call: SdkCall, backend: str, error: BaseException | None) -> None:
         """A try of ``call`` ended at ``backend``: ``error`` None, answered (or left by its
         caller); else failed. Its previous try's failure is taken back either way."""
+        # the gateway's own shutdown or budget: none of the backend's (as for gate.chat)
+        ours = isinstance(error, (GatewayClosedError, BudgetExceededError))
+        self._ended(call, backend, failed=error is not None and not ours)
+
+    def refused(self, request: httpx2.Request, backend: str, refusal: str) -> None:
+        """``request`` was refused unsent at ``backend`` (``refusal``: what
+        ``REFUSED_HEADER`` says, or "misaddressed"): a try of its call that failed."""
+        self._ended(self.of(request), backend, failed=refusal not in _NOT_THE_BACKENDS)
+
+    def accepted(self, state: BackendState, request: httpx2.Request, *, counted: bool) -> None:
+        """A request taken in at ``state``: its call found (``counted``: this gateway counts
+        the call, a guard not), its address checked — a request to another server than
+        ``state``'s is refused unsent (``check_addressed``), its call failed."""
+        if counted:
+            self.of(request)
+        try:
+            check_addressed(state, request)
+        except MisaddressedRequestError:
+            if counted:
+                self.refused(request, state.name, "misaddressed")
+            raise
+
+    def _ended(self, call: SdkCall, backend: str, *, failed: bool) -> None:
         if call.failed_at is not None:
             entry = self._ledger.entries.get(call.failed_at)
             if entry is not None:
                 entry.calls_failed -= 1
             call.failed_at = None
             self._forget(call)
-        if error is None or isinstance(error, (GatewayClosedError, BudgetExceededError)):
+        if not failed:
             call.request = None  # no retry follows: its body is not needed
-            return  # the gateway's own shutdown or budget: none of the backend's (gate.chat)
+            return
         if backend not in self._ledger.entries:
             return
         self._ledger.record_call(backend, ok=False)

@@ -10,10 +10,12 @@ header, its model — when the primary is *unavailable*, and only then:
 
 - its circuit is open (the request goes to the fallback at once, unsent to the primary);
 - its server refused the connection or did not accept it in time (nothing was sent);
-- it refused the backend's own key (401/403) or its account is out of funds or quota.
+- it refused the backend's own key (401/403) or its account is out of funds or quota;
+- its server refused the prompt as too long for its context window (the 400 of
+  gptgate/context_failover.py: it can never run there; a fallback with a larger window may).
 
-Not for a refusal of the request itself (a 400, a 404 for a model: the SDK gets it, as it
-would from any server), a 5xx or a timeout after the send (the server may have run it; the
+Not for another refusal of the request itself (a 400, a 404 for a model: the SDK gets it, as
+it would from any server), a 5xx or a timeout after the send (the server may have run it; the
 circuit opens on those, and later requests then fail over), and never after a response's
 first byte: a stream cut mid-answer is the SDK's error, not sent again. Each fallback is met
 in order, through its own limiter, circuit, ledger and spans (the answer is booked where it
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 from .config import Backend
+from .context_failover import refused_for_length
 from .credential_failover import refused_credentials
 from .credential_owner import carries_backends_key
 from .error_body import CLASSIFIED
@@ -45,7 +48,6 @@ from .failover_trail import TRAIL, FailoverTrail
 from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
-from .sdk_address import check_addressed
 from .sdk_placed import PlacedAnswers, placed_answers, sniff_id
 from .sdk_reads import stored
 from .sdk_reroute import FAMILIES, api_tail, rerouted
@@ -147,11 +149,12 @@ def _unavailable(
     if response.headers.get(REFUSED_HEADER) == "circuit-open":
         return "circuit open"
     error = response.extensions.get(CLASSIFIED)
-    if (
-        isinstance(error, GateError) and refused_credentials(error)
-        and carries_backends_key(state, sent.headers)
-    ):
+    if not isinstance(error, GateError):
+        return None
+    if refused_credentials(error) and carries_backends_key(state, sent.headers):
         return f"its key or account refused [{response.status_code}]"
+    if refused_for_length(error):  # never a mark against its health (context_failover.py)
+        return f"the prompt is too long for its context window [{response.status_code}]"
     return None
 
 
@@ -191,9 +194,10 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         gate = self._gate
-        gate.runner  # noqa: B018 - GatewayClosedError before anything else
+        runner = gate.runner  # GatewayClosedError before anything else
         primary = gate.backend_state(self._order[0])
-        check_addressed(primary, request)  # never moved to a fallback either
+        # never moved to a fallback either; its call failed (a guard counts its own)
+        runner.sdk_calls.accepted(primary, request, counted=_GUARD_PERMIT.get() is None)
         first = self._transports[self._order[0]]
         placed = placed_answers(gate)
         there = await self._to_holder(primary, placed, request)

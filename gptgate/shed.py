@@ -74,6 +74,8 @@ class Refusals:
         """Classify one failed attempt (exactly once per attempt). Without a deadline or a
         bound, a refusal counts as an attempt: nothing may be requeued without an end."""
         self.free = False
+        if isinstance(error, GateError) and error.moved:
+            return  # routed past a backend that can never serve it: no attempt of the call's
         if is_shed(error):
             assert isinstance(error, GateError) and error.retry_after is not None
             now = self._clock.now()
