@@ -20,10 +20,9 @@ from tests.scripts_text import OTHER_SCRIPTS, PROMPTS, REAL_TOKENS
 
 @pytest.mark.parametrize("name", OTHER_SCRIPTS)
 def test_another_script_is_not_under_counted(name: str) -> None:
-    o200k, cl100k = REAL_TOKENS[name]
+    o200k, _ = REAL_TOKENS[name]
     estimate = estimate_text_tokens(PROMPTS[name])
-    assert estimate >= o200k, (estimate, o200k)
-    assert estimate >= 0.6 * cl100k, (estimate, cl100k)  # gpt-4's older vocabulary
+    assert o200k <= estimate <= 1.4 * o200k, (estimate, o200k)  # over: a job paced slower
 
 
 @pytest.mark.parametrize("name", list(PROMPTS))
@@ -66,10 +65,11 @@ def test_scripts_are_told_apart_by_their_characters() -> None:
 
 def test_a_lone_surrogate_is_sized_not_an_error() -> None:
     # json.loads('"\\ud83d"') — half an emoji, as a cut JSON string can hold
-    assert text_chars("\ud83d ok") == len(" ok") + 4
+    # encoded as is: three bytes led by 0xED, Hangul's range
+    assert text_chars("\ud83d ok") == len(" ok") + math.ceil(4 * ESTIMATE.rates["hangul"])
 
 
 def test_rates_name_every_script() -> None:
     with pytest.raises(ValueError, match="cjk"):
         ScriptRates(cjk=1.0)
-    assert text_chars("你好", ESTIMATE) == 8
+    assert text_chars("你好", ESTIMATE) == math.ceil(2 * 4 * ESTIMATE.rates["cjk"])
