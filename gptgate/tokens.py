@@ -1,9 +1,9 @@
 """Cheap token estimates, used where a real count is unavailable.
 
 No tokenizer runs on the event loop (LiteLLM #36174: a tokenizer stalled it for seconds). The
-estimate is ~4 characters a token for ASCII text and its script's published rate for any other
-(a Chinese character is a token, a Cyrillic one half: gptgate/token_scripts.py, O(n) in C
-loops) — good enough to reserve rate-limit budget, to estimate an interrupted stream's billed
+estimate is ~4 characters a token for ASCII text and its script's measured rate for any other
+(a Chinese character ~0.8 of a token, a Cyrillic one ~a third: gptgate/token_scripts.py, O(n)
+in C loops) — good enough to reserve rate-limit budget, to estimate an interrupted stream's billed
 output, and to refuse a call that cannot fit (a refusal counts half the estimate). The
 simulator models a real tokenizer's rates instead (gptgate/sim/tokenizer.py). A prompt's
 image, audio and file parts count by the providers' published rules (gptgate/media_tokens.py).
