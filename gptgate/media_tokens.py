@@ -16,14 +16,16 @@ The rules (each a conservative reading of the provider's documentation):
   → 765, 2048×4096 → 1,105). The dimensions come from the data: URL's header bytes
   (gptgate/media_headers.py); a remote URL, a ``file_id`` or an unreadable payload counts the
   largest high-detail image, 85 + 8 × 170 = 1,445 (a low-detail one, 85).
-* **OpenAI's patch models** (gpt-4.1-mini, gpt-4.1-nano, o4-mini; the same guide) — the image
-  is covered with 32-px patches; more than 1,536 scale it down to fit 1,536 (by
-  ``sqrt(32² × 1536 / (w × h))``, then again to a whole number of patches across its tighter
-  side), and the patches are billed times the model's multiplier: 1.62 (gpt-4.1-mini), 2.46
-  (gpt-4.1-nano), 1.72 (o4-mini). The guide's examples: 1024×1024 is 1,024 patches,
-  1800×2400 1,452 — 2,353 tokens on gpt-4.1-mini, where the tile rule counts 765. ``detail``
-  does not change it. An unreadable image counts 1,536 patches (3,779 tokens on
-  gpt-4.1-nano).
+* **OpenAI's patch models** (gpt-5-mini, gpt-5-nano, gpt-4.1-mini, gpt-4.1-nano, o4-mini;
+  the same guide) — the image is covered with 32-px patches; more than 1,536 scale it down to
+  fit 1,536 (by ``sqrt(32² × 1536 / (w × h))``, then again to a whole number of patches across
+  its tighter side), and the patches are billed times the model's multiplier: 1.62
+  (gpt-5-mini, gpt-4.1-mini), 2.46 (gpt-5-nano, gpt-4.1-nano), 1.72 (o4-mini); gpt-5 itself
+  bills tiles. (OpenAI's pricing calculator, and bills users measured, give gpt-5-mini 1.2
+  and gpt-5-nano 1.5: the guide's multipliers are the upper reading, kept for a reservation.)
+  The guide's examples: 1024×1024 is 1,024 patches, 1800×2400 1,452 — 2,353 tokens on
+  gpt-4.1-mini, where the tile rule counts 765. ``detail`` does not change it. An unreadable
+  image counts 1,536 patches (3,779 tokens on gpt-4.1-nano).
 * **Anthropic ``image`` blocks** — docs.anthropic.com/en/docs/build-with-claude/vision,
   "Calculate image costs": ``tokens = (width × height) / 750`` after the image is scaled to a
   long edge of at most 1,568 px and at most ~1,600 tokens (1092×1092 → 1,590). A ``url`` or
@@ -93,6 +95,7 @@ MediaRule: TypeAlias = Literal["openai", "anthropic", "both"] | frozenset[str | 
 #: OpenAI's models that bill an image by 32-px patches, and their multipliers (a dated
 #: snapshot, ``gpt-4.1-mini-2025-04-14``, is its model's)
 OPENAI_PATCH_MULTIPLIERS: dict[str, float] = {
+    "gpt-5-mini": 1.62, "gpt-5-nano": 2.46,
     "gpt-4.1-mini": 1.62, "gpt-4.1-nano": 2.46, "o4-mini": 1.72,
 }
 _PATCH_PX = 32
@@ -137,7 +140,7 @@ def openai_image_tokens(width: int, height: int, detail: str = "high") -> int:
 
 
 def openai_patch_tokens(width: int, height: int, multiplier: float = 1.0) -> int:
-    """OpenAI's patch formula (gpt-4.1-mini, gpt-4.1-nano, o4-mini; see the module
+    """OpenAI's patch formula (gpt-5-mini, gpt-5-nano, gpt-4.1-mini, …; see the module
     docstring): the 32-px patches covering the image, scaled down to at most 1,536, times
     the model's ``multiplier`` (rounded up)."""
     patches = _patches(width, height)

@@ -22,6 +22,7 @@ from .large_answer import LargeAnswer
 from .results import Usage
 from .sdk_in_band import in_band_failure
 from .tap_answer import AnswerText
+from .token_scripts import text_chars
 from .tokens import CHARS_PER_TOKEN, tokens_for_chars
 from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_server_tools import count_search
@@ -243,7 +244,7 @@ class ResponseTap:
             if isinstance(delta, dict):
                 piece = delta.get("text") or delta.get("partial_json") or delta.get("thinking")
             if isinstance(piece, str) and piece:
-                self._content(len(piece), now)
+                self._content(text_chars(piece), now)
         elif kind == "content_block_start":  # a web search's result: billed, counted or not
             block = chunk.get("content_block")
             so_far = dict(self._messages_usage or {})
@@ -320,7 +321,7 @@ def _content_chars(chunk: dict[str, Any]) -> int:
     ``reasoning_content`` count as content too: output, billed as such."""
     delta_text = chunk.get("delta")
     if isinstance(delta_text, str) and str(chunk.get("type", "")).endswith(".delta"):
-        return len(delta_text)
+        return text_chars(delta_text)
     choices = chunk.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return 0
@@ -328,14 +329,14 @@ def _content_chars(chunk: dict[str, Any]) -> int:
     delta = choice.get("delta")
     if isinstance(delta, dict):
         content = delta.get("content")
-        size = len(content) if isinstance(content, str) else 0
+        size = text_chars(content) if isinstance(content, str) else 0
         size += reasoning_chars(delta)  # a reasoning model's thinking, billed as output
         refusal = delta.get("refusal")  # a structured output's refusal is its answer
-        size += len(refusal) if isinstance(refusal, str) else 0
+        size += text_chars(refusal) if isinstance(refusal, str) else 0
         size += _tool_call_chars(delta.get("tool_calls"))
         return size
     text = choice.get("text")  # a text completion's chunk
-    return len(text) if isinstance(text, str) else 0
+    return text_chars(text) if isinstance(text, str) else 0
 
 
 def _tool_call_chars(deltas: Any) -> int:
@@ -349,7 +350,7 @@ def _tool_call_chars(deltas: Any) -> int:
         if isinstance(function, dict):
             for key in ("name", "arguments"):
                 piece = function.get(key)
-                chars += len(piece) if isinstance(piece, str) else 0
+                chars += text_chars(piece) if isinstance(piece, str) else 0
     return chars
 
 

@@ -1,9 +1,12 @@
 """Cheap token estimates, used where a real count is unavailable.
 
 No tokenizer runs on the event loop (LiteLLM #36174: a tokenizer stalled it for seconds). The
-estimate is ~4 characters a token, good enough to reserve rate-limit budget, to estimate an
-interrupted stream's billed output, and to model tokens in the simulator. A prompt's image,
-audio and file parts count by the providers' published rules (gptgate/media_tokens.py).
+estimate is ~4 characters a token for ASCII text and its script's measured rate for any other
+(a Chinese character ~0.8 of a token, a Cyrillic one ~a third: gptgate/token_scripts.py, O(n)
+in C loops) — good enough to reserve rate-limit budget, to estimate an interrupted stream's billed
+output, and to refuse a call that cannot fit (a refusal counts half the estimate). The
+simulator models a real tokenizer's rates instead (gptgate/sim/tokenizer.py). A prompt's
+image, audio and file parts count by the providers' published rules (gptgate/media_tokens.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .media_tokens import MediaRule, content_media_tokens
+from .token_scripts import ESTIMATE, ScriptRates, text_chars
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -24,17 +28,20 @@ __all__ = [
     "tokens_for_chars",
 ]
 
+#: ASCII characters a token (another script's: gptgate/token_scripts.py)
 CHARS_PER_TOKEN = 4
 #: per-message overhead of the chat format (role, separators)
 MESSAGE_OVERHEAD_TOKENS = 4
 
 
-def estimate_text_tokens(text: str) -> int:
-    return tokens_for_chars(len(text))
+def estimate_text_tokens(text: str, rates: ScriptRates = ESTIMATE) -> int:
+    """``text``'s tokens: ~4 ASCII characters a token, another script's at its rate."""
+    return tokens_for_chars(text_chars(text, rates))
 
 
 def tokens_for_chars(chars: int) -> int:
-    """The tokens of ``chars`` characters of text (~4 a token, rounded up)."""
+    """The tokens of ``chars`` ASCII(-equivalent) characters (~4 a token, rounded up): a size
+    from :func:`gptgate.token_scripts.text_chars`, which is ``len`` for ASCII text."""
     return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
@@ -53,56 +60,66 @@ def message_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
-def _length(value: Any) -> int:
-    return len(value) if isinstance(value, str) else 0
+def _length(value: Any, rates: ScriptRates = ESTIMATE) -> int:
+    return text_chars(value, rates) if isinstance(value, str) else 0
 
 
-def _call_chars(call: Any) -> int:
+def _json_chars(value: Any, rates: ScriptRates, separators: tuple[str, str] = (", ", ": ")) -> int:
+    """``value`` as JSON, its characters as the model reads them (not ``\\uXXXX`` escapes)."""
+    text = json.dumps(value, separators=separators, ensure_ascii=False, default=str)
+    return text_chars(text, rates)
+
+
+def _call_chars(call: Any, rates: ScriptRates = ESTIMATE) -> int:
     """A tool call's name and arguments (``{"name", "arguments"}`` or its ``function``)."""
     if not isinstance(call, Mapping):
         return 0
     function = call.get("function", call)
     if not isinstance(function, Mapping):
         return 0
-    return _length(function.get("name")) + _length(function.get("arguments"))
+    return _length(function.get("name"), rates) + _length(function.get("arguments"), rates)
 
 
-def _prompt_chars(message: Mapping[str, Any]) -> int:
+def _prompt_chars(message: Mapping[str, Any], rates: ScriptRates = ESTIMATE) -> int:
     """A message's characters as the server reads them: its text, and what a tool turn sends
     beside it — an assistant's ``tool_calls`` (or legacy ``function_call``), a Responses API
     ``function_call`` item's name and arguments or ``function_call_output``'s ``output``,
     Anthropic's ``tool_use`` input and ``tool_result`` content. The text alone sized a
-    follow-up turn at its user line and the tool's one-line result."""
-    chars = len(message_text(message))
+    follow-up turn at its user line and the tool's one-line result. In ASCII-equivalent
+    characters (``rates``: gptgate/token_scripts.py)."""
+    chars = text_chars(message_text(message), rates)
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
-        chars += _call_chars(call)
-    chars += _call_chars(message.get("function_call"))
+        chars += _call_chars(call, rates)
+    chars += _call_chars(message.get("function_call"), rates)
     if message.get("type") == "function_call":  # a Responses API input item
-        chars += _call_chars(message)
-    chars += _length(message.get("output"))  # a Responses API function_call_output
+        chars += _call_chars(message, rates)
+    chars += _length(message.get("output"), rates)  # a Responses API function_call_output
     content = message.get("content")
     for part in content if isinstance(content, list) else ():
         if not isinstance(part, Mapping):
             continue
         if part.get("type") == "tool_use":  # Anthropic's
-            chars += _length(part.get("name")) + len(json.dumps(part.get("input"), default=str))
+            chars += _length(part.get("name"), rates) + _json_chars(part.get("input"), rates)
         elif part.get("type") == "tool_result":
             inner = part.get("content")
-            chars += _length(inner) or len(message_text({"content": inner}))
+            chars += _length(inner, rates) or _length(message_text({"content": inner}), rates)
     return chars
 
 
 def estimate_prompt_tokens(
-    messages: Sequence[Mapping[str, Any]], media: MediaRule = "openai", unseen: bool = True
+    messages: Sequence[Mapping[str, Any]],
+    media: MediaRule = "openai",
+    unseen: bool = True,
+    rates: ScriptRates = ESTIMATE,
 ) -> int:
-    """The messages' prompt tokens: their text (~4 characters a token, plus the chat format's
-    overhead) and their image, audio and file parts (``media``: whose formula prices an
-    OpenAI-style image part; ``unseen=False``: a part of unreadable size counts 0, for a
-    refusal; gptgate/media_tokens.py)."""
+    """The messages' prompt tokens: their text (~4 ASCII characters a token, another script's
+    at its ``rates``, plus the chat format's overhead) and their image, audio and file parts
+    (``media``: whose formula prices an OpenAI-style image part; ``unseen=False``: a part of
+    unreadable size counts 0, for a refusal; gptgate/media_tokens.py)."""
     return sum(
         MESSAGE_OVERHEAD_TOKENS
-        + tokens_for_chars(_prompt_chars(m))
+        + tokens_for_chars(_prompt_chars(m, rates))
         + content_media_tokens(m.get("content"), media, unseen)
         for m in messages
     )
@@ -114,7 +131,7 @@ def estimate_tools_tokens(tools: Any) -> int:
     messages' text alone left out."""
     if not isinstance(tools, list) or not tools:
         return 0
-    return tokens_for_chars(len(json.dumps(tools, separators=(",", ":"), default=str)))
+    return tokens_for_chars(_json_chars(tools, ESTIMATE, (",", ":")))
 
 
 def sure_prompt_tokens(

@@ -20,7 +20,8 @@ from gptgate.sim.anthropic_thinking import check_thinking
 from gptgate.sim.cache import media_placeholder
 from gptgate.sim.profiles import SimProfile
 from gptgate.sim.request import BadRequest, ChatRequest
-from gptgate.tokens import MESSAGE_OVERHEAD_TOKENS, estimate_text_tokens
+from gptgate.sim.tokenizer import sim_text_tokens
+from gptgate.tokens import MESSAGE_OVERHEAD_TOKENS
 
 __all__ = ["MAX_BREAKPOINTS", "MessagesRequest", "parse_messages"]
 
@@ -105,7 +106,7 @@ class _Prompt:
             self._short_seen = self._short_seen or ttl == "5m"
             self.marks.append(len(self.ends))
         self.messages.append({"role": role, "content": text})
-        self.tokens += MESSAGE_OVERHEAD_TOKENS + estimate_text_tokens(text)
+        self.tokens += MESSAGE_OVERHEAD_TOKENS + sim_text_tokens(text)
         self.ends.append(self.tokens)
 
     def add_blocks(self, role: str, content: Any, where: str) -> None:

@@ -2,7 +2,7 @@
 
 * The prompt's token stream is the messages serialized canonically: per message a 16-char
   header (the 4 tokens of chat-format overhead) and its text padded to whole tokens, so that
-  character ``4·i`` is token ``i`` under :func:`gptgate.tokens.estimate_prompt_tokens`. A cache
+  character ``4·i`` is token ``i`` of an ASCII prompt (gptgate/sim/tokenizer.py). A cache
   block of 128 tokens is then 512 characters, keyed by a chained hash of everything before it.
 * Nothing is cached below ``cache_min_tokens`` (1024); the cached part of a request is the
   longest cached block-aligned prefix; a prefix is inserted only once a request carrying it

@@ -22,7 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from gptgate.sim import wire
-from gptgate.tokens import estimate_text_tokens
+from gptgate.sim.tokenizer import sim_text_tokens
 
 if TYPE_CHECKING:
     from gptgate.sim.engine import SimEngine, SimResponse
@@ -87,7 +87,7 @@ async def answer_embeddings(
             f"{profile.embedding_max_inputs}"
         )
         return _bad_request(base, message, profile.flavor)
-    sizes = [estimate_text_tokens(t) for t in texts]
+    sizes = [sim_text_tokens(t) for t in texts]
     longest = profile.embedding_max_input_tokens
     if longest is not None and max(sizes) > longest:
         engine.ledger.record("client_error")

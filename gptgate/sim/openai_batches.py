@@ -21,7 +21,7 @@ from typing import Any
 from gptgate.sim import wire
 from gptgate.sim.engine import SimEngine, SimResponse
 from gptgate.sim.text import draw_for, output_text
-from gptgate.tokens import estimate_prompt_tokens
+from gptgate.sim.tokenizer import sim_prompt_tokens
 
 __all__ = ["SimBatchPlan", "SimBatches"]
 
@@ -290,7 +290,7 @@ class SimBatches:
         raw = wire.dumps(request).encode()  # the bytes a client sent live: the same draw
         draw = draw_for(self.engine.seed, raw, p.output_tokens_mean, p.output_tokens_sigma,
                         p.output_tokens_max)
-        prompt = estimate_prompt_tokens(request.get("messages") or [])
+        prompt = sim_prompt_tokens(request.get("messages") or [])
         cap = request.get("max_completion_tokens") or request.get("max_tokens")
         limit = max(1, p.context_tokens - prompt)
         if isinstance(cap, int):
@@ -333,7 +333,7 @@ def _response_line(cid: str, status: int, body: dict[str, Any]) -> str:
 
 
 def _prompt_tokens(lines: list[dict[str, Any]]) -> int:
-    return sum(estimate_prompt_tokens(line["body"].get("messages") or []) for line in lines)
+    return sum(sim_prompt_tokens(line["body"].get("messages") or []) for line in lines)
 
 
 def _error_line(cid: str, code: str, message: str) -> str:

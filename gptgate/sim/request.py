@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gptgate.sim.difficulty import wants_json
 from gptgate.sim.profiles import SimProfile
-from gptgate.tokens import estimate_prompt_tokens
+from gptgate.sim.tokenizer import sim_prompt_tokens
 
 if TYPE_CHECKING:
     from gptgate.sim.tools import ToolCall
@@ -103,7 +103,7 @@ def parse_chat(body: bytes, p: SimProfile) -> ChatRequest:
         )
     options = data.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    prompt_tokens = estimate_prompt_tokens(messages)
+    prompt_tokens = sim_prompt_tokens(messages)
     requested = prompt_tokens + (max_tokens or 0)
     too_long = p.flavor != "llamacpp" and requested > p.context_tokens
     if prompt_tokens >= p.context_tokens or too_long:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.token_scripts import text_chars
 from gptgate.tokens import message_text
 
 __all__ = ["answer_chars"]
@@ -20,11 +21,11 @@ _TEXT_FIELDS = ("reasoning_content", "reasoning", "refusal")
 
 
 def _message_chars(message: Mapping[str, Any]) -> int:
-    chars = len(message_text(message))
+    chars = text_chars(message_text(message))
     for name in _TEXT_FIELDS:
         value = message.get(name)
         if isinstance(value, str):
-            chars += len(value)
+            chars += text_chars(value)
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
@@ -32,7 +33,7 @@ def _message_chars(message: Mapping[str, Any]) -> int:
             for key in ("name", "arguments"):
                 value = function.get(key)
                 if isinstance(value, str):
-                    chars += len(value)
+                    chars += text_chars(value)
     return chars
 
 
@@ -44,4 +45,4 @@ def answer_chars(raw: Mapping[str, Any] | None, text: str) -> int:
         message = choice.get("message") if isinstance(choice, dict) else None
         if isinstance(message, dict):
             total += _message_chars(message)
-    return max(total, len(text))
+    return max(total, text_chars(text))

@@ -22,6 +22,7 @@ from typing import Any
 
 from gptgate.errors import BackendError, GateError
 from gptgate.results import Usage
+from gptgate.token_scripts import text_chars
 from gptgate.wire.anthropic_overload import is_overload, overload_error, overload_message
 from gptgate.wire.anthropic_server_tools import (
     BLOCKS_KEY,
@@ -178,7 +179,7 @@ class MessagesAccumulator(StreamAccumulator):
             self._fold.delta(chunk.get("index"), delta)
             if self._thinking.delta(chunk.get("index"), delta):
                 thought = delta.get("thinking")  # billed as output; a signature is not
-                self.side.chars += len(thought) if isinstance(thought, str) else 0
+                self.side.chars += text_chars(thought) if isinstance(thought, str) else 0
                 return ""
             text = delta.get("text")
             if delta.get("type") == "text_delta" and isinstance(text, str) and text:
@@ -187,7 +188,7 @@ class MessagesAccumulator(StreamAccumulator):
                 return text
             partial = delta.get("partial_json")
             if isinstance(partial, str):  # a tool's input, a server tool's too: output
-                self.side.chars += len(partial)
+                self.side.chars += text_chars(partial)
             block = self._blocks.get(chunk.get("index", -1))
             if block is not None and isinstance(partial, str):
                 block[1] += partial

@@ -35,6 +35,7 @@ from gptgate.errors import (
 )
 from gptgate.results import Usage
 from gptgate.scrub import scrub_known
+from gptgate.token_scripts import text_chars
 from gptgate.tokens import message_text, tokens_for_chars
 from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.context_window import window_refusal
@@ -302,7 +303,7 @@ class StreamAccumulator:
         if counted is not None:
             return counted.output_tokens, True
         partial = self.usage.output_tokens if self.usage is not None else 0
-        chars = len(self.text) + self.side.chars + self.choices.chars
+        chars = text_chars(self.text) + self.side.chars + self.choices.chars
         return max(partial, tokens_for_chars(chars)), False
 
     @property

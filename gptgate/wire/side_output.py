@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.token_scripts import text_chars
 from gptgate.wire.stream_start import reasoning_piece
 
 __all__ = ["SideOutput"]
@@ -40,14 +41,14 @@ class SideOutput:
         if self._thought is None:
             self._thought, self._field = [], field
         self._thought.append(piece)
-        self.chars += len(piece)
+        self.chars += text_chars(piece)
 
     def tool_piece(self, function: Mapping[str, Any]) -> None:
         """Count a tool call's delta (its name's and arguments' pieces)."""
         for key in ("name", "arguments"):
             piece = function.get(key)
             if isinstance(piece, str):
-                self.chars += len(piece)
+                self.chars += text_chars(piece)
 
     def put_on(self, message: dict[str, Any]) -> None:
         """Put the reasoning on the answer's message, as a non-streamed answer has it."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.token_scripts import text_chars
+
 __all__ = ["StreamChoices", "merge_tool_calls"]
 
 
@@ -48,7 +50,7 @@ def merge_tool_calls(calls: dict[int, dict[str, Any]], deltas: Any) -> int:
                 piece = function.get(key)
                 if isinstance(piece, str):
                     target[key] += piece
-                    chars += len(piece)
+                    chars += text_chars(piece)
     return chars
 
 
@@ -74,7 +76,7 @@ class _Extras:
             if self.refusal is None:
                 self.refusal = []
             self.refusal.append(refusal)
-            return len(refusal)
+            return text_chars(refusal)
         return 0
 
     def put_on(self, choice: dict[str, Any], message: dict[str, Any]) -> None:
@@ -101,12 +103,12 @@ class _Other:
         content = delta.get("content")
         if isinstance(content, str) and content:
             self.parts.append(content)
-            chars += len(content)
+            chars += text_chars(content)
         for name in ("reasoning_content", "reasoning"):
             piece = delta.get(name)
             if isinstance(piece, str) and piece:
                 self.thought.setdefault(name, []).append(piece)
-                chars += len(piece)
+                chars += text_chars(piece)
         chars += merge_tool_calls(self.tool_calls, delta.get("tool_calls"))
         if choice.get("finish_reason") is not None:
             self.finish_reason = str(choice["finish_reason"])

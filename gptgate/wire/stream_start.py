@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gptgate.token_scripts import text_chars
+
 __all__ = ["generates", "reasoning_chars", "reasoning_piece"]
 
 #: the delta fields that carry a reasoning model's thinking (DeepSeek's, vLLM's older
@@ -45,5 +47,5 @@ def reasoning_chars(delta: Mapping[str, Any]) -> int:
     for name in _REASONING_FIELDS:
         piece = delta.get(name)
         if isinstance(piece, str):
-            size += len(piece)
+            size += text_chars(piece)
     return size
