@@ -48,6 +48,7 @@ from .failover_trail import TRAIL, FailoverTrail
 from .guard import _GUARD_PERMIT, REFUSED_HEADER
 from .providers import PROVIDERS
 from .scrub import is_secret_name
+from .sdk_circuit import FALLS_TO
 from .sdk_placed import PlacedAnswers, placed_answers, sniff_id
 from .sdk_reads import stored
 from .sdk_reroute import FAMILIES, api_tail, rerouted
@@ -211,6 +212,7 @@ class FailoverTransport(httpx2.AsyncBaseTransport):
         if held is not None:  # a guard pinned to the primary follows this client's order
             held.failover = self._order
         request.extensions[TRAIL] = FailoverTrail()  # its tries' spans, one request's
+        request.extensions[FALLS_TO] = self._order  # an open circuit met queued: moved on
         kept: httpx2.Response | BaseException | None = None  # the primary's own failure
         for name in self._order:
             state = gate.backend_state(name)
