@@ -44,6 +44,7 @@ from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
+from gptgate.wire.slot_timings import answer_usage
 from gptgate.wire.sse import SSEDecoder, SSEEvent
 from gptgate.wire.stream_choices import StreamChoices, merge_tool_calls
 from gptgate.wire.stream_start import generates
@@ -202,7 +203,7 @@ def parse_chat_response(
     return ParsedChat(
         text=text,
         finish_reason=_optional_str(choice.get("finish_reason")),
-        usage=parse_usage(obj.get("usage")),
+        usage=answer_usage(obj),  # llama-server's cache reuse in its timings
         response_id=_optional_str(obj.get("id")),
         model=_optional_str(obj.get("model")),
         raw=obj,
@@ -335,9 +336,8 @@ class StreamAccumulator:
             self.response_id = _optional_str(chunk.get("id")) or None
         if not self.model:
             self.model = _optional_str(chunk.get("model")) or None
-        usage = chunk.get("usage")
-        if usage is not None:
-            parsed = parse_usage(usage)
+        if chunk.get("usage") is not None:
+            parsed = answer_usage(chunk)
             if parsed is not None:
                 self.usage = parsed
         choices = chunk.get("choices")
