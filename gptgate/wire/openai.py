@@ -41,6 +41,7 @@ from gptgate.wire.context_window import window_refusal
 from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
+from gptgate.wire.param_refusal import refuses_request
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
@@ -814,8 +815,8 @@ def error_for_status(
     Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
     overrides the class's own ``retryable``); the message is the server's, scrubbed.
     """
-    cls = _class_for_status(status)
     text, code, kind = _body_message(body)
+    cls = BadRequestError if refuses_request(status, text) else _class_for_status(status)
     rid = _header_request_id(headers) if headers is not None else None
     if out_of_funds(status, text, code, kind):  # the account's, not the call's
         return OutOfFundsError(f"{_message(OutOfFundsError, status, text[:300], code, kind)}; "
@@ -866,7 +867,7 @@ def _in_band_error(
     if any(m in marker for m in _RATE_LIMIT_MARKERS):
         cls = RateLimitedError
     elif numeric is not None and 400 <= numeric < 600:
-        cls = _class_for_status(numeric)
+        cls = BadRequestError if refuses_request(numeric, text) else _class_for_status(numeric)
     else:
         cls = BackendError
     if headers is not None and request_id is None:
