@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 
 import gptgate as gg
@@ -102,3 +103,21 @@ async def test_the_same_refusal_in_an_older_builds_stream() -> None:
                 async for _ in s:
                     pass
     assert len(sent) == 1
+
+
+async def test_an_sdk_call_through_the_gate_is_not_retried_nor_held_against_the_server() -> None:
+    """The openai SDK on ``gate.http_client``: the refusal reaches it once (``x-should-retry:
+    false``, not its own retries of a 500) and the circuit stays closed."""
+    sent: list[dict[str, Any]] = []
+    async with gg.Gateway([_server("tools param requires --jinja flag", sent)]) as gate:
+        client = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1",
+                                    http_client=gate.http_client("llama"))
+        for _ in range(4):
+            with pytest.raises(openai.InternalServerError):
+                await client.chat.completions.create(
+                    model="qwen", messages=[{"role": "user", "content": "hi"}],
+                    tools=TOOLS,  # type: ignore[arg-type]
+                )
+        circuit = gate.stats()["llama"].circuit
+    assert len(sent) == 4
+    assert circuit == "closed"
