@@ -28,6 +28,7 @@ from .wire import SSEDecoder, parse_usage
 from .wire.anthropic_server_tools import count_search
 from .wire.anthropic_stream import FINISH_REASONS
 from .wire.html_page import is_html_page
+from .wire.slot_timings import answer_usage
 from .wire.stream_start import reasoning_chars
 
 __all__ = ["MAX_JSON_BYTES", "ResponseTap", "usage_from"]
@@ -273,7 +274,7 @@ class ResponseTap:
         reason = _finish_reason(obj)
         if reason is not None:
             self.finish_reason = reason
-        usage = parse_usage(obj.get("usage"))
+        usage = answer_usage(obj)
         if usage is not None:
             self.usage = usage
             self.input_tokens = usage.input_tokens

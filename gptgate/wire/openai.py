@@ -42,9 +42,11 @@ from gptgate.wire.context_window import window_refusal
 from gptgate.wire.html_page import html_page_message
 from gptgate.wire.openai_messages import openai_messages
 from gptgate.wire.out_of_funds import OUT_OF_FUNDS_HINT, out_of_funds
+from gptgate.wire.param_refusal import refuses_request
 from gptgate.wire.ratelimits import parse_retry_after, parse_should_retry
 from gptgate.wire.ratelimits import request_id as _header_request_id
 from gptgate.wire.side_output import SideOutput
+from gptgate.wire.slot_timings import answer_usage
 from gptgate.wire.sse import SSEDecoder, SSEEvent
 from gptgate.wire.stream_choices import StreamChoices, merge_tool_calls
 from gptgate.wire.stream_start import generates
@@ -203,7 +205,7 @@ def parse_chat_response(
     return ParsedChat(
         text=text,
         finish_reason=_optional_str(choice.get("finish_reason")),
-        usage=parse_usage(obj.get("usage")),
+        usage=answer_usage(obj),  # llama-server's cache reuse in its timings
         response_id=_optional_str(obj.get("id")),
         model=_optional_str(obj.get("model")),
         raw=obj,
@@ -336,9 +338,8 @@ class StreamAccumulator:
             self.response_id = _optional_str(chunk.get("id")) or None
         if not self.model:
             self.model = _optional_str(chunk.get("model")) or None
-        usage = chunk.get("usage")
-        if usage is not None:
-            parsed = parse_usage(usage)
+        if chunk.get("usage") is not None:
+            parsed = answer_usage(chunk)
             if parsed is not None:
                 self.usage = parsed
         choices = chunk.get("choices")
@@ -815,8 +816,8 @@ def error_for_status(
     Carries the status, the server's request id, ``retry-after`` and ``x-should-retry`` (which
     overrides the class's own ``retryable``); the message is the server's, scrubbed.
     """
-    cls = _class_for_status(status)
     text, code, kind = _body_message(body)
+    cls = BadRequestError if refuses_request(status, text) else _class_for_status(status)
     rid = _header_request_id(headers) if headers is not None else None
     if out_of_funds(status, text, code, kind):  # the account's, not the call's
         return OutOfFundsError(f"{_message(OutOfFundsError, status, text[:300], code, kind)}; "
@@ -867,7 +868,7 @@ def _in_band_error(
     if any(m in marker for m in _RATE_LIMIT_MARKERS):
         cls = RateLimitedError
     elif numeric is not None and 400 <= numeric < 600:
-        cls = _class_for_status(numeric)
+        cls = BadRequestError if refuses_request(numeric, text) else _class_for_status(numeric)
     else:
         cls = BackendError
     if headers is not None and request_id is None:
