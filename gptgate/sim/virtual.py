@@ -75,11 +75,9 @@ class _FifoTimer(asyncio.TimerHandle):
     def _order(self) -> tuple[float, int]:
         return self._when, self._seq  # type: ignore[attr-defined]
 
-    def __lt__(self, other: object) -> bool:  # the heap's only comparison: kept cheap
+    def __lt__(self, other: object) -> bool:
         if isinstance(other, _FifoTimer):
-            when: float = self._when  # type: ignore[attr-defined]
-            other_when: float = other._when  # type: ignore[attr-defined]
-            return when < other_when or (when == other_when and self._seq < other._seq)
+            return self._order() < other._order()
         return NotImplemented
 
     def __le__(self, other: object) -> bool:
