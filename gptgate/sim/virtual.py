@@ -8,24 +8,14 @@ results are exact and deterministic, and a run costs only its CPU.
 
 Only for in-process programs (``SimTransport``): the loop still polls real file descriptors,
 but a thread or a socket that is slow in *wall* time is not waited for before time jumps.
-
-Timers due at the same virtual instant fire in the order they were scheduled (FIFO). On a
-virtual clock such ties are the rule, not an accident — 64 requests sent at once with the
-same time to first token wake at one instant — and asyncio's timer heap compares only the
-due time, so its ties broke by the heap's layout (which depends on every timer pushed and
-popped before), a rule nobody stated. :class:`VirtualTimeLoop` numbers each timer as it is
-scheduled and breaks ties by that number.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import selectors
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from contextvars import Context
 from typing import Any, TypeVar, TypeVarTuple
 
 import anyio
@@ -59,79 +49,17 @@ class _JumpingSelector(selectors.DefaultSelector):
         return []
 
 
-class _FifoTimer(asyncio.TimerHandle):
-    """A timer ordered by its due time, then by when it was scheduled: of two due at the same
-    instant, the one scheduled first fires first."""
-
-    __slots__ = ("_seq",)
-
-    def __init__(
-        self, when: float, callback: Callable[..., object], args: tuple[Any, ...],
-        loop: asyncio.AbstractEventLoop, context: Context | None, seq: int,
-    ) -> None:
-        super().__init__(when, callback, args, loop, context)
-        self._seq = seq
-
-    def _order(self) -> tuple[float, int]:
-        return self._when, self._seq  # type: ignore[attr-defined]
-
-    def __lt__(self, other: object) -> bool:
-        if isinstance(other, _FifoTimer):
-            return self._order() < other._order()
-        return NotImplemented
-
-    def __le__(self, other: object) -> bool:
-        if isinstance(other, _FifoTimer):
-            return self._order() <= other._order()
-        return NotImplemented
-
-    def __gt__(self, other: object) -> bool:
-        if isinstance(other, _FifoTimer):
-            return self._order() > other._order()
-        return NotImplemented
-
-    def __ge__(self, other: object) -> bool:
-        if isinstance(other, _FifoTimer):
-            return self._order() >= other._order()
-        return NotImplemented
-
-
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose ``time()`` is virtual and jumps to the next timer when idle;
-    timers due at one instant fire in the order they were scheduled."""
+    """An asyncio loop whose ``time()`` is virtual and jumps to the next timer when idle."""
 
     def __init__(self) -> None:
         self._virtual_now = 0.0
         #: executor jobs not finished yet: time stands still while a thread works
         self.threads_busy = 0
-        self._timers_scheduled = itertools.count()
         super().__init__(selector=_JumpingSelector(self))
 
     def time(self) -> float:
         return self._virtual_now
-
-    def call_at(
-        self, when: float, callback: Callable[[*Ts], object], *args: *Ts,
-        context: Context | None = None,
-    ) -> asyncio.TimerHandle:
-        """asyncio's ``call_at`` with a :class:`_FifoTimer` (``call_later`` and every sleep
-        come here)."""
-        if when is None:
-            raise TypeError("when cannot be None")
-        self._check_closed()  # type: ignore[attr-defined]
-        if self.get_debug():
-            self._check_thread()  # type: ignore[attr-defined]
-            self._check_callback(callback, "call_at")  # type: ignore[attr-defined]
-        timer = _FifoTimer(when, callback, args, self, context, self._ticket())
-        if timer._source_traceback:  # type: ignore[attr-defined]
-            del timer._source_traceback[-1]  # type: ignore[attr-defined]
-        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
-        timer._scheduled = True  # type: ignore[attr-defined]
-        return timer
-
-    def _ticket(self) -> int:
-        """The next timer's place among those due at the same instant."""
-        return next(self._timers_scheduled)
 
     def run_in_executor(
         self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts
