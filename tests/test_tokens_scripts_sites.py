@@ -53,9 +53,9 @@ def test_the_pacer_reserves_a_chinese_prompts_tokens() -> None:
             pacer = gate.backend_state("b").pacer
             reserve = pacer.reserve
 
-            def spy(now: float, tokens: int) -> float:
+            def spy(now: float, tokens: int, output: int = 0) -> float:
                 reserved.append(tokens)
-                return reserve(now, tokens)
+                return reserve(now, tokens, output)
 
             pacer.reserve = spy  # type: ignore[method-assign]
             await gate.chat([{"role": "user", "content": ZH}], max_tokens=10)
