@@ -11,7 +11,6 @@ released, the cache ticket handed back, the response closed, the span ended, the
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import (
@@ -509,11 +508,12 @@ class _Attempt:
         self.late = late = LateAnswer(runner.ledger, backend.name)
 
         def usage_of(response: httpx2.Response) -> Usage | None:
-            with contextlib.suppress(GateError):
+            try:
                 return runner._parse_body(
                     backend, response, response.content, spec.route.output_tokens
                 ).usage
-            return None
+            except GateError as error:  # an aborted answer's usage is on its error
+                return error.usage_so_far
 
         def timed_out() -> RequestTimeout:
             return RequestTimeout(

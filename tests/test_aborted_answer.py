@@ -166,3 +166,34 @@ async def test_an_aborted_answer_without_usage_is_booked_at_its_estimate() -> No
     assert caught.value.billed and caught.value.usage_so_far is None
     assert caught.value.output_tokens > 20 and entry.output_tokens == caught.value.output_tokens
     assert entry.input_tokens > 0
+
+
+def test_an_aborted_answer_read_on_in_the_background_sets_the_ledger_right() -> None:
+    """``abandoned_answers="finish"``: an attempt timed out at 1 s is booked as an estimate
+    and its answer read on; the answer that comes is aborted, and its own usage (not the
+    estimate) is what the ledger keeps."""
+    import anyio
+
+    from gptgate.testing import LoopClock, run_virtual
+    from tests.mockbackend import USER, gateway
+
+    async def late(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep(3.0)
+        return _json(_answer("Once upon a", "abort", ABORT_USAGE))
+
+    async def main() -> None:
+        clock = LoopClock()
+        backend = gg.Backend(
+            name="mock", base_url="http://127.0.0.1:9/v1", model="m", concurrency=1,
+            timeout=10.0, abandoned_answers="finish", transport=httpx2.MockTransport(late),
+            price=PRICE,
+        )
+        async with gateway(backend, clock=clock) as gate:
+            with pytest.raises(gg.RequestTimeout):
+                await gate.chat(USER, timeout=1.0)
+            await clock.sleep(2.5)
+            entry = gate.ledger.entries["mock"]
+            assert (entry.input_tokens, entry.output_tokens, entry.estimated_attempts) == (
+                120, 7, 0)
+
+    run_virtual(main)
