@@ -11,7 +11,6 @@ released, the cache ticket handed back, the response closed, the span ended, the
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import (
@@ -79,6 +78,7 @@ from .stream_cut import by_caller
 from .telemetry import NAMES, Endpoint, Telemetry, endpoint
 from .tokens import sure_prompt_tokens, tokens_for_chars
 from .wire import ChatStreamReader, ParsedChat, error_for_exception, request_id
+from .wire.aborted import refuse_aborted
 from .wire.answer_chars import answer_chars
 from .wire.anthropic_server_tools import most_searches
 from .wire.html_page import html_stream_error, is_html_page
@@ -508,11 +508,12 @@ class _Attempt:
         self.late = late = LateAnswer(runner.ledger, backend.name)
 
         def usage_of(response: httpx2.Response) -> Usage | None:
-            with contextlib.suppress(GateError):
+            try:
                 return runner._parse_body(
                     backend, response, response.content, spec.route.output_tokens
                 ).usage
-            return None
+            except GateError as error:  # an aborted answer's usage is on its error
+                return error.usage_so_far
 
         def timed_out() -> RequestTimeout:
             return RequestTimeout(
@@ -1311,7 +1312,7 @@ class CallRunner:
         counted as billed (an in-band ``{"error": ...}`` is not: the server refused, nor is a
         proxy's HTML page: no model ran, gptgate/wire/html_page.py)."""
         try:
-            return backend.pool.dialect.parse_response(
+            parsed = backend.pool.dialect.parse_response(
                 content, backend=backend.name, status=response.status_code,
                 headers=response.headers,
             )
@@ -1321,6 +1322,7 @@ class CallRunner:
                 error.billed = True
                 error.output_tokens = self._billed(backend).malformed(content, max_tokens or None)
             raise
+        return refuse_aborted(parsed, backend.name, request_id(response.headers))
 
     async def _timed_chunks(
         self,
@@ -1521,7 +1523,9 @@ class CallRunner:
             if not prompt and not output:
                 return None
             return self._cut_usage(backend, spec, None, prompt, output)
-        return self._cut_usage(backend, spec, None, spec.prompt_tokens, error.output_tokens)
+        return self._cut_usage(
+            backend, spec, error.usage_so_far, spec.prompt_tokens, error.output_tokens
+        )
 
     def _cut_usage(
         self, backend: BackendState, spec: CallSpec, said: Usage | None, prompt: int, output: int

@@ -51,6 +51,9 @@ class GateError(Exception):
     #: its window, its own key refused): routing, not a retry of the same request, so it is
     #: outside ``max_attempts`` as it is outside the retry budget (context_failover.py)
     moved: bool = False
+    #: the server's own count of a failed attempt's usage, when it gave one (a cut stream's
+    #: so far, an aborted answer's: gptgate/wire/aborted.py); the ledger books by it
+    usage_so_far: Usage | None = None
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ from gptgate.results import Usage
 from gptgate.scrub import scrub_known
 from gptgate.token_scripts import text_chars
 from gptgate.tokens import message_text, tokens_for_chars
+from gptgate.wire.aborted import aborted_error, is_aborted
 from gptgate.wire.connect_hint import connect_hint
 from gptgate.wire.context_window import window_refusal
 from gptgate.wire.html_page import html_page_message
@@ -613,6 +614,9 @@ class ChatStreamReader:
         self._error = self._interrupted(f"stream ended before its final chunk ({reason})")
 
     def _finish(self) -> None:
+        if is_aborted(self.accumulator.finish_reason):  # the server cut it: aborted.py
+            self._fail(aborted_error(self._backend, self.accumulator.usage, self._request_id))
+            return
         self.complete = True
         self._finished = True
 
