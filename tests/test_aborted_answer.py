@@ -148,11 +148,59 @@ async def test_a_stream_aborted_before_any_text_is_retried_unseen() -> None:
     assert entry.input_tokens == 240
 
 
-def test_the_rule_reads_only_abort() -> None:
+def test_the_rule_reads_only_abort_and_error() -> None:
+    """vLLM's ``FINISH_REASON_STRINGS``: "stop", "length", "abort", "error", "repetition";
+    only the two the server failed by count (a repetition is the model's own answer)."""
     from gptgate.wire.aborted import is_aborted
 
-    assert is_aborted("abort")
-    assert not any(is_aborted(r) for r in ("stop", "length", "tool_calls", None, "error"))
+    assert is_aborted("abort") and is_aborted("error")
+    assert not any(is_aborted(r) for r in ("stop", "length", "tool_calls", None, "repetition"))
+
+
+async def test_an_answer_ended_by_a_server_error_is_retried_and_its_attempt_booked() -> None:
+    """vLLM's ``FinishReason.ERROR`` ("error": a retryable request-level internal error, a
+    KV-cache load failure) truncates the answer as an abort does. Before: returned as a
+    ``ChatResult(finish_reason="error")``, never retried."""
+    hits: Counter[str] = Counter()
+    bodies = [_json(_answer("Once upon a", "error", ABORT_USAGE)),
+              _json(_answer("Once upon a time, the end.", "stop", WHOLE_USAGE))]
+    async with gg.Gateway([_vllm(hits, bodies)], max_attempts=3, **FAST) as gate:
+        r = await gate.chat(PROMPT)
+        entry = gate.ledger.entries["vllm"]
+        stats = gate.stats()["vllm"]
+    assert hits["sent"] == 2 and r.attempts == 2
+    assert r.text == "Once upon a time, the end." and r.finish_reason == "stop"
+    assert entry.input_tokens == 240 and entry.output_tokens == 16
+    assert stats.failures == 1
+
+
+async def test_answers_ended_by_a_server_error_every_time_raise_a_backend_error() -> None:
+    hits: Counter[str] = Counter()
+    bodies = [_json(_answer("Once upon a", "error", ABORT_USAGE))]
+    async with gg.Gateway([_vllm(hits, bodies)], max_attempts=2, **FAST) as gate:
+        with pytest.raises(gg.BackendError) as caught:
+            await gate.chat(PROMPT)
+    assert caught.value.retryable and caught.value.billed
+    assert 'finish_reason "error"' in str(caught.value)
+    assert hits["sent"] == 2
+
+
+async def test_a_stream_ended_by_a_server_error_after_text_is_interrupted() -> None:
+    hits: Counter[str] = Counter()
+    bodies = [_sse(_stream(["Once", " upon", " a"], "error", ABORT_USAGE))]
+    seen: list[str] = []
+    async with gg.Gateway([_vllm(hits, bodies)], max_attempts=3, **FAST) as gate:
+        with pytest.raises(gg.StreamInterruptedError) as caught:
+            async with gate.stream(PROMPT) as s:
+                async for delta in s:
+                    seen.append(delta)
+        entry = gate.ledger.entries["vllm"]
+        stats = gate.stats()["vllm"]
+    assert "".join(seen) == caught.value.partial_text == "Once upon a"
+    assert 'finish_reason "error"' in str(caught.value)
+    assert hits["sent"] == 1
+    assert entry.input_tokens == 120 and entry.output_tokens == 7
+    assert stats.failures == 1
 
 
 async def test_an_aborted_answer_without_usage_is_booked_at_its_estimate() -> None:
