@@ -17,14 +17,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import BackendError
+from ..results import Usage
 from ..tokens import tokens_for_chars
 from .answer_chars import answer_chars
 
 if TYPE_CHECKING:
-    from ..results import Usage
+    from ..errors import GateError
     from .openai import ParsedChat
 
-__all__ = ["ABORTED", "aborted_error", "is_aborted", "refuse_aborted"]
+__all__ = ["ABORTED", "aborted_error", "billed_failure_usage", "is_aborted", "refuse_aborted"]
 
 #: the finish reasons that mean the server cut the answer off (vLLM's
 #: ``FINISH_REASON_STRINGS`` "abort" and "error", SGLang's "abort")
@@ -65,3 +66,11 @@ def refuse_aborted(parsed: ParsedChat, backend: str, request_id: str | None) -> 
         raise aborted_error(backend, parsed.usage, request_id, output_tokens=held,
                             finish_reason=parsed.finish_reason)
     return parsed
+
+
+def billed_failure_usage(error: GateError, prompt_tokens: int) -> Usage:
+    """What a billed failed attempt cost where no retry loop booked it (a Batch API item):
+    the server's count when it sent one, else the prompt and what the answer held."""
+    if error.usage_so_far is not None:
+        return error.usage_so_far
+    return Usage(input_tokens=prompt_tokens, output_tokens=error.output_tokens, estimated=True)
