@@ -63,6 +63,7 @@ from .errors import (
 from .media_tokens import media_rule
 from .results import ChatResult, Usage
 from .tokens import estimate_prompt_tokens, estimate_text_tokens, estimate_tools_tokens
+from .wire.aborted import billed_failure_usage, refuse_aborted
 from .wire.dialect import Dialect
 
 if TYPE_CHECKING:
@@ -724,8 +725,10 @@ class BatchJob:
         body = json.dumps(line.body).encode()
         if line.status >= 300:
             return self._dialect.error_for_status(line.status, None, body, backend=name)
-        try:
-            parsed = self._dialect.parse_response(body, backend=name, status=line.status)
+        try:  # an answer its server cut off is a failed item, retried as a 5xx is
+            parsed = refuse_aborted(
+                self._dialect.parse_response(body, backend=name, status=line.status), name, None
+            )
         except GateError as error:
             return error
         request = self._requests[index]
@@ -921,6 +924,9 @@ class BatchJob:
             outcome = outcomes.get(index)
             if isinstance(outcome, ChatResult):
                 ledger.record_batch(name, outcome.billed_usage, self._backend.batch_discount)
+            elif isinstance(outcome, GateError) and outcome.billed:  # an aborted answer's
+                usage = billed_failure_usage(outcome, self._requests[index].prompt_tokens)
+                ledger.record_batch(name, usage, self._backend.batch_discount)
             ledger.record_call(name, isinstance(outcome, ChatResult))
             booked.add(index)
         self._booked_parts |= {p.name for p in self._job.parts}

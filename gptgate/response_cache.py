@@ -436,8 +436,10 @@ class ResponseCache:
 #: mapped to ``content_filter``): filters change and a retry with other settings is the
 #: remedy, so replaying one to every identical request would make it permanent. ``error``
 #: (OpenRouter's, among its normalised reasons): the generation ended in the provider's error
-#: under a 200, its text partial. ``length`` is stored: the same ``max_tokens`` cuts the
-#: answer the same way, and a larger one is another key.
+#: under a 200, its text partial (an OpenAI-wire answer so ended now fails its attempt:
+#: gptgate/wire/aborted.py; kept here for any path that still returns one). ``length`` is
+#: stored: the same ``max_tokens`` cuts the answer the same way, and a larger one is another
+#: key.
 NOT_STORED_FINISH = frozenset({"content_filter", "error"})
 
 

@@ -83,6 +83,7 @@ from .tokens import (
     tokens_for_chars,
 )
 from .warn_once import warn_once
+from .wire.aborted import aborted_error, is_aborted
 from .wire.anthropic_server_tools import most_searches
 
 if TYPE_CHECKING:
@@ -342,6 +343,10 @@ class _Attempt:
         if tap.failure is not None and self.request.method != "GET":  # a read: what an
             self._failed_in_band()  # earlier request ended in (a failed background response)
             return
+        if self.generative and is_aborted(tap.finish_reason) and self.request.method != "GET":
+            self._failed_in_band(aborted_error(  # its server cut it: gptgate/wire/aborted.py
+                self.state.name, tap.usage, finish_reason=tap.finish_reason))
+            return
         if (tap.malformed or tap.page) and not tap.streamed and self.generative:
             self._malformed(billed=not tap.page)  # a proxy's page: no model ran
             return
@@ -410,15 +415,17 @@ class _Attempt:
         self._wasted(interrupted=tap.streamed)
         self._end(None, error)
 
-    def _failed_in_band(self) -> None:
-        """The answer said it failed (gptgate/sdk_in_band.py): the backend's failure, as
-        ``gate.chat`` reads it — a stream that had begun its answer was cut
-        (``StreamInterruptedError``); what it generated is booked as waste: the usage it
-        reported, else a stream's output so far (the server ended it: nothing past that),
-        and an error body under a 200 nothing, the server having refused."""
+    def _failed_in_band(self, error: GateError | None = None) -> None:
+        """The answer said it failed (gptgate/sdk_in_band.py; ``error``: its server cut it
+        off, gptgate/wire/aborted.py): the backend's failure, as ``gate.chat`` reads it — a
+        stream that had begun its answer was cut (``StreamInterruptedError``); what it
+        generated is booked as waste: the usage it reported, else a stream's or a cut
+        answer's output so far (the server ended it: nothing past that), and an error body
+        under a 200 nothing, the server having refused. The SDK gets the answer as sent."""
         tap = self.tap
         assert tap is not None
-        error = in_band_error(tap.failure, backend=self.state.name, status=None)
+        if error is None:
+            error = in_band_error(tap.failure, backend=self.state.name, status=None)
         interrupted = tap.streamed and tap.content_chars > 0
         interrupted = interrupted and not isinstance(error, BadRequestError)
         if interrupted:
@@ -436,7 +443,7 @@ class _Attempt:
             )
             if self.guarded is not None:
                 self.guarded.cost_usd += self.cost_usd
-        elif tap.streamed:
+        elif tap.streamed or error.billed:
             self._wasted(interrupted=interrupted)
         self._end(None, error)
 

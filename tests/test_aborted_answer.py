@@ -1,4 +1,5 @@
-"""vLLM and SGLang end an answer their server cut off with ``finish_reason: "abort"``:
+"""vLLM and SGLang end an answer their server cut off with ``finish_reason: "abort"`` (vLLM
+``"error"`` too: its ``FinishReason.ERROR``, tested beside it):
 vLLM's ``FinishReason.ABORT`` (``FINISH_REASON_STRINGS[2]``: ``pause_generation(mode=
 "abort")``, a request aborted on preemption or shutdown), SGLang's ``FINISH_ABORT`` whose
 ``to_json()["type"]`` is ``"abort"`` (a graceful abort has no status code and is sent as an
@@ -82,9 +83,15 @@ PROMPT = [{"role": "user", "content": "Write a long story."}]
 FAST = {"backoff_base_s": 0.001, "backoff_cap_s": 0.002}
 
 
-async def test_an_aborted_answer_is_retried_and_its_attempt_booked() -> None:
+#: vLLM's FinishReason.ABORT and FinishReason.ERROR (a retryable internal error of the
+#: request, a KV-cache load failure; OpenRouter's provider failure under a 200 too)
+CUT = pytest.mark.parametrize("finish", ["abort", "error"])
+
+
+@CUT
+async def test_an_aborted_answer_is_retried_and_its_attempt_booked(finish: str) -> None:
     hits: Counter[str] = Counter()
-    bodies = [_json(_answer("Once upon a", "abort", ABORT_USAGE)),
+    bodies = [_json(_answer("Once upon a", finish, ABORT_USAGE)),
               _json(_answer("Once upon a time, the end.", "stop", WHOLE_USAGE))]
     async with gg.Gateway([_vllm(hits, bodies)], max_attempts=3, **FAST) as gate:
         r = await gate.chat(PROMPT)
@@ -115,9 +122,12 @@ async def test_answers_aborted_every_time_raise_a_backend_error_and_open_the_cir
     assert stats.circuit == "open"
 
 
-async def test_a_stream_aborted_after_text_is_interrupted_with_its_usage_booked() -> None:
+@CUT
+async def test_a_stream_aborted_after_text_is_interrupted_with_its_usage_booked(
+    finish: str,
+) -> None:
     hits: Counter[str] = Counter()
-    bodies = [_sse(_stream(["Once", " upon", " a"], "abort", ABORT_USAGE))]
+    bodies = [_sse(_stream(["Once", " upon", " a"], finish, ABORT_USAGE))]
     seen: list[str] = []
     async with gg.Gateway([_vllm(hits, bodies)], max_attempts=3, **FAST) as gate:
         with pytest.raises(gg.StreamInterruptedError) as caught:
@@ -127,7 +137,7 @@ async def test_a_stream_aborted_after_text_is_interrupted_with_its_usage_booked(
         entry = gate.ledger.entries["vllm"]
         stats = gate.stats()["vllm"]
     assert "".join(seen) == caught.value.partial_text == "Once upon a"
-    assert "abort" in str(caught.value)
+    assert f'finish_reason "{finish}"' in str(caught.value)
     assert hits["sent"] == 1
     assert entry.input_tokens == 120 and entry.output_tokens == 7
     assert stats.failures == 1
@@ -148,11 +158,24 @@ async def test_a_stream_aborted_before_any_text_is_retried_unseen() -> None:
     assert entry.input_tokens == 240
 
 
-def test_the_rule_reads_only_abort() -> None:
+def test_the_rule_reads_only_abort_and_error() -> None:
+    """vLLM's ``FINISH_REASON_STRINGS``: "stop", "length", "abort", "error", "repetition";
+    only the two the server failed by count (a repetition is the model's own answer)."""
     from gptgate.wire.aborted import is_aborted
 
-    assert is_aborted("abort")
-    assert not any(is_aborted(r) for r in ("stop", "length", "tool_calls", None, "error"))
+    assert is_aborted("abort") and is_aborted("error")
+    assert not any(is_aborted(r) for r in ("stop", "length", "tool_calls", None, "repetition"))
+
+
+async def test_answers_ended_by_a_server_error_every_time_raise_a_backend_error() -> None:
+    hits: Counter[str] = Counter()
+    bodies = [_json(_answer("Once upon a", "error", ABORT_USAGE))]
+    async with gg.Gateway([_vllm(hits, bodies)], max_attempts=2, **FAST) as gate:
+        with pytest.raises(gg.BackendError) as caught:
+            await gate.chat(PROMPT)
+    assert caught.value.retryable and caught.value.billed
+    assert 'finish_reason "error"' in str(caught.value)
+    assert hits["sent"] == 2
 
 
 async def test_an_aborted_answer_without_usage_is_booked_at_its_estimate() -> None:

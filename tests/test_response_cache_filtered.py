@@ -94,7 +94,19 @@ async def test_an_answer_that_finished_in_an_error_is_not_stored(stream: bool) -
     """OpenRouter normalises ``finish_reason`` to ``stop``, ``length``, ``tool_calls``,
     ``content_filter`` or ``error``: ``error`` is a generation the provider ended in an error
     under a 200 (its partial text). Stored, that error was served to every identical request
-    for the TTL."""
-    (first, again), sent = await _twice("openai", "error", stream)
-    assert first.finish_reason == "error"
-    assert not again.from_cache and sent == 2
+    for the TTL. It is now the attempt's failure (gptgate/wire/aborted.py), never a result:
+    neither of two identical calls gets it, both reach the server."""
+    script = Script(lambda request: _openai("error", stream))
+    backend = gg.Backend(name="b", model="m", base_url="http://127.0.0.1:9/v1",
+                         transport=httpx2.MockTransport(script))
+    cache = gg.ResponseCache(ttl_s=60, max_entries=10)
+    async with gg.Gateway([backend], response_cache=cache, max_attempts=1) as gate:
+        for _ in range(2):
+            with pytest.raises((gg.BackendError, gg.StreamInterruptedError)) as caught:
+                if stream:
+                    async with gate.stream(M, temperature=0, max_tokens=50) as s:
+                        [_ async for _ in s]
+                else:
+                    await gate.chat(M, temperature=0, max_tokens=50)
+            assert 'finish_reason "error"' in str(caught.value)
+    assert len(script.requests) == 2

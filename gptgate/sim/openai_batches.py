@@ -4,7 +4,8 @@
 ``SimTransport`` and ``SimServer``): input files are uploaded (multipart, purpose ``batch``)
 and listed; a batch is validated at creation, runs for ``plan.complete_after_s`` of the
 engine's clock, then writes its output and error files — in shuffled order, some items failed
-(``fail_rate``: a 500 in the error file) or left unrun (``expire_rate``: the batch ends
+(``fail_rate``: a 500 in the error file), some answers cut off (``abort_rate``:
+``finish_reason: "abort"`` under a 200) or left unrun (``expire_rate``: the batch ends
 ``expired`` and those items carry ``batch_expired``). A cancelled batch keeps what it had
 finished by then. Counters (``creates``, ``uploads``) and the bill (``billed_*``) are the
 ground truth a test checks a client's durability and ledger against.
@@ -39,6 +40,9 @@ class SimBatchPlan:
     fail_rate: float = 0.0
     #: each item's chance of not running before the window ends (the batch ends ``expired``)
     expire_rate: float = 0.0
+    #: each item's chance of a 200 answer its server cut off (``finish_reason: "abort"``, as
+    #: a vLLM batch runner sends one): billed, its text truncated
+    abort_rate: float = 0.0
     shuffle: bool = True
     seed: int = 0
     #: the organisation's enqueued token limit (prompt tokens of the batches not ended yet):
@@ -274,7 +278,10 @@ class SimBatches:
                 body = json.loads(wire.error_body(500, "The server had an error.", "server_error"))
                 err.append(_response_line(cid, 500, body))
                 continue
-            out.append(_response_line(cid, 200, self._answer(batch, line["body"])))
+            answer = self._answer(batch, line["body"])
+            if plan.abort_rate and rng.random() < plan.abort_rate:  # no draw at 0: seeds hold
+                answer["choices"][0]["finish_reason"] = "abort"
+            out.append(_response_line(cid, 200, answer))
         batch.counts["completed"] = len(out)
         batch.counts["failed"] = len(err)
         if out:

@@ -615,7 +615,8 @@ class ChatStreamReader:
 
     def _finish(self) -> None:
         if is_aborted(self.accumulator.finish_reason):  # the server cut it: aborted.py
-            self._fail(aborted_error(self._backend, self.accumulator.usage, self._request_id))
+            self._fail(aborted_error(self._backend, self.accumulator.usage, self._request_id,
+                                     finish_reason=self.accumulator.finish_reason))
             return
         self.complete = True
         self._finished = True
