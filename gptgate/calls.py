@@ -230,8 +230,9 @@ class _Attempt:
 
     __slots__ = (
         "attempt_timeout", "backend", "clock", "config", "cut_by_deadline", "enqueued", "hold",
-        "late", "limit", "number", "pace_seq", "permit", "probe", "reader", "reserved", "response",
-        "runner", "sent", "sent_at", "span", "spec", "state", "streamed", "take", "ticket", "ttft",
+        "late", "limit", "number", "output_reserved", "pace_seq", "permit", "probe", "reader",
+        "reserved", "response", "runner", "sent", "sent_at", "span", "spec", "state", "streamed",
+        "take", "ticket", "ttft",
     )
 
     def __init__(
@@ -255,6 +256,8 @@ class _Attempt:
         #: the backend's limit when the permit was granted
         self.limit = 0
         self.reserved = 0
+        #: of which output (``max_tokens``): what an output budget apart took, and settles
+        self.output_reserved = 0
         #: the take's place in the fleet's rate budget (``shared=``), None when paced locally
         self.pace_seq: PaceSeq | None = None
         #: ``shared=``: the take that rode with the permit's acquire (one round trip)
@@ -310,7 +313,8 @@ class _Attempt:
         when they come before the deadline."""
         spec, clock, backend = self.spec, self.clock, self.backend
         # the max_tokens sent (Anthropic's default, without one): what the server counts
-        self.reserved = spec.prompt_tokens + output_bound(spec, backend)
+        self.output_reserved = output = output_bound(spec, backend)
+        self.reserved = spec.prompt_tokens + output
         take = self.take
         if take is not None and take.result is not None and take.pacer is backend.fleet_pacer:
             # taken with the permit: its delay counts from then, and a 429 pause still holds
@@ -322,7 +326,6 @@ class _Attempt:
                 clock.now(), self.reserved, spec.deadline
             )
         else:
-            output = output_bound(spec, backend)  # an output budget apart takes it
             if self.state.hedge:  # a duplicate cuts a stall now or never: ahead of the queue
                 pace = backend.pacer.reserve_ahead(clock.now(), self.reserved, output)
             else:
@@ -552,7 +555,7 @@ class _Attempt:
                 output_tokens=usage.output_tokens,
             )
         backend.pacer.reconcile(
-            self.reserved, usage.total_tokens, reserved_output=output_bound(spec, backend),
+            self.reserved, usage.total_tokens, reserved_output=self.output_reserved,
             actual_output=usage.output_tokens, cached=usage.cached_input_tokens)
         if backend.fleet_pacer is not None:
             backend.fleet_pacer.reconcile(self.pace_seq, self.reserved, usage.total_tokens)
@@ -596,7 +599,7 @@ class _Attempt:
         if self.permit is not None and self.reserved:
             runner._pace_after_failure(
                 backend, error, self.reserved, spec, self.attempt_timeout, self.permit.inflight,
-                self.pace_seq,
+                self.pace_seq, self.output_reserved,
             )
         cost_before = self.state.cost_usd
         billed = runner._record_failure(
@@ -1223,6 +1226,7 @@ class CallRunner:
         attempt_timeout: float,
         inflight: int,
         seq: PaceSeq | None = None,
+        output_reserved: int = 0,
     ) -> None:
         """A 429 pauses the whole backend once until its retry-after (not every call on its
         own); what the server did not count is given back to the token budget."""
@@ -1234,10 +1238,10 @@ class CallRunner:
         if isinstance(error, RateLimitedError):
             if error.retry_after:  # the fleet's pause: count_failure, on every path
                 backend.pacer.pause_until(self.clock.now() + error.retry_after)
-            backend.pacer.reconcile(reserved, 0, reserved_output=output_bound(spec, backend))
+            backend.pacer.reconcile(reserved, 0, reserved_output=output_reserved)
         else:
             billed = spec.prompt_tokens + error.output_tokens if error.billed else 0
-            backend.pacer.reconcile(reserved, billed, reserved_output=output_bound(spec, backend),
+            backend.pacer.reconcile(reserved, billed, reserved_output=output_reserved,
                                     actual_output=error.output_tokens if error.billed else 0)
         if isinstance(error, RequestTimeout) and error.billed and not error.deadline:
             expected = spec.route.output_tokens or None
